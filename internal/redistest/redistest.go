@@ -1,0 +1,191 @@
+// Package redistest provides Redis servers for tests: embedded miniredis
+// always, and a real redis-server when REDIS_ADDR names one or redis-server
+// is on PATH (started once per test binary on a free loopback port).
+//
+// Set ROUTELOCK_REQUIRE_REDIS=1 (CI does) to make a missing real server a
+// test failure instead of a narrower run.
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Backend is one Redis to run a test against.
+type Backend struct {
+	Name string // "miniredis" or "redis"
+	Addr string
+	// Mini is the embedded server, nil for a real one.
+	Mini *miniredis.Miniredis
+}
+
+// Client returns a new client of b, closed when the test ends.
+func (b *Backend) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: b.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Real reports whether b is a real redis-server.
+func (b *Backend) Real() bool { return b.Mini == nil }
+
+// Prefix returns a key prefix unique to this test, so tests sharing a real
+// server never see each other's keys.
+func Prefix(t testing.TB) string {
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	name := strings.NewReplacer("/", ".", " ", "_", "{", "(", "}", ")").Replace(t.Name())
+	return "t:" + name + ":" + hex.EncodeToString(r[:]) + ":"
+}
+
+// Mini starts an embedded miniredis whose TTLs run on the wall clock, closed
+// when the test ends.
+func Mini(t testing.TB) *Backend {
+	t.Helper()
+	m := miniredis.NewMiniRedis()
+	m.ClockTTL(true)
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		t.Fatalf("miniredis: %v", err)
+	}
+	t.Cleanup(m.Close)
+	return &Backend{Name: "miniredis", Addr: m.Addr(), Mini: m}
+}
+
+// Backends returns miniredis and, when available, a real redis-server.
+func Backends(t testing.TB) []*Backend {
+	t.Helper()
+	bs := []*Backend{Mini(t)}
+	if addr, err := realAddr(); err != nil {
+		t.Fatalf("real redis: %v", err)
+	} else if addr != "" {
+		bs = append(bs, &Backend{Name: "redis", Addr: addr})
+	} else if os.Getenv("ROUTELOCK_REQUIRE_REDIS") == "1" {
+		t.Fatal("ROUTELOCK_REQUIRE_REDIS=1 but no REDIS_ADDR and no redis-server on PATH")
+	}
+	return bs
+}
+
+// Run runs f as a subtest once per backend.
+func Run(t *testing.T, f func(t *testing.T, b *Backend)) {
+	t.Helper()
+	for _, b := range Backends(t) {
+		t.Run(b.Name, func(t *testing.T) { f(t, b) })
+	}
+}
+
+var (
+	shared struct {
+		once sync.Once
+		addr string
+		srv  *Server
+		err  error
+	}
+)
+
+func realAddr() (string, error) {
+	shared.once.Do(func() {
+		if a := os.Getenv("REDIS_ADDR"); a != "" {
+			shared.addr = a
+			return
+		}
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			return
+		}
+		shared.srv, shared.err = Start()
+		if shared.err == nil {
+			shared.addr = shared.srv.Addr
+		}
+	})
+	return shared.addr, shared.err
+}
+
+// StopShared stops the redis-server started for this test binary, if any.
+// Call it from TestMain after m.Run.
+func StopShared() {
+	if shared.srv != nil {
+		shared.srv.Stop()
+	}
+}
+
+// Server is a redis-server process started by a test.
+type Server struct {
+	Addr string
+	Port int
+	cmd  *exec.Cmd
+}
+
+// Start starts redis-server on a free loopback port, without persistence,
+// and waits until it answers PING.
+func Start() (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port}
+	return s, s.start()
+}
+
+func (s *Server) start() error {
+	s.cmd = exec.Command("redis-server",
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no",
+		"--loglevel", "warning", "--logfile", "")
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return fmt.Errorf("redis-server on %s did not answer: %w", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a starting process, bounded above
+	}
+}
+
+// Stop kills the server and waits for it to exit.
+func (s *Server) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// Restart kills the server and starts a fresh one on the same port: all data
+// is lost, as in a restart without persistence.
+func (s *Server) Restart() error {
+	s.Stop()
+	return s.start()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,70 @@
+package lockcore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Match them with [errors.Is]; the errors returned by this
+// package wrap them, and wrap the underlying Redis error where there is one.
+var (
+	// ErrNotAcquired means the lock is held by another owner and the policy
+	// gave up: a fail-fast attempt, or a wait that ended (see ErrWaitTimeout).
+	ErrNotAcquired = errors.New("lock: not acquired: held by another owner")
+
+	// ErrWaitTimeout means a blocking acquisition used up its wait budget or
+	// reached the caller's deadline. It matches ErrNotAcquired as well.
+	ErrWaitTimeout = fmt.Errorf("lock: wait timed out: %w", ErrNotAcquired)
+
+	// ErrNotOwner means a release or renewal was made with a token that does
+	// not hold the lock (it expired, was taken over, or never was held).
+	// Nothing was changed.
+	ErrNotOwner = errors.New("lock: not held by this owner")
+
+	// ErrLockLost is the cancellation cause of a lease's context when the
+	// lease ended while it was meant to be held: it expired, was deleted or
+	// taken over, Redis restarted, or renewals failed for too long.
+	ErrLockLost = errors.New("lock: lease lost")
+
+	// ErrUnavailable means Redis could not be reached or answered with an
+	// error; the lock state is unknown and nothing is held by the caller.
+	ErrUnavailable = errors.New("lock: redis unavailable")
+
+	// ErrInvalidKey means a key part was empty, too long, or there were too
+	// many parts.
+	ErrInvalidKey = errors.New("lock: invalid key")
+
+	// ErrInvalidToken means an owner token is not of the accepted form.
+	ErrInvalidToken = errors.New("lock: invalid owner token")
+
+	// ErrReleased is returned by a second Release of the same lease.
+	ErrReleased = errors.New("lock: lease already released")
+
+	// ErrClosed means the Locker was closed.
+	ErrClosed = errors.New("lock: locker closed")
+)
+
+// ContentionError is returned when the lock is held by another owner. It
+// matches ErrNotAcquired, and ErrWaitTimeout when a wait ran out, and carries
+// a hint for when a retry may succeed.
+type ContentionError struct {
+	// Key is the lock key (the escaped resource, without the Redis prefix).
+	Key string
+	// RetryAfter is the holder's remaining lease time as seen by Redis: an
+	// upper bound on how long the lock stays taken unless it is renewed.
+	RetryAfter time.Duration
+
+	err error // ErrNotAcquired or ErrWaitTimeout, possibly joined with ctx.Err()
+}
+
+func (e *ContentionError) Error() string {
+	return fmt.Sprintf("%v (key %q)", e.err, e.Key)
+}
+
+// Unwrap returns the sentinel (and the context's error, if the caller gave up).
+func (e *ContentionError) Unwrap() error { return e.err }
+
+func unavailable(op string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+}

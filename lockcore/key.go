@@ -1,0 +1,86 @@
+package lockcore
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Limits on key parts. A key names one resource; anything longer is far more
+// likely to be a mistake or an attack than a real identifier.
+const (
+	MaxKeyParts   = 8   // parts in one key
+	MaxKeyPartLen = 256 // bytes in one part, before escaping
+)
+
+// Key is a validated, escaped lock key: the resource a lock protects, such as
+// productID:42. Build it with NewKey. The zero Key is invalid.
+type Key struct{ s string }
+
+// NewKey joins parts into a Key. Every part must be non-empty and at most
+// MaxKeyPartLen bytes; there may be at most MaxKeyParts parts. Parts are
+// joined with ':' after escaping, so distinct part lists never produce the
+// same key: '%', ':', '{', '}', space, control bytes and bytes outside
+// printable ASCII are written as %XX. The result never contains a '{' or '}',
+// so user input cannot move a lock to another Redis Cluster slot or out of the
+// Locker's prefix.
+func NewKey(parts ...string) (Key, error) {
+	if len(parts) == 0 {
+		return Key{}, fmt.Errorf("%w: no parts", ErrInvalidKey)
+	}
+	if len(parts) > MaxKeyParts {
+		return Key{}, fmt.Errorf("%w: %d parts, at most %d", ErrInvalidKey, len(parts), MaxKeyParts)
+	}
+	n := len(parts) - 1
+	for i, p := range parts {
+		if p == "" {
+			return Key{}, fmt.Errorf("%w: part %d is empty", ErrInvalidKey, i)
+		}
+		if len(p) > MaxKeyPartLen {
+			return Key{}, fmt.Errorf("%w: part %d is %d bytes, at most %d", ErrInvalidKey, i, len(p), MaxKeyPartLen)
+		}
+		n += escapedLen(p)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		appendEscaped(&b, p)
+	}
+	return Key{s: b.String()}, nil
+}
+
+// String returns the escaped key, e.g. "productID:42".
+func (k Key) String() string { return k.s }
+
+// IsZero reports whether k is the zero Key.
+func (k Key) IsZero() bool { return k.s == "" }
+
+func needsEscape(c byte) bool {
+	return c <= ' ' || c >= 0x7f || c == '%' || c == ':' || c == '{' || c == '}'
+}
+
+func escapedLen(p string) int {
+	n := len(p)
+	for i := 0; i < len(p); i++ {
+		if needsEscape(p[i]) {
+			n += 2
+		}
+	}
+	return n
+}
+
+func appendEscaped(b *strings.Builder, p string) {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if needsEscape(c) {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+}

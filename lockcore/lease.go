@@ -1,0 +1,204 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// hold states
+const (
+	holdLive int32 = iota
+	holdReleased
+	holdLost
+)
+
+// hold is one Redis-level hold of a key by a token, shared by the in-process
+// leases that re-entered it through their context.
+type hold struct {
+	l      *Locker
+	key    Key
+	keys   []string // lock, queue, fence
+	token  string
+	fence  int64
+	ttl    time.Duration
+	refs   atomic.Int32 // outstanding leases; the Redis release runs at 0
+	state  atomic.Int32
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// Watchdog bookkeeping, guarded by the watchdog's mutex.
+	index      int       // in the watchdog heap; -1 when not scheduled
+	at         time.Time // when the watchdog acts on it next
+	validUntil time.Time // local clock: lease certainly held until then
+}
+
+func (h *hold) live() bool { return h.state.Load() == holdLive }
+
+// retain adds a lease to a live hold; it fails once the hold is released.
+func (h *hold) retain() bool {
+	for {
+		r := h.refs.Load()
+		if r <= 0 || !h.live() {
+			return false
+		}
+		if h.refs.CompareAndSwap(r, r+1) {
+			return true
+		}
+	}
+}
+
+// lose marks the hold lost and cancels its context; it reports whether this
+// call did it.
+func (h *hold) lose(cause error) bool {
+	if !h.state.CompareAndSwap(holdLive, holdLost) {
+		return false
+	}
+	h.cancel(cause)
+	return true
+}
+
+// Lease is a held lock. Its Context is cancelled, with cause ErrLockLost,
+// if the lease is lost while held. Release it exactly once.
+type Lease struct {
+	h        *hold
+	ctx      context.Context
+	released atomic.Bool
+}
+
+// Key returns the locked resource.
+func (ls *Lease) Key() Key { return ls.h.key }
+
+// Token returns the owner token that holds the lock.
+func (ls *Lease) Token() string { return ls.h.token }
+
+// Fence returns the fencing token of the hold: strictly greater than that of
+// every earlier hold of the key. A re-entrant acquisition returns the fencing
+// token of the hold it re-entered.
+func (ls *Lease) Fence() int64 { return ls.h.fence }
+
+// Context returns a context derived from the one given to Acquire that
+// carries the owner token and this hold (see FencingToken and HeldFrom) and
+// is cancelled with cause ErrLockLost when the lease is lost, or with
+// ErrReleased once the hold is released.
+func (ls *Lease) Context() context.Context { return ls.ctx }
+
+// Done returns a channel closed when the hold ends: lost or released.
+func (ls *Lease) Done() <-chan struct{} { return ls.h.ctx.Done() }
+
+// Err returns nil while the lease is held, ErrLockLost (possibly wrapped)
+// once lost, and ErrReleased once released.
+func (ls *Lease) Err() error {
+	if ls.h.live() {
+		return nil
+	}
+	return context.Cause(ls.h.ctx)
+}
+
+// Release gives up this lease. The Redis hold is released when the last
+// in-process lease on it is released: its count in Redis drops by one, and
+// at zero the key goes to the next waiter or is deleted. The call runs
+// detached from ctx's cancellation, bounded by Options.ReleaseTimeout.
+//
+// It returns ErrReleased for a second call, ErrLockLost if the lease was
+// lost before, ErrNotOwner if Redis no longer knew the hold, and an error
+// matching ErrUnavailable if Redis could not be reached; the key then
+// expires at the end of its TTL.
+func (ls *Lease) Release(ctx context.Context) error {
+	if !ls.released.CompareAndSwap(false, true) {
+		return ErrReleased
+	}
+	h := ls.h
+	if h.refs.Add(-1) > 0 {
+		return nil // an outer lease in this process still holds it
+	}
+	l := h.l
+	l.wd.remove(h)
+	wasLive := h.state.CompareAndSwap(holdLive, holdReleased)
+	if wasLive {
+		h.cancel(ErrReleased)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opt.ReleaseTimeout)
+	defer cancel()
+	n, err := releaseScript.Run(ctx, l.rdb, h.keys, h.token, ms(l.opt.FenceRetention), "", "").Int64()
+	switch {
+	case !wasLive:
+		return ErrLockLost
+	case err != nil:
+		return unavailable("release", err)
+	case n < 0:
+		return ErrNotOwner
+	}
+	return nil
+}
+
+// Policy says how to acquire one lock.
+type Policy struct {
+	// Wait is how long to wait for a lock held by another owner; 0 fails at
+	// once. The wait also ends with the context given to Acquire.
+	Wait time.Duration
+	// TTL is the lease length; 0 means Options.TTL. Minimum 30ms.
+	TTL time.Duration
+}
+
+// Acquire takes the lock on key for the owner token ctx carries (see
+// WithToken), minting a fresh token when it carries none.
+//
+// When that token already holds key, Acquire re-enters: if ctx descends from
+// a live lease on key from this Locker, in memory without a Redis call;
+// otherwise by raising the hold's count in Redis. Otherwise it takes the lock
+// if free, or fails with a *ContentionError matching ErrNotAcquired (fail
+// fast) or, after waiting up to p.Wait, ErrWaitTimeout. A waiter is queued in
+// Redis and woken when the lock is handed to it, in arrival order.
+//
+// Errors match ErrInvalidKey, ErrNotAcquired, ErrUnavailable or ErrClosed;
+// when ctx ends while waiting, the error also matches ctx.Err(). On error
+// nothing is held.
+func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error) {
+	if key.IsZero() {
+		return nil, fmt.Errorf("%w: zero Key", ErrInvalidKey)
+	}
+	if p.TTL == 0 {
+		p.TTL = l.opt.TTL
+	} else if p.TTL < minTTL {
+		return nil, fmt.Errorf("lockcore: TTL %v is below the minimum %v", p.TTL, minTTL)
+	}
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	st := stateFrom(ctx)
+	var tok string
+	if st != nil {
+		tok = st.token
+		for s := st; s != nil; s = s.parent {
+			if h := s.held; h != nil && h.l == l && h.key == key && h.token == tok && h.retain() {
+				return &Lease{h: h, ctx: ctx}, nil
+			}
+		}
+	} else {
+		tok = NewToken()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(&ContentionError{Key: key.s, err: ErrNotAcquired}, err)
+	}
+	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: p.TTL, index: -1}
+	sent, err := l.acquire(ctx, h, p.Wait)
+	if err != nil {
+		return nil, err
+	}
+	h.refs.Store(1)
+	hctx, cancel := context.WithCancelCause(ctx)
+	h.cancel = cancel
+	h.ctx = context.WithValue(hctx, ctxKey{}, &ctxState{token: tok, held: h, parent: st})
+	if !l.wd.add(h, sent) {
+		// Closed while acquiring: give it back.
+		h.refs.Store(0)
+		h.state.Store(holdReleased)
+		cancel(ErrClosed)
+		l.abandon(h, "", "")
+		return nil, ErrClosed
+	}
+	return &Lease{h: h, ctx: h.ctx}, nil
+}

@@ -1,0 +1,608 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+)
+
+// newLocker returns a Locker on its own client of b, closed at the end of the
+// test. Lockers of one test share a prefix, so they contend for the same keys.
+func newLocker(t *testing.T, b *redistest.Backend, prefix string, opt Options) *Locker {
+	t.Helper()
+	opt.Prefix = prefix
+	l, err := New(b.Client(t), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func mustKey(t testing.TB, parts ...string) Key {
+	t.Helper()
+	k, err := NewKey(parts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func inspect(t *testing.T, l *Locker, k Key) Info {
+	t.Helper()
+	info, err := l.Inspect(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// eventually polls cond until it holds or the bound passes.
+func eventually(t *testing.T, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", bound, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestExclusion runs 64 goroutines over 4 Lockers with separate clients on one
+// key. Inside each section a racy read-modify-write and an occupancy counter
+// would expose any overlap; fencing tokens must grow in hold order.
+func TestExclusion(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		lockers := make([]*Locker, 4)
+		for i := range lockers {
+			lockers[i] = newLocker(t, b, prefix, Options{})
+		}
+		const goroutines, perG = 64, 160 // 10,240 sections
+		key := mustKey(t, "productID", "42")
+		var (
+			inside, overlaps atomic.Int32
+			racy             int // written without synchronisation but the lock
+			lastFence        int64
+			fenceErrs        int
+			wg               sync.WaitGroup
+			errs             = make(chan error, goroutines)
+		)
+		for g := range goroutines {
+			wg.Add(1)
+			go func(l *Locker) {
+				defer wg.Done()
+				for range perG {
+					ls, err := l.Acquire(context.Background(), key, Policy{Wait: 30 * time.Second})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					v := racy
+					if ls.Fence() <= lastFence {
+						fenceErrs++
+					}
+					lastFence = ls.Fence()
+					racy = v + 1
+					inside.Add(-1)
+					if err := ls.Release(context.Background()); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}(lockers[g%len(lockers)])
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if n := overlaps.Load(); n != 0 {
+			t.Fatalf("%d overlapping sections", n)
+		}
+		if racy != goroutines*perG {
+			t.Fatalf("counter = %d, want %d", racy, goroutines*perG)
+		}
+		if fenceErrs != 0 {
+			t.Fatalf("%d fencing tokens not greater than the previous hold's", fenceErrs)
+		}
+		if info := inspect(t, lockers[0], key); info.Held() || info.Waiters != 0 {
+			t.Fatalf("after all releases: %+v", info)
+		}
+	})
+}
+
+func TestReentrancyAcrossLockers(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		a := newLocker(t, b, prefix, Options{})
+		bl := newLocker(t, b, prefix, Options{})
+		c := newLocker(t, b, prefix, Options{})
+		key := mustKey(t, "productID", "42")
+		ctx := context.Background()
+
+		outer, err := a.Acquire(ctx, key, Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Another process that received the token re-enters.
+		tok := outer.Token()
+		inner, err := bl.Acquire(WithToken(ctx, tok), key, Policy{})
+		if err != nil {
+			t.Fatalf("re-entry with the holder's token: %v", err)
+		}
+		if inner.Fence() != outer.Fence() {
+			t.Fatalf("re-entered fence %d, want the hold's %d", inner.Fence(), outer.Fence())
+		}
+		if info := inspect(t, a, key); info.Holders[tok] != 2 || len(info.Holders) != 1 {
+			t.Fatalf("holders = %v, want {token: 2}", info.Holders)
+		}
+		// A third owner does not get in.
+		if _, err := c.Acquire(ctx, key, Policy{}); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("other owner: err = %v, want ErrNotAcquired", err)
+		}
+		// A token that holds nothing grants nothing.
+		if _, err := c.Acquire(WithToken(ctx, NewToken()), key, Policy{}); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("foreign token: err = %v, want ErrNotAcquired", err)
+		}
+		if err := outer.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info := inspect(t, a, key); info.Holders[tok] != 1 {
+			t.Fatalf("after outer release: holders = %v, want {token: 1}", info.Holders)
+		}
+		if _, err := c.Acquire(ctx, key, Policy{}); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("while inner holds: err = %v, want ErrNotAcquired", err)
+		}
+		if err := inner.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info := inspect(t, a, key); info.Held() {
+			t.Fatalf("after both releases: %+v", info)
+		}
+		ls, err := c.Acquire(ctx, key, Policy{})
+		if err != nil {
+			t.Fatalf("after release: %v", err)
+		}
+		if ls.Fence() <= outer.Fence() {
+			t.Fatalf("fence %d not above %d", ls.Fence(), outer.Fence())
+		}
+		_ = ls.Release(ctx)
+	})
+}
+
+func TestReentrancyInProcessSkipsRedis(t *testing.T) {
+	b := redistest.Mini(t)
+	c := b.Client(t)
+	var n atomic.Int64
+	c.AddHook(countHook{&n})
+	l, err := New(c, Options{Prefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	key := mustKey(t, "k")
+	ctx := context.Background()
+	outer, err := l.Acquire(ctx, key, Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := n.Load()
+	inner, err := l.Acquire(outer.Context(), key, Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := n.Load() - before; d != 0 {
+		t.Fatalf("nested acquire+release sent %d commands, want 0", d)
+	}
+	if err := inner.Release(ctx); !errors.Is(err, ErrReleased) {
+		t.Fatalf("second release: %v, want ErrReleased", err)
+	}
+	if !inspect(t, l, key).Held() {
+		t.Fatal("inner release freed the outer hold")
+	}
+	if f, ok := FencingToken(inner.Context()); !ok || f != outer.Fence() {
+		t.Fatalf("FencingToken = %d, %v; want %d", f, ok, outer.Fence())
+	}
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if inspect(t, l, key).Held() {
+		t.Fatal("still held after the outer release")
+	}
+	if _, ok := FencingToken(outer.Context()); ok {
+		t.Fatal("released context still reports a fencing token")
+	}
+}
+
+func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		l := newLocker(t, b, redistest.Prefix(t), Options{})
+		key := mustKey(t, "k")
+		ctx := context.Background()
+		ls, err := l.Acquire(ctx, key, Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A lease on the same key under another token, as a confused or
+		// hostile caller would hold after the real one took over.
+		forged := &Lease{h: &hold{l: l, key: key, keys: l.redisKeys(key), token: NewToken(), index: -1}}
+		forged.h.refs.Store(1)
+		forged.h.ctx, forged.h.cancel = context.WithCancelCause(ctx)
+		if err := forged.Release(ctx); !errors.Is(err, ErrNotOwner) {
+			t.Fatalf("release by wrong token: %v, want ErrNotOwner", err)
+		}
+		info := inspect(t, l, key)
+		if info.Holders[ls.Token()] != 1 || len(info.Holders) != 1 || info.TTL <= 0 {
+			t.Fatalf("lock changed by a wrong-token release: %+v", info)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); !errors.Is(err, ErrReleased) {
+			t.Fatalf("double release: %v", err)
+		}
+	})
+}
+
+// TestExpiryFreesCrashedHolder: a holder whose process dies (its Locker stops
+// renewing and never releases) frees the key when the TTL runs out, and a
+// waiter then proceeds.
+func TestExpiryFreesCrashedHolder(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		crashed := newLocker(t, b, prefix, Options{})
+		l := newLocker(t, b, prefix, Options{})
+		key := mustKey(t, "k")
+		ctx := context.Background()
+		const ttl = 300 * time.Millisecond
+		held, err := crashed.Acquire(ctx, key, Policy{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = crashed.Close() // stops renewing; never releases
+		start := time.Now()
+		ls, err := l.Acquire(ctx, key, Policy{Wait: 5 * time.Second})
+		if err != nil {
+			t.Fatalf("waiter after the holder crashed: %v", err)
+		}
+		waited := time.Since(start)
+		if waited > ttl+time.Second {
+			t.Fatalf("waited %v for a lock with TTL %v", waited, ttl)
+		}
+		if ls.Fence() <= held.Fence() {
+			t.Fatalf("fence %d not above the crashed holder's %d", ls.Fence(), held.Fence())
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestWatchdogKeepsLease holds a lease with a short TTL for 5×TTL while
+// another owner keeps trying to get in.
+func TestWatchdogKeepsLease(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		holder := newLocker(t, b, prefix, Options{})
+		other := newLocker(t, b, prefix, Options{})
+		key := mustKey(t, "k")
+		ctx := context.Background()
+		const ttl = 100 * time.Millisecond
+		ls, err := holder.Acquire(ctx, key, Policy{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := time.Now().Add(5 * ttl)
+		attempts := 0
+		for time.Now().Before(end) {
+			attempts++
+			got, err := other.Acquire(ctx, key, Policy{TTL: ttl})
+			if err == nil {
+				_ = got.Release(ctx)
+				t.Fatalf("another owner got in after %v", time.Since(end.Add(-5*ttl)))
+			}
+			if !errors.Is(err, ErrNotAcquired) {
+				t.Fatal(err)
+			}
+			select {
+			case <-ls.Done():
+				t.Fatalf("lease ended: %v", ls.Err())
+			case <-time.After(5 * time.Millisecond): // pacing of the intruder
+			}
+		}
+		if attempts < 10 {
+			t.Fatalf("only %d intrusion attempts", attempts)
+		}
+		if ls.Err() != nil {
+			t.Fatalf("lease: %v", ls.Err())
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestLostLeaseCancelsContext deletes a held key behind the holder's back;
+// the holder must learn within one renewal interval.
+func TestLostLeaseCancelsContext(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		l := newLocker(t, b, prefix, Options{})
+		key := mustKey(t, "k")
+		ctx := context.Background()
+		const ttl = 300 * time.Millisecond
+		ls, err := l.Acquire(ctx, key, Policy{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Client(t).Del(ctx, l.redisKeys(key)[0]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		deleted := time.Now()
+		select {
+		case <-ls.Context().Done():
+		case <-time.After(ttl/3 + ttl/12 + 100*time.Millisecond):
+			t.Fatalf("loss not reported within one renewal interval")
+		}
+		if cause := context.Cause(ls.Context()); !errors.Is(cause, ErrLockLost) {
+			t.Fatalf("cause = %v, want ErrLockLost", cause)
+		}
+		t.Logf("loss reported %v after the delete", time.Since(deleted))
+		if !errors.Is(ls.Err(), ErrLockLost) {
+			t.Fatalf("Err = %v", ls.Err())
+		}
+		if err := ls.Release(ctx); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("release of a lost lease: %v, want ErrLockLost", err)
+		}
+	})
+}
+
+// TestFencingAcrossExpiry: tokens keep growing after the lock key expired,
+// and after the fencing counter itself was lost (a restart without
+// persistence).
+func TestFencingAcrossExpiry(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		key := mustKey(t, "k")
+		ctx := context.Background()
+		rdb := b.Client(t)
+		var last int64
+		for i := range 6 {
+			l := newLocker(t, b, prefix, Options{})
+			ls, err := l.Acquire(ctx, key, Policy{TTL: 40 * time.Millisecond, Wait: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ls.Fence() <= last {
+				t.Fatalf("round %d: fence %d not above %d", i, ls.Fence(), last)
+			}
+			last = ls.Fence()
+			_ = l.Close() // the holder vanishes; the key expires
+			if i%2 == 1 {
+				rdb.Del(ctx, l.redisKeys(key)[2]) // counter lost too
+			}
+		}
+	})
+}
+
+// TestCancelWhileWaiting: a waiter whose context ends leaves nothing held or
+// queued, including when the hand-over races with the cancellation.
+func TestCancelWhileWaiting(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		holder := newLocker(t, b, prefix, Options{})
+		waiter := newLocker(t, b, prefix, Options{})
+		key := mustKey(t, "k")
+		bg := context.Background()
+
+		ls, err := holder.Acquire(bg, key, Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		done := make(chan error, 1)
+		go func() {
+			_, err := waiter.Acquire(ctx, key, Policy{Wait: time.Minute})
+			done <- err
+		}()
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, holder, key).Waiters == 1 })
+		cancel()
+		err = <-done
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("err = %v, want context.Canceled and ErrNotAcquired", err)
+		}
+		if n := inspect(t, holder, key).Waiters; n != 0 {
+			t.Fatalf("%d waiters left queued", n)
+		}
+		if err := ls.Release(bg); err != nil {
+			t.Fatal(err)
+		}
+		if info := inspect(t, holder, key); info.Held() {
+			t.Fatalf("held after release: %+v", info)
+		}
+
+		// The race: release and cancellation at the same moment, many times.
+		for i := range 100 {
+			ls, err := holder.Acquire(bg, key, Policy{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(bg)
+			done := make(chan error, 1)
+			go func() {
+				got, err := waiter.Acquire(ctx, key, Policy{Wait: time.Minute})
+				if err == nil {
+					err = got.Release(bg)
+				}
+				done <- err
+			}()
+			eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, holder, key).Waiters == 1 })
+			go cancel()
+			if err := ls.Release(bg); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			cancel()
+			if info := inspect(t, holder, key); info.Held() || info.Waiters != 0 {
+				t.Fatalf("round %d: left behind %+v", i, info)
+			}
+		}
+	})
+}
+
+func TestFailFastAndWaitTimeout(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		a := newLocker(t, b, prefix, Options{})
+		o := newLocker(t, b, prefix, Options{})
+		key := mustKey(t, "k")
+		ctx := context.Background()
+		ls, err := a.Acquire(ctx, key, Policy{TTL: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ls.Release(ctx)
+		_, err = o.Acquire(ctx, key, Policy{})
+		var ce *ContentionError
+		if !errors.As(err, &ce) || !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrWaitTimeout) {
+			t.Fatalf("fail fast: %v", err)
+		}
+		if ce.RetryAfter <= 0 || ce.RetryAfter > 5*time.Second {
+			t.Fatalf("RetryAfter = %v", ce.RetryAfter)
+		}
+		_, err = o.Acquire(ctx, key, Policy{Wait: 50 * time.Millisecond})
+		if !errors.Is(err, ErrWaitTimeout) || !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("wait: %v, want ErrWaitTimeout", err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err = o.Acquire(dctx, key, Policy{Wait: time.Minute})
+		if !errors.Is(err, ErrWaitTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("wait bounded by the context deadline: %v", err)
+		}
+		if n := inspect(t, a, key).Waiters; n != 0 {
+			t.Fatalf("%d waiters left queued", n)
+		}
+	})
+}
+
+// TestHandOffOrder: waiters get the lock in arrival order.
+func TestHandOffOrder(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		lockers := []*Locker{newLocker(t, b, prefix, Options{}), newLocker(t, b, prefix, Options{})}
+		key := mustKey(t, "k")
+		ctx := context.Background()
+		ls, err := lockers[0].Acquire(ctx, key, Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 6
+		order := make(chan int, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := lockers[i%2].Acquire(ctx, key, Policy{Wait: 10 * time.Second})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				order <- i
+				_ = got.Release(ctx)
+			}()
+			eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, lockers[0], key).Waiters == int64(i+1) })
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(order)
+		want := 0
+		for i := range order {
+			if i != want {
+				t.Fatalf("waiter %d got the lock in place %d", i, want)
+			}
+			want++
+		}
+	})
+}
+
+// countHook counts the commands a client sends (a pipeline counts each),
+// leaving out the handshake of a new connection (HELLO, CLIENT ...).
+type countHook struct{ n *atomic.Int64 }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name != "hello" && name != "client" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// TestRoundTrips: an uncontended acquire is one command and so is a release.
+func TestRoundTrips(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := b.Client(t)
+		var n atomic.Int64
+		c.AddHook(countHook{&n})
+		l, err := New(c, Options{Prefix: redistest.Prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ctx := context.Background()
+		// Warm up: the first use loads the scripts (EVALSHA, NOSCRIPT, EVAL).
+		ls, err := l.Acquire(ctx, mustKey(t, "warm"), Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = ls.Release(ctx)
+		for _, p := range []Policy{{}, {Wait: time.Second}} {
+			for i := range 20 {
+				key := mustKey(t, "k", string(rune('a'+i)))
+				n.Store(0)
+				ls, err := l.Acquire(ctx, key, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := n.Load(); got != 1 {
+					t.Fatalf("acquire (%+v) sent %d commands, want 1", p, got)
+				}
+				n.Store(0)
+				if err := ls.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if got := n.Load(); got != 1 {
+					t.Fatalf("release sent %d commands, want 1", got)
+				}
+			}
+		}
+	})
+}

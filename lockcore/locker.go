@@ -1,0 +1,149 @@
+package lockcore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configures a Locker. The zero value of every field means its
+// default.
+type Options struct {
+	// Prefix starts every Redis key and channel the Locker uses. It must not
+	// contain '{' or '}'. Default: "routelock:".
+	Prefix string
+
+	// TTL is the lease length when a Policy gives none. The watchdog renews
+	// a held lease about every TTL/3; a holder cut off from Redis learns the
+	// lease is lost after about 0.9×TTL. Minimum 30ms. Default: 10s.
+	TTL time.Duration
+
+	// FenceRetention is how long a key's fencing counter is kept after its
+	// last acquisition. Fencing tokens also follow the Redis server's clock
+	// (microseconds since the epoch), so order survives the counter's expiry
+	// as long as that clock does not step back by more than this. Default: 1h.
+	FenceRetention time.Duration
+
+	// ReleaseTimeout bounds a release and the withdrawal of a waiter that
+	// gave up. Both run detached from the caller's cancellation, so that a
+	// request cancelled after it acquired still releases. Default: 2s.
+	ReleaseTimeout time.Duration
+}
+
+const (
+	defaultPrefix         = "routelock:"
+	defaultTTL            = 10 * time.Second
+	minTTL                = 30 * time.Millisecond
+	defaultFenceRetention = time.Hour
+	defaultReleaseTimeout = 2 * time.Second
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Prefix == "" {
+		o.Prefix = defaultPrefix
+	}
+	if strings.ContainsAny(o.Prefix, "{} ") {
+		return o, fmt.Errorf("lockcore: Prefix %q must not contain '{', '}' or spaces", o.Prefix)
+	}
+	if o.TTL == 0 {
+		o.TTL = defaultTTL
+	}
+	if o.TTL < minTTL {
+		return o, fmt.Errorf("lockcore: TTL %v is below the minimum %v", o.TTL, minTTL)
+	}
+	if o.FenceRetention == 0 {
+		o.FenceRetention = defaultFenceRetention
+	}
+	if o.FenceRetention < 0 {
+		return o, fmt.Errorf("lockcore: negative FenceRetention %v", o.FenceRetention)
+	}
+	if o.ReleaseTimeout == 0 {
+		o.ReleaseTimeout = defaultReleaseTimeout
+	}
+	if o.ReleaseTimeout < 0 {
+		return o, fmt.Errorf("lockcore: negative ReleaseTimeout %v", o.ReleaseTimeout)
+	}
+	return o, nil
+}
+
+// Locker takes and holds locks in one Redis. It is safe for concurrent use.
+// A Locker owns two background goroutines, the watchdog that renews held
+// leases and the receiver of release notifications on one subscription
+// connection; Close stops both.
+type Locker struct {
+	rdb redis.UniversalClient
+	opt Options
+
+	id      string // random; names this Locker's notification channel
+	channel string
+	seq     atomic.Uint64 // attempt ids
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	closed atomic.Bool
+	once   sync.Once
+
+	wd watchdog
+	nf notifier
+}
+
+// New returns a Locker on rdb. The Locker does not own rdb: Close leaves it
+// open. It returns an error when opt is invalid.
+func New(rdb redis.UniversalClient, opt Options) (*Locker, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("lockcore: nil redis client")
+	}
+	opt, err := opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	l := &Locker{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
+	l.channel = opt.Prefix + "notify:" + l.id
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wd.start(l)
+	l.nf.start(l)
+	return l, nil
+}
+
+// Options returns the Locker's options with defaults filled in.
+func (l *Locker) Options() Options { return l.opt }
+
+// Close stops the watchdog and the notification receiver. Leases still held
+// are no longer renewed: their contexts are cancelled with ErrLockLost (and
+// ErrClosed), and their keys expire in Redis at the end of their TTL unless
+// released. Waiting acquisitions fail with ErrClosed. Close is idempotent.
+func (l *Locker) Close() error {
+	l.once.Do(func() {
+		l.closed.Store(true)
+		l.cancel()
+		l.nf.stop()
+		l.wd.stop()
+	})
+	return nil
+}
+
+// redisKeys returns the lock's hash, queue and fence keys. They share the
+// hash tag {key}.
+func (l *Locker) redisKeys(k Key) []string {
+	lk := l.opt.Prefix + "{" + k.s + "}"
+	return []string{lk, lk + ":q", lk + ":f"}
+}
+
+// nextID returns a fresh attempt id, unique across Lockers.
+func (l *Locker) nextID() string {
+	return l.id + "." + strconv.FormatUint(l.seq.Add(1), 36)
+}
+
+func ms(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}

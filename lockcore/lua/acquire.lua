@@ -1,0 +1,47 @@
+-- ARGV: token, ttl ms, fence retention ms, remaining wait ms (0: fail fast),
+--       attempt id, waiter member ('' when failing fast)
+-- Returns {1, fence} acquired fresh, {2, fence} re-entered,
+--         {0, pttl} held by another owner (and queued when waiting).
+local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local id, member = ARGV[5], ARGV[6]
+
+local h = redis.call('HMGET', L, tok, '=f', '=g')
+if h[1] then
+  if h[3] == id then
+    return {1, h[2]} -- granted to this attempt while it waited
+  end
+  redis.call('HINCRBY', L, tok, 1)
+  if redis.call('PTTL', L) < ttl then
+    redis.call('PEXPIRE', L, ttl)
+  end
+  if member ~= '' then
+    redis.call('ZREM', Q, member)
+  end
+  return {2, h[2]}
+end
+
+local now
+if not h[2] then
+  now = now_us()
+  if member == '' then
+    return {1, take(tok, ttl, now, ret, id)}
+  end
+  -- A waiter found the lock free (its holder expired): the oldest waiter
+  -- goes first, which may be this one.
+  redis.call('ZADD', Q, 'NX', now, member)
+  local m, f = grant_next(now, ret)
+  if not m then
+    return {1, take(tok, ttl, now, ret, id)}
+  elseif m == member then
+    return {1, f}
+  end
+end
+
+local pttl = redis.call('PTTL', L)
+if wait > 0 then
+  redis.call('ZADD', Q, 'NX', now or now_us(), member)
+  if redis.call('PTTL', Q) < wait + ttl then
+    redis.call('PEXPIRE', Q, wait + ttl)
+  end
+end
+return {0, pttl}

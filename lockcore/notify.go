@@ -1,0 +1,160 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// notifier receives lock hand-overs for this Locker's waiters on one
+// subscription connection. A release that hands a lock to a waiter publishes
+// "<attempt id> <fencing token>" on the waiter's Locker channel.
+type notifier struct {
+	l       *Locker
+	mu      sync.Mutex
+	waiters map[string]*waiter
+	resync  chan struct{} // closed (and replaced) when the subscription is (re)established
+	ps      *redis.PubSub // the current subscription, for stop
+	done    chan struct{}
+}
+
+type waiter struct {
+	id string
+	ch chan int64 // the fencing token of a hand-over
+}
+
+// healthInterval is how long the subscription may be silent before it is
+// pinged, and how long a ping may go unanswered before it is replaced.
+const healthInterval = 2 * time.Second
+
+func (n *notifier) start(l *Locker) {
+	n.l = l
+	n.waiters = make(map[string]*waiter)
+	n.resync = make(chan struct{})
+	n.done = make(chan struct{})
+	go n.run()
+}
+
+func (n *notifier) stop() {
+	n.mu.Lock()
+	if n.ps != nil {
+		_ = n.ps.Close()
+	}
+	n.mu.Unlock()
+	<-n.done
+}
+
+func (n *notifier) register(id string) *waiter {
+	w := &waiter{id: id, ch: make(chan int64, 1)}
+	n.mu.Lock()
+	n.waiters[id] = w
+	n.mu.Unlock()
+	return w
+}
+
+func (n *notifier) unregister(w *waiter) {
+	n.mu.Lock()
+	delete(n.waiters, w.id)
+	n.mu.Unlock()
+}
+
+// resyncChan returns a channel closed when the subscription is next
+// (re)established: hand-overs published while it was down were lost, so
+// waiters ask Redis again.
+func (n *notifier) resyncChan() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.resync
+}
+
+func (n *notifier) deliver(payload string) {
+	id, f, ok := strings.Cut(payload, " ")
+	if !ok {
+		return
+	}
+	fence, err := strconv.ParseInt(f, 10, 64)
+	if err != nil {
+		return
+	}
+	n.mu.Lock()
+	w := n.waiters[id]
+	delete(n.waiters, id)
+	n.mu.Unlock()
+	if w != nil {
+		w.ch <- fence // buffered; one hand-over per attempt
+	}
+}
+
+func (n *notifier) subscribed() {
+	n.mu.Lock()
+	close(n.resync)
+	n.resync = make(chan struct{})
+	n.mu.Unlock()
+}
+
+// run keeps one subscription alive until the Locker closes, replacing it
+// when it fails or stops answering pings.
+func (n *notifier) run() {
+	defer close(n.done)
+	ctx := n.l.ctx
+	backoff := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		ps := n.l.rdb.Subscribe(ctx) // no channels yet: does not dial
+		n.mu.Lock()
+		if ctx.Err() != nil {
+			n.mu.Unlock()
+			_ = ps.Close()
+			return
+		}
+		n.ps = ps
+		n.mu.Unlock()
+		if n.session(ctx, ps) {
+			backoff = 10 * time.Millisecond
+		}
+		_ = ps.Close()
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// session serves one subscription until it fails; it reports whether the
+// subscription was ever established.
+func (n *notifier) session(ctx context.Context, ps *redis.PubSub) (ok bool) {
+	if err := ps.Subscribe(ctx, n.l.channel); err != nil {
+		return false
+	}
+	pinged := false
+	for ctx.Err() == nil {
+		msg, err := ps.ReceiveTimeout(ctx, healthInterval)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && !pinged {
+				pinged = true
+				if ps.Ping(ctx) == nil {
+					continue
+				}
+			}
+			return ok
+		}
+		pinged = false
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			ok = true
+			n.subscribed()
+		case *redis.Message:
+			n.deliver(m.Payload)
+		}
+	}
+	return ok
+}
