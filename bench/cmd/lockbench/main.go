@@ -1,0 +1,372 @@
+// Command lockbench runs routelock's lock engine beside other Go Redis lock
+// libraries against one real Redis, in one run, and prints the medians of
+// repeated runs as Markdown tables with ratios.
+//
+//	go run ./cmd/lockbench                  # starts its own redis-server
+//	go run ./cmd/lockbench -addr 127.0.0.1:6379 -runs 5 -dur 2s
+//
+// Workloads: W1 uncontended acquire+release on distinct keys (1, 16, 64
+// goroutines); W2 goroutines on one hot key with empty and 1 ms sections, in
+// one process and spread over several; W3 hand-over latency from release to
+// the next waiter holding, waiter in the same and in another process.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/routelock/lock/bench"
+	"github.com/routelock/lock/internal/redistest"
+)
+
+func main() {
+	var (
+		addr     = flag.String("addr", "", "Redis address (loopback); empty: start redis-server on a free port")
+		runs     = flag.Int("runs", 5, "repetitions; medians are reported")
+		dur      = flag.Duration("dur", 2*time.Second, "length of each W1/W2 measurement")
+		handoffs = flag.Int("handoffs", 200, "hand-overs measured per W3 run")
+		procs    = flag.Int("procs", 4, "processes for the multi-process W2")
+		libsFlag = flag.String("libs", "", "comma-separated library names (default: all)")
+		wFlag    = flag.String("w", "W1,W2,W3", "workloads to run")
+		child    = flag.Bool("child", false, "internal: run as a worker process")
+		libName  = flag.String("lib", "", "internal: the worker's library")
+	)
+	flag.Parse()
+	if *child {
+		if err := runChild(*libName, *addr); err != nil {
+			fmt.Fprintln(os.Stderr, "lockbench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *addr == "" {
+		srv, err := redistest.Start()
+		if err != nil {
+			fail(err)
+		}
+		defer srv.Stop()
+		*addr = srv.Addr
+	}
+	libs := bench.Libs()
+	if *libsFlag != "" {
+		libs = nil
+		for _, n := range strings.Split(*libsFlag, ",") {
+			l, err := bench.LibByName(strings.TrimSpace(n))
+			if err != nil {
+				fail(err)
+			}
+			libs = append(libs, l)
+		}
+	}
+	r := &runner{addr: *addr, dur: *dur, handoffs: *handoffs, procs: *procs, res: map[string][]float64{}}
+	ws := *wFlag
+	fmt.Fprintf(os.Stderr, "lockbench: %d runs on %s, %v per measurement\n", *runs, *addr, *dur)
+	for run := 1; run <= *runs; run++ {
+		for _, lib := range libs {
+			fmt.Fprintf(os.Stderr, "run %d/%d %s\n", run, *runs, lib.Name)
+			if err := r.all(lib, ws, run); err != nil {
+				fail(fmt.Errorf("%s: %w", lib.Name, err))
+			}
+		}
+	}
+	r.report(os.Stdout, libs, ws, *runs)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "lockbench:", err)
+	os.Exit(1)
+}
+
+type runner struct {
+	addr     string
+	dur      time.Duration
+	handoffs int
+	procs    int
+	res      map[string][]float64 // "lib|metric" -> one value per run
+}
+
+func (r *runner) add(lib, metric string, v float64) {
+	r.res[lib+"|"+metric] = append(r.res[lib+"|"+metric], v)
+}
+
+func (r *runner) median(lib, metric string) (float64, bool) {
+	v := slices.Clone(r.res[lib+"|"+metric])
+	if len(v) == 0 {
+		return 0, false
+	}
+	slices.Sort(v)
+	return v[len(v)/2], true
+}
+
+var w2Configs = []struct {
+	name       string
+	goroutines int
+	section    time.Duration
+	multi      bool
+}{
+	{"8x0", 8, 0, false},
+	{"8x1ms", 8, time.Millisecond, false},
+	{"64x0", 64, 0, false},
+	{"64x1ms", 64, time.Millisecond, false},
+	{"64x1ms-procs", 64, time.Millisecond, true},
+}
+
+func (r *runner) all(lib bench.Lib, ws string, run int) error {
+	var cmds atomic.Int64
+	m, err := lib.New(r.addr, &cmds)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	tag := fmt.Sprintf("%d-%d", run, time.Now().UnixNano())
+	if strings.Contains(ws, "W1") {
+		for _, g := range []int{1, 16, 64} {
+			res := bench.RunW1(m, g, r.dur, "w1-"+tag)
+			if res.Errors > 0 {
+				return fmt.Errorf("W1 %d goroutines: %d errors", g, res.Errors)
+			}
+			r.add(lib.Name, fmt.Sprintf("W1/%d", g), res.PerSec())
+		}
+	}
+	if strings.Contains(ws, "W2") {
+		for _, c := range w2Configs {
+			key := "w2-" + c.name + "-" + tag
+			var res bench.W2Result
+			cmds.Store(0)
+			if c.multi {
+				res, err = r.multiW2(lib, c.goroutines, c.section, key)
+				if err != nil {
+					return err
+				}
+			} else {
+				res = bench.RunW2(m, c.goroutines, c.section, r.dur, key)
+				res.Cmds = cmds.Load()
+			}
+			p := lib.Name
+			n := "W2/" + c.name
+			r.add(p, n+"/rate", res.PerSec())
+			if ideal := res.Ideal(); ideal > 0 {
+				r.add(p, n+"/ideal", res.PerSec()/ideal)
+			}
+			r.add(p, n+"/p50", ms(res.Wait(0.5)))
+			r.add(p, n+"/p99", ms(res.Wait(0.99)))
+			r.add(p, n+"/max", ms(res.Wait(1)))
+			r.add(p, n+"/fair", res.Fairness())
+			r.add(p, n+"/minmax", float64(slices.Min(res.PerG))*1e6+float64(slices.Max(res.PerG)))
+			if res.Sections > 0 {
+				r.add(p, n+"/cmds", float64(res.Cmds)/float64(res.Sections))
+			}
+			r.add(p, n+"/errors", float64(res.Errors))
+		}
+	}
+	if strings.Contains(ws, "W3") {
+		var wc atomic.Int64
+		waiter, err := lib.New(r.addr, &wc)
+		if err != nil {
+			return err
+		}
+		hs, err := bench.RunW3Local(m, waiter, r.handoffs, 2*time.Millisecond, "w3-"+tag)
+		waiter.Close()
+		if err != nil {
+			return fmt.Errorf("W3 local: %w", err)
+		}
+		r.add(lib.Name, "W3/local/p50", ms(bench.Quantile(hs, 0.5)))
+		r.add(lib.Name, "W3/local/p99", ms(bench.Quantile(hs, 0.99)))
+		hs, err = r.remoteW3(lib, m, "w3r-"+tag)
+		if err != nil {
+			return fmt.Errorf("W3 remote: %w", err)
+		}
+		r.add(lib.Name, "W3/remote/p50", ms(bench.Quantile(hs, 0.5)))
+		r.add(lib.Name, "W3/remote/p99", ms(bench.Quantile(hs, 0.99)))
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// --- worker processes
+
+type request struct {
+	Op         string        `json:"op"`
+	Key        string        `json:"key"`
+	Goroutines int           `json:"goroutines,omitempty"`
+	Section    time.Duration `json:"section,omitempty"`
+	Dur        time.Duration `json:"dur,omitempty"`
+}
+
+type reply struct {
+	Ready    bool            `json:"ready,omitempty"`
+	Waiting  bool            `json:"waiting,omitempty"`
+	Acquired int64           `json:"acquired,omitempty"` // unix ns
+	Released bool            `json:"released,omitempty"`
+	W2       *bench.W2Result `json:"w2,omitempty"`
+	Err      string          `json:"err,omitempty"`
+}
+
+type worker struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *json.Decoder
+	enc *json.Encoder
+}
+
+func startWorker(lib, addr string) (*worker, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "-child", "-lib", lib, "-addr", addr)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w := &worker{cmd: cmd, in: in, out: json.NewDecoder(bufio.NewReader(out)), enc: json.NewEncoder(in)}
+	var rp reply
+	if err := w.out.Decode(&rp); err != nil || !rp.Ready {
+		w.stop()
+		return nil, fmt.Errorf("worker did not start: %v %s", err, rp.Err)
+	}
+	return w, nil
+}
+
+func (w *worker) stop() {
+	_ = w.in.Close()
+	_ = w.cmd.Wait()
+}
+
+func (w *worker) read() (reply, error) {
+	var rp reply
+	if err := w.out.Decode(&rp); err != nil {
+		return rp, err
+	}
+	if rp.Err != "" {
+		return rp, fmt.Errorf("worker: %s", rp.Err)
+	}
+	return rp, nil
+}
+
+func (r *runner) multiW2(lib bench.Lib, goroutines int, section time.Duration, key string) (bench.W2Result, error) {
+	var ws []*worker
+	defer func() {
+		for _, w := range ws {
+			w.stop()
+		}
+	}()
+	for range r.procs {
+		w, err := startWorker(lib.Name, r.addr)
+		if err != nil {
+			return bench.W2Result{}, err
+		}
+		ws = append(ws, w)
+	}
+	for _, w := range ws {
+		if err := w.enc.Encode(request{Op: "w2", Key: key, Goroutines: goroutines / r.procs, Section: section, Dur: r.dur}); err != nil {
+			return bench.W2Result{}, err
+		}
+	}
+	var total bench.W2Result
+	for _, w := range ws {
+		rp, err := w.read()
+		if err != nil {
+			return bench.W2Result{}, err
+		}
+		total.Merge(*rp.W2)
+	}
+	return total, nil
+}
+
+func (r *runner) remoteW3(lib bench.Lib, holder bench.Mutexer, key string) ([]time.Duration, error) {
+	w, err := startWorker(lib.Name, r.addr)
+	if err != nil {
+		return nil, err
+	}
+	defer w.stop()
+	out := make([]time.Duration, 0, r.handoffs)
+	for range r.handoffs {
+		unlock, err := holder.Lock(ctxBG, key, true)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.enc.Encode(request{Op: "lock", Key: key}); err != nil {
+			return nil, err
+		}
+		if _, err := w.read(); err != nil { // waiting
+			return nil, err
+		}
+		time.Sleep(2 * time.Millisecond) // let the waiter block: the scenario, not synchronisation
+		rel := time.Now()
+		unlock()
+		rp, err := w.read()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, time.Unix(0, rp.Acquired).Sub(rel))
+		if _, err := w.read(); err != nil { // released
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func runChild(libName, addr string) error {
+	lib, err := bench.LibByName(libName)
+	if err != nil {
+		return err
+	}
+	var cmds atomic.Int64
+	m, err := lib.New(addr, &cmds)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	enc := json.NewEncoder(os.Stdout)
+	if err := enc.Encode(reply{Ready: true}); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bufio.NewReader(os.Stdin))
+	for {
+		var rq request
+		if err := dec.Decode(&rq); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		switch rq.Op {
+		case "w2":
+			cmds.Store(0)
+			res := bench.RunW2(m, rq.Goroutines, rq.Section, rq.Dur, rq.Key)
+			res.Cmds = cmds.Load()
+			_ = enc.Encode(reply{W2: &res})
+		case "lock":
+			_ = enc.Encode(reply{Waiting: true})
+			unlock, err := m.Lock(ctxBG, rq.Key, true)
+			if err != nil {
+				_ = enc.Encode(reply{Err: err.Error()})
+				continue
+			}
+			t := time.Now()
+			_ = enc.Encode(reply{Acquired: t.UnixNano()})
+			unlock()
+			_ = enc.Encode(reply{Released: true})
+		default:
+			return fmt.Errorf("unknown op %q", rq.Op)
+		}
+	}
+}

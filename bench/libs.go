@@ -1,0 +1,339 @@
+// Package bench measures routelock's lock engine beside other Go Redis lock
+// libraries, in one process or several, against one real Redis.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Mutexer is one "process" worth of a lock library: its clients and state.
+type Mutexer interface {
+	// Lock takes key, waiting while ctx allows when wait is set, and returns
+	// the function that releases it.
+	Lock(ctx context.Context, key string, wait bool) (unlock func(), err error)
+	Close()
+}
+
+// Lib is a lock library under test, with one configuration.
+type Lib struct {
+	Name string
+	Note string // configuration, for the report
+	// New builds one instance on the Redis at addr. Commands sent are added
+	// to cmds.
+	New func(addr string, cmds *atomic.Int64) (Mutexer, error)
+}
+
+// TTL is the lease length every library gets.
+const TTL = 10 * time.Second
+
+// Libs returns the libraries and configurations compared.
+func Libs() []Lib {
+	return []Lib{
+		{Name: "routelock", Note: "FIFO hand-over in Redis, pub/sub wake-up; reentrancy, fencing, watchdog on",
+			New: newRoutelock},
+		{Name: "raw-1ms", Note: "SET NX PX + Lua delete, polling every 1 ms",
+			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRaw(a, c, time.Millisecond), nil }},
+		{Name: "redislock-1ms", Note: "bsm/redislock, LinearBackoff(1ms) (tuned)",
+			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedislock(a, c, time.Millisecond), nil }},
+		{Name: "redislock-100ms", Note: "bsm/redislock, LinearBackoff(100ms) as in its README",
+			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedislock(a, c, 100*time.Millisecond), nil }},
+		{Name: "redsync", Note: "go-redsync/redsync/v4, 1 pool, defaults (32 tries, 50-250 ms delay)",
+			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedsync(a, c, 1, false), nil }},
+		{Name: "redsync-1ms", Note: "redsync, 1 pool, 1 ms retry delay, unlimited tries (tuned)",
+			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedsync(a, c, 1, true), nil }},
+		{Name: "redsync3-1ms", Note: "redsync Redlock over 3 pools (DBs 0-2 of the one server), 1 ms retry",
+			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedsync(a, c, 3, true), nil }},
+		{Name: "rueidislock", Note: "redis/rueidis/rueidislock, KeyMajority 1, NoLoopTracking, wakes by client-side-cache invalidation",
+			New: newRueidislock},
+	}
+}
+
+// LibByName finds a library configuration.
+func LibByName(name string) (Lib, error) {
+	for _, l := range Libs() {
+		if l.Name == name {
+			return l, nil
+		}
+	}
+	return Lib{}, fmt.Errorf("unknown library %q", name)
+}
+
+// ErrBusy is what Lock returns when a fail-fast attempt found the key taken.
+var ErrBusy = errors.New("bench: lock busy")
+
+func goredisClient(addr string, db int, cmds *atomic.Int64) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, DB: db, PoolSize: 128})
+	c.AddHook(countHook{cmds})
+	return c
+}
+
+// countHook counts the commands a go-redis client sends, leaving out the
+// handshake of new connections.
+type countHook struct{ n *atomic.Int64 }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name != "hello" && name != "client" && name != "select" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// --- routelock
+
+type routelock struct {
+	rdb *redis.Client
+	l   *lockcore.Locker
+}
+
+func newRoutelock(addr string, cmds *atomic.Int64) (Mutexer, error) {
+	rdb := goredisClient(addr, 0, cmds)
+	l, err := lockcore.New(rdb, lockcore.Options{Prefix: "bench:rl:", TTL: TTL})
+	if err != nil {
+		return nil, err
+	}
+	return &routelock{rdb: rdb, l: l}, nil
+}
+
+func (r *routelock) Lock(ctx context.Context, key string, wait bool) (func(), error) {
+	k, err := lockcore.NewKey(key)
+	if err != nil {
+		return nil, err
+	}
+	p := lockcore.Policy{}
+	if wait {
+		p.Wait = time.Hour // bounded by ctx
+	}
+	ls, err := r.l.Acquire(ctx, k, p)
+	if err != nil {
+		if errors.Is(err, lockcore.ErrNotAcquired) && !wait {
+			return nil, ErrBusy
+		}
+		return nil, err
+	}
+	return func() { _ = ls.Release(context.Background()) }, nil
+}
+
+func (r *routelock) Close() { _ = r.l.Close(); _ = r.rdb.Close() }
+
+// --- raw: SET NX PX + Lua compare-and-delete
+
+var rawDel = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+type raw struct {
+	rdb   *redis.Client
+	retry time.Duration
+}
+
+func newRaw(addr string, cmds *atomic.Int64, retry time.Duration) *raw {
+	return &raw{rdb: goredisClient(addr, 0, cmds), retry: retry}
+}
+
+func token() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (r *raw) Lock(ctx context.Context, key string, wait bool) (func(), error) {
+	key = "bench:raw:" + key
+	tok := token()
+	var t *time.Timer
+	for {
+		ok, err := r.rdb.SetNX(ctx, key, tok, TTL).Result()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return func() { _ = rawDel.Run(context.Background(), r.rdb, []string{key}, tok).Err() }, nil
+		}
+		if !wait {
+			return nil, ErrBusy
+		}
+		if t == nil {
+			t = time.NewTimer(r.retry)
+			defer t.Stop()
+		} else {
+			t.Reset(r.retry)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (r *raw) Close() { _ = r.rdb.Close() }
+
+// --- bsm/redislock
+
+type bsm struct {
+	rdb   *redis.Client
+	c     *redislock.Client
+	retry time.Duration
+}
+
+func newRedislock(addr string, cmds *atomic.Int64, retry time.Duration) *bsm {
+	rdb := goredisClient(addr, 0, cmds)
+	return &bsm{rdb: rdb, c: redislock.New(rdb), retry: retry}
+}
+
+func (b *bsm) Lock(ctx context.Context, key string, wait bool) (func(), error) {
+	opt := &redislock.Options{}
+	if wait {
+		opt.RetryStrategy = redislock.LinearBackoff(b.retry)
+	}
+	l, err := b.c.Obtain(ctx, "bench:bsm:"+key, TTL, opt)
+	if err != nil {
+		if errors.Is(err, redislock.ErrNotObtained) && !wait {
+			return nil, ErrBusy
+		}
+		return nil, err
+	}
+	return func() { _ = l.Release(context.Background()) }, nil
+}
+
+func (b *bsm) Close() { _ = b.rdb.Close() }
+
+// --- go-redsync
+
+type rsync struct {
+	rdbs []*redis.Client
+	rs   *redsync.Redsync
+	opts []redsync.Option
+}
+
+func newRedsync(addr string, cmds *atomic.Int64, pools int, tuned bool) *rsync {
+	r := &rsync{}
+	var ps []redsyncredis.Pool
+	for db := range pools {
+		c := goredisClient(addr, db, cmds)
+		r.rdbs = append(r.rdbs, c)
+		ps = append(ps, goredis.NewPool(c))
+	}
+	r.rs = redsync.New(ps...)
+	r.opts = []redsync.Option{redsync.WithExpiry(TTL)}
+	if tuned {
+		r.opts = append(r.opts, redsync.WithRetryDelay(time.Millisecond), redsync.WithTries(1<<30))
+	}
+	return r
+}
+
+func (r *rsync) Lock(ctx context.Context, key string, wait bool) (func(), error) {
+	opts := r.opts
+	if !wait {
+		opts = append(opts[:len(opts):len(opts)], redsync.WithTries(1))
+	}
+	m := r.rs.NewMutex("bench:rs:"+key, opts...)
+	if err := m.LockContext(ctx); err != nil {
+		var taken *redsync.ErrTaken
+		if !wait && (errors.As(err, &taken) || errors.Is(err, redsync.ErrFailed)) {
+			return nil, ErrBusy
+		}
+		return nil, err
+	}
+	return func() { _, _ = m.UnlockContext(context.Background()) }, nil
+}
+
+func (r *rsync) Close() {
+	for _, c := range r.rdbs {
+		_ = c.Close()
+	}
+}
+
+// --- rueidislock
+
+type rueidisLocker struct{ l rueidislock.Locker }
+
+func newRueidislock(addr string, cmds *atomic.Int64) (Mutexer, error) {
+	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
+		ClientOption:   rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: false},
+		KeyMajority:    1,
+		KeyValidity:    TTL,
+		NoLoopTracking: true,
+		KeyPrefix:      "bench:rue",
+		ClientBuilder: func(o rueidis.ClientOption) (rueidis.Client, error) {
+			c, err := rueidis.NewClient(o)
+			if err != nil {
+				return nil, err
+			}
+			return countingRueidis{Client: c, n: cmds}, nil
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &rueidisLocker{l: l}, nil
+}
+
+func (r *rueidisLocker) Lock(ctx context.Context, key string, wait bool) (func(), error) {
+	var (
+		cancel context.CancelFunc
+		err    error
+	)
+	if wait {
+		_, cancel, err = r.l.WithContext(ctx, key)
+	} else {
+		_, cancel, err = r.l.TryWithContext(ctx, key)
+		if errors.Is(err, rueidislock.ErrNotLocked) {
+			return nil, ErrBusy
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cancel, nil
+}
+
+func (r *rueidisLocker) Close() { r.l.Close() }
+
+// countingRueidis counts the commands a rueidis client sends.
+type countingRueidis struct {
+	rueidis.Client
+	n *atomic.Int64
+}
+
+func (c countingRueidis) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.n.Add(1)
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c countingRueidis) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	c.n.Add(int64(len(cmds)))
+	return c.Client.DoMulti(ctx, cmds...)
+}
+
+func (c countingRueidis) DoCache(ctx context.Context, cmd rueidis.Cacheable, ttl time.Duration) rueidis.RedisResult {
+	c.n.Add(1)
+	return c.Client.DoCache(ctx, cmd, ttl)
+}
+
+func (c countingRueidis) DoMultiCache(ctx context.Context, multi ...rueidis.CacheableTTL) []rueidis.RedisResult {
+	c.n.Add(int64(len(multi)))
+	return c.Client.DoMultiCache(ctx, multi...)
+}
