@@ -186,7 +186,7 @@ func TestReentrancyInProcessSkipsRedis(t *testing.T) {
 	b := redistest.Mini(t)
 	c := b.Client(t)
 	var n atomic.Int64
-	c.AddHook(countHook{&n})
+	c.AddHook(&countHook{n: &n})
 	l, err := New(c, Options{Prefix: redistest.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -548,18 +548,25 @@ func TestHandOffOrder(t *testing.T) {
 
 // countHook counts the commands a client sends (a pipeline counts each),
 // leaving out the handshake of a new connection (HELLO, CLIENT ...).
-type countHook struct{ n *atomic.Int64 }
+type countHook struct {
+	n     *atomic.Int64
+	mu    sync.Mutex
+	names []string // the counted commands' names, when recording
+}
 
-func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if name := cmd.Name(); name != "hello" && name != "client" {
 			h.n.Add(1)
+			h.mu.Lock()
+			h.names = append(h.names, name)
+			h.mu.Unlock()
 		}
 		return next(ctx, cmd)
 	}
 }
-func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.n.Add(int64(len(cmds)))
 		return next(ctx, cmds)
@@ -571,7 +578,8 @@ func TestRoundTrips(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		c := b.Client(t)
 		var n atomic.Int64
-		c.AddHook(countHook{&n})
+		hook := &countHook{n: &n}
+		c.AddHook(hook)
 		l, err := New(c, Options{Prefix: redistest.Prefix(t)})
 		if err != nil {
 			t.Fatal(err)
@@ -596,11 +604,16 @@ func TestRoundTrips(t *testing.T) {
 					t.Fatalf("acquire (%+v) sent %d commands, want 1", p, got)
 				}
 				n.Store(0)
+				hook.mu.Lock()
+				hook.names = nil
+				hook.mu.Unlock()
 				if err := ls.Release(ctx); err != nil {
 					t.Fatal(err)
 				}
 				if got := n.Load(); got != 1 {
-					t.Fatalf("release sent %d commands, want 1", got)
+					hook.mu.Lock()
+					defer hook.mu.Unlock()
+					t.Fatalf("release sent %d commands %v, want 1", got, hook.names)
 				}
 			}
 		}

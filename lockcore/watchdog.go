@@ -25,6 +25,7 @@ type watchdog struct {
 	l      *Locker
 	mu     sync.Mutex
 	holds  holdHeap
+	wakeAt time.Time // when run wakes next unless poked
 	closed bool
 	wake   chan struct{}
 	done   chan struct{}
@@ -54,9 +55,12 @@ func (w *watchdog) add(h *hold, sent time.Time) bool {
 	h.validUntil = sent.Add(h.ttl - margin(h.ttl))
 	h.at = sent.Add(h.ttl / 4)
 	heap.Push(&w.holds, h)
-	first := h.index == 0
+	// Wake the loop only when it would sleep past this hold's renewal: with
+	// equal TTLs a new hold is due after those already scheduled, so taking
+	// a lock does not cost a goroutine switch.
+	early := h.at.Add(h.ttl / 12).Before(w.wakeAt)
 	w.mu.Unlock()
-	if first {
+	if early {
 		w.poke()
 	}
 	return true
@@ -90,7 +94,7 @@ func (w *watchdog) run() {
 		for len(w.holds) > 0 && !w.holds[0].at.After(now) {
 			due = append(due, heap.Pop(&w.holds).(*hold))
 		}
-		next := time.Hour
+		next := w.l.opt.TTL / 4 // idle: wake now and then, so adds need no poke
 		if len(w.holds) > 0 {
 			top := w.holds[0]
 			next = top.at.Sub(now) + top.ttl/12
@@ -98,6 +102,7 @@ func (w *watchdog) run() {
 				next = v
 			}
 		}
+		w.wakeAt = now.Add(next)
 		w.mu.Unlock()
 
 		if len(due) > 0 {

@@ -20,18 +20,18 @@ if h[1] then
   return {2, h[2]}
 end
 
-local now
+local now, nows
 if not h[2] then
-  now = now_us()
+  now, nows = now_us()
   if member == '' then
-    return {1, take(tok, ttl, now, ret, id)}
+    return {1, take(tok, ttl, now, nows, ret, id)}
   end
   -- A waiter found the lock free (its holder expired): the oldest waiter
   -- goes first, which may be this one.
-  redis.call('ZADD', Q, 'NX', now, member)
-  local m, f = grant_next(now, ret)
+  redis.call('ZADD', Q, 'NX', nows, member)
+  local m, f = grant_next(now, nows, ret)
   if not m then
-    return {1, take(tok, ttl, now, ret, id)}
+    return {1, take(tok, ttl, now, nows, ret, id)}
   elseif m == member then
     return {1, f}
   end
@@ -39,7 +39,10 @@ end
 
 local pttl = redis.call('PTTL', L)
 if wait > 0 then
-  redis.call('ZADD', Q, 'NX', now or now_us(), member)
+  if not nows then
+    now, nows = now_us()
+  end
+  redis.call('ZADD', Q, 'NX', nows, member)
   if redis.call('PTTL', Q) < wait + ttl then
     redis.call('PEXPIRE', Q, wait + ttl)
   end

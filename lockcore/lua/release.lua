@@ -24,6 +24,7 @@ if n > 0 then
 end
 redis.call('DEL', L)
 if redis.call('EXISTS', Q) == 1 then
-  grant_next(now_us(), ret)
+  local now, nows = now_us()
+  grant_next(now, nows, ret)
 end
 return 0

@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/routelock/lock/internal/redistest"
+)
+
+var addr string
+
+func TestMain(m *testing.M) {
+	addr = os.Getenv("REDIS_ADDR")
+	var srv *redistest.Server
+	if addr == "" {
+		var err error
+		if srv, err = redistest.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench needs a real Redis: set REDIS_ADDR or put redis-server on PATH:", err)
+			os.Exit(1)
+		}
+		addr = srv.Addr
+	}
+	code := m.Run()
+	if srv != nil {
+		srv.Stop()
+	}
+	os.Exit(code)
+}
+
+func newMutexer(tb testing.TB, lib Lib) (Mutexer, *atomic.Int64) {
+	tb.Helper()
+	var cmds atomic.Int64
+	m, err := lib.New(addr, &cmds)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(m.Close)
+	return m, &cmds
+}
+
+// BenchmarkW1 is one uncontended acquire+release cycle on a key of the
+// goroutine's own, per library, at 1, 16 and 64 goroutines.
+func BenchmarkW1(b *testing.B) {
+	for _, lib := range Libs() {
+		for _, g := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("%s/g=%d", lib.Name, g), func(b *testing.B) {
+				m, cmds := newMutexer(b, lib)
+				var id atomic.Int64
+				tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+				b.ResetTimer()
+				if g == 1 {
+					for i := 0; i < b.N; i++ {
+						unlock, err := m.Lock(b.Context(), "w1-"+tag, false)
+						if err != nil {
+							b.Fatal(err)
+						}
+						unlock()
+					}
+				} else {
+					b.SetParallelism((g + 1) / 2) // GOMAXPROCS=2 on the target machines
+					b.RunParallel(func(pb *testing.PB) {
+						k := "w1-" + tag + "-" + strconv.FormatInt(id.Add(1), 10)
+						for pb.Next() {
+							unlock, err := m.Lock(b.Context(), k, false)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							unlock()
+						}
+					})
+				}
+				b.ReportMetric(float64(cmds.Load())/float64(b.N), "cmds/op")
+			})
+		}
+	}
+}
+
+// TestWorkloadsSmoke runs every workload briefly for every library, checking
+// that each completes sections and reports sane numbers.
+func TestWorkloadsSmoke(t *testing.T) {
+	for _, lib := range Libs() {
+		t.Run(lib.Name, func(t *testing.T) {
+			m, _ := newMutexer(t, lib)
+			tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+			if r := RunW1(m, 4, 100*time.Millisecond, "smoke1-"+tag); r.Cycles == 0 || r.Errors != 0 {
+				t.Fatalf("W1: %+v", r)
+			}
+			r := RunW2(m, 4, time.Millisecond, 300*time.Millisecond, "smoke2-"+tag)
+			if r.Sections == 0 || r.Errors != 0 {
+				t.Fatalf("W2: %d sections, %d errors", r.Sections, r.Errors)
+			}
+			w, _ := newMutexer(t, lib)
+			hs, err := RunW3Local(m, w, 5, time.Millisecond, "smoke3-"+tag)
+			if err != nil || len(hs) != 5 {
+				t.Fatalf("W3: %v %v", hs, err)
+			}
+		})
+	}
+}
