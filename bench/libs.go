@@ -98,7 +98,11 @@ func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			if name := cmd.Name(); name != "hello" && name != "client" && name != "select" {
+				h.n.Add(1)
+			}
+		}
 		return next(ctx, cmds)
 	}
 }

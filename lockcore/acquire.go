@@ -125,14 +125,21 @@ func (l *Locker) giveUp(h *hold, id, member string, pttl int64, cause error) err
 // acquireFailed handles a failed acquire call. The call may have taken the
 // lock in Redis even though its reply never came (a timeout, a cancelled
 // context, a dropped connection), so unless the connection was never made
-// the attempt is withdrawn: a request that failed holds nothing.
+// the attempt is withdrawn: a request that failed holds nothing. When Redis
+// is failing, the withdrawal runs in the background so that the caller gets
+// its error at once.
 func (l *Locker) acquireFailed(ctx context.Context, h *hold, id, member string, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		l.abandon(h, id, member)
+		return errors.Join(&ContentionError{Key: h.key.s, err: ErrNotAcquired}, cerr)
+	}
 	var op *net.OpError
 	if !(errors.As(err, &op) && op.Op == "dial") {
-		l.abandon(h, id, member)
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return errors.Join(&ContentionError{Key: h.key.s, err: ErrNotAcquired}, cerr)
+		l.bg.Add(1)
+		go func() {
+			defer l.bg.Done()
+			l.abandon(h, id, member)
+		}()
 	}
 	return unavailable("acquire", err)
 }

@@ -93,6 +93,7 @@ type Locker struct {
 
 	wd watchdog
 	nf notifier
+	bg sync.WaitGroup // withdrawals of failed attempts, each bounded by ReleaseTimeout
 }
 
 // New returns a Locker on rdb. The Locker does not own rdb: Close leaves it
@@ -121,13 +122,16 @@ func (l *Locker) Options() Options { return l.opt }
 // Close stops the watchdog and the notification receiver. Leases still held
 // are no longer renewed: their contexts are cancelled with ErrLockLost (and
 // ErrClosed), and their keys expire in Redis at the end of their TTL unless
-// released. Waiting acquisitions fail with ErrClosed. Close is idempotent.
+// released. Waiting acquisitions fail with ErrClosed. Close waits for the
+// withdrawal of attempts that failed on a Redis error, each bounded by
+// ReleaseTimeout. Close is idempotent.
 func (l *Locker) Close() error {
 	l.once.Do(func() {
 		l.closed.Store(true)
 		l.cancel()
 		l.nf.stop()
 		l.wd.stop()
+		l.bg.Wait()
 	})
 	return nil
 }

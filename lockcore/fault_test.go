@@ -1,0 +1,153 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+)
+
+// ownRedis gives a test a Redis it may stop: miniredis, and a redis-server
+// process of its own when one can be started.
+func ownRedis(t *testing.T, f func(t *testing.T, addr string, stop func())) {
+	t.Run("miniredis", func(t *testing.T) {
+		b := redistest.Mini(t)
+		f(t, b.Addr, b.Mini.Close)
+	})
+	for _, b := range redistest.Backends(t) {
+		if !b.Real() {
+			continue
+		}
+		t.Run("redis", func(t *testing.T) {
+			srv, err := redistest.Start()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Stop)
+			f(t, srv.Addr, srv.Stop)
+		})
+	}
+}
+
+func clientFor(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestUnavailable: with Redis gone, Acquire fails closed with ErrUnavailable
+// and a held lease learns it is lost before its TTL could run out in Redis.
+func TestUnavailable(t *testing.T) {
+	ownRedis(t, func(t *testing.T, addr string, stop func()) {
+		l, err := New(clientFor(t, addr), Options{Prefix: redistest.Prefix(t), ReleaseTimeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ctx := context.Background()
+		const ttl = 400 * time.Millisecond
+		ls, err := l.Acquire(ctx, mustKey(t, "held"), Policy{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		confirmed := time.Now() // the acquire was sent before this
+		lost := make(chan time.Time, 1)
+		go func() {
+			<-ls.Done()
+			lost <- time.Now()
+		}()
+		stop()
+		cut := time.Now()
+
+		for _, p := range []Policy{{}, {Wait: time.Second}} {
+			_, err = l.Acquire(ctx, mustKey(t, "other"), p)
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("acquire (%+v) with Redis down: %v, want ErrUnavailable", p, err)
+			}
+		}
+		var learned time.Time
+		select {
+		case learned = <-lost:
+		case <-time.After(ttl + time.Second):
+			t.Fatal("holder cut off from Redis never learned its lease was lost")
+		}
+		if !errors.Is(ls.Err(), ErrLockLost) {
+			t.Fatalf("lease error %v, want ErrLockLost", ls.Err())
+		}
+		// Redis would have expired the key no earlier than confirmed+ttl.
+		if !learned.Before(confirmed.Add(ttl)) {
+			t.Fatalf("loss learned %v after the last confirmation, not before the TTL %v", learned.Sub(confirmed), ttl)
+		}
+		t.Logf("loss learned %v after the cut, %v before the TTL could end", learned.Sub(cut), confirmed.Add(ttl).Sub(learned))
+		if err := ls.Release(ctx); !errors.Is(err, ErrLockLost) {
+			t.Fatalf("release: %v", err)
+		}
+	})
+}
+
+// TestLostHandOverNotification: a waiter whose hand-over message is lost
+// still gets the lock, by asking Redis when the holder's lease would have
+// ended.
+func TestLostHandOverNotification(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		holder := newLocker(t, b, prefix, Options{})
+		deaf := newLocker(t, b, prefix, Options{})
+		<-deaf.nf.resyncChan()                   // subscribed on its channel; from now on
+		deaf.channel = prefix + "nobody-listens" // hand-overs to it are lost
+		key := mustKey(t, "k")
+		ctx := context.Background()
+		const ttl = 300 * time.Millisecond
+		ls, err := holder.Acquire(ctx, key, Policy{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *Lease, 1)
+		errc := make(chan error, 1)
+		go func() {
+			w, err := deaf.Acquire(ctx, key, Policy{Wait: 10 * time.Second})
+			if err != nil {
+				errc <- err
+				return
+			}
+			got <- w
+		}()
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, holder, key).Waiters == 1 })
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		released := time.Now()
+		// The lock now belongs to the waiter in Redis, which was not told.
+		info := inspect(t, holder, key)
+		if len(info.Holders) != 1 || info.Holders[ls.Token()] != 0 {
+			t.Fatalf("after release: %+v", info)
+		}
+		select {
+		case w := <-got:
+			if w.Fence() != info.Fence {
+				t.Fatalf("waiter fence %d, Redis says %d", w.Fence(), info.Fence)
+			}
+			if info.Holders[w.Token()] != 1 {
+				t.Fatalf("holders %v do not include the waiter with count 1", info.Holders)
+			}
+			if err := w.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case err := <-errc:
+			t.Fatal(err)
+		case <-time.After(ttl + 2*time.Second):
+			t.Fatal("waiter never learned it holds the lock")
+		}
+		if waited := time.Since(released); waited < ttl/2 {
+			t.Fatalf("waiter learned after %v: the hand-over message was not lost", waited)
+		}
+		if inspect(t, holder, key).Held() {
+			t.Fatal("held after the waiter released")
+		}
+	})
+}

@@ -1,0 +1,63 @@
+package lockcore
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestNewKey(t *testing.T) {
+	long := strings.Repeat("x", MaxKeyPartLen)
+	tests := []struct {
+		parts []string
+		want  string
+		err   bool
+	}{
+		{[]string{"productID", "42"}, "productID:42", false},
+		{[]string{"a:b", "c"}, "a%3Ab:c", false},
+		{[]string{"a", "b:c"}, "a:b%3Ac", false},
+		{[]string{"{slot}"}, "%7Bslot%7D", false},
+		{[]string{"50%"}, "50%25", false},
+		{[]string{"a b\n"}, "a%20b%0A", false},
+		{[]string{"é"}, "%C3%A9", false},
+		{[]string{long}, long, false},
+		{[]string{long + "x"}, "", true},
+		{[]string{""}, "", true},
+		{[]string{"a", ""}, "", true},
+		{nil, "", true},
+		{make([]string, MaxKeyParts+1), "", true},
+	}
+	for _, tt := range tests {
+		k, err := NewKey(tt.parts...)
+		if tt.err {
+			if !errors.Is(err, ErrInvalidKey) {
+				t.Errorf("NewKey(%q): err = %v, want ErrInvalidKey", tt.parts, err)
+			}
+			continue
+		}
+		if err != nil || k.String() != tt.want {
+			t.Errorf("NewKey(%q) = %q, %v; want %q", tt.parts, k, err, tt.want)
+		}
+	}
+}
+
+// FuzzNewKey checks that escaping is injective and never emits the
+// characters that would break out of the hash tag.
+func FuzzNewKey(f *testing.F) {
+	f.Add("a:b", "c", "a", "b:c")
+	f.Add("%3A", "x", ":", "x")
+	f.Add("{", "}", "%7B", "%7D")
+	f.Fuzz(func(t *testing.T, a, b, c, d string) {
+		k1, err1 := NewKey(a, b)
+		k2, err2 := NewKey(c, d)
+		if err1 != nil || err2 != nil {
+			return
+		}
+		if strings.ContainsAny(k1.String(), "{} \x00") {
+			t.Fatalf("key %q contains a forbidden byte", k1)
+		}
+		if (a == c && b == d) != (k1 == k2) {
+			t.Fatalf("(%q,%q) -> %q and (%q,%q) -> %q", a, b, k1, c, d, k2)
+		}
+	})
+}
