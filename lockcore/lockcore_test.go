@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,9 +79,9 @@ func TestExclusion(t *testing.T) {
 		)
 		for g := range goroutines {
 			wg.Add(1)
-			go func(l *Locker) {
+			go func(l, peer *Locker) {
 				defer wg.Done()
-				for range perG {
+				for i := range perG {
 					ls, err := l.Acquire(context.Background(), key, Policy{Wait: 30 * time.Second})
 					if err != nil {
 						errs <- err
@@ -94,6 +95,30 @@ func TestExclusion(t *testing.T) {
 						fenceErrs++
 					}
 					lastFence = ls.Fence()
+					// Nested calls for the same request re-enter: in this
+					// process through the lease's context, and in another
+					// "service" through the propagated token.
+					var nested *Lease
+					switch i % 8 {
+					case 0:
+						nested, err = l.Acquire(ls.Context(), key, Policy{})
+					case 1:
+						nested, err = peer.Acquire(WithToken(context.Background(), ls.Token()), key, Policy{})
+					}
+					if err != nil {
+						errs <- fmt.Errorf("nested: %w", err)
+						return
+					}
+					if nested != nil {
+						if nested.Fence() != ls.Fence() {
+							errs <- fmt.Errorf("nested fence %d, hold's %d", nested.Fence(), ls.Fence())
+							return
+						}
+						if err := nested.Release(context.Background()); err != nil {
+							errs <- err
+							return
+						}
+					}
 					racy = v + 1
 					inside.Add(-1)
 					if err := ls.Release(context.Background()); err != nil {
@@ -101,7 +126,7 @@ func TestExclusion(t *testing.T) {
 						return
 					}
 				}
-			}(lockers[g%len(lockers)])
+			}(lockers[g%len(lockers)], lockers[(g+1)%len(lockers)])
 		}
 		wg.Wait()
 		close(errs)
