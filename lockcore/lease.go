@@ -162,8 +162,8 @@ func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 	}
 	if p.TTL == 0 {
 		p.TTL = l.opt.TTL
-	} else if p.TTL < minTTL {
-		return nil, fmt.Errorf("lockcore: TTL %v is below the minimum %v", p.TTL, minTTL)
+	} else if p.TTL < MinTTL {
+		return nil, fmt.Errorf("lockcore: TTL %v is below the minimum %v", p.TTL, MinTTL)
 	}
 	if l.closed.Load() {
 		return nil, ErrClosed

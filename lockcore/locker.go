@@ -38,10 +38,12 @@ type Options struct {
 	ReleaseTimeout time.Duration
 }
 
+// MinTTL is the shortest lease a Locker or Policy accepts.
+const MinTTL = 30 * time.Millisecond
+
 const (
 	defaultPrefix         = "routelock:"
 	defaultTTL            = 10 * time.Second
-	minTTL                = 30 * time.Millisecond
 	defaultFenceRetention = time.Hour
 	defaultReleaseTimeout = 2 * time.Second
 )
@@ -56,8 +58,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.TTL == 0 {
 		o.TTL = defaultTTL
 	}
-	if o.TTL < minTTL {
-		return o, fmt.Errorf("lockcore: TTL %v is below the minimum %v", o.TTL, minTTL)
+	if o.TTL < MinTTL {
+		return o, fmt.Errorf("lockcore: TTL %v is below the minimum %v", o.TTL, MinTTL)
 	}
 	if o.FenceRetention == 0 {
 		o.FenceRetention = defaultFenceRetention

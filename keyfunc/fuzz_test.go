@@ -1,0 +1,171 @@
+package keyfunc_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/routelock/lock/keyfunc"
+)
+
+// checkResult fails unless parts and err are a well-formed result of f:
+// either parts of the right count with every value non-empty and at most
+// MaxLen bytes, or an *Error matching one of the package's sentinels.
+func checkResult(t *testing.T, f keyfunc.Func, parts []string, err error) {
+	t.Helper()
+	if err != nil {
+		var kerr *keyfunc.Error
+		if !errors.Is(err, keyfunc.ErrSkip) && !errors.As(err, &kerr) {
+			t.Fatalf("%v: error %#v is not a *keyfunc.Error", f, err)
+		}
+		for _, s := range []error{keyfunc.ErrSkip, keyfunc.ErrMissing, keyfunc.ErrInvalid, keyfunc.ErrTooLarge, keyfunc.ErrNotRouted} {
+			if errors.Is(err, s) {
+				return
+			}
+		}
+		t.Fatalf("%v: error %v matches no sentinel", f, err)
+	}
+	if len(parts) == 0 {
+		t.Fatalf("%v: no parts and no error", f)
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > keyfunc.MaxLen {
+			t.Fatalf("%v: bad part %q in %q", f, p, parts)
+		}
+	}
+}
+
+// FuzzRequest feeds arbitrary HTTP requests through a chi router whose
+// top-level middleware evaluates every HTTP key function: none may panic,
+// and every result must be well formed.
+func FuzzRequest(f *testing.F) {
+	for _, seed := range []string{
+		"POST /p/42 HTTP/1.1\r\nHost: x\r\nX-K: v\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"a\":{\"b\":1}}",
+		"GET /p/4%2F2/x/y?q=1&q=2 HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /m/7/s?f=1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 5\r\n\r\nf=abc",
+		"POST /m/7/s HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 9\r\n\r\n--b--\r\n\r\n",
+		"GET /health HTTP/1.1\r\nHost: x\r\nX-K: a\r\nX-K: b\r\n\r\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	funcs := []keyfunc.Func{
+		keyfunc.Param("id"),
+		keyfunc.Param("rest"),
+		keyfunc.Header("X-K"),
+		keyfunc.Query("q"),
+		keyfunc.Form("f"),
+		keyfunc.JSONLimit("a.b", 4096),
+		keyfunc.Join(keyfunc.Param("id"), keyfunc.Header("X-K")).As("j"),
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
+		if err != nil {
+			return
+		}
+		r := chi.NewRouter()
+		r.Use(func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for _, fn := range funcs {
+					parts, err := fn.HTTP(r)
+					checkResult(t, fn, parts, err)
+				}
+				next.ServeHTTP(w, r)
+			})
+		})
+		h := func(http.ResponseWriter, *http.Request) {}
+		r.HandleFunc("/p/{id}", h)
+		r.HandleFunc("/p/{id}/x/{rest}", h)
+		r.Route("/m/{id}", func(r chi.Router) { r.HandleFunc("/s", h) })
+		r.ServeHTTP(httptest.NewRecorder(), req)
+	})
+}
+
+// FuzzJSON checks JSON against encoding/json: whenever JSON finds a value
+// and encoding/json, decoding the body into generic maps, finds a scalar at
+// the same path, the two agree (after canonical numbers).
+func FuzzJSON(f *testing.F) {
+	for _, seed := range [][2]string{
+		{`{"a":{"b":"x"}}`, "a.b"},
+		{`{"a":[{"b":1.50}]}`, "a.0.b"},
+		{`{"A":1,"a":2}`, "a"},
+		{`{"a":"\u00e9\ud800"}`, "a"},
+		{`{"a":1e400}`, "a"},
+		{`[1,[2,3]]`, "1.0"},
+	} {
+		f.Add([]byte(seed[0]), seed[1])
+	}
+	f.Fuzz(func(t *testing.T, body []byte, path string) {
+		if path == "" || strings.Contains(path, "..") || strings.HasPrefix(path, ".") || strings.HasSuffix(path, ".") || len(path) > keyfunc.MaxLen {
+			return
+		}
+		fn := keyfunc.JSONLimit(path, 1<<16)
+		req := httptest.NewRequest("POST", "/", bytes.NewReader(body))
+		parts, err := fn.HTTP(req)
+		checkResult(t, fn, parts, err)
+		if err != nil {
+			return
+		}
+		var doc any
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		if dec.Decode(&doc) != nil {
+			return
+		}
+		for _, seg := range strings.Split(path, ".") {
+			switch d := doc.(type) {
+			case map[string]any:
+				doc = d[seg]
+			case []any:
+				i, err := strconv.Atoi(seg)
+				if err != nil || i < 0 || i >= len(d) {
+					return
+				}
+				doc = d[i]
+			default:
+				return
+			}
+		}
+		var want string
+		switch v := doc.(type) {
+		case string:
+			want = v
+		case bool:
+			want = strconv.FormatBool(v)
+		case json.Number:
+			want = canon(string(v))
+		default:
+			return
+		}
+		if parts[1] != want {
+			t.Fatalf("JSON(%q) of %q = %q, encoding/json says %q", path, body, parts[1], want)
+		}
+	})
+}
+
+// canon is the canonical form of a JSON number, computed independently of
+// the package: integral values in decimal, others in shortest 'g' form.
+func canon(s string) string {
+	if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return strconv.FormatInt(n, 10)
+	}
+	if u, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return strconv.FormatUint(u, 10)
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return s
+	}
+	if v >= -(1<<63) && v < 1<<63 && v == float64(int64(v)) {
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}

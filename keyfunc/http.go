@@ -1,0 +1,247 @@
+package keyfunc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"mime/multipart"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// Param returns the key function of a route parameter: resource name and
+// the value of {name} in the matched route, as in /products/{productID}/buy.
+//
+// With chi it works wherever the middleware sits. Middleware given to
+// r.With, or inside r.Group, runs after routing and reads chi's URL
+// parameters. Middleware given to r.Use runs before the router has matched a
+// route; there Param matches the route itself (chi's Routes.Find, the same
+// lookup the router is about to make) and reads the parameter from the
+// result. Without chi it reads r.PathValue (Go 1.22 http.ServeMux patterns),
+// which needs the middleware around the route's handler: around the whole
+// ServeMux the request is not routed yet and Param fails with ErrNotRouted.
+//
+// A route whose pattern has no such parameter is not locked: Param returns
+// ErrSkip. A route that has it with an empty value fails with ErrMissing.
+//
+// Panics if name is empty or longer than MaxLen.
+func Param(name string) Func {
+	checkName("Param", name)
+	return one(source{
+		name: name,
+		desc: "Param(" + name + ")",
+		http: func(r *http.Request) (string, error) { return param(r, name) },
+	})
+}
+
+// routeCtxs recycles the chi contexts used to match a route ahead of the
+// router.
+var routeCtxs = sync.Pool{New: func() any { return chi.NewRouteContext() }}
+
+func param(r *http.Request, name string) (string, error) {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return pathValue(r, name)
+	}
+	if v, ok := urlParam(rctx, name); ok {
+		return v, nil
+	}
+	if rctx.Routes == nil {
+		return pathValue(r, name)
+	}
+	// Not among the parameters matched so far: either the route has no such
+	// parameter, or the router has not matched the route yet (r.Use). Match
+	// it from the top, as the router will.
+	path := ""
+	if len(rctx.RoutePatterns) == 0 {
+		path = rctx.RoutePath // set by path-rewriting middleware before routing
+	}
+	if path == "" {
+		path = r.URL.RawPath
+	}
+	if path == "" {
+		path = r.URL.Path
+	}
+	if path == "" {
+		path = "/"
+	}
+	method := rctx.RouteMethod
+	if method == "" {
+		method = r.Method
+	}
+	t := routeCtxs.Get().(*chi.Context)
+	t.Reset()
+	defer routeCtxs.Put(t)
+	if rctx.Routes.Find(t, method, path) == "" {
+		return "", ErrSkip // no route: the router answers 404 or 405
+	}
+	if v, ok := urlParam(t, name); ok {
+		return v, nil
+	}
+	return "", ErrSkip
+}
+
+// urlParam returns the last value of chi URL parameter name, as
+// chi.URLParam does, and whether the matched route has it.
+func urlParam(rctx *chi.Context, name string) (string, bool) {
+	keys := rctx.URLParams.Keys
+	for i := len(keys) - 1; i >= 0; i-- {
+		if keys[i] == name {
+			return rctx.URLParams.Values[i], true
+		}
+	}
+	return "", false
+}
+
+func pathValue(r *http.Request, name string) (string, error) {
+	if v := r.PathValue(name); v != "" {
+		return v, nil
+	}
+	if r.Pattern == "" {
+		return "", ErrNotRouted
+	}
+	if !strings.Contains(r.Pattern, "{"+name+"}") && !strings.Contains(r.Pattern, "{"+name+"...}") {
+		return "", ErrSkip
+	}
+	return "", errEmpty
+}
+
+// Header returns the key function of request header name. The resource
+// name is the canonical header name (X-User-Id for "x-user-id"). A header
+// given more than once is ambiguous and fails with ErrInvalid.
+//
+// Panics if name is empty or longer than MaxLen.
+func Header(name string) Func {
+	checkName("Header", name)
+	canon := http.CanonicalHeaderKey(name)
+	return one(source{
+		name: canon,
+		desc: "Header(" + canon + ")",
+		http: func(r *http.Request) (string, error) { return single(r.Header[canon]) },
+	})
+}
+
+// Query returns the key function of URL query parameter name. A parameter
+// given more than once is ambiguous and fails with ErrInvalid.
+//
+// Panics if name is empty or longer than MaxLen.
+func Query(name string) Func {
+	checkName("Query", name)
+	return one(source{
+		name: name,
+		desc: "Query(" + name + ")",
+		http: func(r *http.Request) (string, error) {
+			return single(r.URL.Query()[name])
+		},
+	})
+}
+
+// formMaxMemory is what net/http's FormValue keeps in memory of a
+// multipart form.
+const formMaxMemory = 32 << 20
+
+// Form returns the key function of form value name, as r.FormValue sees it:
+// the URL query and an application/x-www-form-urlencoded or
+// multipart/form-data body. It parses the form (r.ParseMultipartForm), so
+// the handler finds it in r.Form and r.PostForm rather than in r.Body. A
+// value given more than once, in the body or the query, is ambiguous and
+// fails with ErrInvalid.
+//
+// Panics if name is empty or longer than MaxLen.
+func Form(name string) Func {
+	checkName("Form", name)
+	return one(source{
+		name: name,
+		desc: "Form(" + name + ")",
+		http: func(r *http.Request) (string, error) {
+			if r.Form == nil {
+				// ParseForm first: ParseMultipartForm would hide its error
+				// behind ErrNotMultipart.
+				err := r.ParseForm()
+				if err == nil {
+					if err = r.ParseMultipartForm(formMaxMemory); errors.Is(err, http.ErrNotMultipart) {
+						err = nil
+					}
+				}
+				if err != nil {
+					var mbe *http.MaxBytesError
+					if errors.As(err, &mbe) || errors.Is(err, multipart.ErrMessageTooLarge) {
+						return "", ErrTooLarge
+					}
+					return "", invalid("malformed form")
+				}
+			}
+			return single(r.Form[name])
+		},
+	})
+}
+
+func single(vs []string) (string, error) {
+	switch len(vs) {
+	case 0:
+		return "", errMissing
+	case 1:
+		return vs[0], nil
+	}
+	return "", invalid("given %d times", len(vs))
+}
+
+// Context returns the key function of a value that earlier middleware put
+// in the request's context under key, such as the ID of the authenticated
+// user. It reads HTTP requests and gRPC calls alike. The value may be a
+// string, an integer, a []byte or a fmt.Stringer; it is missing when the
+// context has no value under key or the value is a nil pointer.
+//
+// Panics if name is empty or longer than MaxLen, or key is nil.
+func Context(name string, key any) Func {
+	checkName("Context", name)
+	if key == nil {
+		panic("keyfunc: Context: nil key")
+	}
+	get := func(ctx context.Context) (string, error) { return contextValue(ctx.Value(key)) }
+	return one(source{
+		name: name,
+		desc: "Context(" + name + ")",
+		http: func(r *http.Request) (string, error) { return get(r.Context()) },
+		rpc:  func(ctx context.Context, _ any) (string, error) { return get(ctx) },
+	})
+}
+
+func contextValue(v any) (string, error) {
+	switch v := v.(type) {
+	case nil:
+		return "", errMissing
+	case string:
+		return v, nil
+	case []byte:
+		return string(v), nil
+	case int:
+		return strconv.Itoa(v), nil
+	case int64:
+		return strconv.FormatInt(v, 10), nil
+	case int32:
+		return strconv.FormatInt(int64(v), 10), nil
+	case uint:
+		return strconv.FormatUint(uint64(v), 10), nil
+	case uint64:
+		return strconv.FormatUint(v, 10), nil
+	case uint32:
+		return strconv.FormatUint(uint64(v), 10), nil
+	case fmt.Stringer:
+		if isNilPointer(v) {
+			return "", errMissing
+		}
+		return v.String(), nil
+	}
+	return "", invalid("context value of type %T is not a string, integer or fmt.Stringer", v)
+}
+
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}

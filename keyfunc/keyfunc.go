@@ -1,0 +1,334 @@
+package keyfunc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Limits on keys. They match lockcore's, so that a key that passes here is
+// accepted by the engine.
+const (
+	MaxLen   = 256 // bytes in one value or resource name
+	MaxParts = 8   // parts in one key, names included
+)
+
+// Errors of key functions. Match them with errors.Is; the errors returned
+// by [Func.HTTP] and [Func.RPC] are of type [*Error] and wrap one of them.
+var (
+	// ErrSkip means the key does not apply to this request: the matched
+	// route has no such parameter. The middleware serves it unlocked.
+	ErrSkip = errors.New("keyfunc: not applicable to this request")
+
+	// ErrMissing means the value is absent or empty.
+	ErrMissing = errors.New("keyfunc: missing")
+
+	// ErrInvalid means the value is too long, ambiguous (given more than
+	// once), not a scalar, or the request could not be parsed.
+	ErrInvalid = errors.New("keyfunc: invalid")
+
+	// ErrTooLarge means a request body was larger than the limit a JSON key
+	// function reads.
+	ErrTooLarge = errors.New("keyfunc: request body too large")
+
+	// ErrNotRouted means a route parameter was asked of a request that no
+	// router has matched yet, such as a middleware wrapped around a whole
+	// http.ServeMux. It is a configuration error: wrap the route's handler
+	// instead, or use chi, whose routes the key function resolves itself.
+	ErrNotRouted = errors.New("keyfunc: request not routed: wrap the route's handler, not the ServeMux")
+)
+
+// Error is the error of one key function for one request.
+type Error struct {
+	// Source names the key function, such as "Header(X-User-Id)".
+	Source string
+	// Err says what went wrong. It matches ErrMissing, ErrInvalid,
+	// ErrTooLarge, ErrNotRouted or ErrSkip, or is what a custom function
+	// returned.
+	Err error
+}
+
+func (e *Error) Error() string { return "keyfunc: " + e.Source + ": " + e.Err.Error() }
+
+// Unwrap returns e.Err.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Public returns a description of the error that is safe to show to the
+// client: it names the source and says what is wrong, and never repeats the
+// request's value. For an error of a custom function it says only whether
+// the value was missing or invalid.
+func (e *Error) Public() string {
+	var d *detail
+	if errors.As(e.Err, &d) {
+		return e.Source + ": " + d.msg
+	}
+	switch {
+	case errors.Is(e.Err, ErrMissing):
+		return e.Source + ": missing"
+	case errors.Is(e.Err, ErrTooLarge):
+		return e.Source + ": request body too large"
+	case errors.Is(e.Err, ErrNotRouted):
+		return e.Source + ": request not routed"
+	}
+	return e.Source + ": invalid"
+}
+
+// detail is an error of this package: a sentinel and words that never
+// repeat the value.
+type detail struct {
+	sentinel error
+	msg      string
+}
+
+func (d *detail) Error() string { return d.msg }
+func (d *detail) Unwrap() error { return d.sentinel }
+
+func invalid(format string, args ...any) error {
+	return &detail{ErrInvalid, fmt.Sprintf(format, args...)}
+}
+
+var (
+	errMissing  error = &detail{ErrMissing, "missing"}
+	errEmpty    error = &detail{ErrMissing, "empty"}
+	errNotFound error = &detail{ErrMissing, "not found"}
+)
+
+// Func derives the parts of a lock key from a request: for each of its
+// sources, the resource name and the request's value, as in
+// ["productID", "42"]. Build one with the functions of this package; the
+// zero Func has no sources and fails every request. A Func is a value:
+// it is safe for concurrent use and its methods never change it.
+type Func struct {
+	groups []group
+}
+
+// group is a run of sources that shares one name (As), or sources that
+// each bring their own (name == "").
+type group struct {
+	name string
+	srcs []source
+}
+
+// source is one place a value comes from.
+type source struct {
+	name string // the resource name, e.g. "productID"
+	desc string // for errors, e.g. "Param(productID)"
+	http func(*http.Request) (string, error)
+	rpc  func(ctx context.Context, req any) (string, error)
+}
+
+func one(s source) Func { return Func{groups: []group{{srcs: []source{s}}}} }
+
+// checkName panics unless name is usable as a resource name.
+func checkName(fn, name string) {
+	if name == "" {
+		panic("keyfunc: " + fn + ": empty name")
+	}
+	if len(name) > MaxLen {
+		panic(fmt.Sprintf("keyfunc: %s: name longer than %d bytes", fn, MaxLen))
+	}
+}
+
+// Join returns a key made of the parts of fs in order, such as a product
+// and a user: Join(Param("productID"), Header("X-User-ID")) yields
+// ["productID", "42", "X-User-Id", "u7"]. The parts stay distinct (lockcore
+// escapes the separator), so no two requests with different values share a
+// key.
+//
+// Panics if fs is empty or the key would have more than MaxParts parts.
+func Join(fs ...Func) Func {
+	if len(fs) == 0 {
+		panic("keyfunc: Join of nothing")
+	}
+	var j Func
+	for _, f := range fs {
+		if len(f.groups) == 0 {
+			panic("keyfunc: Join: zero Func")
+		}
+		j.groups = append(j.groups, f.groups...)
+	}
+	if n := j.parts(); n > MaxParts {
+		panic(fmt.Sprintf("keyfunc: Join: %d key parts, more than %d", n, MaxParts))
+	}
+	return j
+}
+
+// As returns f with its resource names replaced by name: the key is name
+// followed by f's values, as in Param("productID").As("product") →
+// ["product", "42"]. Use it to give one resource the same key on routes
+// and methods that spell it differently, or separate keys to routes that
+// should not exclude each other.
+//
+// Panics if name is empty or longer than MaxLen, or if f is the zero Func.
+func (f Func) As(name string) Func {
+	checkName("As", name)
+	if len(f.groups) == 0 {
+		panic("keyfunc: As of a zero Func")
+	}
+	g := group{name: name}
+	for _, fg := range f.groups {
+		g.srcs = append(g.srcs, fg.srcs...)
+	}
+	return Func{groups: []group{g}}
+}
+
+// parts returns how many key parts f yields.
+func (f Func) parts() int {
+	n := 0
+	for _, g := range f.groups {
+		if g.name != "" {
+			n += 1 + len(g.srcs)
+		} else {
+			n += 2 * len(g.srcs)
+		}
+	}
+	return n
+}
+
+// IsZero reports whether f is the zero Func.
+func (f Func) IsZero() bool { return len(f.groups) == 0 }
+
+// ForHTTP reports whether every source of f can read an HTTP request.
+func (f Func) ForHTTP() bool { return f.all(func(s *source) bool { return s.http != nil }) }
+
+// ForRPC reports whether every source of f can read a gRPC call.
+func (f Func) ForRPC() bool { return f.all(func(s *source) bool { return s.rpc != nil }) }
+
+func (f Func) all(ok func(*source) bool) bool {
+	if len(f.groups) == 0 {
+		return false
+	}
+	for _, g := range f.groups {
+		for i := range g.srcs {
+			if !ok(&g.srcs[i]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// String describes f, as in Join(Param(productID), Header(X-User-Id)).
+func (f Func) String() string {
+	var b strings.Builder
+	var n int
+	for _, g := range f.groups {
+		n += len(g.srcs)
+	}
+	if n > 1 {
+		b.WriteString("Join(")
+	}
+	first := true
+	for _, g := range f.groups {
+		for _, s := range g.srcs {
+			if !first {
+				b.WriteString(", ")
+			}
+			first = false
+			b.WriteString(s.desc)
+		}
+	}
+	if n > 1 {
+		b.WriteString(")")
+	}
+	if len(f.groups) == 1 && f.groups[0].name != "" {
+		b.WriteString(".As(" + f.groups[0].name + ")")
+	}
+	if n == 0 {
+		return "Func{}"
+	}
+	return b.String()
+}
+
+// HTTP returns the key parts for an HTTP request. The error is an *Error
+// matching ErrSkip when the route does not name the resource, ErrMissing or
+// ErrInvalid for a bad value, ErrTooLarge or ErrNotRouted.
+func (f Func) HTTP(r *http.Request) ([]string, error) {
+	return f.eval(func(s *source) (string, error) {
+		if s.http == nil {
+			return "", invalid("not available for HTTP requests")
+		}
+		return s.http(r)
+	})
+}
+
+// RPC returns the key parts for a gRPC call with request message req
+// (nil for a stream whose key comes from metadata). Errors are as for HTTP.
+func (f Func) RPC(ctx context.Context, req any) ([]string, error) {
+	return f.eval(func(s *source) (string, error) {
+		if s.rpc == nil {
+			return "", invalid("not available for gRPC calls")
+		}
+		return s.rpc(ctx, req)
+	})
+}
+
+func (f Func) eval(get func(*source) (string, error)) ([]string, error) {
+	if len(f.groups) == 0 {
+		return nil, &Error{Source: "Func{}", Err: invalid("zero Func")}
+	}
+	parts := make([]string, 0, f.parts())
+	for gi := range f.groups {
+		g := &f.groups[gi]
+		if g.name != "" {
+			parts = append(parts, g.name)
+		}
+		for i := range g.srcs {
+			s := &g.srcs[i]
+			v, err := get(s)
+			if err == nil {
+				err = checkValue(v)
+			}
+			if err != nil {
+				return nil, &Error{Source: s.desc, Err: err}
+			}
+			if g.name == "" {
+				parts = append(parts, s.name)
+			}
+			parts = append(parts, v)
+		}
+	}
+	return parts, nil
+}
+
+var errTooLong error = &detail{ErrInvalid, fmt.Sprintf("longer than %d bytes", MaxLen)}
+
+func checkValue(v string) error {
+	switch {
+	case v == "":
+		return errEmpty
+	case len(v) > MaxLen:
+		return errTooLong
+	}
+	return nil
+}
+
+// HTTPFunc returns a key function that takes the value of resource name
+// from an HTTP request with fn. fn should return an error matching
+// ErrMissing or ErrInvalid for a bad request (the middleware answers 400),
+// or ErrSkip for a request the key does not apply to. An empty value counts
+// as missing.
+//
+// Panics if name is empty or longer than MaxLen, or fn is nil.
+func HTTPFunc(name string, fn func(*http.Request) (string, error)) Func {
+	checkName("HTTPFunc", name)
+	if fn == nil {
+		panic("keyfunc: HTTPFunc: nil function")
+	}
+	return one(source{name: name, desc: "HTTPFunc(" + name + ")", http: fn})
+}
+
+// RPCFunc returns a key function that takes the value of resource name from
+// a gRPC call with fn, given the call's context and request message (nil
+// for a stream whose key comes from metadata). Errors are as for HTTPFunc.
+//
+// Panics if name is empty or longer than MaxLen, or fn is nil.
+func RPCFunc(name string, fn func(ctx context.Context, req any) (string, error)) Func {
+	checkName("RPCFunc", name)
+	if fn == nil {
+		panic("keyfunc: RPCFunc: nil function")
+	}
+	return one(source{name: name, desc: "RPCFunc(" + name + ")", rpc: fn})
+}

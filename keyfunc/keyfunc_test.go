@@ -1,0 +1,561 @@
+package keyfunc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/routelock/lock/keyfunc"
+)
+
+// capture is a handler that records what f makes of the request it gets
+// and, when the key functions let it through, reads the body back.
+type capture struct {
+	f     keyfunc.Func
+	parts []string
+	err   error
+	body  string
+	ran   bool
+}
+
+func (c *capture) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.ran = true
+		c.parts, c.err = c.f.HTTP(r)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (c *capture) handler(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	c.body = string(b)
+}
+
+func wantParts(t *testing.T, got []string, err error, want ...string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("err = %v, want parts %q", err, want)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("parts = %q, want %q", got, want)
+	}
+}
+
+func wantErr(t *testing.T, got []string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("err = %v (parts %q), want %v", err, got, want)
+	}
+	if want != keyfunc.ErrSkip {
+		var kerr *keyfunc.Error
+		if !errors.As(err, &kerr) || kerr.Source == "" {
+			t.Fatalf("err = %#v, want a *keyfunc.Error naming its source", err)
+		}
+	}
+}
+
+// TestParamChi puts Param at every place chi middleware can sit.
+func TestParamChi(t *testing.T) {
+	type place struct {
+		name  string
+		build func(c *capture) http.Handler
+	}
+	places := []place{
+		{"top-level Use", func(c *capture) http.Handler {
+			r := chi.NewRouter()
+			r.Use(c.middleware)
+			r.Post("/products/{productID}/buy", c.handler)
+			r.Get("/health", c.handler)
+			r.Post("/users/{userID}/x", c.handler)
+			return r
+		}},
+		{"With", func(c *capture) http.Handler {
+			r := chi.NewRouter()
+			r.With(c.middleware).Post("/products/{productID}/buy", c.handler)
+			r.With(c.middleware).Get("/health", c.handler)
+			r.With(c.middleware).Post("/users/{userID}/x", c.handler)
+			return r
+		}},
+		{"Use inside Route", func(c *capture) http.Handler {
+			r := chi.NewRouter()
+			r.Route("/products", func(r chi.Router) {
+				r.Use(c.middleware)
+				r.Post("/{productID}/buy", c.handler)
+			})
+			r.Route("/users/{userID}", func(r chi.Router) {
+				r.Use(c.middleware)
+				r.Post("/x", c.handler)
+			})
+			r.With(c.middleware).Get("/health", c.handler)
+			return r
+		}},
+		{"Use inside Group", func(c *capture) http.Handler {
+			r := chi.NewRouter()
+			r.Group(func(r chi.Router) {
+				r.Use(c.middleware)
+				r.Post("/products/{productID}/buy", c.handler)
+				r.Get("/health", c.handler)
+				r.Post("/users/{userID}/x", c.handler)
+			})
+			return r
+		}},
+		{"Use on mounted router", func(c *capture) http.Handler {
+			sub := chi.NewRouter()
+			sub.Use(c.middleware)
+			sub.Post("/{productID}/buy", c.handler)
+			users := chi.NewRouter()
+			users.Use(c.middleware)
+			users.Post("/x", c.handler)
+			r := chi.NewRouter()
+			r.Use(c.middleware) // twice: top level and mounted
+			r.Mount("/products", sub)
+			r.Mount("/users/{userID}", users)
+			r.Get("/health", c.handler)
+			return r
+		}},
+	}
+	for _, p := range places {
+		t.Run(p.name, func(t *testing.T) {
+			c := &capture{f: keyfunc.Param("productID")}
+			h := p.build(c)
+
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/42/buy", strings.NewReader("body")))
+			wantParts(t, c.parts, c.err, "productID", "42")
+			if c.body != "body" {
+				t.Fatalf("handler read %q", c.body)
+			}
+
+			*c = capture{f: c.f}
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/health", nil))
+			wantErr(t, c.parts, c.err, keyfunc.ErrSkip)
+
+			*c = capture{f: c.f}
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/users/7/x", nil))
+			wantErr(t, c.parts, c.err, keyfunc.ErrSkip)
+
+			// The user ID resolves too, through the parent's parameters.
+			*c = capture{f: keyfunc.Param("userID")}
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/users/7/x", nil))
+			wantParts(t, c.parts, c.err, "userID", "7")
+		})
+	}
+}
+
+// TestParamChiUnrouted: requests the router will answer 404 or 405 are
+// not locked, and a matched route's escaped path value reaches the key as
+// chi gives it to the handler.
+func TestParamChiUnrouted(t *testing.T) {
+	c := &capture{f: keyfunc.Param("productID")}
+	r := chi.NewRouter()
+	r.Use(c.middleware)
+	var seen string
+	r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) { seen = chi.URLParam(r, "productID") })
+
+	for _, tc := range []struct{ method, path string }{{"POST", "/nope"}, {"GET", "/products/42/buy"}, {"BREW", "/products/42/buy"}} {
+		*c = capture{f: c.f}
+		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(tc.method, tc.path, nil))
+		if !c.ran {
+			t.Fatalf("%s %s: middleware not run", tc.method, tc.path)
+		}
+		wantErr(t, c.parts, c.err, keyfunc.ErrSkip)
+	}
+
+	*c = capture{f: c.f}
+	r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/a%2Fb/buy", nil))
+	wantParts(t, c.parts, c.err, "productID", seen)
+	if seen == "" {
+		t.Fatal("handler not run")
+	}
+}
+
+func TestParamValues(t *testing.T) {
+	f := keyfunc.Param("productID")
+	req := func(v string) *http.Request {
+		rctx := chi.NewRouteContext()
+		rctx.URLParams.Add("productID", v)
+		r := httptest.NewRequest("GET", "/", nil)
+		return r.WithContext(context.WithValue(r.Context(), chi.RouteCtxKey, rctx))
+	}
+	parts, err := f.HTTP(req(""))
+	wantErr(t, parts, err, keyfunc.ErrMissing)
+	parts, err = f.HTTP(req(strings.Repeat("x", keyfunc.MaxLen)))
+	wantParts(t, parts, err, "productID", strings.Repeat("x", keyfunc.MaxLen))
+	parts, err = f.HTTP(req(strings.Repeat("x", keyfunc.MaxLen+1)))
+	wantErr(t, parts, err, keyfunc.ErrInvalid)
+}
+
+func TestParamServeMux(t *testing.T) {
+	c := &capture{f: keyfunc.Param("productID")}
+	mux := http.NewServeMux()
+	mux.Handle("POST /products/{productID}/buy", c.middleware(http.HandlerFunc(c.handler)))
+	mux.Handle("GET /files/{productID...}", c.middleware(http.HandlerFunc(c.handler)))
+	mux.Handle("GET /health", c.middleware(http.HandlerFunc(c.handler)))
+
+	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/42/buy", nil))
+	wantParts(t, c.parts, c.err, "productID", "42")
+
+	*c = capture{f: c.f}
+	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/files/a/b", nil))
+	wantParts(t, c.parts, c.err, "productID", "a/b")
+
+	*c = capture{f: c.f}
+	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/files/", nil))
+	wantErr(t, c.parts, c.err, keyfunc.ErrMissing)
+
+	*c = capture{f: c.f}
+	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/health", nil))
+	wantErr(t, c.parts, c.err, keyfunc.ErrSkip)
+
+	// Around the whole mux nothing is routed yet: a configuration error,
+	// never a silent pass.
+	*c = capture{f: c.f}
+	whole := c.middleware(http.NewServeMux())
+	whole.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/42/buy", nil))
+	wantErr(t, c.parts, c.err, keyfunc.ErrNotRouted)
+}
+
+func TestHeader(t *testing.T) {
+	f := keyfunc.Header("x-user-id")
+	r := httptest.NewRequest("GET", "/", nil)
+	parts, err := f.HTTP(r)
+	wantErr(t, parts, err, keyfunc.ErrMissing)
+
+	r.Header.Set("X-User-ID", "u7")
+	parts, err = f.HTTP(r)
+	wantParts(t, parts, err, "X-User-Id", "u7")
+
+	r.Header.Add("X-User-ID", "u8")
+	parts, err = f.HTTP(r)
+	wantErr(t, parts, err, keyfunc.ErrInvalid)
+
+	r.Header.Set("X-User-ID", "")
+	parts, err = f.HTTP(r)
+	wantErr(t, parts, err, keyfunc.ErrMissing)
+}
+
+func TestQuery(t *testing.T) {
+	f := keyfunc.Query("productID")
+	for _, tc := range []struct {
+		query string
+		want  string
+		err   error
+	}{
+		{"productID=42", "42", nil},
+		{"a=1&productID=4%202", "4 2", nil},
+		{"", "", keyfunc.ErrMissing},
+		{"productID=", "", keyfunc.ErrMissing},
+		{"productID=1&productID=2", "", keyfunc.ErrInvalid},
+		{"productID=1&%70roductID=2", "", keyfunc.ErrInvalid}, // the same name, escaped
+		{"productid=1", "", keyfunc.ErrMissing},
+		{"productID=" + strings.Repeat("9", keyfunc.MaxLen+1), "", keyfunc.ErrInvalid},
+	} {
+		parts, err := f.HTTP(httptest.NewRequest("GET", "/?"+tc.query, nil))
+		if tc.err != nil {
+			wantErr(t, parts, err, tc.err)
+		} else {
+			wantParts(t, parts, err, "productID", tc.want)
+		}
+	}
+}
+
+func TestForm(t *testing.T) {
+	f := keyfunc.Form("productID")
+	post := func(ct, body, query string) *http.Request {
+		r := httptest.NewRequest("POST", "/?"+query, strings.NewReader(body))
+		r.Header.Set("Content-Type", ct)
+		return r
+	}
+	const urlenc = "application/x-www-form-urlencoded"
+
+	r := post(urlenc, "productID=42&qty=1", "")
+	parts, err := f.HTTP(r)
+	wantParts(t, parts, err, "productID", "42")
+	if r.PostForm.Get("qty") != "1" {
+		t.Fatalf("handler would not find the parsed form: %v", r.PostForm)
+	}
+
+	var mp bytes.Buffer
+	mw := multipart.NewWriter(&mp)
+	mw.WriteField("productID", "43")
+	mw.Close()
+	parts, err = f.HTTP(post(mw.FormDataContentType(), mp.String(), ""))
+	wantParts(t, parts, err, "productID", "43")
+
+	parts, err = f.HTTP(post(urlenc, "", "productID=44"))
+	wantParts(t, parts, err, "productID", "44")
+
+	parts, err = f.HTTP(post(urlenc, "productID=1", "productID=2"))
+	wantErr(t, parts, err, keyfunc.ErrInvalid)
+
+	parts, err = f.HTTP(post(urlenc, "qty=1", ""))
+	wantErr(t, parts, err, keyfunc.ErrMissing)
+
+	parts, err = f.HTTP(post("multipart/form-data; boundary=x", "garbage", ""))
+	wantErr(t, parts, err, keyfunc.ErrInvalid)
+
+	big := post(urlenc, "productID=1&pad="+strings.Repeat("a", 2000), "")
+	big.Body = http.MaxBytesReader(httptest.NewRecorder(), big.Body, 100)
+	parts, err = f.HTTP(big)
+	wantErr(t, parts, err, keyfunc.ErrTooLarge)
+}
+
+func TestJSON(t *testing.T) {
+	for _, tc := range []struct {
+		path, body string
+		want       string
+		err        error
+	}{
+		{"product_id", `{"product_id":"42"}`, "42", nil},
+		{"product_id", `{"product_id":42}`, "42", nil},
+		{"product_id", `{"product_id":42.0}`, "42", nil},
+		{"product_id", `{"product_id":4.2e1}`, "42", nil},
+		{"product_id", `{"product_id":-0}`, "0", nil},
+		{"product_id", `{"product_id":0.5}`, "0.5", nil},
+		{"product_id", `{"product_id":18446744073709551615}`, "18446744073709551615", nil},
+		{"product_id", `{"product_id":true}`, "true", nil},
+		{"product_id", `{"Product_ID":"42"}`, "42", nil}, // as encoding/json fills a struct
+		{"order.user_id", `{"x":[1,{"a":2}],"order":{"id":1,"user_id":"u7"},"y":null}`, "u7", nil},
+		{"items.1.sku", `{"items":[{"sku":"a"},{"sku":"b"}]}`, "b", nil},
+		{"product_id", `{"product_id":"42","PRODUCT_ID":"43"}`, "", keyfunc.ErrInvalid},
+		{"product_id", `{"product_id":"42","product_id":"42"}`, "", keyfunc.ErrInvalid},
+		{"order.user_id", `{"order":{"user_id":"u7"},"order":{"user_id":"u8"}}`, "", keyfunc.ErrInvalid},
+		{"product_id", `{"product_id":{"id":1}}`, "", keyfunc.ErrInvalid},
+		{"product_id", `{"product_id":[1]}`, "", keyfunc.ErrInvalid},
+		{"product_id", `{"product_id":null}`, "", keyfunc.ErrMissing},
+		{"product_id", `{"product_id":""}`, "", keyfunc.ErrMissing},
+		{"product_id", `{"other":"42"}`, "", keyfunc.ErrMissing},
+		{"product_id", `[{"product_id":"42"}]`, "", keyfunc.ErrMissing},
+		{"order.user_id", `{"order":"u7"}`, "", keyfunc.ErrMissing},
+		{"items.5.sku", `{"items":[{"sku":"a"}]}`, "", keyfunc.ErrMissing},
+		{"product_id", ``, "", keyfunc.ErrMissing},
+		{"product_id", `{"product_id":"42"`, "", keyfunc.ErrInvalid},
+		{"product_id", `{"product_id" "42"}`, "", keyfunc.ErrInvalid},
+		{"product_id", `not json`, "", keyfunc.ErrInvalid},
+		{"product_id", `{"product_id":"` + strings.Repeat("x", keyfunc.MaxLen+1) + `"}`, "", keyfunc.ErrInvalid},
+	} {
+		t.Run(tc.body, func(t *testing.T) {
+			c := &capture{f: keyfunc.JSON(tc.path)}
+			r := chi.NewRouter()
+			r.Use(c.middleware)
+			r.Post("/", c.handler)
+			var body io.Reader = strings.NewReader(tc.body)
+			if tc.body == "" {
+				body = nil
+			}
+			r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/", body))
+			if tc.err != nil {
+				wantErr(t, c.parts, c.err, tc.err)
+			} else {
+				wantParts(t, c.parts, c.err, tc.path, tc.want)
+			}
+			if c.body != tc.body {
+				t.Fatalf("handler read %q, want the whole body %q", c.body, tc.body)
+			}
+		})
+	}
+}
+
+func TestJSONBody(t *testing.T) {
+	// Two JSON fields of one body: the body is read once, and the handler
+	// still reads all of it.
+	f := keyfunc.Join(keyfunc.JSON("a"), keyfunc.JSON("b"))
+	body := `{"a":"1","b":2}`
+	r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+	parts, err := f.HTTP(r)
+	wantParts(t, parts, err, "a", "1", "b", "2")
+	got, _ := io.ReadAll(r.Body)
+	if string(got) != body {
+		t.Fatalf("body = %q", got)
+	}
+	if err := r.Body.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The limit counts the whole body, not only the part up to the field.
+	limited := keyfunc.JSONLimit("a", 16)
+	r = httptest.NewRequest("POST", "/", strings.NewReader(`{"a":"1","pad":"xxxxxxxxxxxxxxxxx"}`))
+	parts, err = limited.HTTP(r)
+	wantErr(t, parts, err, keyfunc.ErrTooLarge)
+	r = httptest.NewRequest("POST", "/", strings.NewReader(`{"a":"1"}`))
+	r.ContentLength = -1 // unknown length: the limit is enforced while reading
+	parts, err = limited.HTTP(r)
+	wantParts(t, parts, err, "a", "1")
+}
+
+type userID struct{}
+
+type stringer struct{ s string }
+
+func (s *stringer) String() string { return s.s }
+
+func TestContext(t *testing.T) {
+	f := keyfunc.Context("user", userID{})
+	for _, tc := range []struct {
+		v    any
+		want string
+		err  error
+	}{
+		{"u7", "u7", nil},
+		{42, "42", nil},
+		{int64(-3), "-3", nil},
+		{uint64(1 << 63), "9223372036854775808", nil},
+		{[]byte("b"), "b", nil},
+		{&stringer{"s"}, "s", nil},
+		{(*stringer)(nil), "", keyfunc.ErrMissing},
+		{nil, "", keyfunc.ErrMissing},
+		{"", "", keyfunc.ErrMissing},
+		{3.5, "", keyfunc.ErrInvalid},
+	} {
+		ctx := context.Background()
+		if tc.v != nil {
+			ctx = context.WithValue(ctx, userID{}, tc.v)
+		}
+		r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
+		parts, err := f.HTTP(r)
+		rparts, rerr := f.RPC(ctx, nil)
+		if tc.err != nil {
+			wantErr(t, parts, err, tc.err)
+			wantErr(t, rparts, rerr, tc.err)
+		} else {
+			wantParts(t, parts, err, "user", tc.want)
+			wantParts(t, rparts, rerr, "user", tc.want)
+		}
+	}
+}
+
+func TestJoinAs(t *testing.T) {
+	r := httptest.NewRequest("GET", "/?q=3", nil)
+	r.Header.Set("X-A", "1")
+	r.Header.Set("X-B", "2")
+	a, b, q := keyfunc.Header("X-A"), keyfunc.Header("X-B"), keyfunc.Query("q")
+
+	parts, err := keyfunc.Join(a, b).HTTP(r)
+	wantParts(t, parts, err, "X-A", "1", "X-B", "2")
+	parts, err = keyfunc.Join(a, b).As("ab").HTTP(r)
+	wantParts(t, parts, err, "ab", "1", "2")
+	parts, err = keyfunc.Join(a.As("first"), keyfunc.Join(b, q)).HTTP(r)
+	wantParts(t, parts, err, "first", "1", "X-B", "2", "q", "3")
+
+	// The first failing source is the one named.
+	parts, err = keyfunc.Join(a, keyfunc.Header("X-Missing"), b).HTTP(r)
+	wantErr(t, parts, err, keyfunc.ErrMissing)
+	if !strings.Contains(err.Error(), "Header(X-Missing)") {
+		t.Fatalf("error %q does not name the source", err)
+	}
+
+	if got := keyfunc.Join(a, b).As("ab").String(); got != "Join(Header(X-A), Header(X-B)).As(ab)" {
+		t.Fatalf("String() = %q", got)
+	}
+	if got := a.String(); got != "Header(X-A)" {
+		t.Fatalf("String() = %q", got)
+	}
+}
+
+func TestProtocols(t *testing.T) {
+	h := keyfunc.HTTPFunc("h", func(r *http.Request) (string, error) { return r.Method, nil })
+	g := keyfunc.RPCFunc("g", func(ctx context.Context, req any) (string, error) { return fmt.Sprint(req), nil })
+	c := keyfunc.Context("c", userID{})
+	switch {
+	case !h.ForHTTP() || h.ForRPC(), g.ForHTTP() || !g.ForRPC(), !c.ForHTTP() || !c.ForRPC():
+		t.Fatal("ForHTTP/ForRPC wrong")
+	case keyfunc.Join(h, c).ForRPC(), !keyfunc.Join(h, c).ForHTTP(), (keyfunc.Func{}).ForHTTP():
+		t.Fatal("ForHTTP/ForRPC of Join wrong")
+	}
+	parts, err := g.HTTP(httptest.NewRequest("GET", "/", nil))
+	wantErr(t, parts, err, keyfunc.ErrInvalid)
+	parts, err = g.RPC(context.Background(), 5)
+	wantParts(t, parts, err, "g", "5")
+	parts, err = (keyfunc.Func{}).HTTP(httptest.NewRequest("GET", "/", nil))
+	wantErr(t, parts, err, keyfunc.ErrInvalid)
+
+	// A custom function's error keeps its identity and its category.
+	errNoUser := fmt.Errorf("%w: no user", keyfunc.ErrMissing)
+	u := keyfunc.HTTPFunc("user", func(*http.Request) (string, error) { return "", errNoUser })
+	parts, err = u.HTTP(httptest.NewRequest("GET", "/", nil))
+	wantErr(t, parts, err, errNoUser)
+	var kerr *keyfunc.Error
+	if !errors.As(err, &kerr) || kerr.Public() != "HTTPFunc(user): missing" {
+		t.Fatalf("Public() of %v wrong", err)
+	}
+}
+
+// TestErrorsHideValues: no error text, and no Public text, repeats the
+// request's value.
+func TestErrorsHideValues(t *testing.T) {
+	const secret = "SECRET-VALUE-7f3a"
+	long := secret + strings.Repeat("x", keyfunc.MaxLen)
+	cases := []struct {
+		f keyfunc.Func
+		r *http.Request
+	}{
+		{keyfunc.Header("X"), func() *http.Request {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.Header.Add("X", secret)
+			r.Header.Add("X", secret)
+			return r
+		}()},
+		{keyfunc.Header("X"), func() *http.Request {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.Header.Set("X", long)
+			return r
+		}()},
+		{keyfunc.Query("q"), httptest.NewRequest("GET", "/?q="+long, nil)},
+		{keyfunc.JSON("a"), httptest.NewRequest("POST", "/", strings.NewReader(`{"a":{"`+secret+`":1}}`))},
+		{keyfunc.JSON("a"), httptest.NewRequest("POST", "/", strings.NewReader(`{"a":"`+secret+``))},
+	}
+	for i, tc := range cases {
+		_, err := tc.f.HTTP(tc.r)
+		var kerr *keyfunc.Error
+		if !errors.As(err, &kerr) {
+			t.Fatalf("case %d: err = %v, want *keyfunc.Error", i, err)
+		}
+		if strings.Contains(err.Error(), secret) || strings.Contains(kerr.Public(), secret) {
+			t.Fatalf("case %d: error %q / %q repeats the value", i, err, kerr.Public())
+		}
+	}
+}
+
+func TestConstructionPanics(t *testing.T) {
+	long := strings.Repeat("n", keyfunc.MaxLen+1)
+	for name, fn := range map[string]func(){
+		"Param empty":     func() { keyfunc.Param("") },
+		"Header long":     func() { keyfunc.Header(long) },
+		"JSON empty seg":  func() { keyfunc.JSON("a..b") },
+		"JSONLimit zero":  func() { keyfunc.JSONLimit("a", 0) },
+		"Context nil key": func() { keyfunc.Context("u", nil) },
+		"Join none":       func() { keyfunc.Join() },
+		"Join zero":       func() { keyfunc.Join(keyfunc.Func{}) },
+		"Join too many": func() {
+			keyfunc.Join(keyfunc.Query("a"), keyfunc.Query("b"), keyfunc.Query("c"), keyfunc.Query("d"), keyfunc.Query("e"))
+		},
+		"As empty":          func() { keyfunc.Query("a").As("") },
+		"As zero":           func() { keyfunc.Func{}.As("x") },
+		"HTTPFunc nil":      func() { keyfunc.HTTPFunc("x", nil) },
+		"RPCFunc nil":       func() { keyfunc.RPCFunc("x", nil) },
+		"RPCFunc long name": func() { keyfunc.RPCFunc(long, func(context.Context, any) (string, error) { return "", nil }) },
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil {
+					t.Errorf("%s: no panic", name)
+				} else if !strings.HasPrefix(fmt.Sprint(r), "keyfunc: ") {
+					t.Errorf("%s: panic %q does not start with keyfunc:", name, r)
+				}
+			}()
+			fn()
+		}()
+	}
+	// Four sources fit MaxParts.
+	q := keyfunc.Query("q")
+	keyfunc.Join(q, q, q, q)
+}
