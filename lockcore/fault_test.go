@@ -11,28 +11,6 @@ import (
 	"github.com/routelock/lock/internal/redistest"
 )
 
-// ownRedis gives a test a Redis it may stop: miniredis, and a redis-server
-// process of its own when one can be started.
-func ownRedis(t *testing.T, f func(t *testing.T, addr string, stop func())) {
-	t.Run("miniredis", func(t *testing.T) {
-		b := redistest.Mini(t)
-		f(t, b.Addr, b.Mini.Close)
-	})
-	for _, b := range redistest.Backends(t) {
-		if !b.Real() {
-			continue
-		}
-		t.Run("redis", func(t *testing.T) {
-			srv, err := redistest.Start()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(srv.Stop)
-			f(t, srv.Addr, srv.Stop)
-		})
-	}
-}
-
 func clientFor(t *testing.T, addr string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
@@ -43,7 +21,7 @@ func clientFor(t *testing.T, addr string) *redis.Client {
 // TestUnavailable: with Redis gone, Acquire fails closed with ErrUnavailable
 // and a held lease learns it is lost before its TTL could run out in Redis.
 func TestUnavailable(t *testing.T) {
-	ownRedis(t, func(t *testing.T, addr string, stop func()) {
+	redistest.Own(t, func(t *testing.T, addr string, stop func()) {
 		l, err := New(clientFor(t, addr), Options{Prefix: redistest.Prefix(t), ReleaseTimeout: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

@@ -189,3 +189,26 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Own runs f once per backend with a Redis of the test's own, which f may
+// stop: a fresh miniredis, and a fresh redis-server process when a real
+// server is available.
+func Own(t *testing.T, f func(t *testing.T, addr string, stop func())) {
+	t.Run("miniredis", func(t *testing.T) {
+		b := Mini(t)
+		f(t, b.Addr, b.Mini.Close)
+	})
+	for _, b := range Backends(t) {
+		if !b.Real() {
+			continue
+		}
+		t.Run("redis", func(t *testing.T) {
+			srv, err := Start()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv.Stop)
+			f(t, srv.Addr, srv.Stop)
+		})
+	}
+}

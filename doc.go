@@ -1,0 +1,60 @@
+// Package lock gives routes declarative distributed locks on Redis: a
+// route says which resource it touches, and the lock on that resource is
+// held while the handler runs.
+//
+//	r := chi.NewRouter()
+//	r.Use(lock.ByParam("productID"))  // locks every route with {productID}
+//
+// or, per route and with a policy:
+//
+//	locker := lock.New(rdb)
+//	r.With(locker.ByParam("productID", lock.Wait(2*time.Second))).Post("/products/{productID}/buy", buy)
+//	r.With(locker.ByParam("userID", lock.FailFast())).Post("/users/{userID}/checkout", checkout)
+//
+// # What a request sees
+//
+//	lock held by another owner, fail-fast or wait expired   409 Conflict, Retry-After
+//	key missing or invalid (empty, too long, given twice)   400, handler not run
+//	Redis unreachable                                       503, handler not run (fail closed)
+//	caller went away while waiting                          wait aborted, nothing held
+//	lease lost while the handler runs                       r.Context() cancelled, cause ErrLockLost
+//	handler panics                                          lock released, the panic goes on
+//
+// OnError replaces those responses. The defaults are safe: a request waits
+// up to 5 seconds for a busy lock (Wait, FailFast), leases last 10 seconds
+// and are renewed while the handler runs (TTL), and nothing runs unlocked
+// when Redis is down.
+//
+// # Keys name resources
+//
+// ByParam("productID") on /buy and on /refund locks the same productID:42,
+// because both touch product 42. Package keyfunc has the other sources (a
+// header, a query or form value, a JSON body field, a context value) and
+// Join for keys of several parts; Name renames the resource. A key is always
+// stated: a missing value is a 400, never one global lock.
+//
+// # Nested calls re-enter
+//
+// Every request gets an owner token. When a handler that holds productID:42
+// calls another service, or itself, through an http.Client whose Transport
+// is Locker.Transport, the token travels along, and a nested lock on
+// productID:42 re-enters the held lock instead of waiting for it. Without
+// the token the nested call waits like anyone else, and times out with 409.
+// TrustToken restricts which requests may bring a token.
+//
+// # Inside the handler
+//
+// FencingToken(r.Context()) returns a number that grows with every fresh
+// hold of the key: hand it to the store you write, so that a holder whose
+// lease ended (a long GC pause, a partition) cannot overwrite a newer one.
+// Keys(r.Context()) lists the keys held.
+//
+// # The default Locker
+//
+// The package-level ByParam and By use Default(), which SetDefault sets.
+// Without SetDefault, Default connects to the Redis named by the REDIS_URL
+// environment variable, or to localhost:6379.
+//
+// The engine underneath is package lockcore; the middleware is package
+// middleware.
+package lock

@@ -1,0 +1,177 @@
+package lock_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/keyfunc"
+)
+
+func get(c *http.Client, method, url string) string {
+	req, _ := http.NewRequest(method, url, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return fmt.Sprintf("%d %s", resp.StatusCode, b)
+}
+
+// The one-line contract: every route with {productID} is locked on that
+// product while its handler runs; other routes pass through.
+func Example() {
+	mr := miniredis.NewMiniRedis() // any Redis; miniredis keeps the example self-contained
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	r := chi.NewRouter()
+	r.Use(lock.ByParam("productID"))
+	r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		fence, _ := lock.FencingToken(r.Context())
+		fmt.Fprintln(w, "bought, holding", lock.Keys(r.Context()), "fence > 0:", fence > 0)
+	})
+	r.Get("/health", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok, holding", lock.Keys(r.Context()))
+	})
+
+	locker := lock.New(rdb)
+	defer locker.Close()
+	lock.SetDefault(locker) // may come after the routes: looked up per request
+	defer lock.SetDefault(nil)
+
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	fmt.Print(get(srv.Client(), "POST", srv.URL+"/products/42/buy"))
+	fmt.Print(get(srv.Client(), "GET", srv.URL+"/health"))
+	// Output:
+	// 200 bought, holding [productID:42] fence > 0: true
+	// 200 ok, holding []
+}
+
+// A fail-fast route answers 409 while another owner holds the lock.
+func ExampleFailFast() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+
+	r := chi.NewRouter()
+	r.With(locker.ByParam("userID", lock.FailFast())).Post("/users/{userID}/checkout", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "checked out")
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	// Another request holds user 7: hold it here through the engine.
+	held := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h := locker.ByParam("userID")(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			close(held)
+			<-release
+		}))
+		hr := chi.NewRouter()
+		hr.Handle("/users/{userID}/checkout", h)
+		hr.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/users/7/checkout", nil))
+	}()
+	<-held
+	fmt.Print(get(srv.Client(), "POST", srv.URL+"/users/7/checkout"))
+	close(release)
+	<-done
+	fmt.Print(get(srv.Client(), "POST", srv.URL+"/users/7/checkout"))
+	// Output:
+	// 409 routelock: resource busy, retry later
+	// 200 checked out
+}
+
+// A key of several parts: the product and the user.
+func ExampleLocker_By() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+
+	r := chi.NewRouter()
+	r.With(locker.By(keyfunc.Join(keyfunc.Param("productID"), keyfunc.Header("X-User-ID")))).
+		Post("/products/{productID}/cart", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Println(lock.Keys(r.Context()))
+		})
+	req := httptest.NewRequest("POST", "/products/42/cart", nil)
+	req.Header.Set("X-User-ID", "u7")
+	r.ServeHTTP(httptest.NewRecorder(), req)
+
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest("POST", "/products/42/cart", nil))
+	fmt.Print(w.Code, " ", w.Body.String())
+	// Output:
+	// [productID:42:X-User-Id:u7]
+	// 400 routelock: invalid lock key: Header(X-User-Id): missing
+}
+
+// A handler that holds productID:42 calls another service that locks
+// productID:42 too. The client's Transport carries the owner token, so the
+// nested call re-enters the lock instead of waiting for it.
+func ExampleLocker_Transport() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := lock.New(rdb, lock.Wait(time.Second))
+	defer locker.Close()
+
+	inventory := chi.NewRouter()
+	inventory.With(locker.ByParam("productID")).Post("/products/{productID}/reserve", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "reserved")
+	})
+	inv := httptest.NewServer(inventory)
+	defer inv.Close()
+
+	client := &http.Client{Transport: locker.Transport(http.DefaultTransport)}
+	shop := chi.NewRouter()
+	shop.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		req, _ := http.NewRequestWithContext(r.Context(), "POST", inv.URL+"/products/42/reserve", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		fmt.Fprintf(w, "inventory said %d %s", resp.StatusCode, b)
+	})
+	w := httptest.NewRecorder()
+	shop.ServeHTTP(w, httptest.NewRequest("POST", "/products/42/buy", nil).WithContext(context.Background()))
+	fmt.Println(w.Body.String())
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	// Output:
+	// inventory said 200 reserved
+}

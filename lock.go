@@ -1,0 +1,206 @@
+package lock
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/middleware"
+)
+
+// Locker holds locks in one Redis for the routes and methods it guards.
+// Create it once per process with New and share it; it is safe for
+// concurrent use.
+type Locker struct {
+	core *lockcore.Locker
+	cfg  config // defaults of its routes
+}
+
+// New returns a Locker on rdb, configured by opts (see Option). The Locker
+// does not own rdb: Close leaves it open.
+//
+// Panics if rdb is nil or an option is invalid.
+func New(rdb redis.UniversalClient, opts ...Option) *Locker {
+	if rdb == nil {
+		panic("lock: New(nil)")
+	}
+	var c config
+	c.applyAll(lockerOnly, opts)
+	core, err := lockcore.New(rdb, c.core)
+	if err != nil {
+		panic("lock: New: " + err.Error())
+	}
+	return &Locker{core: core, cfg: c}
+}
+
+// Close stops the Locker's background work (lease renewal and the release
+// notifications). Locks still held are no longer renewed and expire with
+// their TTL; handlers still running see their context cancelled with cause
+// ErrLockLost. Close is idempotent.
+func (l *Locker) Close() error { return l.core.Close() }
+
+// Core returns the engine, for locking outside a request
+// (lockcore.Locker.Acquire) and for inspection (lockcore.Locker.Inspect).
+func (l *Locker) Core() *lockcore.Locker { return l.core }
+
+// By returns middleware that locks the resource key names while the next
+// handler runs:
+//
+//	r.With(locker.By(keyfunc.Join(keyfunc.Param("productID"), keyfunc.Header("X-User-ID")))).Post(...)
+//
+// A request whose matched route lacks a route parameter of key passes
+// through unlocked; one with a missing or invalid value gets 400 and the
+// handler does not run. See package middleware for the whole flow.
+//
+// Panics if key is zero or cannot read HTTP requests (keyfunc.Field), or an
+// option is invalid here.
+func (l *Locker) By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
+	c := l.cfg
+	c.applyAll(routeOnly, opts)
+	if c.name != "" {
+		key = key.As(c.name)
+	}
+	return middleware.Lock(l.core, middleware.Config{
+		Key:        key,
+		Wait:       c.wait,
+		TTL:        c.ttl,
+		TrustToken: c.trust,
+		OnError:    c.onError,
+	})
+}
+
+// ByParam is By(keyfunc.Param(name), opts...): it locks the resource named
+// by route parameter name, such as {productID} in /products/{productID}/buy.
+// With chi it works in r.With, in r.Group and r.Route, and in the router's
+// own r.Use, where it locks exactly the routes that have the parameter.
+func (l *Locker) ByParam(name string, opts ...Option) func(http.Handler) http.Handler {
+	return l.By(keyfunc.Param(name), opts...)
+}
+
+// Transport returns a RoundTripper that propagates the owner token of the
+// request's context to the services it calls, so that they re-enter the
+// locks this request holds (see middleware.Transport). base nil means
+// http.DefaultTransport.
+func (l *Locker) Transport(base http.RoundTripper) http.RoundTripper {
+	return middleware.Transport(base)
+}
+
+// The default Locker.
+var (
+	defaultMu   sync.Mutex
+	defaultL    atomic.Pointer[Locker]
+	defaultOwns *redis.Client // the client Default opened itself
+)
+
+// SetDefault makes l the Locker that the package-level helpers (ByParam,
+// By) use. They look it up on every request, so SetDefault may come after
+// the routes are built, as long as it comes before the first request. If
+// Default had connected on its own, SetDefault closes that Locker and its
+// client. SetDefault(nil) undoes SetDefault.
+func SetDefault(l *Locker) {
+	defaultMu.Lock()
+	defer defaultMu.Unlock()
+	old := defaultL.Swap(l)
+	if defaultOwns != nil && old != nil {
+		old.Close()
+		defaultOwns.Close()
+		defaultOwns = nil
+	}
+}
+
+// Default returns the Locker set by SetDefault. When none was set, it
+// creates one on a client of its own, on the Redis that the REDIS_URL
+// environment variable names (redis.ParseURL syntax, such as
+// redis://:password@host:6379/0), or localhost:6379 when REDIS_URL is
+// empty. It connects lazily: an unreachable Redis shows as 503 responses.
+//
+// Panics if REDIS_URL cannot be parsed.
+func Default() *Locker {
+	if l := defaultL.Load(); l != nil {
+		return l
+	}
+	defaultMu.Lock()
+	defer defaultMu.Unlock()
+	if l := defaultL.Load(); l != nil {
+		return l
+	}
+	opt := &redis.Options{Addr: "localhost:6379"}
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		var err error
+		if opt, err = redis.ParseURL(u); err != nil {
+			panic("lock: Default: REDIS_URL: " + err.Error())
+		}
+	}
+	rdb := redis.NewClient(opt)
+	l := New(rdb)
+	defaultOwns = rdb
+	defaultL.Store(l)
+	return l
+}
+
+// By is Default().By(key, opts...), with Default looked up at each request
+// (see SetDefault).
+//
+// Panics if key or an option is invalid, as Locker.By does, when called.
+func By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
+	var c config
+	c.applyAll(routeOnly, opts)
+	if c.name != "" {
+		key = key.As(c.name)
+	}
+	if err := (middleware.Config{Key: key, TTL: c.ttl}).Validate(); err != nil {
+		panic(err.Error())
+	}
+	return func(next http.Handler) http.Handler {
+		var cur atomic.Pointer[bound]
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			l := Default()
+			b := cur.Load()
+			if b == nil || b.l != l {
+				b = &bound{l: l, h: l.By(key, opts...)(next)}
+				cur.Store(b)
+			}
+			b.h.ServeHTTP(w, r)
+		})
+	}
+}
+
+// bound is a package-level route's middleware built for one Locker.
+type bound struct {
+	l *Locker
+	h http.Handler
+}
+
+// ByParam is Default().ByParam(name, opts...), with Default looked up at
+// each request:
+//
+//	r.Use(lock.ByParam("productID"))
+func ByParam(name string, opts ...Option) func(http.Handler) http.Handler {
+	return By(keyfunc.Param(name), opts...)
+}
+
+// Transport is middleware.Transport: see Locker.Transport.
+func Transport(base http.RoundTripper) http.RoundTripper { return middleware.Transport(base) }
+
+// FencingToken returns the fencing token of the innermost lock that ctx
+// (a handler's r.Context()) holds: strictly greater than that of every
+// earlier hold of the key. Pass it to the store you write, so that it can
+// refuse writes from a holder whose lease has ended.
+func FencingToken(ctx context.Context) (int64, bool) { return lockcore.FencingToken(ctx) }
+
+// Keys returns the keys of the locks ctx holds, innermost first, such as
+// ["productID:42"].
+func Keys(ctx context.Context) []string {
+	held := lockcore.HeldFrom(ctx)
+	keys := make([]string, len(held))
+	for i, h := range held {
+		keys[i] = h.Key.String()
+	}
+	return keys
+}

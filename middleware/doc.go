@@ -1,0 +1,28 @@
+// Package middleware is routelock's net/http middleware: it locks the
+// resource a request names while the handler runs. Most users reach it
+// through the root package (lock.ByParam, Locker.By); this package is the
+// implementation and the place for callers who assemble a Config by hand.
+//
+// # What a request goes through
+//
+//  1. The key function ([keyfunc.Func]) reads the resource from the request.
+//     A route that does not name the resource passes through unlocked; a
+//     missing or invalid value is answered 400 and the handler never runs.
+//  2. The owner token: a nested request carries its caller's token in the
+//     [TokenHeader] header (see [Transport]); the middleware accepts it from
+//     requests that Config.TrustToken allows, and otherwise the engine mints
+//     a fresh one.
+//  3. The lock is taken by the engine ([lockcore.Locker.Acquire]) with the
+//     route's policy: wait up to Config.Wait (never past the request's own
+//     deadline) or fail at once. A lock held by another owner is answered
+//     409 with Retry-After; Redis out of reach, 503. The handler runs only
+//     with the lock held.
+//  4. The handler runs with a context that carries the owner token and the
+//     hold (lock.FencingToken, lockcore.HeldFrom) and that is cancelled with
+//     cause lockcore.ErrLockLost if the lease is lost.
+//  5. The lock is released when the handler returns, and also when it
+//     panics; the panic then goes on up the chain.
+//
+// Responses for a refused request come from Config.OnError ([Error] by
+// default). They never carry Redis errors, keys or owner tokens.
+package middleware

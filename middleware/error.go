@@ -1,0 +1,73 @@
+package middleware
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
+)
+
+// Status returns the HTTP status for an error of the middleware:
+//
+//	400 Bad Request            key missing or invalid, malformed owner token
+//	409 Conflict               lock held by another owner (fail fast, or the wait ran out)
+//	413 Content Too Large      body larger than a JSON key function reads
+//	503 Service Unavailable    Redis unreachable, or the Locker closed
+//	500 Internal Server Error  anything else, e.g. keyfunc.ErrNotRouted
+func Status(err error) int {
+	switch {
+	case errors.Is(err, keyfunc.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, keyfunc.ErrNotRouted):
+		return http.StatusInternalServerError
+	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid),
+		errors.Is(err, lockcore.ErrInvalidKey), errors.Is(err, lockcore.ErrInvalidToken):
+		return http.StatusBadRequest
+	case errors.Is(err, lockcore.ErrNotAcquired):
+		return http.StatusConflict
+	case errors.Is(err, lockcore.ErrUnavailable), errors.Is(err, lockcore.ErrClosed):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// Error is the default Config.OnError. It answers with Status(err) and a
+// one-line plain-text body that names what is wrong without repeating the
+// request's values, Redis errors, keys or owner tokens. A 409 carries
+// Retry-After: the holder's remaining lease in whole seconds, at least 1.
+func Error(w http.ResponseWriter, r *http.Request, err error) {
+	status := Status(err)
+	msg := "routelock: internal error"
+	switch status {
+	case http.StatusBadRequest:
+		msg = "routelock: invalid lock key"
+		var kerr *keyfunc.Error
+		switch {
+		case errors.As(err, &kerr):
+			msg += ": " + kerr.Public()
+		case errors.Is(err, lockcore.ErrInvalidToken):
+			msg = "routelock: invalid " + TokenHeader + " header"
+		}
+	case http.StatusConflict:
+		msg = "routelock: resource busy, retry later"
+		var cerr *lockcore.ContentionError
+		secs := int64(1)
+		if errors.As(err, &cerr) && cerr.RetryAfter > time.Second {
+			secs = int64((cerr.RetryAfter + time.Second - 1) / time.Second)
+		}
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	case http.StatusRequestEntityTooLarge:
+		msg = "routelock: request body too large"
+	case http.StatusServiceUnavailable:
+		msg = "routelock: lock service unavailable"
+	case http.StatusInternalServerError:
+		var kerr *keyfunc.Error
+		if errors.As(err, &kerr) {
+			msg = "routelock: lock key: " + kerr.Public()
+		}
+	}
+	http.Error(w, msg, status)
+}

@@ -1,0 +1,163 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
+)
+
+// DefaultWait is how long a request waits for a lock held by another owner
+// when Config.Wait is zero.
+const DefaultWait = 5 * time.Second
+
+// TokenHeader carries a propagated owner token from one service to the next.
+const TokenHeader = "Routelock-Token"
+
+// Config configures Lock.
+type Config struct {
+	// Key names the resource a request locks. Required.
+	Key keyfunc.Func
+
+	// Wait is how long a request waits for a lock held by another owner,
+	// never past the request context's deadline. Negative: one attempt,
+	// then 409 (fail fast). Default: DefaultWait.
+	Wait time.Duration
+
+	// TTL is the lease length, which the engine's watchdog keeps renewing
+	// while the handler runs; it bounds how long the lock outlives a crashed
+	// process. At least lockcore.MinTTL. Default: the Locker's
+	// (lockcore.Options.TTL).
+	TTL time.Duration
+
+	// TrustToken reports whether a request may carry a propagated owner
+	// token in TokenHeader; the header of any other request is ignored, and
+	// the request gets a fresh token. A token lets its bearer re-enter the
+	// locks of the request that minted it, so restrict it to callers you
+	// trust when the service is reachable from outside (e.g. by a shared
+	// secret header or the peer's network). Default: every request may.
+	TrustToken func(*http.Request) bool
+
+	// OnError answers a request that is not let through: bad key (400),
+	// lock held by another owner (409), Redis unavailable (503). err
+	// matches the sentinels of keyfunc and lockcore. Default: Error.
+	OnError func(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// Lock returns middleware that holds the lock on c.Key's resource while the
+// next handler runs, as the package documentation describes.
+//
+// Panics if c.Key is zero or cannot read HTTP requests, or c.TTL is
+// negative or below lockcore.MinTTL.
+func Lock(l *lockcore.Locker, c Config) func(http.Handler) http.Handler {
+	m := newLocker(l, c)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			m.serve(w, r, next)
+		})
+	}
+}
+
+// locker is one configured middleware.
+type locker struct {
+	l       *lockcore.Locker
+	key     keyfunc.Func
+	policy  lockcore.Policy
+	trust   func(*http.Request) bool
+	onError func(http.ResponseWriter, *http.Request, error)
+}
+
+// Validate reports what is wrong with c, as Lock would panic with it.
+func (c Config) Validate() error {
+	switch {
+	case c.Key.IsZero():
+		return errors.New("routelock/middleware: Config.Key is required")
+	case !c.Key.ForHTTP():
+		return fmt.Errorf("routelock/middleware: key %v cannot read HTTP requests", c.Key)
+	case c.TTL < 0 || c.TTL > 0 && c.TTL < lockcore.MinTTL:
+		return fmt.Errorf("routelock/middleware: TTL %v is below the minimum %v", c.TTL, lockcore.MinTTL)
+	}
+	return nil
+}
+
+func newLocker(l *lockcore.Locker, c Config) *locker {
+	if l == nil {
+		panic("routelock/middleware: nil Locker")
+	}
+	if err := c.Validate(); err != nil {
+		panic(err.Error())
+	}
+	m := &locker{l: l, key: c.Key, trust: c.TrustToken, onError: c.OnError}
+	switch {
+	case c.Wait == 0:
+		m.policy.Wait = DefaultWait
+	case c.Wait > 0:
+		m.policy.Wait = c.Wait
+	}
+	m.policy.TTL = c.TTL
+	if m.onError == nil {
+		m.onError = Error
+	}
+	return m
+}
+
+func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	parts, err := m.key.HTTP(r)
+	if err != nil {
+		if errors.Is(err, keyfunc.ErrSkip) {
+			// Not a route of this resource; pass the caller's token on, so
+			// that a nested call further down still re-enters.
+			if r2, err := m.withToken(r); err == nil && r2 != r {
+				r = r2
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		m.onError(w, r, err)
+		return
+	}
+	key, err := lockcore.NewKey(parts...)
+	if err != nil {
+		m.onError(w, r, err)
+		return
+	}
+	if r, err = m.withToken(r); err != nil {
+		m.onError(w, r, err)
+		return
+	}
+	lease, err := m.l.Acquire(r.Context(), key, m.policy)
+	if err != nil {
+		m.onError(w, r, err)
+		return
+	}
+	// Deferred, so that a panicking handler releases too; the panic goes on.
+	// A failed release has no one to tell: the key expires with its TTL.
+	defer lease.Release(r.Context())
+	next.ServeHTTP(w, r.WithContext(lease.Context()))
+}
+
+// withToken returns r with the propagated owner token in its context, if
+// it carries one it may carry, and the header removed so that the handler
+// cannot log it. A context that already has a token keeps it.
+func (m *locker) withToken(r *http.Request) (*http.Request, error) {
+	vs := r.Header[TokenHeader]
+	if len(vs) == 0 {
+		return r, nil
+	}
+	if _, ok := lockcore.TokenFrom(r.Context()); ok || (m.trust != nil && !m.trust(r)) {
+		r.Header.Del(TokenHeader)
+		return r, nil
+	}
+	if len(vs) > 1 {
+		return r, fmt.Errorf("%w: %s given %d times", lockcore.ErrInvalidToken, TokenHeader, len(vs))
+	}
+	tok, err := lockcore.ParseToken(vs[0])
+	if err != nil {
+		return r, err
+	}
+	r.Header.Del(TokenHeader)
+	return r.WithContext(lockcore.WithToken(r.Context(), tok)), nil
+}

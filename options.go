@@ -1,0 +1,142 @@
+package lock
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Option configures a Locker, when given to New, or one route, when given
+// to By or ByParam. A Locker's options are the defaults of its routes; a
+// route's options override them. Options that make sense in only one of the
+// two places (Prefix and Engine for the Locker, Name for a route) panic in
+// the other.
+type Option struct {
+	name  string
+	scope scope
+	apply func(*config)
+}
+
+type scope uint8
+
+const (
+	anywhere scope = iota
+	lockerOnly
+	routeOnly
+)
+
+// config is what options set.
+type config struct {
+	core    lockcore.Options
+	wait    time.Duration // 0: middleware.DefaultWait; < 0: fail fast
+	ttl     time.Duration // 0: core.TTL
+	name    string
+	trust   func(*http.Request) bool
+	onError func(http.ResponseWriter, *http.Request, error)
+}
+
+func (c *config) applyAll(s scope, opts []Option) {
+	for _, o := range opts {
+		if o.apply == nil {
+			panic("lock: zero Option")
+		}
+		if o.scope != anywhere && o.scope != s {
+			where := "New"
+			if o.scope == routeOnly {
+				where = "a route (By, ByParam)"
+			}
+			panic(fmt.Sprintf("lock: option %s applies only to %s", o.name, where))
+		}
+		o.apply(c)
+	}
+}
+
+// Wait makes a request wait up to d for a lock held by another owner, and
+// never past the request's own deadline; then it is refused with 409
+// Conflict. The default is blocking with a wait of 5 seconds
+// (middleware.DefaultWait).
+//
+// Panics if d is not positive; use FailFast for no wait.
+func Wait(d time.Duration) Option {
+	if d <= 0 {
+		panic(fmt.Sprintf("lock: Wait(%v): must be positive; use FailFast for no wait", d))
+	}
+	return Option{"Wait", anywhere, func(c *config) { c.wait = d }}
+}
+
+// FailFast makes one attempt at the lock: a request that finds it held by
+// another owner is refused at once with 409 Conflict and Retry-After.
+func FailFast() Option {
+	return Option{"FailFast", anywhere, func(c *config) { c.wait = -1 }}
+}
+
+// TTL sets the lease length: how long the lock outlives a process that
+// crashed while holding it. While the handler runs the watchdog renews the
+// lease about every d/3, so a long handler keeps its lock. Default: 10s.
+//
+// Panics if d is below lockcore.MinTTL (30ms).
+func TTL(d time.Duration) Option {
+	if d < lockcore.MinTTL {
+		panic(fmt.Sprintf("lock: TTL(%v): below the minimum %v", d, lockcore.MinTTL))
+	}
+	return Option{"TTL", anywhere, func(c *config) {
+		c.ttl = d
+		c.core.TTL = d
+	}}
+}
+
+// Name names the resource a route locks in place of the names of its key
+// functions: ByParam("productID", Name("product")) locks product:42. Routes
+// (and gRPC methods) with the same name and values share a lock; give
+// routes different names to give them separate locks.
+//
+// Panics if name is empty or longer than 256 bytes.
+func Name(name string) Option {
+	if name == "" || len(name) > lockcore.MaxKeyPartLen {
+		panic(fmt.Sprintf("lock: Name(%q): must be 1 to %d bytes", name, lockcore.MaxKeyPartLen))
+	}
+	return Option{"Name", routeOnly, func(c *config) { c.name = name }}
+}
+
+// TrustToken decides which requests may carry a propagated owner token
+// (the Routelock-Token header that Transport writes). The header of a
+// request for which trust returns false is ignored: the request gets a
+// fresh token and re-enters nothing. The default trusts every request; a
+// service reachable from outside should trust only its own callers.
+//
+// Panics if trust is nil.
+func TrustToken(trust func(*http.Request) bool) Option {
+	if trust == nil {
+		panic("lock: TrustToken(nil)")
+	}
+	return Option{"TrustToken", anywhere, func(c *config) { c.trust = trust }}
+}
+
+// OnError replaces the response to a request that is refused: bad key
+// (err matches ErrInvalidKey or a keyfunc error), lock held by another owner
+// (ErrNotAcquired), Redis unreachable (ErrUnavailable). The default is
+// middleware.Error; middleware.Status maps err to the default status.
+//
+// Panics if fn is nil.
+func OnError(fn func(w http.ResponseWriter, r *http.Request, err error)) Option {
+	if fn == nil {
+		panic("lock: OnError(nil)")
+	}
+	return Option{"OnError", anywhere, func(c *config) { c.onError = fn }}
+}
+
+// Prefix starts every Redis key and channel of the Locker. Default:
+// "routelock:". Lockers that share a prefix and a Redis share their locks.
+//
+// New panics if p contains '{', '}' or a space.
+func Prefix(p string) Option {
+	return Option{"Prefix", lockerOnly, func(c *config) { c.core.Prefix = p }}
+}
+
+// Engine sets all of the engine's options at once (see lockcore.Options);
+// options given after it override its fields.
+func Engine(o lockcore.Options) Option {
+	return Option{"Engine", lockerOnly, func(c *config) { c.core = o }}
+}
