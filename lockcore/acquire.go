@@ -8,26 +8,19 @@ import (
 	"time"
 )
 
-// Replies of the acquire script.
-const (
-	statusBusy      = 0
-	statusAcquired  = 1
-	statusReentered = 2
-)
-
 // acquire takes h's key in Redis for h.token and sets h.fence. It returns
 // when the acquiring call was sent: the lease is valid for h.ttl from then.
 func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time.Time, error) {
 	id := l.nextID()
-	ttl, ret := ms(h.ttl), ms(l.opt.FenceRetention)
+	ttl := ms(h.ttl)
 	if wait <= 0 {
 		sent := time.Now()
-		status, v, err := runAcquire(ctx, l, h, ttl, ret, 0, id, "")
+		v, err := l.runAcquire(ctx, h, 0, id, "")
 		if err != nil {
 			return sent, l.acquireFailed(ctx, h, id, "", err)
 		}
-		if status == statusBusy {
-			return sent, &ContentionError{Key: h.key.s, RetryAfter: time.Duration(v) * time.Millisecond, err: ErrNotAcquired}
+		if v <= 0 {
+			return sent, &ContentionError{Key: h.key.s, RetryAfter: time.Duration(-v) * time.Millisecond, err: ErrNotAcquired}
 		}
 		h.fence = v
 		return sent, nil
@@ -44,8 +37,7 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		l.channel + " " + id + " " + h.token
 	w := l.nf.register(id)
 	defer l.nf.unregister(w)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	var timer *time.Timer // made when first needed: most acquisitions find the lock free
 	var pttl int64
 	for {
 		resync := l.nf.resyncChan()
@@ -54,19 +46,24 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		if left <= 0 {
 			return sent, l.giveUp(h, id, member, pttl, timeout)
 		}
-		status, v, err := runAcquire(ctx, l, h, ttl, ret, ms(left), id, member)
+		v, err := l.runAcquire(ctx, h, ms(left), id, member)
 		if err != nil {
 			return sent, l.acquireFailed(ctx, h, id, member, err)
 		}
-		if status != statusBusy {
+		if v > 0 {
 			h.fence = v
 			return sent, nil
 		}
-		pttl = v
+		pttl = -v
 		// Sleep until handed the lock, or until the holder's lease would have
 		// run out (the notification may be lost), or the deadline.
-		sleep := time.Duration(max(pttl, 0))*time.Millisecond + time.Millisecond
-		timer.Reset(min(sleep, time.Until(deadline)))
+		sleep := min(time.Duration(pttl)*time.Millisecond+time.Millisecond, time.Until(deadline))
+		if timer == nil {
+			timer = time.NewTimer(sleep)
+			defer timer.Stop()
+		} else {
+			timer.Reset(sleep)
+		}
 		select {
 		case f := <-w.ch:
 			h.fence = f
@@ -82,29 +79,26 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	}
 }
 
-func runAcquire(ctx context.Context, l *Locker, h *hold, ttl, ret, wait int64, id, member string) (status, v int64, err error) {
-	res, err := acquireScript.Run(ctx, l.rdb, h.keys, h.token, ttl, ret, wait, id, member).Slice()
-	if err != nil {
-		return 0, 0, err
-	}
-	if len(res) != 2 {
-		return 0, 0, errors.New("unexpected acquire reply")
-	}
-	status, ok := res[0].(int64)
-	if !ok {
-		return 0, 0, errors.New("unexpected acquire reply")
-	}
-	switch x := res[1].(type) {
-	case int64:
-		v = x
-	case string:
-		if v, err = strconv.ParseInt(x, 10, 64); err != nil {
-			return 0, 0, errors.New("unexpected acquire reply")
-		}
-	default:
-		return 0, 0, errors.New("unexpected acquire reply")
-	}
-	return status, v, nil
+// runAcquire runs the acquire script for attempt id of h, waiting up to
+// wait ms (0: fail fast) in the queue as member. It returns the fencing
+// token (> 0) when h holds the lock, or minus the holder's remaining lease
+// in ms (<= 0) when another owner does.
+func (l *Locker) runAcquire(ctx context.Context, h *hold, wait int64, id, member string) (int64, error) {
+	var args [12]any
+	args[2] = 3
+	copy(args[3:7], h.args[:])
+	args[7], args[8], args[9], args[10], args[11] = l.ttlArg(h.ttl), l.retArg, wait, id, member
+	return acquireScript.run(ctx, l.rdb, args[:])
+}
+
+// release runs the release script for h: a plain release of one count when
+// id is empty, else the withdrawal of attempt id queued as member.
+func (l *Locker) release(ctx context.Context, h *hold, id, member string) (int64, error) {
+	var args [10]any
+	args[2] = 3
+	copy(args[3:7], h.args[:])
+	args[7], args[8], args[9] = l.retArg, id, member
+	return releaseScript.run(ctx, l.rdb, args[:])
 }
 
 // giveUp withdraws a waiter whose wait ended; cause is the context's error,
@@ -147,7 +141,5 @@ func (l *Locker) acquireFailed(ctx context.Context, h *hold, id, member string, 
 // abandon withdraws attempt id: it leaves the wait queue and releases a hold
 // granted to the attempt. With an empty id it releases one count of h.
 func (l *Locker) abandon(h *hold, id, member string) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.opt.ReleaseTimeout)
-	defer cancel()
-	_ = releaseScript.Run(ctx, l.rdb, h.keys, h.token, ms(l.opt.FenceRetention), id, member).Err()
+	_, _ = l.release(l.detach(context.Background()), h, id, member)
 }

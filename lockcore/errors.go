@@ -59,11 +59,17 @@ type ContentionError struct {
 }
 
 func (e *ContentionError) Error() string {
-	return fmt.Sprintf("%v (key %q)", e.err, e.Key)
+	return fmt.Sprintf("%v (key %q)", e.Unwrap(), e.Key)
 }
 
-// Unwrap returns the sentinel (and the context's error, if the caller gave up).
-func (e *ContentionError) Unwrap() error { return e.err }
+// Unwrap returns the sentinel (and the context's error, if the caller gave
+// up): ErrNotAcquired for a ContentionError made outside this package.
+func (e *ContentionError) Unwrap() error {
+	if e.err == nil {
+		return ErrNotAcquired
+	}
+	return e.err
+}
 
 func unavailable(op string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/google/uuid"
 )
 
 func TestNewKey(t *testing.T) {
@@ -60,4 +62,23 @@ func FuzzNewKey(f *testing.F) {
 			t.Fatalf("(%q,%q) -> %q and (%q,%q) -> %q", a, b, k1, c, d, k2)
 		}
 	})
+}
+
+// TestNewToken: tokens are canonical version 4 UUIDs, and distinct.
+func TestNewToken(t *testing.T) {
+	seen := make(map[string]bool)
+	for range 10000 {
+		tok := NewToken()
+		u, err := uuid.Parse(tok)
+		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || u.String() != tok {
+			t.Fatalf("token %q: %v, version %v, variant %v", tok, err, u.Version(), u.Variant())
+		}
+		if _, err := ParseToken(tok); err != nil {
+			t.Fatalf("ParseToken(%q): %v", tok, err)
+		}
+		if seen[tok] {
+			t.Fatalf("token %q minted twice", tok)
+		}
+		seen[tok] = true
+	}
 }

@@ -20,7 +20,8 @@ const (
 type hold struct {
 	l      *Locker
 	key    Key
-	keys   []string // lock, queue, fence
+	keys   [3]string // lock, queue, fence
+	args   [4]any    // keys and token boxed once, for the scripts
 	token  string
 	fence  int64
 	ttl    time.Duration
@@ -28,6 +29,9 @@ type hold struct {
 	state  atomic.Int32
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+
+	st    ctxState // what ctx carries
+	first Lease    // the lease of the acquisition that made the hold
 
 	// Watchdog bookkeeping, guarded by the watchdog's mutex.
 	index      int       // in the watchdog heap; -1 when not scheduled
@@ -120,9 +124,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 	if wasLive {
 		h.cancel(ErrReleased)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opt.ReleaseTimeout)
-	defer cancel()
-	n, err := releaseScript.Run(ctx, l.rdb, h.keys, h.token, ms(l.opt.FenceRetention), "", "").Int64()
+	n, err := l.release(l.detach(ctx), h, "", "")
 	switch {
 	case !wasLive:
 		return ErrLockLost
@@ -183,7 +185,7 @@ func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&ContentionError{Key: key.s, err: ErrNotAcquired}, err)
 	}
-	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: p.TTL, index: -1}
+	h := l.newHold(key, tok, p.TTL)
 	sent, err := l.acquire(ctx, h, p.Wait)
 	if err != nil {
 		return nil, err
@@ -191,7 +193,9 @@ func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 	h.refs.Store(1)
 	hctx, cancel := context.WithCancelCause(ctx)
 	h.cancel = cancel
-	h.ctx = context.WithValue(hctx, ctxKey{}, &ctxState{token: tok, held: h, parent: st})
+	h.st = ctxState{token: tok, held: h, parent: st}
+	h.ctx = context.WithValue(hctx, ctxKey{}, &h.st)
+	h.first = Lease{h: h, ctx: h.ctx}
 	if !l.wd.add(h, sent) {
 		// Closed while acquiring: give it back.
 		h.refs.Store(0)
@@ -200,5 +204,11 @@ func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 		l.abandon(h, "", "")
 		return nil, ErrClosed
 	}
-	return &Lease{h: h, ctx: h.ctx}, nil
+	return &h.first, nil
+}
+
+func (l *Locker) newHold(key Key, tok string, ttl time.Duration) *hold {
+	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1}
+	h.args = [4]any{h.keys[0], h.keys[1], h.keys[2], tok}
+	return h
 }

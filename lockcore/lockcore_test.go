@@ -265,7 +265,7 @@ func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
 		}
 		// A lease on the same key under another token, as a confused or
 		// hostile caller would hold after the real one took over.
-		forged := &Lease{h: &hold{l: l, key: key, keys: l.redisKeys(key), token: NewToken(), index: -1}}
+		forged := &Lease{h: l.newHold(key, NewToken(), 0)}
 		forged.h.refs.Store(1)
 		forged.h.ctx, forged.h.cancel = context.WithCancelCause(ctx)
 		if err := forged.Release(ctx); !errors.Is(err, ErrNotOwner) {

@@ -96,6 +96,10 @@ type Locker struct {
 	wd watchdog
 	nf notifier
 	bg sync.WaitGroup // withdrawals of failed attempts, each bounded by ReleaseTimeout
+
+	// Script arguments boxed once: the default TTL and the fence retention
+	// in ms.
+	ttlBoxed, retArg any
 }
 
 // New returns a Locker on rdb. The Locker does not own rdb: Close leaves it
@@ -112,6 +116,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Locker, error) {
 	_, _ = rand.Read(b[:])
 	l := &Locker{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
 	l.channel = opt.Prefix + "notify:" + l.id
+	l.ttlBoxed, l.retArg = ms(opt.TTL), ms(opt.FenceRetention)
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wd.start(l)
 	l.nf.start(l)
@@ -139,10 +144,49 @@ func (l *Locker) Close() error {
 }
 
 // redisKeys returns the lock's hash, queue and fence keys. They share the
-// hash tag {key}.
-func (l *Locker) redisKeys(k Key) []string {
-	lk := l.opt.Prefix + "{" + k.s + "}"
-	return []string{lk, lk + ":q", lk + ":f"}
+// hash tag {key}, and one allocation.
+func (l *Locker) redisKeys(k Key) (ks [3]string) {
+	var b strings.Builder
+	n := len(l.opt.Prefix) + len(k.s) + 2
+	b.Grow(2*n + 4)
+	b.WriteString(l.opt.Prefix)
+	b.WriteByte('{')
+	b.WriteString(k.s)
+	b.WriteString("}:q")
+	b.WriteString(l.opt.Prefix)
+	b.WriteByte('{')
+	b.WriteString(k.s)
+	b.WriteString("}:f")
+	s := b.String()
+	return [3]string{s[:n], s[:n+2], s[n+2:]}
+}
+
+// ttlArg returns ms(ttl) as a script argument.
+func (l *Locker) ttlArg(ttl time.Duration) any {
+	if ttl == l.opt.TTL {
+		return l.ttlBoxed
+	}
+	return ms(ttl)
+}
+
+// detached is a context with the values of its parent and a deadline, but
+// never cancelled: a release or withdrawal runs to its end, bounded by the
+// deadline (as far as the client applies context deadlines) and by the
+// client's own timeouts, even when the request that asked for it is gone.
+type detached struct {
+	context.Context
+	deadline time.Time
+}
+
+func (d detached) Deadline() (time.Time, bool) { return d.deadline, true }
+func (d detached) Done() <-chan struct{}       { return nil }
+func (d detached) Err() error                  { return nil }
+
+// detach returns ctx without its cancellation and with the deadline
+// ReleaseTimeout from now. It is what context.WithTimeout(
+// context.WithoutCancel(ctx)) gives, without the timer and four allocations.
+func (l *Locker) detach(ctx context.Context) context.Context {
+	return detached{ctx, time.Now().Add(l.opt.ReleaseTimeout)}
 }
 
 // nextID returns a fresh attempt id, unique across Lockers.

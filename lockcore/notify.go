@@ -50,18 +50,32 @@ func (n *notifier) stop() {
 	<-n.done
 }
 
+// waiters are recycled: a wait that finds the lock free would otherwise
+// allocate one and its channel for nothing.
+var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan int64, 1)} }}
+
 func (n *notifier) register(id string) *waiter {
-	w := &waiter{id: id, ch: make(chan int64, 1)}
+	w := waiterPool.Get().(*waiter)
+	w.id = id
 	n.mu.Lock()
 	n.waiters[id] = w
 	n.mu.Unlock()
 	return w
 }
 
+// unregister removes w; after it no hand-over reaches w, so w can be reused.
 func (n *notifier) unregister(w *waiter) {
 	n.mu.Lock()
-	delete(n.waiters, w.id)
+	if n.waiters[w.id] == w {
+		delete(n.waiters, w.id)
+	}
 	n.mu.Unlock()
+	select {
+	case <-w.ch: // a hand-over that came after the wait ended
+	default:
+	}
+	w.id = ""
+	waiterPool.Put(w)
 }
 
 // resyncChan returns a channel closed when the subscription is next
@@ -83,12 +97,11 @@ func (n *notifier) deliver(payload string) {
 		return
 	}
 	n.mu.Lock()
-	w := n.waiters[id]
-	delete(n.waiters, id)
-	n.mu.Unlock()
-	if w != nil {
-		w.ch <- fence // buffered; one hand-over per attempt
+	if w := n.waiters[id]; w != nil {
+		delete(n.waiters, id)
+		w.ch <- fence // buffered and empty: one hand-over per attempt
 	}
+	n.mu.Unlock()
 }
 
 func (n *notifier) subscribed() {

@@ -1,7 +1,10 @@
 package lockcore
 
 import (
+	"context"
+	"crypto/sha1"
 	_ "embed" // the Lua sources
+	"encoding/hex"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +23,34 @@ var (
 // The scripts run by EVALSHA, falling back to EVAL when Redis does not have
 // them cached (first use, or after a restart or SCRIPT FLUSH).
 var (
-	acquireScript = redis.NewScript(luaCommon + luaAcquire)
-	releaseScript = redis.NewScript(luaCommon + luaRelease)
-	renewScript   = redis.NewScript(luaCommon + luaRenew)
+	acquireScript = newScript(luaCommon + luaAcquire)
+	releaseScript = newScript(luaCommon + luaRelease)
+	renewScript   = redis.NewScript(luaCommon + luaRenew) // pipelined by the watchdog
 )
+
+// script is a Lua script with an integer reply, run with arguments that the
+// caller lays out itself: go-redis's Script boxes every key and argument
+// anew on each call, which is most of a lock's allocations.
+type script struct {
+	src, sha any // boxed once
+}
+
+func newScript(src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// run runs the script with args, whose first two elements it fills with the
+// command and the script (args[2] is the number of keys, then the keys and
+// the arguments): EVALSHA, then EVAL if Redis does not know the script.
+func (s *script) run(ctx context.Context, rdb redis.UniversalClient, args []any) (int64, error) {
+	args[0], args[1] = "evalsha", s.sha
+	cmd := redis.NewIntCmd(ctx, args...)
+	_ = rdb.Process(ctx, cmd)
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		args[0], args[1] = "eval", s.src
+		cmd = redis.NewIntCmd(ctx, args...)
+		_ = rdb.Process(ctx, cmd)
+	}
+	return cmd.Result()
+}

@@ -36,16 +36,18 @@ local function take(tok, ttl, now, nows, retention, id)
 end
 
 -- Hand the free lock to the oldest waiter whose deadline has not passed and
--- tell it on its Locker's channel. Returns its member and fencing token, or
--- nil when nobody is left waiting.
-local function grant_next(now, nows, retention)
+-- tell it on its Locker's channel, unless it is member self, the caller.
+-- Returns its member and fencing token, or nil when nobody is left waiting.
+local function grant_next(now, nows, retention, self)
   for _ = 1, 64 do
     local e = redis.call('ZPOPMIN', Q)
     if #e == 0 then return nil end
     local dl, ttl, ch, id, tok = string.match(e[1], '^(%d+) (%d+) (%S+) (%S+) (%S+)$')
     if dl and tonumber(dl) * 1000 > now then
       local f = take(tok, ttl, now, nows, retention, id)
-      redis.call('PUBLISH', ch, id .. ' ' .. f)
+      if e[1] ~= self then
+        redis.call('PUBLISH', ch, id .. ' ' .. f)
+      end
       return e[1], f
     end
   end
