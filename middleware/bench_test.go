@@ -1,0 +1,243 @@
+package middleware_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/middleware"
+)
+
+// discard is a ResponseWriter that costs nothing, so that the benchmarks
+// measure the handler chain and not the recorder.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}
+
+// benchRedis returns a client of the real redis-server if there is one:
+// on miniredis, which runs inside the benchmark's process, the CPU figures
+// would include the server's work.
+func benchRedis(b *testing.B) *redis.Client {
+	bs := redistest.Backends(b)
+	be := bs[len(bs)-1]
+	if !be.Real() {
+		b.Log("no real redis-server: measuring on miniredis, whose CPU counts as the client's")
+	}
+	return be.Client(b)
+}
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measure runs fn b.N times and reports the process CPU per operation
+// besides the wall time (ns/op) and allocations that -benchmem reports.
+func measure(b *testing.B, fn func()) {
+	b.ReportAllocs()
+	fn() // warm: scripts loaded, connections dialled
+	b.ResetTimer()
+	start := cpuTime()
+	for b.Loop() {
+		fn()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkMiddleware measures what the middleware adds to a request on an
+// uncontended key: the same chi route and handler bare, behind the
+// middleware (r.With, and the router's r.Use that matches the route
+// itself), the engine alone (acquire + release), and two PINGs, the floor
+// of two Redis round trips.
+func BenchmarkMiddleware(b *testing.B) {
+	rdb := benchRedis(b)
+	l, err := lockcore.New(rdb, lockcore.Options{Prefix: redistest.Prefix(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
+	mw := middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})
+	route := func(r chi.Router) { r.Post("/products/{productID}/buy", handler) }
+
+	bare := chi.NewRouter()
+	route(bare)
+	with := chi.NewRouter()
+	with.With(mw).Post("/products/{productID}/buy", handler)
+	use := chi.NewRouter()
+	use.Use(mw)
+	route(use)
+
+	req := httptest.NewRequest("POST", "/products/42/buy", nil)
+	w := &discard{h: http.Header{}}
+	for _, bc := range []struct {
+		name string
+		h    http.Handler
+	}{{"bare", bare}, {"locked-With", with}, {"locked-Use", use}} {
+		b.Run(bc.name, func(b *testing.B) {
+			measure(b, func() { bc.h.ServeHTTP(w, req) })
+		})
+	}
+
+	ctx := context.Background()
+	key, _ := lockcore.NewKey("productID", "42")
+	b.Run("engine", func(b *testing.B) {
+		measure(b, func() {
+			ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
+	b.Run("2xPING", func(b *testing.B) {
+		measure(b, func() {
+			rdb.Ping(ctx)
+			rdb.Ping(ctx)
+		})
+	})
+}
+
+// BenchmarkMiddlewareParallel runs the same requests from 16 goroutines per
+// CPU, each on its own key. With the process busy, its CPU time per request
+// is the work done rather than the spinning of an idle runtime waiting on
+// the network, so cpu-ns/op of locked minus 2xPING is the middleware's own
+// CPU cost.
+func BenchmarkMiddlewareParallel(b *testing.B) {
+	rdb := benchRedis(b)
+	l, err := lockcore.New(rdb, lockcore.Options{Prefix: redistest.Prefix(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
+	mw := middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})
+	with := chi.NewRouter()
+	with.With(mw).Post("/products/{productID}/buy", handler)
+	bare := chi.NewRouter()
+	bare.Post("/products/{productID}/buy", handler)
+
+	parallel := func(b *testing.B, fn func(req *http.Request, w http.ResponseWriter)) {
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(16)
+		start := cpuTime()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			req := httptest.NewRequest("POST", fmt.Sprintf("/products/%d/buy", next.Add(1)), nil)
+			w := &discard{h: http.Header{}}
+			for pb.Next() {
+				fn(req, w)
+			}
+		})
+		b.StopTimer()
+		b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+	}
+	ctx := context.Background()
+	b.Run("bare", func(b *testing.B) {
+		parallel(b, func(req *http.Request, w http.ResponseWriter) { bare.ServeHTTP(w, req) })
+	})
+	b.Run("locked-With", func(b *testing.B) {
+		parallel(b, func(req *http.Request, w http.ResponseWriter) { with.ServeHTTP(w, req) })
+	})
+	b.Run("2xPING", func(b *testing.B) {
+		parallel(b, func(*http.Request, http.ResponseWriter) {
+			rdb.Ping(ctx)
+			rdb.Ping(ctx)
+		})
+	})
+}
+
+// instant answers the engine's scripts and PING without a network: acquire
+// grants fencing token 1 and release reports the lock freed. Behind it the
+// benchmarks time the CPU that the middleware, the engine and the client's
+// command building spend on a request, without the round trips.
+type instant struct{}
+
+func (instant) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (instant) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (instant) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch c := cmd.(type) {
+		case *redis.IntCmd:
+			if c.Name() == "evalsha" {
+				if len(c.Args()) == 12 { // acquire: keys, token, wait, ttl, …
+					c.SetVal(1)
+				} else {
+					c.SetVal(0)
+				}
+				return nil
+			}
+		case *redis.StatusCmd:
+			if c.Name() == "ping" {
+				c.SetVal("PONG")
+				return nil
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// BenchmarkMiddlewareCPU is BenchmarkMiddleware with Redis answering
+// instantly (see instant): locked minus bare is the CPU the middleware adds
+// to a request beside its two round trips.
+func BenchmarkMiddlewareCPU(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: the hook answers
+	defer rdb.Close()
+	rdb.AddHook(instant{})
+	l, err := lockcore.New(rdb, lockcore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
+	mw := middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})
+	bare := chi.NewRouter()
+	bare.Post("/products/{productID}/buy", handler)
+	with := chi.NewRouter()
+	with.With(mw).Post("/products/{productID}/buy", handler)
+	use := chi.NewRouter()
+	use.Use(mw)
+	use.Post("/products/{productID}/buy", handler)
+	req := httptest.NewRequest("POST", "/products/42/buy", nil)
+	w := &discard{h: http.Header{}}
+	for _, bc := range []struct {
+		name string
+		h    http.Handler
+	}{{"bare", bare}, {"locked-With", with}, {"locked-Use", use}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.h.ServeHTTP(w, req)
+			}
+		})
+	}
+	ctx := context.Background()
+	b.Run("2xPING", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			rdb.Ping(ctx)
+			rdb.Ping(ctx)
+		}
+	})
+}

@@ -1,0 +1,118 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/middleware"
+)
+
+func TestStatus(t *testing.T) {
+	ctxErr := errors.Join(&lockcore.ContentionError{Key: "k", RetryAfter: 2500 * time.Millisecond}, context.Canceled)
+	for _, tc := range []struct {
+		err        error
+		status     int
+		retryAfter string
+	}{
+		{&keyfunc.Error{Source: "Param(id)", Err: keyfunc.ErrMissing}, 400, ""},
+		{&keyfunc.Error{Source: "Header(X)", Err: keyfunc.ErrInvalid}, 400, ""},
+		{fmt.Errorf("%w: too many parts", lockcore.ErrInvalidKey), 400, ""},
+		{fmt.Errorf("%w: short", lockcore.ErrInvalidToken), 400, ""},
+		{&keyfunc.Error{Source: "JSON(a)", Err: keyfunc.ErrTooLarge}, 413, ""},
+		{&keyfunc.Error{Source: "Param(id)", Err: keyfunc.ErrNotRouted}, 500, ""},
+		{&lockcore.ContentionError{Key: "k", RetryAfter: 300 * time.Millisecond}, 409, "1"},
+		{ctxErr, 409, "3"},
+		{fmt.Errorf("%w: dial tcp 127.0.0.1:6379: refused", lockcore.ErrUnavailable), 503, ""},
+		{lockcore.ErrClosed, 503, ""},
+		{errors.New("something else"), 500, ""},
+	} {
+		if got := middleware.Status(tc.err); got != tc.status {
+			t.Errorf("Status(%v) = %d, want %d", tc.err, got, tc.status)
+		}
+		w := httptest.NewRecorder()
+		middleware.Error(w, httptest.NewRequest("GET", "/", nil), tc.err)
+		if w.Code != tc.status || w.Header().Get("Retry-After") != tc.retryAfter {
+			t.Errorf("Error(%v): %d Retry-After %q, want %d %q", tc.err, w.Code, w.Header().Get("Retry-After"), tc.status, tc.retryAfter)
+		}
+		for _, leak := range []string{"127.0.0.1", "dial", "k\"", "something else"} {
+			if strings.Contains(w.Body.String(), leak) {
+				t.Errorf("Error(%v) body %q leaks %q", tc.err, w.Body.String(), leak)
+			}
+		}
+	}
+}
+
+type recordTransport struct{ got *http.Request }
+
+func (rt *recordTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rt.got = r
+	return &http.Response{StatusCode: 204, Body: http.NoBody, Request: r}, nil
+}
+
+func TestTransport(t *testing.T) {
+	rec := &recordTransport{}
+	tr := middleware.Transport(rec)
+	tok := lockcore.NewToken()
+
+	req := httptest.NewRequest("GET", "http://svc/x", nil).WithContext(lockcore.WithToken(context.Background(), tok))
+	if _, err := tr.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.got.Header.Get(middleware.TokenHeader); got != tok {
+		t.Fatalf("sent token %q, want %q", got, tok)
+	}
+	if req.Header.Get(middleware.TokenHeader) != "" {
+		t.Fatal("Transport changed the caller's request")
+	}
+
+	plain := httptest.NewRequest("GET", "http://svc/x", nil)
+	if _, err := tr.RoundTrip(plain); err != nil {
+		t.Fatal(err)
+	}
+	if rec.got != plain || plain.Header.Get(middleware.TokenHeader) != "" {
+		t.Fatal("a request without a token was changed")
+	}
+}
+
+func TestConfigPanics(t *testing.T) {
+	l, err := lockcore.New(redisClientNowhere(t), lockcore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rpcOnly := keyfunc.RPCFunc("x", func(context.Context, any) (string, error) { return "", nil })
+	for name, c := range map[string]middleware.Config{
+		"zero key":     {},
+		"rpc key":      {Key: rpcOnly},
+		"TTL too low":  {Key: keyfunc.Param("id"), TTL: time.Millisecond},
+		"negative TTL": {Key: keyfunc.Param("id"), TTL: -time.Second},
+	} {
+		if c.Validate() == nil {
+			t.Errorf("%s: Validate passed", name)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: Lock did not panic", name)
+				}
+			}()
+			middleware.Lock(l, c)
+		}()
+	}
+}
+
+func redisClientNowhere(t *testing.T) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
