@@ -31,7 +31,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Locker {
 		panic("lock: New(nil)")
 	}
 	var c config
-	c.applyAll(lockerOnly, opts)
+	c.applyAll(inNew, opts)
 	core, err := lockcore.New(rdb, c.core)
 	if err != nil {
 		panic("lock: New: " + err.Error())
@@ -62,7 +62,7 @@ func (l *Locker) Core() *lockcore.Locker { return l.core }
 // option is invalid here.
 func (l *Locker) By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
 	c := l.cfg
-	c.applyAll(routeOnly, opts)
+	c.applyAll(inRoute, opts)
 	if c.name != "" {
 		key = key.As(c.name)
 	}
@@ -150,7 +150,7 @@ func Default() *Locker {
 // Panics if key or an option is invalid, as Locker.By does, when called.
 func By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
 	var c config
-	c.applyAll(routeOnly, opts)
+	c.applyAll(inRoute, opts)
 	if c.name != "" {
 		key = key.As(c.name)
 	}

@@ -1,31 +1,50 @@
 package lock
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/routelock/lock/lockcore"
 )
 
-// Option configures a Locker, when given to New, or one route, when given
-// to By or ByParam. A Locker's options are the defaults of its routes; a
-// route's options override them. Options that make sense in only one of the
-// two places (Prefix and Engine for the Locker, Name for a route) panic in
-// the other.
+// Option configures a Locker, when given to New, one route, when given to
+// By or ByParam, or one gRPC method, when given to Method. A Locker's
+// options are the defaults of its routes and methods; theirs override them.
+// An option given where it means nothing (Prefix to a route, Name to New,
+// OnError to a gRPC method) panics.
 type Option struct {
 	name  string
 	scope scope
 	apply func(*config)
 }
 
+// scope is where an option may be given: a set of places.
 type scope uint8
 
 const (
-	anywhere scope = iota
-	lockerOnly
-	routeOnly
+	inNew scope = 1 << iota
+	inRoute
+	inMethod
+
+	anywhere = inNew | inRoute | inMethod
 )
+
+func (s scope) String() string {
+	var where []string
+	if s&inNew != 0 {
+		where = append(where, "New")
+	}
+	if s&inRoute != 0 {
+		where = append(where, "a route (By, ByParam)")
+	}
+	if s&inMethod != 0 {
+		where = append(where, "a gRPC method (Method)")
+	}
+	return strings.Join(where, " or ")
+}
 
 // config is what options set.
 type config struct {
@@ -35,6 +54,9 @@ type config struct {
 	name    string
 	trust   func(*http.Request) bool
 	onError func(http.ResponseWriter, *http.Request, error)
+
+	rpcTrust   func(ctx context.Context, fullMethod string) bool
+	rpcOnError func(ctx context.Context, fullMethod string, err error) error
 }
 
 func (c *config) applyAll(s scope, opts []Option) {
@@ -42,12 +64,8 @@ func (c *config) applyAll(s scope, opts []Option) {
 		if o.apply == nil {
 			panic("lock: zero Option")
 		}
-		if o.scope != anywhere && o.scope != s {
-			where := "New"
-			if o.scope == routeOnly {
-				where = "a route (By, ByParam)"
-			}
-			panic(fmt.Sprintf("lock: option %s applies only to %s", o.name, where))
+		if o.scope&s == 0 {
+			panic(fmt.Sprintf("lock: option %s applies only to %v", o.name, o.scope))
 		}
 		o.apply(c)
 	}
@@ -55,7 +73,7 @@ func (c *config) applyAll(s scope, opts []Option) {
 
 // Wait makes a request wait up to d for a lock held by another owner, and
 // never past the request's own deadline; then it is refused with 409
-// Conflict. The default is blocking with a wait of 5 seconds
+// Conflict (codes.Aborted for gRPC). The default is blocking with a wait of 5 seconds
 // (middleware.DefaultWait).
 //
 // Panics if d is not positive; use FailFast for no wait.
@@ -67,7 +85,8 @@ func Wait(d time.Duration) Option {
 }
 
 // FailFast makes one attempt at the lock: a request that finds it held by
-// another owner is refused at once with 409 Conflict and Retry-After.
+// another owner is refused at once with 409 Conflict and Retry-After
+// (codes.Aborted with a RetryInfo detail for gRPC).
 func FailFast() Option {
 	return Option{"FailFast", anywhere, func(c *config) { c.wait = -1 }}
 }
@@ -97,7 +116,7 @@ func Name(name string) Option {
 	if name == "" || len(name) > lockcore.MaxKeyPartLen {
 		panic(fmt.Sprintf("lock: Name(%q): must be 1 to %d bytes", name, lockcore.MaxKeyPartLen))
 	}
-	return Option{"Name", routeOnly, func(c *config) { c.name = name }}
+	return Option{"Name", inRoute | inMethod, func(c *config) { c.name = name }}
 }
 
 // TrustToken decides which requests may carry a propagated owner token
@@ -111,7 +130,7 @@ func TrustToken(trust func(*http.Request) bool) Option {
 	if trust == nil {
 		panic("lock: TrustToken(nil)")
 	}
-	return Option{"TrustToken", anywhere, func(c *config) { c.trust = trust }}
+	return Option{"TrustToken", inNew | inRoute, func(c *config) { c.trust = trust }}
 }
 
 // OnError replaces the response to a request that is refused: bad key
@@ -124,7 +143,32 @@ func OnError(fn func(w http.ResponseWriter, r *http.Request, err error)) Option 
 	if fn == nil {
 		panic("lock: OnError(nil)")
 	}
-	return Option{"OnError", anywhere, func(c *config) { c.onError = fn }}
+	return Option{"OnError", inNew | inRoute, func(c *config) { c.onError = fn }}
+}
+
+// TrustRPCToken decides which gRPC calls may carry a propagated owner token
+// (the routelock-token metadata that UnaryClientInterceptor writes), as
+// TrustToken does for HTTP requests. It applies to all methods of the
+// Locker's server interceptors. The default trusts every call.
+//
+// Panics if trust is nil.
+func TrustRPCToken(trust func(ctx context.Context, fullMethod string) bool) Option {
+	if trust == nil {
+		panic("lock: TrustRPCToken(nil)")
+	}
+	return Option{"TrustRPCToken", inNew, func(c *config) { c.rpcTrust = trust }}
+}
+
+// OnRPCError replaces the error a refused gRPC call ends with, as OnError
+// does for HTTP. The default is interceptor.Status; interceptor.Code maps
+// err to the default code.
+//
+// Panics if fn is nil.
+func OnRPCError(fn func(ctx context.Context, fullMethod string, err error) error) Option {
+	if fn == nil {
+		panic("lock: OnRPCError(nil)")
+	}
+	return Option{"OnRPCError", inNew | inMethod, func(c *config) { c.rpcOnError = fn }}
 }
 
 // Prefix starts every Redis key and channel of the Locker. Default:
@@ -132,11 +176,11 @@ func OnError(fn func(w http.ResponseWriter, r *http.Request, err error)) Option 
 //
 // New panics if p contains '{', '}' or a space.
 func Prefix(p string) Option {
-	return Option{"Prefix", lockerOnly, func(c *config) { c.core.Prefix = p }}
+	return Option{"Prefix", inNew, func(c *config) { c.core.Prefix = p }}
 }
 
 // Engine sets all of the engine's options at once (see lockcore.Options);
 // options given after it override its fields.
 func Engine(o lockcore.Options) Option {
-	return Option{"Engine", lockerOnly, func(c *config) { c.core = o }}
+	return Option{"Engine", inNew, func(c *config) { c.core = o }}
 }

@@ -117,6 +117,8 @@ type source struct {
 	desc string // for errors, e.g. "Param(productID)"
 	http func(*http.Request) (string, error)
 	rpc  func(ctx context.Context, req any) (string, error)
+
+	message bool // rpc reads the request message (Field)
 }
 
 func one(s source) Func { return Func{groups: []group{{srcs: []source{s}}}} }
@@ -210,6 +212,13 @@ func (f Func) all(ok func(*source) bool) bool {
 	return true
 }
 
+// ReadsMessage reports whether f reads the gRPC request message (Field),
+// rather than only the call's metadata and context. For a stream such a
+// key is known only once the first message arrives.
+func (f Func) ReadsMessage() bool {
+	return !f.IsZero() && !f.all(func(s *source) bool { return !s.message })
+}
+
 // String describes f, as in Join(Param(productID), Header(X-User-Id)).
 func (f Func) String() string {
 	var b strings.Builder
@@ -254,8 +263,10 @@ func (f Func) HTTP(r *http.Request) ([]string, error) {
 	})
 }
 
-// RPC returns the key parts for a gRPC call with request message req
-// (nil for a stream whose key comes from metadata). Errors are as for HTTP.
+// RPC returns the key parts for a gRPC call with request message req (for
+// a stream, its first message, or nil when f does not ReadsMessage).
+// Errors are as for HTTP; ErrSkip means the message type has no such
+// field.
 func (f Func) RPC(ctx context.Context, req any) ([]string, error) {
 	return f.eval(func(s *source) (string, error) {
 		if s.rpc == nil {
@@ -321,8 +332,8 @@ func HTTPFunc(name string, fn func(*http.Request) (string, error)) Func {
 }
 
 // RPCFunc returns a key function that takes the value of resource name from
-// a gRPC call with fn, given the call's context and request message (nil
-// for a stream whose key comes from metadata). Errors are as for HTTPFunc.
+// a gRPC call with fn, given the call's context and request message (for a
+// stream, its first message). Errors are as for HTTPFunc.
 //
 // Panics if name is empty or longer than MaxLen, or fn is nil.
 func RPCFunc(name string, fn func(ctx context.Context, req any) (string, error)) Func {
@@ -330,5 +341,5 @@ func RPCFunc(name string, fn func(ctx context.Context, req any) (string, error))
 	if fn == nil {
 		panic("keyfunc: RPCFunc: nil function")
 	}
-	return one(source{name: name, desc: "RPCFunc(" + name + ")", rpc: fn})
+	return one(source{name: name, desc: "RPCFunc(" + name + ")", rpc: fn, message: true})
 }

@@ -1,0 +1,39 @@
+// Package interceptor locks gRPC methods: server interceptors that hold a
+// Redis lock (package lockcore) on the resource a call names while its
+// handler runs, and client interceptors that carry the caller's owner token
+// to the next service, so that nested calls re-enter instead of deadlocking.
+//
+// Rules map methods to keys and policies:
+//
+//	c := interceptor.Config{Rules: []interceptor.Rule{
+//		{Method: "/shop.Inventory/Reserve", Key: keyfunc.Field("product_id").As("productID"), Wait: time.Second},
+//		{Method: "/shop.Orders/Create", Key: keyfunc.Field("order.user_id"), Wait: -1},
+//	}}
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(l, c)),
+//		grpc.ChainStreamInterceptor(interceptor.StreamServer(l, c)),
+//	)
+//
+// For each call of a method with a rule, the server interceptor:
+//
+//  1. takes a propagated owner token from TokenKey metadata, if the call
+//     may carry one (Config.TrustToken), and removes it from the metadata
+//     the handler sees;
+//  2. derives the key from the request (keyfunc.Field, keyfunc.Metadata,
+//     keyfunc.Context, keyfunc.Join); a bad key ends the call with
+//     codes.InvalidArgument and the handler does not run;
+//  3. acquires the lock, waiting up to Rule.Wait (and never past the call's
+//     deadline) or failing fast: codes.Aborted when it stays held by
+//     another owner, codes.Unavailable when Redis cannot be reached;
+//  4. runs the handler with the lease's context: it carries the owner
+//     token (UnaryClient forwards it), the fencing token
+//     (lockcore.FencingToken), and is cancelled with cause
+//     lockcore.ErrLockLost if the lease is lost;
+//  5. releases the lock when the handler returns or panics, and lets the
+//     panic go on up the chain.
+//
+// The token is the one the HTTP middleware uses (the Routelock-Token
+// header), so a chain of HTTP and gRPC calls for one request re-enters
+// one lock when its routes and methods name the resource alike (see
+// keyfunc.Func.As).
+package interceptor

@@ -1,0 +1,253 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
+)
+
+// DefaultWait is how long a call waits for a lock held by another owner
+// when Rule.Wait is zero.
+const DefaultWait = 5 * time.Second
+
+// TokenKey is the metadata key that carries a propagated owner token from
+// one service to the next. It is the HTTP header Routelock-Token in gRPC's
+// lower case, so a token crosses between HTTP and gRPC unchanged.
+const TokenKey = "routelock-token"
+
+// Rule says which methods lock what, and how.
+type Rule struct {
+	// Method is the full method name, "/shop.Inventory/Reserve"; or
+	// "/shop.Inventory/*" for every method of a service; or "*" for every
+	// method. A call matches its exact rule first, then its service's, then
+	// "*". Required.
+	Method string
+
+	// Key names the resource a call locks. Required. When a wildcard rule's
+	// key does not apply to a method (Field of a field its request message
+	// does not have, keyfunc.ErrSkip) the call passes through unlocked; for
+	// a rule that names the method exactly it is a configuration error and
+	// the call fails with codes.Internal.
+	Key keyfunc.Func
+
+	// Wait is how long a call waits for a lock held by another owner, never
+	// past the call's deadline. Negative: one attempt, then codes.Aborted
+	// (fail fast). Default: DefaultWait.
+	Wait time.Duration
+
+	// TTL is the lease length, which the engine's watchdog renews while the
+	// handler runs. At least lockcore.MinTTL. Default: the Locker's.
+	TTL time.Duration
+
+	// OnError returns the error a refused call ends with: bad key, lock
+	// held by another owner, Redis unavailable. err matches the sentinels
+	// of keyfunc and lockcore. Default: Status.
+	OnError func(ctx context.Context, fullMethod string, err error) error
+}
+
+// Config configures the server interceptors.
+type Config struct {
+	// Rules are the methods that lock. Calls of other methods pass through
+	// unlocked (still carrying a propagated owner token on).
+	Rules []Rule
+
+	// TrustToken reports whether a call may carry a propagated owner token
+	// in TokenKey metadata; the token of any other call is ignored and the
+	// call gets a fresh one. A token lets its bearer re-enter the locks of
+	// the call that minted it, so restrict it to callers you trust when the
+	// service is reachable from outside. Default: every call may.
+	TrustToken func(ctx context.Context, fullMethod string) bool
+}
+
+// Validate reports what is wrong with c, as UnaryServer and StreamServer
+// would panic with it.
+func (c Config) Validate() error {
+	seen := make(map[string]bool, len(c.Rules))
+	for _, r := range c.Rules {
+		if err := r.validate(); err != nil {
+			return err
+		}
+		if seen[r.Method] {
+			return fmt.Errorf("routelock/interceptor: two rules for %s", r.Method)
+		}
+		seen[r.Method] = true
+	}
+	return nil
+}
+
+func (r Rule) validate() error {
+	m := r.Method
+	switch {
+	case m == "*":
+	case !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 || strings.HasSuffix(m, "/") ||
+		strings.HasPrefix(m, "//") || strings.Contains(m, "*") && !strings.HasSuffix(m, "/*"):
+		return fmt.Errorf("routelock/interceptor: method %q: want /package.Service/Method, /package.Service/* or *", m)
+	}
+	switch {
+	case r.Key.IsZero():
+		return fmt.Errorf("routelock/interceptor: %s: Key is required", m)
+	case !r.Key.ForRPC():
+		return fmt.Errorf("routelock/interceptor: %s: key %v cannot read gRPC calls", m, r.Key)
+	case r.TTL < 0 || r.TTL > 0 && r.TTL < lockcore.MinTTL:
+		return fmt.Errorf("routelock/interceptor: %s: TTL %v is below the minimum %v", m, r.TTL, lockcore.MinTTL)
+	}
+	return nil
+}
+
+// rule is a validated Rule.
+type rule struct {
+	key     keyfunc.Func
+	policy  lockcore.Policy
+	onError func(context.Context, string, error) error
+	exact   bool
+	stream  bool // key read from the first message of a stream
+}
+
+// server is one configured set of rules.
+type server struct {
+	l       *lockcore.Locker
+	exact   map[string]*rule
+	service map[string]*rule // by "/pkg.Service/"
+	all     *rule
+	trust   func(context.Context, string) bool
+}
+
+func newServer(l *lockcore.Locker, c Config) *server {
+	if l == nil {
+		panic("routelock/interceptor: nil Locker")
+	}
+	if err := c.Validate(); err != nil {
+		panic(err.Error())
+	}
+	s := &server{l: l, exact: map[string]*rule{}, service: map[string]*rule{}, trust: c.TrustToken}
+	for _, r := range c.Rules {
+		ru := &rule{key: r.Key, onError: r.OnError, stream: r.Key.ReadsMessage()}
+		switch {
+		case r.Wait == 0:
+			ru.policy.Wait = DefaultWait
+		case r.Wait > 0:
+			ru.policy.Wait = r.Wait
+		}
+		ru.policy.TTL = r.TTL
+		if ru.onError == nil {
+			ru.onError = func(_ context.Context, _ string, err error) error { return Status(err) }
+		}
+		switch {
+		case r.Method == "*":
+			s.all = ru
+		case strings.HasSuffix(r.Method, "/*"):
+			s.service[strings.TrimSuffix(r.Method, "*")] = ru
+		default:
+			ru.exact = true
+			s.exact[r.Method] = ru
+		}
+	}
+	return s
+}
+
+// match returns the rule of fullMethod, or nil.
+func (s *server) match(fullMethod string) *rule {
+	if r := s.exact[fullMethod]; r != nil {
+		return r
+	}
+	if len(s.service) > 0 {
+		if i := strings.LastIndexByte(fullMethod, '/'); i > 0 {
+			if r := s.service[fullMethod[:i+1]]; r != nil {
+				return r
+			}
+		}
+	}
+	return s.all
+}
+
+// withToken returns ctx with the propagated owner token of the call, if it
+// carries one it may carry, and the token removed from the incoming
+// metadata that the handler sees. A context that already has a token keeps
+// it.
+func (s *server) withToken(ctx context.Context, fullMethod string) (context.Context, error) {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return ctx, nil
+	}
+	vs := md[TokenKey]
+	if len(vs) == 0 {
+		return ctx, nil
+	}
+	md.Delete(TokenKey) // md is a copy
+	stripped := metadata.NewIncomingContext(ctx, md)
+	if _, ok := lockcore.TokenFrom(ctx); ok || (s.trust != nil && !s.trust(ctx, fullMethod)) {
+		return stripped, nil
+	}
+	if len(vs) > 1 {
+		return stripped, fmt.Errorf("%w: %s given %d times", lockcore.ErrInvalidToken, TokenKey, len(vs))
+	}
+	tok, err := lockcore.ParseToken(vs[0])
+	if err != nil {
+		return stripped, err
+	}
+	return lockcore.WithToken(stripped, tok), nil
+}
+
+// UnaryServer returns a unary server interceptor that holds the lock of
+// the rule matching each call while its handler runs:
+//
+//	grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.UnaryServer(l, interceptor.Config{Rules: ...})))
+//
+// A call whose key is missing or invalid fails with codes.InvalidArgument,
+// one that finds the lock held with codes.Aborted (after its wait), one
+// that cannot reach Redis with codes.Unavailable; in each case the handler
+// does not run and nothing is held. The handler's context carries the
+// lease: it is cancelled with cause lockcore.ErrLockLost if the lease is
+// lost, and holds the owner token and fencing token. The lock is released
+// when the handler returns or panics; a panic goes on up the chain.
+//
+// Panics if c is invalid (see Config.Validate).
+func UnaryServer(l *lockcore.Locker, c Config) grpc.UnaryServerInterceptor {
+	s := newServer(l, c)
+	return s.unary
+}
+
+func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	r := s.match(info.FullMethod)
+	tctx, terr := s.withToken(ctx, info.FullMethod)
+	if r == nil {
+		return handler(tctx, req)
+	}
+	if terr != nil {
+		return nil, r.onError(ctx, info.FullMethod, terr)
+	}
+	key, pass, err := r.keyOf(tctx, req)
+	if pass {
+		return handler(tctx, req)
+	}
+	if err != nil {
+		return nil, r.onError(ctx, info.FullMethod, err)
+	}
+	lease, err := s.l.Acquire(tctx, key, r.policy)
+	if err != nil {
+		return nil, r.onError(ctx, info.FullMethod, err)
+	}
+	// Deferred, so that a panicking handler releases too. A failed release
+	// has no one to tell: the key expires with its TTL.
+	defer lease.Release(tctx)
+	return handler(lease.Context(), req)
+}
+
+// keyOf returns the lock key of a call, or pass when the key of a wildcard
+// rule does not apply to the call's method (keyfunc.ErrSkip).
+func (r *rule) keyOf(ctx context.Context, req any) (key lockcore.Key, pass bool, err error) {
+	parts, err := r.key.RPC(ctx, req)
+	if err != nil {
+		return key, !r.exact && errors.Is(err, keyfunc.ErrSkip), err
+	}
+	key, err = lockcore.NewKey(parts...)
+	return key, false, err
+}

@@ -1,0 +1,156 @@
+package interceptor
+
+import (
+	"context"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// StreamServer returns a stream server interceptor that holds the lock of
+// the rule matching each stream while its handler runs, as UnaryServer does
+// for unary calls.
+//
+// A key that reads only metadata or the context is known when the stream
+// opens: the lock is taken before the handler runs, and a refused stream
+// ends with the error before it. A key that reads the request message
+// (keyfunc.Field) is taken from the stream's first message: the handler's
+// first RecvMsg returns once the lock is held, or returns the refusal,
+// which is also the error the stream ends with whatever the handler
+// returns. Until then the stream's context carries the owner token but no
+// fencing token.
+//
+// Panics if c is invalid (see Config.Validate).
+func StreamServer(l *lockcore.Locker, c Config) grpc.StreamServerInterceptor {
+	s := newServer(l, c)
+	return s.stream
+}
+
+func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx := ss.Context()
+	r := s.match(info.FullMethod)
+	tctx, terr := s.withToken(ctx, info.FullMethod)
+	if r == nil {
+		return handler(srv, withContext(ss, tctx))
+	}
+	if terr != nil {
+		return r.onError(ctx, info.FullMethod, terr)
+	}
+	if !r.stream {
+		key, pass, err := r.keyOf(tctx, nil)
+		if pass {
+			return handler(srv, withContext(ss, tctx))
+		}
+		if err != nil {
+			return r.onError(ctx, info.FullMethod, err)
+		}
+		lease, err := s.l.Acquire(tctx, key, r.policy)
+		if err != nil {
+			return r.onError(ctx, info.FullMethod, err)
+		}
+		defer lease.Release(tctx)
+		return handler(srv, withContext(ss, lease.Context()))
+	}
+
+	// The key is in the first message: lock inside the handler's first
+	// RecvMsg. The handler gets its context now, so it is one whose values
+	// become the lease's once the lock is held.
+	if _, ok := lockcore.TokenFrom(tctx); !ok {
+		tctx = lockcore.WithToken(tctx, lockcore.NewToken())
+	}
+	base, cancel := context.WithCancelCause(tctx)
+	defer cancel(nil)
+	ls := &firstStream{ServerStream: ss, s: s, r: r, method: info.FullMethod,
+		ctx: &leaseCtx{Context: base}, cancel: cancel}
+	defer ls.release()
+	err := handler(srv, ls)
+	if ls.err != nil {
+		return ls.err
+	}
+	return err
+}
+
+// withContext returns ss with ctx as its context.
+func withContext(ss grpc.ServerStream, ctx context.Context) grpc.ServerStream {
+	if ctx == ss.Context() {
+		return ss
+	}
+	return &ctxStream{ServerStream: ss, ctx: ctx}
+}
+
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *ctxStream) Context() context.Context { return s.ctx }
+
+// firstStream locks on the first message its handler receives.
+type firstStream struct {
+	grpc.ServerStream
+	s      *server
+	r      *rule
+	method string
+	ctx    *leaseCtx
+	cancel context.CancelCauseFunc
+
+	received bool // RecvMsg is not called concurrently (grpc.ServerStream)
+	err      error
+	lease    *lockcore.Lease
+	stop     func() bool
+}
+
+func (fs *firstStream) Context() context.Context { return fs.ctx }
+
+func (fs *firstStream) RecvMsg(m any) error {
+	if fs.err != nil {
+		return fs.err
+	}
+	if err := fs.ServerStream.RecvMsg(m); err != nil || fs.received {
+		return err
+	}
+	fs.received = true
+	base := fs.ctx.Context
+	key, pass, err := fs.r.keyOf(base, m)
+	if pass {
+		return nil
+	}
+	if err == nil {
+		fs.lease, err = fs.s.l.Acquire(base, key, fs.r.policy)
+	}
+	if err != nil {
+		fs.err = fs.r.onError(base, fs.method, err)
+		return fs.err
+	}
+	lctx := fs.lease.Context()
+	fs.ctx.lease.Store(&lctx)
+	// A lost lease cancels the handler's context with the lease's cause.
+	fs.stop = context.AfterFunc(lctx, func() { fs.cancel(context.Cause(lctx)) })
+	return nil
+}
+
+func (fs *firstStream) release() {
+	if fs.lease == nil {
+		return
+	}
+	fs.stop()
+	fs.lease.Release(fs.ctx.Context)
+}
+
+// leaseCtx is the context of a stream whose lock is taken on its first
+// message: its own until then, and the lease's values (fencing token, held
+// keys) after. Cancellation is always its own, which the lease's loss
+// triggers.
+type leaseCtx struct {
+	context.Context
+	lease atomic.Pointer[context.Context]
+}
+
+func (c *leaseCtx) Value(key any) any {
+	if l := c.lease.Load(); l != nil {
+		return (*l).Value(key)
+	}
+	return c.Context.Value(key)
+}

@@ -1,0 +1,263 @@
+package keyfunc_test
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/routelock/lock/internal/shop"
+	"github.com/routelock/lock/keyfunc"
+)
+
+// kinds is a proto2 message (every scalar has presence) with a field of
+// each kind that Field reads:
+//
+//	message Kinds {
+//	  optional string s = 1; optional bytes b = 2; optional bool ok = 3;
+//	  optional int32 i32 = 4; optional sint64 si64 = 5; optional uint64 u64 = 6;
+//	  optional double f64 = 7; optional float f32 = 8; optional Color e = 9;
+//	  optional google.protobuf.Int64Value w = 10; optional google.protobuf.StringValue sv = 11;
+//	  optional Kinds sub = 12; repeated Kinds list = 13; repeated int64 ints = 14;
+//	  optional google.protobuf.Struct st = 15;
+//	}
+//	enum Color { RED = 0; GREEN = 1; }
+var kinds protoreflect.MessageDescriptor
+
+func init() {
+	f := func(name string, n int32, typ descriptorpb.FieldDescriptorProto_Type, label descriptorpb.FieldDescriptorProto_Label, ref string) *descriptorpb.FieldDescriptorProto {
+		fd := &descriptorpb.FieldDescriptorProto{Name: proto.String(name), Number: proto.Int32(n), Type: typ.Enum(), Label: label.Enum()}
+		if ref != "" {
+			fd.TypeName = proto.String(ref)
+		}
+		return fd
+	}
+	const opt, rep = descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL, descriptorpb.FieldDescriptorProto_LABEL_REPEATED
+	fdp := &descriptorpb.FileDescriptorProto{
+		Name:       proto.String("keyfunc_kinds.proto"),
+		Package:    proto.String("keyfunctest"),
+		Syntax:     proto.String("proto2"),
+		Dependency: []string{"google/protobuf/wrappers.proto", "google/protobuf/struct.proto"},
+		EnumType: []*descriptorpb.EnumDescriptorProto{{Name: proto.String("Color"), Value: []*descriptorpb.EnumValueDescriptorProto{
+			{Name: proto.String("RED"), Number: proto.Int32(0)}, {Name: proto.String("GREEN"), Number: proto.Int32(1)},
+		}}},
+		MessageType: []*descriptorpb.DescriptorProto{{Name: proto.String("Kinds"), Field: []*descriptorpb.FieldDescriptorProto{
+			f("s", 1, descriptorpb.FieldDescriptorProto_TYPE_STRING, opt, ""),
+			f("b", 2, descriptorpb.FieldDescriptorProto_TYPE_BYTES, opt, ""),
+			f("ok", 3, descriptorpb.FieldDescriptorProto_TYPE_BOOL, opt, ""),
+			f("i32", 4, descriptorpb.FieldDescriptorProto_TYPE_INT32, opt, ""),
+			f("si64", 5, descriptorpb.FieldDescriptorProto_TYPE_SINT64, opt, ""),
+			f("u64", 6, descriptorpb.FieldDescriptorProto_TYPE_UINT64, opt, ""),
+			f("f64", 7, descriptorpb.FieldDescriptorProto_TYPE_DOUBLE, opt, ""),
+			f("f32", 8, descriptorpb.FieldDescriptorProto_TYPE_FLOAT, opt, ""),
+			f("e", 9, descriptorpb.FieldDescriptorProto_TYPE_ENUM, opt, ".keyfunctest.Color"),
+			f("w", 10, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, opt, ".google.protobuf.Int64Value"),
+			f("sv", 11, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, opt, ".google.protobuf.StringValue"),
+			f("sub", 12, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, opt, ".keyfunctest.Kinds"),
+			f("list", 13, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, rep, ".keyfunctest.Kinds"),
+			f("ints", 14, descriptorpb.FieldDescriptorProto_TYPE_INT64, rep, ""),
+			f("st", 15, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, opt, ".google.protobuf.Struct"),
+		}}},
+	}
+	fd, err := protodesc.NewFile(fdp, protoregistry.GlobalFiles)
+	if err != nil {
+		panic(err)
+	}
+	kinds = fd.Messages().ByName("Kinds")
+}
+
+// kind builds a Kinds message: set is called with a setter by field name.
+func kind(set func(put func(name string, v any))) *dynamicpb.Message {
+	m := dynamicpb.NewMessage(kinds)
+	set(func(name string, v any) { putField(m, name, v) })
+	return m
+}
+
+func putField(m *dynamicpb.Message, name string, v any) {
+	fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
+	switch v := v.(type) {
+	case proto.Message:
+		m.Set(fd, protoreflect.ValueOfMessage(v.ProtoReflect()))
+	case []int64:
+		l := m.Mutable(fd).List()
+		for _, x := range v {
+			l.Append(protoreflect.ValueOfInt64(x))
+		}
+	case []*dynamicpb.Message:
+		l := m.Mutable(fd).List()
+		for _, x := range v {
+			l.Append(protoreflect.ValueOfMessage(x))
+		}
+	case protoreflect.EnumNumber:
+		m.Set(fd, protoreflect.ValueOfEnum(v))
+	default:
+		m.Set(fd, protoreflect.ValueOf(v))
+	}
+}
+
+func TestField(t *testing.T) {
+	full := kind(func(put func(string, any)) {
+		put("s", "abc")
+		put("b", []byte("raw"))
+		put("ok", false)
+		put("i32", int32(0)) // proto2: zero that was set is a value
+		put("si64", int64(-42))
+		put("u64", uint64(math.MaxUint64))
+		put("f64", 42.0)
+		put("f32", float32(1.5))
+		put("e", protoreflect.EnumNumber(1))
+		put("w", wrapperspb.Int64(7))
+		put("sv", wrapperspb.String(""))
+		put("sub", kind(func(put func(string, any)) { put("s", "inner") }))
+		put("list", []*dynamicpb.Message{kind(func(put func(string, any)) { put("s", "first") }), kind(func(put func(string, any)) { put("ok", true) })})
+		put("ints", []int64{5, 6})
+		put("st", &structpb.Struct{Fields: map[string]*structpb.Value{"a": structpb.NewStringValue("x")}})
+	})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		path string
+		msg  any
+		want string // "" when an error is wanted
+		err  error
+	}{
+		{"s", full, "abc", nil},
+		{"b", full, "raw", nil},
+		{"ok", full, "false", nil},
+		{"i32", full, "0", nil},
+		{"si64", full, "-42", nil},
+		{"u64", full, "18446744073709551615", nil},
+		{"f64", full, "42", nil}, // like JSON's 42.0: one form per value
+		{"f32", full, "1.5", nil},
+		{"e", full, "GREEN", nil},
+		{"w", full, "7", nil},
+		{"sv", full, "", keyfunc.ErrMissing}, // empty string
+		{"sub.s", full, "inner", nil},
+		{"list.0.s", full, "first", nil},
+		{"list.1.ok", full, "true", nil},
+		{"ints.1", full, "6", nil},
+
+		{"nope", full, "", keyfunc.ErrSkip},
+		{"sub.nope", full, "", keyfunc.ErrSkip},
+		{"sub", full, "", keyfunc.ErrInvalid},       // a message
+		{"st", full, "", keyfunc.ErrInvalid},        // a message, not a wrapper
+		{"st.fields", full, "", keyfunc.ErrInvalid}, // a map
+		{"list", full, "", keyfunc.ErrInvalid},      // repeated
+		{"list.x.s", full, "", keyfunc.ErrInvalid},  // index that is not a number
+		{"list.-1.s", full, "", keyfunc.ErrInvalid},
+		{"list.9.s", full, "", keyfunc.ErrMissing},
+		{"ints.2", full, "", keyfunc.ErrMissing},
+		{"s.x", full, "", keyfunc.ErrInvalid}, // through a scalar
+		{"ints.0.x", full, "", keyfunc.ErrInvalid},
+		{"sub.sub.s", full, "", keyfunc.ErrMissing}, // unset message on the way
+		{"u64", kind(func(func(string, any)) {}), "", keyfunc.ErrMissing},
+		{"f64", kind(func(put func(string, any)) { put("f64", math.NaN()) }), "", keyfunc.ErrInvalid},
+		{"f64", kind(func(put func(string, any)) { put("f64", math.Inf(1)) }), "", keyfunc.ErrInvalid},
+		{"w", kind(func(put func(string, any)) { put("w", &wrapperspb.Int64Value{}) }), "0", nil},
+		{"e", kind(func(put func(string, any)) { put("e", protoreflect.EnumNumber(9)) }), "9", nil},
+		{"s", kind(func(put func(string, any)) { put("s", strings.Repeat("x", keyfunc.MaxLen+1)) }), "", keyfunc.ErrInvalid},
+
+		// proto3 without presence: zero is "not sent".
+		{"product_id", shop.Set(shop.New("ReserveRequest"), "product_id", int64(0)), "", keyfunc.ErrMissing},
+		{"product_id", shop.Set(shop.New("ReserveRequest"), "product_id", int64(42)), "42", nil},
+		{"order.user_id", shop.New("CreateOrderRequest"), "", keyfunc.ErrMissing},
+		// Generated messages read the same way.
+		{"value", wrapperspb.String("gen"), "gen", nil},
+		{"value", (*wrapperspb.StringValue)(nil), "", keyfunc.ErrMissing},
+		{"value", "not a message", "", keyfunc.ErrInvalid},
+		{"value", nil, "", keyfunc.ErrInvalid},
+	} {
+		parts, err := keyfunc.Field(tc.path).RPC(ctx, tc.msg)
+		if tc.err != nil {
+			wantErr(t, parts, err, tc.err)
+			continue
+		}
+		wantParts(t, parts, err, tc.path, tc.want)
+	}
+}
+
+func TestFieldIsRPCOnly(t *testing.T) {
+	f := keyfunc.Field("product_id")
+	switch {
+	case f.ForHTTP(), !f.ForRPC(), !f.ReadsMessage():
+		t.Fatal("Field: ForHTTP/ForRPC/ReadsMessage wrong")
+	case keyfunc.Metadata("x").ReadsMessage(), keyfunc.Metadata("x").ForHTTP():
+		t.Fatal("Metadata: ReadsMessage/ForHTTP wrong")
+	case !keyfunc.Join(keyfunc.Metadata("x"), f).ReadsMessage():
+		t.Fatal("Join with a Field must read the message")
+	}
+	for _, p := range []string{"", "a..b", ".a", "a."} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Field(%q) did not panic", p)
+				}
+			}()
+			keyfunc.Field(p)
+		}()
+	}
+}
+
+func TestMetadata(t *testing.T) {
+	md := func(kv ...string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	f := keyfunc.Metadata("X-Tenant")
+	parts, err := f.RPC(md("x-tenant", "t1"), nil)
+	wantParts(t, parts, err, "x-tenant", "t1")
+	parts, err = f.RPC(md("x-tenant", "t1", "x-tenant", "t2"), nil)
+	wantErr(t, parts, err, keyfunc.ErrInvalid)
+	parts, err = f.RPC(md("other", "1"), nil)
+	wantErr(t, parts, err, keyfunc.ErrMissing)
+	parts, err = f.RPC(context.Background(), nil)
+	wantErr(t, parts, err, keyfunc.ErrMissing)
+	parts, err = f.RPC(md("x-tenant", ""), nil)
+	wantErr(t, parts, err, keyfunc.ErrMissing)
+	parts, err = keyfunc.Join(f, keyfunc.Field("product_id")).RPC(md("x-tenant", "t1"), shop.Set(shop.New("ReserveRequest"), "product_id", int64(3)))
+	wantParts(t, parts, err, "x-tenant", "t1", "product_id", "3")
+}
+
+// FuzzField decodes arbitrary bytes as a message and reads every path of a
+// fixed set: Field must never panic, and what it returns must agree with
+// the message's own reflection.
+func FuzzField(f *testing.F) {
+	seed := kind(func(put func(string, any)) {
+		put("s", "abc")
+		put("sub", kind(func(put func(string, any)) { put("i32", int32(5)) }))
+		put("list", []*dynamicpb.Message{kind(func(put func(string, any)) { put("e", protoreflect.EnumNumber(1)) })})
+		put("w", wrapperspb.Int64(7))
+	})
+	b, _ := proto.Marshal(seed)
+	f.Add(b)
+	f.Add([]byte{})
+	paths := []string{"s", "b", "ok", "i32", "si64", "u64", "f64", "f32", "e", "w", "sv", "sub.s", "sub.i32",
+		"list.0.e", "list.1.s", "ints.0", "st", "sub.sub.sub.s", "nope"}
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := dynamicpb.NewMessage(kinds)
+		if proto.Unmarshal(data, m) != nil {
+			return
+		}
+		for _, p := range paths {
+			parts, err := keyfunc.Field(p).RPC(ctx, m)
+			if err != nil {
+				continue
+			}
+			if len(parts) != 2 || parts[0] != p || parts[1] == "" || len(parts[1]) > keyfunc.MaxLen {
+				t.Fatalf("Field(%s) = %q", p, parts)
+			}
+			if p == "s" && parts[1] != m.Get(kinds.Fields().ByName("s")).String() {
+				t.Fatalf("Field(s) = %q, message has %q", parts[1], m.Get(kinds.Fields().ByName("s")).String())
+			}
+		}
+	})
+}
