@@ -173,14 +173,11 @@ func (s *server) match(fullMethod string) *rule {
 // metadata that the handler sees. A context that already has a token keeps
 // it.
 func (s *server) withToken(ctx context.Context, fullMethod string) (context.Context, error) {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return ctx, nil
-	}
-	vs := md[TokenKey]
+	vs := metadata.ValueFromIncomingContext(ctx, TokenKey) // copies only these values
 	if len(vs) == 0 {
 		return ctx, nil
 	}
+	md, _ := metadata.FromIncomingContext(ctx)
 	md.Delete(TokenKey) // md is a copy
 	stripped := metadata.NewIncomingContext(ctx, md)
 	if _, ok := lockcore.TokenFrom(ctx); ok || (s.trust != nil && !s.trust(ctx, fullMethod)) {

@@ -166,45 +166,13 @@ func BenchmarkMiddlewareParallel(b *testing.B) {
 	})
 }
 
-// instant answers the engine's scripts and PING without a network: acquire
-// grants fencing token 1 and release reports the lock freed. Behind it the
-// benchmarks time the CPU that the middleware, the engine and the client's
-// command building spend on a request, without the round trips.
-type instant struct{}
-
-func (instant) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (instant) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (instant) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		switch c := cmd.(type) {
-		case *redis.IntCmd:
-			if c.Name() == "evalsha" {
-				if len(c.Args()) == 12 { // acquire: keys, token, wait, ttl, …
-					c.SetVal(1)
-				} else {
-					c.SetVal(0)
-				}
-				return nil
-			}
-		case *redis.StatusCmd:
-			if c.Name() == "ping" {
-				c.SetVal("PONG")
-				return nil
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-
 // BenchmarkMiddlewareCPU is BenchmarkMiddleware with Redis answering
-// instantly (see instant): locked minus bare is the CPU the middleware adds
+// instantly (see redistest.Instant): locked minus bare is the CPU the middleware adds
 // to a request beside its two round trips.
 func BenchmarkMiddlewareCPU(b *testing.B) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: the hook answers
 	defer rdb.Close()
-	rdb.AddHook(instant{})
+	rdb.AddHook(redistest.Instant{})
 	l, err := lockcore.New(rdb, lockcore.Options{})
 	if err != nil {
 		b.Fatal(err)

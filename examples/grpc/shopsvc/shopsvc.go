@@ -1,0 +1,111 @@
+// Package shopsvc is the example shop service: an inventory and an order
+// service whose handlers do plain read-modify-writes on Redis, safe only
+// because routelock serialises them per product and per user.
+package shopsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/shop"
+	"github.com/routelock/lock/keyfunc"
+)
+
+// NewServer returns a gRPC server of the shop on rdb, every product
+// starting with initial items, its methods locked by locker:
+//
+//	Reserve  locks the product (product_id, as the resource productID), waiting up to 2s
+//	Restock  (client stream) locks the product named by its first message
+//	Create   locks the user (order.user_id) and fails fast
+//
+// Server reflection is on, so grpcurl can call it.
+func NewServer(locker *lock.Locker, rdb *redis.Client, initial int64) *grpc.Server {
+	inv := &inventory{rdb: rdb, initial: initial}
+	s := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(locker.UnaryServerInterceptor(
+			lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(2*time.Second)),
+			lock.Method(shop.Create, keyfunc.Field("order.user_id"), lock.FailFast()),
+		)),
+		grpc.ChainStreamInterceptor(locker.StreamServerInterceptor(
+			lock.Method(shop.Restock, keyfunc.Field("product_id"), lock.Name("productID")),
+		)),
+	)
+	shop.Register(s, &shop.Server{Reserve: inv.reserve, Restock: inv.restock, Create: inv.create})
+	reflection.Register(s)
+	return s
+}
+
+// inventory keeps each product's stock in Redis and changes it with a
+// plain read-modify-write: safe only because the lock serialises it.
+type inventory struct {
+	rdb     *redis.Client
+	initial int64
+}
+
+func (inv *inventory) stockKey(id int64) string { return "shop:stock:" + strconv.FormatInt(id, 10) }
+
+func (inv *inventory) reserve(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+	id, qty := shop.Int(req, "product_id"), shop.Int(req, "quantity")
+	if qty <= 0 {
+		qty = 1
+	}
+	inv.rdb.SetNX(ctx, inv.stockKey(id), inv.initial, 0)
+	left, err := inv.rdb.Get(ctx, inv.stockKey(id)).Int64()
+	if err != nil {
+		return nil, err
+	}
+	if left < qty {
+		return nil, status.Errorf(codes.FailedPrecondition, "only %d left", left)
+	}
+	if err := inv.rdb.Set(ctx, inv.stockKey(id), left-qty, 0).Err(); err != nil {
+		return nil, err
+	}
+	fence, _ := lock.FencingToken(ctx) // a store that checks it refuses stale writers
+	return shop.Set(shop.New("ReserveReply"), "left", left-qty, "fence", fence), nil
+}
+
+func (inv *inventory) restock(ss grpc.ServerStream) error {
+	ctx := ss.Context()
+	var id, added int64
+	for {
+		m := shop.New("ReserveRequest")
+		if err := ss.RecvMsg(m); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return err
+		}
+		id = shop.Int(m, "product_id")
+		added += shop.Int(m, "quantity")
+	}
+	inv.rdb.SetNX(ctx, inv.stockKey(id), inv.initial, 0)
+	left, err := inv.rdb.IncrBy(ctx, inv.stockKey(id), added).Result()
+	if err != nil {
+		return err
+	}
+	fence, _ := lock.FencingToken(ctx)
+	return ss.SendMsg(shop.Set(shop.New("ReserveReply"), "left", left, "fence", fence))
+}
+
+func (inv *inventory) create(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+	order := req.Get(req.Descriptor().Fields().ByName("order")).Message()
+	user := order.Get(order.Descriptor().Fields().ByName("user_id")).String()
+	n, err := inv.rdb.Incr(ctx, "shop:orders:"+user).Result()
+	if err != nil {
+		return nil, err
+	}
+	fence, _ := lock.FencingToken(ctx)
+	return shop.Set(shop.New("CreateOrderReply"), "order_id", fmt.Sprintf("%s-%d", user, n), "fence", fence), nil
+}
