@@ -11,6 +11,13 @@
 //	r.With(locker.ByParam("productID", lock.Wait(2*time.Second))).Post("/products/{productID}/buy", buy)
 //	r.With(locker.ByParam("userID", lock.FailFast())).Post("/users/{userID}/checkout", checkout)
 //
+// gRPC methods lock the resource that request message fields name:
+//
+//	grpc.NewServer(grpc.ChainUnaryInterceptor(locker.UnaryServerInterceptor(
+//		lock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Wait(time.Second)),
+//		lock.Method("/shop.Orders/Create", keyfunc.Field("order.user_id"), lock.FailFast()),
+//	)))
+//
 // # What a request sees
 //
 //	lock held by another owner, fail-fast or wait expired   409 Conflict, Retry-After
@@ -20,7 +27,9 @@
 //	lease lost while the handler runs                       r.Context() cancelled, cause ErrLockLost
 //	handler panics                                          lock released, the panic goes on
 //
-// OnError replaces those responses. The defaults are safe: a request waits
+// A gRPC call sees Aborted (with a RetryInfo detail), InvalidArgument and
+// Unavailable in the same places (package interceptor). OnError and
+// OnRPCError replace those responses. The defaults are safe: a request waits
 // up to 5 seconds for a busy lock (Wait, FailFast), leases last 10 seconds
 // and are renewed while the handler runs (TTL), and nothing runs unlocked
 // when Redis is down.
@@ -40,11 +49,14 @@
 // is Locker.Transport, the token travels along, and a nested lock on
 // productID:42 re-enters the held lock instead of waiting for it. Without
 // the token the nested call waits like anyone else, and times out with 409.
-// TrustToken restricts which requests may bring a token.
+// For gRPC, UnaryClientInterceptor carries the token, in metadata; it is
+// the same token, so a request re-enters its lock across HTTP and gRPC
+// hops when routes and methods name the resource alike (Name).
+// TrustToken and TrustRPCToken restrict which requests may bring a token.
 //
 // # Inside the handler
 //
-// FencingToken(r.Context()) returns a number that grows with every fresh
+// FencingToken(r.Context()) (or the gRPC handler's ctx) returns a number that grows with every fresh
 // hold of the key: hand it to the store you write, so that a holder whose
 // lease ended (a long GC pause, a partition) cannot overwrite a newer one.
 // Keys(r.Context()) lists the keys held.
@@ -55,6 +67,6 @@
 // Without SetDefault, Default connects to the Redis named by the REDIS_URL
 // environment variable, or to localhost:6379.
 //
-// The engine underneath is package lockcore; the middleware is package
-// middleware.
+// The engine underneath is package lockcore; the HTTP middleware is package
+// middleware, the gRPC interceptors package interceptor.
 package lock
