@@ -447,7 +447,7 @@ func TestCrossProtocolReentry(t *testing.T) {
 						aFence.Store(f)
 						id, _ := strconv.ParseInt(chi.URLParam(r, "productID"), 10, 64)
 						if _, err := reserve(r.Context(), cc, id); err != nil {
-							http.Error(w, status.Code(err).String(), 502)
+							http.Error(w, status.Code(err).String(), http.StatusBadGateway)
 							return
 						}
 					})
@@ -455,7 +455,7 @@ func TestCrossProtocolReentry(t *testing.T) {
 				})
 				res := do(t, httpClient(t, nil), "POST", a.srv.URL+"/products/42/buy", nil)
 				if !propagate {
-					if res.status != 502 || res.body != "Aborted\n" {
+					if res.status != http.StatusBadGateway || res.body != "Aborted\n" {
 						t.Fatalf("without propagation: %d %q, want 502 Aborted", res.status, res.body)
 					}
 					if bFence.Load() != 0 {
