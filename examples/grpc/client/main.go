@@ -108,19 +108,21 @@ func run(addr string, buyers int, product, stock int64) error {
 
 // startServer runs the shop service on a loopback port of this process.
 func startServer(stock int64) (stop func(), addr string, err error) {
-	rdb, desc, closeRedis, err := redisenv.Open()
+	env, err := redisenv.Open()
 	if err != nil {
 		return nil, "", err
 	}
+	rdb := env.Client()
 	locker := lock.New(rdb)
 	s := shopsvc.NewServer(locker, rdb, stock)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		locker.Close()
-		closeRedis()
+		rdb.Close()
+		env.Close()
 		return nil, "", err
 	}
-	fmt.Printf("started the shop server on %s, %s\n", lis.Addr(), desc)
+	fmt.Printf("started the shop server on %s, %s\n", lis.Addr(), env.Desc)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -130,6 +132,7 @@ func startServer(stock int64) (stop func(), addr string, err error) {
 		s.GracefulStop()
 		<-done
 		locker.Close()
-		closeRedis()
+		rdb.Close()
+		env.Close()
 	}, lis.Addr().String(), nil
 }

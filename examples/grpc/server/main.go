@@ -41,11 +41,13 @@ func main() {
 }
 
 func run(addr string, initial int64) error {
-	rdb, desc, closeRedis, err := redisenv.Open()
+	env, err := redisenv.Open()
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
+	defer env.Close()
+	rdb := env.Client()
+	defer rdb.Close()
 	locker := lock.New(rdb)
 	defer locker.Close()
 
@@ -55,7 +57,7 @@ func run(addr string, initial int64) error {
 	if err != nil {
 		return err
 	}
-	log.Printf("shop gRPC server on %s, %s", lis.Addr(), desc)
+	log.Printf("shop gRPC server on %s, %s", lis.Addr(), env.Desc)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	go func() {

@@ -10,24 +10,47 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Open returns a client of the Redis named by REDIS_URL (redis.ParseURL
-// syntax), or of an embedded miniredis when REDIS_URL is empty, a
-// description of which it is, and a function that closes both.
-func Open() (rdb *redis.Client, desc string, closeFn func(), err error) {
+// Redis is the examples' Redis server.
+type Redis struct {
+	// Desc says which server it is, for the examples' first line.
+	Desc string
+
+	opts func() *redis.Options
+	mini *miniredis.Miniredis
+}
+
+// Open returns the Redis named by REDIS_URL (redis.ParseURL syntax), or an
+// embedded miniredis when REDIS_URL is empty.
+func Open() (*Redis, error) {
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		opt, err := redis.ParseURL(u)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("REDIS_URL: %w", err)
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
-		rdb = redis.NewClient(opt)
-		return rdb, "Redis at " + opt.Addr, func() { rdb.Close() }, nil
+		return &Redis{
+			Desc: "Redis at " + opt.Addr,
+			opts: func() *redis.Options { o, _ := redis.ParseURL(u); return o },
+		}, nil
 	}
 	m := miniredis.NewMiniRedis()
 	m.ClockTTL(true) // keys expire on the wall clock, as in Redis
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
-		return nil, "", nil, fmt.Errorf("embedded Redis: %w", err)
+		return nil, fmt.Errorf("embedded Redis: %w", err)
 	}
-	rdb = redis.NewClient(&redis.Options{Addr: m.Addr()})
-	return rdb, "embedded Redis (miniredis) at " + m.Addr() + "; set REDIS_URL to use a real one",
-		func() { rdb.Close(); m.Close() }, nil
+	return &Redis{
+		Desc: "embedded Redis (miniredis) at " + m.Addr() + "; set REDIS_URL to use a real one",
+		opts: func() *redis.Options { return &redis.Options{Addr: m.Addr()} },
+		mini: m,
+	}, nil
+}
+
+// Client returns a new client of the server, as a separate process of the
+// app would have. The caller closes it.
+func (r *Redis) Client() *redis.Client { return redis.NewClient(r.opts()) }
+
+// Close stops the embedded server, if there is one.
+func (r *Redis) Close() {
+	if r.mini != nil {
+		r.mini.Close()
+	}
 }
