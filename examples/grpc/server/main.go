@@ -35,12 +35,19 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:50051", "listen address")
 	stock := flag.Int64("stock", 10, "initial stock of every product")
 	flag.Parse()
-	if err := run(*addr, *stock); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	lis, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := run(ctx, lis, *stock); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(addr string, initial int64) error {
+// run serves the shop on lis until ctx ends.
+func run(ctx context.Context, lis net.Listener, initial int64) error {
 	env, err := redisenv.Open()
 	if err != nil {
 		return err
@@ -53,16 +60,15 @@ func run(addr string, initial int64) error {
 
 	s := shopsvc.NewServer(locker, rdb, initial)
 
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
 	log.Printf("shop gRPC server on %s, %s", lis.Addr(), env.Desc)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
-		<-ctx.Done()
-		s.GracefulStop()
+		select {
+		case <-ctx.Done():
+			s.GracefulStop()
+		case <-done:
+		}
 	}()
 	return s.Serve(lis)
 }

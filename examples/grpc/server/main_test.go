@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/routelock/lock/internal/shop"
+)
+
+// TestRun serves the example on embedded Redis, calls it as grpcurl would
+// (reflection, then Reserve), and stops it.
+func TestRun(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- run(ctx, lis, 1) }()
+
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	stream, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "shop.Inventory"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil || len(resp.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
+		t.Fatalf("reflection does not describe shop.Inventory: %v %v", resp, err)
+	}
+	stream.CloseSend()
+
+	reserve := func() error {
+		return cc.Invoke(ctx, shop.Reserve, shop.Set(shop.New("ReserveRequest"), "product_id", int64(42), "quantity", int32(1)), shop.New("ReserveReply"))
+	}
+	if err := reserve(); err != nil {
+		t.Fatalf("first Reserve: %v", err)
+	}
+	if err := reserve(); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Reserve past the stock: %v, want FailedPrecondition", err)
+	}
+	if err := cc.Invoke(ctx, shop.Reserve, shop.New("ReserveRequest"), shop.New("ReserveReply")); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Reserve without product_id: %v, want InvalidArgument", err)
+	}
+	cancel()
+	if err := <-served; err != nil && err != grpc.ErrServerStopped {
+		t.Fatal(err)
+	}
+}
