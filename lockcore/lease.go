@@ -37,7 +37,24 @@ type hold struct {
 	index      int       // in the watchdog heap; -1 when not scheduled
 	at         time.Time // when the watchdog acts on it next
 	validUntil time.Time // local clock: lease certainly held until then
+
+	validMono atomic.Int64 // validUntil as monotonic nanoseconds (mono), for Err
 }
+
+// monoBase anchors mono: time.Since reads the monotonic clock.
+var monoBase = time.Now()
+
+// mono returns the monotonic clock in nanoseconds since monoBase.
+func mono() int64 { return int64(time.Since(monoBase)) }
+
+// setValidUntil sets validUntil; the caller holds the watchdog's mutex.
+func (h *hold) setValidUntil(t time.Time) {
+	h.validUntil = t
+	h.validMono.Store(int64(t.Sub(monoBase)))
+}
+
+// errRanOut is the cause of a lease whose renewals failed until it ran out.
+var errRanOut = fmt.Errorf("%w: renewals failed until the lease ran out", ErrLockLost)
 
 func (h *hold) live() bool { return h.state.Load() == holdLive }
 
@@ -92,13 +109,21 @@ func (ls *Lease) Context() context.Context { return ls.ctx }
 // Done returns a channel closed when the hold ends: lost or released.
 func (ls *Lease) Done() <-chan struct{} { return ls.h.ctx.Done() }
 
-// Err returns nil while the lease is held, ErrLockLost (possibly wrapped)
-// once lost, and ErrReleased once released.
+// Err returns nil while the lease is certainly held, ErrLockLost (possibly
+// wrapped) once lost, and ErrReleased once released. It reads the clock: a
+// lease whose renewals have failed until its local validity ran out is lost
+// at once, even if the watchdog, delayed by the scheduler, has not yet
+// cancelled the Context. Check it right before a write that the lock
+// protects (and pass Fence along, for the store to check too).
 func (ls *Lease) Err() error {
-	if ls.h.live() {
-		return nil
+	h := ls.h
+	if h.live() {
+		if mono() < h.validMono.Load() {
+			return nil
+		}
+		h.lose(errRanOut)
 	}
-	return context.Cause(ls.h.ctx)
+	return context.Cause(h.ctx)
 }
 
 // Release gives up this lease. The Redis hold is released when the last

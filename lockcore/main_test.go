@@ -11,6 +11,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("ROUTELOCK_CHILD") != "" {
+		os.Exit(childMain()) // a process of TestCrashedHolder or TestPausedHolder
+	}
 	code := m.Run()
 	redistest.StopShared()
 	if code == 0 {

@@ -52,7 +52,7 @@ func (w *watchdog) add(h *hold, sent time.Time) bool {
 		w.mu.Unlock()
 		return false
 	}
-	h.validUntil = sent.Add(h.ttl - margin(h.ttl))
+	h.setValidUntil(sent.Add(h.ttl - margin(h.ttl)))
 	h.at = sent.Add(h.ttl / 4)
 	heap.Push(&w.holds, h)
 	// Wake the loop only when it would sleep past this hold's renewal: with
@@ -131,7 +131,7 @@ func (w *watchdog) renew(ctx context.Context, due []*hold) {
 			continue
 		}
 		if !now.Before(h.validUntil) {
-			h.lose(fmt.Errorf("%w: renewals failed until the lease ran out", ErrLockLost))
+			h.lose(errRanOut)
 			continue
 		}
 		deadline = minTime(deadline, h.validUntil)
@@ -163,7 +163,7 @@ func (w *watchdog) renew(ctx context.Context, due []*hold) {
 		}
 		switch {
 		case cerr == nil && ok == 1:
-			h.validUntil = sent.Add(h.ttl - margin(h.ttl))
+			h.setValidUntil(sent.Add(h.ttl - margin(h.ttl)))
 			h.at = sent.Add(h.ttl / 4)
 		case cerr == nil:
 			h.lose(fmt.Errorf("%w: the key is gone or held by another owner", ErrLockLost))

@@ -1,0 +1,103 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/routelock/lock/internal/redistest"
+)
+
+// FuzzParseToken: any input is either refused with ErrInvalidToken or
+// returned as is, and an accepted token has only the bytes that the scripts'
+// space-separated waiter entries and the HTTP header can carry.
+func FuzzParseToken(f *testing.F) {
+	for _, s := range []string{NewToken(), "", "short", strings.Repeat("a", 16), strings.Repeat("a", maxTokenLen+1),
+		"0123456789abcdef 0123", "0123456789abcdef\n", "0123456789abcdef\x00", "ünïcødé-ünïcødé-ü", "{tag}0123456789abcdef"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tok, err := ParseToken(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidToken) {
+				t.Fatalf("ParseToken(%q): %v, want ErrInvalidToken", s, err)
+			}
+			if len(s) >= 16 && strings.Contains(err.Error(), s) {
+				t.Fatalf("the error repeats the token: %v", err)
+			}
+			return
+		}
+		if tok != s || len(s) < 16 || len(s) > maxTokenLen {
+			t.Fatalf("ParseToken(%q) = %q", s, tok)
+		}
+		if strings.ContainsAny(s, " \t\r\n\x00{}:%") {
+			t.Fatalf("accepted %q", s)
+		}
+	})
+}
+
+// TestForgedTokens: tokens that are not the holder's — random ones, and
+// near misses of the real one — never re-enter its lock nor release it, and
+// no error repeats a token. A valid token that holds key A grants nothing
+// on key B.
+func TestForgedTokens(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		owner := newLocker(t, b, prefix, Options{})
+		thief := newLocker(t, b, prefix, Options{})
+		ctx := context.Background()
+		k := mustKey(t, "victim", "1")
+		ls, err := owner.Acquire(ctx, k, Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ls.Release(ctx)
+		real := ls.Token()
+		rng := rand.New(rand.NewPCG(1, 2))
+		const alphabet = "0123456789abcdef-"
+		forged := []string{strings.ToUpper(real), real[:len(real)-1] + "x", real + "0", real[1:] + "0", "0" + real[:len(real)-1]}
+		for range 500 {
+			forged = append(forged, NewToken())
+			b := make([]byte, 16+rng.IntN(40))
+			for i := range b {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+			forged = append(forged, string(b))
+		}
+		for _, f := range forged {
+			if _, err := ParseToken(f); err != nil || f == real {
+				continue
+			}
+			_, err := thief.Acquire(WithToken(ctx, f), k, Policy{})
+			if !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("forged token %q: %v, want ErrNotAcquired", f, err)
+			}
+			if msg := err.Error(); strings.Contains(msg, f) || strings.Contains(msg, real) {
+				t.Fatalf("error repeats a token: %v", err)
+			}
+			if n, err := thief.release(ctx, thief.newHold(k, f, 0), "", ""); err != nil || n != -1 {
+				t.Fatalf("release script with forged token %q: %d %v, want -1 (not the owner)", f, n, err)
+			}
+		}
+		info := inspect(t, owner, k)
+		if len(info.Holders) != 1 || info.Holders[real] != 1 || info.Fence != ls.Fence() {
+			t.Fatalf("after %d forgeries the lock is %+v", len(forged), info)
+		}
+
+		// The owner's valid token grants nothing on a key someone else holds.
+		other := mustKey(t, "victim", "2")
+		ls2, err := thief.Acquire(ctx, other, Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ls2.Release(ctx)
+		if _, err := owner.Acquire(ls.Context(), other, Policy{}); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("token of %v on %v held by another: %v", k, other, err)
+		}
+		if _, err := thief.Acquire(WithToken(ctx, real), other, Policy{}); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("token of %v, through Redis, on %v: %v", k, other, err)
+		}
+	})
+}

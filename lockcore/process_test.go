@@ -1,0 +1,315 @@
+package lockcore
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+)
+
+// fencedSet is a fencing-aware store: it writes value under key only if
+// fence is at least the fence of the last write, atomically in Redis.
+// It reports whether the write was accepted.
+var fencedSetScript = redis.NewScript(`
+local last = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+if tonumber(ARGV[1]) < last then return 0 end
+redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+return 1`)
+
+func fencedSet(ctx context.Context, rdb redis.Scripter, key string, fence int64, value string) (bool, error) {
+	n, err := fencedSetScript.Run(ctx, rdb, []string{key}, fence, value).Int()
+	return n == 1, err
+}
+
+// The child process: the test binary run again with ROUTELOCK_CHILD set. It
+// takes the lock, says "held <fence>", and then obeys lines on stdin:
+// "write <store key> <value>" writes through the fenced store and answers
+// "write ok|stale lost=<bool>". It exits when stdin closes.
+func childMain() int {
+	addr, prefix, key := os.Getenv("ROUTELOCK_CHILD_ADDR"), os.Getenv("ROUTELOCK_CHILD_PREFIX"), os.Getenv("ROUTELOCK_CHILD_KEY")
+	ttl, _ := time.ParseDuration(os.Getenv("ROUTELOCK_CHILD_TTL"))
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+	l, err := New(rdb, Options{Prefix: prefix})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer l.Close()
+	ctx := context.Background()
+	ls, err := l.Acquire(ctx, Key{s: key}, Policy{TTL: ttl})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("held", ls.Fence())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) == 3 && f[0] == "write" {
+			lost := ls.Err() != nil                                // a careful holder checks first …
+			ok, err := fencedSet(ctx, rdb, f[1], ls.Fence(), f[2]) // … but writes anyway, to test the store
+			switch {
+			case err != nil:
+				fmt.Println("error", err)
+			case ok:
+				fmt.Println("write ok lost=" + strconv.FormatBool(lost))
+			default:
+				fmt.Println("write stale lost=" + strconv.FormatBool(lost))
+			}
+		}
+	}
+	_ = ls.Release(ctx)
+	return 0
+}
+
+// child is a running child process holding a lock.
+type child struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	fence int64
+}
+
+func startChild(t *testing.T, addr, prefix string, key Key, ttl time.Duration) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "ROUTELOCK_CHILD=1", "ROUTELOCK_CHILD_ADDR="+addr,
+		"ROUTELOCK_CHILD_PREFIX="+prefix, "ROUTELOCK_CHILD_KEY="+key.s, "ROUTELOCK_CHILD_TTL="+ttl.String())
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, in: in, out: bufio.NewScanner(outPipe)}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line := c.line(t)
+	if _, err := fmt.Sscanf(line, "held %d", &c.fence); err != nil {
+		t.Fatalf("child: %q", line)
+	}
+	return c
+}
+
+// line reads the child's next line, failing the test after 10s.
+func (c *child) line(t *testing.T) string {
+	t.Helper()
+	got := make(chan string, 1)
+	go func() {
+		if c.out.Scan() {
+			got <- c.out.Text()
+		} else {
+			got <- "EOF"
+		}
+	}()
+	select {
+	case l := <-got:
+		return l
+	case <-time.After(10 * time.Second):
+		t.Fatal("child said nothing for 10s")
+		return ""
+	}
+}
+
+// TestCrashedHolder: a process holding a lock is killed with SIGKILL; the
+// lock frees within its TTL and the next waiter proceeds, with a greater
+// fencing token.
+func TestCrashedHolder(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		const ttl = 500 * time.Millisecond
+		k := mustKey(t, "crash", "1")
+		c := startChild(t, b.Addr, prefix, k, ttl)
+		l := newLocker(t, b, prefix, Options{})
+		if _, err := l.Acquire(context.Background(), k, Policy{}); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("while the child holds: %v", err)
+		}
+		got := make(chan time.Time, 1)
+		var ls *Lease
+		var aerr error
+		go func() {
+			ls, aerr = l.Acquire(context.Background(), k, Policy{Wait: 10 * time.Second})
+			got <- time.Now()
+		}()
+		eventually(t, 5*time.Second, "the waiter queues", func() bool { return inspect(t, l, k).Waiters == 1 })
+		killed := time.Now()
+		if err := c.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		at := <-got
+		if aerr != nil {
+			t.Fatal(aerr)
+		}
+		defer ls.Release(context.Background())
+		took := at.Sub(killed)
+		t.Logf("holder killed; the waiter got the lock %v later (TTL %v)", took, ttl)
+		if took > ttl+250*time.Millisecond {
+			t.Fatalf("waiter got in %v after the kill, TTL is %v", took, ttl)
+		}
+		if ls.Fence() <= c.fence {
+			t.Fatalf("fence %d after the crash, %d before", ls.Fence(), c.fence)
+		}
+	})
+}
+
+// TestPausedHolder: a holder stopped with SIGSTOP past its TTL loses the
+// lock to another process; when it resumes, its lease reports the loss and
+// its write through the fenced store is refused as stale.
+func TestPausedHolder(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		const ttl = 300 * time.Millisecond
+		k := mustKey(t, "pause", "1")
+		store := prefix + "store"
+		c := startChild(t, b.Addr, prefix, k, ttl)
+		if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		l := newLocker(t, b, prefix, Options{})
+		rdb := b.Client(t)
+		ctx := context.Background()
+		ls, err := l.Acquire(ctx, k, Policy{Wait: 10 * time.Second}) // gets in once the TTL runs out
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls.Fence() <= c.fence {
+			t.Fatalf("fence %d after the pause, %d before", ls.Fence(), c.fence)
+		}
+		if ok, err := fencedSet(ctx, rdb, store, ls.Fence(), "new holder"); !ok || err != nil {
+			t.Fatalf("new holder's write: %v %v", ok, err)
+		}
+		if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c.in, "write %s paused-holder\n", store)
+		if got := c.line(t); got != "write stale lost=true" {
+			t.Fatalf("resumed holder: %q, want its lease lost and its write refused", got)
+		}
+		if v, _ := rdb.HGet(ctx, store, "value").Result(); v != "new holder" {
+			t.Fatalf("store holds %q", v)
+		}
+		_ = ls.Release(ctx)
+		c.in.Close()
+		if err := c.cmd.Wait(); err != nil {
+			t.Fatalf("child: %v", err)
+		}
+	})
+}
+
+// TestRedisRestart: Redis restarts without persistence while leases are
+// held. Every holder learns its lease is lost, and the fencing tokens issued
+// after the restart are greater than those before: they follow the server's
+// clock in microseconds, which the restart does not set back.
+func TestRedisRestart(t *testing.T) {
+	run := func(t *testing.T, addr string, restart func()) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+			ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		defer rdb.Close()
+		l, err := New(rdb, Options{Prefix: redistest.Prefix(t), TTL: 600 * time.Millisecond, ReleaseTimeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ctx := context.Background()
+		var leases []*Lease
+		var before int64
+		for i := range 8 {
+			k := mustKey(t, "restart", strconv.Itoa(i))
+			for range 20 { // many fresh holds, so that fences run ahead of the clock
+				ls, err := l.Acquire(ctx, k, Policy{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				before = max(before, ls.Fence())
+				_ = ls.Release(ctx)
+			}
+			ls, err := l.Acquire(ctx, k, Policy{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			before = max(before, ls.Fence())
+			leases = append(leases, ls)
+		}
+		restart()
+		for i, ls := range leases {
+			select {
+			case <-ls.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("lease %d not lost 5s after the restart", i)
+			}
+			if !errors.Is(ls.Err(), ErrLockLost) {
+				t.Fatalf("lease %d: %v, want ErrLockLost", i, ls.Err())
+			}
+			_ = ls.Release(ctx)
+		}
+		var after int64
+		eventually(t, 5*time.Second, "acquire after the restart", func() bool {
+			ls, err := l.Acquire(ctx, mustKey(t, "restart", "0"), Policy{})
+			if err != nil {
+				return false
+			}
+			after = ls.Fence()
+			_ = ls.Release(ctx)
+			return true
+		})
+		t.Logf("last fence before the restart %d, first after %d", before, after)
+		if after <= before {
+			t.Fatalf("fence %d after the restart, %d before", after, before)
+		}
+	}
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true)
+		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		run(t, m.Addr(), func() {
+			m.Close()
+			m.FlushAll() // a restart without persistence
+			if err := m.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	for _, b := range redistest.Backends(t) {
+		if !b.Real() {
+			continue
+		}
+		t.Run("redis", func(t *testing.T) {
+			srv, err := redistest.Start()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Stop()
+			run(t, srv.Addr, func() {
+				if err := srv.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}
