@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,7 +73,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		if i < (cfg.lockers+1)/2 {
 			addr = proxy.Addr
 		}
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: 32,
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: 32, ClientName: clientName(prefix),
 			DialTimeout: cfg.readTimeout, ReadTimeout: cfg.readTimeout, WriteTimeout: cfg.readTimeout,
 			PoolTimeout: cfg.readTimeout})
 		clients = append(clients, c)
@@ -221,7 +222,8 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				time.Sleep(work) // the work
 				okWrite := ls.Err() == nil && write(k, fence)
 				end := time.Now()
-				valid := ls.Err() == nil
+				lostErr := ls.Err()
+				valid := lostErr == nil
 				for j := len(inner) - 1; j >= 0; j-- {
 					_ = inner[j].Release(ctx)
 				}
@@ -235,6 +237,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 					res.violations = append(res.violations, fmt.Sprintf("fenced store refused a valid holder of k%d (fence %d)", k, fence))
 				default:
 					res.lost++
+					res.errs["lost: "+lostErr.Error()]++
 				}
 				mu.Unlock()
 			}
@@ -264,6 +267,36 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		}
 	}
 
+	// Nothing leaks: no connection or subscription of the run's clients is
+	// left on the server once they are closed.
+	for _, l := range lockers {
+		_ = l.Close()
+	}
+	for _, c := range clients {
+		_ = c.Close()
+	}
+	proxy.Close()
+	if b.Real() {
+		admin := b.Client(t)
+		var left string
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			list, _ := admin.ClientList(context.Background()).Result()
+			chans, _ := admin.PubSubChannels(context.Background(), prefix+"*").Result()
+			left = ""
+			if n := strings.Count(list, "name="+clientName(prefix)+" "); n > 0 || len(chans) > 0 {
+				left = fmt.Sprintf("%d connections, channels %v", n, chans)
+			}
+			if left == "" || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // the server notices closed connections soon, bounded above
+		}
+		if left != "" {
+			res.violations = append(res.violations, "left on the server after closing: "+left)
+		}
+	}
+
 	// The checker.
 	res.sections = len(sections)
 	res.overshoot = over.Load()
@@ -288,6 +321,14 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		res.violations = append(res.violations, fmt.Sprintf("an Acquire overran its wait budget by %v beyond the I/O bound", time.Duration(res.overshoot)))
 	}
 	return res
+}
+
+// clientName names the run's connections, for CLIENT LIST.
+// (redistest.Prefix ends in a random hex part: CLIENT SETNAME takes no
+// spaces or non-ASCII, which test names may have.)
+func clientName(prefix string) string {
+	parts := strings.Split(strings.TrimSuffix(prefix, ":"), ":")
+	return "chaos-" + parts[len(parts)-1]
 }
 
 // seed returns the seed to use, logging it so that a failure can be

@@ -648,3 +648,31 @@ func TestRoundTrips(t *testing.T) {
 		}
 	})
 }
+
+// TestErrReadsTheClock: once a lease's local validity has run out, Err
+// reports it lost (and cancels its context) at once, even if the watchdog
+// has not run yet — as when the scheduler delays it past the validity.
+func TestErrReadsTheClock(t *testing.T) {
+	b := redistest.Mini(t)
+	l := newLocker(t, b, redistest.Prefix(t), Options{TTL: time.Minute})
+	ls, err := l.Acquire(context.Background(), mustKey(t, "clock"), Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(context.Background())
+	if ls.Err() != nil {
+		t.Fatalf("fresh lease: %v", ls.Err())
+	}
+	ls.h.validMono.Store(mono() - 1) // validity ran out; the watchdog is not due for 15s
+	if err := ls.Err(); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Err after the validity ran out: %v, want ErrLockLost", err)
+	}
+	select {
+	case <-ls.Context().Done():
+	default:
+		t.Fatal("context not cancelled")
+	}
+	if !errors.Is(context.Cause(ls.Context()), ErrLockLost) {
+		t.Fatalf("cause %v", context.Cause(ls.Context()))
+	}
+}
