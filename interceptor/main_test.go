@@ -1,23 +1,9 @@
 package interceptor_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/routelock/lock/internal/redistest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	redistest.StopShared()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.Main(m) }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // Backend is one Redis to run a test against.
@@ -113,8 +114,23 @@ func realAddr() (string, error) {
 	return shared.addr, shared.err
 }
 
+// Main is the TestMain of a package that uses this one: it runs the tests,
+// stops the shared redis-server, and fails the binary on a leaked goroutine
+// when the tests passed. It does not return.
+func Main(m *testing.M) {
+	code := m.Run()
+	StopShared()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
 // StopShared stops the redis-server started for this test binary, if any.
-// Call it from TestMain after m.Run.
+// Main calls it.
 func StopShared() {
 	if shared.srv != nil {
 		shared.srv.Stop()
