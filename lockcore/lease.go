@@ -34,11 +34,13 @@ type hold struct {
 	first Lease    // the lease of the acquisition that made the hold
 
 	// Watchdog bookkeeping, guarded by the watchdog's mutex.
-	index      int       // in the watchdog heap; -1 when not scheduled
-	at         time.Time // when the watchdog acts on it next
-	validUntil time.Time // local clock: lease certainly held until then
+	index int       // in the watchdog heap; -1 when not scheduled
+	at    time.Time // when the watchdog acts on it next
 
-	validMono atomic.Int64 // validUntil as monotonic nanoseconds (mono), for Err
+	// valid is when the lease stops being certainly held, in monotonic
+	// nanoseconds since monoBase. The watchdog sets it; Err reads it
+	// without the watchdog's mutex.
+	valid atomic.Int64
 }
 
 // monoBase anchors mono: time.Since reads the monotonic clock.
@@ -47,11 +49,11 @@ var monoBase = time.Now()
 // mono returns the monotonic clock in nanoseconds since monoBase.
 func mono() int64 { return int64(time.Since(monoBase)) }
 
-// setValidUntil sets validUntil; the caller holds the watchdog's mutex.
-func (h *hold) setValidUntil(t time.Time) {
-	h.validUntil = t
-	h.validMono.Store(int64(t.Sub(monoBase)))
-}
+// validUntil returns the local time until which the lease is certainly held.
+func (h *hold) validUntil() time.Time { return monoBase.Add(time.Duration(h.valid.Load())) }
+
+// setValidUntil sets the local time until which the lease is certainly held.
+func (h *hold) setValidUntil(t time.Time) { h.valid.Store(int64(t.Sub(monoBase))) }
 
 // errRanOut is the cause of a lease whose renewals failed until it ran out.
 var errRanOut = fmt.Errorf("%w: renewals failed until the lease ran out", ErrLockLost)
@@ -118,7 +120,7 @@ func (ls *Lease) Done() <-chan struct{} { return ls.h.ctx.Done() }
 func (ls *Lease) Err() error {
 	h := ls.h
 	if h.live() {
-		if mono() < h.validMono.Load() {
+		if mono() < h.valid.Load() {
 			return nil
 		}
 		h.lose(errRanOut)

@@ -663,7 +663,7 @@ func TestErrReadsTheClock(t *testing.T) {
 	if ls.Err() != nil {
 		t.Fatalf("fresh lease: %v", ls.Err())
 	}
-	ls.h.validMono.Store(mono() - 1) // validity ran out; the watchdog is not due for 15s
+	ls.h.valid.Store(mono() - 1) // validity ran out; the watchdog is not due for 15s
 	if err := ls.Err(); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("Err after the validity ran out: %v, want ErrLockLost", err)
 	}

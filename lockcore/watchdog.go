@@ -98,7 +98,7 @@ func (w *watchdog) run() {
 		if len(w.holds) > 0 {
 			top := w.holds[0]
 			next = top.at.Sub(now) + top.ttl/12
-			if v := top.validUntil.Sub(now); v < next {
+			if v := top.validUntil().Sub(now); v < next {
 				next = v
 			}
 		}
@@ -130,11 +130,11 @@ func (w *watchdog) renew(ctx context.Context, due []*hold) {
 		if !h.live() {
 			continue
 		}
-		if !now.Before(h.validUntil) {
+		if !now.Before(h.validUntil()) {
 			h.lose(errRanOut)
 			continue
 		}
-		deadline = minTime(deadline, h.validUntil)
+		deadline = minTime(deadline, h.validUntil())
 		live = append(live, h)
 	}
 	if len(live) == 0 {
@@ -169,7 +169,7 @@ func (w *watchdog) renew(ctx context.Context, due []*hold) {
 			h.lose(fmt.Errorf("%w: the key is gone or held by another owner", ErrLockLost))
 			continue
 		default:
-			h.at = minTime(time.Now().Add(h.ttl/10), h.validUntil)
+			h.at = minTime(time.Now().Add(h.ttl/10), h.validUntil())
 		}
 		if h.live() && !w.closed {
 			heap.Push(&w.holds, h)
