@@ -214,23 +214,19 @@ func UnaryServer(l *lockcore.Locker, c Config) grpc.UnaryServerInterceptor {
 
 func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	r := s.match(info.FullMethod)
-	tctx, terr := s.withToken(ctx, info.FullMethod)
+	tctx, err := s.withToken(ctx, info.FullMethod)
 	if r == nil {
 		return handler(tctx, req)
 	}
-	if terr != nil {
-		return nil, r.onError(ctx, info.FullMethod, terr)
+	var lease *lockcore.Lease
+	if err == nil {
+		lease, err = s.lock(tctx, r, req)
 	}
-	key, pass, err := r.keyOf(tctx, req)
-	if pass {
+	switch {
+	case err != nil:
+		return nil, r.onError(ctx, info.FullMethod, err)
+	case lease == nil:
 		return handler(tctx, req)
-	}
-	if err != nil {
-		return nil, r.onError(ctx, info.FullMethod, err)
-	}
-	lease, err := s.l.Acquire(tctx, key, r.policy)
-	if err != nil {
-		return nil, r.onError(ctx, info.FullMethod, err)
 	}
 	// Deferred, so that a panicking handler releases too. A failed release
 	// has no one to tell: the key expires with its TTL.
@@ -238,13 +234,20 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	return handler(lease.Context(), req)
 }
 
-// keyOf returns the lock key of a call, or pass when the key of a wildcard
-// rule does not apply to the call's method (keyfunc.ErrSkip).
-func (r *rule) keyOf(ctx context.Context, req any) (key lockcore.Key, pass bool, err error) {
+// lock takes the lock of rule r for a call with context ctx and request
+// req. It returns no lease and no error when r is a wildcard rule whose key
+// does not apply to the call (keyfunc.ErrSkip): the call passes through.
+func (s *server) lock(ctx context.Context, r *rule, req any) (*lockcore.Lease, error) {
 	parts, err := r.key.RPC(ctx, req)
 	if err != nil {
-		return key, !r.exact && errors.Is(err, keyfunc.ErrSkip), err
+		if !r.exact && errors.Is(err, keyfunc.ErrSkip) {
+			return nil, nil
+		}
+		return nil, err
 	}
-	key, err = lockcore.NewKey(parts...)
-	return key, false, err
+	key, err := lockcore.NewKey(parts...)
+	if err != nil {
+		return nil, err
+	}
+	return s.l.Acquire(ctx, key, r.policy)
 }

@@ -31,24 +31,20 @@ func StreamServer(l *lockcore.Locker, c Config) grpc.StreamServerInterceptor {
 func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
 	r := s.match(info.FullMethod)
-	tctx, terr := s.withToken(ctx, info.FullMethod)
+	tctx, err := s.withToken(ctx, info.FullMethod)
 	if r == nil {
 		return handler(srv, withContext(ss, tctx))
 	}
-	if terr != nil {
-		return r.onError(ctx, info.FullMethod, terr)
+	if err != nil {
+		return r.onError(ctx, info.FullMethod, err)
 	}
 	if !r.stream {
-		key, pass, err := r.keyOf(tctx, nil)
-		if pass {
+		lease, err := s.lock(tctx, r, nil)
+		switch {
+		case err != nil:
+			return r.onError(ctx, info.FullMethod, err)
+		case lease == nil:
 			return handler(srv, withContext(ss, tctx))
-		}
-		if err != nil {
-			return r.onError(ctx, info.FullMethod, err)
-		}
-		lease, err := s.l.Acquire(tctx, key, r.policy)
-		if err != nil {
-			return r.onError(ctx, info.FullMethod, err)
 		}
 		defer lease.Release(tctx)
 		return handler(srv, withContext(ss, lease.Context()))
@@ -65,7 +61,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	ls := &firstStream{ServerStream: ss, s: s, r: r, method: info.FullMethod,
 		ctx: &leaseCtx{Context: base}, cancel: cancel}
 	defer ls.release()
-	err := handler(srv, ls)
+	err = handler(srv, ls)
 	if ls.err != nil {
 		return ls.err
 	}
@@ -113,18 +109,16 @@ func (fs *firstStream) RecvMsg(m any) error {
 	}
 	fs.received = true
 	base := fs.ctx.Context
-	key, pass, err := fs.r.keyOf(base, m)
-	if pass {
-		return nil
-	}
-	if err == nil {
-		fs.lease, err = fs.s.l.Acquire(base, key, fs.r.policy)
-	}
-	if err != nil {
+	lease, err := fs.s.lock(base, fs.r, m)
+	switch {
+	case err != nil:
 		fs.err = fs.r.onError(base, fs.method, err)
 		return fs.err
+	case lease == nil:
+		return nil
 	}
-	lctx := fs.lease.Context()
+	fs.lease = lease
+	lctx := lease.Context()
 	fs.ctx.lease.Store(&lctx)
 	// A lost lease cancels the handler's context with the lease's cause.
 	fs.stop = context.AfterFunc(lctx, func() { fs.cancel(context.Cause(lctx)) })
