@@ -21,6 +21,7 @@ package shop
 
 import (
 	"context"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -178,7 +179,7 @@ type Server struct {
 func Register(r grpc.ServiceRegistrar, s *Server) {
 	unary := func(full, in string, fn func(*Server) func(context.Context, *dynamicpb.Message) (*dynamicpb.Message, error)) grpc.MethodDesc {
 		return grpc.MethodDesc{
-			MethodName: full[len(full)-len(methodName(full)):],
+			MethodName: full[strings.LastIndexByte(full, '/')+1:],
 			Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
 				req := New(in)
 				if err := dec(req); err != nil {
@@ -235,15 +236,6 @@ func Register(r grpc.ServiceRegistrar, s *Server) {
 
 // RestockDesc describes the Restock stream for grpc.ClientConn.NewStream.
 var RestockDesc = &grpc.StreamDesc{StreamName: "Restock", ClientStreams: true}
-
-func methodName(full string) string {
-	for i := len(full) - 1; i >= 0; i-- {
-		if full[i] == '/' {
-			return full[i+1:]
-		}
-	}
-	return full
-}
 
 func errUnimplemented(method string) error {
 	return status.Error(codes.Unimplemented, "shop: "+method+" not implemented")
