@@ -100,8 +100,7 @@ func grpcSeckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 	const clients, initial = 100, 10
 	prefix := redistest.Prefix(t)
 	stockKey, soldKey := prefix+"stock", prefix+"sold"
-	met := make(chan struct{}) // see seckill
-	var readers atomic.Int32
+	meet := meetSecond()
 	var addrs []string
 	var rdb *redis.Client
 	for range 3 {
@@ -117,13 +116,7 @@ func grpcSeckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 			if n <= 0 {
 				return nil, status.Error(codes.ResourceExhausted, "sold out")
 			}
-			if readers.Add(1) == 2 {
-				close(met)
-			}
-			select {
-			case <-met:
-			case <-time.After(500 * time.Millisecond):
-			}
+			meet()
 			if err := rc.Set(ctx, stockKey, n-1, 0).Err(); err != nil {
 				return nil, err
 			}

@@ -139,16 +139,30 @@ func TestSeckill(t *testing.T) {
 	})
 }
 
+// meetSecond returns the rendezvous of a racy buyer, called between reading
+// the stock and writing it back: the first caller waits (up to 500ms) until
+// a second one has read too. Without the lock two buyers are then sure to
+// interleave instead of relying on the scheduler; with the lock the second
+// read comes only after the first write, and only the first buyer waits.
+func meetSecond() func() {
+	met := make(chan struct{})
+	var readers atomic.Int32
+	return func() {
+		if readers.Add(1) == 2 {
+			close(met)
+		}
+		select {
+		case <-met:
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 func seckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 	const buyers, initial = 200, 10
 	prefix := redistest.Prefix(t)
 	stockKey, soldKey, workKey := prefix+"stock", prefix+"sold", prefix+"work"
-	// met closes when a second buyer has read the stock. A buyer waits for
-	// it (bounded) between read and write, so without the lock two buyers
-	// are sure to interleave instead of relying on the scheduler; with the
-	// lock the second read comes only after the first write.
-	met := make(chan struct{})
-	var readers atomic.Int32
+	meet := meetSecond()
 	buy := func(rdb *redis.Client) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
@@ -161,13 +175,7 @@ func seckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 				http.Error(w, "sold out", http.StatusGone)
 				return
 			}
-			if readers.Add(1) == 2 {
-				close(met)
-			}
-			select {
-			case <-met:
-			case <-time.After(500 * time.Millisecond):
-			}
+			meet()
 			rdb.Incr(ctx, workKey) // the payment call between read and write
 			if err := rdb.Set(ctx, stockKey, n-1, 0).Err(); err != nil {
 				http.Error(w, err.Error(), 500)
