@@ -37,18 +37,9 @@ var (
 	handler     = func(ctx context.Context, req any) (any, error) { return reply, nil }
 )
 
-// BenchmarkInterceptor measures what the unary interceptor adds to a call
-// on an uncontended key, calling it directly (no gRPC transport): the
-// handler alone, the handler behind the interceptor on a real Redis, and
-// two PINGs, the floor of two round trips.
-func BenchmarkInterceptor(b *testing.B) {
-	bs := redistest.Backends(b)
-	be := bs[len(bs)-1]
-	if !be.Real() {
-		b.Log("no real redis-server: measuring on miniredis")
-	}
-	rdb := be.Client(b)
-	ic, req := benchSetup(b, rdb)
+// direct runs the handler alone and behind ic, called directly (no gRPC
+// transport), as two sub-benchmarks.
+func direct(b *testing.B, ic grpc.UnaryServerInterceptor, req any) {
 	ctx := context.Background()
 	b.Run("bare", func(b *testing.B) {
 		b.ReportAllocs()
@@ -64,6 +55,17 @@ func BenchmarkInterceptor(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkInterceptor measures what the unary interceptor adds to a call
+// on an uncontended key, calling it directly (no gRPC transport): the
+// handler alone, the handler behind the interceptor on a real Redis, and
+// two PINGs, the floor of two round trips.
+func BenchmarkInterceptor(b *testing.B) {
+	rdb := redistest.Best(b).Client(b)
+	ic, req := benchSetup(b, rdb)
+	direct(b, ic, req)
+	ctx := context.Background()
 	b.Run("2xPING", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -77,25 +79,8 @@ func BenchmarkInterceptor(b *testing.B) {
 // once (redistest.Instant): locked minus bare is the interceptor's CPU
 // beside its two round trips.
 func BenchmarkInterceptorCPU(b *testing.B) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: the hook answers
-	defer rdb.Close()
-	rdb.AddHook(redistest.Instant{})
-	ic, req := benchSetup(b, rdb)
-	ctx := context.Background()
-	b.Run("bare", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			handler(ctx, req)
-		}
-	})
-	b.Run("locked", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := ic(ctx, req, reserveInfo, handler); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	ic, req := benchSetup(b, redistest.InstantClient(b))
+	direct(b, ic, req)
 }
 
 // BenchmarkInterceptorGRPC is a whole unary call over loopback gRPC: bare,
@@ -104,8 +89,7 @@ func BenchmarkInterceptorCPU(b *testing.B) {
 // connection that sat idle during the gRPC hop answers slower than a busy
 // one). On a real Redis when there is one.
 func BenchmarkInterceptorGRPC(b *testing.B) {
-	bs := redistest.Backends(b)
-	rdb := bs[len(bs)-1].Client(b)
+	rdb := redistest.Best(b).Client(b)
 	ic, req := benchSetup(b, rdb)
 	bare := &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) { return reply, nil }}
 	pings := &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {

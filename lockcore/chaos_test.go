@@ -412,7 +412,7 @@ func mixed(ctx context.Context, p *faultproxy.Proxy, rng *rand.Rand) {
 // the Lockers and Redis, on a real redis-server when there is one.
 func TestFaults(t *testing.T) {
 	s := seed(t)
-	b := realOrMini(t)
+	b := redistest.Best(t)
 	for _, name := range []string{"none", "latency 0–20ms", "connection resets", "blackhole mid-hold", "refused connections"} {
 		t.Run(name, func(t *testing.T) {
 			r := chaosRun(t, b, chaosConfig{seed: s, dur: *faultDur, goroutines: 16, lockers: 4, keys: 4,
@@ -426,84 +426,8 @@ func TestFaults(t *testing.T) {
 // default; go test ./lockcore -run TestChaos -chaos.dur=5m for the long run).
 func TestChaos(t *testing.T) {
 	s := seed(t)
-	b := realOrMini(t)
+	b := redistest.Best(t)
 	r := chaosRun(t, b, chaosConfig{seed: s, dur: *chaosDur, goroutines: 32, lockers: 6, keys: 6,
 		ttl: 300 * time.Millisecond, readTimeout: 100 * time.Millisecond, fault: mixed})
 	report(t, "chaos", r)
-}
-
-// realOrMini returns the real redis-server when there is one, else
-// miniredis.
-func realOrMini(t *testing.T) *redistest.Backend {
-	bs := redistest.Backends(t)
-	return bs[len(bs)-1]
-}
-
-// TestBlackholeMidHold: the network to Redis goes silent while a lease is
-// held. The holder's context is cancelled with ErrLockLost before its TTL
-// could run out in Redis, so before anyone else can get in; once the network
-// heals, the same Locker locks again.
-func TestBlackholeMidHold(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		prefix := redistest.Prefix(t)
-		proxy := faultproxy.Start(t, b.Addr)
-		c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond,
-			ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond, PoolTimeout: 100 * time.Millisecond})
-		defer c.Close()
-		const ttl = 400 * time.Millisecond
-		holder, err := New(c, Options{Prefix: prefix, TTL: ttl, ReleaseTimeout: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer holder.Close()
-		other := newLocker(t, b, prefix, Options{})
-		ctx := context.Background()
-		k := mustKey(t, "blackhole")
-
-		sent := time.Now()
-		ls, err := holder.Acquire(ctx, k, Policy{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		proxy.Blackhole(true)
-		got := make(chan time.Time, 1)
-		go func() {
-			if ls2, err := other.Acquire(ctx, k, Policy{Wait: 10 * time.Second}); err == nil {
-				got <- time.Now()
-				_ = ls2.Release(ctx)
-			} else {
-				got <- time.Time{}
-			}
-		}()
-		var lostAt time.Time
-		select {
-		case <-ls.Context().Done():
-			lostAt = time.Now()
-		case <-time.After(10 * time.Second):
-			t.Fatal("holder not told within 10s")
-		}
-		if !errors.Is(context.Cause(ls.Context()), ErrLockLost) {
-			t.Fatalf("cause %v", context.Cause(ls.Context()))
-		}
-		otherAt := <-got
-		t.Logf("holder learned of the loss %v after acquiring; the other got in %v after", lostAt.Sub(sent), otherAt.Sub(sent))
-		switch {
-		case otherAt.IsZero():
-			t.Fatal("the other Locker never got the lock")
-		case lostAt.Sub(sent) >= ttl:
-			t.Fatalf("holder learned %v after acquiring, TTL %v", lostAt.Sub(sent), ttl)
-		case !lostAt.Before(otherAt):
-			t.Fatal("another holder got in before the holder learned of the loss")
-		}
-		_ = ls.Release(ctx)
-
-		proxy.Blackhole(false)
-		eventually(t, 5*time.Second, "the holder locks again after healing", func() bool {
-			ls, err := holder.Acquire(ctx, k, Policy{Wait: time.Second})
-			if err != nil {
-				return false
-			}
-			return ls.Release(ctx) == nil
-		})
-	})
 }

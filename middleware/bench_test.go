@@ -27,18 +27,6 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 
-// benchRedis returns a client of the real redis-server if there is one:
-// on miniredis, which runs inside the benchmark's process, the CPU figures
-// would include the server's work.
-func benchRedis(b *testing.B) *redis.Client {
-	bs := redistest.Backends(b)
-	be := bs[len(bs)-1]
-	if !be.Real() {
-		b.Log("no real redis-server: measuring on miniredis, whose CPU counts as the client's")
-	}
-	return be.Client(b)
-}
-
 // cpuTime is the process's user+system CPU time so far.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -60,46 +48,69 @@ func measure(b *testing.B, fn func()) {
 	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 }
 
+// routers are the benchmarks' chi routers on one Locker of rdb: the route
+// POST /products/{productID}/buy with a handler that writes "ok", bare,
+// behind the middleware in r.With, and behind it in the router's r.Use
+// (which resolves the route itself).
+type routers struct {
+	l               *lockcore.Locker
+	bare, with, use http.Handler
+}
+
+func newRouters(b *testing.B, rdb *redis.Client) routers {
+	l, err := lockcore.New(rdb, lockcore.Options{Prefix: redistest.Prefix(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
+	mw := middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})
+	bare := chi.NewRouter()
+	bare.Post("/products/{productID}/buy", handler)
+	with := chi.NewRouter()
+	with.With(mw).Post("/products/{productID}/buy", handler)
+	use := chi.NewRouter()
+	use.Use(mw)
+	use.Post("/products/{productID}/buy", handler)
+	return routers{l: l, bare: bare, with: with, use: use}
+}
+
+// serial runs one sub-benchmark per router, each a request on product 42,
+// timed by run (measure, or a plain loop).
+func (rs routers) serial(b *testing.B, run func(b *testing.B, fn func())) {
+	req := httptest.NewRequest("POST", "/products/42/buy", nil)
+	w := &discard{h: http.Header{}}
+	for _, bc := range []struct {
+		name string
+		h    http.Handler
+	}{{"bare", rs.bare}, {"locked-With", rs.with}, {"locked-Use", rs.use}} {
+		b.Run(bc.name, func(b *testing.B) { run(b, func() { bc.h.ServeHTTP(w, req) }) })
+	}
+}
+
+// loop runs fn b.N times, reporting allocations.
+func loop(b *testing.B, fn func()) {
+	b.ReportAllocs()
+	for b.Loop() {
+		fn()
+	}
+}
+
 // BenchmarkMiddleware measures what the middleware adds to a request on an
 // uncontended key: the same chi route and handler bare, behind the
 // middleware (r.With, and the router's r.Use that matches the route
 // itself), the engine alone (acquire + release), and two PINGs, the floor
 // of two Redis round trips.
 func BenchmarkMiddleware(b *testing.B) {
-	rdb := benchRedis(b)
-	l, err := lockcore.New(rdb, lockcore.Options{Prefix: redistest.Prefix(b)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
-	mw := middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})
-	route := func(r chi.Router) { r.Post("/products/{productID}/buy", handler) }
-
-	bare := chi.NewRouter()
-	route(bare)
-	with := chi.NewRouter()
-	with.With(mw).Post("/products/{productID}/buy", handler)
-	use := chi.NewRouter()
-	use.Use(mw)
-	route(use)
-
-	req := httptest.NewRequest("POST", "/products/42/buy", nil)
-	w := &discard{h: http.Header{}}
-	for _, bc := range []struct {
-		name string
-		h    http.Handler
-	}{{"bare", bare}, {"locked-With", with}, {"locked-Use", use}} {
-		b.Run(bc.name, func(b *testing.B) {
-			measure(b, func() { bc.h.ServeHTTP(w, req) })
-		})
-	}
+	rdb := redistest.Best(b).Client(b)
+	rs := newRouters(b, rdb)
+	rs.serial(b, measure)
 
 	ctx := context.Background()
 	key, _ := lockcore.NewKey("productID", "42")
 	b.Run("engine", func(b *testing.B) {
 		measure(b, func() {
-			ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+			ls, err := rs.l.Acquire(ctx, key, lockcore.Policy{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -122,19 +133,8 @@ func BenchmarkMiddleware(b *testing.B) {
 // the network, so cpu-ns/op of locked minus 2xPING is the middleware's own
 // CPU cost.
 func BenchmarkMiddlewareParallel(b *testing.B) {
-	rdb := benchRedis(b)
-	l, err := lockcore.New(rdb, lockcore.Options{Prefix: redistest.Prefix(b)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
-	mw := middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})
-	with := chi.NewRouter()
-	with.With(mw).Post("/products/{productID}/buy", handler)
-	bare := chi.NewRouter()
-	bare.Post("/products/{productID}/buy", handler)
-
+	rdb := redistest.Best(b).Client(b)
+	rs := newRouters(b, rdb)
 	parallel := func(b *testing.B, fn func(req *http.Request, w http.ResponseWriter)) {
 		var next atomic.Int64
 		b.ReportAllocs()
@@ -153,10 +153,10 @@ func BenchmarkMiddlewareParallel(b *testing.B) {
 	}
 	ctx := context.Background()
 	b.Run("bare", func(b *testing.B) {
-		parallel(b, func(req *http.Request, w http.ResponseWriter) { bare.ServeHTTP(w, req) })
+		parallel(b, func(req *http.Request, w http.ResponseWriter) { rs.bare.ServeHTTP(w, req) })
 	})
 	b.Run("locked-With", func(b *testing.B) {
-		parallel(b, func(req *http.Request, w http.ResponseWriter) { with.ServeHTTP(w, req) })
+		parallel(b, func(req *http.Request, w http.ResponseWriter) { rs.with.ServeHTTP(w, req) })
 	})
 	b.Run("2xPING", func(b *testing.B) {
 		parallel(b, func(*http.Request, http.ResponseWriter) {
@@ -167,45 +167,16 @@ func BenchmarkMiddlewareParallel(b *testing.B) {
 }
 
 // BenchmarkMiddlewareCPU is BenchmarkMiddleware with Redis answering
-// instantly (see redistest.Instant): locked minus bare is the CPU the middleware adds
-// to a request beside its two round trips.
+// instantly (see redistest.Instant): locked minus bare is the CPU the
+// middleware adds to a request beside its two round trips.
 func BenchmarkMiddlewareCPU(b *testing.B) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: the hook answers
-	defer rdb.Close()
-	rdb.AddHook(redistest.Instant{})
-	l, err := lockcore.New(rdb, lockcore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
-	mw := middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})
-	bare := chi.NewRouter()
-	bare.Post("/products/{productID}/buy", handler)
-	with := chi.NewRouter()
-	with.With(mw).Post("/products/{productID}/buy", handler)
-	use := chi.NewRouter()
-	use.Use(mw)
-	use.Post("/products/{productID}/buy", handler)
-	req := httptest.NewRequest("POST", "/products/42/buy", nil)
-	w := &discard{h: http.Header{}}
-	for _, bc := range []struct {
-		name string
-		h    http.Handler
-	}{{"bare", bare}, {"locked-With", with}, {"locked-Use", use}} {
-		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				bc.h.ServeHTTP(w, req)
-			}
-		})
-	}
+	rdb := redistest.InstantClient(b)
+	newRouters(b, rdb).serial(b, loop)
 	ctx := context.Background()
 	b.Run("2xPING", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
+		loop(b, func() {
 			rdb.Ping(ctx)
 			rdb.Ping(ctx)
-		}
+		})
 	})
 }

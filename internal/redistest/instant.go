@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"testing"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -42,4 +43,14 @@ func (Instant) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		return next(ctx, cmd)
 	}
+}
+
+// InstantClient returns a client whose scripts and PINGs Instant answers;
+// it never dials (its address is a closed loopback port). Closed at the end
+// of the test.
+func InstantClient(tb testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	c.AddHook(Instant{})
+	tb.Cleanup(func() { c.Close() })
+	return c
 }

@@ -66,6 +66,18 @@ func Mini(t testing.TB) *Backend {
 	return &Backend{Name: "miniredis", Addr: m.Addr(), Mini: m}
 }
 
+// Best returns the real redis-server when there is one (see Backends), and
+// else miniredis: for benchmarks, where the embedded server's CPU would count
+// as the client's, and for long runs that need only one backend.
+func Best(t testing.TB) *Backend {
+	t.Helper()
+	bs := Backends(t)
+	if !bs[len(bs)-1].Real() {
+		t.Log("no real redis-server: running on miniredis")
+	}
+	return bs[len(bs)-1]
+}
+
 // Backends returns miniredis and, when available, a real redis-server.
 func Backends(t testing.TB) []*Backend {
 	t.Helper()
