@@ -16,7 +16,7 @@ import (
 
 // DefaultWait is how long a call waits for a lock held by another owner
 // when Rule.Wait is zero.
-const DefaultWait = 5 * time.Second
+const DefaultWait = lockcore.DefaultWait
 
 // TokenKey is the metadata key that carries a propagated owner token from
 // one service to the next. It is the HTTP header Routelock-Token in gRPC's
@@ -129,14 +129,7 @@ func newServer(l *lockcore.Locker, c Config) *server {
 	}
 	s := &server{l: l, exact: map[string]*rule{}, service: map[string]*rule{}, trust: c.TrustToken}
 	for _, r := range c.Rules {
-		ru := &rule{key: r.Key, onError: r.OnError, stream: r.Key.ReadsMessage()}
-		switch {
-		case r.Wait == 0:
-			ru.policy.Wait = DefaultWait
-		case r.Wait > 0:
-			ru.policy.Wait = r.Wait
-		}
-		ru.policy.TTL = r.TTL
+		ru := &rule{key: r.Key, policy: lockcore.WaitPolicy(r.Wait, r.TTL), onError: r.OnError, stream: r.Key.ReadsMessage()}
 		if ru.onError == nil {
 			ru.onError = func(_ context.Context, _ string, err error) error { return Status(err) }
 		}

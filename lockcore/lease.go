@@ -163,6 +163,22 @@ func (ls *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
+// DefaultWait is how long the HTTP middleware and the gRPC interceptors
+// wait for a busy lock when their configuration says nothing.
+const DefaultWait = 5 * time.Second
+
+// WaitPolicy returns the Policy of an adapter's configuration, where a
+// wait of 0 means DefaultWait and a negative one fails fast.
+func WaitPolicy(wait, ttl time.Duration) Policy {
+	switch {
+	case wait == 0:
+		wait = DefaultWait
+	case wait < 0:
+		wait = 0
+	}
+	return Policy{Wait: wait, TTL: ttl}
+}
+
 // Policy says how to acquire one lock.
 type Policy struct {
 	// Wait is how long to wait for a lock held by another owner; 0 fails at

@@ -12,7 +12,7 @@ import (
 
 // DefaultWait is how long a request waits for a lock held by another owner
 // when Config.Wait is zero.
-const DefaultWait = 5 * time.Second
+const DefaultWait = lockcore.DefaultWait
 
 // TokenHeader carries a propagated owner token from one service to the next.
 const TokenHeader = "Routelock-Token"
@@ -90,14 +90,7 @@ func newLocker(l *lockcore.Locker, c Config) *locker {
 	if err := c.Validate(); err != nil {
 		panic(err.Error())
 	}
-	m := &locker{l: l, key: c.Key, trust: c.TrustToken, onError: c.OnError}
-	switch {
-	case c.Wait == 0:
-		m.policy.Wait = DefaultWait
-	case c.Wait > 0:
-		m.policy.Wait = c.Wait
-	}
-	m.policy.TTL = c.TTL
+	m := &locker{l: l, key: c.Key, policy: lockcore.WaitPolicy(c.Wait, c.TTL), trust: c.TrustToken, onError: c.OnError}
 	if m.onError == nil {
 		m.onError = Error
 	}
