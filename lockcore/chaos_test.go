@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,7 +96,6 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		sections []section
 		res      = chaosResult{errs: map[string]int{}}
 		lastW    = make([]int64, cfg.keys) // the fenced store: last fence written per key
-		over     atomic.Int64
 	)
 	write := func(key int, fence int64) bool {
 		mu.Lock()
@@ -157,12 +155,9 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		// Beyond its budget, an Acquire may take one attempt's I/O (bounded
 		// by the read timeout) and the withdrawal after it.
 		if o := time.Since(t0) - budget - 3*cfg.readTimeout; o > 0 {
-			for {
-				cur := over.Load()
-				if int64(o) <= cur || over.CompareAndSwap(cur, int64(o)) {
-					break
-				}
-			}
+			mu.Lock()
+			res.overshoot = max(res.overshoot, int64(o))
+			mu.Unlock()
 		}
 		return ls, err
 	}
@@ -299,7 +294,6 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 
 	// The checker.
 	res.sections = len(sections)
-	res.overshoot = over.Load()
 	byKey := map[int][]section{}
 	for _, s := range sections {
 		byKey[s.key] = append(byKey[s.key], s)

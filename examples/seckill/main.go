@@ -162,7 +162,7 @@ func sale(out io.Writer, env *redisenv.Redis, c config, locked bool) (result, er
 	defer admin.Del(ctx, stockKey, soldKey)
 
 	client := &http.Client{
-		Transport: &http.Transport{MaxIdleConnsPerHost: c.buyers, MaxConnsPerHost: 0},
+		Transport: &http.Transport{MaxIdleConnsPerHost: c.buyers},
 		Timeout:   c.wait + 30*time.Second,
 	}
 	defer client.CloseIdleConnections()
