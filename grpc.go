@@ -46,7 +46,7 @@ func Method(fullMethod string, key keyfunc.Func, opts ...Option) MethodRule {
 	return MethodRule{method: fullMethod, key: key, opts: opts}
 }
 
-// config returns the interceptor configuration of rules on l.
+// rpcConfig returns the interceptor configuration of rules on l.
 func (l *Locker) rpcConfig(rules []MethodRule) interceptor.Config {
 	ic := interceptor.Config{TrustToken: l.cfg.rpcTrust}
 	for _, m := range rules {
