@@ -88,7 +88,7 @@ func (l *Locker) runAcquire(ctx context.Context, h *hold, wait int64, id, member
 	args[2] = 3
 	copy(args[3:7], h.args[:])
 	args[7], args[8], args[9], args[10], args[11] = l.ttlArg(h.ttl), l.retArg, wait, id, member
-	return acquireScript.run(ctx, l.rdb, args[:])
+	return l.batch.run(ctx, acquireScript, args[:])
 }
 
 // release runs the release script for h: a plain release of one count when
@@ -98,7 +98,7 @@ func (l *Locker) release(ctx context.Context, h *hold, id, member string) (int64
 	args[2] = 3
 	copy(args[3:7], h.args[:])
 	args[7], args[8], args[9] = l.retArg, id, member
-	return releaseScript.run(ctx, l.rdb, args[:])
+	return l.batch.run(ctx, releaseScript, args[:])
 }
 
 // giveUp withdraws a waiter whose wait ended; cause is the context's error,

@@ -17,13 +17,18 @@
 // A lock on key K with prefix P uses three Redis keys that share the hash tag
 // {K}, so each script touches one Redis Cluster slot:
 //
-//	P{K}     hash    owner token -> count, '=f' fencing token, '=g' attempt id
+//	P{K}     string  the hold: owner token, attempt id, fencing token, and
+//	                 the count and a waiters flag when needed
 //	P{K}:q   zset    waiters in arrival order
-//	P{K}:f   string  last fencing token issued (kept Options.FenceRetention)
+//	P{K}:f   string  fencing counter (lives Options.FenceRetention)
 //
-// Acquire and release are one EVALSHA each. A hash of holders leaves room for
-// shared locks and permits (several holders), and the queue for FIFO-fair
-// waiting and for multi-key locks.
+// Acquire and release are one EVALSHA each. The hold is a string because
+// that is what Redis sets and deletes fastest: an uncontended acquire is
+// one INCR of the counter and one SET NX of the hold, a release one GET and
+// one DEL. Shared locks and permits (several holders) will keep a hash of
+// holders under the same name, which an exclusive acquire meets as a
+// WRONGTYPE reply; the queue leaves room for FIFO-fair waiting and for
+// multi-key locks.
 //
 // # Waiting
 //

@@ -19,8 +19,8 @@ type Info struct {
 	TTL time.Duration
 	// Fence is the fencing token of the current hold, 0 when free.
 	Fence int64
-	// LastFence is the last fencing token issued for the key, 0 if none is
-	// remembered (see Options.FenceRetention).
+	// LastFence is the key's fencing counter: no token issued for the key
+	// is above it. 0 if none is remembered (see Options.FenceRetention).
 	LastFence int64
 	// Waiters is the number of queued waiters.
 	Waiters int64
@@ -37,7 +37,7 @@ func (l *Locker) Inspect(ctx context.Context, key Key) (Info, error) {
 	}
 	ks := l.redisKeys(key)
 	p := l.rdb.Pipeline()
-	all := p.HGetAll(ctx, ks[0])
+	hold := p.Get(ctx, ks[0])
 	pttl := p.PTTL(ctx, ks[0])
 	last := p.Get(ctx, ks[2])
 	n := p.ZCard(ctx, ks[1])
@@ -45,14 +45,14 @@ func (l *Locker) Inspect(ctx context.Context, key Key) (Info, error) {
 		return Info{}, unavailable("inspect", err)
 	}
 	info := Info{Holders: map[string]int64{}, Waiters: n.Val()}
-	for f, v := range all.Val() {
-		switch {
-		case f == "=f":
-			info.Fence, _ = strconv.ParseInt(v, 10, 64)
-		case strings.HasPrefix(f, "="):
-		default:
-			info.Holders[f], _ = strconv.ParseInt(v, 10, 64)
+	// "<token> <attempt id> <fence>[ <count> <waiters>]"
+	if f := strings.Fields(hold.Val()); len(f) >= 3 {
+		count := int64(1)
+		if len(f) >= 4 {
+			count, _ = strconv.ParseInt(f[3], 10, 64)
 		}
+		info.Holders[f[0]] = count
+		info.Fence, _ = strconv.ParseInt(f[2], 10, 64)
 	}
 	if d := pttl.Val(); d > 0 {
 		info.TTL = d

@@ -571,6 +571,58 @@ func TestHandOffOrder(t *testing.T) {
 	})
 }
 
+// TestQueueOutlivesHolder: waiters queued behind a holder that crashed get
+// the lock in arrival order once its lease runs out, and the first hands it
+// to the second at release (the second would otherwise sleep past its wait,
+// the first holder's lease being long).
+func TestQueueOutlivesHolder(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		crashed := newLocker(t, b, prefix, Options{})
+		a, c := newLocker(t, b, prefix, Options{}), newLocker(t, b, prefix, Options{})
+		key := mustKey(t, "k")
+		ctx := context.Background()
+		first, err := crashed.Acquire(ctx, key, Policy{TTL: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			ls  *Lease
+			err error
+		}
+		got := make(chan result, 2)
+		for i, l := range []*Locker{a, c} {
+			go func() {
+				ls, err := l.Acquire(ctx, key, Policy{Wait: 3 * time.Second, TTL: 10 * time.Second})
+				got <- result{ls, err}
+			}()
+			eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, a, key).Waiters == int64(i+1) })
+		}
+		_ = crashed.Close() // no renewals: the key expires with its lease
+		r1 := <-got
+		if r1.err != nil {
+			t.Fatal(r1.err)
+		}
+		if r1.ls.h.l != a || r1.ls.Fence() <= first.Fence() {
+			t.Fatalf("first after the crash: locker a %v, fence %d after %d", r1.ls.h.l == a, r1.ls.Fence(), first.Fence())
+		}
+		if err := r1.ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r2 := <-got
+		if r2.err != nil {
+			t.Fatalf("second waiter: %v", r2.err)
+		}
+		if r2.ls.Fence() <= r1.ls.Fence() {
+			t.Fatalf("fence %d after %d", r2.ls.Fence(), r1.ls.Fence())
+		}
+		_ = r2.ls.Release(ctx)
+		if info := inspect(t, a, key); info.Held() || info.Waiters != 0 {
+			t.Fatalf("left behind: %+v", info)
+		}
+	})
+}
+
 // countHook counts the commands a client sends (a pipeline counts each),
 // leaving out the handshake of a new connection (HELLO, CLIENT ...).
 type countHook struct {

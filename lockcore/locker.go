@@ -26,10 +26,11 @@ type Options struct {
 	// lease is lost after about 0.9×TTL. Minimum 30ms. Default: 10s.
 	TTL time.Duration
 
-	// FenceRetention is how long a key's fencing counter is kept after its
-	// last acquisition. Fencing tokens also follow the Redis server's clock
-	// (microseconds since the epoch), so order survives the counter's expiry
-	// as long as that clock does not step back by more than this. Default: 1h.
+	// FenceRetention is how long a key's fencing counter lives once seeded.
+	// The counter is seeded with the Redis server's clock (microseconds
+	// since the epoch) and then counts up by one per acquisition attempt, so
+	// order survives its expiry as long as that clock does not step back by
+	// more than this. Default: 1h.
 	FenceRetention time.Duration
 
 	// ReleaseTimeout bounds a release and the withdrawal of a waiter that
@@ -93,9 +94,10 @@ type Locker struct {
 	closed atomic.Bool
 	once   sync.Once
 
-	wd watchdog
-	nf notifier
-	bg sync.WaitGroup // withdrawals of failed attempts, each bounded by ReleaseTimeout
+	wd    watchdog
+	nf    notifier
+	batch batcher        // acquire and release calls
+	bg    sync.WaitGroup // withdrawals of failed attempts, each bounded by ReleaseTimeout
 
 	// Script arguments boxed once: the default TTL and the fence retention
 	// in ms.
@@ -116,6 +118,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Locker, error) {
 	_, _ = rand.Read(b[:])
 	l := &Locker{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
 	l.channel = opt.Prefix + "notify:" + l.id
+	l.batch.rdb = rdb
 	l.ttlBoxed, l.retArg = ms(opt.TTL), ms(opt.FenceRetention)
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wd.start(l)

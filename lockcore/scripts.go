@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	_ "embed" // the Lua sources
 	"encoding/hex"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,10 +24,20 @@ var (
 // The scripts run by EVALSHA, falling back to EVAL when Redis does not have
 // them cached (first use, or after a restart or SCRIPT FLUSH).
 var (
-	acquireScript = newScript(luaCommon + luaAcquire)
-	releaseScript = newScript(luaCommon + luaRelease)
-	renewScript   = redis.NewScript(luaCommon + luaRenew) // pipelined by the watchdog
+	acquireScript = newScript(withCommon(luaAcquire))
+	releaseScript = newScript(withCommon(luaRelease))
+	renewScript   = redis.NewScript(luaRenew) // pipelined by the watchdog
 )
+
+// withCommon puts the shared functions where src marks them, after its fast
+// path.
+func withCommon(src string) string {
+	const mark = "-- @common\n"
+	if !strings.Contains(src, mark) {
+		panic("lockcore: script without " + mark)
+	}
+	return strings.Replace(src, mark, luaCommon, 1)
+}
 
 // script is a Lua script with an integer reply, run with arguments that the
 // caller lays out itself: go-redis's Script boxes every key and argument

@@ -2,49 +2,64 @@
 --       attempt id, waiter member ('' when failing fast)
 -- Returns the fencing token (> 0) when acquired or re-entered, and
 -- -pttl (<= 0) when held by another owner (and queued when waiting).
+local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member = ARGV[5], ARGV[6]
 
-local h = redis.call('HMGET', L, tok, '=f', '=g')
-if h[1] then
-  if h[3] == id then
-    return tonumber(h[2]) -- granted to this attempt while it waited
+-- The fence is drawn before the lock is tried, so that a free lock is taken
+-- by the SET itself; a draw that finds the lock held is skipped.
+local f, fs, v = redis.call('INCR', F), nil, nil
+if f > 1 then
+  fs = string.format('%.0f', f)
+  v = redis.call('SET', L, tok .. ' ' .. id .. ' ' .. fs, 'NX', 'PX', ttl, 'GET')
+  if not v and member == '' then
+    return f
   end
-  redis.call('HINCRBY', L, tok, 1)
-  if redis.call('PTTL', L) < ttl then
-    redis.call('PEXPIRE', L, ttl)
+end
+-- @common
+if f == 1 then
+  f, fs = seed_fence(ret)
+  v = redis.call('SET', L, hold(tok, id, fs, 1, false), 'NX', 'PX', ttl, 'GET')
+end
+
+if not v then
+  if member == '' or redis.call('EXISTS', Q) == 0 then
+    return f
   end
+  -- The lock was free but others queue for it (their holder expired): the
+  -- oldest waiter goes first, which may be this one.
+  redis.call('DEL', L)
+  local now, nows = now_us()
+  redis.call('ZADD', Q, 'NX', nows, member)
+  local m, g = grant_next(now, ret, member)
+  if not m then
+    return take(tok, ttl, id, ret, redis.call('EXISTS', Q) == 1)
+  elseif m == member then
+    return g
+  end
+  return -math.max(redis.call('PTTL', L), 0)
+end
+
+local t, g, hf, n, w = parse(v)
+if t == tok then
+  if g == id then
+    return tonumber(hf) -- granted to this attempt while it waited
+  end
+  redis.call('SET', L, hold(t, g, hf, n + 1, w), 'PX', math.max(redis.call('PTTL', L), ttl))
   if member ~= '' then
     redis.call('ZREM', Q, member)
   end
-  return tonumber(h[2])
+  return tonumber(hf)
 end
 
-local now, nows
-if not h[2] then
-  now, nows = now_us()
-  if member == '' or redis.call('EXISTS', Q) == 0 then
-    return tonumber(take(tok, ttl, now, nows, ret, id))
-  end
-  -- The lock is free but others queue for it (their holder expired): the
-  -- oldest waiter goes first, which may be this one.
-  redis.call('ZADD', Q, 'NX', nows, member)
-  local m, f = grant_next(now, nows, ret, member)
-  if not m then
-    return tonumber(take(tok, ttl, now, nows, ret, id))
-  elseif m == member then
-    return tonumber(f)
-  end
-end
-
-local pttl = redis.call('PTTL', L)
 if wait > 0 then
-  if not nows then
-    now, nows = now_us()
-  end
+  local _, nows = now_us()
   redis.call('ZADD', Q, 'NX', nows, member)
   if redis.call('PTTL', Q) < wait + ttl then
     redis.call('PEXPIRE', Q, wait + ttl)
   end
+  if not w then
+    redis.call('SET', L, hold(t, g, hf, n, true), 'KEEPTTL')
+  end
 end
-return -math.max(pttl, 0)
+return -math.max(redis.call('PTTL', L), 0)

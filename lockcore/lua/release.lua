@@ -4,27 +4,37 @@
 -- next waiter when the count reaches zero. With an attempt id it withdraws a
 -- waiter that gave up, releasing the hold if it was granted in the meantime.
 -- Returns the count left (0: released), -1 not held by token, -2 withdrawn.
+local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local tok, ret, id, member = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if id ~= '' then
-  if member ~= '' and redis.call('ZREM', Q, member) == 1 then
-    return -2
-  end
-  if redis.call('HGET', L, '=g') ~= id then
-    return -2
+if id ~= '' and member ~= '' and redis.call('ZREM', Q, member) == 1 then
+  return -2
+end
+local v = redis.call('GET', L)
+if not v then
+  return id == '' and -1 or -2
+end
+if id == '' and string.sub(v, 1, #tok + 1) == tok .. ' ' then
+  -- The short form (count 1, nobody queued) ends with the fence: no space
+  -- after the attempt id's.
+  local b = string.find(v, ' ', #tok + 2, true)
+  if not string.find(v, ' ', b + 1, true) then
+    redis.call('DEL', L)
+    return 0
   end
 end
-local n = redis.call('HGET', L, tok)
-if not n then
+-- @common
+local t, g, f, n, w = parse(v)
+if id ~= '' and g ~= id then
+  return -2
+end
+if t ~= tok then
   return -1
 end
-n = tonumber(n) - 1
-if n > 0 then
-  redis.call('HSET', L, tok, n)
-  return n
+if n > 1 then
+  redis.call('SET', L, hold(t, g, f, n - 1, w), 'KEEPTTL')
+  return n - 1
 end
-redis.call('DEL', L)
-if redis.call('EXISTS', Q) == 1 then
-  local now, nows = now_us()
-  grant_next(now, nows, ret)
+if not (w and grant_next(now_us(), ret)) then
+  redis.call('DEL', L)
 end
 return 0

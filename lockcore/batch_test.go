@@ -1,0 +1,152 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/faultproxy"
+	"github.com/routelock/lock/internal/redistest"
+)
+
+// pipeHook records the largest pipeline a client sent.
+type pipeHook struct{ largest atomic.Int64 }
+
+func (h *pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for n := int64(len(cmds)); ; {
+			old := h.largest.Load()
+			if n <= old || h.largest.CompareAndSwap(old, n) {
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestBatching: under load a Locker's calls leave in pipelines, and each
+// caller still gets its own answer: 64 goroutines re-enter and release keys
+// of their own and must see their own counts and fences.
+func TestBatching(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		hook := &pipeHook{}
+		rdb.AddHook(hook)
+		prefix := redistest.Prefix(t)
+		l, err := New(rdb, Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		other := newLocker(t, b, prefix, Options{})
+
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := mustKey(t, "b", strconv.Itoa(g))
+				for range 20 {
+					ls, err := l.Acquire(ctx, key, Policy{})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					// The same token through another Locker re-enters in
+					// Redis: the count there must be this goroutine's.
+					inner, err := other.Acquire(WithToken(ctx, ls.Token()), key, Policy{})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if inner.Fence() != ls.Fence() {
+						t.Errorf("re-entry fence %d, hold's %d", inner.Fence(), ls.Fence())
+					}
+					if err := inner.Release(ctx); err != nil {
+						t.Error(err)
+					}
+					if err := ls.Release(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := hook.largest.Load(); n < 2 {
+			t.Fatalf("largest pipeline %d calls: 64 goroutines never had their calls batched", n)
+		}
+		t.Logf("largest pipeline: %d calls", hook.largest.Load())
+		for g := range 64 {
+			if info := inspect(t, l, mustKey(t, "b", strconv.Itoa(g))); info.Held() {
+				t.Fatalf("key %d still held: %+v", g, info)
+			}
+		}
+	})
+}
+
+// TestQueuedCallFailsWithItsFlight: when Redis stops answering, a call
+// queued behind the calls on the wire fails when they do, with their error,
+// instead of waiting for them and then for itself.
+func TestQueuedCallFailsWithItsFlight(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		proxy := faultproxy.Start(t, b.Addr)
+		const timeout = 300 * time.Millisecond
+		c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, DialTimeout: timeout,
+			ReadTimeout: timeout, WriteTimeout: timeout})
+		defer c.Close()
+		l, err := New(c, Options{Prefix: redistest.Prefix(t), ReleaseTimeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ctx := context.Background()
+		// Warm the pool so that the calls below need no dial.
+		for i := range maxFlights {
+			ls, err := l.Acquire(ctx, mustKey(t, "warm", strconv.Itoa(i)), Policy{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = ls.Release(ctx)
+		}
+
+		proxy.Blackhole(true)
+		errs := make(chan error, maxFlights+1)
+		for i := range maxFlights {
+			go func() {
+				_, err := l.Acquire(ctx, mustKey(t, "on-wire", strconv.Itoa(i)), Policy{})
+				errs <- err
+			}()
+		}
+		eventually(t, 5*time.Second, "flights full", func() bool {
+			l.batch.mu.Lock()
+			defer l.batch.mu.Unlock()
+			return l.batch.flights == maxFlights
+		})
+		start := time.Now()
+		_, err = l.Acquire(ctx, mustKey(t, "queued"), Policy{})
+		took := time.Since(start)
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("queued call: %v, want ErrUnavailable", err)
+		}
+		// One flight's read timeout, not two; the write to a blackholed
+		// socket returns at once.
+		if took >= 2*timeout {
+			t.Fatalf("queued call failed after %v, with a read timeout of %v", took, timeout)
+		}
+		for range maxFlights {
+			if err := <-errs; !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("call on the wire: %v, want ErrUnavailable", err)
+			}
+		}
+		proxy.Blackhole(false)
+	})
+}
