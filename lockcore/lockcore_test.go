@@ -417,6 +417,11 @@ func TestFencingAcrossExpiry(t *testing.T) {
 				t.Fatalf("round %d: fence %d not above %d", i, ls.Fence(), last)
 			}
 			last = ls.Fence()
+			// The counter is not kept forever: it expires within the
+			// retention of its seeding.
+			if d := rdb.PTTL(ctx, l.redisKeys(key)[2]).Val(); d <= 0 || d > l.opt.FenceRetention {
+				t.Fatalf("round %d: fencing counter TTL %v, want within (0, %v]", i, d, l.opt.FenceRetention)
+			}
 			_ = l.Close() // the holder vanishes; the key expires
 			if i%2 == 1 {
 				rdb.Del(ctx, l.redisKeys(key)[2]) // counter lost too

@@ -146,7 +146,7 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-// redisKeys returns the lock's hash, queue and fence keys. They share the
+// redisKeys returns the lock's hold, queue and fence keys. They share the
 // hash tag {key}, and one allocation.
 func (l *Locker) redisKeys(k Key) (ks [3]string) {
 	var b strings.Builder
