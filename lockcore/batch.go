@@ -11,7 +11,7 @@ import (
 
 // maxFlights is how many calls or pipelines a Locker has on the wire at
 // once before further calls queue.
-const maxFlights = 4
+const maxFlights = 8
 
 // batcher sends a Locker's acquire and release calls. A call goes straight
 // out while fewer than maxFlights are on the wire; otherwise it queues, and
