@@ -49,8 +49,7 @@ func (b *batcher) run(ctx context.Context, s *script, args []any) (int64, error)
 		b.land(err)
 		return v, err
 	}
-	args[0], args[1] = "evalsha", s.sha
-	c := &call{s: s, cmd: redis.NewIntCmd(ctx, args...), done: make(chan struct{}, 1)}
+	c := &call{s: s, cmd: s.cmd(ctx, args), done: make(chan struct{}, 1)}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 
@@ -116,12 +115,7 @@ func (b *batcher) send(ctx context.Context, batch []*call) error {
 	}
 	_, err := p.Exec(ctx)
 	for i, c := range batch {
-		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			args := c.cmd.Args()
-			args[0], args[1] = "eval", c.s.src
-			c.cmd = redis.NewIntCmd(ctx, args...)
-			_ = b.rdb.Process(ctx, c.cmd)
-		}
+		c.cmd = c.s.known(ctx, b.rdb, c.cmd)
 		if i > 0 {
 			c.done <- struct{}{}
 		}

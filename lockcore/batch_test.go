@@ -93,6 +93,47 @@ func TestBatching(t *testing.T) {
 	})
 }
 
+// TestBatchAfterScriptFlush: calls that leave in a pipeline after Redis
+// forgot the scripts are run again with EVAL, each getting its answer.
+func TestBatchAfterScriptFlush(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		hook := &pipeHook{}
+		rdb.AddHook(hook)
+		l, err := New(rdb, Options{Prefix: redistest.Prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ctx := context.Background()
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ls, err := l.Acquire(ctx, mustKey(t, "f", strconv.Itoa(g)), Policy{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := ls.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if hook.largest.Load() < 2 {
+			t.Fatalf("largest pipeline %d calls: nothing was batched", hook.largest.Load())
+		}
+	})
+}
+
 // TestQueuedCallFailsWithItsFlight: when Redis stops answering, a call
 // queued behind the calls on the wire fails when they do, with their error,
 // instead of waiting for them and then for itself.

@@ -51,17 +51,31 @@ func newScript(src string) *script {
 	return &script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// run runs the script with args, whose first two elements it fills with the
-// command and the script (args[2] is the number of keys, then the keys and
-// the arguments): EVALSHA, then EVAL if Redis does not know the script.
-func (s *script) run(ctx context.Context, rdb redis.UniversalClient, args []any) (int64, error) {
+// cmd returns the EVALSHA command of the script with args, whose first two
+// elements it fills with the command and the script (args[2] is the number
+// of keys, then the keys and the arguments).
+func (s *script) cmd(ctx context.Context, args []any) *redis.IntCmd {
 	args[0], args[1] = "evalsha", s.sha
-	cmd := redis.NewIntCmd(ctx, args...)
-	_ = rdb.Process(ctx, cmd)
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "eval", s.src
-		cmd = redis.NewIntCmd(ctx, args...)
-		_ = rdb.Process(ctx, cmd)
+	return redis.NewIntCmd(ctx, args...)
+}
+
+// known returns cmd, which has run, or, when Redis did not know the script
+// (first use, a restart, SCRIPT FLUSH), the same call run again with EVAL.
+func (s *script) known(ctx context.Context, rdb redis.UniversalClient, cmd *redis.IntCmd) *redis.IntCmd {
+	if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return cmd
 	}
-	return cmd.Result()
+	args := cmd.Args()
+	args[0], args[1] = "eval", s.src
+	cmd = redis.NewIntCmd(ctx, args...)
+	_ = rdb.Process(ctx, cmd)
+	return cmd
+}
+
+// run runs the script with args (laid out as for cmd): EVALSHA, then EVAL
+// if Redis does not know the script.
+func (s *script) run(ctx context.Context, rdb redis.UniversalClient, args []any) (int64, error) {
+	cmd := s.cmd(ctx, args)
+	_ = rdb.Process(ctx, cmd)
+	return s.known(ctx, rdb, cmd).Result()
 }
