@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,6 +49,9 @@ func newMutexer(tb testing.TB, lib Lib) (Mutexer, *atomic.Int64) {
 // goroutine's own, per library, at 1, 16 and 64 goroutines.
 func BenchmarkW1(b *testing.B) {
 	for _, lib := range Libs() {
+		if lib.Floor {
+			continue // not a lock between processes; W1 would not touch Redis
+		}
 		for _, g := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/g=%d", lib.Name, g), func(b *testing.B) {
 				m, cmds := newMutexer(b, lib)
@@ -85,8 +91,17 @@ func BenchmarkW1(b *testing.B) {
 func TestWorkloadsSmoke(t *testing.T) {
 	for _, lib := range Libs() {
 		t.Run(lib.Name, func(t *testing.T) {
-			m, _ := newMutexer(t, lib)
+			m, cmds := newMutexer(t, lib)
 			tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+			if lib.Floor {
+				// W2 in one process is the only workload it runs: every
+				// hand-over is one PUBLISH, and nothing else reaches Redis.
+				r := RunW2(m, 4, time.Millisecond, 300*time.Millisecond, "smoke2-"+tag)
+				if r.Sections == 0 || r.Errors != 0 || cmds.Load() > r.Sections {
+					t.Fatalf("W2: %d sections, %d errors, %d commands", r.Sections, r.Errors, cmds.Load())
+				}
+				return
+			}
 			if r := RunW1(m, 4, 100*time.Millisecond, "smoke1-"+tag); r.Cycles == 0 || r.Errors != 0 {
 				t.Fatalf("W1: %+v", r)
 			}
@@ -100,5 +115,45 @@ func TestWorkloadsSmoke(t *testing.T) {
 				t.Fatalf("W3: %v %v", hs, err)
 			}
 		})
+	}
+}
+
+// TestFloorExcludes checks that the hand-over floor, which W2 compares the
+// locks with, is itself a mutex among one process's goroutines: 16 goroutines
+// take it 50 times each and a counter inside never sees another holder.
+func TestFloorExcludes(t *testing.T) {
+	lib, err := LibByName("floor-publish")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, cmds := newMutexer(t, lib)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var inside, overlaps, sections atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 50 {
+				unlock, err := m.Lock(ctx, "floor", true)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				runtime.Gosched()
+				inside.Add(-1)
+				sections.Add(1)
+				unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if overlaps.Load() != 0 || sections.Load() != 16*50 {
+		t.Fatalf("%d overlaps in %d sections", overlaps.Load(), sections.Load())
+	}
+	if n := cmds.Load(); n == 0 || n >= 16*50 {
+		t.Fatalf("%d PUBLISHes for %d sections: want one per hand-over, none when the key was free", n, 16*50)
 	}
 }

@@ -37,6 +37,11 @@ type Lib struct {
 	// New builds one instance on the Redis at addr. Commands sent are added
 	// to cmds.
 	New func(addr string, cmds *atomic.Int64) (Mutexer, error)
+	// Floor marks an entry that is not a lock between processes but the
+	// least work a Redis-mediated hand-over can do; it runs only where all
+	// goroutines share one process and wait for each other (W2 in one
+	// process).
+	Floor bool
 }
 
 // TTL is the lease length every library gets.
@@ -61,6 +66,8 @@ func Libs() []Lib {
 			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedsync(a, c, 3, true), nil }},
 		{Name: "rueidislock", Note: "redis/rueidis/rueidislock, KeyMajority 1, NoLoopTracking, wakes by client-side-cache invalidation",
 			New: newRueidislock},
+		{Name: "floor-publish", Note: "not a lock: waiters queue in memory, each hand-over is one PUBLISH read by a shared subscription (the ceiling of a hand-over through Redis)",
+			New: newFloor, Floor: true},
 	}
 }
 

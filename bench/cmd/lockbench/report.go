@@ -34,6 +34,9 @@ func (r *runner) report(w io.Writer, libs []bench.Lib, ws string, runs int) {
 		fmt.Fprintln(w, "| library | 1 goroutine | 16 goroutines | 64 goroutines |")
 		fmt.Fprintln(w, "|---|---|---|---|")
 		for _, l := range libs {
+			if l.Floor {
+				continue
+			}
 			fmt.Fprintf(w, "| %s |", l.Name)
 			for _, g := range []string{"1", "16", "64"} {
 				fmt.Fprintf(w, " %s%s |", cell(l.Name, "W1/"+g, "%.0f"), ratio(l.Name, "W1/"+g))
@@ -54,6 +57,9 @@ func (r *runner) report(w io.Writer, libs []bench.Lib, ws string, runs int) {
 			fmt.Fprintln(w, "| library | sections/s | × ideal | wait p50 ms | p99 ms | max ms | min/max per goroutine | cmds/section | errors |")
 			fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 			for _, l := range libs {
+				if l.Floor && !c.floor() {
+					continue
+				}
 				mm := "–"
 				if v, ok := r.median(l.Name, n+"/minmax"); ok {
 					mm = fmt.Sprintf("%d/%d", int64(v)/1e6, int64(v)%1e6)
@@ -74,6 +80,9 @@ func (r *runner) report(w io.Writer, libs []bench.Lib, ws string, runs int) {
 		fmt.Fprintln(w, "| library | same process p50 | p99 | other process p50 | p99 |")
 		fmt.Fprintln(w, "|---|---|---|---|---|")
 		for _, l := range libs {
+			if l.Floor {
+				continue
+			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", l.Name,
 				cell(l.Name, "W3/local/p50", "%.3f"), cell(l.Name, "W3/local/p99", "%.3f"),
 				cell(l.Name, "W3/remote/p50", "%.3f"), cell(l.Name, "W3/remote/p99", "%.3f"))
