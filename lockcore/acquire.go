@@ -3,9 +3,12 @@ package lockcore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // acquire takes h's key in Redis for h.token and sets h.fence. It returns
@@ -35,7 +38,7 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	// on this host's wall clock; Redis drops it once its own clock passes it.
 	member := strconv.FormatInt(deadline.UnixMilli(), 10) + " " + strconv.FormatInt(ttl, 10) + " " +
 		l.channel + " " + id + " " + h.token
-	w := l.nf.register(id)
+	w := l.nf.register(id, h.keys[0])
 	defer l.nf.unregister(w)
 	var timer *time.Timer // made when first needed: most acquisitions find the lock free
 	var pttl int64
@@ -66,8 +69,12 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		}
 		select {
 		case f := <-w.ch:
-			h.fence = f
-			return sent, nil
+			if f > 0 {
+				h.fence = f
+				return sent, nil
+			}
+			// Nudged: a release whose reply was lost may have handed the
+			// lock to this attempt; the next call says.
 		case <-timer.C:
 		case <-resync:
 		case <-ctx.Done():
@@ -88,17 +95,43 @@ func (l *Locker) runAcquire(ctx context.Context, h *hold, wait int64, id, member
 	args[2] = 3
 	copy(args[3:7], h.args[:])
 	args[7], args[8], args[9], args[10], args[11] = l.ttlArg(h.ttl), l.retArg, wait, id, member
-	return l.batch.run(ctx, acquireScript, args[:])
+	return l.batch.run(ctx, acquireScript, args[:]).(*redis.IntCmd).Result()
 }
 
 // release runs the release script for h: a plain release of one count when
-// id is empty, else the withdrawal of attempt id queued as member.
+// id is empty, else the withdrawal of attempt id queued as member. It returns
+// the script's count (0: released; -1: not held by h's token; -2: withdrawn).
+//
+// When the lock goes to a waiter of this Locker, Redis publishes nothing and
+// the reply names the waiter, which release wakes: one socket written and
+// read instead of two. If the reply is lost, the lock may have gone to one
+// of this Locker's waiters on the key without their knowing, so they ask
+// Redis again.
 func (l *Locker) release(ctx context.Context, h *hold, id, member string) (int64, error) {
-	var args [10]any
+	var args [11]any
 	args[2] = 3
 	copy(args[3:7], h.args[:])
-	args[7], args[8], args[9] = l.retArg, id, member
-	return l.batch.run(ctx, releaseScript, args[:])
+	args[7], args[8], args[9], args[10] = l.retArg, id, member, l.chanArg
+	cmd := l.batch.run(ctx, releaseScript, args[:]).(*redis.Cmd)
+	if err := cmd.Err(); err != nil {
+		l.nf.nudge(h.keys[0])
+		return 0, err
+	}
+	switch v := cmd.Val().(type) {
+	case int64:
+		return v, nil
+	case []any:
+		if len(v) == 3 {
+			to, ok1 := v[1].(string)
+			f, ok2 := v[2].(int64)
+			if ok1 && ok2 {
+				l.nf.handOver(to, f)
+				return 0, nil
+			}
+		}
+	}
+	l.nf.nudge(h.keys[0])
+	return 0, fmt.Errorf("lockcore: unexpected release reply %v", cmd.Val())
 }
 
 // giveUp withdraws a waiter whose wait ended; cause is the context's error,

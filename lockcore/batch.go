@@ -34,20 +34,21 @@ type batcher struct {
 // call is a queued script call.
 type call struct {
 	s    *script
-	cmd  *redis.IntCmd
+	cmd  redis.Cmder
 	lead []*call // set when this call's goroutine is to send lead
 	done chan struct{}
 }
 
-// run runs s with args (laid out as script.run wants them).
-func (b *batcher) run(ctx context.Context, s *script, args []any) (int64, error) {
+// run runs s with args (laid out as script.run wants them) and returns the
+// command that answered, or failed.
+func (b *batcher) run(ctx context.Context, s *script, args []any) redis.Cmder {
 	b.mu.Lock()
 	if b.flights < maxFlights {
 		b.flights++
 		b.mu.Unlock()
-		v, err := s.run(ctx, b.rdb, args)
-		b.land(err)
-		return v, err
+		cmd := s.run(ctx, b.rdb, args)
+		b.land(cmd.Err())
+		return cmd
 	}
 	c := &call{s: s, cmd: s.cmd(ctx, args), done: make(chan struct{}, 1)}
 	b.queue = append(b.queue, c)
@@ -61,7 +62,8 @@ func (b *batcher) run(ctx context.Context, s *script, args []any) (int64, error)
 			// Not sent: leave the queue; Redis never sees the call.
 			b.queue = slices.Delete(b.queue, i, i+1)
 			b.mu.Unlock()
-			return 0, ctx.Err()
+			c.cmd.SetErr(ctx.Err())
+			return c.cmd
 		}
 		b.mu.Unlock()
 		<-c.done // on the wire: its answer comes with the others'
@@ -69,7 +71,7 @@ func (b *batcher) run(ctx context.Context, s *script, args []any) (int64, error)
 	if c.lead != nil {
 		b.land(b.send(context.WithoutCancel(ctx), c.lead))
 	}
-	return c.cmd.Result()
+	return c.cmd
 }
 
 // land ends a flight that ended with err: the queue, if any, takes the

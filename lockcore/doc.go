@@ -37,9 +37,12 @@
 // Redis, in the release script, and publishes the hand-over on the waiter
 // Locker's notification channel. Each Locker has one subscription
 // connection for all of its waiters, and the woken waiter already holds the
-// lock: no further round trip, and no herd of retries. Because pub/sub can
-// lose messages, a waiter also asks Redis again when the holder's lease would
-// have run out and whenever the subscription is re-established.
+// lock: no further round trip, and no herd of retries. When the waiter
+// belongs to the releasing Locker, nothing is published: the release's reply
+// names it and the releasing goroutine wakes it. Because pub/sub can lose
+// messages, a waiter also asks Redis again when the holder's lease would
+// have run out and whenever the subscription is re-established; when a
+// release's reply is lost, the Locker's waiters on that key ask at once.
 //
 // # Watchdog and fencing
 //

@@ -100,8 +100,8 @@ type Locker struct {
 	bg    sync.WaitGroup // withdrawals of failed attempts, each bounded by ReleaseTimeout
 
 	// Script arguments boxed once: the default TTL and the fence retention
-	// in ms.
-	ttlBoxed, retArg any
+	// in ms, and the channel.
+	ttlBoxed, retArg, chanArg any
 }
 
 // New returns a Locker on rdb. The Locker does not own rdb: Close leaves it
@@ -119,7 +119,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Locker, error) {
 	l := &Locker{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
 	l.channel = opt.Prefix + "notify:" + l.id
 	l.batch.rdb = rdb
-	l.ttlBoxed, l.retArg = ms(opt.TTL), ms(opt.FenceRetention)
+	l.ttlBoxed, l.retArg, l.chanArg = ms(opt.TTL), ms(opt.FenceRetention), l.channel
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wd.start(l)
 	l.nf.start(l)

@@ -25,8 +25,9 @@ type notifier struct {
 }
 
 type waiter struct {
-	id string
-	ch chan int64 // the fencing token of a hand-over
+	id  string
+	key string     // the lock's Redis key
+	ch  chan int64 // the fencing token of a hand-over, or 0: ask Redis again
 }
 
 // healthInterval is how long the subscription may be silent before it is
@@ -54,9 +55,9 @@ func (n *notifier) stop() {
 // allocate one and its channel for nothing.
 var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan int64, 1)} }}
 
-func (n *notifier) register(id string) *waiter {
+func (n *notifier) register(id, key string) *waiter {
 	w := waiterPool.Get().(*waiter)
-	w.id = id
+	w.id, w.key = id, key
 	n.mu.Lock()
 	n.waiters[id] = w
 	n.mu.Unlock()
@@ -74,7 +75,7 @@ func (n *notifier) unregister(w *waiter) {
 	case <-w.ch: // a hand-over that came after the wait ended
 	default:
 	}
-	w.id = ""
+	w.id, w.key = "", ""
 	waiterPool.Put(w)
 }
 
@@ -96,10 +97,34 @@ func (n *notifier) deliver(payload string) {
 	if err != nil {
 		return
 	}
+	n.handOver(id, fence)
+}
+
+// handOver wakes the waiter of attempt id, which now holds its lock with
+// the given fencing token. Each attempt gets at most one hand-over.
+func (n *notifier) handOver(id string, fence int64) {
 	n.mu.Lock()
 	if w := n.waiters[id]; w != nil {
 		delete(n.waiters, id)
-		w.ch <- fence // buffered and empty: one hand-over per attempt
+		select {
+		case <-w.ch: // a nudge not yet read: the hand-over replaces it
+		default:
+		}
+		w.ch <- fence
+	}
+	n.mu.Unlock()
+}
+
+// nudge makes the waiters on the lock at Redis key key ask Redis again.
+func (n *notifier) nudge(key string) {
+	n.mu.Lock()
+	for _, w := range n.waiters {
+		if w.key == key {
+			select {
+			case w.ch <- 0:
+			default: // a nudge is pending already
+			}
+		}
 	}
 	n.mu.Unlock()
 }

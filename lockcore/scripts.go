@@ -24,8 +24,8 @@ var (
 // The scripts run by EVALSHA, falling back to EVAL when Redis does not have
 // them cached (first use, or after a restart or SCRIPT FLUSH).
 var (
-	acquireScript = newScript(withCommon(luaAcquire))
-	releaseScript = newScript(withCommon(luaRelease))
+	acquireScript = newScript(withCommon(luaAcquire), false)
+	releaseScript = newScript(withCommon(luaRelease), true)
 	renewScript   = redis.NewScript(luaRenew) // pipelined by the watchdog
 )
 
@@ -39,43 +39,53 @@ func withCommon(src string) string {
 	return strings.Replace(src, mark, luaCommon, 1)
 }
 
-// script is a Lua script with an integer reply, run with arguments that the
-// caller lays out itself: go-redis's Script boxes every key and argument
-// anew on each call, which is most of a lock's allocations.
+// script is a Lua script run with arguments that the caller lays out
+// itself: go-redis's Script boxes every key and argument anew on each call,
+// which is most of a lock's allocations. Its reply is an integer, or, when
+// array is set, an integer or an array.
 type script struct {
 	src, sha any // boxed once
+	array    bool
 }
 
-func newScript(src string) *script {
+func newScript(src string, array bool) *script {
 	sum := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(sum[:])}
+	return &script{src: src, sha: hex.EncodeToString(sum[:]), array: array}
 }
 
 // cmd returns the EVALSHA command of the script with args, whose first two
 // elements it fills with the command and the script (args[2] is the number
-// of keys, then the keys and the arguments).
-func (s *script) cmd(ctx context.Context, args []any) *redis.IntCmd {
+// of keys, then the keys and the arguments). It is a *redis.IntCmd, or a
+// *redis.Cmd when the reply may be an array.
+func (s *script) cmd(ctx context.Context, args []any) redis.Cmder {
 	args[0], args[1] = "evalsha", s.sha
+	return s.newCmd(ctx, args)
+}
+
+func (s *script) newCmd(ctx context.Context, args []any) redis.Cmder {
+	if s.array {
+		return redis.NewCmd(ctx, args...)
+	}
 	return redis.NewIntCmd(ctx, args...)
 }
 
 // known returns cmd, which has run, or, when Redis did not know the script
 // (first use, a restart, SCRIPT FLUSH), the same call run again with EVAL.
-func (s *script) known(ctx context.Context, rdb redis.UniversalClient, cmd *redis.IntCmd) *redis.IntCmd {
+func (s *script) known(ctx context.Context, rdb redis.UniversalClient, cmd redis.Cmder) redis.Cmder {
 	if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return cmd
 	}
 	args := cmd.Args()
 	args[0], args[1] = "eval", s.src
-	cmd = redis.NewIntCmd(ctx, args...)
+	cmd = s.newCmd(ctx, args)
 	_ = rdb.Process(ctx, cmd)
 	return cmd
 }
 
 // run runs the script with args (laid out as for cmd): EVALSHA, then EVAL
-// if Redis does not know the script.
-func (s *script) run(ctx context.Context, rdb redis.UniversalClient, args []any) (int64, error) {
+// if Redis does not know the script. It returns the command that answered.
+func (s *script) run(ctx context.Context, rdb redis.UniversalClient, args []any) redis.Cmder {
 	cmd := s.cmd(ctx, args)
 	_ = rdb.Process(ctx, cmd)
-	return s.known(ctx, rdb, cmd).Result()
+	return s.known(ctx, rdb, cmd)
 }

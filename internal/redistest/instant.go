@@ -26,13 +26,14 @@ func (Instant) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 func (Instant) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		switch c := cmd.(type) {
-		case *redis.IntCmd:
+		case *redis.IntCmd: // acquire
 			if c.Name() == "evalsha" {
-				if len(c.Args()) == 12 { // acquire: keys, token, wait, ttl, …
-					c.SetVal(1)
-				} else {
-					c.SetVal(0)
-				}
+				c.SetVal(1)
+				return nil
+			}
+		case *redis.Cmd: // release
+			if c.Name() == "evalsha" {
+				c.SetVal(int64(0))
 				return nil
 			}
 		case *redis.StatusCmd:

@@ -65,16 +65,20 @@ local function take(tok, ttl, id, retention, w)
 end
 
 -- Hand the free lock to the oldest waiter whose deadline has not passed and
--- tell it on its Locker's channel, unless it is member self, the caller.
--- Returns its member and fencing token, or nil when nobody is left waiting.
-local function grant_next(now, retention, self)
+-- tell it on its Locker's channel, unless it is member self, the caller, or
+-- its channel is mine, the caller's Locker's, which then wakes it itself.
+-- Returns its member and fencing token, and its attempt id when its channel
+-- is mine; nil when nobody is left waiting.
+local function grant_next(now, retention, self, mine)
   for _ = 1, 64 do
     local e = redis.call('ZPOPMIN', Q)
     if #e == 0 then return nil end
     local dl, ttl, ch, id, tok = string.match(e[1], '^(%d+) (%d+) (%S+) (%S+) (%S+)$')
     if dl and tonumber(dl) * 1000 > now then
       local f = take(tok, ttl, id, retention, redis.call('EXISTS', Q) == 1)
-      if e[1] ~= self then
+      if ch == mine then
+        return e[1], f, id
+      elseif e[1] ~= self then
         redis.call('PUBLISH', ch, id .. ' ' .. string.format('%.0f', f))
       end
       return e[1], f

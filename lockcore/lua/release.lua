@@ -1,11 +1,13 @@
 -- ARGV: token, fence retention ms, attempt id ('' for a plain release),
---       waiter member ('' when none)
+--       waiter member ('' when none), the caller's Locker channel
 -- A plain release drops one count of token's hold and hands the lock to the
 -- next waiter when the count reaches zero. With an attempt id it withdraws a
 -- waiter that gave up, releasing the hold if it was granted in the meantime.
--- Returns the count left (0: released), -1 not held by token, -2 withdrawn.
+-- Returns the count left (0: released), -1 not held by token, -2 withdrawn,
+-- or {0, attempt id, fencing token} when the lock went to a waiter of the
+-- caller's own Locker, which the caller then wakes: nothing is published.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
-local tok, ret, id, member = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local tok, ret, id, member, mine = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if id ~= '' and member ~= '' and redis.call('ZREM', Q, member) == 1 then
   return -2
 end
@@ -34,7 +36,13 @@ if n > 1 then
   redis.call('SET', L, hold(t, g, f, n - 1, w), 'KEEPTTL')
   return n - 1
 end
-if not (w and grant_next(now_us(), ret)) then
-  redis.call('DEL', L)
+if w then
+  local m, f, to = grant_next(now_us(), ret, nil, mine)
+  if to then
+    return {0, to, f}
+  elseif m then
+    return 0
+  end
 end
+redis.call('DEL', L)
 return 0

@@ -1,0 +1,174 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+)
+
+// acquireAsync starts l.Acquire(key) with a wait and returns the channels
+// its lease or error arrive on.
+func acquireAsync(l *Locker, key Key, wait time.Duration) (<-chan *Lease, <-chan error) {
+	got := make(chan *Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(context.Background(), key, Policy{Wait: wait})
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- ls
+	}()
+	return got, errc
+}
+
+// awaitLease returns the lease from got within d, failing the test on an
+// error or when none comes in time.
+func awaitLease(t *testing.T, got <-chan *Lease, errc <-chan error, d time.Duration, what string) *Lease {
+	t.Helper()
+	select {
+	case ls := <-got:
+		return ls
+	case err := <-errc:
+		t.Fatalf("%s: %v", what, err)
+	case <-time.After(d):
+		t.Fatalf("%s: no lease within %v", what, d)
+	}
+	return nil
+}
+
+// TestLocalHandOverPublishesNothing: a release that hands the lock to a
+// waiter of the same Locker wakes it from the reply and publishes nothing;
+// one that hands it to another Locker's waiter publishes on that Locker's
+// channel. An observer subscribed to every Locker channel must see the
+// second hand-over's message first.
+func TestLocalHandOverPublishesNothing(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		a := newLocker(t, b, prefix, Options{})
+		other := newLocker(t, b, prefix, Options{})
+		ctx := context.Background()
+		obs := b.Client(t).PSubscribe(ctx, prefix+"notify:*")
+		t.Cleanup(func() { _ = obs.Close() })
+		if _, err := obs.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		key := mustKey(t, "k")
+		const ttl = 10 * time.Second // a waiter not woken would sleep this long
+		h, err := a.Acquire(ctx, key, Policy{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		localGot, localErr := acquireAsync(a, key, 20*time.Second)
+		eventually(t, 5*time.Second, "local waiter queued", func() bool { return inspect(t, a, key).Waiters == 1 })
+		remoteGot, remoteErr := acquireAsync(other, key, 20*time.Second)
+		eventually(t, 5*time.Second, "remote waiter queued", func() bool { return inspect(t, a, key).Waiters == 2 })
+
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		local := awaitLease(t, localGot, localErr, 3*time.Second, "local waiter")
+		info := inspect(t, a, key)
+		if local.Fence() != info.Fence || info.Holders[local.Token()] != 1 {
+			t.Fatalf("local waiter holds fence %d; Redis: %+v", local.Fence(), info)
+		}
+		if err := local.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		remote := awaitLease(t, remoteGot, remoteErr, 3*time.Second, "waiter of the other Locker")
+		if remote.Fence() <= local.Fence() {
+			t.Fatalf("fences %d then %d", local.Fence(), remote.Fence())
+		}
+
+		mctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		m, err := obs.ReceiveMessage(mctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Channel != other.channel || !strings.HasSuffix(m.Payload, " "+strconv.FormatInt(remote.Fence(), 10)) {
+			t.Fatalf("first message %q on %s; want the hand-over of fence %d on %s (the local one publishes nothing)",
+				m.Payload, m.Channel, remote.Fence(), other.channel)
+		}
+		if err := remote.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if inspect(t, a, key).Held() {
+			t.Fatal("held after every release")
+		}
+	})
+}
+
+// loseReleaseReply lets the next release script run in Redis and then
+// reports its reply lost, as a connection that broke after sending would.
+type loseReleaseReply struct{ armed *atomic.Bool }
+
+func (h loseReleaseReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h loseReleaseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h loseReleaseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		// The release script is the one run with a *redis.Cmd; it ran when
+		// Redis answered without an error (not NOSCRIPT).
+		if _, release := cmd.(*redis.Cmd); release && err == nil && h.armed.CompareAndSwap(true, false) {
+			cmd.SetErr(io.ErrUnexpectedEOF)
+			return io.ErrUnexpectedEOF
+		}
+		return err
+	}
+}
+
+// TestLostReleaseReply: when the reply of a release that handed the lock
+// to a waiter of the same Locker is lost, nothing was published, so the
+// Locker's waiters on the key ask Redis again at once; the waiter learns it
+// holds the lock well before the holder's 10 s lease would have ended.
+func TestLostReleaseReply(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		var armed atomic.Bool
+		rdb := b.Client(t)
+		rdb.AddHook(loseReleaseReply{&armed})
+		l, err := New(rdb, Options{Prefix: redistest.Prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		ctx := context.Background()
+		key := mustKey(t, "k")
+		h, err := l.Acquire(ctx, key, Policy{TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, errc := acquireAsync(l, key, 20*time.Second)
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, l, key).Waiters == 1 })
+
+		armed.Store(true)
+		if err := h.Release(ctx); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("release with its reply lost: %v, want ErrUnavailable", err)
+		}
+		if armed.Load() {
+			t.Fatal("the release never reached the hook")
+		}
+		w := awaitLease(t, got, errc, 3*time.Second, "waiter after a lost release reply")
+		info := inspect(t, l, key)
+		if w.Fence() != info.Fence || len(info.Holders) != 1 || info.Holders[w.Token()] != 1 {
+			t.Fatalf("waiter holds fence %d; Redis: %+v", w.Fence(), info)
+		}
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if inspect(t, l, key).Held() {
+			t.Fatal("held after the waiter released")
+		}
+	})
+}
