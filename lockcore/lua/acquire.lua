@@ -7,12 +7,13 @@ local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4
 local id, member = ARGV[5], ARGV[6]
 
 -- The fence is drawn before the lock is tried, so that a free lock is taken
--- by the SET itself; a draw that finds the lock held is skipped.
+-- by the SET itself; a draw that finds the lock held is skipped. A waiting
+-- acquisition that took a free lock keeps it unless others queue for it.
 local f, fs, v = redis.call('INCR', F), nil, nil
 if f > 1 then
   fs = string.format('%.0f', f)
   v = redis.call('SET', L, tok .. ' ' .. id .. ' ' .. fs, 'NX', 'PX', ttl, 'GET')
-  if not v and member == '' then
+  if not v and (member == '' or redis.call('EXISTS', Q) == 0) then
     return f
   end
 end
