@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -126,6 +127,11 @@ func (l *Locker) release(ctx context.Context, h *hold, id, member string) (int64
 			f, ok2 := v[2].(int64)
 			if ok1 && ok2 {
 				l.nf.handOver(to, f)
+				// The new holder runs before the rest of the old holder's
+				// work, as sync.Mutex hands off in starvation mode: without
+				// this the woken goroutine waits for the releasing one to
+				// block next.
+				runtime.Gosched()
 				return 0, nil
 			}
 		}
