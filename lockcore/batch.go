@@ -39,6 +39,17 @@ type call struct {
 	done chan struct{}
 }
 
+// Calls are recycled: under load most calls queue, and a call and its
+// channel would be two allocations each. A call is recycled by its own
+// goroutine once nobody else refers to it: it left the queue unsent, or its
+// done was signalled, after which the sender does not touch it again.
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func (c *call) recycle() {
+	c.s, c.cmd, c.lead = nil, nil, nil
+	callPool.Put(c)
+}
+
 // run runs s with args (laid out as script.run wants them) and returns the
 // command that answered, or failed.
 func (b *batcher) run(ctx context.Context, s *script, args []any) redis.Cmder {
@@ -50,9 +61,11 @@ func (b *batcher) run(ctx context.Context, s *script, args []any) redis.Cmder {
 		b.land(cmd.Err())
 		return cmd
 	}
-	c := &call{s: s, cmd: s.cmd(ctx, args), done: make(chan struct{}, 1)}
+	c := callPool.Get().(*call)
+	c.s, c.cmd = s, s.cmd(ctx, args)
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
+	defer c.recycle()
 
 	select {
 	case <-c.done:
