@@ -57,7 +57,12 @@ func TestLocalHandOverPublishesNothing(t *testing.T) {
 		a := newLocker(t, b, prefix, Options{})
 		other := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
-		obs := b.Client(t).PSubscribe(ctx, prefix+"notify:*")
+		rdb := b.Client(t)
+		// The other Locker's waiter learns of its hand-over by message.
+		eventually(t, 5*time.Second, "other Locker subscribed", func() bool {
+			return rdb.PubSubNumSub(ctx, other.channel).Val()[other.channel] == 1
+		})
+		obs := rdb.PSubscribe(ctx, prefix+"notify:*")
 		t.Cleanup(func() { _ = obs.Close() })
 		if _, err := obs.Receive(ctx); err != nil {
 			t.Fatal(err)
