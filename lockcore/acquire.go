@@ -44,7 +44,6 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	var timer *time.Timer // made when first needed: most acquisitions find the lock free
 	var pttl int64
 	for {
-		resync := l.nf.resyncChan()
 		sent := time.Now()
 		left := deadline.Sub(sent)
 		if left <= 0 {
@@ -74,10 +73,10 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 				h.fence = f
 				return sent, nil
 			}
-			// Nudged: a release whose reply was lost may have handed the
-			// lock to this attempt; the next call says.
+			// Nudged: the subscription was re-established, or a release
+			// whose reply was lost may have handed the lock to this
+			// attempt; the next call says.
 		case <-timer.C:
-		case <-resync:
 		case <-ctx.Done():
 			return sent, l.giveUp(h, id, member, pttl, ctx.Err())
 		case <-l.ctx.Done():

@@ -76,8 +76,15 @@ func TestLostHandOverNotification(t *testing.T) {
 		prefix := redistest.Prefix(t)
 		holder := newLocker(t, b, prefix, Options{})
 		deaf := newLocker(t, b, prefix, Options{})
-		<-deaf.nf.resyncChan()                   // subscribed on its channel; from now on
-		deaf.channel = prefix + "nobody-listens" // hand-overs to it are lost
+		// Once subscribed (a later subscription would make its waiters ask
+		// Redis again), its notifier keeps to the channel it started with;
+		// its waiters now name another in the queue, so hand-overs to them
+		// are lost.
+		rdb := b.Client(t)
+		eventually(t, 5*time.Second, "deaf Locker subscribed", func() bool {
+			return rdb.PubSubNumSub(context.Background(), deaf.channel).Val()[deaf.channel] == 1
+		})
+		deaf.channel = prefix + "nobody-listens"
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 300 * time.Millisecond
@@ -85,16 +92,7 @@ func TestLostHandOverNotification(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *Lease, 1)
-		errc := make(chan error, 1)
-		go func() {
-			w, err := deaf.Acquire(ctx, key, Policy{Wait: 10 * time.Second})
-			if err != nil {
-				errc <- err
-				return
-			}
-			got <- w
-		}()
+		got, errc := acquireAsync(deaf, key, 10*time.Second)
 		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, holder, key).Waiters == 1 })
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -105,21 +103,15 @@ func TestLostHandOverNotification(t *testing.T) {
 		if len(info.Holders) != 1 || info.Holders[ls.Token()] != 0 {
 			t.Fatalf("after release: %+v", info)
 		}
-		select {
-		case w := <-got:
-			if w.Fence() != info.Fence {
-				t.Fatalf("waiter fence %d, Redis says %d", w.Fence(), info.Fence)
-			}
-			if info.Holders[w.Token()] != 1 {
-				t.Fatalf("holders %v do not include the waiter with count 1", info.Holders)
-			}
-			if err := w.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		case err := <-errc:
+		w := awaitLease(t, got, errc, ttl+2*time.Second, "waiter never learned it holds the lock")
+		if w.Fence() != info.Fence {
+			t.Fatalf("waiter fence %d, Redis says %d", w.Fence(), info.Fence)
+		}
+		if info.Holders[w.Token()] != 1 {
+			t.Fatalf("holders %v do not include the waiter with count 1", info.Holders)
+		}
+		if err := w.Release(ctx); err != nil {
 			t.Fatal(err)
-		case <-time.After(ttl + 2*time.Second):
-			t.Fatal("waiter never learned it holds the lock")
 		}
 		if waited := time.Since(released); waited < ttl/2 {
 			t.Fatalf("waiter learned after %v: the hand-over message was not lost", waited)

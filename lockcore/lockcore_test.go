@@ -46,6 +46,37 @@ func inspect(t *testing.T, l *Locker, k Key) Info {
 }
 
 // eventually polls cond until it holds or the bound passes.
+// acquireAsync starts l.Acquire(key) with a wait and returns the channels
+// its lease or error arrive on.
+func acquireAsync(l *Locker, key Key, wait time.Duration) (<-chan *Lease, <-chan error) {
+	got := make(chan *Lease, 1)
+	errc := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(context.Background(), key, Policy{Wait: wait})
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- ls
+	}()
+	return got, errc
+}
+
+// awaitLease returns the lease from got within d, failing the test on an
+// error or when none comes in time.
+func awaitLease(t *testing.T, got <-chan *Lease, errc <-chan error, d time.Duration, what string) *Lease {
+	t.Helper()
+	select {
+	case ls := <-got:
+		return ls
+	case err := <-errc:
+		t.Fatalf("%s: %v", what, err)
+	case <-time.After(d):
+		t.Fatalf("%s: no lease within %v", what, d)
+	}
+	return nil
+}
+
 func eventually(t *testing.T, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(bound)

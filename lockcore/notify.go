@@ -19,7 +19,6 @@ type notifier struct {
 	l       *Locker
 	mu      sync.Mutex
 	waiters map[string]*waiter
-	resync  chan struct{} // closed (and replaced) when the subscription is (re)established
 	ps      *redis.PubSub // the current subscription, for stop
 	done    chan struct{}
 }
@@ -37,9 +36,8 @@ const healthInterval = 2 * time.Second
 func (n *notifier) start(l *Locker) {
 	n.l = l
 	n.waiters = make(map[string]*waiter)
-	n.resync = make(chan struct{})
 	n.done = make(chan struct{})
-	go n.run()
+	go n.run(l.channel)
 }
 
 func (n *notifier) stop() {
@@ -79,15 +77,6 @@ func (n *notifier) unregister(w *waiter) {
 	waiterPool.Put(w)
 }
 
-// resyncChan returns a channel closed when the subscription is next
-// (re)established: hand-overs published while it was down were lost, so
-// waiters ask Redis again.
-func (n *notifier) resyncChan() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.resync
-}
-
 func (n *notifier) deliver(payload string) {
 	id, f, ok := strings.Cut(payload, " ")
 	if !ok {
@@ -115,11 +104,13 @@ func (n *notifier) handOver(id string, fence int64) {
 	n.mu.Unlock()
 }
 
-// nudge makes the waiters on the lock at Redis key key ask Redis again.
+// nudge makes waiters ask Redis again: those on the lock at Redis key key,
+// or every waiter when key is "". A waiter registers before its first call
+// to Redis, so a nudge that comes during a call is read after it.
 func (n *notifier) nudge(key string) {
 	n.mu.Lock()
 	for _, w := range n.waiters {
-		if w.key == key {
+		if key == "" || w.key == key {
 			select {
 			case w.ch <- 0:
 			default: // a nudge is pending already
@@ -129,16 +120,13 @@ func (n *notifier) nudge(key string) {
 	n.mu.Unlock()
 }
 
-func (n *notifier) subscribed() {
-	n.mu.Lock()
-	close(n.resync)
-	n.resync = make(chan struct{})
-	n.mu.Unlock()
-}
+// subscribed is called when the subscription is (re)established: hand-overs
+// published while it was down were lost, so every waiter asks Redis again.
+func (n *notifier) subscribed() { n.nudge("") }
 
-// run keeps one subscription alive until the Locker closes, replacing it
-// when it fails or stops answering pings.
-func (n *notifier) run() {
+// run keeps one subscription to channel alive until the Locker closes,
+// replacing it when it fails or stops answering pings.
+func (n *notifier) run(channel string) {
 	defer close(n.done)
 	ctx := n.l.ctx
 	backoff := 10 * time.Millisecond
@@ -152,7 +140,7 @@ func (n *notifier) run() {
 		}
 		n.ps = ps
 		n.mu.Unlock()
-		if n.session(ctx, ps) {
+		if n.session(ctx, ps, channel) {
 			backoff = 10 * time.Millisecond
 		}
 		_ = ps.Close()
@@ -168,8 +156,8 @@ func (n *notifier) run() {
 
 // session serves one subscription until it fails; it reports whether the
 // subscription was ever established.
-func (n *notifier) session(ctx context.Context, ps *redis.PubSub) (ok bool) {
-	if err := ps.Subscribe(ctx, n.l.channel); err != nil {
+func (n *notifier) session(ctx context.Context, ps *redis.PubSub, channel string) (ok bool) {
+	if err := ps.Subscribe(ctx, channel); err != nil {
 		return false
 	}
 	pinged := false

@@ -37,9 +37,9 @@ if n > 1 then
   return n - 1
 end
 if w then
-  local m, f, to = grant_next(now_us(), ret, nil, mine)
+  local m, fence, to = grant_next(now_us(), ret, nil, mine)
   if to then
-    return {0, to, f}
+    return {0, to, fence}
   elseif m then
     return 0
   end
