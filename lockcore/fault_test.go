@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/redistest"
 )
 
@@ -118,6 +119,52 @@ func TestLostHandOverNotification(t *testing.T) {
 		}
 		if inspect(t, holder, key).Held() {
 			t.Fatal("held after the waiter released")
+		}
+	})
+}
+
+// TestResubscribeAsksAgain: hand-overs published while a Locker's
+// subscription was down are lost, so when it is re-established every waiter
+// asks Redis again. The waiter's hand-over is lost by construction (it
+// names a channel nobody reads); resetting its Locker's connections makes
+// the subscription come back, and the waiter must learn it holds the lock
+// long before the holder's 10 s lease, its other way to learn, ends.
+func TestResubscribeAsksAgain(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		holder := newLocker(t, b, prefix, Options{})
+		p := faultproxy.Start(t, b.Addr)
+		w, err := New(redis.NewClient(&redis.Options{Addr: p.Addr}), Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Close() })
+		rdb := b.Client(t)
+		ctx := context.Background()
+		eventually(t, 5*time.Second, "waiting Locker subscribed", func() bool {
+			return rdb.PubSubNumSub(ctx, w.channel).Val()[w.channel] == 1
+		})
+		w.channel = prefix + "nobody-listens"
+		key := mustKey(t, "k")
+		h, err := holder.Acquire(ctx, key, Policy{TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, errc := acquireAsync(w, key, 20*time.Second)
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, holder, key).Waiters == 1 })
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p.ResetAll() == 0 {
+			t.Fatal("no connection to reset")
+		}
+		ls := awaitLease(t, got, errc, 3*time.Second, "waiter after its Locker resubscribed")
+		info := inspect(t, holder, key)
+		if ls.Fence() != info.Fence || info.Holders[ls.Token()] != 1 {
+			t.Fatalf("waiter holds fence %d; Redis: %+v", ls.Fence(), info)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
 		}
 	})
 }
