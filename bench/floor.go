@@ -36,7 +36,6 @@ type floorKey struct {
 
 type floorWaiter struct {
 	id   int64
-	key  string
 	wake chan struct{} // closed when the waiter holds the key
 }
 
@@ -95,7 +94,7 @@ func (f *floor) Lock(ctx context.Context, key string, wait bool) (func(), error)
 		return nil, ErrBusy
 	}
 	f.nextID++
-	w := &floorWaiter{id: f.nextID, key: key, wake: make(chan struct{})}
+	w := &floorWaiter{id: f.nextID, wake: make(chan struct{})}
 	k.queue = append(k.queue, w)
 	f.mu.Unlock()
 
