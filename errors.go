@@ -21,6 +21,8 @@ var (
 	ErrInvalidToken = lockcore.ErrInvalidToken
 	// ErrNotOwner: a release or renewal by a token that does not hold the
 	// lock.
+	//
+	// Deprecated: nothing returns it (see lockcore.ErrNotOwner).
 	ErrNotOwner = lockcore.ErrNotOwner
 	// ErrClosed: the Locker was closed.
 	ErrClosed = lockcore.ErrClosed

@@ -12,22 +12,29 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// acquire takes h's key in Redis for h.token and sets h.fence. It returns
-// when the acquiring call was sent: the lease is valid for h.ttl from then.
-func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time.Time, error) {
-	id := l.nextID()
-	ttl := ms(h.ttl)
+var (
+	// errNoAnswer: a call was sent and not answered within its deadline.
+	errNoAnswer = errors.New("no answer from redis in time")
+	// errUnsent: the caller stopped waiting before its call was sent.
+	errUnsent = errors.New("call not sent in time")
+)
+
+// acquire takes h's key in Redis for h.token as a new attempt, h.entry,
+// and sets h.fence. It returns when and for how long the lease was
+// confirmed: Redis keeps it at least length from sent.
+func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time.Time, time.Duration, error) {
+	h.setEntry(l.nextID())
 	if wait <= 0 {
 		sent := time.Now()
-		v, err := l.runAcquire(ctx, h, 0, id, "")
+		v, err := l.runAcquire(ctx, h, 0, "", sent)
 		if err != nil {
-			return sent, l.acquireFailed(ctx, h, id, "", err)
+			return sent, 0, l.acquireFailed(ctx, h, "", err)
 		}
 		if v <= 0 {
-			return sent, &ContentionError{Key: h.key.s, RetryAfter: time.Duration(-v) * time.Millisecond, err: ErrNotAcquired}
+			return sent, 0, &ContentionError{Key: h.key.s, RetryAfter: time.Duration(-v) * time.Millisecond, err: ErrNotAcquired}
 		}
 		h.fence = v
-		return sent, nil
+		return sent, h.ttl, nil
 	}
 
 	deadline := time.Now().Add(wait)
@@ -37,9 +44,9 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	}
 	// The member names this attempt in the key's wait queue. Its deadline is
 	// on this host's wall clock; Redis drops it once its own clock passes it.
-	member := strconv.FormatInt(deadline.UnixMilli(), 10) + " " + strconv.FormatInt(ttl, 10) + " " +
-		l.channel + " " + id + " " + h.token
-	w := l.nf.register(id, h.keys[0])
+	member := strconv.FormatInt(deadline.UnixMilli(), 10) + " " + strconv.FormatInt(ms(h.ttl), 10) + " " +
+		l.channel + " " + h.entry + " " + h.token
+	w := l.nf.register(h.entry, h.keys[0])
 	defer l.nf.unregister(w)
 	var timer *time.Timer // made when first needed: most acquisitions find the lock free
 	var pttl int64
@@ -47,20 +54,22 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		sent := time.Now()
 		left := deadline.Sub(sent)
 		if left <= 0 {
-			return sent, l.giveUp(h, id, member, pttl, timeout)
+			return sent, 0, l.giveUp(h, member, pttl, timeout)
 		}
-		v, err := l.runAcquire(ctx, h, ms(left), id, member)
+		v, err := l.runAcquire(ctx, h, ms(left), member, sent)
 		if err != nil {
-			return sent, l.acquireFailed(ctx, h, id, member, err)
+			return sent, 0, l.acquireFailed(ctx, h, member, err)
 		}
 		if v > 0 {
 			h.fence = v
-			return sent, nil
+			return sent, h.ttl, nil
 		}
 		pttl = -v
 		// Sleep until handed the lock, or until the holder's lease would have
-		// run out (the notification may be lost), or the deadline.
-		sleep := min(time.Duration(pttl)*time.Millisecond+time.Millisecond, time.Until(deadline))
+		// run out (the notification may be lost), or the deadline; and never
+		// longer than half a claim window, in case a waiter ahead was granted
+		// the lock and vanished.
+		sleep := min(time.Duration(pttl)*time.Millisecond+time.Millisecond, l.recheck(), time.Until(deadline))
 		if timer == nil {
 			timer = time.NewTimer(sleep)
 			defer timer.Stop()
@@ -69,80 +78,155 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		}
 		select {
 		case f := <-w.ch:
-			if f > 0 {
-				h.fence = f
-				return sent, nil
+			if f <= 0 {
+				// Nudged: the subscription was re-established, or a release
+				// whose reply was lost may have handed the lock to this
+				// attempt; the next call says.
+				continue
 			}
-			// Nudged: the subscription was re-established, or a release
-			// whose reply was lost may have handed the lock to this
-			// attempt; the next call says.
+			h.fence = f
+			if !w.from.IsZero() {
+				// Woken by a release of this Locker, which granted a whole
+				// lease in a call sent at w.from.
+				return w.from, h.ttl, nil
+			}
+			// Told by message: the lock is this attempt's for w.px from a
+			// moment after its last call was sent. With most of that left it
+			// runs on it (the watchdog claims the lock soon); else it claims
+			// the lock first: the next call finds it granted and extends it.
+			if time.Since(sent) < w.px/2 {
+				return sent, w.px, nil
+			}
 		case <-timer.C:
 		case <-ctx.Done():
-			return sent, l.giveUp(h, id, member, pttl, ctx.Err())
+			return sent, 0, l.giveUp(h, member, pttl, ctx.Err())
 		case <-l.ctx.Done():
-			l.abandon(h, id, member)
-			return sent, ErrClosed
+			l.withdraw(h, member)
+			return sent, 0, ErrClosed
 		}
 	}
 }
 
-// runAcquire runs the acquire script for attempt id of h, waiting up to
-// wait ms (0: fail fast) in the queue as member. It returns the fencing
+// runAcquire runs the acquire script for attempt h.entry, waiting up to
+// wait ms (0: fail fast) in the queue as member, and waits for its answer
+// until Options.Timeout after sent or ctx's deadline. It returns the fencing
 // token (> 0) when h holds the lock, or minus the holder's remaining lease
-// in ms (<= 0) when another owner does.
-func (l *Locker) runAcquire(ctx context.Context, h *hold, wait int64, id, member string) (int64, error) {
-	var args [12]any
-	args[2] = 3
-	copy(args[3:7], h.args[:])
-	args[7], args[8], args[9], args[10], args[11] = l.ttlArg(h.ttl), l.retArg, wait, id, member
-	return l.batch.run(ctx, acquireScript, args[:]).(*redis.IntCmd).Result()
+// in ms (<= 0) when another owner does; errNoAnswer or errUnsent when
+// Redis did not answer in time.
+func (l *Locker) runAcquire(ctx context.Context, h *hold, wait int64, member string, sent time.Time) (int64, error) {
+	c := newCall()
+	a := c.args[:14]
+	a[2] = 3
+	copy(a[3:7], h.args[:4])
+	a[7], a[8], a[9], a[10], a[11], a[12], a[13] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
+	c.s, c.h, c.member, c.sent, c.late = acquireScript, h, member, sent, l.lateAcquire
+	c.deadline = sent.Add(l.opt.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
+		c.deadline = d
+	}
+	c.cmd = acquireScript.cmd(ctx, a)
+	switch l.batch.do(ctx, c) {
+	case answered:
+		v, err := c.cmd.(*redis.IntCmd).Result()
+		c.recycle()
+		return v, err
+	case unsent:
+		c.recycle()
+		return 0, errUnsent
+	}
+	return 0, errNoAnswer
 }
 
-// release runs the release script for h: a plain release of one count when
-// id is empty, else the withdrawal of attempt id queued as member. It returns
-// the script's count (0: released; -1: not held by h's token; -2: withdrawn).
+// withdrawLate is the late hook of an acquire call: the caller gave up on
+// it, so whatever it did in Redis is undone, unless it certainly did
+// nothing (a fail-fast attempt that found the lock held, or never reached
+// Redis).
+func (l *Locker) withdrawLate(c *call) {
+	if c.member == "" {
+		v, err := c.cmd.(*redis.IntCmd).Result()
+		if err == nil && v <= 0 || neverSent(err) {
+			return
+		}
+	}
+	h, member := c.h, c.member
+	l.bg.do(func() { l.withdraw(h, member) })
+}
+
+// neverSent reports whether err means the call never reached Redis.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// release runs the release script for h's entry: a plain release when
+// member is empty, else the withdrawal of h's attempt, queued as member. It
+// returns the number of entries left (0: released), -1 when the hold has no
+// such entry, or -2 when the attempt was still queued. It waits for the
+// answer up to Options.ReleaseTimeout; a release not answered by then goes
+// on in the background.
 //
 // When the lock goes to a waiter of this Locker, Redis publishes nothing and
-// the reply names the waiter, which release wakes: one socket written and
-// read instead of two. If the reply is lost, the lock may have gone to one
-// of this Locker's waiters on the key without their knowing, so they ask
-// Redis again.
-func (l *Locker) release(ctx context.Context, h *hold, id, member string) (int64, error) {
-	var args [11]any
-	args[2] = 3
-	copy(args[3:7], h.args[:])
-	args[7], args[8], args[9], args[10] = l.retArg, id, member, l.chanArg
-	cmd := l.batch.run(ctx, releaseScript, args[:]).(*redis.Cmd)
-	if err := cmd.Err(); err != nil {
-		l.nf.nudge(h.keys[0])
-		return 0, err
+// the reply names the waiter, which is woken from it: one socket written
+// and read instead of two. If the reply is lost, the lock may have gone to
+// one of this Locker's waiters on the key without their knowing, so they
+// ask Redis again.
+func (l *Locker) release(ctx context.Context, h *hold, member string) (int64, error) {
+	c := newCall()
+	a := c.args[:13]
+	a[2] = 3
+	copy(a[3:7], h.args[:4])
+	a[7], a[8], a[9], a[10], a[11], a[12] = h.args[4], l.retArg, member, l.chanArg, l.claimArg, l.trustArg
+	c.s, c.h, c.member, c.keep, c.after = releaseScript, h, member, true, l.afterRelease
+	c.sent = time.Now()
+	c.deadline = c.sent.Add(l.opt.ReleaseTimeout)
+	c.cmd = releaseScript.cmd(detached{ctx, c.deadline}, a)
+	if l.batch.do(context.Background(), c) != answered {
+		return 0, errNoAnswer
 	}
-	switch v := cmd.Val().(type) {
-	case int64:
-		return v, nil
-	case []any:
-		if len(v) == 3 {
-			to, ok1 := v[1].(string)
-			f, ok2 := v[2].(int64)
-			if ok1 && ok2 {
-				l.nf.handOver(to, f)
-				// The new holder runs before the rest of the old holder's
-				// work, as sync.Mutex hands off in starvation mode: without
-				// this the woken goroutine waits for the releasing one to
-				// block next.
-				runtime.Gosched()
-				return 0, nil
+	n, err, woke := c.n, c.cmd.Err(), c.woke
+	c.recycle()
+	if woke {
+		// The new holder runs before the rest of the old holder's work, as
+		// sync.Mutex hands off in starvation mode.
+		runtime.Gosched()
+	}
+	return n, err
+}
+
+// released is the after hook of a release call: it reads the reply and
+// wakes the waiter of this Locker that the lock went to, if any, whether or
+// not the caller still waits.
+func (l *Locker) released(c *call) {
+	cmd := c.cmd.(*redis.Cmd)
+	if cmd.Err() == nil {
+		switch v := cmd.Val().(type) {
+		case int64:
+			c.n = v
+			if v != -1 {
+				return
 			}
+			// A run of this call that the client re-sent after a lost reply
+			// may have handed the lock to a waiter here.
+		case []any:
+			if len(v) == 3 {
+				to, ok1 := v[1].(string)
+				f, ok2 := v[2].(int64)
+				if ok1 && ok2 {
+					l.nf.handOver(to, f, c.sent, 0)
+					c.woke = true
+					return
+				}
+			}
+			cmd.SetErr(fmt.Errorf("lockcore: unexpected release reply %v", v))
 		}
 	}
-	l.nf.nudge(h.keys[0])
-	return 0, fmt.Errorf("lockcore: unexpected release reply %v", cmd.Val())
+	l.nf.nudge(c.h.keys[0])
 }
 
 // giveUp withdraws a waiter whose wait ended; cause is the context's error,
 // or nil when the wait budget ran out.
-func (l *Locker) giveUp(h *hold, id, member string, pttl int64, cause error) error {
-	l.abandon(h, id, member)
+func (l *Locker) giveUp(h *hold, member string, pttl int64, cause error) error {
+	l.withdraw(h, member)
 	ce := &ContentionError{Key: h.key.s, RetryAfter: time.Duration(max(pttl, 0)) * time.Millisecond, err: ErrWaitTimeout}
 	if cause != nil {
 		if errors.Is(cause, context.DeadlineExceeded) {
@@ -154,30 +238,37 @@ func (l *Locker) giveUp(h *hold, id, member string, pttl int64, cause error) err
 	return ce
 }
 
-// acquireFailed handles a failed acquire call. The call may have taken the
-// lock in Redis even though its reply never came (a timeout, a cancelled
-// context, a dropped connection), so unless the connection was never made
-// the attempt is withdrawn: a request that failed holds nothing. When Redis
-// is failing, the withdrawal runs in the background so that the caller gets
-// its error at once.
-func (l *Locker) acquireFailed(ctx context.Context, h *hold, id, member string, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		l.abandon(h, id, member)
+// acquireFailed handles an acquire call that failed or was not answered in
+// time. The attempt may hold the lock in Redis even though no reply came,
+// so it is withdrawn, unless nothing reached Redis; a call still on the
+// wire is withdrawn by its late hook once it lands. When the caller went
+// away before its call was sent, Redis is answering and the withdrawal is
+// done before returning: nothing is held. Otherwise it runs in the
+// background, so that the caller gets its error at once.
+//
+// A caller that went away gets ErrNotAcquired with its context's error;
+// otherwise, and when the caller's deadline passed while Redis did not
+// answer, the error is ErrUnavailable: the lock state is unknown.
+func (l *Locker) acquireFailed(ctx context.Context, h *hold, member string, err error) error {
+	cerr := ctx.Err()
+	switch {
+	case errors.Is(err, errNoAnswer), member == "" && (errors.Is(err, errUnsent) || neverSent(err)):
+	case errors.Is(cerr, context.Canceled) && errors.Is(err, errUnsent):
+		l.withdraw(h, member)
+	default:
+		l.bg.do(func() { l.withdraw(h, member) })
+	}
+	if errors.Is(cerr, context.Canceled) {
 		return errors.Join(&ContentionError{Key: h.key.s, err: ErrNotAcquired}, cerr)
 	}
-	var op *net.OpError
-	if !(errors.As(err, &op) && op.Op == "dial") {
-		l.bg.Add(1)
-		go func() {
-			defer l.bg.Done()
-			l.abandon(h, id, member)
-		}()
+	if cerr != nil {
+		return errors.Join(unavailable("acquire", err), cerr)
 	}
 	return unavailable("acquire", err)
 }
 
-// abandon withdraws attempt id: it leaves the wait queue and releases a hold
-// granted to the attempt. With an empty id it releases one count of h.
-func (l *Locker) abandon(h *hold, id, member string) {
-	_, _ = l.release(l.detach(context.Background()), h, id, member)
+// withdraw withdraws h's attempt: it leaves the wait queue (as member, if
+// any) and releases what it holds in Redis.
+func (l *Locker) withdraw(h *hold, member string) {
+	_, _ = l.release(context.Background(), h, member)
 }

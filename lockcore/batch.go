@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,12 +15,17 @@ import (
 // once before further calls queue.
 const maxFlights = 8
 
-// batcher sends a Locker's acquire and release calls. A call goes straight
-// out while fewer than maxFlights are on the wire; otherwise it queues, and
-// when a flight lands the whole queue leaves as one pipeline, sent by the
-// goroutine of its first call. Under load Redis then reads and answers many
-// calls per system call instead of one each, which is most of its time per
-// call; alone, a call costs what it did without the batcher.
+// batcher sends a Locker's acquire and release calls, each from a flight:
+// a goroutine that sends one call, or the whole queue as one pipeline, and
+// then whatever queued meanwhile, until the queue is empty. At most
+// maxFlights fly at once; under load Redis then reads and answers many calls
+// per system call instead of one each, which is most of its time per call.
+//
+// The caller waits for its answer only until its deadline, whatever the
+// client's own timeouts and retries: go-redis, at its default options, may
+// spend seconds on one command (three retries after 3 s read timeouts) and
+// ignores the context's deadline. A call the caller stopped waiting for
+// still lands, and its late hook runs then (an acquisition is withdrawn).
 //
 // When a flight fails on the network (a timeout, a dropped connection), the
 // calls queued behind it fail with the same error without being sent: Redis
@@ -29,87 +36,168 @@ type batcher struct {
 	mu      sync.Mutex
 	flights int
 	queue   []*call
+	bg      *tracker // counts the flights
 }
 
-// call is a queued script call.
+// call states
+const (
+	callWaiting int32 = iota
+	callAnswered
+	callAbandoned
+)
+
+// call is one script call and what the batcher knows of it.
 type call struct {
-	s    *script
-	cmd  redis.Cmder
-	lead []*call // set when this call's goroutine is to send lead
-	done chan struct{}
+	s        *script
+	cmd      redis.Cmder
+	args     [14]any
+	deadline time.Time // how long the caller waits
+	sent     time.Time // when the caller asked: the call ran no earlier
+	keep     bool      // sent even if the caller stops waiting before
+	h        *hold     // the hold the call is for
+	member   string    // the attempt's waiter member, for its withdrawal
+
+	// after runs in the flight once the call is answered, before the
+	// caller is told; late runs in the flight when the caller stopped
+	// waiting. Either may be nil.
+	after, late func(*call)
+
+	n     int64 // what after made of the reply
+	woke  bool  // after handed the lock to a waiter of this Locker
+	state atomic.Int32
+	done  chan struct{}
+	timer *time.Timer
 }
 
-// Calls are recycled: under load most calls queue, and a call and its
-// channel would be two allocations each. A call is recycled by its own
-// goroutine once nobody else refers to it: it left the queue unsent, or its
-// done was signalled, after which the sender does not touch it again.
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+// Calls are recycled: a call, its channel and its timer would be three
+// allocations each. A call is recycled by whoever holds it last: its caller
+// once answered or taken back unsent, else its flight.
+var callPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &call{done: make(chan struct{}, 1), timer: t}
+}}
+
+func newCall() *call { return callPool.Get().(*call) }
 
 func (c *call) recycle() {
-	c.s, c.cmd, c.lead = nil, nil, nil
+	c.s, c.cmd, c.h, c.member, c.after, c.late = nil, nil, nil, "", nil, nil
+	c.args = [14]any{}
+	c.keep, c.woke, c.n = false, false, 0
+	c.state.Store(callWaiting)
 	callPool.Put(c)
 }
 
-// run runs s with args (laid out as script.run wants them) and returns the
-// command that answered, or failed.
-func (b *batcher) run(ctx context.Context, s *script, args []any) redis.Cmder {
+// outcomes of batcher.do
+const (
+	answered  = iota // c holds the answer; the caller owns c
+	unsent           // the caller stopped waiting before c was sent; it owns c
+	abandoned        // the caller stopped waiting for c on the wire; the flight owns c
+)
+
+// do sends c and waits for its answer until c.deadline. When ctx ends
+// first, a call not yet sent is taken back (Redis never sees it); one on the
+// wire is still waited for, so that its caller knows what it did.
+func (b *batcher) do(ctx context.Context, c *call) int {
 	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	var batch []*call
 	if b.flights < maxFlights {
 		b.flights++
-		b.mu.Unlock()
-		cmd := s.run(ctx, b.rdb, args)
-		b.land(cmd.Err())
-		return cmd
+		batch, b.queue = b.queue, nil
+		b.bg.add()
 	}
-	c := callPool.Get().(*call)
-	c.s, c.cmd = s, s.cmd(ctx, args)
-	b.queue = append(b.queue, c)
 	b.mu.Unlock()
-	defer c.recycle()
+	if batch != nil {
+		go b.fly(batch)
+	}
 
+	c.timer.Reset(time.Until(c.deadline))
+	defer c.timer.Stop()
 	select {
 	case <-c.done:
+		return answered
 	case <-ctx.Done():
-		b.mu.Lock()
-		if i := slices.Index(b.queue, c); i >= 0 {
-			// Not sent: leave the queue; Redis never sees the call.
-			b.queue = slices.Delete(b.queue, i, i+1)
-			b.mu.Unlock()
-			c.cmd.SetErr(ctx.Err())
-			return c.cmd
+		if b.takeBack(c) {
+			return unsent
 		}
-		b.mu.Unlock()
-		<-c.done // on the wire: its answer comes with the others'
+		select {
+		case <-c.done:
+			return answered
+		case <-c.timer.C:
+		}
+	case <-c.timer.C:
+		if b.takeBack(c) {
+			return unsent
+		}
 	}
-	if c.lead != nil {
-		b.land(b.send(context.WithoutCancel(ctx), c.lead))
+	if c.state.CompareAndSwap(callWaiting, callAbandoned) {
+		return abandoned
 	}
-	return c.cmd
+	<-c.done // answered meanwhile
+	return answered
 }
 
-// land ends a flight that ended with err: the queue, if any, takes the
-// flight over, or fails with err when err says Redis is not answering.
-func (b *batcher) land(err error) {
+// takeBack removes c from the queue if it is still there, unless c is to
+// be sent whatever happens.
+func (b *batcher) takeBack(c *call) bool {
+	if c.keep {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i := slices.Index(b.queue, c); i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1)
+		return true
+	}
+	return false
+}
+
+// fly sends batch, then the queue, until the queue is empty.
+func (b *batcher) fly(batch []*call) {
+	defer b.bg.done()
+	for len(batch) > 0 {
+		err := b.send(batch)
+		for _, c := range batch {
+			b.finish(c)
+		}
+		batch = b.land(err)
+	}
+}
+
+// finish tells c's caller, or runs c's late hook when nobody waits.
+func (b *batcher) finish(c *call) {
+	if c.after != nil {
+		c.after(c)
+	}
+	if c.state.CompareAndSwap(callWaiting, callAnswered) {
+		c.done <- struct{}{}
+		return
+	}
+	if c.late != nil {
+		c.late(c)
+	}
+	c.recycle()
+}
+
+// land ends a flight's trip that ended with err and returns the queue, which
+// the flight takes next; the queue fails with err instead when err says
+// Redis is not answering.
+func (b *batcher) land(err error) []*call {
 	b.mu.Lock()
 	batch := b.queue
 	b.queue = nil
-	if len(batch) == 0 {
-		b.flights--
+	if len(batch) > 0 && !unreachable(err) {
 		b.mu.Unlock()
-		return
-	}
-	if !unreachable(err) {
-		b.mu.Unlock()
-		batch[0].lead = batch
-		batch[0].done <- struct{}{}
-		return
+		return batch
 	}
 	b.flights--
 	b.mu.Unlock()
 	for _, c := range batch {
 		c.cmd.SetErr(err)
-		c.done <- struct{}{}
+		b.finish(c)
 	}
+	return nil
 }
 
 // unreachable reports whether err is a failure to reach Redis, rather than
@@ -120,20 +208,33 @@ func unreachable(err error) bool {
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// send runs batch as one pipeline and wakes its calls but the first, whose
-// goroutine is the caller. A call whose script Redis does not know is run
-// again on its own, with EVAL. It returns the pipeline's network error.
-func (b *batcher) send(ctx context.Context, batch []*call) error {
+// send runs batch, one call alone or several as one pipeline. A call whose
+// script Redis does not know is run again on its own, with EVAL. The
+// context of the trip carries no cancellation and the latest deadline of
+// the batch, for clients that apply context deadlines. It returns the
+// network error, if any.
+func (b *batcher) send(batch []*call) error {
+	if len(batch) == 1 {
+		c := batch[0]
+		ctx := detached{context.Background(), c.deadline}
+		_ = b.rdb.Process(ctx, c.cmd)
+		c.cmd = c.s.known(ctx, b.rdb, c.cmd)
+		return c.cmd.Err()
+	}
+	deadline := batch[0].deadline
+	for _, c := range batch[1:] {
+		if c.deadline.After(deadline) {
+			deadline = c.deadline
+		}
+	}
+	ctx := detached{context.Background(), deadline}
 	p := b.rdb.Pipeline()
 	for _, c := range batch {
 		_ = p.Process(ctx, c.cmd)
 	}
 	_, err := p.Exec(ctx)
-	for i, c := range batch {
+	for _, c := range batch {
 		c.cmd = c.s.known(ctx, b.rdb, c.cmd)
-		if i > 0 {
-			c.done <- struct{}{}
-		}
 	}
 	if unreachable(err) {
 		return err

@@ -18,8 +18,12 @@ var (
 	ErrWaitTimeout = fmt.Errorf("lock: wait timed out: %w", ErrNotAcquired)
 
 	// ErrNotOwner means a release or renewal was made with a token that does
-	// not hold the lock (it expired, was taken over, or never was held).
-	// Nothing was changed.
+	// not hold the lock.
+	//
+	// Deprecated: nothing returns it. A release that finds its hold gone
+	// while the lease was valid was answered by an earlier run of the same
+	// call (a client re-sends a call whose reply was lost), so Release
+	// reports success; a lease that ran out reports ErrLockLost.
 	ErrNotOwner = errors.New("lock: not held by this owner")
 
 	// ErrLockLost is the cancellation cause of a lease's context when the

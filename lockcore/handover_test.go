@@ -69,7 +69,7 @@ func TestLocalHandOverPublishesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.Channel != other.channel || !strings.HasSuffix(m.Payload, " "+strconv.FormatInt(remote.Fence(), 10)) {
+		if f := strings.Fields(m.Payload); m.Channel != other.channel || len(f) != 3 || f[1] != strconv.FormatInt(remote.Fence(), 10) {
 			t.Fatalf("first message %q on %s; want the hand-over of fence %d on %s (the local one publishes nothing)",
 				m.Payload, m.Channel, remote.Fence(), other.channel)
 		}

@@ -77,9 +77,17 @@ func TestForgedTokens(t *testing.T) {
 			if msg := err.Error(); strings.Contains(msg, f) || strings.Contains(msg, real) {
 				t.Fatalf("error repeats a token: %v", err)
 			}
-			if n, err := thief.release(ctx, thief.newHold(k, f, 0), "", ""); err != nil || n != -1 {
+			h := thief.newHold(k, f, 0)
+			h.setEntry(thief.nextID())
+			if n, err := thief.release(ctx, h, ""); err != nil || n != -1 {
 				t.Fatalf("release script with forged token %q: %d %v, want -1 (not the owner)", f, n, err)
 			}
+		}
+		// Even the real token releases nothing without the hold's entry.
+		h := thief.newHold(k, real, 0)
+		h.setEntry(thief.nextID())
+		if n, err := thief.release(ctx, h, ""); err != nil || n != -1 {
+			t.Fatalf("release script with the real token and another entry: %d %v, want -1", n, err)
 		}
 		info := inspect(t, owner, k)
 		if len(info.Holders) != 1 || info.Holders[real] != 1 || info.Fence != ls.Fence() {

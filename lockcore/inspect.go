@@ -45,14 +45,10 @@ func (l *Locker) Inspect(ctx context.Context, key Key) (Info, error) {
 		return Info{}, unavailable("inspect", err)
 	}
 	info := Info{Holders: map[string]int64{}, Waiters: n.Val()}
-	// "<token> <attempt id> <fence>[ <count> <waiters>]"
-	if f := strings.Fields(hold.Val()); len(f) >= 3 {
-		count := int64(1)
-		if len(f) >= 4 {
-			count, _ = strconv.ParseInt(f[3], 10, 64)
-		}
-		info.Holders[f[0]] = count
-		info.Fence, _ = strconv.ParseInt(f[2], 10, 64)
+	// "<token> <fence> <w> <entry> [<entry> ...]": one count per entry.
+	if f := strings.Fields(hold.Val()); len(f) >= 4 {
+		info.Holders[f[0]] = int64(len(f) - 3)
+		info.Fence, _ = strconv.ParseInt(f[1], 10, 64)
 	}
 	if d := pttl.Val(); d > 0 {
 		info.TTL = d

@@ -21,8 +21,9 @@ type hold struct {
 	l      *Locker
 	key    Key
 	keys   [3]string // lock, queue, fence
-	args   [4]any    // keys and token boxed once, for the scripts
+	args   [5]any    // keys, token and entry boxed once, for the scripts
 	token  string
+	entry  string // the attempt id that holds the lock in Redis
 	fence  int64
 	ttl    time.Duration
 	refs   atomic.Int32 // outstanding leases; the Redis release runs at 0
@@ -35,7 +36,7 @@ type hold struct {
 
 	// Watchdog bookkeeping, guarded by the watchdog's mutex.
 	index int       // in the watchdog heap; -1 when not scheduled
-	at    time.Time // when the watchdog acts on it next
+	at    time.Time // when the watchdog acts on it next: renewal or loss
 
 	// valid is when the lease stops being certainly held, in monotonic
 	// nanoseconds since monoBase. The watchdog sets it; Err reads it
@@ -60,11 +61,22 @@ var errRanOut = fmt.Errorf("%w: renewals failed until the lease ran out", ErrLoc
 
 func (h *hold) live() bool { return h.state.Load() == holdLive }
 
-// retain adds a lease to a live hold; it fails once the hold is released.
+// certain reports whether the lease is certainly held now: live, and its
+// local validity has not run out (the watchdog may not have noticed yet).
+func (h *hold) certain() bool { return h.live() && mono() < h.valid.Load() }
+
+// setEntry makes id the hold's entry in Redis.
+func (h *hold) setEntry(id string) {
+	h.entry = id
+	h.args[4] = id
+}
+
+// retain adds a lease to a hold that is certainly held; it fails once the
+// hold is released or lost.
 func (h *hold) retain() bool {
 	for {
 		r := h.refs.Load()
-		if r <= 0 || !h.live() {
+		if r <= 0 || !h.certain() {
 			return false
 		}
 		if h.refs.CompareAndSwap(r, r+1) {
@@ -129,14 +141,17 @@ func (ls *Lease) Err() error {
 }
 
 // Release gives up this lease. The Redis hold is released when the last
-// in-process lease on it is released: its count in Redis drops by one, and
-// at zero the key goes to the next waiter or is deleted. The call runs
-// detached from ctx's cancellation, bounded by Options.ReleaseTimeout.
+// in-process lease on it is released: its entry in Redis is dropped, and
+// when none is left the key goes to the next waiter or is deleted. The call
+// runs detached from ctx's cancellation and waits for Redis at most
+// Options.ReleaseTimeout; a release not answered by then goes on in the
+// background. Releasing twice, or after a client re-sent the call, changes
+// nothing more.
 //
 // It returns ErrReleased for a second call, ErrLockLost if the lease was
-// lost before, ErrNotOwner if Redis no longer knew the hold, and an error
-// matching ErrUnavailable if Redis could not be reached; the key then
-// expires at the end of its TTL.
+// lost before (its local validity ran out, or the watchdog found it gone),
+// and an error matching ErrUnavailable if Redis did not answer in time; the
+// key then expires at the end of its TTL unless the release lands later.
 func (ls *Lease) Release(ctx context.Context) error {
 	if !ls.released.CompareAndSwap(false, true) {
 		return ErrReleased
@@ -147,18 +162,22 @@ func (ls *Lease) Release(ctx context.Context) error {
 	}
 	l := h.l
 	l.wd.remove(h)
+	if h.live() && mono() >= h.valid.Load() {
+		h.lose(errRanOut)
+	}
 	wasLive := h.state.CompareAndSwap(holdLive, holdReleased)
 	if wasLive {
 		h.cancel(ErrReleased)
 	}
-	n, err := l.release(l.detach(ctx), h, "", "")
+	// A reply of -1 while the lease was valid means Redis no longer has this
+	// entry although nobody else could have taken the lock: a run of this
+	// same call, re-sent by the client after a lost reply, released it.
+	_, err := l.release(ctx, h, "")
 	switch {
 	case !wasLive:
 		return ErrLockLost
 	case err != nil:
 		return unavailable("release", err)
-	case n < 0:
-		return ErrNotOwner
 	}
 	return nil
 }
@@ -229,7 +248,7 @@ func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 		return nil, errors.Join(&ContentionError{Key: key.s, err: ErrNotAcquired}, err)
 	}
 	h := l.newHold(key, tok, p.TTL)
-	sent, err := l.acquire(ctx, h, p.Wait)
+	sent, length, err := l.acquire(ctx, h, p.Wait)
 	if err != nil {
 		return nil, err
 	}
@@ -239,12 +258,12 @@ func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 	h.st = ctxState{token: tok, held: h, parent: st}
 	h.ctx = context.WithValue(hctx, ctxKey{}, &h.st)
 	h.first = Lease{h: h, ctx: h.ctx}
-	if !l.wd.add(h, sent) {
+	if !l.wd.add(h, sent, length) {
 		// Closed while acquiring: give it back.
 		h.refs.Store(0)
 		h.state.Store(holdReleased)
 		cancel(ErrClosed)
-		l.abandon(h, "", "")
+		l.withdraw(h, "")
 		return nil, ErrClosed
 	}
 	return &h.first, nil
@@ -252,6 +271,6 @@ func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 
 func (l *Locker) newHold(key Key, tok string, ttl time.Duration) *hold {
 	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1}
-	h.args = [4]any{h.keys[0], h.keys[1], h.keys[2], tok}
+	h.args = [5]any{h.keys[0], h.keys[1], h.keys[2], tok}
 	return h
 }

@@ -295,12 +295,18 @@ func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A lease on the same key under another token, as a confused or
-		// hostile caller would hold after the real one took over.
-		forged := &Lease{h: l.newHold(key, NewToken(), 0)}
-		forged.h.refs.Store(1)
-		forged.h.ctx, forged.h.cancel = context.WithCancelCause(ctx)
-		if err := forged.Release(ctx); !errors.Is(err, ErrNotOwner) {
-			t.Fatalf("release by wrong token: %v, want ErrNotOwner", err)
+		// hostile caller would hold after the real one took over, believed
+		// valid; and one under the right token with another entry.
+		for _, tok := range []string{NewToken(), ls.Token()} {
+			forged := &Lease{h: l.newHold(key, tok, 0)}
+			forged.h.setEntry(l.nextID())
+			forged.h.refs.Store(1)
+			forged.h.setValidUntil(time.Now().Add(time.Minute))
+			forged.h.ctx, forged.h.cancel = context.WithCancelCause(ctx)
+			if n, err := l.release(ctx, forged.h, ""); n != -1 || err != nil {
+				t.Fatalf("release script by a stranger: %d %v, want -1", n, err)
+			}
+			_ = forged.Release(ctx)
 		}
 		info := inspect(t, l, key)
 		if info.Holders[ls.Token()] != 1 || len(info.Holders) != 1 || info.TTL <= 0 {

@@ -33,10 +33,32 @@ type Options struct {
 	// more than this. Default: 1h.
 	FenceRetention time.Duration
 
-	// ReleaseTimeout bounds a release and the withdrawal of a waiter that
-	// gave up. Both run detached from the caller's cancellation, so that a
-	// request cancelled after it acquired still releases. Default: 2s.
+	// ReleaseTimeout bounds how long a release, and the withdrawal of a
+	// waiter that gave up, keep their caller waiting, whatever the client's
+	// own timeouts and retries. Both run detached from the caller's
+	// cancellation, so that a request cancelled after it acquired still
+	// releases; a release not answered in time goes on in the background.
+	// Default: 2s.
 	ReleaseTimeout time.Duration
+
+	// Timeout bounds how long an acquisition waits for Redis to answer one
+	// call, whatever the client's own timeouts and retries (go-redis at its
+	// defaults retries three times after 3 s read timeouts, and ignores
+	// context deadlines unless ContextTimeoutEnabled is set). An acquisition
+	// whose call is not answered in time, or by its context's deadline,
+	// fails with ErrUnavailable, and the call is withdrawn once it lands.
+	// Default: 1s.
+	Timeout time.Duration
+
+	// ClaimWindow bounds how long a waiter in another process that vanished
+	// (killed, paused, cut off) can keep a released lock from the next live
+	// waiter. A release grants such a waiter the lock for 3/5 of the window,
+	// within which the waiter claims it for its whole TTL; waiters ask Redis
+	// again at least every 3/10 of the window, so a live waiter whose
+	// notification was lost still claims its grant in time. When Redis is one
+	// server (a *redis.Client, not a Cluster), a waiter whose process is gone
+	// is skipped at once. At least MinTTL. Default: 1s.
+	ClaimWindow time.Duration
 }
 
 // MinTTL is the shortest lease a Locker or Policy accepts.
@@ -47,6 +69,8 @@ const (
 	defaultTTL            = 10 * time.Second
 	defaultFenceRetention = time.Hour
 	defaultReleaseTimeout = 2 * time.Second
+	defaultTimeout        = time.Second
+	defaultClaimWindow    = time.Second
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -74,6 +98,18 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ReleaseTimeout < 0 {
 		return o, fmt.Errorf("lockcore: negative ReleaseTimeout %v", o.ReleaseTimeout)
 	}
+	if o.Timeout == 0 {
+		o.Timeout = defaultTimeout
+	}
+	if o.Timeout < 0 {
+		return o, fmt.Errorf("lockcore: negative Timeout %v", o.Timeout)
+	}
+	if o.ClaimWindow == 0 {
+		o.ClaimWindow = defaultClaimWindow
+	}
+	if o.ClaimWindow < MinTTL {
+		return o, fmt.Errorf("lockcore: ClaimWindow %v is below the minimum %v", o.ClaimWindow, MinTTL)
+	}
 	return o, nil
 }
 
@@ -96,19 +132,32 @@ type Locker struct {
 
 	wd    watchdog
 	nf    notifier
-	batch batcher        // acquire and release calls
-	bg    sync.WaitGroup // withdrawals of failed attempts, each bounded by ReleaseTimeout
+	batch batcher // acquire and release calls
+	bg    tracker // flights, withdrawals and renewals, each bounded by the client's own timeouts
 
-	// Script arguments boxed once: the default TTL and the fence retention
-	// in ms, and the channel.
-	ttlBoxed, retArg, chanArg any
+	// Script arguments boxed once: the default TTL, the fence retention
+	// and the claim window in ms, the channel, and whether PUBLISH counts
+	// every subscriber ("1": one server) or only a node's ("0": a Cluster).
+	ttlBoxed, retArg, chanArg, claimArg, trustArg any
+
+	// The batcher's hooks, made once.
+	lateAcquire, afterRelease func(*call)
 }
 
 // New returns a Locker on rdb. The Locker does not own rdb: Close leaves it
-// open. It returns an error when opt is invalid.
+// open. It returns an error when opt is invalid, or when rdb is a
+// *redis.Ring: a Ring spreads keys over independent servers and moves them
+// when one is down, so two owners could hold one lock.
+//
+// rdb's options need no change: the engine keeps its own deadlines, and
+// every call is safe to run twice (go-redis re-sends a command whose reply
+// was lost). A *redis.ClusterClient works: a lock's keys share one slot.
 func New(rdb redis.UniversalClient, opt Options) (*Locker, error) {
-	if rdb == nil {
+	switch rdb.(type) {
+	case nil:
 		return nil, fmt.Errorf("lockcore: nil redis client")
+	case *redis.Ring:
+		return nil, fmt.Errorf("lockcore: a *redis.Ring cannot hold locks: it moves keys between independent servers when one is down, so two owners could hold one lock; use a *redis.Client or a *redis.ClusterClient")
 	}
 	opt, err := opt.withDefaults()
 	if err != nil {
@@ -118,13 +167,42 @@ func New(rdb redis.UniversalClient, opt Options) (*Locker, error) {
 	_, _ = rand.Read(b[:])
 	l := &Locker{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
 	l.channel = opt.Prefix + "notify:" + l.id
-	l.batch.rdb = rdb
-	l.ttlBoxed, l.retArg, l.chanArg = ms(opt.TTL), ms(opt.FenceRetention), l.channel
 	l.ctx, l.cancel = context.WithCancel(context.Background())
+	ps, err := subscribe(l.ctx, rdb)
+	if err != nil {
+		l.cancel()
+		return nil, err
+	}
+	l.batch.rdb, l.batch.bg = rdb, &l.bg
+	l.ttlBoxed, l.retArg, l.chanArg, l.claimArg = ms(opt.TTL), ms(opt.FenceRetention), l.channel, ms(l.claimPX())
+	l.trustArg = "0"
+	if _, ok := rdb.(*redis.Client); ok {
+		l.trustArg = "1"
+	}
+	l.lateAcquire, l.afterRelease = l.withdrawLate, l.released
 	l.wd.start(l)
-	l.nf.start(l)
+	l.nf.start(l, ps)
 	return l, nil
 }
+
+// subscribe returns a subscription with no channels yet. A client of a type
+// this package does not know may panic here (a Ring does); that is an error
+// of New, not a crash in the background.
+func subscribe(ctx context.Context, rdb redis.UniversalClient) (ps *redis.PubSub, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("lockcore: %T cannot subscribe to notifications: %v", rdb, r)
+		}
+	}()
+	return rdb.Subscribe(ctx), nil
+}
+
+// claimPX is how long a waiter in another process is granted the lock
+// before it claims it.
+func (l *Locker) claimPX() time.Duration { return l.opt.ClaimWindow * 3 / 5 }
+
+// recheck is how long a waiter sleeps at most before asking Redis again.
+func (l *Locker) recheck() time.Duration { return l.opt.ClaimWindow * 3 / 10 }
 
 // Options returns the Locker's options with defaults filled in.
 func (l *Locker) Options() Options { return l.opt }
@@ -132,16 +210,17 @@ func (l *Locker) Options() Options { return l.opt }
 // Close stops the watchdog and the notification receiver. Leases still held
 // are no longer renewed: their contexts are cancelled with ErrLockLost (and
 // ErrClosed), and their keys expire in Redis at the end of their TTL unless
-// released. Waiting acquisitions fail with ErrClosed. Close waits for the
-// withdrawal of attempts that failed on a Redis error, each bounded by
-// ReleaseTimeout. Close is idempotent.
+// released. Waiting acquisitions fail with ErrClosed. Close waits up to
+// ReleaseTimeout for the calls, withdrawals and renewals still on the wire;
+// those the client has not answered by then end with the client's own
+// timeouts. Close is idempotent.
 func (l *Locker) Close() error {
 	l.once.Do(func() {
 		l.closed.Store(true)
 		l.cancel()
 		l.nf.stop()
 		l.wd.stop()
-		l.bg.Wait()
+		l.bg.wait(time.Now().Add(l.opt.ReleaseTimeout))
 	})
 	return nil
 }
@@ -173,9 +252,9 @@ func (l *Locker) ttlArg(ttl time.Duration) any {
 }
 
 // detached is a context with the values of its parent and a deadline, but
-// never cancelled: a release or withdrawal runs to its end, bounded by the
-// deadline (as far as the client applies context deadlines) and by the
-// client's own timeouts, even when the request that asked for it is gone.
+// never cancelled: a call runs to its end, bounded by the deadline as far as
+// the client applies context deadlines, even when the request that asked
+// for it is gone.
 type detached struct {
 	context.Context
 	deadline time.Time
@@ -185,14 +264,8 @@ func (d detached) Deadline() (time.Time, bool) { return d.deadline, true }
 func (d detached) Done() <-chan struct{}       { return nil }
 func (d detached) Err() error                  { return nil }
 
-// detach returns ctx without its cancellation and with the deadline
-// ReleaseTimeout from now. It is what context.WithTimeout(
-// context.WithoutCancel(ctx)) gives, without the timer and four allocations.
-func (l *Locker) detach(ctx context.Context) context.Context {
-	return detached{ctx, time.Now().Add(l.opt.ReleaseTimeout)}
-}
-
-// nextID returns a fresh attempt id, unique across Lockers.
+// nextID returns a fresh attempt id, unique across Lockers. It always
+// contains a '.', which the scripts rely on to tell it from other fields.
 func (l *Locker) nextID() string {
 	return l.id + "." + strconv.FormatUint(l.seq.Add(1), 36)
 }

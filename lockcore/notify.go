@@ -27,17 +27,25 @@ type waiter struct {
 	id  string
 	key string     // the lock's Redis key
 	ch  chan int64 // the fencing token of a hand-over, or 0: ask Redis again
+
+	// Set with a hand-over, before its token is sent on ch: by a release of
+	// this Locker, when its call was sent (the waiter holds a whole lease
+	// from then); by a message, how long the grant lasts.
+	from time.Time
+	px   time.Duration
 }
 
 // healthInterval is how long the subscription may be silent before it is
 // pinged, and how long a ping may go unanswered before it is replaced.
 const healthInterval = 2 * time.Second
 
-func (n *notifier) start(l *Locker) {
+// start starts the receiver on ps, a subscription with no channels yet.
+func (n *notifier) start(l *Locker, ps *redis.PubSub) {
 	n.l = l
 	n.waiters = make(map[string]*waiter)
 	n.done = make(chan struct{})
-	go n.run(l.channel)
+	n.ps = ps
+	go n.run(l.channel, ps)
 }
 
 func (n *notifier) stop() {
@@ -73,25 +81,33 @@ func (n *notifier) unregister(w *waiter) {
 	case <-w.ch: // a hand-over that came after the wait ended
 	default:
 	}
-	w.id, w.key = "", ""
+	w.id, w.key, w.from, w.px = "", "", time.Time{}, 0
 	waiterPool.Put(w)
 }
 
+// deliver reads a hand-over message: "<attempt id> <fencing token> <ms>",
+// the lock granted to the attempt for that many milliseconds.
 func (n *notifier) deliver(payload string) {
-	id, f, ok := strings.Cut(payload, " ")
+	id, rest, ok := strings.Cut(payload, " ")
 	if !ok {
 		return
 	}
-	fence, err := strconv.ParseInt(f, 10, 64)
-	if err != nil {
+	f, p, ok := strings.Cut(rest, " ")
+	if !ok {
 		return
 	}
-	n.handOver(id, fence)
+	fence, err1 := strconv.ParseInt(f, 10, 64)
+	px, err2 := strconv.ParseInt(p, 10, 64)
+	if err1 != nil || err2 != nil || fence <= 0 || px <= 0 {
+		return
+	}
+	n.handOver(id, fence, time.Time{}, time.Duration(px)*time.Millisecond)
 }
 
 // handOver wakes the waiter of attempt id, which now holds its lock with
-// the given fencing token. Each attempt gets at most one hand-over.
-func (n *notifier) handOver(id string, fence int64) {
+// the given fencing token: from a release of this Locker sent at from, or,
+// by a message, for px. Each attempt gets at most one hand-over.
+func (n *notifier) handOver(id string, fence int64, from time.Time, px time.Duration) {
 	n.mu.Lock()
 	if w := n.waiters[id]; w != nil {
 		delete(n.waiters, id)
@@ -99,6 +115,7 @@ func (n *notifier) handOver(id string, fence int64) {
 		case <-w.ch: // a nudge not yet read: the hand-over replaces it
 		default:
 		}
+		w.from, w.px = from, px
 		w.ch <- fence
 	}
 	n.mu.Unlock()
@@ -126,24 +143,27 @@ func (n *notifier) subscribed() { n.nudge("") }
 
 // run keeps one subscription to channel alive until the Locker closes,
 // replacing it when it fails or stops answering pings.
-func (n *notifier) run(channel string) {
+func (n *notifier) run(channel string, ps *redis.PubSub) {
 	defer close(n.done)
 	ctx := n.l.ctx
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		ps := n.l.rdb.Subscribe(ctx) // no channels yet: does not dial
-		n.mu.Lock()
-		if ctx.Err() != nil {
+		if ps == nil {
+			ps = n.l.rdb.Subscribe(ctx) // no channels yet: does not dial
+			n.mu.Lock()
+			if ctx.Err() != nil {
+				n.mu.Unlock()
+				_ = ps.Close()
+				return
+			}
+			n.ps = ps
 			n.mu.Unlock()
-			_ = ps.Close()
-			return
 		}
-		n.ps = ps
-		n.mu.Unlock()
 		if n.session(ctx, ps, channel) {
 			backoff = 10 * time.Millisecond
 		}
 		_ = ps.Close()
+		ps = nil
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

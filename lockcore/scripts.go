@@ -81,11 +81,3 @@ func (s *script) known(ctx context.Context, rdb redis.UniversalClient, cmd redis
 	_ = rdb.Process(ctx, cmd)
 	return cmd
 }
-
-// run runs the script with args (laid out as for cmd): EVALSHA, then EVAL
-// if Redis does not know the script. It returns the command that answered.
-func (s *script) run(ctx context.Context, rdb redis.UniversalClient, args []any) redis.Cmder {
-	cmd := s.cmd(ctx, args)
-	_ = rdb.Process(ctx, cmd)
-	return s.known(ctx, rdb, cmd)
-}

@@ -10,22 +10,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// watchdog renews every held lease of a Locker from one goroutine. A hold is
-// due for renewal a quarter of its TTL after the call that last confirmed
-// it was sent; the goroutine wakes a twelfth of a TTL after the earliest due
-// hold and renews everything due by then in one pipeline, so renewals run at
-// about TTL/3 and batch together.
+// watchdog renews every held lease of a Locker and declares lost those
+// whose validity runs out. Its goroutine does no I/O: it sends renewals
+// from goroutines of their own and never waits for them, so a renewal
+// blocked in the client (go-redis, at its defaults, may take seconds and
+// ignores context deadlines) cannot hold up the loss of a lease.
 //
-// Each hold's validity is tracked on the local monotonic clock: TTL minus a
-// tenth (the safety margin) from the moment its acquire or last successful
-// renewal was sent. Redis cannot expire the key before then. When renewals
-// fail (Redis unreachable) the hold is retried about every TTL/10 and
-// declared lost when its validity runs out, before anyone else can take it.
+// Each hold's validity is tracked on the local monotonic clock: from the
+// moment the call that confirmed it was sent, the confirmed lease length
+// minus a tenth (the safety margin). Redis cannot expire the key before
+// then. A hold is due for renewal a quarter of its lease after that moment;
+// holds due within a twelfth of a TTL of each other are renewed together in
+// one pipeline, so renewals run at about TTL/4 to TTL/3. A renewal that
+// finds the hold gone or taken marks it lost. While renewals fail or go
+// unanswered the hold is retried every TTL/10, and declared lost, with no
+// I/O, the moment its validity runs out: before anyone else can take it.
 type watchdog struct {
 	l      *Locker
 	mu     sync.Mutex
-	holds  holdHeap
-	wakeAt time.Time // when run wakes next unless poked
+	holds  holdHeap // every live hold, by the time it is acted on next
+	wakeAt time.Time
 	closed bool
 	wake   chan struct{}
 	done   chan struct{}
@@ -44,21 +48,21 @@ func (w *watchdog) stop() {
 	<-w.done
 }
 
-// add schedules h, confirmed by a call sent at sent. It reports false when the
-// watchdog has stopped.
-func (w *watchdog) add(h *hold, sent time.Time) bool {
+// add schedules h, confirmed for length by a call sent at sent. It reports
+// false when the watchdog has stopped.
+func (w *watchdog) add(h *hold, sent time.Time, length time.Duration) bool {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return false
 	}
-	h.setValidUntil(sent.Add(h.ttl - margin(h.ttl)))
-	h.at = sent.Add(h.ttl / 4)
+	h.setValidUntil(sent.Add(length - margin(length)))
+	h.at = sent.Add(length / 4)
 	heap.Push(&w.holds, h)
-	// Wake the loop only when it would sleep past this hold's renewal: with
+	// Wake the loop only when it would sleep past this hold's time: with
 	// equal TTLs a new hold is due after those already scheduled, so taking
 	// a lock does not cost a goroutine switch.
-	early := h.at.Add(h.ttl / 12).Before(w.wakeAt)
+	early := h.at.Before(w.wakeAt)
 	w.mu.Unlock()
 	if early {
 		w.poke()
@@ -86,28 +90,19 @@ func (w *watchdog) run() {
 	ctx := w.l.ctx
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var due []*hold
 	for {
 		w.mu.Lock()
 		now := time.Now()
-		due = due[:0]
-		for len(w.holds) > 0 && !w.holds[0].at.After(now) {
-			due = append(due, heap.Pop(&w.holds).(*hold))
-		}
+		due := w.due(now)
 		next := w.l.opt.TTL / 4 // idle: wake now and then, so adds need no poke
 		if len(w.holds) > 0 {
-			top := w.holds[0]
-			next = top.at.Sub(now) + top.ttl/12
-			if v := top.validUntil().Sub(now); v < next {
-				next = v
-			}
+			next = w.holds[0].at.Sub(now)
 		}
 		w.wakeAt = now.Add(next)
 		w.mu.Unlock()
 
 		if len(due) > 0 {
-			w.renew(ctx, due)
-			continue // renewing took time: look again before sleeping
+			w.l.bg.do(func() { w.renew(ctx, due, now) })
 		}
 		timer.Reset(max(next, 0))
 		select {
@@ -120,59 +115,69 @@ func (w *watchdog) run() {
 	}
 }
 
-// renew sends one renewal for each of due in a single pipeline and
-// reschedules or loses each.
-func (w *watchdog) renew(ctx context.Context, due []*hold) {
-	now := time.Now()
-	live := due[:0]
-	deadline := now.Add(time.Hour)
-	for _, h := range due {
-		if !h.live() {
+// due declares lost the holds whose validity ran out by now, and returns
+// those to renew: due by now, or within a twelfth of their TTL unless their
+// validity ends first. Each gets its next time: a retry in TTL/10, or the
+// end of its validity, whichever comes first. It runs under w.mu.
+func (w *watchdog) due(now time.Time) []*hold {
+	var due []*hold
+	for len(w.holds) > 0 {
+		h := w.holds[0]
+		valid := h.validUntil()
+		switch {
+		case !h.live():
+			heap.Pop(&w.holds)
 			continue
-		}
-		if !now.Before(h.validUntil()) {
+		case !now.Before(valid):
+			heap.Pop(&w.holds)
 			h.lose(errRanOut)
 			continue
+		case h.at.After(now.Add(h.ttl/12)) || h.at.After(now) && !h.at.Before(valid):
+			return due
 		}
-		deadline = minTime(deadline, h.validUntil())
-		live = append(live, h)
+		due = append(due, h)
+		h.at = minTime(now.Add(h.ttl/10), valid)
+		heap.Fix(&w.holds, 0)
 	}
-	if len(live) == 0 {
-		return
+	return due
+}
+
+// renew sends one renewal for each of due, sent at sent, in a single
+// pipeline, and records what came back. Nobody waits for it.
+func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
+	deadline := sent.Add(time.Hour)
+	for _, h := range due {
+		deadline = minTime(deadline, h.validUntil())
 	}
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	sent := time.Now()
-	cmds, err := w.pipeline(rctx, live)
+	cmds, err := w.pipeline(rctx, due)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Redis lost its script cache (restart, SCRIPT FLUSH): load, retry.
 		if renewScript.Load(rctx, w.l.rdb).Err() == nil {
 			sent = time.Now()
-			cmds, _ = w.pipeline(rctx, live)
+			cmds, _ = w.pipeline(rctx, due)
 		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for i, h := range live {
-		var ok int64
-		var cerr error
-		if cmds != nil {
-			ok, cerr = cmds[i].Int64()
-		} else {
-			cerr = err
-		}
+	for i, h := range due {
+		ok, cerr := cmds[i].Int64()
 		switch {
-		case cerr == nil && ok == 1:
-			h.setValidUntil(sent.Add(h.ttl - margin(h.ttl)))
-			h.at = sent.Add(h.ttl / 4)
-		case cerr == nil:
-			h.lose(fmt.Errorf("%w: the key is gone or held by another owner", ErrLockLost))
-			continue
+		case cerr != nil:
+			// Retried at h.at, or lost when its validity ends.
+		case ok == 1:
+			if v := sent.Add(h.ttl - margin(h.ttl)); v.After(h.validUntil()) && h.live() {
+				h.setValidUntil(v)
+				h.at = sent.Add(h.ttl / 4)
+				if h.index >= 0 {
+					heap.Fix(&w.holds, h.index)
+				}
+			}
 		default:
-			h.at = minTime(time.Now().Add(h.ttl/10), h.validUntil())
-		}
-		if h.live() && !w.closed {
-			heap.Push(&w.holds, h)
+			if h.lose(fmt.Errorf("%w: the key is gone or held by another owner", ErrLockLost)) && h.index >= 0 {
+				heap.Remove(&w.holds, h.index)
+			}
 		}
 	}
 }
@@ -181,7 +186,7 @@ func (w *watchdog) pipeline(ctx context.Context, hs []*hold) ([]*redis.Cmd, erro
 	p := w.l.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(hs))
 	for i, h := range hs {
-		cmds[i] = renewScript.EvalSha(ctx, p, h.keys[:1], h.token, ms(h.ttl))
+		cmds[i] = renewScript.EvalSha(ctx, p, h.keys[:1], h.token, h.entry, ms(h.ttl))
 	}
 	_, err := p.Exec(ctx)
 	return cmds, err
@@ -193,9 +198,11 @@ func (w *watchdog) shutdown() {
 	w.closed = true
 	hs := w.holds
 	w.holds = nil
-	w.mu.Unlock()
 	for _, h := range hs {
 		h.index = -1
+	}
+	w.mu.Unlock()
+	for _, h := range hs {
 		h.lose(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
 	}
 }

@@ -1,7 +1,11 @@
 -- ARGV: token, ttl ms, fence retention ms, remaining wait ms (0: fail fast),
---       attempt id, waiter member ('' when failing fast)
--- Returns the fencing token (> 0) when acquired or re-entered, and
--- -pttl (<= 0) when held by another owner (and queued when waiting).
+--       attempt id, waiter member ('' when failing fast), claim window ms,
+--       '1' when PUBLISH counts every subscriber (one server, not a cluster)
+-- Returns the fencing token (> 0) when the attempt holds the lock: it took
+-- it, re-entered it, or finds it granted to it (which claims the grant: the
+-- lease then runs ttl from now); or -pttl (<= 0) when another owner holds
+-- it (and the attempt is queued when waiting). Run again with the same
+-- arguments, it returns the same and changes nothing more.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member = ARGV[5], ARGV[6]
@@ -12,7 +16,7 @@ local id, member = ARGV[5], ARGV[6]
 local f, fs, v = redis.call('INCR', F), nil, nil
 if f > 1 then
   fs = string.format('%.0f', f)
-  v = redis.call('SET', L, tok .. ' ' .. id .. ' ' .. fs, 'NX', 'PX', ttl, 'GET')
+  v = redis.call('SET', L, tok .. ' ' .. fs .. ' 0 ' .. id, 'NX', 'PX', ttl, 'GET')
   if not v and (member == '' or redis.call('EXISTS', Q) == 0) then
     return f
   end
@@ -20,33 +24,37 @@ end
 -- @common
 if f == 1 then
   f, fs = seed_fence(ret)
-  v = redis.call('SET', L, hold(tok, id, fs, 1, false), 'NX', 'PX', ttl, 'GET')
+  v = redis.call('SET', L, tok .. ' ' .. fs .. ' 0 ' .. id, 'NX', 'PX', ttl, 'GET')
 end
 
 if not v then
   if member == '' or redis.call('EXISTS', Q) == 0 then
     return f
   end
-  -- The lock was free but others queue for it (their holder expired): the
-  -- oldest waiter goes first, which may be this one.
+  -- The lock was free but others queue for it (their holder expired, or a
+  -- grant went unclaimed): the oldest waiter goes first, which may be this
+  -- one.
   redis.call('DEL', L)
   local now, nows = now_us()
   redis.call('ZADD', Q, 'NX', nows, member)
-  local m, g = grant_next(now, ret, member)
+  local m, g = grant_next(now, ret, member, '', tonumber(ARGV[7]), ARGV[8] == '1')
   if not m then
-    return take(tok, ttl, id, ret, redis.call('EXISTS', Q) == 1)
+    return (take(tok, ttl, id, ret, redis.call('EXISTS', Q) == 1))
   elseif m == member then
     return g
   end
   return -math.max(redis.call('PTTL', L), 0)
 end
 
-local t, g, hf, n, w = parse(v)
+local t, hf, w, es = parse(v)
 if t == tok then
-  if g == id then
-    return tonumber(hf) -- granted to this attempt while it waited
+  if has(es, id) then
+    -- Granted to this attempt while it waited, or this call ran before.
+    redis.call('PEXPIRE', L, ttl, 'GT')
+    return tonumber(hf)
   end
-  redis.call('SET', L, hold(t, g, hf, n + 1, w), 'PX', math.max(redis.call('PTTL', L), ttl))
+  -- Re-entry by the same owner from another process.
+  redis.call('SET', L, v .. ' ' .. id, 'PX', math.max(redis.call('PTTL', L), ttl))
   if member ~= '' then
     redis.call('ZREM', Q, member)
   end
@@ -59,8 +67,8 @@ if wait > 0 then
   if redis.call('PTTL', Q) < wait + ttl then
     redis.call('PEXPIRE', Q, wait + ttl)
   end
-  if not w then
-    redis.call('SET', L, hold(t, g, hf, n, true), 'KEEPTTL')
+  if w == '0' then
+    redis.call('SET', L, t .. ' ' .. hf .. ' 1 ' .. es, 'KEEPTTL')
   end
 end
 return -math.max(redis.call('PTTL', L), 0)

@@ -2,10 +2,15 @@
 -- paths ("-- @common"): Lua makes the closures below on every run, so the
 -- common case runs before them. One lock lives in three keys with one hash
 -- tag, so a script touches one Redis Cluster slot:
---   L  string  the hold, "<token> <attempt id> <fence>", or, when the count
---              is above 1 or waiters may be queued, "... <count> <w>" with
---              w = 1 when they may. The short form is the usual one: taking
---              it is one SET NX and releasing it one GET and one DEL.
+--   L  string  the hold, "<token> <fence> <w> <entry> [<entry> ...]": the
+--              owner token, the fencing token, w = 1 when waiters may be
+--              queued, and the hold's entries, the attempt ids of the
+--              acquisitions that hold it (the one that took it, and
+--              re-entries made by other processes under the same token). An
+--              attempt id always contains a '.', which no token, fence or
+--              flag does. A call whose own entry is there already has run
+--              before (a client that re-sent it after a lost reply): it
+--              changes nothing.
 --   Q  zset    waiters, scored by arrival (server clock, microseconds); member
 --              "<deadline ms> <ttl ms> <channel> <attempt id> <token>"
 --   F  string  the fencing counter, seeded from the server clock
@@ -38,51 +43,59 @@ local function next_fence(retention)
   return seed_fence(retention)
 end
 
--- The value of a hold; w: waiters may be queued.
-local function hold(tok, id, f, n, w)
-  if n == 1 and not w then
-    return tok .. ' ' .. id .. ' ' .. f
-  end
-  return tok .. ' ' .. id .. ' ' .. f .. ' ' .. n .. (w and ' 1' or ' 0')
-end
-
--- The fields of hold v: token, attempt id, fence (string), count, waiters.
+-- The fields of hold v: token, fence (string), waiters flag ('0' or '1'),
+-- entries (space-separated).
 local function parse(v)
-  local tok, id, f, rest = string.match(v, '^(%S+) (%S+) (%d+)(.*)$')
-  if rest == '' then
-    return tok, id, f, 1, false
-  end
-  local n, w = string.match(rest, '^ (%d+) (%d)$')
-  return tok, id, f, tonumber(n), w == '1'
+  return string.match(v, '^(%S+) (%d+) ([01]) (.+)$')
 end
 
--- Make tok the sole holder for attempt id, with count 1, and return the new
--- fencing token.
+-- Whether entries es include attempt id.
+local function has(es, id)
+  return string.find(' ' .. es .. ' ', ' ' .. id .. ' ', 1, true) ~= nil
+end
+
+-- Make tok the sole holder for attempt id for ttl ms, with waiters flag w,
+-- and return the new fencing token as a number and a string.
 local function take(tok, ttl, id, retention, w)
   local f, fs = next_fence(retention)
-  redis.call('SET', L, hold(tok, id, fs, 1, w), 'PX', ttl)
-  return f
+  redis.call('SET', L, tok .. ' ' .. fs .. (w and ' 1 ' or ' 0 ') .. id, 'PX', ttl)
+  return f, fs
 end
 
--- Hand the free lock to the oldest waiter whose deadline has not passed and
--- tell it on its Locker's channel, unless it is member self, the caller, or
--- its channel is mine, the caller's Locker's, which then wakes it itself.
--- Returns its member and fencing token, and its attempt id when its channel
--- is mine; nil when nobody is left waiting.
-local function grant_next(now, retention, self, mine)
-  for _ = 1, 64 do
+-- Hand the free lock to the oldest waiter whose deadline has not passed.
+-- The caller itself (member self) and a waiter of the caller's Locker
+-- (channel mine), which the caller then wakes, get their whole lease.
+-- Another waiter gets the lock for claim ms, is told on its Locker's
+-- channel, and claims the lock within that window (a renewal, or its next
+-- acquire call, extends it) or loses it when the window ends, so that a
+-- waiter that vanished delays the next one by one window at most. When
+-- trust is set (one Redis server: PUBLISH counts every subscriber), a
+-- waiter whose channel nobody reads, because its process is gone, is
+-- skipped at once. Each entry is popped once, whatever its fate, so the
+-- loop costs one pop per queued entry over the queue's life.
+-- Returns the member and fencing token of the new holder, and its attempt
+-- id when the caller is to wake it; nil when nobody is left waiting.
+local function grant_next(now, retention, self, mine, claim, trust)
+  while true do
     local e = redis.call('ZPOPMIN', Q)
-    if #e == 0 then return nil end
+    if #e == 0 then
+      return nil
+    end
     local dl, ttl, ch, id, tok = string.match(e[1], '^(%d+) (%d+) (%S+) (%S+) (%S+)$')
     if dl and tonumber(dl) * 1000 > now then
-      local f = take(tok, ttl, id, retention, redis.call('EXISTS', Q) == 1)
-      if ch == mine then
-        return e[1], f, id
-      elseif e[1] ~= self then
-        redis.call('PUBLISH', ch, id .. ' ' .. string.format('%.0f', f))
+      local more = redis.call('EXISTS', Q) == 1
+      if ch == mine or e[1] == self then
+        local f = take(tok, ttl, id, retention, more)
+        if ch == mine then
+          return e[1], f, id
+        end
+        return e[1], f
       end
-      return e[1], f
+      local px = math.min(claim, tonumber(ttl))
+      local f, fs = take(tok, px, id, retention, more)
+      if redis.call('PUBLISH', ch, id .. ' ' .. fs .. ' ' .. px) > 0 or not trust then
+        return e[1], f
+      end
     end
   end
-  return nil
 end

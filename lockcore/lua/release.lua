@@ -1,43 +1,46 @@
--- ARGV: token, fence retention ms, attempt id ('' for a plain release),
---       waiter member ('' when none), the caller's Locker channel
--- A plain release drops one count of token's hold and hands the lock to the
--- next waiter when the count reaches zero. With an attempt id it withdraws a
--- waiter that gave up, releasing the hold if it was granted in the meantime.
--- Returns the count left (0: released), -1 not held by token, -2 withdrawn,
--- or {0, attempt id, fencing token} when the lock went to a waiter of the
--- caller's own Locker, which the caller then wakes: nothing is published.
+-- ARGV: token, entry (the attempt id whose hold to drop), fence retention
+--       ms, waiter member ('' when none), the caller's Locker channel, claim
+--       window ms, '1' when PUBLISH counts every subscriber
+-- Drops entry from token's hold, and hands the lock to the next waiter, or
+-- frees it, when no entry is left. With a member it first withdraws a
+-- waiter that gave up: if it was still queued nothing else happens.
+-- Returns the number of entries left (0: released), -1 when the hold has no
+-- such entry (it never had, or this call ran before), -2 when the member was
+-- withdrawn from the queue, or {0, attempt id, fencing token} when the lock
+-- went to a waiter of the caller's own Locker, which the caller then wakes:
+-- nothing is published. Run again with the same arguments, it changes
+-- nothing more.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
-local tok, ret, id, member, mine = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-if id ~= '' and member ~= '' and redis.call('ZREM', Q, member) == 1 then
+local tok, e, ret, member = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if member ~= '' and redis.call('ZREM', Q, member) == 1 then
   return -2
 end
 local v = redis.call('GET', L)
 if not v then
-  return id == '' and -1 or -2
-end
-if id == '' and string.sub(v, 1, #tok + 1) == tok .. ' ' then
-  -- The short form (count 1, nobody queued) ends with the fence: no space
-  -- after the attempt id's.
-  local b = string.find(v, ' ', #tok + 2, true)
-  if not string.find(v, ' ', b + 1, true) then
-    redis.call('DEL', L)
-    return 0
-  end
-end
--- @common
-local t, g, f, n, w = parse(v)
-if id ~= '' and g ~= id then
-  return -2
-end
-if t ~= tok then
   return -1
 end
-if n > 1 then
-  redis.call('SET', L, hold(t, g, f, n - 1, w), 'KEEPTTL')
-  return n - 1
+-- The short form, "<token> <fence> 0 <entry>": token's, with one entry, e
+-- (the field before the last entry is another entry, with a '.', unless
+-- it is the only one), and nobody queued.
+if string.sub(v, 1, #tok + 1) == tok .. ' ' and string.sub(v, -#e - 3) == ' 0 ' .. e then
+  redis.call('DEL', L)
+  return 0
 end
-if w then
-  local m, fence, to = grant_next(now_us(), ret, nil, mine)
+-- @common
+local t, f, w, es = parse(v)
+if t ~= tok or not has(es, e) then
+  return -1
+end
+local s = ' ' .. es .. ' '
+local i = string.find(s, ' ' .. e .. ' ', 1, true)
+es = string.sub(s, 2, i - 1) .. string.sub(s, i + #e + 1, -2)
+if es ~= '' then
+  redis.call('SET', L, t .. ' ' .. f .. ' ' .. w .. ' ' .. es, 'KEEPTTL')
+  local _, spaces = string.gsub(es, ' ', ' ')
+  return spaces + 1
+end
+if w == '1' then
+  local m, fence, to = grant_next(now_us(), ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
   if to then
     return {0, to, fence}
   elseif m then
