@@ -25,7 +25,8 @@ type Locker struct {
 // New returns a Locker on rdb, configured by opts (see Option). The Locker
 // does not own rdb: Close leaves it open.
 //
-// Panics if rdb is nil or an option is invalid.
+// Panics if rdb is nil or a *redis.Ring (see lockcore.New), or an option
+// is invalid.
 func New(rdb redis.UniversalClient, opts ...Option) *Locker {
 	if rdb == nil {
 		panic("lock: New(nil)")

@@ -7,18 +7,18 @@
 //
 // A lock is held by an owner token, a random UUID that a request carries in
 // its context.Context (see WithToken and TokenFrom). An acquisition of a key
-// that the same token already holds re-enters the lock: the hold's count in
-// Redis goes up by one, so the nested caller may be another process that
-// received the token. Each release takes one count away; the key is freed
-// when the count reaches zero. A token that holds nothing grants nothing.
+// that the same token already holds re-enters the lock: its attempt id is
+// added to the hold's entries in Redis, so the nested caller may be another
+// process that received the token. Each release drops its own entry; the
+// key is freed when none is left. A token that holds nothing grants nothing.
 //
 // # Data layout
 //
 // A lock on key K with prefix P uses three Redis keys that share the hash tag
 // {K}, so each script touches one Redis Cluster slot:
 //
-//	P{K}     string  the hold: owner token, attempt id, fencing token, and
-//	                 the count and a waiters flag when needed
+//	P{K}     string  the hold: owner token, fencing token, a waiters flag,
+//	                 and its entries (the attempt ids holding it)
 //	P{K}:q   zset    waiters in arrival order
 //	P{K}:f   string  fencing counter (lives Options.FenceRetention)
 //
@@ -30,6 +30,21 @@
 // WRONGTYPE reply; the queue leaves room for FIFO-fair waiting and for
 // multi-key locks.
 //
+// # Calls that run twice, and calls that do not come back
+//
+// Clients re-send a command whose reply was lost (go-redis does, at its
+// default options, after a reset connection or a read timeout), so Redis
+// may run a script twice. Every call names its attempt and finds its own
+// entry if it ran before: a re-sent acquire returns the same fencing token,
+// a re-sent re-entry or release changes nothing more, and a release after
+// the lease was lost touches no later hold of the same token.
+//
+// The engine does not rely on the client's timeouts: each call flies in a
+// goroutine of its own, and its caller waits only until its deadline
+// (Options.Timeout or the context's deadline for an acquisition,
+// Options.ReleaseTimeout for a release). An acquisition that was not
+// answered fails with ErrUnavailable and is withdrawn when its call lands.
+//
 // # Waiting
 //
 // A blocked acquisition queues itself in Redis in the same call that found the
@@ -39,18 +54,27 @@
 // connection for all of its waiters, and the woken waiter already holds the
 // lock: no further round trip, and no herd of retries. When the waiter
 // belongs to the releasing Locker, nothing is published: the release's reply
-// names it and the releasing goroutine wakes it. Because pub/sub can lose
-// messages, a waiter also asks Redis again when the holder's lease would
-// have run out and whenever the subscription is re-established; when a
-// release's reply is lost, the Locker's waiters on that key ask at once.
+// names it and the releasing goroutine wakes it.
+//
+// A waiter in another process holds its grant only for part of
+// Options.ClaimWindow until it claims it (by a renewal, or by asking),
+// so that one that vanished does not keep the lock; on a single Redis server
+// a waiter whose Locker has no subscription any more is skipped at once.
+// Because pub/sub can lose messages, a waiter also asks Redis again every
+// 3/10 of the claim window, when the holder's lease would have run out, and
+// whenever the subscription is re-established; when a release's reply is
+// lost, the Locker's waiters on that key ask at once.
 //
 // # Watchdog and fencing
 //
-// One goroutine per Locker renews all held leases in batched pipelines at
-// about TTL/3. A lease that is gone or owned by someone else when renewed is
-// lost, and so is one whose renewals keep failing until a safety margin
-// before its TTL would run out: its context is cancelled with cause
-// ErrLockLost. Every fresh hold gets a fencing token greater than all earlier
-// ones for its key; pass it to the store you write so a stale holder's writes
-// can be refused.
+// One goroutine per Locker keeps the leases: it sends renewals, batched in
+// pipelines at about TTL/4 to TTL/3, from goroutines it does not wait for,
+// and does no I/O itself. A lease is valid on the local monotonic clock
+// from the moment the call that confirmed it was sent, for the length
+// Redis granted less a tenth; the watchdog cancels its context with cause
+// ErrLockLost the moment that runs out, however long a renewal is blocked
+// in the client, and at once when a renewal finds the lease gone or owned
+// by someone else. Every fresh hold gets a fencing token greater than all
+// earlier ones for its key; pass it to the store you write so a stale
+// holder's writes can be refused.
 package lockcore
