@@ -25,9 +25,11 @@ var (
 	chaosSeed = flag.Uint64("chaos.seed", 0, "seed of TestChaos and the fault tests (0: a new one, logged)")
 )
 
-// section is one critical section as the checker sees it: held from start
-// (Acquire returned) to end (Err still nil after the work), both on this
-// process's monotonic clock.
+// section is one critical section as the checker sees it, as a handler
+// would: held from start (Acquire returned) to end, when the work finished
+// or, if sooner, the lease's context was cancelled; both on this process's
+// monotonic clock. A section cut short by a lost lease still counts up to
+// its cancellation.
 type section struct {
 	key        int
 	start, end time.Time
@@ -37,21 +39,53 @@ type section struct {
 
 // chaosConfig is one run of the exclusion checker.
 type chaosConfig struct {
-	seed        uint64
-	dur         time.Duration
-	goroutines  int
-	lockers     int // the first half go through the proxy
-	keys        int
-	ttl         time.Duration
-	readTimeout time.Duration
-	fault       func(ctx context.Context, p *faultproxy.Proxy, rng *rand.Rand) // runs during the load; nil: none
+	seed       uint64
+	dur        time.Duration
+	goroutines int
+	lockers    int // the first half go through the proxy
+	keys       int
+	ttl        time.Duration
+	client     redis.Options                                          // every Locker's client, Addr aside
+	engine     Options                                                // every Locker's options, Prefix and TTL aside
+	fault      func(ctx context.Context, f *faultEnv, rng *rand.Rand) // runs during the load; nil: none
 }
+
+// faultEnv is what a fault acts on: the proxy between half of the Lockers
+// and Redis, and Redis itself.
+type faultEnv struct {
+	p      *faultproxy.Proxy
+	b      *redistest.Backend
+	admin  *redis.Client // straight to Redis
+	prefix string
+	keys   int
+	queue  func(k int) string // the Redis key of key k's wait queue
+}
+
+// clientConfigs are the client options the fault tests run with: go-redis's
+// defaults (3 retries, 3 s timeouts, context deadlines ignored), as
+// lock.New and the README build them, with ContextTimeoutEnabled, and
+// tight timeouts with and without retries.
+var clientConfigs = []struct {
+	name string
+	opt  redis.Options
+}{
+	{"defaults", redis.Options{}},
+	{"defaults+ctx", redis.Options{ContextTimeoutEnabled: true}},
+	{"tight", redis.Options{DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
+		WriteTimeout: 100 * time.Millisecond, PoolTimeout: 100 * time.Millisecond}},
+	{"tight,noretry", redis.Options{MaxRetries: -1, DialTimeout: 100 * time.Millisecond, ReadTimeout: 100 * time.Millisecond,
+		WriteTimeout: 100 * time.Millisecond, PoolTimeout: 100 * time.Millisecond}},
+}
+
+// chaosEngine is the engine's configuration under chaos: short leases and
+// deadlines, so that a run sees many losses, hand-overs and give-ups.
+var chaosEngine = Options{Timeout: 100 * time.Millisecond, ReleaseTimeout: 100 * time.Millisecond, ClaimWindow: 300 * time.Millisecond}
 
 // chaosResult is what a run did.
 type chaosResult struct {
 	sections   int
 	errs       map[string]int
-	lost       int   // sections whose lease was lost during the work (not counted as held)
+	lost       int   // sections whose lease was lost during the work (counted up to the loss)
 	stale      int   // writes the fenced store refused
 	overshoot  int64 // worst time an Acquire took beyond its budget, ns
 	violations []string
@@ -60,7 +94,8 @@ type chaosResult struct {
 // chaosRun runs cfg against b and checks: no two sections of a key overlap,
 // fencing tokens grow in hold order, the fenced store never refuses a valid
 // holder, and every Acquire returns within its wait budget (and its
-// context's deadline) plus the client's I/O bound.
+// context's deadline) plus the engine's own bounds on one call and one
+// withdrawal, whatever the client's timeouts.
 func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	t.Helper()
 	prefix := redistest.Prefix(t)
@@ -72,16 +107,19 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		if i < (cfg.lockers+1)/2 {
 			addr = proxy.Addr
 		}
-		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: 32, ClientName: clientName(prefix),
-			DialTimeout: cfg.readTimeout, ReadTimeout: cfg.readTimeout, WriteTimeout: cfg.readTimeout,
-			PoolTimeout: cfg.readTimeout})
+		opt := cfg.client
+		opt.Addr, opt.PoolSize, opt.ClientName = addr, 32, clientName(prefix)
+		c := redis.NewClient(&opt)
 		clients = append(clients, c)
-		l, err := New(c, Options{Prefix: prefix, TTL: cfg.ttl, ReleaseTimeout: cfg.readTimeout})
+		eng := cfg.engine
+		eng.Prefix, eng.TTL = prefix, cfg.ttl
+		l, err := New(c, eng)
 		if err != nil {
 			t.Fatal(err)
 		}
 		lockers[i] = l
 	}
+	eng := lockers[0].Options()
 	defer func() {
 		for _, l := range lockers {
 			_ = l.Close()
@@ -128,16 +166,20 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.dur)
 	defer cancel()
 	faultDone := make(chan struct{})
+	env := &faultEnv{p: proxy, b: b, admin: b.Client(t), prefix: prefix, keys: cfg.keys,
+		queue: func(k int) string { return lockers[0].redisKeys(mustKey(t, "k", strconv.Itoa(k)))[1] }}
 	go func() {
 		defer close(faultDone)
 		if cfg.fault != nil {
-			cfg.fault(ctx, proxy, rand.New(rand.NewPCG(cfg.seed, 1)))
+			cfg.fault(ctx, env, rand.New(rand.NewPCG(cfg.seed, 1)))
 		}
 	}()
 
 	// acquire takes key k on l with a random policy, timing it against its
 	// budget.
-	acquire := func(rng *rand.Rand, parent context.Context, l *Locker, k int) (*Lease, error) {
+	// The returned cancel ends the caller's context: a caller with a
+	// deadline keeps it for its whole section, as a request does.
+	acquire := func(rng *rand.Rand, parent context.Context, l *Locker, k int) (*Lease, context.CancelFunc, error) {
 		p := Policy{}
 		if rng.IntN(3) > 0 {
 			p.Wait = time.Duration(rng.IntN(300)) * time.Millisecond
@@ -149,17 +191,21 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 			actx, acancel = context.WithTimeout(parent, d)
 			budget = min(budget, d)
 		}
-		defer acancel()
 		t0 := time.Now()
 		ls, err := l.Acquire(actx, mustKey(t, "k", strconv.Itoa(k)), p)
-		// Beyond its budget, an Acquire may take one attempt's I/O (bounded
-		// by the read timeout) and the withdrawal after it.
-		if o := time.Since(t0) - budget - 3*cfg.readTimeout; o > 0 {
+		// Beyond its budget, an Acquire may take one call (bounded by the
+		// engine's Timeout) and the withdrawal after it (ReleaseTimeout),
+		// plus scheduling on a loaded machine.
+		if o := time.Since(t0) - budget - eng.Timeout - eng.ReleaseTimeout - 50*time.Millisecond; o > 0 {
 			mu.Lock()
 			res.overshoot = max(res.overshoot, int64(o))
 			mu.Unlock()
 		}
-		return ls, err
+		if err != nil {
+			acancel()
+			acancel = func() {}
+		}
+		return ls, acancel, err
 	}
 
 	var wg sync.WaitGroup
@@ -171,17 +217,22 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 			for i := 0; i < 100000 && ctx.Err() == nil; i++ {
 				l := lockers[rng.IntN(len(lockers))]
 				k := rng.IntN(cfg.keys)
-				ls, err := acquire(rng, ctx, l, k)
+				ls, done, err := acquire(rng, ctx, l, k)
 				if err != nil {
 					note(err)
 					continue
 				}
 				start := time.Now()
 				fence := ls.Fence()
+				// When the lease's context is cancelled, the section ends.
+				cut := make(chan time.Time, 1)
+				stop := context.AfterFunc(ls.Context(), func() { cut <- time.Now() })
 				// Nest: re-enter the same key, in process or through another
 				// Locker with the token, or take a higher key too (ordered,
 				// so that nested waits cannot deadlock).
 				var inner []*Lease
+				var innerDone []func() bool
+				var innerCancel []context.CancelFunc
 				switch rng.IntN(4) {
 				case 0:
 					if in, err := lockers[rng.IntN(len(lockers))].Acquire(ls.Context(), mustKey(t, "k", strconv.Itoa(k)), Policy{}); err == nil {
@@ -196,10 +247,18 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 					}
 				case 1:
 					if k2 := k + 1 + rng.IntN(2); k2 < cfg.keys {
-						if in, err := acquire(rng, ls.Context(), l, k2); err == nil {
-							s2 := section{key: k2, start: time.Now(), fence: in.Fence(), token: ls.Token()}
-							if write(k2, in.Fence()) && in.Err() == nil {
+						if in, done2, err := acquire(rng, ls.Context(), l, k2); err == nil {
+							innerCancel = append(innerCancel, done2)
+							s2 := section{key: k2, start: time.Now(), fence: in.Fence(), token: in.Token()}
+							cut2 := make(chan time.Time, 1)
+							innerDone = append(innerDone, context.AfterFunc(in.Context(), func() { cut2 <- time.Now() }))
+							if in.Context().Err() == nil && write(k2, in.Fence()) {
 								s2.end = time.Now()
+								select {
+								case c := <-cut2:
+									s2.end = c
+								default:
+								}
 								mu.Lock()
 								sections = append(sections, s2)
 								mu.Unlock()
@@ -214,23 +273,48 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				if rng.IntN(50) == 0 {
 					work = cfg.ttl/2 + time.Duration(rng.IntN(int(cfg.ttl))) // outlives the TTL: the watchdog must renew
 				}
-				time.Sleep(work) // the work
-				okWrite := ls.Err() == nil && write(k, fence)
+				// The work, as a handler does it: until done or its context
+				// is cancelled; it writes through the fenced store only if
+				// its context is still live.
+				wt := time.NewTimer(work)
+				select {
+				case <-wt.C:
+				case <-ls.Context().Done():
+				}
+				wt.Stop()
+				live := ls.Context().Err() == nil
+				okWrite := live && write(k, fence)
 				end := time.Now()
-				lostErr := ls.Err()
-				valid := lostErr == nil
 				for j := len(inner) - 1; j >= 0; j-- {
 					_ = inner[j].Release(ctx)
 				}
+				for _, f := range innerDone {
+					f()
+				}
+				for _, f := range innerCancel {
+					f()
+				}
+				if !stop() || !live {
+					// Cancelled before the work ended (not by this Release):
+					// the section ended then.
+					select {
+					case c := <-cut:
+						if c.Before(end) {
+							end = c
+						}
+					case <-time.After(time.Second):
+					}
+				}
+				lostErr := context.Cause(ls.Context())
 				_ = ls.Release(ctx)
+				done()
 				mu.Lock()
+				sections = append(sections, section{key: k, start: start, end: end, fence: fence, token: ls.Token()})
 				switch {
-				case valid && okWrite:
-					sections = append(sections, section{key: k, start: start, end: end, fence: fence, token: ls.Token()})
-				case valid && !okWrite:
+				case live && !okWrite:
 					res.stale++
-					res.violations = append(res.violations, fmt.Sprintf("fenced store refused a valid holder of k%d (fence %d)", k, fence))
-				default:
+					res.violations = append(res.violations, fmt.Sprintf("fenced store refused a live holder of k%d (fence %d)", k, fence))
+				case !live:
 					res.lost++
 					res.errs["lost: "+lostErr.Error()]++
 				}
@@ -362,66 +446,134 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // The faults, each repeated until the load ends.
-var faults = map[string]func(ctx context.Context, p *faultproxy.Proxy, rng *rand.Rand){
+var faults = map[string]func(ctx context.Context, f *faultEnv, rng *rand.Rand){
 	"none": nil,
-	"latency 0–20ms": func(ctx context.Context, p *faultproxy.Proxy, rng *rand.Rand) {
+	"latency 0–20ms": func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
 		for sleepCtx(ctx, 100*time.Millisecond) {
-			p.SetLatency(time.Duration(rng.IntN(20)) * time.Millisecond)
+			f.p.SetLatency(time.Duration(rng.IntN(20)) * time.Millisecond)
 		}
 	},
-	"connection resets": func(ctx context.Context, p *faultproxy.Proxy, rng *rand.Rand) {
+	"connection resets": func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
 		for sleepCtx(ctx, time.Duration(20+rng.IntN(80))*time.Millisecond) {
-			p.ResetAll()
+			f.p.ResetAll()
 		}
 	},
-	"blackhole mid-hold": func(ctx context.Context, p *faultproxy.Proxy, rng *rand.Rand) {
+	// A partition: Redis sees the proxied Lockers' connections alive, so
+	// their waiters are granted locks they never claim.
+	"blackhole mid-hold": func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
 		for sleepCtx(ctx, time.Duration(100+rng.IntN(300))*time.Millisecond) {
-			p.Blackhole(true)
+			f.p.Blackhole(true)
 			sleepCtx(ctx, time.Duration(100+rng.IntN(500))*time.Millisecond)
-			p.Blackhole(false)
+			f.p.Blackhole(false)
 		}
 	},
-	"refused connections": func(ctx context.Context, p *faultproxy.Proxy, rng *rand.Rand) {
+	// As if the proxied Lockers' processes died: Redis sees their
+	// connections close, and their queued waiters are skipped.
+	"refused connections": func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
 		for sleepCtx(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond) {
-			p.Refuse(true)
-			p.ResetAll()
+			f.p.Refuse(true)
+			f.p.ResetAll()
 			sleepCtx(ctx, time.Duration(50+rng.IntN(200))*time.Millisecond)
-			p.Refuse(false)
+			f.p.Refuse(false)
+		}
+	},
+	// Redis runs a call and its reply is lost: the client re-sends it.
+	"lost replies": func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
+		for sleepCtx(ctx, time.Duration(5+rng.IntN(30))*time.Millisecond) {
+			f.p.LoseReplyTo([]byte("evalsha"), 1)
+		}
+	},
+	// Redis stops answering anyone for longer than tight clients wait
+	// (DEBUG SLEEP; a real redis-server only).
+	"stalls": func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
+		for f.b.Real() && sleepCtx(ctx, time.Duration(100+rng.IntN(400))*time.Millisecond) {
+			d := time.Duration(50+rng.IntN(400)) * time.Millisecond
+			_ = f.admin.Do(context.Background(), "debug", "sleep", strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Err()
+		}
+	},
+	// The proxied Lockers' subscriptions hear nothing, while their commands
+	// work: every hand-over message to them is lost.
+	"deaf subscriptions": func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
+		for sleepCtx(ctx, time.Duration(50+rng.IntN(200))*time.Millisecond) {
+			f.p.DeafenSubscriptions(true)
+			sleepCtx(ctx, time.Duration(100+rng.IntN(1000))*time.Millisecond)
+			f.p.DeafenSubscriptions(false)
+		}
+	},
+	// Waiters of processes that are gone, at the head of a key's queue: a
+	// hundred whose deadline passed, and a few whose channel nobody reads.
+	"dead waiters": func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
+		for i := 0; sleepCtx(ctx, time.Duration(50+rng.IntN(150))*time.Millisecond); i++ {
+			now := time.Now().UnixMilli()
+			var zs []redis.Z
+			for j := range 103 {
+				dl := now - 1000
+				if j >= 100 {
+					dl = now + 5000
+				}
+				m := fmt.Sprintf("%d 300 %snotify:gone dead.%d.%d %s", dl, f.prefix, i, j, NewToken())
+				zs = append(zs, redis.Z{Score: float64(j), Member: m})
+			}
+			_ = f.admin.ZAdd(context.Background(), f.queue(rng.IntN(f.keys)), zs...).Err()
 		}
 	},
 }
 
+// faultNames lists the faults TestFaults runs, in order; "stalls" needs a
+// real redis-server.
+var faultNames = []string{"none", "latency 0–20ms", "connection resets", "blackhole mid-hold", "refused connections",
+	"lost replies", "stalls", "deaf subscriptions", "dead waiters"}
+
 // mixed picks one of the faults at random, again and again.
-func mixed(ctx context.Context, p *faultproxy.Proxy, rng *rand.Rand) {
-	names := []string{"latency 0–20ms", "connection resets", "blackhole mid-hold", "refused connections"}
+func mixed(ctx context.Context, f *faultEnv, rng *rand.Rand) {
+	names := faultNames[1:]
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
-		faults[names[rng.IntN(len(names))]](fctx, p, rng)
+		faults[names[rng.IntN(len(names))]](fctx, f, rng)
 		cancel()
-		p.Heal()
+		f.p.Heal()
 	}
 }
 
 // TestFaults runs the exclusion checker under each fault between half of
-// the Lockers and Redis, on a real redis-server when there is one.
+// the Lockers and Redis, on a real redis-server when there is one, with
+// each client configuration.
 func TestFaults(t *testing.T) {
 	s := seed(t)
 	b := redistest.Best(t)
-	for _, name := range []string{"none", "latency 0–20ms", "connection resets", "blackhole mid-hold", "refused connections"} {
-		t.Run(name, func(t *testing.T) {
-			r := chaosRun(t, b, chaosConfig{seed: s, dur: *faultDur, goroutines: 16, lockers: 4, keys: 4,
-				ttl: 300 * time.Millisecond, readTimeout: 100 * time.Millisecond, fault: faults[name]})
-			report(t, name, r)
+	for _, cc := range clientConfigs {
+		t.Run(cc.name, func(t *testing.T) {
+			for _, name := range faultNames {
+				b := b
+				if name == "stalls" {
+					// DEBUG SLEEP: a real redis-server that accepts DEBUG only.
+					bs := redistest.DebugBackends(t)
+					if len(bs) == 0 {
+						continue
+					}
+					b = bs[0]
+				}
+				t.Run(name, func(t *testing.T) {
+					r := chaosRun(t, b, chaosConfig{seed: s, dur: *faultDur, goroutines: 16, lockers: 4, keys: 4,
+						ttl: 300 * time.Millisecond, client: cc.opt, engine: chaosEngine, fault: faults[name]})
+					report(t, name, r)
+				})
+			}
 		})
 	}
 }
 
 // TestChaos mixes every fault at random, seeded, for -chaos.dur (3s by
-// default; go test ./lockcore -run TestChaos -chaos.dur=5m for the long run).
+// default; go test ./lockcore -run TestChaos -chaos.dur=5m for the long run),
+// with each client configuration.
 func TestChaos(t *testing.T) {
 	s := seed(t)
 	b := redistest.Best(t)
-	r := chaosRun(t, b, chaosConfig{seed: s, dur: *chaosDur, goroutines: 32, lockers: 6, keys: 6,
-		ttl: 300 * time.Millisecond, readTimeout: 100 * time.Millisecond, fault: mixed})
-	report(t, "chaos", r)
+	for _, cc := range clientConfigs {
+		t.Run(cc.name, func(t *testing.T) {
+			r := chaosRun(t, b, chaosConfig{seed: s, dur: *chaosDur, goroutines: 32, lockers: 6, keys: 6,
+				ttl: 300 * time.Millisecond, client: cc.opt, engine: chaosEngine, fault: mixed})
+			report(t, "chaos", r)
+		})
+	}
 }

@@ -137,7 +137,15 @@ func (ls *Lease) Err() error {
 		}
 		h.lose(errRanOut)
 	}
-	return context.Cause(h.ctx)
+	if err := context.Cause(h.ctx); err != nil {
+		return err
+	}
+	// Lost or released by another goroutine, which has yet to cancel the
+	// context.
+	if h.state.Load() == holdReleased {
+		return ErrReleased
+	}
+	return ErrLockLost
 }
 
 // Release gives up this lease. The Redis hold is released when the last

@@ -34,11 +34,19 @@ func fencedSet(ctx context.Context, rdb redis.Scripter, key string, fence int64,
 	return n == 1, err
 }
 
-// The child process: the test binary run again with ROUTELOCK_CHILD set. It
-// takes the lock, says "held <fence>", and then obeys lines on stdin:
-// "write <store key> <value>" writes through the fenced store and answers
-// "write ok|stale lost=<bool>". It exits when stdin closes.
+// The child process: the test binary run again with ROUTELOCK_CHILD set.
+// ROUTELOCK_CHILD=wait and =ring run the modes of promise_test.go
+// (childWaitMain, childRingMain). Otherwise it takes the lock, says
+// "held <fence>", and then obeys lines on stdin: "write <store key> <value>"
+// writes through the fenced store and answers "write ok|stale lost=<bool>".
+// It exits when stdin closes.
 func childMain() int {
+	switch os.Getenv("ROUTELOCK_CHILD") {
+	case "wait":
+		return childWaitMain()
+	case "ring":
+		return childRingMain()
+	}
 	addr, prefix, key := os.Getenv("ROUTELOCK_CHILD_ADDR"), os.Getenv("ROUTELOCK_CHILD_PREFIX"), os.Getenv("ROUTELOCK_CHILD_KEY")
 	ttl, _ := time.ParseDuration(os.Getenv("ROUTELOCK_CHILD_TTL"))
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})

@@ -1,10 +1,12 @@
 // Package faultproxy is a TCP proxy on loopback for fault-injection tests:
 // it forwards connections to a target and, on command, delays traffic,
 // blackholes it (reads and drops it, keeping connections open), resets
-// every connection, or refuses new ones.
+// every connection, refuses new ones, loses the reply to a chosen command
+// after the command ran, or deafens subscriptions.
 package faultproxy
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -21,8 +23,14 @@ type Proxy struct {
 	ln        net.Listener
 	latency   atomic.Int64 // added to each chunk, each way
 	blackhole atomic.Bool
+	deaf      atomic.Bool
 	refuse    atomic.Bool
 	resets    atomic.Int64
+	lost      atomic.Int64
+
+	loseMu    sync.Mutex
+	loseMatch []byte // LoseReplyTo's match; nil when disarmed
+	loseLeft  int    // how many more replies to lose
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -52,6 +60,12 @@ func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 // open, as a network partition does: the client sees timeouts, not errors.
 func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
 
+// DeafenSubscriptions drops everything Redis sends on connections that
+// subscribed (SUBSCRIBE or PSUBSCRIBE) while on, keeping them open, while
+// other connections work: published messages are lost on the way, and so
+// are the replies to the subscriber's pings.
+func (p *Proxy) DeafenSubscriptions(on bool) { p.deaf.Store(on) }
+
 // Refuse closes new connections at once while on.
 func (p *Proxy) Refuse(on bool) { p.refuse.Store(on) }
 
@@ -60,6 +74,7 @@ func (p *Proxy) Heal() {
 	p.SetLatency(0)
 	p.Blackhole(false)
 	p.Refuse(false)
+	p.DeafenSubscriptions(false)
 }
 
 // ResetAll resets every open connection (RST, not FIN) and returns how many.
@@ -81,6 +96,49 @@ func (p *Proxy) ResetAll() int {
 
 // Resets returns how many connections ResetAll has reset so far.
 func (p *Proxy) Resets() int64 { return p.resets.Load() }
+
+// LoseReplyTo arms the fault "the reply is lost after the command ran": the
+// next n times a chunk from a client to the target contains match, the
+// chunk is forwarded, so the command runs, and the reply coming back on that
+// connection is dropped and the client's connection reset (RST) instead, as
+// when a connection breaks after the request went out. A client that
+// retries commands on a broken connection (go-redis does, up to its
+// MaxRetries, 3 by default) sends the command again on a new connection, so
+// it runs twice.
+//
+// A chunk is what one read returns: a match split across two reads is not
+// seen, which does not happen to a command written at once on loopback.
+// Match something only the command in question carries, such as a script's
+// SHA1 for EVALSHA or a unique argument. A later call replaces the arming;
+// n <= 0 disarms. Blackhole takes precedence: a blackholed chunk is dropped
+// and does not count.
+func (p *Proxy) LoseReplyTo(match []byte, n int) {
+	p.loseMu.Lock()
+	defer p.loseMu.Unlock()
+	if n <= 0 || len(match) == 0 {
+		p.loseMatch, p.loseLeft = nil, 0
+		return
+	}
+	p.loseMatch, p.loseLeft = bytes.Clone(match), n
+}
+
+// LostReplies returns how many replies LoseReplyTo has lost so far.
+func (p *Proxy) LostReplies() int64 { return p.lost.Load() }
+
+// armed reports whether chunk, on its way to the target, is one whose
+// reply is to be lost, and counts it if so.
+func (p *Proxy) armed(chunk []byte) bool {
+	p.loseMu.Lock()
+	defer p.loseMu.Unlock()
+	if p.loseLeft <= 0 || !bytes.Contains(chunk, p.loseMatch) {
+		return false
+	}
+	p.loseLeft--
+	if p.loseLeft == 0 {
+		p.loseMatch = nil
+	}
+	return true
+}
 
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
@@ -146,22 +204,55 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = server.Close()
 		return
 	}
+	var st connState
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(server, client) }()
-	go func() { defer wg.Done(); p.pipe(client, server) }()
+	go func() { defer wg.Done(); p.pipe(server, client, &st, true) }()
+	go func() { defer wg.Done(); p.pipe(client, server, &st, false) }()
 	wg.Wait()
 }
 
+// connState is what the two directions of one proxied connection share.
+type connState struct {
+	// lose is set by the client's direction when a request matched
+	// LoseReplyTo, before the request is forwarded, so the server's
+	// direction sees it when the reply comes.
+	lose atomic.Bool
+	// sub is set once the client sent a SUBSCRIBE or PSUBSCRIBE.
+	sub atomic.Bool
+}
+
 // pipe copies from src to dst until either fails, applying the faults;
-// then it closes both, so that the other direction ends too.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// then it closes both, so that the other direction ends too. On the
+// client's direction (toServer) a chunk that matches LoseReplyTo sets
+// st.lose; on the server's, a chunk read while st.lose is set is dropped and
+// the client (dst) is reset, and a chunk for a subscriber is dropped while
+// subscriptions are deafened.
+func (p *Proxy) pipe(dst, src net.Conn, st *connState, toServer bool) {
 	defer p.untrack(dst)
 	defer p.untrack(src)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.blackhole.Load() {
+		if n > 0 && !toServer && st.lose.Load() {
+			// The reply to a request whose reply is to be lost: drop it and
+			// reset the client's connection.
+			if tc, ok := dst.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			p.lost.Add(1)
+			return
+		}
+		deaf := !toServer && st.sub.Load() && p.deaf.Load()
+		if n > 0 && !p.blackhole.Load() && !deaf {
+			if toServer {
+				if p.armed(buf[:n]) {
+					st.lose.Store(true)
+				}
+				if bytes.Contains(bytes.ToLower(buf[:n]), []byte("subscribe")) {
+					st.sub.Store(true)
+				}
+			}
 			if d := time.Duration(p.latency.Load()); d > 0 {
 				select {
 				case <-time.After(d): // the injected latency

@@ -154,24 +154,31 @@ type Server struct {
 	Addr string
 	Port int
 	cmd  *exec.Cmd
+	args []string // beyond the common ones
 }
 
 // Start starts redis-server on a free loopback port, without persistence,
-// and waits until it answers PING.
+// and waits until it answers PING. It accepts DEBUG from loopback, so that a
+// test can stall it with DEBUG SLEEP.
 func Start() (*Server, error) {
+	return startWith()
+}
+
+func startWith(args ...string) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, args: args}
 	return s, s.start()
 }
 
 func (s *Server) start() error {
-	s.cmd = exec.Command("redis-server",
+	s.cmd = exec.Command("redis-server", append([]string{
 		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--loglevel", "warning", "--logfile", "")
+		"--enable-debug-command", "local",
+		"--loglevel", "warning", "--logfile", ""}, s.args...)...)
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
@@ -238,5 +245,90 @@ func Own(t *testing.T, f func(t *testing.T, addr string, stop func())) {
 			t.Cleanup(srv.Stop)
 			f(t, srv.Addr, srv.Stop)
 		})
+	}
+}
+
+// DebugBackends returns the real redis-servers that accept DEBUG (DEBUG
+// SLEEP stalls a server, which miniredis cannot do): the shared one (see
+// Backends) when it does, else one started for the test and stopped at its
+// end. It is empty on a machine without redis-server, unless
+// ROUTELOCK_REQUIRE_REDIS=1, which makes that a failure.
+func DebugBackends(t testing.TB) []*Backend {
+	t.Helper()
+	for _, b := range Backends(t) {
+		if !b.Real() {
+			continue
+		}
+		c := redis.NewClient(&redis.Options{Addr: b.Addr, MaxRetries: -1})
+		err := c.Do(context.Background(), "DEBUG", "SLEEP", 0).Err()
+		_ = c.Close()
+		if err == nil {
+			return []*Backend{b}
+		}
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("ROUTELOCK_REQUIRE_REDIS") == "1" {
+			t.Fatal("ROUTELOCK_REQUIRE_REDIS=1 but no redis-server that accepts DEBUG and none on PATH")
+		}
+		t.Log("no redis-server that accepts DEBUG: the cases that stall Redis do not run here")
+		return nil
+	}
+	srv, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return []*Backend{{Name: "redis", Addr: srv.Addr}}
+}
+
+// ClusterBackends returns servers for a redis.ClusterClient, each a cluster
+// of one node that owns every slot: miniredis, which answers CLUSTER SLOTS so,
+// and, when redis-server is on PATH, a real one started for the test with
+// cluster mode on (see StartCluster) and stopped at its end.
+// ROUTELOCK_REQUIRE_REDIS=1 makes a missing redis-server a failure.
+func ClusterBackends(t testing.TB) []*Backend {
+	t.Helper()
+	bs := []*Backend{Mini(t)}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("ROUTELOCK_REQUIRE_REDIS") == "1" {
+			t.Fatal("ROUTELOCK_REQUIRE_REDIS=1 but no redis-server on PATH for a cluster")
+		}
+		t.Log("no redis-server on PATH: the cluster runs on miniredis only")
+		return bs
+	}
+	srv, err := StartCluster(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return append(bs, &Backend{Name: "redis-cluster", Addr: srv.Addr})
+}
+
+// StartCluster starts redis-server in cluster mode on a free loopback port,
+// with its cluster state file in dir, makes it a cluster of one node that
+// owns all 16384 slots, and waits until it reports cluster_state:ok.
+func StartCluster(dir string) (*Server, error) {
+	s, err := startWith("--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf", "--dir", dir)
+	if err != nil {
+		return nil, err
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("cluster on %s: ADDSLOTSRANGE: %w", s.Addr, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := c.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, fmt.Errorf("cluster on %s not ok after 10s: %q %v", s.Addr, info, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a starting cluster, bounded above
 	}
 }
