@@ -138,6 +138,9 @@ func Default() *Locker {
 			panic("lock: Default: REDIS_URL: " + err.Error())
 		}
 	}
+	// This client is the package's own: it applies context deadlines, so
+	// the engine's calls need no goroutine of their own to keep them.
+	opt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opt)
 	l := New(rdb)
 	defaultOwns = rdb

@@ -50,8 +50,10 @@ const TTL = 10 * time.Second
 // Libs returns the libraries and configurations compared.
 func Libs() []Lib {
 	return []Lib{
-		{Name: "routelock", Note: "FIFO hand-over in Redis, pub/sub wake-up; reentrancy, fencing, watchdog on",
-			New: newRoutelock},
+		{Name: "routelock", Note: "FIFO hand-over in Redis, pub/sub wake-up; reentrancy, fencing, watchdog on; go-redis defaults",
+			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRoutelock(a, c, false) }},
+		{Name: "routelock-ctxdl", Note: "routelock on a client with ContextTimeoutEnabled: calls fly in the caller's goroutine",
+			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRoutelock(a, c, true) }},
 		{Name: "raw-1ms", Note: "SET NX PX + Lua delete, polling every 1 ms",
 			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRaw(a, c, time.Millisecond), nil }},
 		{Name: "redislock-1ms", Note: "bsm/redislock, LinearBackoff(1ms) (tuned)",
@@ -85,7 +87,11 @@ func LibByName(name string) (Lib, error) {
 var ErrBusy = errors.New("bench: lock busy")
 
 func goredisClient(addr string, db int, cmds *atomic.Int64) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, DB: db, PoolSize: 128})
+	return goredisClientOpt(&redis.Options{Addr: addr, DB: db, PoolSize: 128}, cmds)
+}
+
+func goredisClientOpt(opt *redis.Options, cmds *atomic.Int64) *redis.Client {
+	c := redis.NewClient(opt)
 	c.AddHook(countHook{cmds})
 	return c
 }
@@ -121,8 +127,10 @@ type routelock struct {
 	l   *lockcore.Locker
 }
 
-func newRoutelock(addr string, cmds *atomic.Int64) (Mutexer, error) {
-	rdb := goredisClient(addr, 0, cmds)
+// newRoutelock is routelock on a client at go-redis's defaults, or, with
+// ctxDeadlines, on one with ContextTimeoutEnabled.
+func newRoutelock(addr string, cmds *atomic.Int64, ctxDeadlines bool) (Mutexer, error) {
+	rdb := goredisClientOpt(&redis.Options{Addr: addr, PoolSize: 128, ContextTimeoutEnabled: ctxDeadlines}, cmds)
 	l, err := lockcore.New(rdb, lockcore.Options{Prefix: "bench:rl:", TTL: TTL})
 	if err != nil {
 		return nil, err

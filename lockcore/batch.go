@@ -26,13 +26,20 @@ const maxFlights = 8
 // spend seconds on one command (three retries after 3 s read timeouts) and
 // ignores the context's deadline. A call the caller stopped waiting for
 // still lands, and its late hook runs then (an acquisition is withdrawn).
+// When the client applies context deadlines itself, a call alone flies in
+// its caller's goroutine, bounded by its deadline, as it would without a
+// batcher.
 //
 // When a flight fails on the network (a timeout, a dropped connection), the
 // calls queued behind it fail with the same error without being sent: Redis
 // is not answering, and a queued call must not wait for one failed flight
 // and then for its own.
 type batcher struct {
-	rdb     redis.UniversalClient
+	rdb redis.UniversalClient
+	// direct: the client stops a call's I/O at its context's deadline
+	// (ContextTimeoutEnabled), so a call that finds a flight free flies in
+	// its caller's goroutine, saving a goroutine hop each way.
+	direct  bool
 	mu      sync.Mutex
 	flights int
 	queue   []*call
@@ -100,6 +107,21 @@ const (
 // wire is still waited for, so that its caller knows what it did.
 func (b *batcher) do(ctx context.Context, c *call) int {
 	b.mu.Lock()
+	if b.direct && b.flights < maxFlights {
+		b.flights++
+		b.bg.add()
+		b.mu.Unlock()
+		err := b.send([]*call{c})
+		if c.after != nil {
+			c.after(c)
+		}
+		if next := b.land(err); next != nil {
+			go b.fly(next)
+		} else {
+			b.bg.done()
+		}
+		return answered
+	}
 	b.queue = append(b.queue, c)
 	var batch []*call
 	if b.flights < maxFlights {

@@ -173,7 +173,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Locker, error) {
 		l.cancel()
 		return nil, err
 	}
-	l.batch.rdb, l.batch.bg = rdb, &l.bg
+	l.batch.rdb, l.batch.bg, l.batch.direct = rdb, &l.bg, honoursDeadlines(rdb)
 	l.ttlBoxed, l.retArg, l.chanArg, l.claimArg = ms(opt.TTL), ms(opt.FenceRetention), l.channel, ms(l.claimPX())
 	l.trustArg = "0"
 	if _, ok := rdb.(*redis.Client); ok {
@@ -195,6 +195,18 @@ func subscribe(ctx context.Context, rdb redis.UniversalClient) (ps *redis.PubSub
 		}
 	}()
 	return rdb.Subscribe(ctx), nil
+}
+
+// honoursDeadlines reports whether rdb stops a call's I/O at its context's
+// deadline.
+func honoursDeadlines(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // claimPX is how long a waiter in another process is granted the lock

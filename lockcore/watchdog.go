@@ -30,6 +30,7 @@ type watchdog struct {
 	mu     sync.Mutex
 	holds  holdHeap // every live hold, by the time it is acted on next
 	wakeAt time.Time
+	tick   time.Duration // the longest the loop sleeps
 	closed bool
 	wake   chan struct{}
 	done   chan struct{}
@@ -39,6 +40,9 @@ func margin(ttl time.Duration) time.Duration { return ttl / 10 }
 
 func (w *watchdog) start(l *Locker) {
 	w.l = l
+	// A quarter of the shortest lease a hold can start with: a TTL, or a
+	// grant by message that lasts until claimed.
+	w.tick = min(l.opt.TTL, l.claimPX()) / 4
 	w.wake = make(chan struct{}, 1)
 	w.done = make(chan struct{})
 	go w.run()
@@ -59,10 +63,11 @@ func (w *watchdog) add(h *hold, sent time.Time, length time.Duration) bool {
 	h.setValidUntil(sent.Add(length - margin(length)))
 	h.at = sent.Add(length / 4)
 	heap.Push(&w.holds, h)
-	// Wake the loop only when it would sleep past this hold's time: with
-	// equal TTLs a new hold is due after those already scheduled, so taking
-	// a lock does not cost a goroutine switch.
-	early := h.at.Before(w.wakeAt)
+	// Wake the loop only when it would otherwise act on this hold more than
+	// a quarter of its lease late (the renewal then still has 0.4 of the
+	// lease before the validity ends): the loop never sleeps longer than
+	// tick, so taking a lock, or being handed one, costs no goroutine switch.
+	early := h.at.Add(length / 4).Before(w.wakeAt)
 	w.mu.Unlock()
 	if early {
 		w.poke()
@@ -94,9 +99,9 @@ func (w *watchdog) run() {
 		w.mu.Lock()
 		now := time.Now()
 		due := w.due(now)
-		next := w.l.opt.TTL / 4 // idle: wake now and then, so adds need no poke
+		next := w.tick
 		if len(w.holds) > 0 {
-			next = w.holds[0].at.Sub(now)
+			next = min(w.holds[0].at.Sub(now), w.tick)
 		}
 		w.wakeAt = now.Add(next)
 		w.mu.Unlock()

@@ -125,6 +125,30 @@ func BenchmarkMiddleware(b *testing.B) {
 			rdb.Ping(ctx)
 		})
 	})
+
+	// A client that applies context deadlines (ContextTimeoutEnabled): the
+	// engine's calls then fly in the caller's goroutine.
+	opt := *rdb.Options()
+	opt.ContextTimeoutEnabled = true
+	dl := redis.NewClient(&opt)
+	b.Cleanup(func() { dl.Close() })
+	dls := newRouters(b, dl)
+	req := httptest.NewRequest("POST", "/products/42/buy", nil)
+	w := &discard{h: http.Header{}}
+	b.Run("locked-With-ctxdeadline", func(b *testing.B) {
+		measure(b, func() { dls.with.ServeHTTP(w, req) })
+	})
+	b.Run("engine-ctxdeadline", func(b *testing.B) {
+		measure(b, func() {
+			ls, err := dls.l.Acquire(ctx, key, lockcore.Policy{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
 }
 
 // BenchmarkMiddlewareParallel runs the same requests from 16 goroutines per
