@@ -23,7 +23,7 @@ var (
 	// lock.
 	//
 	// Deprecated: nothing returns it (see lockcore.ErrNotOwner).
-	ErrNotOwner = lockcore.ErrNotOwner
+	ErrNotOwner = lockcore.ErrNotOwner //lint:ignore SA1019 re-exported, deprecated here too
 	// ErrClosed: the Locker was closed.
 	ErrClosed = lockcore.ErrClosed
 )
