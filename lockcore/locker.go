@@ -86,23 +86,21 @@ func (o Options) withDefaults() (Options, error) {
 	if o.TTL < MinTTL {
 		return o, fmt.Errorf("lockcore: TTL %v is below the minimum %v", o.TTL, MinTTL)
 	}
-	if o.FenceRetention == 0 {
-		o.FenceRetention = defaultFenceRetention
-	}
-	if o.FenceRetention < 0 {
-		return o, fmt.Errorf("lockcore: negative FenceRetention %v", o.FenceRetention)
-	}
-	if o.ReleaseTimeout == 0 {
-		o.ReleaseTimeout = defaultReleaseTimeout
-	}
-	if o.ReleaseTimeout < 0 {
-		return o, fmt.Errorf("lockcore: negative ReleaseTimeout %v", o.ReleaseTimeout)
-	}
-	if o.Timeout == 0 {
-		o.Timeout = defaultTimeout
-	}
-	if o.Timeout < 0 {
-		return o, fmt.Errorf("lockcore: negative Timeout %v", o.Timeout)
+	for _, d := range []struct {
+		v    *time.Duration
+		def  time.Duration
+		name string
+	}{
+		{&o.FenceRetention, defaultFenceRetention, "FenceRetention"},
+		{&o.ReleaseTimeout, defaultReleaseTimeout, "ReleaseTimeout"},
+		{&o.Timeout, defaultTimeout, "Timeout"},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < 0 {
+			return o, fmt.Errorf("lockcore: negative %s %v", d.name, *d.v)
+		}
 	}
 	if o.ClaimWindow == 0 {
 		o.ClaimWindow = defaultClaimWindow

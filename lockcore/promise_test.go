@@ -180,6 +180,27 @@ func stallRedis(t *testing.T, addr string, d time.Duration) <-chan error {
 	return woke
 }
 
+// reenter takes key on a, then re-enters it on bl under the same token,
+// and checks that Redis counts two entries. The outer lease is released
+// when the test ends.
+func reenter(t *testing.T, a, bl *Locker, key Key) (outer, inner *Lease) {
+	t.Helper()
+	ctx := context.Background()
+	outer, err := a.Acquire(ctx, key, Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = outer.Release(ctx) })
+	inner, err = bl.Acquire(WithToken(ctx, outer.Token()), key, Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := inspect(t, a, key).Holders[outer.Token()]; n != 2 {
+		t.Fatalf("re-entered count %d, want 2", n)
+	}
+	return outer, inner
+}
+
 // TestRetriedReleaseIsIdempotent checks the promise that a release takes
 // effect once however often the client sends it: a re-entered hold
 // released by its inner lease keeps the outer holder's count when the
@@ -198,20 +219,9 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 			warmScripts(t, bl)
 			key := mustKey(t, "k")
 			ctx := context.Background()
-			outer, err := a.Acquire(ctx, key, Policy{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer outer.Release(ctx)
-			inner, err := bl.Acquire(WithToken(ctx, outer.Token()), key, Policy{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := inspect(t, a, key).Holders[outer.Token()]; n != 2 {
-				t.Fatalf("re-entered count %d, want 2", n)
-			}
+			outer, inner := reenter(t, a, bl, key)
 			p.LoseReplyTo(scriptSHA(t, "release"), 1)
-			err = inner.Release(ctx)
+			err := inner.Release(ctx)
 			if p.LostReplies() != 1 {
 				t.Fatalf("the release's reply was not lost (%d lost): the fault did not happen", p.LostReplies())
 			}
@@ -235,21 +245,10 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 				fillPool(t, rdb, 4)
 				key := mustKey(t, "k")
 				ctx := context.Background()
-				outer, err := a.Acquire(ctx, key, Policy{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer outer.Release(ctx)
-				inner, err := bl.Acquire(WithToken(ctx, outer.Token()), key, Policy{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if n := inspect(t, a, key).Holders[outer.Token()]; n != 2 {
-					t.Fatalf("re-entered count %d, want 2", n)
-				}
+				outer, inner := reenter(t, a, bl, key)
 				woke := stallRedis(t, b.Addr, 500*time.Millisecond)
 				start := time.Now()
-				err = inner.Release(ctx)
+				err := inner.Release(ctx)
 				t.Logf("inner release sent into a 500ms stall (ReadTimeout 200ms): %v after %v", err, time.Since(start))
 				select {
 				case err := <-woke:
