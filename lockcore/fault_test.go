@@ -12,9 +12,10 @@ import (
 	"github.com/routelock/lock/internal/redistest"
 )
 
+// clientFor returns a client of addr at go-redis's defaults, as users run
+// it, closed when the test ends.
 func clientFor(t *testing.T, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
-		ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -49,7 +49,7 @@ func childMain() int {
 	}
 	addr, prefix, key := os.Getenv("ROUTELOCK_CHILD_ADDR"), os.Getenv("ROUTELOCK_CHILD_PREFIX"), os.Getenv("ROUTELOCK_CHILD_KEY")
 	ttl, _ := time.ParseDuration(os.Getenv("ROUTELOCK_CHILD_TTL"))
-	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	rdb := redis.NewClient(&redis.Options{Addr: addr}) // go-redis's defaults, as users run it
 	defer rdb.Close()
 	l, err := New(rdb, Options{Prefix: prefix})
 	if err != nil {
@@ -233,8 +233,7 @@ func TestPausedHolder(t *testing.T) {
 // clock in microseconds, which the restart does not set back.
 func TestRedisRestart(t *testing.T) {
 	run := func(t *testing.T, addr string, restart func()) {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
-			ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+		rdb := redis.NewClient(&redis.Options{Addr: addr}) // go-redis's defaults
 		defer rdb.Close()
 		l, err := New(rdb, Options{Prefix: redistest.Prefix(t), TTL: 600 * time.Millisecond, ReleaseTimeout: 200 * time.Millisecond})
 		if err != nil {
