@@ -220,14 +220,18 @@ type Policy struct {
 //
 // When that token already holds key, Acquire re-enters: if ctx descends from
 // a live lease on key from this Locker, in memory without a Redis call;
-// otherwise by raising the hold's count in Redis. Otherwise it takes the lock
-// if free, or fails with a *ContentionError matching ErrNotAcquired (fail
-// fast) or, after waiting up to p.Wait, ErrWaitTimeout. A waiter is queued in
-// Redis and woken when the lock is handed to it, in arrival order.
+// otherwise by adding this attempt to the hold's entries in Redis. Otherwise
+// it takes the lock if free, or fails with a *ContentionError matching
+// ErrNotAcquired (fail fast) or, after waiting up to p.Wait, ErrWaitTimeout.
+// A waiter is queued in Redis and woken when the lock is handed to it, in
+// arrival order.
 //
 // Errors match ErrInvalidKey, ErrNotAcquired, ErrUnavailable or ErrClosed;
-// when ctx ends while waiting, the error also matches ctx.Err(). On error
-// nothing is held.
+// when ctx ends while waiting, the error also matches ctx.Err(). A call
+// that Redis does not answer within Options.Timeout, or by ctx's deadline,
+// fails with ErrUnavailable. On error nothing is held: an attempt whose
+// call may have reached Redis is withdrawn (in the background when Redis
+// is not answering).
 func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error) {
 	if key.IsZero() {
 		return nil, fmt.Errorf("%w: zero Key", ErrInvalidKey)
