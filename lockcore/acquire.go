@@ -114,16 +114,12 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 // in ms (<= 0) when another owner does; errNoAnswer or errUnsent when
 // Redis did not answer in time.
 func (l *Locker) runAcquire(ctx context.Context, h *hold, wait int64, member string, sent time.Time) (int64, error) {
-	c := newCall()
-	a := c.args[:14]
-	a[2] = 3
-	copy(a[3:7], h.args[:4])
+	c, a := l.newCall(ctx, acquireScript, h, member, sent, sent.Add(l.opt.Timeout), 14)
 	a[7], a[8], a[9], a[10], a[11], a[12], a[13] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
-	c.s, c.h, c.member, c.sent, c.late = acquireScript, h, member, sent, l.lateAcquire
-	c.deadline = sent.Add(l.opt.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
 		c.deadline = d
 	}
+	c.late = l.lateAcquire
 	c.cmd = acquireScript.cmd(ctx, a)
 	switch l.batch.do(ctx, c) {
 	case answered:
@@ -135,6 +131,18 @@ func (l *Locker) runAcquire(ctx context.Context, h *hold, wait int64, member str
 		return 0, errUnsent
 	}
 	return 0, errNoAnswer
+}
+
+// newCall returns a call of s for h (queued as member, if any), asked at
+// sent and waited for until deadline, and its first n script arguments with
+// the keys and the token in place; the caller fills in the rest.
+func (l *Locker) newCall(ctx context.Context, s *script, h *hold, member string, sent, deadline time.Time, n int) (*call, []any) {
+	c := newCall()
+	c.s, c.ctx, c.h, c.member, c.sent, c.deadline = s, ctx, h, member, sent, deadline
+	a := c.args[:n]
+	a[2] = 3
+	copy(a[3:7], h.args[:4])
+	return c, a
 }
 
 // withdrawLate is the late hook of an acquire call: the caller gave up on
@@ -171,15 +179,11 @@ func neverSent(err error) bool {
 // one of this Locker's waiters on the key without their knowing, so they
 // ask Redis again.
 func (l *Locker) release(ctx context.Context, h *hold, member string) (int64, error) {
-	c := newCall()
-	a := c.args[:13]
-	a[2] = 3
-	copy(a[3:7], h.args[:4])
+	sent := time.Now()
+	c, a := l.newCall(ctx, releaseScript, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 13)
 	a[7], a[8], a[9], a[10], a[11], a[12] = h.args[4], l.retArg, member, l.chanArg, l.claimArg, l.trustArg
-	c.s, c.h, c.member, c.keep, c.after = releaseScript, h, member, true, l.afterRelease
-	c.sent = time.Now()
-	c.deadline = c.sent.Add(l.opt.ReleaseTimeout)
-	c.cmd = releaseScript.cmd(detached{ctx, c.deadline}, a)
+	c.keep, c.after = true, l.afterRelease
+	c.cmd = releaseScript.cmd(ctx, a)
 	if l.batch.do(context.Background(), c) != answered {
 		return 0, errNoAnswer
 	}

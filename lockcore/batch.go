@@ -57,6 +57,7 @@ const (
 type call struct {
 	s        *script
 	cmd      redis.Cmder
+	ctx      context.Context // the caller's, for its values
 	args     [14]any
 	deadline time.Time // how long the caller waits
 	sent     time.Time // when the caller asked: the call ran no earlier
@@ -74,6 +75,7 @@ type call struct {
 	state atomic.Int32
 	done  chan struct{}
 	timer *time.Timer
+	alone [1]*call // the call itself, as a batch of one
 }
 
 // Calls are recycled: a call, its channel and its timer would be three
@@ -82,13 +84,15 @@ type call struct {
 var callPool = sync.Pool{New: func() any {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &call{done: make(chan struct{}, 1), timer: t}
+	c := &call{done: make(chan struct{}, 1), timer: t}
+	c.alone[0] = c
+	return c
 }}
 
 func newCall() *call { return callPool.Get().(*call) }
 
 func (c *call) recycle() {
-	c.s, c.cmd, c.h, c.member, c.after, c.late = nil, nil, nil, "", nil, nil
+	c.s, c.cmd, c.ctx, c.h, c.member, c.after, c.late = nil, nil, nil, nil, "", nil, nil
 	c.args = [14]any{}
 	c.keep, c.woke, c.n = false, false, 0
 	c.state.Store(callWaiting)
@@ -111,7 +115,7 @@ func (b *batcher) do(ctx context.Context, c *call) int {
 		b.flights++
 		b.bg.add()
 		b.mu.Unlock()
-		err := b.send([]*call{c})
+		err := b.send(c.alone[:])
 		if c.after != nil {
 			c.after(c)
 		}
@@ -238,7 +242,7 @@ func unreachable(err error) bool {
 func (b *batcher) send(batch []*call) error {
 	if len(batch) == 1 {
 		c := batch[0]
-		ctx := detached{context.Background(), c.deadline}
+		ctx := detached{c.ctx, c.deadline}
 		_ = b.rdb.Process(ctx, c.cmd)
 		c.cmd = c.s.known(ctx, b.rdb, c.cmd)
 		return c.cmd.Err()

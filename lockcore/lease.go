@@ -62,8 +62,18 @@ var errRanOut = fmt.Errorf("%w: renewals failed until the lease ran out", ErrLoc
 func (h *hold) live() bool { return h.state.Load() == holdLive }
 
 // certain reports whether the lease is certainly held now: live, and its
-// local validity has not run out (the watchdog may not have noticed yet).
-func (h *hold) certain() bool { return h.live() && mono() < h.valid.Load() }
+// local validity has not run out. A live hold whose validity ran out, which
+// the watchdog may not have noticed yet, is lost here and now.
+func (h *hold) certain() bool {
+	if !h.live() {
+		return false
+	}
+	if mono() < h.valid.Load() {
+		return true
+	}
+	h.lose(errRanOut)
+	return false
+}
 
 // setEntry makes id the hold's entry in Redis.
 func (h *hold) setEntry(id string) {
@@ -131,11 +141,8 @@ func (ls *Lease) Done() <-chan struct{} { return ls.h.ctx.Done() }
 // protects (and pass Fence along, for the store to check too).
 func (ls *Lease) Err() error {
 	h := ls.h
-	if h.live() {
-		if mono() < h.valid.Load() {
-			return nil
-		}
-		h.lose(errRanOut)
+	if h.certain() {
+		return nil
 	}
 	if err := context.Cause(h.ctx); err != nil {
 		return err
@@ -170,9 +177,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 	}
 	l := h.l
 	l.wd.remove(h)
-	if h.live() && mono() >= h.valid.Load() {
-		h.lose(errRanOut)
-	}
+	h.certain() // a lease that ran out is lost, not released
 	wasLive := h.state.CompareAndSwap(holdLive, holdReleased)
 	if wasLive {
 		h.cancel(ErrReleased)

@@ -79,12 +79,23 @@ func awaitLease(t *testing.T, got <-chan *Lease, errc <-chan error, d time.Durat
 
 func eventually(t *testing.T, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", bound, what)
+	if !eventuallyOK(bound, cond) {
+		t.Fatalf("not within %v: %s", bound, what)
+	}
+}
+
+// eventuallyOK reports whether cond became true within bound, checking
+// every few milliseconds; unlike eventually, it may run outside the test's
+// goroutine.
+func eventuallyOK(bound time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(bound); ; {
+		if cond() {
+			return true
 		}
-		time.Sleep(2 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond) // polling a condition, bounded above
 	}
 }
 

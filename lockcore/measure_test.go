@@ -229,21 +229,6 @@ func TestDeadWaiterCost(t *testing.T) {
 	}
 }
 
-// eventuallyOK reports whether cond became true within bound, checking
-// every few milliseconds; unlike eventually, it may run outside the test's
-// goroutine.
-func eventuallyOK(bound time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(bound); ; {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, bounded above
-	}
-}
-
 // inspectOK is Inspect for goroutines other than the test's: a failed read
 // reads as the zero Info.
 func inspectOK(l *Locker, k Key) Info {
