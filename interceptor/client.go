@@ -32,13 +32,14 @@ func StreamClient() grpc.StreamClientInterceptor {
 	}
 }
 
-// outgoing returns ctx with its owner token, if any, as the one TokenKey
+// outgoing returns ctx with its owner tokens, if any, as the one TokenKey
 // entry of its outgoing metadata.
 func outgoing(ctx context.Context) context.Context {
-	tok, ok := lockcore.TokenFrom(ctx)
-	if !ok {
+	toks := lockcore.TokensFrom(ctx)
+	if len(toks) == 0 {
 		return ctx
 	}
+	tok := lockcore.JoinTokens(toks)
 	md, ok := metadata.FromOutgoingContext(ctx)
 	if !ok {
 		return metadata.AppendToOutgoingContext(ctx, TokenKey, tok)

@@ -161,10 +161,9 @@ func (s *server) match(fullMethod string) *rule {
 	return s.all
 }
 
-// withToken returns ctx with the propagated owner token of the call, if it
-// carries one it may carry, and the token removed from the incoming
-// metadata that the handler sees. A context that already has a token keeps
-// it.
+// withToken returns ctx with the propagated owner tokens of the call, if it
+// may carry them, and the tokens removed from the incoming metadata that
+// the handler sees. A context that already has a token keeps its own.
 func (s *server) withToken(ctx context.Context, fullMethod string) (context.Context, error) {
 	vs := metadata.ValueFromIncomingContext(ctx, TokenKey) // copies only these values
 	if len(vs) == 0 {
@@ -179,11 +178,11 @@ func (s *server) withToken(ctx context.Context, fullMethod string) (context.Cont
 	if len(vs) > 1 {
 		return stripped, fmt.Errorf("%w: %s given %d times", lockcore.ErrInvalidToken, TokenKey, len(vs))
 	}
-	tok, err := lockcore.ParseToken(vs[0])
+	toks, err := lockcore.ParseTokens(vs[0])
 	if err != nil {
 		return stripped, err
 	}
-	return lockcore.WithToken(stripped, tok), nil
+	return lockcore.WithTokens(stripped, toks), nil
 }
 
 // UnaryServer returns a unary server interceptor that holds the lock of

@@ -19,8 +19,8 @@ import (
 // (keyfunc.Field) is taken from the stream's first message: the handler's
 // first RecvMsg returns once the lock is held, or returns the refusal,
 // which is also the error the stream ends with whatever the handler
-// returns. Until then the stream's context carries the owner token but no
-// fencing token.
+// returns. Until then the stream's context carries neither the lock's owner
+// token nor a fencing token.
 //
 // Panics if c is invalid (see Config.Validate).
 func StreamServer(l *lockcore.Locker, c Config) grpc.StreamServerInterceptor {
@@ -53,9 +53,6 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	// The key is in the first message: lock inside the handler's first
 	// RecvMsg. The handler gets its context now, so it is one whose values
 	// become the lease's once the lock is held.
-	if _, ok := lockcore.TokenFrom(tctx); !ok {
-		tctx = lockcore.WithToken(tctx, lockcore.NewToken())
-	}
 	base, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
 	ls := &firstStream{ServerStream: ss, s: s, r: r, method: info.FullMethod,

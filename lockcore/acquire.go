@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -114,16 +116,23 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 // in ms (<= 0) when another owner does; errNoAnswer or errUnsent when
 // Redis did not answer in time.
 func (l *Locker) runAcquire(ctx context.Context, h *hold, wait int64, member string, sent time.Time) (int64, error) {
-	c, a := l.newCall(ctx, acquireScript, h, member, sent, sent.Add(l.opt.Timeout), 14)
+	s, n := acquireScript, 14
+	if h.others != "" {
+		s, n = reenterScript, 15
+	}
+	c, a := l.newCall(ctx, s, h, member, sent, sent.Add(l.opt.Timeout), n)
 	a[7], a[8], a[9], a[10], a[11], a[12], a[13] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
+	if n == 15 {
+		a[14] = h.others
+	}
 	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
 		c.deadline = d
 	}
 	c.late = l.lateAcquire
-	c.cmd = acquireScript.cmd(ctx, a)
+	c.cmd = s.cmd(ctx, a)
 	switch l.batch.do(ctx, c) {
 	case answered:
-		v, err := c.cmd.(*redis.IntCmd).Result()
+		v, err := acquired(h, c.cmd)
 		c.recycle()
 		return v, err
 	case unsent:
@@ -131,6 +140,33 @@ func (l *Locker) runAcquire(ctx context.Context, h *hold, wait int64, member str
 		return 0, errUnsent
 	}
 	return 0, errNoAnswer
+}
+
+// acquired reads the reply of an acquire call for h: the fencing token or
+// minus the holder's lease, as runAcquire returns them. When h re-entered a
+// hold of another of the context's tokens, that token becomes h's.
+func acquired(h *hold, cmd redis.Cmder) (int64, error) {
+	if c, ok := cmd.(*redis.IntCmd); ok {
+		return c.Result()
+	}
+	v, err := cmd.(*redis.Cmd).Result()
+	if err != nil {
+		return 0, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case []any:
+		if len(v) == 2 {
+			f, ok1 := v[0].(int64)
+			tok, ok2 := v[1].(string)
+			if ok1 && ok2 && f > 0 && slices.Contains(strings.Fields(h.others), tok) {
+				h.token, h.args[3] = tok, tok
+				return f, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("lockcore: unexpected reply %T from the acquire script", v)
 }
 
 // newCall returns a call of s for h (queued as member, if any), asked at
@@ -151,7 +187,7 @@ func (l *Locker) newCall(ctx context.Context, s *script, h *hold, member string,
 // Redis).
 func (l *Locker) withdrawLate(c *call) {
 	if c.member == "" {
-		v, err := c.cmd.(*redis.IntCmd).Result()
+		v, err := acquired(c.h, c.cmd)
 		if err == nil && v <= 0 || neverSent(err) {
 			return
 		}

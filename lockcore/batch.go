@@ -58,7 +58,7 @@ type call struct {
 	s        *script
 	cmd      redis.Cmder
 	ctx      context.Context // the caller's, for its values
-	args     [14]any
+	args     [15]any
 	deadline time.Time // how long the caller waits
 	sent     time.Time // when the caller asked: the call ran no earlier
 	keep     bool      // sent even if the caller stops waiting before
@@ -93,7 +93,7 @@ func newCall() *call { return callPool.Get().(*call) }
 
 func (c *call) recycle() {
 	c.s, c.cmd, c.ctx, c.h, c.member, c.after, c.late = nil, nil, nil, nil, "", nil, nil
-	c.args = [14]any{}
+	c.args = [15]any{}
 	c.keep, c.woke, c.n = false, false, 0
 	c.state.Store(callWaiting)
 	callPool.Put(c)

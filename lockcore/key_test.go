@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
+	"encoding/hex"
 )
 
 func TestNewKey(t *testing.T) {
@@ -64,14 +64,20 @@ func FuzzNewKey(f *testing.F) {
 	})
 }
 
-// TestNewToken: tokens are canonical version 4 UUIDs, and distinct.
+// TestNewToken: tokens are 32 lower-case hex digits, distinct, and every
+// one of their 128 bits varies (a UUID's version and variant bits do not).
 func TestNewToken(t *testing.T) {
 	seen := make(map[string]bool)
+	var ones, zeros [16]byte
 	for range 10000 {
 		tok := NewToken()
-		u, err := uuid.Parse(tok)
-		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || u.String() != tok {
-			t.Fatalf("token %q: %v, version %v, variant %v", tok, err, u.Version(), u.Variant())
+		b, err := hex.DecodeString(tok)
+		if err != nil || len(b) != 16 || strings.ToLower(tok) != tok {
+			t.Fatalf("token %q: want 32 lower-case hex digits (%v)", tok, err)
+		}
+		for i, c := range b {
+			ones[i] |= c
+			zeros[i] |= ^c
 		}
 		if _, err := ParseToken(tok); err != nil {
 			t.Fatalf("ParseToken(%q): %v", tok, err)
@@ -80,5 +86,10 @@ func TestNewToken(t *testing.T) {
 			t.Fatalf("token %q minted twice", tok)
 		}
 		seen[tok] = true
+	}
+	for i := range 16 {
+		if ones[i] != 0xff || zeros[i] != 0xff {
+			t.Errorf("byte %d: bits never 1 %08b, never 0 %08b", i, ^ones[i], ^zeros[i])
+		}
 	}
 }

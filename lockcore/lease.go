@@ -22,7 +22,8 @@ type hold struct {
 	key    Key
 	keys   [3]string // lock, queue, fence
 	args   [5]any    // keys, token and entry boxed once, for the scripts
-	token  string
+	token  string // the owner token of the hold in Redis
+	others string // tokens that may re-enter a hold they own, for the acquire script
 	entry  string // the attempt id that holds the lock in Redis
 	fence  int64
 	ttl    time.Duration
@@ -220,13 +221,15 @@ type Policy struct {
 	TTL time.Duration
 }
 
-// Acquire takes the lock on key for the owner token ctx carries (see
-// WithToken), minting a fresh token when it carries none.
+// Acquire takes the lock on key.
 //
-// When that token already holds key, Acquire re-enters: if ctx descends from
-// a live lease on key from this Locker, in memory without a Redis call;
-// otherwise by adding this attempt to the hold's entries in Redis. Otherwise
-// it takes the lock if free, or fails with a *ContentionError matching
+// When ctx already holds key, Acquire re-enters: if ctx descends from a
+// live lease on key from this Locker, in memory without a Redis call; if
+// the hold in Redis is owned by one of the tokens ctx carries (those of its
+// other locks and those given to WithToken, as a propagated call brings
+// them), by adding this attempt to the hold's entries. Otherwise it takes
+// the lock, if free, with a freshly minted owner token (NewToken), which
+// the lease's context carries on; or fails with a *ContentionError matching
 // ErrNotAcquired (fail fast) or, after waiting up to p.Wait, ErrWaitTimeout.
 // A waiter is queued in Redis and woken when the lock is handed to it, in
 // arrival order.
@@ -250,21 +253,20 @@ func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 		return nil, ErrClosed
 	}
 	st := stateFrom(ctx)
-	var tok string
+	var others string
 	if st != nil {
-		tok = st.token
 		for s := st; s != nil; s = s.parent {
-			if h := s.held; h != nil && h.l == l && h.key == key && h.token == tok && h.retain() {
+			if h := s.held; h != nil && h.l == l && h.key == key && h.retain() {
 				return &Lease{h: h, ctx: ctx}, nil
 			}
 		}
-	} else {
-		tok = NewToken()
+		others = st.others()
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&ContentionError{Key: key.s, err: ErrNotAcquired}, err)
 	}
-	h := l.newHold(key, tok, p.TTL)
+	h := l.newHold(key, NewToken(), p.TTL)
+	h.others = others
 	sent, length, err := l.acquire(ctx, h, p.Wait)
 	if err != nil {
 		return nil, err
@@ -272,7 +274,7 @@ func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 	h.refs.Store(1)
 	hctx, cancel := context.WithCancelCause(ctx)
 	h.cancel = cancel
-	h.st = ctxState{token: tok, held: h, parent: st}
+	h.st = ctxState{token: h.token, held: h, parent: st}
 	h.ctx = context.WithValue(hctx, ctxKey{}, &h.st)
 	h.first = Lease{h: h, ctx: h.ctx}
 	if !l.wd.add(h, sent, length) {

@@ -412,11 +412,14 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer newer.Release(ctx)
+		if newer.Token() == a.Token() {
+			t.Error("the token of an expired hold took the free lock; want a fresh token")
+		}
 		if err := a.Release(ctx); !errors.Is(err, ErrLockLost) {
 			t.Errorf("release of the lost lease: %v, want ErrLockLost", err)
 		}
 		info := inspect(t, l1, key)
-		if len(info.Holders) != 1 || info.Holders[a.Token()] != 1 || info.Fence != newer.Fence() {
+		if len(info.Holders) != 1 || info.Holders[newer.Token()] != 1 || info.Fence != newer.Fence() {
 			t.Errorf("Redis after the lost lease's release: %+v; want the newer hold (fence %d, count 1)", info, newer.Fence())
 		}
 		if ls, err := third.Acquire(ctx, key, Policy{}); err == nil {

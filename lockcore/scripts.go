@@ -25,6 +25,9 @@ var (
 // them cached (first use, or after a restart or SCRIPT FLUSH).
 var (
 	acquireScript = newScript(withCommon(luaAcquire), false)
+	// reenterScript is the acquire script called with other tokens that
+	// may re-enter, whose reply may then be an array.
+	reenterScript = &script{src: acquireScript.src, sha: acquireScript.sha, array: true}
 	releaseScript = newScript(withCommon(luaRelease), true)
 	renewScript   = redis.NewScript(luaRenew) // pipelined by the watchdog
 )

@@ -4,41 +4,40 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
+	"strings"
 	"unsafe"
 )
 
 // Owner tokens are at most this long; longer inbound values are rejected.
 const maxTokenLen = 64
 
-// NewToken returns a fresh owner token: a random (version 4) UUID, in the
-// canonical form 8-4-4-4-12 hex digits.
+// MaxTokens is how many owner tokens a context passes on (TokensFrom) and
+// an inbound list may hold (ParseTokens).
+const MaxTokens = 16
+
+// NewToken returns a fresh owner token: 128 random bits as 32 lower-case
+// hex digits.
 func NewToken() string {
 	// One allocation: the 16 random bytes are read into the tail of the
-	// 36-byte result and encoded forwards, each output pair written behind
-	// the input byte it comes from.
-	b := make([]byte, 36)
-	r := b[20:]
-	_, _ = rand.Read(r)     // never fails (crypto/rand)
-	r[6] = r[6]&0x0f | 0x40 // version 4
-	r[8] = r[8]&0x3f | 0x80 // RFC 9562 variant
+	// 32-byte result and encoded forwards, each output pair written over or
+	// behind the input byte it comes from.
+	b := make([]byte, 32)
+	r := b[16:]
+	_, _ = rand.Read(r) // never fails (crypto/rand)
 	const hexd = "0123456789abcdef"
-	j := 0
 	for i := range 16 {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			b[j] = '-'
-			j++
-		}
 		c := r[i]
-		b[j], b[j+1] = hexd[c>>4], hexd[c&0x0f]
-		j += 2
+		b[2*i], b[2*i+1] = hexd[c>>4], hexd[c&0x0f]
 	}
 	return unsafe.String(&b[0], len(b))
 }
 
 // ParseToken checks that s is an acceptable owner token: 16 to 64 bytes of
-// ASCII letters, digits, '-' and '_' (a UUID is). It is meant for tokens that
-// arrive from outside the process, such as a propagated header. The error
-// never repeats the value.
+// ASCII letters, digits, '-' and '_' (the tokens of NewToken are, and so
+// are the UUIDs of earlier versions). It is meant for tokens that arrive
+// from outside the process, such as a propagated header. The error never
+// repeats the value.
 func ParseToken(s string) (string, error) {
 	if len(s) < 16 || len(s) > maxTokenLen {
 		return "", fmt.Errorf("%w: length %d, want 16 to %d", ErrInvalidToken, len(s), maxTokenLen)
@@ -52,15 +51,39 @@ func ParseToken(s string) (string, error) {
 	return s, nil
 }
 
+// ParseTokens parses a propagated list of owner tokens: 1 to MaxTokens
+// tokens (see ParseToken) separated by commas, as JoinTokens writes them
+// (spaces around a comma are allowed). The error never repeats the value.
+func ParseTokens(s string) ([]string, error) {
+	n := strings.Count(s, ",") + 1
+	if n > MaxTokens {
+		return nil, fmt.Errorf("%w: %d tokens, want at most %d", ErrInvalidToken, n, MaxTokens)
+	}
+	out := make([]string, 0, n)
+	for i, f := range strings.Split(s, ",") {
+		tok, err := ParseToken(strings.Trim(f, " \t"))
+		if err != nil {
+			return nil, fmt.Errorf("token %d: %w", i+1, err)
+		}
+		out = append(out, tok)
+	}
+	return out, nil
+}
+
+// JoinTokens returns toks as one header or metadata value, which
+// ParseTokens reads.
+func JoinTokens(toks []string) string { return strings.Join(toks, ",") }
+
 // ctxKey is the context key for the lock state of a request.
 type ctxKey struct{}
 
-// ctxState is what a context carries: the owner token and the locks held
-// under it, innermost first. One value holds both so that a lookup is one
-// walk up the context chain.
+// ctxState is what a context carries: the owner tokens and locks of a
+// request, innermost first, each node one token, and the hold when the
+// token is that of a lock the request holds. One value holds both so that
+// a lookup is one walk up the context chain.
 type ctxState struct {
 	token  string
-	held   *hold // nil for a bare token
+	held   *hold // nil for a propagated token
 	parent *ctxState
 }
 
@@ -69,21 +92,77 @@ func stateFrom(ctx context.Context) *ctxState {
 	return s
 }
 
-// WithToken returns a context that carries tok as the owner token. Locks
-// acquired with it are owned by tok, and an acquisition under the same token
-// of a key tok already holds (in this or another process) re-enters the lock.
-// Use it for a token propagated from an upstream caller, after validating it
-// with ParseToken; Acquire mints a fresh token when the context has none.
+// WithToken returns a context that carries tok, an owner token propagated
+// from an upstream caller (validate it with ParseToken first). An
+// acquisition under the context re-enters a lock that tok holds, in this or
+// another process, instead of waiting for it. A token never takes a free
+// lock: every fresh hold gets a token of its own (NewToken), which the
+// lease's context then carries too. So a token grants nothing but re-entry
+// into the holds it names, and only while they are live.
 func WithToken(ctx context.Context, tok string) context.Context {
 	return context.WithValue(ctx, ctxKey{}, &ctxState{token: tok, parent: stateFrom(ctx)})
 }
 
-// TokenFrom returns the owner token ctx carries, if any.
+// WithTokens returns a context that carries toks, a propagated list as
+// ParseTokens returns it (innermost first), as WithToken does one token.
+func WithTokens(ctx context.Context, toks []string) context.Context {
+	st := stateFrom(ctx)
+	for i := len(toks) - 1; i >= 0; i-- {
+		st = &ctxState{token: toks[i], parent: st}
+	}
+	if st == stateFrom(ctx) {
+		return ctx
+	}
+	return context.WithValue(ctx, ctxKey{}, st)
+}
+
+// TokenFrom returns the innermost owner token ctx carries, if any: that of
+// the innermost lock it holds, or the last one given to WithToken. Pass
+// TokensFrom on to other services: a request may hold several locks.
 func TokenFrom(ctx context.Context) (string, bool) {
-	if s := stateFrom(ctx); s != nil {
-		return s.token, true
+	for s := stateFrom(ctx); s != nil; s = s.parent {
+		if s.held == nil || s.held.live() {
+			return s.token, true
+		}
 	}
 	return "", false
+}
+
+// TokensFrom returns the owner tokens ctx carries, innermost first and at
+// most MaxTokens of them: those of the live locks it holds and those given
+// to WithToken. They are what a call to another service carries (see
+// JoinTokens), so that the callee re-enters any lock of the chain.
+func TokensFrom(ctx context.Context) []string {
+	var out []string
+	for s := stateFrom(ctx); s != nil && len(out) < MaxTokens; s = s.parent {
+		if s.held == nil || s.held.live() {
+			if !slices.Contains(out, s.token) {
+				out = append(out, s.token)
+			}
+		}
+	}
+	return out
+}
+
+// others returns the tokens of st other than the one every fresh hold
+// gets, space-separated for the acquire script, or "" when there are none.
+func (st *ctxState) others() string {
+	var b strings.Builder
+	n := 0
+	for s := st; s != nil && n < MaxTokens; s = s.parent {
+		if s.held != nil && !s.held.live() {
+			continue
+		}
+		if strings.Contains(" "+b.String()+" ", " "+s.token+" ") {
+			continue
+		}
+		if n > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(s.token)
+		n++
+	}
+	return b.String()
 }
 
 // Held describes a lock held by a context, as returned by HeldFrom.

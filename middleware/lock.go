@@ -132,9 +132,9 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	next.ServeHTTP(w, r.WithContext(lease.Context()))
 }
 
-// withToken returns r with the propagated owner token in its context, if
-// it carries one it may carry, and the header removed so that the handler
-// cannot log it. A context that already has a token keeps it.
+// withToken returns r with the propagated owner tokens in its context, if
+// it may carry them, and the header removed so that the handler cannot log
+// it. A context that already has a token keeps its own.
 func (m *locker) withToken(r *http.Request) (*http.Request, error) {
 	vs := r.Header[TokenHeader]
 	if len(vs) == 0 {
@@ -147,10 +147,10 @@ func (m *locker) withToken(r *http.Request) (*http.Request, error) {
 	if len(vs) > 1 {
 		return r, fmt.Errorf("%w: %s given %d times", lockcore.ErrInvalidToken, TokenHeader, len(vs))
 	}
-	tok, err := lockcore.ParseToken(vs[0])
+	toks, err := lockcore.ParseTokens(vs[0])
 	if err != nil {
 		return r, err
 	}
 	r.Header.Del(TokenHeader)
-	return r.WithContext(lockcore.WithToken(r.Context(), tok)), nil
+	return r.WithContext(lockcore.WithTokens(r.Context(), toks)), nil
 }

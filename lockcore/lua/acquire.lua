@@ -1,11 +1,15 @@
 -- ARGV: token, ttl ms, fence retention ms, remaining wait ms (0: fail fast),
 --       attempt id, waiter member ('' when failing fast), claim window ms,
---       '1' when PUBLISH counts every subscriber (one server, not a cluster)
+--       '1' when PUBLISH counts every subscriber (one server, not a cluster),
+--       and optionally the tokens that may re-enter a hold they own
+--       (space-separated). A free lock is always taken with the token, which
+--       the caller mints for the attempt: another token only re-enters.
 -- Returns the fencing token (> 0) when the attempt holds the lock: it took
 -- it, re-entered it, or finds it granted to it (which claims the grant: the
--- lease then runs ttl from now); or -pttl (<= 0) when another owner holds
--- it (and the attempt is queued when waiting). Run again with the same
--- arguments, it returns the same and changes nothing more.
+-- lease then runs ttl from now); {fencing token, owner token} when it
+-- re-entered a hold of one of the other tokens; or -pttl (<= 0) when another
+-- owner holds it (and the attempt is queued when waiting). Run again with
+-- the same arguments, it returns the same and changes nothing more.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member = ARGV[5], ARGV[6]
@@ -47,18 +51,22 @@ if not v then
 end
 
 local t, hf, w, es = parse(v)
-if t == tok then
+local others = ARGV[9] or ''
+if t == tok or others ~= '' and has(others, t) then
   if has(es, id) then
     -- Granted to this attempt while it waited, or this call ran before.
     redis.call('PEXPIRE', L, ttl, 'GT')
+  else
+    -- Re-entry by the same owner from another process.
+    redis.call('SET', L, v .. ' ' .. id, 'PX', math.max(redis.call('PTTL', L), ttl))
+    if member ~= '' then
+      redis.call('ZREM', Q, member)
+    end
+  end
+  if t == tok then
     return tonumber(hf)
   end
-  -- Re-entry by the same owner from another process.
-  redis.call('SET', L, v .. ' ' .. id, 'PX', math.max(redis.call('PTTL', L), ttl))
-  if member ~= '' then
-    redis.call('ZREM', Q, member)
-  end
-  return tonumber(hf)
+  return {tonumber(hf), t}
 end
 
 if wait > 0 then

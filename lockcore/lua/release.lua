@@ -1,7 +1,7 @@
 -- ARGV: token, entry (the attempt id whose hold to drop), fence retention
 --       ms, waiter member ('' when none), the caller's Locker channel, claim
 --       window ms, '1' when PUBLISH counts every subscriber
--- Drops entry from token's hold, and hands the lock to the next waiter, or
+-- Drops entry from the hold that has it, and hands the lock to the next waiter, or
 -- frees it, when no entry is left. With a member it first withdraws a
 -- waiter that gave up: if it was still queued nothing else happens.
 -- Returns the number of entries left (0: released), -1 when the hold has no
@@ -27,8 +27,10 @@ if string.sub(v, 1, #tok + 1) == tok .. ' ' and string.sub(v, -#e - 3) == ' 0 ' 
   return 0
 end
 -- @common
+-- The entry alone names the hold: attempt ids are unique, and an attempt
+-- may have re-entered a hold under another token than its own.
 local t, f, w, es = parse(v)
-if t ~= tok or not has(es, e) then
+if not has(es, e) then
   return -1
 end
 local s = ' ' .. es .. ' '
