@@ -22,9 +22,9 @@ type hold struct {
 	key    Key
 	keys   [3]string // lock, queue, fence
 	args   [5]any    // keys, token and entry boxed once, for the scripts
-	token  string // the owner token of the hold in Redis
-	others string // tokens that may re-enter a hold they own, for the acquire script
-	entry  string // the attempt id that holds the lock in Redis
+	token  string    // the owner token of the hold in Redis
+	others string    // tokens that may re-enter a hold they own, for the acquire script
+	entry  string    // the attempt id that holds the lock in Redis
 	fence  int64
 	ttl    time.Duration
 	refs   atomic.Int32 // outstanding leases; the Redis release runs at 0
