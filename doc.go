@@ -44,15 +44,17 @@
 //
 // # Nested calls re-enter
 //
-// Every request gets an owner token. When a handler that holds productID:42
-// calls another service, or itself, through an http.Client whose Transport
-// is Locker.Transport, the token travels along, and a nested lock on
-// productID:42 re-enters the held lock instead of waiting for it. Without
-// the token the nested call waits like anyone else, and times out with 409.
-// For gRPC, UnaryClientInterceptor carries the token, in metadata; it is
-// the same token, so a request re-enters its lock across HTTP and gRPC
-// hops when routes and methods name the resource alike (Name).
-// TrustToken and TrustRPCToken restrict which requests may bring a token.
+// Every lock a request takes gets an owner token of its own. When a handler
+// that holds productID:42 calls another service, or itself, through an
+// http.Client whose Transport is Locker.Transport, the tokens of the locks
+// it holds travel along, and a nested lock on productID:42 re-enters the
+// held lock instead of waiting for it. Without the tokens the nested call
+// waits like anyone else, and times out with 409. For gRPC,
+// UnaryClientInterceptor carries the tokens, in metadata, in the same form,
+// so a request re-enters its locks across HTTP and gRPC hops when routes
+// and methods name the resource alike (Name). A token only re-enters the
+// live hold it was minted for: a made-up or stale token grants nothing.
+// TrustToken and TrustRPCToken restrict which requests may bring tokens.
 //
 // # Inside the handler
 //

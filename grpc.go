@@ -93,8 +93,9 @@ func (l *Locker) StreamServerInterceptor(rules ...MethodRule) grpc.StreamServerI
 }
 
 // UnaryClientInterceptor returns a client interceptor that sends the owner
-// token of the call's context to the server, so that a method locking the
-// same resource re-enters the caller's lock instead of waiting for it:
+// tokens of the call's context (those of every live lock it holds) to the
+// server, so that a method locking the same resource re-enters the caller's
+// lock instead of waiting for it:
 //
 //	grpc.NewClient(addr, grpc.WithChainUnaryInterceptor(locker.UnaryClientInterceptor()))
 //

@@ -84,7 +84,7 @@ func (l *Locker) ByParam(name string, opts ...Option) func(http.Handler) http.Ha
 	return l.By(keyfunc.Param(name), opts...)
 }
 
-// Transport returns a RoundTripper that propagates the owner token of the
+// Transport returns a RoundTripper that propagates the owner tokens of the
 // request's context to the services it calls, so that they re-enter the
 // locks this request holds (see middleware.Transport). base nil means
 // http.DefaultTransport.

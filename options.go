@@ -119,11 +119,13 @@ func Name(name string) Option {
 	return Option{"Name", inRoute | inMethod, func(c *config) { c.name = name }}
 }
 
-// TrustToken decides which requests may carry a propagated owner token
-// (the Routelock-Token header that Transport writes). The header of a
-// request for which trust returns false is ignored: the request gets a
-// fresh token and re-enters nothing. The default trusts every request; a
-// service reachable from outside should trust only its own callers.
+// TrustToken decides which requests may carry propagated owner tokens (the
+// Routelock-Token header that Transport writes). The header of a request
+// for which trust returns false is ignored: the request re-enters nothing.
+// The default trusts every request, which is safe against made-up tokens (a
+// token only re-enters the live hold it was minted for); a service
+// reachable from outside should still trust only its own callers, so that
+// a token that leaked cannot be used there.
 //
 // Panics if trust is nil.
 func TrustToken(trust func(*http.Request) bool) Option {

@@ -9,16 +9,17 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// UnaryClient returns a unary client interceptor that sends the owner token
-// of the call's context in TokenKey metadata, so that a server that locks
+// UnaryClient returns a unary client interceptor that sends the owner tokens
+// of the call's context (lockcore.TokensFrom) in TokenKey metadata, so that a server that locks
 // the same resource with this package (or an HTTP service with package
 // middleware) re-enters the caller's lock instead of waiting for it:
 //
 //	grpc.NewClient(addr, grpc.WithChainUnaryInterceptor(interceptor.UnaryClient()))
 //
 // Make the call with the handler's context. A context without a token
-// sends none. The token lets its bearer re-enter the caller's locks: use
-// the interceptor only on connections to your own services.
+// sends none. A token lets its bearer re-enter the caller's lock it belongs
+// to while that is held: use the interceptor only on connections to your
+// own services.
 func UnaryClient() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		return invoker(outgoing(ctx), method, req, reply, cc, opts...)

@@ -18,9 +18,10 @@ import (
 // when Rule.Wait is zero.
 const DefaultWait = lockcore.DefaultWait
 
-// TokenKey is the metadata key that carries a propagated owner token from
-// one service to the next. It is the HTTP header Routelock-Token in gRPC's
-// lower case, so a token crosses between HTTP and gRPC unchanged.
+// TokenKey is the metadata key that carries propagated owner tokens from
+// one service to the next, in one value as the HTTP header Routelock-Token
+// does (its name in gRPC's lower case), so tokens cross between HTTP and
+// gRPC unchanged.
 const TokenKey = "routelock-token"
 
 // Rule says which methods lock what, and how.

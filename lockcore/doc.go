@@ -5,12 +5,14 @@
 //
 // # Owners and reentrancy
 //
-// A lock is held by an owner token, a random UUID that a request carries in
-// its context.Context (see WithToken and TokenFrom). An acquisition of a key
-// that the same token already holds re-enters the lock: its attempt id is
-// added to the hold's entries in Redis, so the nested caller may be another
-// process that received the token. Each release drops its own entry; the
-// key is freed when none is left. A token that holds nothing grants nothing.
+// A lock is held by an owner token, 128 random bits minted for the hold when
+// the lock is taken, which the lease's context.Context carries (see
+// TokensFrom). An acquisition under a context that carries the token of the
+// hold re-enters the lock: its attempt id is added to the hold's entries in
+// Redis, so the nested caller may be another process that received the
+// token (WithTokens). Each release drops its own entry; the key is freed
+// when none is left. A token never takes a free lock, so one that holds
+// nothing grants nothing.
 //
 // # Data layout
 //

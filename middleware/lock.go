@@ -14,7 +14,8 @@ import (
 // when Config.Wait is zero.
 const DefaultWait = lockcore.DefaultWait
 
-// TokenHeader carries a propagated owner token from one service to the next.
+// TokenHeader carries propagated owner tokens from one service to the next:
+// one field line, 1 to lockcore.MaxTokens tokens separated by commas.
 const TokenHeader = "Routelock-Token"
 
 // Config configures Lock.
