@@ -42,6 +42,24 @@ func defaultClient(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
+// post sends a POST with ctx and header pairs hdr and returns the status.
+func post(ctx context.Context, hc *http.Client, url string, hdr ...string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, nil)
+	if err != nil {
+		return 0, err
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
 // gate is a handler body that records who entered, how many were inside at
 // once, and holds each caller until the test lets it go.
 type gate struct {
@@ -345,16 +363,12 @@ func TestChainReentersEveryLock(t *testing.T) {
 	baddr := serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		f, _ := lock.FencingToken(ctx)
 		bFence.Store(f)
-		hreq, _ := http.NewRequestWithContext(ctx, "POST", c.URL+"/products/42/ship", nil)
-		hreq.Header.Set("X-User-ID", "7")
-		resp, err := hc.Do(hreq)
+		code, err := post(ctx, hc, c.URL+"/products/42/ship", "X-User-ID", "7")
 		if err != nil {
 			return nil, err
 		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return nil, status.Errorf(codes.FailedPrecondition, "C answered %d", resp.StatusCode)
+		if code != 200 {
+			return nil, status.Errorf(codes.FailedPrecondition, "C answered %d", code)
 		}
 		return shop.New("ReserveReply"), nil
 	}}, grpc.ChainUnaryInterceptor(bl.UnaryServerInterceptor(

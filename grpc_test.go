@@ -410,15 +410,12 @@ func TestCrossProtocolReentry(t *testing.T) {
 					f, _ := lock.FencingToken(ctx)
 					bFence.Store(f)
 					id := strconv.FormatInt(shop.Int(req, "product_id"), 10)
-					hreq, _ := http.NewRequestWithContext(ctx, "POST", c.srv.URL+"/products/"+id+"/audit", nil)
-					resp, err := hc.Do(hreq)
+					code, err := post(ctx, hc, c.srv.URL+"/products/"+id+"/audit")
 					if err != nil {
 						return nil, err
 					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != 200 {
-						return nil, status.Errorf(codes.FailedPrecondition, "audit: %d", resp.StatusCode)
+					if code != 200 {
+						return nil, status.Errorf(codes.FailedPrecondition, "audit: %d", code)
 					}
 					return shop.New("ReserveReply"), nil
 				}}

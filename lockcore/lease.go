@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -260,7 +261,7 @@ func (l *Locker) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 				return &Lease{h: h, ctx: ctx}, nil
 			}
 		}
-		others = st.others()
+		others = strings.Join(st.tokens(), " ")
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&ContentionError{Key: key.s, err: ErrNotAcquired}, err)

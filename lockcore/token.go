@@ -132,37 +132,18 @@ func TokenFrom(ctx context.Context) (string, bool) {
 // most MaxTokens of them: those of the live locks it holds and those given
 // to WithToken. They are what a call to another service carries (see
 // JoinTokens), so that the callee re-enters any lock of the chain.
-func TokensFrom(ctx context.Context) []string {
+func TokensFrom(ctx context.Context) []string { return stateFrom(ctx).tokens() }
+
+// tokens returns the distinct tokens of st and its parents, skipping locks
+// no longer held, innermost first and at most MaxTokens.
+func (st *ctxState) tokens() []string {
 	var out []string
-	for s := stateFrom(ctx); s != nil && len(out) < MaxTokens; s = s.parent {
-		if s.held == nil || s.held.live() {
-			if !slices.Contains(out, s.token) {
-				out = append(out, s.token)
-			}
+	for s := st; s != nil && len(out) < MaxTokens; s = s.parent {
+		if (s.held == nil || s.held.live()) && !slices.Contains(out, s.token) {
+			out = append(out, s.token)
 		}
 	}
 	return out
-}
-
-// others returns the tokens of st other than the one every fresh hold
-// gets, space-separated for the acquire script, or "" when there are none.
-func (st *ctxState) others() string {
-	var b strings.Builder
-	n := 0
-	for s := st; s != nil && n < MaxTokens; s = s.parent {
-		if s.held != nil && !s.held.live() {
-			continue
-		}
-		if strings.Contains(" "+b.String()+" ", " "+s.token+" ") {
-			continue
-		}
-		if n > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(s.token)
-		n++
-	}
-	return b.String()
 }
 
 // Held describes a lock held by a context, as returned by HeldFrom.
