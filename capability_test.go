@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
@@ -134,8 +135,8 @@ func newShopPair(t *testing.T, addr, prefix string, g *gate) *shopPair {
 		seq, _ := strconv.Atoi(md.Get("x-seq")[0])
 		g.run(ctx, seq)
 		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(gl.UnaryServerInterceptor(
-		lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID")))))
+	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(gl,
+		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID")))))
 	// Cleanups run last first: the handlers are let go before the servers
 	// wait for them.
 	t.Cleanup(func() { close(g.done) })
@@ -236,7 +237,7 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 	defer holder.Close()
 
 	// An expired hold: its key vanished from Redis, and the lease knew.
-	old, err := holder.Core().Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{TTL: 200 * time.Millisecond})
+	old, err := holder.Engine().Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{TTL: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,12 +249,12 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the vanished hold was not declared lost")
 	}
-	live42, err := holder.Core().Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{})
+	live42, err := holder.Engine().Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live42.Release(ctx)
-	live7, err := holder.Core().Acquire(ctx, key(t, "productID", "7"), lockcore.Policy{})
+	live7, err := holder.Engine().Acquire(ctx, key(t, "productID", "7"), lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,8 +281,8 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 		tok, _ := lockcore.TokenFrom(ctx)
 		seen <- tok
 		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(
-		lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"))))))
+	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
+		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"))))))
 	hc := httpClient(t, nil)
 
 	for _, c := range []struct {
@@ -371,9 +372,9 @@ func TestChainReentersEveryLock(t *testing.T) {
 			return nil, status.Errorf(codes.FailedPrecondition, "C answered %d", code)
 		}
 		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(bl.UnaryServerInterceptor(
-		lock.Method(shop.Reserve, keyfunc.Metadata("x-user-id"), lock.Name("userID")))))
-	cc := dial(t, baddr, grpc.WithChainUnaryInterceptor(bl.UnaryClientInterceptor()))
+	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(bl,
+		grpclock.Method(shop.Reserve, keyfunc.Metadata("x-user-id"), lock.Name("userID")))))
+	cc := dial(t, baddr, grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
 
 	var aFence atomic.Int64
 	al := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix))
@@ -427,19 +428,19 @@ func TestHostileTokens(t *testing.T) {
 
 	holder := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix))
 	defer holder.Close()
-	old, err := holder.Core().Acquire(ctx, key(t, "productID", "41"), lockcore.Policy{})
+	old, err := holder.Engine().Acquire(ctx, key(t, "productID", "41"), lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := old.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	held, err := holder.Core().Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{})
+	held, err := holder.Engine().Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Release(ctx)
-	other, err := holder.Core().Acquire(ctx, key(t, "productID", "7"), lockcore.Policy{})
+	other, err := holder.Engine().Acquire(ctx, key(t, "productID", "7"), lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,8 +457,8 @@ func TestHostileTokens(t *testing.T) {
 	cc := dial(t, serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		ran.Add(1)
 		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(
-		lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"))))))
+	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
+		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"))))))
 	hc := httpClient(t, nil)
 
 	const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"

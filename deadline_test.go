@@ -14,7 +14,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/redistest"
-	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // TestReleaseTimeoutBoundsResponse checks the promise that a locked route
@@ -31,7 +31,7 @@ func TestReleaseTimeoutBoundsResponse(t *testing.T) {
 		p := faultproxy.Start(t, b.Addr)
 		rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
 		t.Cleanup(func() { _ = rdb.Close() })
-		locker := lock.New(rdb, lock.Engine(lockcore.Options{ReleaseTimeout: releaseTimeout}), lock.Prefix(redistest.Prefix(t)))
+		locker := lock.New(rdb, lock.RedisOptions(redisengine.Options{ReleaseTimeout: releaseTimeout}), lock.Prefix(redistest.Prefix(t)))
 		entered, finish := make(chan struct{}), make(chan struct{})
 		r := chi.NewRouter()
 		r.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {

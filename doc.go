@@ -13,9 +13,9 @@
 //
 // gRPC methods lock the resource that request message fields name:
 //
-//	grpc.NewServer(grpc.ChainUnaryInterceptor(locker.UnaryServerInterceptor(
-//		lock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Wait(time.Second)),
-//		lock.Method("/shop.Orders/Create", keyfunc.Field("order.user_id"), lock.FailFast()),
+//	grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
+//		grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Wait(time.Second)),
+//		grpclock.Method("/shop.Orders/Create", keyfunc.Field("order.user_id"), lock.FailFast()),
 //	)))
 //
 // # What a request sees

@@ -24,10 +24,12 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // serveGRPC serves srv on a loopback port with opts and returns the
@@ -125,8 +127,8 @@ func grpcSeckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 		}}
 		var opts []grpc.ServerOption
 		if locked {
-			opts = append(opts, grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(
-				lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Wait(30*time.Second)))))
+			opts = append(opts, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
+				grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Wait(30*time.Second)))))
 		}
 		addrs = append(addrs, serveGRPC(t, srv, opts...))
 	}
@@ -179,7 +181,7 @@ type grpcShop struct {
 	release chan struct{}
 }
 
-func newGRPCShop(t *testing.T, addr, prefix string, rule lock.MethodRule, opts ...lock.Option) *grpcShop {
+func newGRPCShop(t *testing.T, addr, prefix string, rule grpclock.MethodRule, opts ...lock.Option) *grpcShop {
 	g := &grpcShop{rdb: client(t, addr), entered: make(chan struct{}, 16)}
 	g.locker = lock.New(g.rdb, append([]lock.Option{lock.Prefix(prefix)}, opts...)...)
 	t.Cleanup(func() { g.locker.Close() })
@@ -196,7 +198,7 @@ func newGRPCShop(t *testing.T, addr, prefix string, rule lock.MethodRule, opts .
 		fence, _ := lock.FencingToken(ctx)
 		return shop.Set(shop.New("ReserveReply"), "fence", fence), nil
 	}}
-	g.addr = serveGRPC(t, srv, grpc.ChainUnaryInterceptor(g.locker.UnaryServerInterceptor(rule)))
+	g.addr = serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(g.locker, rule)))
 	return g
 }
 
@@ -206,10 +208,10 @@ func newGRPCShop(t *testing.T, addr, prefix string, rule lock.MethodRule, opts .
 func TestGRPCContention(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		holder := newGRPCShop(t, b.Addr, prefix, lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID")))
+		holder := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID")))
 		holder.release = make(chan struct{})
-		fast := newGRPCShop(t, b.Addr, prefix, lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.FailFast()))
-		blocking := newGRPCShop(t, b.Addr, prefix, lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(20*time.Second)))
+		fast := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.FailFast()))
+		blocking := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(20*time.Second)))
 		ctx := context.Background()
 
 		held := make(chan error, 1)
@@ -260,7 +262,7 @@ func TestGRPCContention(t *testing.T) {
 		holder.release = make(chan struct{})
 		go func() { _, err := reserve(ctx, dial(t, holder.addr), 42); held <- err }()
 		<-holder.entered
-		short := newGRPCShop(t, b.Addr, prefix, lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(50*time.Millisecond)))
+		short := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(50*time.Millisecond)))
 		_, err = reserve(ctx, dial(t, short.addr), 42)
 		wantCode(t, err, codes.Aborted)
 		close(holder.release)
@@ -289,9 +291,9 @@ func TestGRPCBadKey(t *testing.T) {
 				return shop.New("CreateOrderReply"), nil
 			},
 		}
-		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(
-			lock.Method(shop.Reserve, keyfunc.Field("product_id")),
-			lock.Method(shop.Create, keyfunc.Field("order.user_id"), lock.FailFast()),
+		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
+			grpclock.Method(shop.Reserve, keyfunc.Field("product_id")),
+			grpclock.Method(shop.Create, keyfunc.Field("order.user_id"), lock.FailFast()),
 		))))
 		ctx := context.Background()
 
@@ -349,8 +351,8 @@ func TestGRPCRedisDown(t *testing.T) {
 				return shop.New("CreateOrderReply"), nil
 			},
 		}
-		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(
-			lock.Method(shop.Reserve, keyfunc.Field("product_id"))))))
+		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
+			grpclock.Method(shop.Reserve, keyfunc.Field("product_id"))))))
 		ctx := context.Background()
 		if _, err := reserve(ctx, cc, 42); err != nil || ran.Load() != 1 {
 			t.Fatalf("with Redis up: %v", err)
@@ -389,7 +391,7 @@ func TestCrossProtocolReentry(t *testing.T) {
 			r.Post("/products/{productID}/audit", func(w http.ResponseWriter, r *http.Request) {
 				f, _ := lock.FencingToken(r.Context())
 				cFence.Store(f)
-				info, err := a.locker.Core().Inspect(r.Context(), k)
+				info, err := a.locker.Engine().(*redisengine.Engine).Inspect(r.Context(), k)
 				if err != nil {
 					http.Error(w, err.Error(), 500)
 					return
@@ -419,11 +421,11 @@ func TestCrossProtocolReentry(t *testing.T) {
 					}
 					return shop.New("ReserveReply"), nil
 				}}
-				bAddr := serveGRPC(t, srv, grpc.ChainUnaryInterceptor(bLocker.UnaryServerInterceptor(
-					lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.FailFast()))))
+				bAddr := serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(bLocker,
+					grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.FailFast()))))
 				var copts []grpc.DialOption
 				if propagate {
-					copts = append(copts, grpc.WithChainUnaryInterceptor(lock.UnaryClientInterceptor()))
+					copts = append(copts, grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
 				}
 				cc := dial(t, bAddr, copts...)
 
@@ -455,7 +457,7 @@ func TestCrossProtocolReentry(t *testing.T) {
 					if res.status != 200 {
 						t.Fatalf("with propagation: %d %q", res.status, res.body)
 					}
-					info, _ := cInfo.Load().(lockcore.Info)
+					info, _ := cInfo.Load().(redisengine.Info)
 					if len(info.Holders) != 1 {
 						t.Fatalf("innermost handler saw holders %d, want 1", len(info.Holders))
 					}
@@ -515,8 +517,8 @@ func TestGRPCStream(t *testing.T) {
 			}
 			return ss.SendMsg(shop.Set(shop.New("ReserveReply"), "left", total))
 		}}
-		cc := dial(t, serveGRPC(t, srv, grpc.ChainStreamInterceptor(l.StreamServerInterceptor(
-			lock.Method(shop.Restock, keyfunc.Field("product_id"), lock.FailFast())))))
+		cc := dial(t, serveGRPC(t, srv, grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l,
+			grpclock.Method(shop.Restock, keyfunc.Field("product_id"), lock.FailFast())))))
 		ctx := context.Background()
 		open := func(productID int64) (grpc.ClientStream, error) {
 			st, err := cc.NewStream(ctx, shop.RestockDesc, shop.Restock)
@@ -577,8 +579,8 @@ func TestGRPCStream(t *testing.T) {
 				}
 			}
 		}}
-		cc2 := dial(t, serveGRPC(t, srv2, grpc.ChainStreamInterceptor(l.StreamServerInterceptor(
-			lock.Method("/shop.Inventory/*", keyfunc.Metadata("x-warehouse"))))))
+		cc2 := dial(t, serveGRPC(t, srv2, grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l,
+			grpclock.Method("/shop.Inventory/*", keyfunc.Metadata("x-warehouse"))))))
 		st3, err := cc2.NewStream(metadata.AppendToOutgoingContext(ctx, "x-warehouse", "w1"), shop.RestockDesc, shop.Restock)
 		if err != nil {
 			t.Fatal(err)
@@ -633,9 +635,9 @@ func TestGRPCPanicAndLoss(t *testing.T) {
 				return nil, ctx.Err()
 			},
 		}
-		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(recovery, l.UnaryServerInterceptor(
-			lock.Method(shop.Reserve, keyfunc.Field("product_id")),
-			lock.Method(shop.Create, keyfunc.Field("order.user_id"))))))
+		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(recovery, grpclock.UnaryServerInterceptor(l,
+			grpclock.Method(shop.Reserve, keyfunc.Field("product_id")),
+			grpclock.Method(shop.Create, keyfunc.Field("order.user_id"))))))
 		ctx := context.Background()
 		_, err := reserve(ctx, cc, 42)
 		wantCode(t, err, codes.Internal)
@@ -660,7 +662,7 @@ func TestGRPCRules(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		l := lock.New(client(t, b.Addr), lock.Prefix(prefix), lock.FailFast(),
-			lock.TrustRPCToken(func(ctx context.Context, method string) bool {
+			grpclock.TrustRPCToken(func(ctx context.Context, method string) bool {
 				md, _ := metadata.FromIncomingContext(ctx)
 				return len(md["x-internal"]) == 1
 			}))
@@ -691,8 +693,8 @@ func TestGRPCRules(t *testing.T) {
 		ctx := context.Background()
 
 		// Catch-all on product_id: Reserve locks, Create (no such field) passes.
-		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(
-			lock.Method("*", keyfunc.Field("product_id"))))))
+		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
+			grpclock.Method("*", keyfunc.Field("product_id"))))))
 		if k, err := call(cc, ctx, shop.Reserve); err != nil || len(k) != 1 || k[0] != "product_id:7" {
 			t.Fatalf("catch-all Reserve: %v %v", k, err)
 		}
@@ -701,23 +703,23 @@ func TestGRPCRules(t *testing.T) {
 		}
 		// Exact beats service beats catch-all; an exact rule on a field the
 		// message lacks is Internal.
-		cc = dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(
-			lock.Method("*", keyfunc.Field("order.user_id")),
-			lock.Method("/shop.Inventory/*", keyfunc.Field("product_id").As("inv")),
-			lock.Method(shop.Reserve, keyfunc.Field("order.user_id"))))))
+		cc = dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
+			grpclock.Method("*", keyfunc.Field("order.user_id")),
+			grpclock.Method("/shop.Inventory/*", keyfunc.Field("product_id").As("inv")),
+			grpclock.Method(shop.Reserve, keyfunc.Field("order.user_id"))))))
 		_, err := call(cc, ctx, shop.Reserve)
 		wantCode(t, err, codes.Internal)
 		if k, err := call(cc, ctx, shop.Create); err != nil || len(k) != 1 || k[0] != "order.user_id:u" {
 			t.Fatalf("catch-all Create: %v %v", k, err)
 		}
-		cc = dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(
-			lock.Method("/shop.Inventory/*", keyfunc.Field("product_id").As("inv"))))))
+		cc = dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
+			grpclock.Method("/shop.Inventory/*", keyfunc.Field("product_id").As("inv"))))))
 		if k, err := call(cc, ctx, shop.Reserve); err != nil || len(k) != 1 || k[0] != "inv:7" {
 			t.Fatalf("service rule: %v %v", k, err)
 		}
 
 		// Trust: hold inv:7 and re-enter with the token only from a trusted caller.
-		lease, err := l.Core().Acquire(ctx, key(t, "inv", "7"), lockcore.Policy{})
+		lease, err := l.Engine().Acquire(ctx, key(t, "inv", "7"), lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -735,29 +737,29 @@ func TestGRPCRules(t *testing.T) {
 // TestMethodPanics: configuration errors panic when the rule is made.
 func TestMethodPanics(t *testing.T) {
 	for name, f := range map[string]func(){
-		"no slash":      func() { lock.Method("shop.Inventory/Reserve", keyfunc.Field("id")) },
-		"no method":     func() { lock.Method("/shop.Inventory/", keyfunc.Field("id")) },
-		"bad wildcard":  func() { lock.Method("/shop.*/Reserve", keyfunc.Field("id")) },
-		"zero key":      func() { lock.Method(shop.Reserve, keyfunc.Func{}) },
-		"HTTP-only key": func() { lock.Method(shop.Reserve, keyfunc.Param("id")) },
+		"no slash":      func() { grpclock.Method("shop.Inventory/Reserve", keyfunc.Field("id")) },
+		"no method":     func() { grpclock.Method("/shop.Inventory/", keyfunc.Field("id")) },
+		"bad wildcard":  func() { grpclock.Method("/shop.*/Reserve", keyfunc.Field("id")) },
+		"zero key":      func() { grpclock.Method(shop.Reserve, keyfunc.Func{}) },
+		"HTTP-only key": func() { grpclock.Method(shop.Reserve, keyfunc.Param("id")) },
 		"route option": func() {
-			lock.Method(shop.Reserve, keyfunc.Field("id"), lock.OnError(func(http.ResponseWriter, *http.Request, error) {}))
+			grpclock.Method(shop.Reserve, keyfunc.Field("id"), lock.OnError(func(http.ResponseWriter, *http.Request, error) {}))
 		},
-		"New option":    func() { lock.Method(shop.Reserve, keyfunc.Field("id"), lock.Prefix("x:")) },
+		"New option":    func() { grpclock.Method(shop.Reserve, keyfunc.Field("id"), lock.Prefix("x:")) },
 		"RPC key in By": func() { (&lock.Locker{}).By(keyfunc.Field("id")) },
 		"duplicate": func() {
 			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 			defer rdb.Close()
 			l := lock.New(rdb)
 			defer l.Close()
-			l.UnaryServerInterceptor(lock.Method(shop.Reserve, keyfunc.Field("a")), lock.Method(shop.Reserve, keyfunc.Field("b")))
+			grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, keyfunc.Field("a")), grpclock.Method(shop.Reserve, keyfunc.Field("b")))
 		},
 		"zero rule": func() {
 			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 			defer rdb.Close()
 			l := lock.New(rdb)
 			defer l.Close()
-			l.UnaryServerInterceptor(lock.MethodRule{})
+			grpclock.UnaryServerInterceptor(l, grpclock.MethodRule{})
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

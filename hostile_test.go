@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
@@ -73,13 +74,13 @@ func TestTokensNeverLeak(t *testing.T) {
 	// gRPC: the holder's token from an untrusted caller, forged and
 	// malformed tokens, and hostile metadata keys.
 	l := lock.New(client(t, b.Addr), lock.Prefix(prefix), lock.FailFast(),
-		lock.TrustRPCToken(func(context.Context, string) bool { return false }))
+		grpclock.TrustRPCToken(func(context.Context, string) bool { return false }))
 	defer l.Close()
 	cc := dial(t, serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor(
-		lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID")),
-		lock.Method(shop.Create, keyfunc.Metadata("x-tenant"))))))
+	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
+		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID")),
+		grpclock.Method(shop.Create, keyfunc.Metadata("x-tenant"))))))
 	for _, s := range secrets {
 		for _, md := range [][]string{{"routelock-token", s}, {"x-tenant", s}} {
 			ctx := metadata.AppendToOutgoingContext(context.Background(), md...)

@@ -4,51 +4,84 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/config"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
 )
 
-// Locker holds locks in one Redis for the routes and methods it guards.
-// Create it once per process with New and share it; it is safe for
-// concurrent use.
+// Locker guards routes and methods with locks from one engine: by
+// default the Redis engine, which New makes. Create it once per process and
+// share it; it is safe for concurrent use.
 type Locker struct {
-	core *lockcore.Locker
-	cfg  config // defaults of its routes
+	engine lockcore.Engine
+	owned  *redisengine.Engine // the engine New made, closed by Close
+	opts   []Option            // as given to New or FromEngine
+	cfg    config.Config       // defaults of its routes
 }
 
-// New returns a Locker on rdb, configured by opts (see Option). The Locker
-// does not own rdb: Close leaves it open.
+// New returns a Locker on a Redis engine (package redisengine) on rdb,
+// configured by opts (see Option). The Locker does not own rdb: Close leaves
+// it open.
 //
-// Panics if rdb is nil or a *redis.Ring (see lockcore.New), or an option
-// is invalid.
+// Panics if rdb is nil or a *redis.Ring (see redisengine.New), or an
+// option is invalid.
 func New(rdb redis.UniversalClient, opts ...Option) *Locker {
 	if rdb == nil {
 		panic("lock: New(nil)")
 	}
-	var c config
-	c.applyAll(inNew, opts)
-	core, err := lockcore.New(rdb, c.core)
+	l := &Locker{opts: slices.Clone(opts)}
+	l.cfg.ApplyAll(config.InNew|config.InRedis, opts)
+	e, err := redisengine.New(rdb, l.cfg.Redis)
 	if err != nil {
 		panic("lock: New: " + err.Error())
 	}
-	return &Locker{core: core, cfg: c}
+	l.engine, l.owned = e, e
+	return l
 }
 
-// Close stops the Locker's background work (lease renewal and the release
-// notifications). Locks still held are no longer renewed and expire with
-// their TTL; handlers still running see their context cancelled with cause
-// ErrLockLost. Close is idempotent.
-func (l *Locker) Close() error { return l.core.Close() }
+// FromEngine returns a Locker that takes its locks from e: another backend,
+// or a wrapper around one (telemetry, a test double). Its options are those
+// of New less the Redis engine's own (Prefix, RedisOptions). Close does not
+// close e.
+//
+// Panics if e is nil or an option is invalid here.
+func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
+	if e == nil {
+		panic("lock: FromEngine(nil)")
+	}
+	l := &Locker{engine: e, opts: slices.Clone(opts)}
+	l.cfg.ApplyAll(config.InNew, opts)
+	return l
+}
 
-// Core returns the engine, for locking outside a request
-// (lockcore.Locker.Acquire) and for inspection (lockcore.Locker.Inspect).
-func (l *Locker) Core() *lockcore.Locker { return l.core }
+// Close stops the background work of the Redis engine that New made (lease
+// renewal and the release notifications). Locks still held are no longer
+// renewed and expire with their TTL; handlers still running see their
+// context cancelled with cause ErrLockLost. Close is idempotent. It does
+// nothing to the engine of FromEngine.
+func (l *Locker) Close() error {
+	if l.owned == nil {
+		return nil
+	}
+	return l.owned.Close()
+}
+
+// Engine returns the engine the Locker takes its locks from, for locking
+// outside a request (lockcore.Engine.Acquire). For New it is a
+// *redisengine.Engine, which can also Inspect a key.
+func (l *Locker) Engine() lockcore.Engine { return l.engine }
+
+// Options returns the options given to New or FromEngine, which package
+// grpclock applies to its methods as the Locker's defaults.
+func (l *Locker) Options() []Option { return slices.Clone(l.opts) }
 
 // By returns middleware that locks the resource key names while the next
 // handler runs:
@@ -63,16 +96,16 @@ func (l *Locker) Core() *lockcore.Locker { return l.core }
 // option is invalid here.
 func (l *Locker) By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
 	c := l.cfg
-	c.applyAll(inRoute, opts)
-	if c.name != "" {
-		key = key.As(c.name)
+	c.ApplyAll(config.InRoute, opts)
+	if c.Name != "" {
+		key = key.As(c.Name)
 	}
-	return middleware.Lock(l.core, middleware.Config{
+	return middleware.Lock(l.engine, middleware.Config{
 		Key:        key,
-		Wait:       c.wait,
-		TTL:        c.ttl,
-		TrustToken: c.trust,
-		OnError:    c.onError,
+		Wait:       c.Wait,
+		TTL:        c.TTL,
+		TrustToken: c.Trust,
+		OnError:    c.OnError,
 	})
 }
 
@@ -153,12 +186,12 @@ func Default() *Locker {
 //
 // Panics if key or an option is invalid, as Locker.By does, when called.
 func By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
-	var c config
-	c.applyAll(inRoute, opts)
-	if c.name != "" {
-		key = key.As(c.name)
+	var c config.Config
+	c.ApplyAll(config.InRoute, opts)
+	if c.Name != "" {
+		key = key.As(c.Name)
 	}
-	if err := (middleware.Config{Key: key, TTL: c.ttl}).Validate(); err != nil {
+	if err := (middleware.Config{Key: key, TTL: c.TTL}).Validate(); err != nil {
 		panic(err.Error())
 	}
 	return func(next http.Handler) http.Handler {

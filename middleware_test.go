@@ -22,6 +22,7 @@ import (
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // app is one instance of a service: its own Redis client, Locker and HTTP
@@ -107,9 +108,9 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-func inspect(t *testing.T, l *lock.Locker, k lockcore.Key) lockcore.Info {
+func inspect(t *testing.T, l *lock.Locker, k lockcore.Key) redisengine.Info {
 	t.Helper()
-	info, err := l.Core().Inspect(context.Background(), k)
+	info, err := l.Engine().(*redisengine.Engine).Inspect(context.Background(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func holdFor(t *testing.T, addr, prefix string) (*lockcore.Lease, *lock.Locker) 
 	t.Helper()
 	other := lock.New(client(t, addr), lock.Prefix(prefix))
 	t.Cleanup(func() { other.Close() })
-	ls, err := other.Core().Acquire(context.Background(), key(t, "productID", "42"), lockcore.Policy{})
+	ls, err := other.Engine().Acquire(context.Background(), key(t, "productID", "42"), lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}

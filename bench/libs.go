@@ -20,6 +20,7 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // Mutexer is one "process" worth of a lock library: its clients and state.
@@ -124,14 +125,14 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 type routelock struct {
 	rdb *redis.Client
-	l   *lockcore.Locker
+	l   *redisengine.Engine
 }
 
 // newRoutelock is routelock on a client at go-redis's defaults, or, with
 // ctxDeadlines, on one with ContextTimeoutEnabled.
 func newRoutelock(addr string, cmds *atomic.Int64, ctxDeadlines bool) (Mutexer, error) {
 	rdb := goredisClientOpt(&redis.Options{Addr: addr, PoolSize: 128, ContextTimeoutEnabled: ctxDeadlines}, cmds)
-	l, err := lockcore.New(rdb, lockcore.Options{Prefix: "bench:rl:", TTL: TTL})
+	l, err := redisengine.New(rdb, redisengine.Options{Prefix: "bench:rl:", TTL: TTL})
 	if err != nil {
 		return nil, err
 	}

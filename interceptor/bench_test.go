@@ -14,13 +14,13 @@ import (
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
-	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // benchSetup returns the interceptor for Reserve (keyed by product_id) on
 // rdb, and a Reserve request for product 42.
 func benchSetup(b *testing.B, rdb *redis.Client) (grpc.UnaryServerInterceptor, *dynamicpb.Message) {
-	l, err := lockcore.New(rdb, lockcore.Options{Prefix: redistest.Prefix(b)})
+	l, err := redisengine.New(rdb, redisengine.Options{Prefix: redistest.Prefix(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -114,16 +114,16 @@ type rule struct {
 
 // server is one configured set of rules.
 type server struct {
-	l       *lockcore.Locker
+	l       lockcore.Engine
 	exact   map[string]*rule
 	service map[string]*rule // by "/pkg.Service/"
 	all     *rule
 	trust   func(context.Context, string) bool
 }
 
-func newServer(l *lockcore.Locker, c Config) *server {
+func newServer(l lockcore.Engine, c Config) *server {
 	if l == nil {
-		panic("routelock/interceptor: nil Locker")
+		panic("routelock/interceptor: nil Engine")
 	}
 	if err := c.Validate(); err != nil {
 		panic(err.Error())
@@ -200,7 +200,7 @@ func (s *server) withToken(ctx context.Context, fullMethod string) (context.Cont
 // when the handler returns or panics; a panic goes on up the chain.
 //
 // Panics if c is invalid (see Config.Validate).
-func UnaryServer(l *lockcore.Locker, c Config) grpc.UnaryServerInterceptor {
+func UnaryServer(l lockcore.Engine, c Config) grpc.UnaryServerInterceptor {
 	s := newServer(l, c)
 	return s.unary
 }

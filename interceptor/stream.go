@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
 
@@ -23,7 +22,7 @@ import (
 // token nor a fencing token.
 //
 // Panics if c is invalid (see Config.Validate).
-func StreamServer(l *lockcore.Locker, c Config) grpc.StreamServerInterceptor {
+func StreamServer(l lockcore.Engine, c Config) grpc.StreamServerInterceptor {
 	s := newServer(l, c)
 	return s.stream
 }
@@ -51,16 +50,18 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	}
 
 	// The key is in the first message: lock inside the handler's first
-	// RecvMsg. The handler gets its context now, so it is one whose values
-	// become the lease's once the lock is held.
+	// RecvMsg. The handler gets its context now: an ordinary context whose
+	// hold slot is filled in once the lock is held, and which a lost lease
+	// cancels with the lease's cause.
 	base, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
-	ls := &firstStream{ServerStream: ss, s: s, r: r, method: info.FullMethod,
-		ctx: &leaseCtx{Context: base}, cancel: cancel}
-	defer ls.release()
-	err = handler(srv, ls)
-	if ls.err != nil {
-		return ls.err
+	hctx, fill := lockcore.WithHoldSlot(base)
+	fs := &firstStream{ServerStream: ss, s: s, r: r, method: info.FullMethod,
+		base: base, ctx: hctx, fill: fill, cancel: cancel}
+	defer fs.release()
+	err = handler(srv, fs)
+	if fs.err != nil {
+		return fs.err
 	}
 	return err
 }
@@ -86,7 +87,9 @@ type firstStream struct {
 	s      *server
 	r      *rule
 	method string
-	ctx    *leaseCtx
+	base   context.Context // the lock is taken with it
+	ctx    context.Context // the handler's: base with a hold slot
+	fill   func(*lockcore.Lease)
 	cancel context.CancelCauseFunc
 
 	received bool // RecvMsg is not called concurrently (grpc.ServerStream)
@@ -105,19 +108,18 @@ func (fs *firstStream) RecvMsg(m any) error {
 		return err
 	}
 	fs.received = true
-	base := fs.ctx.Context
-	lease, err := fs.s.lock(base, fs.r, m)
+	lease, err := fs.s.lock(fs.base, fs.r, m)
 	switch {
 	case err != nil:
-		fs.err = fs.r.onError(base, fs.method, err)
+		fs.err = fs.r.onError(fs.base, fs.method, err)
 		return fs.err
 	case lease == nil:
 		return nil
 	}
 	fs.lease = lease
-	lctx := lease.Context()
-	fs.ctx.lease.Store(&lctx)
+	fs.fill(lease)
 	// A lost lease cancels the handler's context with the lease's cause.
+	lctx := lease.Context()
 	fs.stop = context.AfterFunc(lctx, func() { fs.cancel(context.Cause(lctx)) })
 	return nil
 }
@@ -127,21 +129,5 @@ func (fs *firstStream) release() {
 		return
 	}
 	fs.stop()
-	fs.lease.Release(fs.ctx.Context)
-}
-
-// leaseCtx is the context of a stream whose lock is taken on its first
-// message: its own until then, and the lease's values (fencing token, held
-// keys) after. Cancellation is always its own, which the lease's loss
-// triggers.
-type leaseCtx struct {
-	context.Context
-	lease atomic.Pointer[context.Context]
-}
-
-func (c *leaseCtx) Value(key any) any {
-	if l := c.lease.Load(); l != nil {
-		return (*l).Value(key)
-	}
-	return c.Context.Value(key)
+	fs.lease.Release(fs.base)
 }

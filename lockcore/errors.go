@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Sentinel errors. Match them with [errors.Is]; the errors returned by this
-// package wrap them, and wrap the underlying Redis error where there is one.
+// Sentinel errors. Match them with [errors.Is]; the errors of engines wrap
+// them, and wrap the backend's own error where there is one.
 var (
 	// ErrNotAcquired means the lock is held by another owner and the policy
 	// gave up: a fail-fast attempt, or a wait that ended (see ErrWaitTimeout).
@@ -31,8 +31,9 @@ var (
 	// taken over, Redis restarted, or renewals failed for too long.
 	ErrLockLost = errors.New("lock: lease lost")
 
-	// ErrUnavailable means Redis could not be reached or answered with an
-	// error; the lock state is unknown and nothing is held by the caller.
+	// ErrUnavailable means the backend (Redis) could not be reached or
+	// answered with an error; the lock state is unknown and nothing is held
+	// by the caller.
 	ErrUnavailable = errors.New("lock: redis unavailable")
 
 	// ErrInvalidKey means a key part was empty, too long, or there were too
@@ -53,28 +54,27 @@ var (
 // matches ErrNotAcquired, and ErrWaitTimeout when a wait ran out, and carries
 // a hint for when a retry may succeed.
 type ContentionError struct {
-	// Key is the lock key (the escaped resource, without the Redis prefix).
+	// Key is the lock key (the escaped resource, without the engine's
+	// prefix).
 	Key string
-	// RetryAfter is the holder's remaining lease time as seen by Redis: an
-	// upper bound on how long the lock stays taken unless it is renewed.
+	// RetryAfter is the holder's remaining lease time as the backend sees
+	// it: an upper bound on how long the lock stays taken unless it is
+	// renewed.
 	RetryAfter time.Duration
-
-	err error // ErrNotAcquired or ErrWaitTimeout, possibly joined with ctx.Err()
+	// TimedOut reports that a wait ran out: the error then matches
+	// ErrWaitTimeout too.
+	TimedOut bool
 }
 
 func (e *ContentionError) Error() string {
 	return fmt.Sprintf("%v (key %q)", e.Unwrap(), e.Key)
 }
 
-// Unwrap returns the sentinel (and the context's error, if the caller gave
-// up): ErrNotAcquired for a ContentionError made outside this package.
+// Unwrap returns the sentinel: ErrWaitTimeout when TimedOut, else
+// ErrNotAcquired.
 func (e *ContentionError) Unwrap() error {
-	if e.err == nil {
-		return ErrNotAcquired
+	if e.TimedOut {
+		return ErrWaitTimeout
 	}
-	return e.err
-}
-
-func unavailable(op string, err error) error {
-	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+	return ErrNotAcquired
 }

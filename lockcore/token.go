@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -80,16 +81,56 @@ type ctxKey struct{}
 // ctxState is what a context carries: the owner tokens and locks of a
 // request, innermost first, each node one token, and the hold when the
 // token is that of a lock the request holds. One value holds both so that
-// a lookup is one walk up the context chain.
+// a lookup is one walk up the context chain. A node may instead be a slot
+// (WithHoldSlot), which walks skip until it is filled and then go through
+// the lease's state. Walk with s.first() and s.next().
 type ctxState struct {
 	token  string
-	held   *hold // nil for a propagated token
+	held   *held // nil for a propagated token
 	parent *ctxState
+	slot   *atomic.Pointer[ctxState] // non-nil for a slot
 }
 
 func stateFrom(ctx context.Context) *ctxState {
 	s, _ := ctx.Value(ctxKey{}).(*ctxState)
 	return s
+}
+
+// first returns s, or, when s is a slot, the state it stands for: the
+// lease's once filled, else what is above it.
+func (s *ctxState) first() *ctxState {
+	for s != nil && s.slot != nil {
+		if f := s.slot.Load(); f != nil {
+			s = f
+		} else {
+			s = s.parent
+		}
+	}
+	return s
+}
+
+// next returns the node after s in a walk.
+func (s *ctxState) next() *ctxState { return s.parent.first() }
+
+// WithHoldSlot returns a context that carries ctx's lock state, and a
+// function that fills it in with a lease: from then on the context and
+// every context derived from it carry the lease's hold too (FencingToken,
+// HeldFrom, TokensFrom and re-entry see it), as the lease's own context
+// does. It is for a handler that gets its context before its lock is
+// taken, such as a gRPC stream whose key is in its first message. The
+// lease must have been acquired with ctx or a context above it, not with
+// the returned one; cancellation stays ctx's (derive the lease's loss into
+// it with context.AfterFunc). Fill it once.
+func WithHoldSlot(ctx context.Context) (context.Context, func(*Lease)) {
+	st := &ctxState{parent: stateFrom(ctx), slot: new(atomic.Pointer[ctxState])}
+	return context.WithValue(ctx, ctxKey{}, st), func(ls *Lease) {
+		for p := &ls.h.st; p != nil; p = p.parent {
+			if p == st {
+				panic("lockcore: WithHoldSlot: the lease was acquired with the slot's own context")
+			}
+		}
+		st.slot.Store(&ls.h.st)
+	}
 }
 
 // WithToken returns a context that carries tok, an owner token propagated
@@ -120,7 +161,7 @@ func WithTokens(ctx context.Context, toks []string) context.Context {
 // the innermost lock it holds, or the last one given to WithToken. Pass
 // TokensFrom on to other services: a request may hold several locks.
 func TokenFrom(ctx context.Context) (string, bool) {
-	for s := stateFrom(ctx); s != nil; s = s.parent {
+	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		if s.held == nil || s.held.live() {
 			return s.token, true
 		}
@@ -138,7 +179,7 @@ func TokensFrom(ctx context.Context) []string { return stateFrom(ctx).tokens() }
 // no longer held, innermost first and at most MaxTokens.
 func (st *ctxState) tokens() []string {
 	var out []string
-	for s := st; s != nil && len(out) < MaxTokens; s = s.parent {
+	for s := st.first(); s != nil && len(out) < MaxTokens; s = s.next() {
 		if (s.held == nil || s.held.live()) && !slices.Contains(out, s.token) {
 			out = append(out, s.token)
 		}
@@ -156,7 +197,7 @@ type Held struct {
 // descends from and that are not released or lost), innermost first.
 func HeldFrom(ctx context.Context) []Held {
 	var out []Held
-	for s := stateFrom(ctx); s != nil; s = s.parent {
+	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		if h := s.held; h != nil && h.live() {
 			out = append(out, Held{Key: h.key, Fence: h.fence})
 		}
@@ -166,7 +207,7 @@ func HeldFrom(ctx context.Context) []Held {
 
 // FencingToken returns the fencing token of the innermost lock ctx holds.
 func FencingToken(ctx context.Context) (int64, bool) {
-	for s := stateFrom(ctx); s != nil; s = s.parent {
+	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		if h := s.held; h != nil && h.live() {
 			return h.fence, true
 		}

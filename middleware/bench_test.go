@@ -16,6 +16,7 @@ import (
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
 )
 
@@ -53,12 +54,12 @@ func measure(b *testing.B, fn func()) {
 // behind the middleware in r.With, and behind it in the router's r.Use
 // (which resolves the route itself).
 type routers struct {
-	l               *lockcore.Locker
+	l               *redisengine.Engine
 	bare, with, use http.Handler
 }
 
 func newRouters(b *testing.B, rdb *redis.Client) routers {
-	l, err := lockcore.New(rdb, lockcore.Options{Prefix: redistest.Prefix(b)})
+	l, err := redisengine.New(rdb, redisengine.Options{Prefix: redistest.Prefix(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -28,10 +28,9 @@ type Config struct {
 	// then 409 (fail fast). Default: DefaultWait.
 	Wait time.Duration
 
-	// TTL is the lease length, which the engine's watchdog keeps renewing
-	// while the handler runs; it bounds how long the lock outlives a crashed
-	// process. At least lockcore.MinTTL. Default: the Locker's
-	// (lockcore.Options.TTL).
+	// TTL is the lease length, which the engine keeps renewing while the
+	// handler runs; it bounds how long the lock outlives a crashed process.
+	// At least lockcore.MinTTL. Default: the engine's.
 	TTL time.Duration
 
 	// TrustToken reports whether a request may carry a propagated owner
@@ -48,12 +47,13 @@ type Config struct {
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 }
 
-// Lock returns middleware that holds the lock on c.Key's resource while the
-// next handler runs, as the package documentation describes.
+// Lock returns middleware that holds the lock on c.Key's resource, taken
+// from engine l, while the next handler runs, as the package documentation
+// describes.
 //
 // Panics if c.Key is zero or cannot read HTTP requests, or c.TTL is
 // negative or below lockcore.MinTTL.
-func Lock(l *lockcore.Locker, c Config) func(http.Handler) http.Handler {
+func Lock(l lockcore.Engine, c Config) func(http.Handler) http.Handler {
 	m := newLocker(l, c)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -64,7 +64,7 @@ func Lock(l *lockcore.Locker, c Config) func(http.Handler) http.Handler {
 
 // locker is one configured middleware.
 type locker struct {
-	l       *lockcore.Locker
+	l       lockcore.Engine
 	key     keyfunc.Func
 	policy  lockcore.Policy
 	trust   func(*http.Request) bool
@@ -84,9 +84,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-func newLocker(l *lockcore.Locker, c Config) *locker {
+func newLocker(l lockcore.Engine, c Config) *locker {
 	if l == nil {
-		panic("routelock/middleware: nil Locker")
+		panic("routelock/middleware: nil Engine")
 	}
 	if err := c.Validate(); err != nil {
 		panic(err.Error())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
 )
 
@@ -85,7 +86,7 @@ func TestTransport(t *testing.T) {
 }
 
 func TestConfigPanics(t *testing.T) {
-	l, err := lockcore.New(redisClientNowhere(t), lockcore.Options{})
+	l, err := redisengine.New(redisClientNowhere(t), redisengine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/examples/internal/redisenv"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 func main() {
@@ -53,7 +54,7 @@ func run(out io.Writer) error {
 		Post("/products/{productID}/reserve", func(w http.ResponseWriter, r *http.Request) {
 			fence, _ := lock.FencingToken(r.Context())
 			held := lockcore.HeldFrom(r.Context()) // the locks this request holds, innermost first
-			info, err := invLocker.Core().Inspect(r.Context(), held[0].Key)
+			info, err := invLocker.Engine().(*redisengine.Engine).Inspect(r.Context(), held[0].Key)
 			if err != nil {
 				http.Error(w, "inventory: "+err.Error(), http.StatusInternalServerError)
 				return

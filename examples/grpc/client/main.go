@@ -23,6 +23,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/examples/grpc/shopsvc"
 	"github.com/routelock/lock/examples/internal/redisenv"
+	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/internal/shop"
 )
 
@@ -49,7 +50,7 @@ func run(addr string, buyers int, product, stock int64) error {
 	}
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(lock.UnaryClientInterceptor()), // carries the owner token of nested calls
+		grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()), // carries the owner token of nested calls
 	)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 )
@@ -34,12 +35,12 @@ import (
 func NewServer(locker *lock.Locker, rdb *redis.Client, initial int64) *grpc.Server {
 	inv := &inventory{rdb: rdb, initial: initial}
 	s := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(locker.UnaryServerInterceptor(
-			lock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(2*time.Second)),
-			lock.Method(shop.Create, keyfunc.Field("order.user_id"), lock.FailFast()),
+		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
+			grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(2*time.Second)),
+			grpclock.Method(shop.Create, keyfunc.Field("order.user_id"), lock.FailFast()),
 		)),
-		grpc.ChainStreamInterceptor(locker.StreamServerInterceptor(
-			lock.Method(shop.Restock, keyfunc.Field("product_id"), lock.Name("productID")),
+		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(locker,
+			grpclock.Method(shop.Restock, keyfunc.Field("product_id"), lock.Name("productID")),
 		)),
 	)
 	shop.Register(s, &shop.Server{Reserve: inv.reserve, Restock: inv.restock, Create: inv.create})

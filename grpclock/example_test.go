@@ -1,4 +1,4 @@
-package lock_test
+package grpclock_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 )
@@ -21,7 +22,7 @@ import (
 // Per-method locks on a gRPC server, keyed by request message fields. The
 // shop service here is defined without protoc (see internal/shop);
 // generated services are configured the same way.
-func ExampleLocker_UnaryServerInterceptor() {
+func ExampleUnaryServerInterceptor() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		panic(err)
@@ -32,9 +33,9 @@ func ExampleLocker_UnaryServerInterceptor() {
 	locker := lock.New(rdb)
 	defer locker.Close()
 
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(locker.UnaryServerInterceptor(
-		lock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(time.Second)),
-		lock.Method("/shop.Orders/Create", keyfunc.Field("order.user_id"), lock.FailFast()),
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
+		grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(time.Second)),
+		grpclock.Method("/shop.Orders/Create", keyfunc.Field("order.user_id"), lock.FailFast()),
 	)))
 	shop.Register(s, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		fmt.Println("reserving, holding", lock.Keys(ctx))
@@ -49,7 +50,7 @@ func ExampleLocker_UnaryServerInterceptor() {
 
 	cc, err := grpc.NewClient(lis.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(locker.UnaryClientInterceptor()))
+		grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"container/heap"
@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/lockcore"
 )
 
-// watchdog renews every held lease of a Locker and declares lost those
+// watchdog renews every held lease of a Engine and declares lost those
 // whose validity runs out. Its goroutine does no I/O: it sends renewals
 // from goroutines of their own and never waits for them, so a renewal
 // blocked in the client (go-redis, at its defaults, may take seconds and
@@ -26,7 +28,7 @@ import (
 // unanswered the hold is retried every TTL/10, and declared lost, with no
 // I/O, the moment its validity runs out: before anyone else can take it.
 type watchdog struct {
-	l      *Locker
+	l      *Engine
 	mu     sync.Mutex
 	holds  holdHeap // every live hold, by the time it is acted on next
 	wakeAt time.Time
@@ -38,7 +40,7 @@ type watchdog struct {
 
 func margin(ttl time.Duration) time.Duration { return ttl / 10 }
 
-func (w *watchdog) start(l *Locker) {
+func (w *watchdog) start(l *Engine) {
 	w.l = l
 	// A quarter of the shortest lease a hold can start with: a TTL, or a
 	// grant by message that lasts until claimed.
@@ -180,7 +182,7 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 				}
 			}
 		default:
-			if h.lose(fmt.Errorf("%w: the key is gone or held by another owner", ErrLockLost)) && h.index >= 0 {
+			if h.lose(fmt.Errorf("%w: the key is gone or held by another owner", lockcore.ErrLockLost)) && h.index >= 0 {
 				heap.Remove(&w.holds, h.index)
 			}
 		}
@@ -208,7 +210,7 @@ func (w *watchdog) shutdown() {
 	}
 	w.mu.Unlock()
 	for _, h := range hs {
-		h.lose(fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+		h.lose(fmt.Errorf("%w: %w", lockcore.ErrLockLost, lockcore.ErrClosed))
 	}
 }
 

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -13,12 +13,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
 // TestLocalHandOverPublishesNothing: a release that hands the lock to a
-// waiter of the same Locker wakes it from the reply and publishes nothing;
-// one that hands it to another Locker's waiter publishes on that Locker's
-// channel. An observer subscribed to every Locker channel must see the
+// waiter of the same Engine wakes it from the reply and publishes nothing;
+// one that hands it to another Engine's waiter publishes on that Engine's
+// channel. An observer subscribed to every Engine channel must see the
 // second hand-over's message first.
 func TestLocalHandOverPublishesNothing(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
@@ -27,8 +28,8 @@ func TestLocalHandOverPublishesNothing(t *testing.T) {
 		other := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		rdb := b.Client(t)
-		// The other Locker's waiter learns of its hand-over by message.
-		eventually(t, 5*time.Second, "other Locker subscribed", func() bool {
+		// The other Engine's waiter learns of its hand-over by message.
+		eventually(t, 5*time.Second, "other Engine subscribed", func() bool {
 			return rdb.PubSubNumSub(ctx, other.channel).Val()[other.channel] == 1
 		})
 		obs := rdb.PSubscribe(ctx, prefix+"notify:*")
@@ -38,7 +39,7 @@ func TestLocalHandOverPublishesNothing(t *testing.T) {
 		}
 		key := mustKey(t, "k")
 		const ttl = 10 * time.Second // a waiter not woken would sleep this long
-		h, err := a.Acquire(ctx, key, Policy{TTL: ttl})
+		h, err := a.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +59,7 @@ func TestLocalHandOverPublishesNothing(t *testing.T) {
 		if err := local.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		remote := awaitLease(t, remoteGot, remoteErr, 3*time.Second, "waiter of the other Locker")
+		remote := awaitLease(t, remoteGot, remoteErr, 3*time.Second, "waiter of the other Engine")
 		if remote.Fence() <= local.Fence() {
 			t.Fatalf("fences %d then %d", local.Fence(), remote.Fence())
 		}
@@ -104,8 +105,8 @@ func (h loseReleaseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 }
 
 // TestLostReleaseReply: when the reply of a release that handed the lock
-// to a waiter of the same Locker is lost, nothing was published, so the
-// Locker's waiters on the key ask Redis again at once; the waiter learns it
+// to a waiter of the same Engine is lost, nothing was published, so the
+// Engine's waiters on the key ask Redis again at once; the waiter learns it
 // holds the lock well before the holder's 10 s lease would have ended.
 func TestLostReleaseReply(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
@@ -119,7 +120,7 @@ func TestLostReleaseReply(t *testing.T) {
 		t.Cleanup(func() { _ = l.Close() })
 		ctx := context.Background()
 		key := mustKey(t, "k")
-		h, err := l.Acquire(ctx, key, Policy{TTL: 10 * time.Second})
+		h, err := l.Acquire(ctx, key, lockcore.Policy{TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +128,7 @@ func TestLostReleaseReply(t *testing.T) {
 		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, l, key).Waiters == 1 })
 
 		armed.Store(true)
-		if err := h.Release(ctx); !errors.Is(err, ErrUnavailable) {
+		if err := h.Release(ctx); !errors.Is(err, lockcore.ErrUnavailable) {
 			t.Fatalf("release with its reply lost: %v, want ErrUnavailable", err)
 		}
 		if armed.Load() {

@@ -1,11 +1,11 @@
-package lockcore
+package redisengine
 
 import (
 	"sync"
 	"time"
 )
 
-// tracker counts a Locker's background work (flights, withdrawals,
+// tracker counts a Engine's background work (flights, withdrawals,
 // renewals) so that Close can wait for it. Unlike a sync.WaitGroup, work
 // may start while Close waits: a withdrawal can start one more flight.
 type tracker struct {

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/lockcore"
 )
 
 // Info describes a key's lock state in Redis, as read by Inspect.
@@ -31,9 +33,9 @@ func (i Info) Held() bool { return len(i.Holders) > 0 }
 
 // Inspect reads the lock state of key in one round trip. It is meant for
 // tests, debugging and operations tools; the state may change at once.
-func (l *Locker) Inspect(ctx context.Context, key Key) (Info, error) {
+func (l *Engine) Inspect(ctx context.Context, key lockcore.Key) (Info, error) {
 	if key.IsZero() {
-		return Info{}, ErrInvalidKey
+		return Info{}, lockcore.ErrInvalidKey
 	}
 	ks := l.redisKeys(key)
 	p := l.rdb.Pipeline()

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/lockcore"
 )
 
-// Options configures a Locker. The zero value of every field means its
+// Options configures a Engine. The zero value of every field means its
 // default.
 type Options struct {
-	// Prefix starts every Redis key and channel the Locker uses. It must not
+	// Prefix starts every Redis key and channel the Engine uses. It must not
 	// contain '{' or '}'. Default: "routelock:".
 	Prefix string
 
@@ -57,12 +59,9 @@ type Options struct {
 	// again at least every 3/10 of the window, so a live waiter whose
 	// notification was lost still claims its grant in time. When Redis is one
 	// server (a *redis.Client, not a Cluster), a waiter whose process is gone
-	// is skipped at once. At least MinTTL. Default: 1s.
+	// is skipped at once. At least lockcore.MinTTL. Default: 1s.
 	ClaimWindow time.Duration
 }
-
-// MinTTL is the shortest lease a Locker or Policy accepts.
-const MinTTL = 30 * time.Millisecond
 
 const (
 	defaultPrefix         = "routelock:"
@@ -78,13 +77,13 @@ func (o Options) withDefaults() (Options, error) {
 		o.Prefix = defaultPrefix
 	}
 	if strings.ContainsAny(o.Prefix, "{} ") {
-		return o, fmt.Errorf("lockcore: Prefix %q must not contain '{', '}' or spaces", o.Prefix)
+		return o, fmt.Errorf("redisengine: Prefix %q must not contain '{', '}' or spaces", o.Prefix)
 	}
 	if o.TTL == 0 {
 		o.TTL = defaultTTL
 	}
-	if o.TTL < MinTTL {
-		return o, fmt.Errorf("lockcore: TTL %v is below the minimum %v", o.TTL, MinTTL)
+	if o.TTL < lockcore.MinTTL {
+		return o, fmt.Errorf("redisengine: TTL %v is below the minimum %v", o.TTL, lockcore.MinTTL)
 	}
 	for _, d := range []struct {
 		v    *time.Duration
@@ -99,27 +98,27 @@ func (o Options) withDefaults() (Options, error) {
 			*d.v = d.def
 		}
 		if *d.v < 0 {
-			return o, fmt.Errorf("lockcore: negative %s %v", d.name, *d.v)
+			return o, fmt.Errorf("redisengine: negative %s %v", d.name, *d.v)
 		}
 	}
 	if o.ClaimWindow == 0 {
 		o.ClaimWindow = defaultClaimWindow
 	}
-	if o.ClaimWindow < MinTTL {
-		return o, fmt.Errorf("lockcore: ClaimWindow %v is below the minimum %v", o.ClaimWindow, MinTTL)
+	if o.ClaimWindow < lockcore.MinTTL {
+		return o, fmt.Errorf("redisengine: ClaimWindow %v is below the minimum %v", o.ClaimWindow, lockcore.MinTTL)
 	}
 	return o, nil
 }
 
-// Locker takes and holds locks in one Redis. It is safe for concurrent use.
-// A Locker owns two background goroutines, the watchdog that renews held
+// Engine takes and holds locks in one Redis. It is safe for concurrent use.
+// A Engine owns two background goroutines, the watchdog that renews held
 // leases and the receiver of release notifications on one subscription
 // connection; Close stops both.
-type Locker struct {
+type Engine struct {
 	rdb redis.UniversalClient
 	opt Options
 
-	id      string // random; names this Locker's notification channel
+	id      string // random; names this Engine's notification channel
 	channel string
 	seq     atomic.Uint64 // attempt ids
 
@@ -142,7 +141,7 @@ type Locker struct {
 	lateAcquire, afterRelease func(*call)
 }
 
-// New returns a Locker on rdb. The Locker does not own rdb: Close leaves it
+// New returns a Engine on rdb. The Engine does not own rdb: Close leaves it
 // open. It returns an error when opt is invalid, or when rdb is a
 // *redis.Ring: a Ring spreads keys over independent servers and moves them
 // when one is down, so two owners could hold one lock.
@@ -150,12 +149,12 @@ type Locker struct {
 // rdb's options need no change: the engine keeps its own deadlines, and
 // every call is safe to run twice (go-redis re-sends a command whose reply
 // was lost). A *redis.ClusterClient works: a lock's keys share one slot.
-func New(rdb redis.UniversalClient, opt Options) (*Locker, error) {
+func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	switch rdb.(type) {
 	case nil:
-		return nil, fmt.Errorf("lockcore: nil redis client")
+		return nil, fmt.Errorf("redisengine: nil redis client")
 	case *redis.Ring:
-		return nil, fmt.Errorf("lockcore: a *redis.Ring cannot hold locks: it moves keys between independent servers when one is down, so two owners could hold one lock; use a *redis.Client or a *redis.ClusterClient")
+		return nil, fmt.Errorf("redisengine: a *redis.Ring cannot hold locks: it moves keys between independent servers when one is down, so two owners could hold one lock; use a *redis.Client or a *redis.ClusterClient")
 	}
 	opt, err := opt.withDefaults()
 	if err != nil {
@@ -163,7 +162,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Locker, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	l := &Locker{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
+	l := &Engine{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
 	l.channel = opt.Prefix + "notify:" + l.id
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	ps, err := subscribe(l.ctx, rdb)
@@ -189,7 +188,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Locker, error) {
 func subscribe(ctx context.Context, rdb redis.UniversalClient) (ps *redis.PubSub, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("lockcore: %T cannot subscribe to notifications: %v", rdb, r)
+			err = fmt.Errorf("redisengine: %T cannot subscribe to notifications: %v", rdb, r)
 		}
 	}()
 	return rdb.Subscribe(ctx), nil
@@ -209,13 +208,13 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 
 // claimPX is how long a waiter in another process is granted the lock
 // before it claims it.
-func (l *Locker) claimPX() time.Duration { return l.opt.ClaimWindow * 3 / 5 }
+func (l *Engine) claimPX() time.Duration { return l.opt.ClaimWindow * 3 / 5 }
 
 // recheck is how long a waiter sleeps at most before asking Redis again.
-func (l *Locker) recheck() time.Duration { return l.opt.ClaimWindow * 3 / 10 }
+func (l *Engine) recheck() time.Duration { return l.opt.ClaimWindow * 3 / 10 }
 
-// Options returns the Locker's options with defaults filled in.
-func (l *Locker) Options() Options { return l.opt }
+// Options returns the Engine's options with defaults filled in.
+func (l *Engine) Options() Options { return l.opt }
 
 // Close stops the watchdog and the notification receiver. Leases still held
 // are no longer renewed: their contexts are cancelled with ErrLockLost (and
@@ -224,7 +223,7 @@ func (l *Locker) Options() Options { return l.opt }
 // ReleaseTimeout for the calls, withdrawals and renewals still on the wire;
 // those the client has not answered by then end with the client's own
 // timeouts. Close is idempotent.
-func (l *Locker) Close() error {
+func (l *Engine) Close() error {
 	l.once.Do(func() {
 		l.closed.Store(true)
 		l.cancel()
@@ -237,24 +236,24 @@ func (l *Locker) Close() error {
 
 // redisKeys returns the lock's hold, queue and fence keys. They share the
 // hash tag {key}, and one allocation.
-func (l *Locker) redisKeys(k Key) (ks [3]string) {
+func (l *Engine) redisKeys(k lockcore.Key) (ks [3]string) {
 	var b strings.Builder
-	n := len(l.opt.Prefix) + len(k.s) + 2
+	n := len(l.opt.Prefix) + len(k.String()) + 2
 	b.Grow(2*n + 4)
 	b.WriteString(l.opt.Prefix)
 	b.WriteByte('{')
-	b.WriteString(k.s)
+	b.WriteString(k.String())
 	b.WriteString("}:q")
 	b.WriteString(l.opt.Prefix)
 	b.WriteByte('{')
-	b.WriteString(k.s)
+	b.WriteString(k.String())
 	b.WriteString("}:f")
 	s := b.String()
 	return [3]string{s[:n], s[:n+2], s[n+2:]}
 }
 
 // ttlArg returns ms(ttl) as a script argument.
-func (l *Locker) ttlArg(ttl time.Duration) any {
+func (l *Engine) ttlArg(ttl time.Duration) any {
 	if ttl == l.opt.TTL {
 		return l.ttlBoxed
 	}
@@ -276,7 +275,7 @@ func (d detached) Err() error                  { return nil }
 
 // nextID returns a fresh attempt id, unique across Lockers. It always
 // contains a '.', which the scripts rely on to tell it from other fields.
-func (l *Locker) nextID() string {
+func (l *Engine) nextID() string {
 	return l.id + "." + strconv.FormatUint(l.seq.Add(1), 36)
 }
 

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
 var (
@@ -89,7 +90,7 @@ func TestLossLeadTime(t *testing.T) {
 		defer holder.Close()
 		key := mustKey(t, "lead", strconv.Itoa(i))
 		ctx := context.Background()
-		ls, err := holder.Acquire(ctx, key, Policy{TTL: ttl})
+		ls, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 		if err != nil {
 			t.Error(err)
 			return 0
@@ -104,7 +105,7 @@ func TestLossLeadTime(t *testing.T) {
 		defer tick.Stop()
 		for deadline := time.Now().Add(3 * ttl); time.Now().Before(deadline); <-tick.C {
 			sent := time.Now()
-			if other, err := prober.Acquire(ctx, key, Policy{}); err == nil {
+			if other, err := prober.Acquire(ctx, key, lockcore.Policy{}); err == nil {
 				got = sent
 				_ = other.Release(ctx)
 				break
@@ -121,7 +122,7 @@ func TestLossLeadTime(t *testing.T) {
 			t.Errorf("trial %d: another owner got in and the holder's context is still live", i)
 			return 0
 		}
-		if !errors.Is(context.Cause(ls.Context()), ErrLockLost) {
+		if !errors.Is(context.Cause(ls.Context()), lockcore.ErrLockLost) {
 			t.Errorf("trial %d: cause %v, want ErrLockLost", i, context.Cause(ls.Context()))
 		}
 		lead := got.Sub(cancelled)
@@ -169,7 +170,7 @@ func TestDeadWaiterCost(t *testing.T) {
 				ok := eventuallyOK(5*time.Second, func() bool {
 					return rdb.PubSubNumSub(ctx, ghost.channel).Val()[ghost.channel] == 1
 				})
-				h, err := holder.Acquire(ctx, key, Policy{})
+				h, err := holder.Acquire(ctx, key, lockcore.Policy{})
 				if err != nil || !ok {
 					t.Errorf("trial %d: holder: %v, ghost subscribed: %v", i, err, ok)
 					return 0
@@ -177,7 +178,7 @@ func TestDeadWaiterCost(t *testing.T) {
 				ghostDone := make(chan struct{})
 				go func() {
 					defer close(ghostDone)
-					if ls, err := ghost.Acquire(ctx, key, Policy{Wait: 5 * time.Second}); err == nil {
+					if ls, err := ghost.Acquire(ctx, key, lockcore.Policy{Wait: 5 * time.Second}); err == nil {
 						_ = ls.Release(ctx)
 					}
 				}()
@@ -196,7 +197,7 @@ func TestDeadWaiterCost(t *testing.T) {
 					if !eventuallyOK(5*time.Second, func() bool {
 						return rdb.PubSubNumSub(ctx, ghost.channel).Val()[ghost.channel] == 0
 					}) {
-						t.Errorf("trial %d: Redis still sees the killed Locker's subscription", i)
+						t.Errorf("trial %d: Redis still sees the killed Engine's subscription", i)
 					}
 				} else {
 					p.Blackhole(true)
@@ -231,7 +232,7 @@ func TestDeadWaiterCost(t *testing.T) {
 
 // inspectOK is Inspect for goroutines other than the test's: a failed read
 // reads as the zero Info.
-func inspectOK(l *Locker, k Key) Info {
+func inspectOK(l *Engine, k lockcore.Key) Info {
 	info, _ := l.Inspect(context.Background(), k)
 	return info
 }

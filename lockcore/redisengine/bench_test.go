@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
 // BenchmarkAcquireRelease times one uncontended Acquire and Release on a
@@ -37,7 +39,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					if par == 1 {
 						k := mustKey(b, "serial")
 						for b.Loop() {
-							ls, err := l.Acquire(ctx, k, Policy{})
+							ls, err := l.Acquire(ctx, k, lockcore.Policy{})
 							if err != nil {
 								b.Fatal(err)
 							}
@@ -51,7 +53,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					b.RunParallel(func(pb *testing.PB) {
 						k := mustKey(b, "p", strconv.Itoa(int(n.Add(1))))
 						for pb.Next() {
-							ls, err := l.Acquire(ctx, k, Policy{})
+							ls, err := l.Acquire(ctx, k, lockcore.Policy{})
 							if err != nil {
 								b.Error(err)
 								return

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
 var (
@@ -45,8 +46,8 @@ type chaosConfig struct {
 	lockers    int // the first half go through the proxy
 	keys       int
 	ttl        time.Duration
-	client     redis.Options                                          // every Locker's client, Addr aside
-	engine     Options                                                // every Locker's options, Prefix and TTL aside
+	client     redis.Options                                          // every Engine's client, Addr aside
+	engine     Options                                                // every Engine's options, Prefix and TTL aside
 	fault      func(ctx context.Context, f *faultEnv, rng *rand.Rand) // runs during the load; nil: none
 }
 
@@ -100,7 +101,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	t.Helper()
 	prefix := redistest.Prefix(t)
 	proxy := faultproxy.Start(t, b.Addr)
-	lockers := make([]*Locker, cfg.lockers)
+	lockers := make([]*Engine, cfg.lockers)
 	var clients []*redis.Client
 	for i := range lockers {
 		addr := b.Addr
@@ -156,13 +157,13 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		switch {
 		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 			kind = "caller gave up"
-		case errors.Is(err, ErrWaitTimeout):
+		case errors.Is(err, lockcore.ErrWaitTimeout):
 			kind = "wait timeout"
-		case errors.Is(err, ErrNotAcquired):
+		case errors.Is(err, lockcore.ErrNotAcquired):
 			kind = "busy"
-		case errors.Is(err, ErrUnavailable):
+		case errors.Is(err, lockcore.ErrUnavailable):
 			kind = "unavailable"
-		case errors.Is(err, ErrLockLost):
+		case errors.Is(err, lockcore.ErrLockLost):
 			kind = "lost"
 		}
 		mu.Lock()
@@ -186,8 +187,8 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	// budget.
 	// The returned cancel ends the caller's context: a caller with a
 	// deadline keeps it for its whole section, as a request does.
-	acquire := func(rng *rand.Rand, parent context.Context, l *Locker, k int) (*Lease, context.CancelFunc, error) {
-		p := Policy{}
+	acquire := func(rng *rand.Rand, parent context.Context, l *Engine, k int) (*lockcore.Lease, context.CancelFunc, error) {
+		p := lockcore.Policy{}
 		if rng.IntN(3) > 0 {
 			p.Wait = time.Duration(rng.IntN(300)) * time.Millisecond
 		}
@@ -235,14 +236,14 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				cut := make(chan time.Time, 1)
 				stop := context.AfterFunc(ls.Context(), func() { cut <- time.Now() })
 				// Nest: re-enter the same key, in process or through another
-				// Locker with the token, or take a higher key too (ordered,
+				// Engine with the token, or take a higher key too (ordered,
 				// so that nested waits cannot deadlock).
-				var inner []*Lease
+				var inner []*lockcore.Lease
 				var innerDone []func() bool
 				var innerCancel []context.CancelFunc
 				switch rng.IntN(4) {
 				case 0:
-					if in, err := lockers[rng.IntN(len(lockers))].Acquire(ls.Context(), mustKey(t, "k", strconv.Itoa(k)), Policy{}); err == nil {
+					if in, err := lockers[rng.IntN(len(lockers))].Acquire(ls.Context(), mustKey(t, "k", strconv.Itoa(k)), lockcore.Policy{}); err == nil {
 						if in.Fence() != fence {
 							mu.Lock()
 							res.violations = append(res.violations, fmt.Sprintf("re-entry of k%d got fence %d, hold has %d", k, in.Fence(), fence))
@@ -334,13 +335,13 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	<-faultDone
 	proxy.Heal()
 
-	// Once healed, every Locker works again.
+	// Once healed, every Engine works again.
 	for i, l := range lockers {
 		var err error
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
-			var ls *Lease
-			if ls, err = l.Acquire(context.Background(), mustKey(t, "healed", strconv.Itoa(i)), Policy{Wait: time.Second}); err == nil {
+			var ls *lockcore.Lease
+			if ls, err = l.Acquire(context.Background(), mustKey(t, "healed", strconv.Itoa(i)), lockcore.Policy{Wait: time.Second}); err == nil {
 				err = ls.Release(context.Background())
 				if err == nil {
 					break
@@ -349,7 +350,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 			time.Sleep(20 * time.Millisecond) // retry until the client has reconnected, bounded above
 		}
 		if err != nil {
-			res.violations = append(res.violations, fmt.Sprintf("Locker %d does not work after healing: %v", i, err))
+			res.violations = append(res.violations, fmt.Sprintf("Engine %d does not work after healing: %v", i, err))
 		}
 	}
 
@@ -518,7 +519,7 @@ var faults = map[string]func(ctx context.Context, f *faultEnv, rng *rand.Rand){
 				if j >= 100 {
 					dl = now + 5000
 				}
-				m := fmt.Sprintf("%d 300 %snotify:gone dead.%d.%d %s", dl, f.prefix, i, j, NewToken())
+				m := fmt.Sprintf("%d 300 %snotify:gone dead.%d.%d %s", dl, f.prefix, i, j, lockcore.NewToken())
 				zs = append(zs, redis.Z{Score: float64(j), Member: m})
 			}
 			_ = f.admin.ZAdd(context.Background(), f.queue(rng.IntN(f.keys)), zs...).Err()

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
 // clientFor returns a client of addr at go-redis's defaults, as users run
@@ -31,7 +32,7 @@ func TestUnavailable(t *testing.T) {
 		defer l.Close()
 		ctx := context.Background()
 		const ttl = 400 * time.Millisecond
-		ls, err := l.Acquire(ctx, mustKey(t, "held"), Policy{TTL: ttl})
+		ls, err := l.Acquire(ctx, mustKey(t, "held"), lockcore.Policy{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,9 +45,9 @@ func TestUnavailable(t *testing.T) {
 		stop()
 		cut := time.Now()
 
-		for _, p := range []Policy{{}, {Wait: time.Second}} {
+		for _, p := range []lockcore.Policy{{}, {Wait: time.Second}} {
 			_, err = l.Acquire(ctx, mustKey(t, "other"), p)
-			if !errors.Is(err, ErrUnavailable) {
+			if !errors.Is(err, lockcore.ErrUnavailable) {
 				t.Fatalf("acquire (%+v) with Redis down: %v, want ErrUnavailable", p, err)
 			}
 		}
@@ -56,7 +57,7 @@ func TestUnavailable(t *testing.T) {
 		case <-time.After(ttl + time.Second):
 			t.Fatal("holder cut off from Redis never learned its lease was lost")
 		}
-		if !errors.Is(ls.Err(), ErrLockLost) {
+		if !errors.Is(ls.Err(), lockcore.ErrLockLost) {
 			t.Fatalf("lease error %v, want ErrLockLost", ls.Err())
 		}
 		// Redis would have expired the key no earlier than confirmed+ttl.
@@ -64,7 +65,7 @@ func TestUnavailable(t *testing.T) {
 			t.Fatalf("loss learned %v after the last confirmation, not before the TTL %v", learned.Sub(confirmed), ttl)
 		}
 		t.Logf("loss learned %v after the cut, %v before the TTL could end", learned.Sub(cut), confirmed.Add(ttl).Sub(learned))
-		if err := ls.Release(ctx); !errors.Is(err, ErrLockLost) {
+		if err := ls.Release(ctx); !errors.Is(err, lockcore.ErrLockLost) {
 			t.Fatalf("release: %v", err)
 		}
 	})
@@ -85,7 +86,7 @@ func TestLostHandOverNotification(t *testing.T) {
 		// sees it.
 		rdb := b.Client(t)
 		ctx := context.Background()
-		eventually(t, 5*time.Second, "deaf Locker subscribed", func() bool {
+		eventually(t, 5*time.Second, "deaf Engine subscribed", func() bool {
 			return rdb.PubSubNumSub(ctx, deaf.channel).Val()[deaf.channel] == 1
 		})
 		deaf.channel = prefix + "bystander"
@@ -96,7 +97,7 @@ func TestLostHandOverNotification(t *testing.T) {
 		}
 		key := mustKey(t, "k")
 		const ttl = 10 * time.Second
-		ls, err := holder.Acquire(ctx, key, Policy{TTL: ttl})
+		ls, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,10 +129,10 @@ func TestLostHandOverNotification(t *testing.T) {
 	})
 }
 
-// TestResubscribeAsksAgain: hand-overs published while a Locker's
+// TestResubscribeAsksAgain: hand-overs published while a Engine's
 // subscription was down are lost, so when it is re-established every waiter
 // asks Redis again. The waiter's hand-over is lost by construction (it
-// names a channel nobody reads); resetting its Locker's connections makes
+// names a channel nobody reads); resetting its Engine's connections makes
 // the subscription come back, and the waiter must learn it holds the lock
 // long before the holder's 10 s lease, its other way to learn, ends.
 func TestResubscribeAsksAgain(t *testing.T) {
@@ -146,12 +147,12 @@ func TestResubscribeAsksAgain(t *testing.T) {
 		t.Cleanup(func() { _ = w.Close() })
 		rdb := b.Client(t)
 		ctx := context.Background()
-		eventually(t, 5*time.Second, "waiting Locker subscribed", func() bool {
+		eventually(t, 5*time.Second, "waiting Engine subscribed", func() bool {
 			return rdb.PubSubNumSub(ctx, w.channel).Val()[w.channel] == 1
 		})
 		w.channel = prefix + "nobody-listens"
 		key := mustKey(t, "k")
-		h, err := holder.Acquire(ctx, key, Policy{TTL: 10 * time.Second})
+		h, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +164,7 @@ func TestResubscribeAsksAgain(t *testing.T) {
 		if p.ResetAll() == 0 {
 			t.Fatal("no connection to reset")
 		}
-		ls := awaitLease(t, got, errc, 3*time.Second, "waiter after its Locker resubscribed")
+		ls := awaitLease(t, got, errc, 3*time.Second, "waiter after its Engine resubscribed")
 		info := inspect(t, holder, key)
 		if ls.Fence() != info.Fence || info.Holders[ls.Token()] != 1 {
 			t.Fatalf("waiter holds fence %d; Redis: %+v", ls.Fence(), info)

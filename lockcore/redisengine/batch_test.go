@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
 // pipeHook records the largest pipeline a client sent.
@@ -32,7 +33,7 @@ func (h *pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// TestBatching: under load a Locker's calls leave in pipelines, and each
+// TestBatching: under load a Engine's calls leave in pipelines, and each
 // caller still gets its own answer: 64 goroutines re-enter and release keys
 // of their own and must see their own counts and fences.
 func TestBatching(t *testing.T) {
@@ -56,14 +57,14 @@ func TestBatching(t *testing.T) {
 				defer wg.Done()
 				key := mustKey(t, "b", strconv.Itoa(g))
 				for range 20 {
-					ls, err := l.Acquire(ctx, key, Policy{})
+					ls, err := l.Acquire(ctx, key, lockcore.Policy{})
 					if err != nil {
 						t.Error(err)
 						return
 					}
-					// The same token through another Locker re-enters in
+					// The same token through another Engine re-enters in
 					// Redis: the count there must be this goroutine's.
-					inner, err := other.Acquire(WithToken(ctx, ls.Token()), key, Policy{})
+					inner, err := other.Acquire(lockcore.WithToken(ctx, ls.Token()), key, lockcore.Policy{})
 					if err != nil {
 						t.Error(err)
 						return
@@ -116,7 +117,7 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				ls, err := l.Acquire(ctx, mustKey(t, "f", strconv.Itoa(g)), Policy{})
+				ls, err := l.Acquire(ctx, mustKey(t, "f", strconv.Itoa(g)), lockcore.Policy{})
 				if err != nil {
 					t.Error(err)
 					return
@@ -152,7 +153,7 @@ func TestQueuedCallFailsWithItsFlight(t *testing.T) {
 		ctx := context.Background()
 		// Warm the pool so that the calls below need no dial.
 		for i := range maxFlights {
-			ls, err := l.Acquire(ctx, mustKey(t, "warm", strconv.Itoa(i)), Policy{})
+			ls, err := l.Acquire(ctx, mustKey(t, "warm", strconv.Itoa(i)), lockcore.Policy{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,7 +164,7 @@ func TestQueuedCallFailsWithItsFlight(t *testing.T) {
 		errs := make(chan error, maxFlights+1)
 		for i := range maxFlights {
 			go func() {
-				_, err := l.Acquire(ctx, mustKey(t, "on-wire", strconv.Itoa(i)), Policy{})
+				_, err := l.Acquire(ctx, mustKey(t, "on-wire", strconv.Itoa(i)), lockcore.Policy{})
 				errs <- err
 			}()
 		}
@@ -173,9 +174,9 @@ func TestQueuedCallFailsWithItsFlight(t *testing.T) {
 			return l.batch.flights == maxFlights
 		})
 		start := time.Now()
-		_, err = l.Acquire(ctx, mustKey(t, "queued"), Policy{})
+		_, err = l.Acquire(ctx, mustKey(t, "queued"), lockcore.Policy{})
 		took := time.Since(start)
-		if !errors.Is(err, ErrUnavailable) {
+		if !errors.Is(err, lockcore.ErrUnavailable) {
 			t.Fatalf("queued call: %v, want ErrUnavailable", err)
 		}
 		// One flight's read timeout, not two; the write to a blackholed
@@ -184,7 +185,7 @@ func TestQueuedCallFailsWithItsFlight(t *testing.T) {
 			t.Fatalf("queued call failed after %v, with a read timeout of %v", took, timeout)
 		}
 		for range maxFlights {
-			if err := <-errs; !errors.Is(err, ErrUnavailable) {
+			if err := <-errs; !errors.Is(err, lockcore.ErrUnavailable) {
 				t.Fatalf("call on the wire: %v, want ErrUnavailable", err)
 			}
 		}

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 // The engine's safety promises under the faults a real client meets: a
 // command that ran but whose reply was lost (and that go-redis, at its
@@ -26,6 +26,7 @@ import (
 
 	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
 // testClaimWindow is how long a waiter granted the lock has to claim it before
@@ -84,9 +85,9 @@ func (k clientKind) client(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
-// lockerOn returns a Locker on rdb with prefix, closed at the end of the
+// lockerOn returns a Engine on rdb with prefix, closed at the end of the
 // test.
-func lockerOn(t *testing.T, rdb redis.UniversalClient, prefix string, opt Options) *Locker {
+func lockerOn(t *testing.T, rdb redis.UniversalClient, prefix string, opt Options) *Engine {
 	t.Helper()
 	opt.Prefix = prefix
 	l, err := New(rdb, opt)
@@ -97,10 +98,10 @@ func lockerOn(t *testing.T, rdb redis.UniversalClient, prefix string, opt Option
 	return l
 }
 
-// cutOffLocker returns a Locker whose client (of kind k) reaches b through a
-// fault proxy, and the proxy. The proxy closes before the Locker does, so
+// cutOffLocker returns a Engine whose client (of kind k) reaches b through a
+// fault proxy, and the proxy. The proxy closes before the Engine does, so
 // that closing does not wait out reads that a blackhole left hanging.
-func cutOffLocker(t *testing.T, b *redistest.Backend, k clientKind, prefix string, opt Options) (*Locker, *faultproxy.Proxy) {
+func cutOffLocker(t *testing.T, b *redistest.Backend, k clientKind, prefix string, opt Options) (*Engine, *faultproxy.Proxy) {
 	t.Helper()
 	p := faultproxy.Start(t, b.Addr)
 	l := lockerOn(t, k.client(t, p.Addr), prefix, opt)
@@ -112,10 +113,10 @@ func cutOffLocker(t *testing.T, b *redistest.Backend, k clientKind, prefix strin
 // a scratch key through l: an EVALSHA of an unknown script is answered
 // NOSCRIPT and run again as EVAL, which LoseReplyTo on the SHA would not
 // match.
-func warmScripts(t *testing.T, l *Locker) {
+func warmScripts(t *testing.T, l *Engine) {
 	t.Helper()
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, mustKey(t, "warm-up"), Policy{})
+	ls, err := l.Acquire(ctx, mustKey(t, "warm-up"), lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,16 +127,16 @@ func warmScripts(t *testing.T, l *Locker) {
 
 // checkSoleHolder checks that outer's hold is the key's only one, with count
 // 1, that another owner cannot take it, and that outer's section is live.
-func checkSoleHolder(t *testing.T, l, intruder *Locker, key Key, outer *Lease) {
+func checkSoleHolder(t *testing.T, l, intruder *Engine, key lockcore.Key, outer *lockcore.Lease) {
 	t.Helper()
 	ctx := context.Background()
 	if info := inspect(t, l, key); len(info.Holders) != 1 || info.Holders[outer.Token()] != 1 {
 		t.Errorf("Redis: %+v; want the outer holder's token alone with count 1", info)
 	}
-	if ls, err := intruder.Acquire(ctx, key, Policy{}); err == nil {
+	if ls, err := intruder.Acquire(ctx, key, lockcore.Policy{}); err == nil {
 		_ = ls.Release(ctx)
 		t.Errorf("another owner acquired the key while the outer lease's context is live (%v)", outer.Context().Err())
-	} else if !errors.Is(err, ErrNotAcquired) {
+	} else if !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Errorf("another owner: %v, want ErrNotAcquired", err)
 	}
 	if err := outer.Context().Err(); err != nil {
@@ -183,15 +184,15 @@ func stallRedis(t *testing.T, addr string, d time.Duration) <-chan error {
 // reenter takes key on a, then re-enters it on bl under the same token,
 // and checks that Redis counts two entries. The outer lease is released
 // when the test ends.
-func reenter(t *testing.T, a, bl *Locker, key Key) (outer, inner *Lease) {
+func reenter(t *testing.T, a, bl *Engine, key lockcore.Key) (outer, inner *lockcore.Lease) {
 	t.Helper()
 	ctx := context.Background()
-	outer, err := a.Acquire(ctx, key, Policy{})
+	outer, err := a.Acquire(ctx, key, lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = outer.Release(ctx) })
-	inner, err = bl.Acquire(WithToken(ctx, outer.Token()), key, Policy{})
+	inner, err = bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func reenter(t *testing.T, a, bl *Locker, key Key) (outer, inner *Lease) {
 // released by its inner lease keeps the outer holder's count when the
 // release's reply is lost and go-redis retries it, or when Redis stalls past
 // the client's ReadTimeout so the retries queue up behind the first; and a
-// release that handed the lock to a waiter of the same Locker wakes that
+// release that handed the lock to a waiter of the same Engine wakes that
 // waiter even though its reply was lost and the retry found the lock gone.
 func TestRetriedReleaseIsIdempotent(t *testing.T) {
 	t.Run("reentered-lost-reply", func(t *testing.T) {
@@ -272,7 +273,7 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 			key := mustKey(t, "k")
 			ctx := context.Background()
 			const ttl = 5 * time.Second // a waiter not woken sleeps this long
-			h, err := l.Acquire(ctx, key, Policy{TTL: ttl})
+			h, err := l.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -284,8 +285,8 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 			if p.LostReplies() != 1 {
 				t.Fatalf("the release's reply was not lost (%d lost): the fault did not happen", p.LostReplies())
 			}
-			t.Logf("release handing over to a waiter of the same Locker, reply lost and retried: %v", err)
-			var w *Lease
+			t.Logf("release handing over to a waiter of the same Engine, reply lost and retried: %v", err)
+			var w *lockcore.Lease
 			select {
 			case w = <-got:
 			case err := <-errc:
@@ -324,12 +325,12 @@ func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
 		prober := newLocker(t, b, prefix, Options{TTL: ttl})
 		rdb := b.Client(t)
 		ctx := context.Background()
-		eventually(t, 5*time.Second, "deaf Locker subscribed", func() bool {
+		eventually(t, 5*time.Second, "deaf Engine subscribed", func() bool {
 			return rdb.PubSubNumSub(ctx, deaf.channel).Val()[deaf.channel] == 1
 		})
 		deaf.channel = prefix + "nobody-listens" // see TestLostHandOverNotification
 		key := mustKey(t, "k")
-		h, err := holder.Acquire(ctx, key, Policy{})
+		h, err := holder.Acquire(ctx, key, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +355,7 @@ func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
 		end := time.Now().Add(ttl + ttl/2)
 		attempts := 0
 		for ; attempts < 5000 && time.Now().Before(end) && w.Context().Err() == nil; attempts++ {
-			ls, err := prober.Acquire(ctx, key, Policy{})
+			ls, err := prober.Acquire(ctx, key, lockcore.Policy{})
 			if err == nil {
 				live := w.Context().Err() == nil
 				in := time.Since(granted)
@@ -365,7 +366,7 @@ func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
 				}
 				break
 			}
-			if !errors.Is(err, ErrNotAcquired) {
+			if !errors.Is(err, lockcore.ErrNotAcquired) {
 				t.Fatal(err)
 			}
 			select {
@@ -395,7 +396,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 300 * time.Millisecond
-		a, err := l1.Acquire(ctx, key, Policy{TTL: ttl})
+		a, err := l1.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,7 +408,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		case <-time.After(ttl + time.Second):
 			t.Fatal("the deleted lease was not declared lost")
 		}
-		newer, err := l2.Acquire(WithToken(ctx, a.Token()), key, Policy{})
+		newer, err := l2.Acquire(lockcore.WithToken(ctx, a.Token()), key, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -415,17 +416,17 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		if newer.Token() == a.Token() {
 			t.Error("the token of an expired hold took the free lock; want a fresh token")
 		}
-		if err := a.Release(ctx); !errors.Is(err, ErrLockLost) {
+		if err := a.Release(ctx); !errors.Is(err, lockcore.ErrLockLost) {
 			t.Errorf("release of the lost lease: %v, want ErrLockLost", err)
 		}
 		info := inspect(t, l1, key)
 		if len(info.Holders) != 1 || info.Holders[newer.Token()] != 1 || info.Fence != newer.Fence() {
 			t.Errorf("Redis after the lost lease's release: %+v; want the newer hold (fence %d, count 1)", info, newer.Fence())
 		}
-		if ls, err := third.Acquire(ctx, key, Policy{}); err == nil {
+		if ls, err := third.Acquire(ctx, key, lockcore.Policy{}); err == nil {
 			_ = ls.Release(ctx)
 			t.Errorf("another owner acquired the key while the newer lease's context is live (%v)", newer.Context().Err())
-		} else if !errors.Is(err, ErrNotAcquired) {
+		} else if !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Errorf("another owner: %v, want ErrNotAcquired", err)
 		}
 		if err := newer.Context().Err(); err != nil {
@@ -457,12 +458,12 @@ func TestRetriedReentryLeaksNoCount(t *testing.T) {
 				key := mustKey(t, "k")
 				ctx := context.Background()
 				const ttl = 5 * time.Second
-				outer, err := a.Acquire(ctx, key, Policy{TTL: ttl})
+				outer, err := a.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 				if err != nil {
 					t.Fatal(err)
 				}
 				p.LoseReplyTo(scriptSHA(t, "acquire"), 1)
-				inner, err := bl.Acquire(WithToken(ctx, outer.Token()), key, Policy{TTL: ttl})
+				inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{TTL: ttl})
 				if p.LostReplies() != 1 {
 					t.Fatalf("the re-entry's reply was not lost (%d lost): the fault did not happen", p.LostReplies())
 				}
@@ -485,7 +486,7 @@ func TestRetriedReentryLeaksNoCount(t *testing.T) {
 					t.Errorf("after every lease was released: %+v, want free", info)
 				}
 				start := time.Now()
-				ls, err := c.Acquire(ctx, key, Policy{Wait: time.Second})
+				ls, err := c.Acquire(ctx, key, lockcore.Policy{Wait: time.Second})
 				if err != nil {
 					t.Errorf("another owner, waiting up to 1s (TTL %v): %v after %v", ttl, err, time.Since(start))
 					return
@@ -512,7 +513,7 @@ func childWaitMain() int {
 	defer l.Close()
 	fmt.Println("waiting")
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, Key{s: key}, Policy{Wait: 30 * time.Second})
+	ls, err := l.Acquire(ctx, childKey(key), lockcore.Policy{Wait: 30 * time.Second})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -563,12 +564,12 @@ func TestKilledWaiterGrantReclaimed(t *testing.T) {
 		// Waiters sleep until the holder's lease would end unless handed the
 		// lock: a short one bounds how long the live waiter sleeps.
 		const childTTL = 3 * time.Second
-		h, err := holder.Acquire(ctx, key, Policy{TTL: childTTL})
+		h, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: childTTL})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := startChildMode(t, "wait", "ROUTELOCK_CHILD_ADDR="+b.Addr, "ROUTELOCK_CHILD_PREFIX="+prefix,
-			"ROUTELOCK_CHILD_KEY="+key.s, "ROUTELOCK_CHILD_TTL="+childTTL.String())
+			"ROUTELOCK_CHILD_KEY="+key.String(), "ROUTELOCK_CHILD_TTL="+childTTL.String())
 		if line := c.line(t); line != "waiting" {
 			t.Fatalf("child: %q", line)
 		}
@@ -608,7 +609,7 @@ func TestExpiredWaitersDoNotStrandLock(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 5 * time.Second // a waiter not handed the lock sleeps this long
-		h, err := holder.Acquire(ctx, key, Policy{TTL: ttl})
+		h, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -628,7 +629,7 @@ func TestExpiredWaitersDoNotStrandLock(t *testing.T) {
 		for i := range entries {
 			entries[i] = redis.Z{
 				Score:  zs[0].Score - float64(dead-i),
-				Member: fmt.Sprintf("%d %d %snotify:gone gone.%d %s", past, ttl.Milliseconds(), prefix, i, NewToken()),
+				Member: fmt.Sprintf("%d %d %snotify:gone gone.%d %s", past, ttl.Milliseconds(), prefix, i, lockcore.NewToken()),
 			}
 		}
 		if err := rdb.ZAdd(ctx, q, entries...).Err(); err != nil {
@@ -667,7 +668,7 @@ func TestLossDeclaredBeforeExpiry(t *testing.T) {
 				key := mustKey(t, "k")
 				ctx := context.Background()
 				// Not released: cut off, it is lost, and its key expires.
-				ls, err := holder.Acquire(ctx, key, Policy{})
+				ls, err := holder.Acquire(ctx, key, lockcore.Policy{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -680,13 +681,13 @@ func TestLossDeclaredBeforeExpiry(t *testing.T) {
 				cut := time.Now()
 				var in time.Time
 				for i := 0; i < 10000 && time.Since(cut) < 10*time.Second; i++ {
-					pl, err := prober.Acquire(ctx, key, Policy{})
+					pl, err := prober.Acquire(ctx, key, lockcore.Policy{})
 					if err == nil {
 						in = time.Now()
 						_ = pl.Release(ctx)
 						break
 					}
-					if !errors.Is(err, ErrNotAcquired) {
+					if !errors.Is(err, lockcore.ErrNotAcquired) {
 						t.Fatal(err)
 					}
 					<-time.After(2 * time.Millisecond) // pacing of the prober
@@ -743,8 +744,8 @@ func TestDeadlinesKept(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			for _, pol := range []struct {
 				name string
-				p    Policy
-			}{{"acquire-fail-fast", Policy{}}, {"acquire-wait", Policy{Wait: 5 * time.Second}}} {
+				p    lockcore.Policy
+			}{{"acquire-fail-fast", lockcore.Policy{}}, {"acquire-wait", lockcore.Policy{Wait: 5 * time.Second}}} {
 				t.Run(pol.name, func(t *testing.T) {
 					// The proxy works on both backends.
 					redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
@@ -762,7 +763,7 @@ func TestDeadlinesKept(t *testing.T) {
 							}
 							return err
 						})
-						if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotAcquired) {
+						if !errors.Is(err, lockcore.ErrUnavailable) || errors.Is(err, lockcore.ErrNotAcquired) {
 							t.Errorf("Acquire with Redis blackholed: %v; want ErrUnavailable, not ErrNotAcquired", err)
 						}
 					})
@@ -772,13 +773,13 @@ func TestDeadlinesKept(t *testing.T) {
 				redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 					l, p := cutOffLocker(t, b, k, redistest.Prefix(t), Options{ReleaseTimeout: releaseTimeout})
 					ctx := context.Background()
-					ls, err := l.Acquire(ctx, mustKey(t, "k"), Policy{})
+					ls, err := l.Acquire(ctx, mustKey(t, "k"), lockcore.Policy{})
 					if err != nil {
 						t.Fatal(err)
 					}
 					p.Blackhole(true)
 					err = call(t, "Release", releaseTimeout+slack, func() error { return ls.Release(ctx) })
-					if !errors.Is(err, ErrUnavailable) {
+					if !errors.Is(err, lockcore.ErrUnavailable) {
 						t.Errorf("Release with Redis blackholed: %v, want ErrUnavailable", err)
 					}
 				})
@@ -788,7 +789,7 @@ func TestDeadlinesKept(t *testing.T) {
 }
 
 // childRingMain is the child of TestEveryUniversalClientWorksOrIsRefused: it
-// makes a Locker on a *redis.Ring of one shard and says "refused <error>",
+// makes a Engine on a *redis.Ring of one shard and says "refused <error>",
 // or "accepted" and then how an acquire and release went.
 func childRingMain() int {
 	addr, prefix := os.Getenv("ROUTELOCK_CHILD_ADDR"), os.Getenv("ROUTELOCK_CHILD_PREFIX")
@@ -802,7 +803,7 @@ func childRingMain() int {
 	defer l.Close()
 	fmt.Println("accepted")
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, Key{s: "ring"}, Policy{})
+	ls, err := l.Acquire(ctx, childKey("ring"), lockcore.Policy{})
 	if err != nil {
 		fmt.Println("acquire:", err)
 		return 0
@@ -816,7 +817,7 @@ func childRingMain() int {
 // subscribe without naming a channel, and would subscribe on the channel's
 // shard while the scripts publish hand-overs on the lock's) is refused with
 // an error at construction, and does not crash the process later; a
-// *redis.ClusterClient acquires, hands over to a waiter of another Locker,
+// *redis.ClusterClient acquires, hands over to a waiter of another Engine,
 // and releases.
 func TestEveryUniversalClientWorksOrIsRefused(t *testing.T) {
 	t.Run("ring", func(t *testing.T) {
@@ -850,7 +851,7 @@ func TestEveryUniversalClientWorksOrIsRefused(t *testing.T) {
 						break
 					}
 				}
-				t.Errorf("the process with a Locker on a Ring died (%v): %q; it had said %q", err, panicked, said)
+				t.Errorf("the process with a Engine on a Ring died (%v): %q; it had said %q", err, panicked, said)
 			}
 			if !strings.HasPrefix(said, "refused ") {
 				t.Errorf("New with a *redis.Ring: child said %q, want an error from New", said)
@@ -873,7 +874,7 @@ func TestEveryUniversalClientWorksOrIsRefused(t *testing.T) {
 				l2 := lockerOn(t, cluster(), prefix, Options{})
 				key := mustKey(t, "k")
 				ctx := context.Background()
-				h, err := l1.Acquire(ctx, key, Policy{})
+				h, err := l1.Acquire(ctx, key, lockcore.Policy{})
 				if err != nil {
 					t.Fatalf("acquire on a ClusterClient: %v", err)
 				}

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -12,11 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
-// newLocker returns a Locker on its own client of b, closed at the end of the
+// newLocker returns a Engine on its own client of b, closed at the end of the
 // test. Lockers of one test share a prefix, so they contend for the same keys.
-func newLocker(t *testing.T, b *redistest.Backend, prefix string, opt Options) *Locker {
+func newLocker(t *testing.T, b *redistest.Backend, prefix string, opt Options) *Engine {
 	t.Helper()
 	opt.Prefix = prefix
 	l, err := New(b.Client(t), opt)
@@ -27,16 +28,16 @@ func newLocker(t *testing.T, b *redistest.Backend, prefix string, opt Options) *
 	return l
 }
 
-func mustKey(t testing.TB, parts ...string) Key {
+func mustKey(t testing.TB, parts ...string) lockcore.Key {
 	t.Helper()
-	k, err := NewKey(parts...)
+	k, err := lockcore.NewKey(parts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return k
 }
 
-func inspect(t *testing.T, l *Locker, k Key) Info {
+func inspect(t *testing.T, l *Engine, k lockcore.Key) Info {
 	t.Helper()
 	info, err := l.Inspect(context.Background(), k)
 	if err != nil {
@@ -48,11 +49,11 @@ func inspect(t *testing.T, l *Locker, k Key) Info {
 // eventually polls cond until it holds or the bound passes.
 // acquireAsync starts l.Acquire(key) with a wait and returns the channels
 // its lease or error arrive on.
-func acquireAsync(l *Locker, key Key, wait time.Duration) (<-chan *Lease, <-chan error) {
-	got := make(chan *Lease, 1)
+func acquireAsync(l *Engine, key lockcore.Key, wait time.Duration) (<-chan *lockcore.Lease, <-chan error) {
+	got := make(chan *lockcore.Lease, 1)
 	errc := make(chan error, 1)
 	go func() {
-		ls, err := l.Acquire(context.Background(), key, Policy{Wait: wait})
+		ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: wait})
 		if err != nil {
 			errc <- err
 			return
@@ -64,7 +65,7 @@ func acquireAsync(l *Locker, key Key, wait time.Duration) (<-chan *Lease, <-chan
 
 // awaitLease returns the lease from got within d, failing the test on an
 // error or when none comes in time.
-func awaitLease(t *testing.T, got <-chan *Lease, errc <-chan error, d time.Duration, what string) *Lease {
+func awaitLease(t *testing.T, got <-chan *lockcore.Lease, errc <-chan error, d time.Duration, what string) *lockcore.Lease {
 	t.Helper()
 	select {
 	case ls := <-got:
@@ -105,7 +106,7 @@ func eventuallyOK(bound time.Duration, cond func() bool) bool {
 func TestExclusion(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		lockers := make([]*Locker, 4)
+		lockers := make([]*Engine, 4)
 		for i := range lockers {
 			lockers[i] = newLocker(t, b, prefix, Options{})
 		}
@@ -121,10 +122,10 @@ func TestExclusion(t *testing.T) {
 		)
 		for g := range goroutines {
 			wg.Add(1)
-			go func(l, peer *Locker) {
+			go func(l, peer *Engine) {
 				defer wg.Done()
 				for i := range perG {
-					ls, err := l.Acquire(context.Background(), key, Policy{Wait: 30 * time.Second})
+					ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: 30 * time.Second})
 					if err != nil {
 						errs <- err
 						return
@@ -140,12 +141,12 @@ func TestExclusion(t *testing.T) {
 					// Nested calls for the same request re-enter: in this
 					// process through the lease's context, and in another
 					// "service" through the propagated token.
-					var nested *Lease
+					var nested *lockcore.Lease
 					switch i % 8 {
 					case 0:
-						nested, err = l.Acquire(ls.Context(), key, Policy{})
+						nested, err = l.Acquire(ls.Context(), key, lockcore.Policy{})
 					case 1:
-						nested, err = peer.Acquire(WithToken(context.Background(), ls.Token()), key, Policy{})
+						nested, err = peer.Acquire(lockcore.WithToken(context.Background(), ls.Token()), key, lockcore.Policy{})
 					}
 					if err != nil {
 						errs <- fmt.Errorf("nested: %w", err)
@@ -199,13 +200,13 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		key := mustKey(t, "productID", "42")
 		ctx := context.Background()
 
-		outer, err := a.Acquire(ctx, key, Policy{})
+		outer, err := a.Acquire(ctx, key, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Another process that received the token re-enters.
 		tok := outer.Token()
-		inner, err := bl.Acquire(WithToken(ctx, tok), key, Policy{})
+		inner, err := bl.Acquire(lockcore.WithToken(ctx, tok), key, lockcore.Policy{})
 		if err != nil {
 			t.Fatalf("re-entry with the holder's token: %v", err)
 		}
@@ -216,11 +217,11 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 			t.Fatalf("holders = %v, want {token: 2}", info.Holders)
 		}
 		// A third owner does not get in.
-		if _, err := c.Acquire(ctx, key, Policy{}); !errors.Is(err, ErrNotAcquired) {
+		if _, err := c.Acquire(ctx, key, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("other owner: err = %v, want ErrNotAcquired", err)
 		}
 		// A token that holds nothing grants nothing.
-		if _, err := c.Acquire(WithToken(ctx, NewToken()), key, Policy{}); !errors.Is(err, ErrNotAcquired) {
+		if _, err := c.Acquire(lockcore.WithToken(ctx, lockcore.NewToken()), key, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("foreign token: err = %v, want ErrNotAcquired", err)
 		}
 		if err := outer.Release(ctx); err != nil {
@@ -229,7 +230,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		if info := inspect(t, a, key); info.Holders[tok] != 1 {
 			t.Fatalf("after outer release: holders = %v, want {token: 1}", info.Holders)
 		}
-		if _, err := c.Acquire(ctx, key, Policy{}); !errors.Is(err, ErrNotAcquired) {
+		if _, err := c.Acquire(ctx, key, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("while inner holds: err = %v, want ErrNotAcquired", err)
 		}
 		if err := inner.Release(ctx); err != nil {
@@ -238,7 +239,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		if info := inspect(t, a, key); info.Held() {
 			t.Fatalf("after both releases: %+v", info)
 		}
-		ls, err := c.Acquire(ctx, key, Policy{})
+		ls, err := c.Acquire(ctx, key, lockcore.Policy{})
 		if err != nil {
 			t.Fatalf("after release: %v", err)
 		}
@@ -261,12 +262,12 @@ func TestReentrancyInProcessSkipsRedis(t *testing.T) {
 	defer l.Close()
 	key := mustKey(t, "k")
 	ctx := context.Background()
-	outer, err := l.Acquire(ctx, key, Policy{})
+	outer, err := l.Acquire(ctx, key, lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := n.Load()
-	inner, err := l.Acquire(outer.Context(), key, Policy{})
+	inner, err := l.Acquire(outer.Context(), key, lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,13 +277,13 @@ func TestReentrancyInProcessSkipsRedis(t *testing.T) {
 	if d := n.Load() - before; d != 0 {
 		t.Fatalf("nested acquire+release sent %d commands, want 0", d)
 	}
-	if err := inner.Release(ctx); !errors.Is(err, ErrReleased) {
+	if err := inner.Release(ctx); !errors.Is(err, lockcore.ErrReleased) {
 		t.Fatalf("second release: %v, want ErrReleased", err)
 	}
 	if !inspect(t, l, key).Held() {
 		t.Fatal("inner release freed the outer hold")
 	}
-	if f, ok := FencingToken(inner.Context()); !ok || f != outer.Fence() {
+	if f, ok := lockcore.FencingToken(inner.Context()); !ok || f != outer.Fence() {
 		t.Fatalf("FencingToken = %d, %v; want %d", f, ok, outer.Fence())
 	}
 	if err := outer.Release(ctx); err != nil {
@@ -291,7 +292,7 @@ func TestReentrancyInProcessSkipsRedis(t *testing.T) {
 	if inspect(t, l, key).Held() {
 		t.Fatal("still held after the outer release")
 	}
-	if _, ok := FencingToken(outer.Context()); ok {
+	if _, ok := lockcore.FencingToken(outer.Context()); ok {
 		t.Fatal("released context still reports a fencing token")
 	}
 }
@@ -301,23 +302,22 @@ func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
 		l := newLocker(t, b, redistest.Prefix(t), Options{})
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		ls, err := l.Acquire(ctx, key, Policy{})
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A lease on the same key under another token, as a confused or
 		// hostile caller would hold after the real one took over, believed
 		// valid; and one under the right token with another entry.
-		for _, tok := range []string{NewToken(), ls.Token()} {
-			forged := &Lease{h: l.newHold(key, tok, 0)}
-			forged.h.setEntry(l.nextID())
-			forged.h.refs.Store(1)
-			forged.h.setValidUntil(time.Now().Add(time.Minute))
-			forged.h.ctx, forged.h.cancel = context.WithCancelCause(ctx)
-			if n, err := l.release(ctx, forged.h, ""); n != -1 || err != nil {
+		for _, tok := range []string{lockcore.NewToken(), ls.Token()} {
+			forged := l.newHold(key, tok, 0)
+			forged.setEntry(l.nextID())
+			forged.setValidUntil(time.Now().Add(time.Minute))
+			forged.ls = lockcore.NewLease(ctx, l, key, tok, 0, forged)
+			if n, err := l.release(ctx, forged, ""); n != -1 || err != nil {
 				t.Fatalf("release script by a stranger: %d %v, want -1", n, err)
 			}
-			_ = forged.Release(ctx)
+			_ = forged.ls.Release(ctx)
 		}
 		info := inspect(t, l, key)
 		if info.Holders[ls.Token()] != 1 || len(info.Holders) != 1 || info.TTL <= 0 {
@@ -326,13 +326,13 @@ func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := ls.Release(ctx); !errors.Is(err, ErrReleased) {
+		if err := ls.Release(ctx); !errors.Is(err, lockcore.ErrReleased) {
 			t.Fatalf("double release: %v", err)
 		}
 	})
 }
 
-// TestExpiryFreesCrashedHolder: a holder whose process dies (its Locker stops
+// TestExpiryFreesCrashedHolder: a holder whose process dies (its Engine stops
 // renewing and never releases) frees the key when the TTL runs out, and a
 // waiter then proceeds.
 func TestExpiryFreesCrashedHolder(t *testing.T) {
@@ -343,13 +343,13 @@ func TestExpiryFreesCrashedHolder(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 300 * time.Millisecond
-		held, err := crashed.Acquire(ctx, key, Policy{TTL: ttl})
+		held, err := crashed.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = crashed.Close() // stops renewing; never releases
 		start := time.Now()
-		ls, err := l.Acquire(ctx, key, Policy{Wait: 5 * time.Second})
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("waiter after the holder crashed: %v", err)
 		}
@@ -376,7 +376,7 @@ func TestWatchdogKeepsLease(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 100 * time.Millisecond
-		ls, err := holder.Acquire(ctx, key, Policy{TTL: ttl})
+		ls, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -384,12 +384,12 @@ func TestWatchdogKeepsLease(t *testing.T) {
 		attempts := 0
 		for time.Now().Before(end) {
 			attempts++
-			got, err := other.Acquire(ctx, key, Policy{TTL: ttl})
+			got, err := other.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 			if err == nil {
 				_ = got.Release(ctx)
 				t.Fatalf("another owner got in after %v", time.Since(end.Add(-5*ttl)))
 			}
-			if !errors.Is(err, ErrNotAcquired) {
+			if !errors.Is(err, lockcore.ErrNotAcquired) {
 				t.Fatal(err)
 			}
 			select {
@@ -419,7 +419,7 @@ func TestLostLeaseCancelsContext(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 300 * time.Millisecond
-		ls, err := l.Acquire(ctx, key, Policy{TTL: ttl})
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -432,14 +432,14 @@ func TestLostLeaseCancelsContext(t *testing.T) {
 		case <-time.After(ttl/3 + ttl/12 + 100*time.Millisecond):
 			t.Fatalf("loss not reported within one renewal interval")
 		}
-		if cause := context.Cause(ls.Context()); !errors.Is(cause, ErrLockLost) {
+		if cause := context.Cause(ls.Context()); !errors.Is(cause, lockcore.ErrLockLost) {
 			t.Fatalf("cause = %v, want ErrLockLost", cause)
 		}
 		t.Logf("loss reported %v after the delete", time.Since(deleted))
-		if !errors.Is(ls.Err(), ErrLockLost) {
+		if !errors.Is(ls.Err(), lockcore.ErrLockLost) {
 			t.Fatalf("Err = %v", ls.Err())
 		}
-		if err := ls.Release(ctx); !errors.Is(err, ErrLockLost) {
+		if err := ls.Release(ctx); !errors.Is(err, lockcore.ErrLockLost) {
 			t.Fatalf("release of a lost lease: %v, want ErrLockLost", err)
 		}
 	})
@@ -457,7 +457,7 @@ func TestFencingAcrossExpiry(t *testing.T) {
 		var last int64
 		for i := range 6 {
 			l := newLocker(t, b, prefix, Options{})
-			ls, err := l.Acquire(ctx, key, Policy{TTL: 40 * time.Millisecond, Wait: 5 * time.Second})
+			ls, err := l.Acquire(ctx, key, lockcore.Policy{TTL: 40 * time.Millisecond, Wait: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -488,20 +488,20 @@ func TestCancelWhileWaiting(t *testing.T) {
 		key := mustKey(t, "k")
 		bg := context.Background()
 
-		ls, err := holder.Acquire(bg, key, Policy{})
+		ls, err := holder.Acquire(bg, key, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(bg)
 		done := make(chan error, 1)
 		go func() {
-			_, err := waiter.Acquire(ctx, key, Policy{Wait: time.Minute})
+			_, err := waiter.Acquire(ctx, key, lockcore.Policy{Wait: time.Minute})
 			done <- err
 		}()
 		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, holder, key).Waiters == 1 })
 		cancel()
 		err = <-done
-		if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotAcquired) {
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("err = %v, want context.Canceled and ErrNotAcquired", err)
 		}
 		if n := inspect(t, holder, key).Waiters; n != 0 {
@@ -516,14 +516,14 @@ func TestCancelWhileWaiting(t *testing.T) {
 
 		// The race: release and cancellation at the same moment, many times.
 		for i := range 100 {
-			ls, err := holder.Acquire(bg, key, Policy{})
+			ls, err := holder.Acquire(bg, key, lockcore.Policy{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(bg)
 			done := make(chan error, 1)
 			go func() {
-				got, err := waiter.Acquire(ctx, key, Policy{Wait: time.Minute})
+				got, err := waiter.Acquire(ctx, key, lockcore.Policy{Wait: time.Minute})
 				if err == nil {
 					err = got.Release(bg)
 				}
@@ -552,27 +552,27 @@ func TestFailFastAndWaitTimeout(t *testing.T) {
 		o := newLocker(t, b, prefix, Options{})
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		ls, err := a.Acquire(ctx, key, Policy{TTL: 5 * time.Second})
+		ls, err := a.Acquire(ctx, key, lockcore.Policy{TTL: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ls.Release(ctx)
-		_, err = o.Acquire(ctx, key, Policy{})
-		var ce *ContentionError
-		if !errors.As(err, &ce) || !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrWaitTimeout) {
+		_, err = o.Acquire(ctx, key, lockcore.Policy{})
+		var ce *lockcore.ContentionError
+		if !errors.As(err, &ce) || !errors.Is(err, lockcore.ErrNotAcquired) || errors.Is(err, lockcore.ErrWaitTimeout) {
 			t.Fatalf("fail fast: %v", err)
 		}
 		if ce.RetryAfter <= 0 || ce.RetryAfter > 5*time.Second {
 			t.Fatalf("RetryAfter = %v", ce.RetryAfter)
 		}
-		_, err = o.Acquire(ctx, key, Policy{Wait: 50 * time.Millisecond})
-		if !errors.Is(err, ErrWaitTimeout) || !errors.Is(err, ErrNotAcquired) {
+		_, err = o.Acquire(ctx, key, lockcore.Policy{Wait: 50 * time.Millisecond})
+		if !errors.Is(err, lockcore.ErrWaitTimeout) || !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("wait: %v, want ErrWaitTimeout", err)
 		}
 		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
-		_, err = o.Acquire(dctx, key, Policy{Wait: time.Minute})
-		if !errors.Is(err, ErrWaitTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		_, err = o.Acquire(dctx, key, lockcore.Policy{Wait: time.Minute})
+		if !errors.Is(err, lockcore.ErrWaitTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("wait bounded by the context deadline: %v", err)
 		}
 		if n := inspect(t, a, key).Waiters; n != 0 {
@@ -585,10 +585,10 @@ func TestFailFastAndWaitTimeout(t *testing.T) {
 func TestHandOffOrder(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		lockers := []*Locker{newLocker(t, b, prefix, Options{}), newLocker(t, b, prefix, Options{})}
+		lockers := []*Engine{newLocker(t, b, prefix, Options{}), newLocker(t, b, prefix, Options{})}
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		ls, err := lockers[0].Acquire(ctx, key, Policy{})
+		ls, err := lockers[0].Acquire(ctx, key, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -599,7 +599,7 @@ func TestHandOffOrder(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				got, err := lockers[i%2].Acquire(ctx, key, Policy{Wait: 10 * time.Second})
+				got, err := lockers[i%2].Acquire(ctx, key, lockcore.Policy{Wait: 10 * time.Second})
 				if err != nil {
 					t.Error(err)
 					return
@@ -635,18 +635,18 @@ func TestQueueOutlivesHolder(t *testing.T) {
 		a, c := newLocker(t, b, prefix, Options{}), newLocker(t, b, prefix, Options{})
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		first, err := crashed.Acquire(ctx, key, Policy{TTL: 300 * time.Millisecond})
+		first, err := crashed.Acquire(ctx, key, lockcore.Policy{TTL: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		type result struct {
-			ls  *Lease
+			ls  *lockcore.Lease
 			err error
 		}
 		got := make(chan result, 2)
-		for i, l := range []*Locker{a, c} {
+		for i, l := range []*Engine{a, c} {
 			go func() {
-				ls, err := l.Acquire(ctx, key, Policy{Wait: 3 * time.Second, TTL: 10 * time.Second})
+				ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: 3 * time.Second, TTL: 10 * time.Second})
 				got <- result{ls, err}
 			}()
 			eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, a, key).Waiters == int64(i+1) })
@@ -656,8 +656,8 @@ func TestQueueOutlivesHolder(t *testing.T) {
 		if r1.err != nil {
 			t.Fatal(r1.err)
 		}
-		if r1.ls.h.l != a || r1.ls.Fence() <= first.Fence() {
-			t.Fatalf("first after the crash: locker a %v, fence %d after %d", r1.ls.h.l == a, r1.ls.Fence(), first.Fence())
+		if r1.ls.Hold().(*hold).l != a || r1.ls.Fence() <= first.Fence() {
+			t.Fatalf("first after the crash: locker a %v, fence %d after %d", r1.ls.Hold().(*hold).l == a, r1.ls.Fence(), first.Fence())
 		}
 		if err := r1.ls.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -721,12 +721,12 @@ func TestRoundTrips(t *testing.T) {
 		defer l.Close()
 		ctx := context.Background()
 		// Warm up: the first use loads the scripts (EVALSHA, NOSCRIPT, EVAL).
-		ls, err := l.Acquire(ctx, mustKey(t, "warm"), Policy{})
+		ls, err := l.Acquire(ctx, mustKey(t, "warm"), lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = ls.Release(ctx)
-		for _, p := range []Policy{{}, {Wait: time.Second}} {
+		for _, p := range []lockcore.Policy{{}, {Wait: time.Second}} {
 			for i := range 20 {
 				key := mustKey(t, "k", string(rune('a'+i)))
 				n.Store(0)
@@ -760,7 +760,7 @@ func TestRoundTrips(t *testing.T) {
 func TestErrReadsTheClock(t *testing.T) {
 	b := redistest.Mini(t)
 	l := newLocker(t, b, redistest.Prefix(t), Options{TTL: time.Minute})
-	ls, err := l.Acquire(context.Background(), mustKey(t, "clock"), Policy{})
+	ls, err := l.Acquire(context.Background(), mustKey(t, "clock"), lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -768,8 +768,8 @@ func TestErrReadsTheClock(t *testing.T) {
 	if ls.Err() != nil {
 		t.Fatalf("fresh lease: %v", ls.Err())
 	}
-	ls.h.valid.Store(mono() - 1) // validity ran out; the watchdog is not due for 15s
-	if err := ls.Err(); !errors.Is(err, ErrLockLost) {
+	ls.Hold().(*hold).valid.Store(mono() - 1) // validity ran out; the watchdog is not due for 15s
+	if err := ls.Err(); !errors.Is(err, lockcore.ErrLockLost) {
 		t.Fatalf("Err after the validity ran out: %v, want ErrLockLost", err)
 	}
 	select {
@@ -777,7 +777,7 @@ func TestErrReadsTheClock(t *testing.T) {
 	default:
 		t.Fatal("context not cancelled")
 	}
-	if !errors.Is(context.Cause(ls.Context()), ErrLockLost) {
+	if !errors.Is(context.Cause(ls.Context()), lockcore.ErrLockLost) {
 		t.Fatalf("cause %v", context.Cause(ls.Context()))
 	}
 }

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -8,35 +8,8 @@ import (
 	"testing"
 
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
-
-// FuzzParseToken: any input is either refused with ErrInvalidToken or
-// returned as is, and an accepted token has only the bytes that the scripts'
-// space-separated waiter entries and the HTTP header can carry.
-func FuzzParseToken(f *testing.F) {
-	for _, s := range []string{NewToken(), "", "short", strings.Repeat("a", 16), strings.Repeat("a", maxTokenLen+1),
-		"0123456789abcdef 0123", "0123456789abcdef\n", "0123456789abcdef\x00", "ünïcødé-ünïcødé-ü", "{tag}0123456789abcdef"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		tok, err := ParseToken(s)
-		if err != nil {
-			if !errors.Is(err, ErrInvalidToken) {
-				t.Fatalf("ParseToken(%q): %v, want ErrInvalidToken", s, err)
-			}
-			if len(s) >= 16 && strings.Contains(err.Error(), s) {
-				t.Fatalf("the error repeats the token: %v", err)
-			}
-			return
-		}
-		if tok != s || len(s) < 16 || len(s) > maxTokenLen {
-			t.Fatalf("ParseToken(%q) = %q", s, tok)
-		}
-		if strings.ContainsAny(s, " \t\r\n\x00{}:%") {
-			t.Fatalf("accepted %q", s)
-		}
-	})
-}
 
 // TestForgedTokens: tokens that are not the holder's — random ones, and
 // near misses of the real one — never re-enter its lock nor release it, and
@@ -49,7 +22,7 @@ func TestForgedTokens(t *testing.T) {
 		thief := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		k := mustKey(t, "victim", "1")
-		ls, err := owner.Acquire(ctx, k, Policy{})
+		ls, err := owner.Acquire(ctx, k, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +32,7 @@ func TestForgedTokens(t *testing.T) {
 		const alphabet = "0123456789abcdef-"
 		forged := []string{strings.ToUpper(real), real[:len(real)-1] + "x", real + "0", real[1:] + "0", "0" + real[:len(real)-1]}
 		for range 500 {
-			forged = append(forged, NewToken())
+			forged = append(forged, lockcore.NewToken())
 			b := make([]byte, 16+rng.IntN(40))
 			for i := range b {
 				b[i] = alphabet[rng.IntN(len(alphabet))]
@@ -67,11 +40,11 @@ func TestForgedTokens(t *testing.T) {
 			forged = append(forged, string(b))
 		}
 		for _, f := range forged {
-			if _, err := ParseToken(f); err != nil || f == real {
+			if _, err := lockcore.ParseToken(f); err != nil || f == real {
 				continue
 			}
-			_, err := thief.Acquire(WithToken(ctx, f), k, Policy{})
-			if !errors.Is(err, ErrNotAcquired) {
+			_, err := thief.Acquire(lockcore.WithToken(ctx, f), k, lockcore.Policy{})
+			if !errors.Is(err, lockcore.ErrNotAcquired) {
 				t.Fatalf("forged token %q: %v, want ErrNotAcquired", f, err)
 			}
 			if msg := err.Error(); strings.Contains(msg, f) || strings.Contains(msg, real) {
@@ -96,15 +69,15 @@ func TestForgedTokens(t *testing.T) {
 
 		// The owner's valid token grants nothing on a key someone else holds.
 		other := mustKey(t, "victim", "2")
-		ls2, err := thief.Acquire(ctx, other, Policy{})
+		ls2, err := thief.Acquire(ctx, other, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ls2.Release(ctx)
-		if _, err := owner.Acquire(ls.Context(), other, Policy{}); !errors.Is(err, ErrNotAcquired) {
+		if _, err := owner.Acquire(ls.Context(), other, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("token of %v on %v held by another: %v", k, other, err)
 		}
-		if _, err := thief.Acquire(WithToken(ctx, real), other, Policy{}); !errors.Is(err, ErrNotAcquired) {
+		if _, err := thief.Acquire(lockcore.WithToken(ctx, real), other, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("token of %v, through Redis, on %v: %v", k, other, err)
 		}
 	})

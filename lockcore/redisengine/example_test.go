@@ -1,4 +1,4 @@
-package lockcore_test
+package redisengine_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // Example takes a lock, re-enters it from a nested call made with the lease's
@@ -22,7 +23,7 @@ func Example() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	locker, err := lockcore.New(rdb, lockcore.Options{})
+	locker, err := redisengine.New(rdb, redisengine.Options{})
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// maxFlights is how many calls or pipelines a Locker has on the wire at
+// maxFlights is how many calls or pipelines a Engine has on the wire at
 // once before further calls queue.
 const maxFlights = 8
 
-// batcher sends a Locker's acquire and release calls, each from a flight:
+// batcher sends a Engine's acquire and release calls, each from a flight:
 // a goroutine that sends one call, or the whole queue as one pipeline, and
 // then whatever queued meanwhile, until the queue is empty. At most
 // maxFlights fly at once; under load Redis then reads and answers many calls
@@ -71,7 +71,7 @@ type call struct {
 	after, late func(*call)
 
 	n     int64 // what after made of the reply
-	woke  bool  // after handed the lock to a waiter of this Locker
+	woke  bool  // after handed the lock to a waiter of this Engine
 	state atomic.Int32
 	done  chan struct{}
 	timer *time.Timer

@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -12,7 +12,70 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/lockcore"
 )
+
+// Acquire implements lockcore.Engine: it takes the lock on key.
+//
+// When ctx already holds key, Acquire re-enters: if ctx descends from a
+// live lease on key from this Engine, in memory without a Redis call; if
+// the hold in Redis is owned by one of the tokens ctx carries (those of its
+// other locks and those given to lockcore.WithToken, as a propagated call
+// brings them), by adding this attempt to the hold's entries. Otherwise it
+// takes the lock, if free, with a freshly minted owner token
+// (lockcore.NewToken), which the lease's context carries on; or fails with
+// a *lockcore.ContentionError matching ErrNotAcquired (fail fast) or, after
+// waiting up to p.Wait, ErrWaitTimeout. A waiter is queued in Redis and
+// woken when the lock is handed to it, in arrival order.
+//
+// Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable or
+// ErrClosed; when ctx ends while waiting, the error also matches
+// ctx.Err(). A call that Redis does not answer within Options.Timeout, or
+// by ctx's deadline, fails with ErrUnavailable. On error nothing is held:
+// an attempt whose call may have reached Redis is withdrawn (in the
+// background when Redis is not answering).
+func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	if key.IsZero() {
+		return nil, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
+	}
+	if p.TTL == 0 {
+		p.TTL = l.opt.TTL
+	} else if p.TTL < lockcore.MinTTL {
+		return nil, fmt.Errorf("redisengine: TTL %v is below the minimum %v", p.TTL, lockcore.MinTTL)
+	}
+	if l.closed.Load() {
+		return nil, lockcore.ErrClosed
+	}
+	if ls := lockcore.Reenter(ctx, l, key); ls != nil {
+		return ls, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(&lockcore.ContentionError{Key: key.String()}, err)
+	}
+	h := l.newHold(key, lockcore.NewToken(), p.TTL)
+	if toks := lockcore.TokensFrom(ctx); len(toks) > 0 {
+		h.others = strings.Join(toks, " ")
+	}
+	sent, length, err := l.acquire(ctx, h, p.Wait)
+	if err != nil {
+		return nil, err
+	}
+	h.ls = lockcore.NewLease(ctx, l, key, h.token, h.fence, h)
+	if !l.wd.add(h, sent, length) {
+		// Closed while acquiring: give it back.
+		h.lose(lockcore.ErrClosed)
+		l.withdraw(h, "")
+		return nil, lockcore.ErrClosed
+	}
+	return h.ls, nil
+}
+
+func (l *Engine) newHold(key lockcore.Key, tok string, ttl time.Duration) *hold {
+	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1}
+	h.args = [5]any{h.keys[0], h.keys[1], h.keys[2], tok}
+	return h
+}
 
 var (
 	// errNoAnswer: a call was sent and not answered within its deadline.
@@ -24,7 +87,7 @@ var (
 // acquire takes h's key in Redis for h.token as a new attempt, h.entry,
 // and sets h.fence. It returns when and for how long the lease was
 // confirmed: Redis keeps it at least length from sent.
-func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time.Time, time.Duration, error) {
+func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time.Time, time.Duration, error) {
 	h.setEntry(l.nextID())
 	if wait <= 0 {
 		sent := time.Now()
@@ -33,7 +96,7 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, 0, l.acquireFailed(ctx, h, "", err)
 		}
 		if v <= 0 {
-			return sent, 0, &ContentionError{Key: h.key.s, RetryAfter: time.Duration(-v) * time.Millisecond, err: ErrNotAcquired}
+			return sent, 0, &lockcore.ContentionError{Key: h.key.String(), RetryAfter: time.Duration(-v) * time.Millisecond}
 		}
 		h.fence = v
 		return sent, h.ttl, nil
@@ -88,7 +151,7 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			}
 			h.fence = f
 			if !w.from.IsZero() {
-				// Woken by a release of this Locker, which granted a whole
+				// Woken by a release of this Engine, which granted a whole
 				// lease in a call sent at w.from.
 				return w.from, h.ttl, nil
 			}
@@ -104,7 +167,7 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, 0, l.giveUp(h, member, pttl, ctx.Err())
 		case <-l.ctx.Done():
 			l.withdraw(h, member)
-			return sent, 0, ErrClosed
+			return sent, 0, lockcore.ErrClosed
 		}
 	}
 }
@@ -115,7 +178,7 @@ func (l *Locker) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 // token (> 0) when h holds the lock, or minus the holder's remaining lease
 // in ms (<= 0) when another owner does; errNoAnswer or errUnsent when
 // Redis did not answer in time.
-func (l *Locker) runAcquire(ctx context.Context, h *hold, wait int64, member string, sent time.Time) (int64, error) {
+func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member string, sent time.Time) (int64, error) {
 	s, n := acquireScript, 14
 	if h.others != "" {
 		s, n = reenterScript, 15
@@ -172,7 +235,7 @@ func acquired(h *hold, cmd redis.Cmder) (int64, error) {
 // newCall returns a call of s for h (queued as member, if any), asked at
 // sent and waited for until deadline, and its first n script arguments with
 // the keys and the token in place; the caller fills in the rest.
-func (l *Locker) newCall(ctx context.Context, s *script, h *hold, member string, sent, deadline time.Time, n int) (*call, []any) {
+func (l *Engine) newCall(ctx context.Context, s *script, h *hold, member string, sent, deadline time.Time, n int) (*call, []any) {
 	c := newCall()
 	c.s, c.ctx, c.h, c.member, c.sent, c.deadline = s, ctx, h, member, sent, deadline
 	a := c.args[:n]
@@ -185,7 +248,7 @@ func (l *Locker) newCall(ctx context.Context, s *script, h *hold, member string,
 // it, so whatever it did in Redis is undone, unless it certainly did
 // nothing (a fail-fast attempt that found the lock held, or never reached
 // Redis).
-func (l *Locker) withdrawLate(c *call) {
+func (l *Engine) withdrawLate(c *call) {
 	if c.member == "" {
 		v, err := acquired(c.h, c.cmd)
 		if err == nil && v <= 0 || neverSent(err) {
@@ -209,12 +272,12 @@ func neverSent(err error) bool {
 // answer up to Options.ReleaseTimeout; a release not answered by then goes
 // on in the background.
 //
-// When the lock goes to a waiter of this Locker, Redis publishes nothing and
+// When the lock goes to a waiter of this Engine, Redis publishes nothing and
 // the reply names the waiter, which is woken from it: one socket written
 // and read instead of two. If the reply is lost, the lock may have gone to
-// one of this Locker's waiters on the key without their knowing, so they
+// one of this Engine's waiters on the key without their knowing, so they
 // ask Redis again.
-func (l *Locker) release(ctx context.Context, h *hold, member string) (int64, error) {
+func (l *Engine) release(ctx context.Context, h *hold, member string) (int64, error) {
 	sent := time.Now()
 	c, a := l.newCall(ctx, releaseScript, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 13)
 	a[7], a[8], a[9], a[10], a[11], a[12] = h.args[4], l.retArg, member, l.chanArg, l.claimArg, l.trustArg
@@ -234,9 +297,9 @@ func (l *Locker) release(ctx context.Context, h *hold, member string) (int64, er
 }
 
 // released is the after hook of a release call: it reads the reply and
-// wakes the waiter of this Locker that the lock went to, if any, whether or
+// wakes the waiter of this Engine that the lock went to, if any, whether or
 // not the caller still waits.
-func (l *Locker) released(c *call) {
+func (l *Engine) released(c *call) {
 	cmd := c.cmd.(*redis.Cmd)
 	if cmd.Err() == nil {
 		switch v := cmd.Val().(type) {
@@ -265,14 +328,14 @@ func (l *Locker) released(c *call) {
 
 // giveUp withdraws a waiter whose wait ended; cause is the context's error,
 // or nil when the wait budget ran out.
-func (l *Locker) giveUp(h *hold, member string, pttl int64, cause error) error {
+func (l *Engine) giveUp(h *hold, member string, pttl int64, cause error) error {
 	l.withdraw(h, member)
-	ce := &ContentionError{Key: h.key.s, RetryAfter: time.Duration(max(pttl, 0)) * time.Millisecond, err: ErrWaitTimeout}
+	ce := &lockcore.ContentionError{Key: h.key.String(), RetryAfter: time.Duration(max(pttl, 0)) * time.Millisecond, TimedOut: true}
 	if cause != nil {
 		if errors.Is(cause, context.DeadlineExceeded) {
 			return errors.Join(ce, cause)
 		}
-		ce.err = ErrNotAcquired
+		ce.TimedOut = false
 		return errors.Join(ce, cause)
 	}
 	return ce
@@ -289,7 +352,7 @@ func (l *Locker) giveUp(h *hold, member string, pttl int64, cause error) error {
 // A caller that went away gets ErrNotAcquired with its context's error;
 // otherwise, and when the caller's deadline passed while Redis did not
 // answer, the error is ErrUnavailable: the lock state is unknown.
-func (l *Locker) acquireFailed(ctx context.Context, h *hold, member string, err error) error {
+func (l *Engine) acquireFailed(ctx context.Context, h *hold, member string, err error) error {
 	cerr := ctx.Err()
 	switch {
 	case errors.Is(err, errNoAnswer), member == "" && (errors.Is(err, errUnsent) || neverSent(err)):
@@ -299,7 +362,7 @@ func (l *Locker) acquireFailed(ctx context.Context, h *hold, member string, err 
 		l.bg.do(func() { l.withdraw(h, member) })
 	}
 	if errors.Is(cerr, context.Canceled) {
-		return errors.Join(&ContentionError{Key: h.key.s, err: ErrNotAcquired}, cerr)
+		return errors.Join(&lockcore.ContentionError{Key: h.key.String()}, cerr)
 	}
 	if cerr != nil {
 		return errors.Join(unavailable("acquire", err), cerr)
@@ -309,6 +372,6 @@ func (l *Locker) acquireFailed(ctx context.Context, h *hold, member string, err 
 
 // withdraw withdraws h's attempt: it leaves the wait queue (as member, if
 // any) and releases what it holds in Redis.
-func (l *Locker) withdraw(h *hold, member string) {
+func (l *Engine) withdraw(h *hold, member string) {
 	_, _ = l.release(context.Background(), h, member)
 }

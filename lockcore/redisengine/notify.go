@@ -1,4 +1,4 @@
-package lockcore
+package redisengine
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// notifier receives lock hand-overs for this Locker's waiters on one
+// notifier receives lock hand-overs for this Engine's waiters on one
 // subscription connection. A release that hands a lock to a waiter publishes
-// "<attempt id> <fencing token>" on the waiter's Locker channel.
+// "<attempt id> <fencing token>" on the waiter's Engine channel.
 type notifier struct {
-	l       *Locker
+	l       *Engine
 	mu      sync.Mutex
 	waiters map[string]*waiter
 	ps      *redis.PubSub // the current subscription, for stop
@@ -29,7 +29,7 @@ type waiter struct {
 	ch  chan int64 // the fencing token of a hand-over, or 0: ask Redis again
 
 	// Set with a hand-over, before its token is sent on ch: by a release of
-	// this Locker, when its call was sent (the waiter holds a whole lease
+	// this Engine, when its call was sent (the waiter holds a whole lease
 	// from then); by a message, how long the grant lasts.
 	from time.Time
 	px   time.Duration
@@ -40,7 +40,7 @@ type waiter struct {
 const healthInterval = 2 * time.Second
 
 // start starts the receiver on ps, a subscription with no channels yet.
-func (n *notifier) start(l *Locker, ps *redis.PubSub) {
+func (n *notifier) start(l *Engine, ps *redis.PubSub) {
 	n.l = l
 	n.waiters = make(map[string]*waiter)
 	n.done = make(chan struct{})
@@ -105,7 +105,7 @@ func (n *notifier) deliver(payload string) {
 }
 
 // handOver wakes the waiter of attempt id, which now holds its lock with
-// the given fencing token: from a release of this Locker sent at from, or,
+// the given fencing token: from a release of this Engine sent at from, or,
 // by a message, for px. Each attempt gets at most one hand-over.
 func (n *notifier) handOver(id string, fence int64, from time.Time, px time.Duration) {
 	n.mu.Lock()
@@ -141,7 +141,7 @@ func (n *notifier) nudge(key string) {
 // published while it was down were lost, so every waiter asks Redis again.
 func (n *notifier) subscribed() { n.nudge("") }
 
-// run keeps one subscription to channel alive until the Locker closes,
+// run keeps one subscription to channel alive until the Engine closes,
 // replacing it when it fails or stops answering pings.
 func (n *notifier) run(channel string, ps *redis.PubSub) {
 	defer close(n.done)

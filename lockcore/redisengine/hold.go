@@ -1,0 +1,96 @@
+package redisengine
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// hold is one Redis-level hold of a key by a token: the lockcore.Hold that
+// a lease wraps, and the watchdog's record of it.
+type hold struct {
+	l      *Engine
+	key    lockcore.Key
+	keys   [3]string // lock, queue, fence
+	args   [5]any    // keys, token and entry boxed once, for the scripts
+	token  string    // the owner token of the hold in Redis
+	others string    // tokens that may re-enter a hold they own, for the acquire script
+	entry  string    // the attempt id that holds the lock in Redis
+	fence  int64
+	ttl    time.Duration
+	ls     *lockcore.Lease // set once held
+	ended  atomic.Bool     // released or lost: the watchdog drops it
+
+	// Watchdog bookkeeping, guarded by the watchdog's mutex.
+	index int       // in the watchdog heap; -1 when not scheduled
+	at    time.Time // when the watchdog acts on it next: renewal or loss
+
+	// valid is when the lease stops being certainly held, in monotonic
+	// nanoseconds since monoBase. The watchdog sets it; Check reads it
+	// without the watchdog's mutex.
+	valid atomic.Int64
+}
+
+// monoBase anchors mono: time.Since reads the monotonic clock.
+var monoBase = time.Now()
+
+// mono returns the monotonic clock in nanoseconds since monoBase.
+func mono() int64 { return int64(time.Since(monoBase)) }
+
+// validUntil returns the local time until which the lease is certainly held.
+func (h *hold) validUntil() time.Time { return monoBase.Add(time.Duration(h.valid.Load())) }
+
+// setValidUntil sets the local time until which the lease is certainly held.
+func (h *hold) setValidUntil(t time.Time) { h.valid.Store(int64(t.Sub(monoBase))) }
+
+// errRanOut is the cause of a lease whose renewals failed until it ran out.
+var errRanOut = fmt.Errorf("%w: renewals failed until the lease ran out", lockcore.ErrLockLost)
+
+// live reports whether the hold is neither released nor lost.
+func (h *hold) live() bool { return !h.ended.Load() }
+
+// Check implements lockcore.Hold: nil while the local validity lasts.
+func (h *hold) Check() error {
+	if mono() < h.valid.Load() {
+		return nil
+	}
+	return errRanOut
+}
+
+// lose ends the hold as lost and cancels its lease's context; it reports
+// whether this call did it.
+func (h *hold) lose(cause error) bool {
+	h.ended.Store(true)
+	return lockcore.Lose(h.ls, cause)
+}
+
+// setEntry makes id the hold's entry in Redis.
+func (h *hold) setEntry(id string) {
+	h.entry = id
+	h.args[4] = id
+}
+
+// Release implements lockcore.Hold. Its entry in Redis is dropped, and when
+// none is left the key goes to the next waiter or is deleted. The call runs
+// detached from ctx's cancellation and waits for Redis at most
+// Options.ReleaseTimeout; a release not answered by then goes on in the
+// background.
+func (h *hold) Release(ctx context.Context) error {
+	h.ended.Store(true)
+	l := h.l
+	l.wd.remove(h)
+	// A reply of -1 while the lease was valid means Redis no longer has this
+	// entry although nobody else could have taken the lock: a run of this
+	// same call, re-sent by the client after a lost reply, released it.
+	if _, err := l.release(ctx, h, ""); err != nil {
+		return unavailable("release", err)
+	}
+	return nil
+}
+
+func unavailable(op string, err error) error {
+	return fmt.Errorf("%w: %s: %w", lockcore.ErrUnavailable, op, err)
+}
