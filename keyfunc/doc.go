@@ -1,7 +1,10 @@
 // Package keyfunc turns a request into the parts of a lock key: which
 // resource the request touches, such as product 42. It knows nothing of
 // Redis; the middleware and interceptor packages build a lock key from the
-// parts with lockcore.NewKey.
+// parts with lockcore.NewKey. Nor does it import gRPC or protobuf, so a
+// program that locks only HTTP routes links neither: [Field] and [Metadata]
+// read gRPC calls through a reader that package interceptor links into every
+// gRPC server, and fail with [ErrInvalid] in a program without it.
 //
 // # Keys name resources
 //

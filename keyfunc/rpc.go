@@ -2,13 +2,10 @@ package keyfunc
 
 import (
 	"context"
-	"math"
 	"strconv"
 	"strings"
 
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
+	"github.com/routelock/lock/internal/rpckey"
 )
 
 // Field returns the key function of a field of a gRPC request message,
@@ -31,7 +28,10 @@ import (
 // name of their value.
 //
 // Field reads gRPC calls only. For a stream, the key comes from the
-// stream's first message.
+// stream's first message. It reads them through package
+// github.com/routelock/lock/interceptor, which every gRPC server using the
+// interceptors links; in a program that does not link it, every call fails
+// with ErrInvalid.
 //
 // Panics if path is empty or has an empty segment.
 func Field(path string) Func {
@@ -42,112 +42,46 @@ func Field(path string) Func {
 			panic("keyfunc: Field(" + strconv.Quote(path) + "): empty segment")
 		}
 	}
-	names := make([]protoreflect.Name, len(segs))
-	for i, s := range segs {
-		names[i] = protoreflect.Name(s)
-	}
 	return one(source{
 		name:    path,
 		desc:    "Field(" + path + ")",
 		message: true,
 		rpc: func(_ context.Context, req any) (string, error) {
-			m, ok := req.(proto.Message)
-			if !ok || req == nil {
-				return "", invalid("request is not a protobuf message")
+			read := rpckey.Field
+			if read == nil {
+				return "", errNoReader
 			}
-			return field(m.ProtoReflect(), names)
+			v, fail := read(req, segs)
+			if fail.Kind != rpckey.OK {
+				return "", readError(fail)
+			}
+			return v, nil
 		},
 	})
 }
 
-// field follows path through m to a scalar and formats it.
-func field(m protoreflect.Message, path []protoreflect.Name) (string, error) {
-	for i := 0; ; i++ {
-		fd := m.Descriptor().Fields().ByName(path[i])
-		if fd == nil {
-			return "", &detail{ErrSkip, "no such field in " + string(m.Descriptor().FullName())}
-		}
-		last := i == len(path)-1
-		switch {
-		case fd.IsMap():
-			return "", invalid("map field")
-		case fd.IsList():
-			if last {
-				return "", invalid("repeated field")
-			}
-			idx, err := strconv.Atoi(string(path[i+1]))
-			if err != nil || idx < 0 {
-				return "", invalid("repeated field indexed by a name")
-			}
-			list := m.Get(fd).List()
-			if idx >= list.Len() {
-				return "", errNotFound
-			}
-			v := list.Get(idx)
-			i++
-			if i == len(path)-1 {
-				return scalar(fd, v)
-			}
-			if fd.Message() == nil {
-				return "", invalid("path goes through a scalar")
-			}
-			m = v.Message()
-			continue
-		}
-		if !m.Has(fd) {
-			return "", errMissing
-		}
-		if last {
-			return scalar(fd, m.Get(fd))
-		}
-		if fd.Message() == nil {
-			return "", invalid("path goes through a scalar")
-		}
-		m = m.Get(fd).Message()
-	}
-}
+// errNoReader is the error of Field and Metadata in a program that does not
+// link the reader of gRPC calls (package internal/protoread, imported by
+// package interceptor).
+var errNoReader error = &detail{ErrInvalid, "reads gRPC calls through package github.com/routelock/lock/interceptor, which this program does not link"}
 
-// scalar formats the value v of field fd.
-func scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value) (string, error) {
-	switch fd.Kind() {
-	case protoreflect.StringKind:
-		return v.String(), nil
-	case protoreflect.BytesKind:
-		return string(v.Bytes()), nil
-	case protoreflect.BoolKind:
-		return strconv.FormatBool(v.Bool()), nil
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
-		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		return strconv.FormatInt(v.Int(), 10), nil
-	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind,
-		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		return strconv.FormatUint(v.Uint(), 10), nil
-	case protoreflect.FloatKind, protoreflect.DoubleKind:
-		f := v.Float()
-		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return "", invalid("not a finite number")
+// readError turns the failure of a read of a gRPC call into an error of
+// this package. The common messages reuse the package's errors, so that
+// they allocate nothing.
+func readError(f rpckey.Fail) error {
+	switch f.Kind {
+	case rpckey.Skip:
+		return &detail{ErrSkip, f.Msg}
+	case rpckey.Missing:
+		switch f.Msg {
+		case rpckey.MsgMissing:
+			return errMissing
+		case rpckey.MsgNotFound:
+			return errNotFound
 		}
-		if f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63 {
-			return strconv.FormatInt(int64(f), 10), nil
-		}
-		return strconv.FormatFloat(f, 'g', -1, 64), nil
-	case protoreflect.EnumKind:
-		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
-			return string(ev.Name()), nil
-		}
-		return strconv.FormatInt(int64(v.Enum()), 10), nil
-	case protoreflect.MessageKind:
-		// google.protobuf.StringValue and its kin hold one field, "value",
-		// without presence: a wrapper that is set holds its value, zero too.
-		m := v.Message()
-		if strings.HasPrefix(string(m.Descriptor().FullName()), "google.protobuf.") &&
-			strings.HasSuffix(string(m.Descriptor().Name()), "Value") {
-			if vfd := m.Descriptor().Fields().ByName("value"); vfd != nil && !vfd.IsList() && !vfd.IsMap() && vfd.Message() == nil {
-				return scalar(vfd, m.Get(vfd))
-			}
-		}
+		return &detail{ErrMissing, f.Msg}
 	}
-	return "", invalid("not a scalar")
+	return &detail{ErrInvalid, f.Msg}
 }
 
 // Metadata returns the key function of gRPC request metadata entry name
@@ -156,7 +90,9 @@ func scalar(fd protoreflect.FieldDescriptor, v protoreflect.Value) (string, erro
 // more than once is ambiguous and fails with ErrInvalid.
 //
 // Metadata reads gRPC calls only; for a stream it is available before the
-// first message, so the lock is taken before the handler runs.
+// first message, so the lock is taken before the handler runs. Like Field,
+// it reads them through package github.com/routelock/lock/interceptor, and
+// fails every call with ErrInvalid in a program that does not link it.
 //
 // Panics if name is empty or longer than MaxLen.
 func Metadata(name string) Func {
@@ -166,8 +102,11 @@ func Metadata(name string) Func {
 		name: name,
 		desc: "Metadata(" + name + ")",
 		rpc: func(ctx context.Context, _ any) (string, error) {
-			md, _ := metadata.FromIncomingContext(ctx)
-			return single(md[name])
+			read := rpckey.Metadata
+			if read == nil {
+				return "", errNoReader
+			}
+			return single(read(ctx, name))
 		},
 	})
 }

@@ -2,6 +2,7 @@ package keyfunc_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -260,4 +261,45 @@ func FuzzField(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFieldPublic pins what the client is told when Field fails.
+func TestFieldPublic(t *testing.T) {
+	ctx := context.Background()
+	full := kind(func(put func(string, any)) {
+		put("list", []*dynamicpb.Message{kind(func(func(string, any)) {})})
+		put("st", &structpb.Struct{})
+		put("f64", math.NaN())
+	})
+	for _, tc := range []struct {
+		path string
+		msg  any
+		want string
+	}{
+		{"nope", shop.New("ReserveRequest"), "Field(nope): no such field in shop.ReserveRequest"},
+		{"order.nope", shop.Set(shop.New("CreateOrderRequest"), "order", shop.New("Order")), "Field(order.nope): no such field in shop.Order"},
+		{"product_id", shop.New("ReserveRequest"), "Field(product_id): missing"},
+		{"product_id.x", shop.Set(shop.New("ReserveRequest"), "product_id", int64(1)), "Field(product_id.x): path goes through a scalar"},
+		{"order", shop.Set(shop.New("CreateOrderRequest"), "order", shop.New("Order")), "Field(order): not a scalar"},
+		{"value", "not a message", "Field(value): request is not a protobuf message"},
+		{"value", wrapperspb.String(""), "Field(value): missing"},
+		{"s", kind(func(put func(string, any)) { put("s", "") }), "Field(s): empty"},
+		{"list", full, "Field(list): repeated field"},
+		{"list.x", full, "Field(list.x): repeated field indexed by a name"},
+		{"list.1.s", full, "Field(list.1.s): not found"},
+		{"ints.0.x", kind(func(put func(string, any)) { put("ints", []int64{1}) }), "Field(ints.0.x): path goes through a scalar"},
+		{"st.fields", full, "Field(st.fields): map field"},
+		{"f64", full, "Field(f64): not a finite number"},
+	} {
+		_, err := keyfunc.Field(tc.path).RPC(ctx, tc.msg)
+		var kerr *keyfunc.Error
+		if !errors.As(err, &kerr) || kerr.Public() != tc.want {
+			t.Errorf("Field(%s): error %v, want Public() %q", tc.path, err, tc.want)
+		}
+	}
+	_, err := keyfunc.Metadata("x-tenant").RPC(metadata.NewIncomingContext(ctx, metadata.Pairs("x-tenant", "a", "x-tenant", "b")), nil)
+	var kerr *keyfunc.Error
+	if want := "Metadata(x-tenant): given 2 times"; !errors.As(err, &kerr) || kerr.Public() != want {
+		t.Errorf("Metadata: error %v, want Public() %q", err, want)
+	}
 }
