@@ -183,7 +183,7 @@ func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member str
 	if h.others != "" {
 		s, n = reenterScript, 15
 	}
-	c, a := l.newCall(ctx, s, h, member, sent, sent.Add(l.opt.Timeout), n)
+	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.Timeout), n)
 	a[7], a[8], a[9], a[10], a[11], a[12], a[13] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
 	if n == 15 {
 		a[14] = h.others
@@ -192,7 +192,7 @@ func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member str
 		c.deadline = d
 	}
 	c.late = l.lateAcquire
-	c.cmd = s.cmd(ctx, a)
+	c.cmd = l.run.cmd(ctx, s, a)
 	switch l.batch.do(ctx, c) {
 	case answered:
 		v, err := acquired(h, c.cmd)
@@ -232,12 +232,12 @@ func acquired(h *hold, cmd redis.Cmder) (int64, error) {
 	return 0, fmt.Errorf("lockcore: unexpected reply %T from the acquire script", v)
 }
 
-// newCall returns a call of s for h (queued as member, if any), asked at
+// newCall returns a call for h (queued as member, if any), asked at
 // sent and waited for until deadline, and its first n script arguments with
 // the keys and the token in place; the caller fills in the rest.
-func (l *Engine) newCall(ctx context.Context, s *script, h *hold, member string, sent, deadline time.Time, n int) (*call, []any) {
+func (l *Engine) newCall(ctx context.Context, h *hold, member string, sent, deadline time.Time, n int) (*call, []any) {
 	c := newCall()
-	c.s, c.ctx, c.h, c.member, c.sent, c.deadline = s, ctx, h, member, sent, deadline
+	c.ctx, c.h, c.member, c.sent, c.deadline = ctx, h, member, sent, deadline
 	a := c.args[:n]
 	a[2] = 3
 	copy(a[3:7], h.args[:4])
@@ -279,10 +279,10 @@ func neverSent(err error) bool {
 // ask Redis again.
 func (l *Engine) release(ctx context.Context, h *hold, member string) (int64, error) {
 	sent := time.Now()
-	c, a := l.newCall(ctx, releaseScript, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 13)
+	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 13)
 	a[7], a[8], a[9], a[10], a[11], a[12] = h.args[4], l.retArg, member, l.chanArg, l.claimArg, l.trustArg
 	c.keep, c.after = true, l.afterRelease
-	c.cmd = releaseScript.cmd(ctx, a)
+	c.cmd = l.run.cmd(ctx, releaseScript, a)
 	if l.batch.do(context.Background(), c) != answered {
 		return 0, errNoAnswer
 	}

@@ -11,11 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// maxFlights is how many calls or pipelines a Engine has on the wire at
+// maxFlights is how many calls or pipelines an Engine has on the wire at
 // once before further calls queue.
 const maxFlights = 8
 
-// batcher sends a Engine's acquire and release calls, each from a flight:
+// batcher sends an Engine's acquire and release calls, each from a flight:
 // a goroutine that sends one call, or the whole queue as one pipeline, and
 // then whatever queued meanwhile, until the queue is empty. At most
 // maxFlights fly at once; under load Redis then reads and answers many calls
@@ -35,7 +35,7 @@ const maxFlights = 8
 // is not answering, and a queued call must not wait for one failed flight
 // and then for its own.
 type batcher struct {
-	rdb redis.UniversalClient
+	run *runner
 	// direct: the client stops a call's I/O at its context's deadline
 	// (ContextTimeoutEnabled), so a call that finds a flight free flies in
 	// its caller's goroutine, saving a goroutine hop each way.
@@ -55,7 +55,6 @@ const (
 
 // call is one script call and what the batcher knows of it.
 type call struct {
-	s        *script
 	cmd      redis.Cmder
 	ctx      context.Context // the caller's, for its values
 	args     [15]any
@@ -75,7 +74,8 @@ type call struct {
 	state atomic.Int32
 	done  chan struct{}
 	timer *time.Timer
-	alone [1]*call // the call itself, as a batch of one
+	alone [1]*call       // the call itself, as a batch of one
+	one   [1]redis.Cmder // its command, as a batch of one
 }
 
 // Calls are recycled: a call, its channel and its timer would be three
@@ -92,7 +92,8 @@ var callPool = sync.Pool{New: func() any {
 func newCall() *call { return callPool.Get().(*call) }
 
 func (c *call) recycle() {
-	c.s, c.cmd, c.ctx, c.h, c.member, c.after, c.late = nil, nil, nil, nil, "", nil, nil
+	c.cmd, c.ctx, c.h, c.member, c.after, c.late = nil, nil, nil, "", nil, nil
+	c.one[0] = nil
 	c.args = [15]any{}
 	c.keep, c.woke, c.n = false, false, 0
 	c.state.Store(callWaiting)
@@ -234,18 +235,18 @@ func unreachable(err error) bool {
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// send runs batch, one call alone or several as one pipeline. A call whose
-// script Redis does not know is run again on its own, with EVAL. The
-// context of the trip carries no cancellation and the latest deadline of
-// the batch, for clients that apply context deadlines. It returns the
-// network error, if any.
+// send runs batch, one call alone or several as one pipeline (see
+// runner.run). The context of the trip carries no cancellation and the
+// latest deadline of the batch, for clients that apply context deadlines,
+// and the values of a lone call's context. It returns the network error,
+// if any.
 func (b *batcher) send(batch []*call) error {
 	if len(batch) == 1 {
 		c := batch[0]
-		ctx := detached{c.ctx, c.deadline}
-		_ = b.rdb.Process(ctx, c.cmd)
-		c.cmd = c.s.known(ctx, b.rdb, c.cmd)
-		return c.cmd.Err()
+		c.one[0] = c.cmd
+		err := b.run.run(detached{c.ctx, c.deadline}, c.one[:])
+		c.cmd = c.one[0]
+		return err
 	}
 	deadline := batch[0].deadline
 	for _, c := range batch[1:] {
@@ -253,17 +254,13 @@ func (b *batcher) send(batch []*call) error {
 			deadline = c.deadline
 		}
 	}
-	ctx := detached{context.Background(), deadline}
-	p := b.rdb.Pipeline()
-	for _, c := range batch {
-		_ = p.Process(ctx, c.cmd)
+	cmds := make([]redis.Cmder, len(batch))
+	for i, c := range batch {
+		cmds[i] = c.cmd
 	}
-	_, err := p.Exec(ctx)
-	for _, c := range batch {
-		c.cmd = c.s.known(ctx, b.rdb, c.cmd)
+	err := b.run.run(detached{context.Background(), deadline}, cmds)
+	for i, c := range batch {
+		c.cmd = cmds[i]
 	}
-	if unreachable(err) {
-		return err
-	}
-	return nil
+	return err
 }

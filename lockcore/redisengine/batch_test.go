@@ -33,7 +33,7 @@ func (h *pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// TestBatching: under load a Engine's calls leave in pipelines, and each
+// TestBatching: under load an Engine's calls leave in pipelines, and each
 // caller still gets its own answer: 64 goroutines re-enter and release keys
 // of their own and must see their own counts and fences.
 func TestBatching(t *testing.T) {

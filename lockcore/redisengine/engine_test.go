@@ -15,7 +15,7 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// newLocker returns a Engine on its own client of b, closed at the end of the
+// newLocker returns an Engine on its own client of b, closed at the end of the
 // test. Lockers of one test share a prefix, so they contend for the same keys.
 func newLocker(t *testing.T, b *redistest.Backend, prefix string, opt Options) *Engine {
 	t.Helper()

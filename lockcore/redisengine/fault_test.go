@@ -129,7 +129,7 @@ func TestLostHandOverNotification(t *testing.T) {
 	})
 }
 
-// TestResubscribeAsksAgain: hand-overs published while a Engine's
+// TestResubscribeAsksAgain: hand-overs published while an Engine's
 // subscription was down are lost, so when it is re-established every waiter
 // asks Redis again. The waiter's hand-over is lost by construction (it
 // names a channel nobody reads); resetting its Engine's connections makes

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,10 +46,9 @@ func (l *Engine) Inspect(ctx context.Context, key lockcore.Key) (Info, error) {
 		return Info{}, unavailable("inspect", err)
 	}
 	info := Info{Holders: map[string]int64{}, Waiters: n.Val()}
-	// "<token> <fence> <w> <entry> [<entry> ...]": one count per entry.
-	if f := strings.Fields(hold.Val()); len(f) >= 4 {
-		info.Holders[f[0]] = int64(len(f) - 3)
-		info.Fence, _ = strconv.ParseInt(f[1], 10, 64)
+	if tok, fence, n, ok := parseHold(hold.Val()); ok {
+		info.Holders[tok] = int64(n) // one count per entry
+		info.Fence = fence
 	}
 	if d := pttl.Val(); d > 0 {
 		info.TTL = d

@@ -16,7 +16,7 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// Options configures a Engine. The zero value of every field means its
+// Options configures an Engine. The zero value of every field means its
 // default.
 type Options struct {
 	// Prefix starts every Redis key and channel the Engine uses. It must not
@@ -111,7 +111,7 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // Engine takes and holds locks in one Redis. It is safe for concurrent use.
-// A Engine owns two background goroutines, the watchdog that renews held
+// An Engine owns two background goroutines, the watchdog that renews held
 // leases and the receiver of release notifications on one subscription
 // connection; Close stops both.
 type Engine struct {
@@ -127,6 +127,7 @@ type Engine struct {
 	closed atomic.Bool
 	once   sync.Once
 
+	run   runner // sends the scripts
 	wd    watchdog
 	nf    notifier
 	batch batcher // acquire and release calls
@@ -141,7 +142,7 @@ type Engine struct {
 	lateAcquire, afterRelease func(*call)
 }
 
-// New returns a Engine on rdb. The Engine does not own rdb: Close leaves it
+// New returns an Engine on rdb. The Engine does not own rdb: Close leaves it
 // open. It returns an error when opt is invalid, or when rdb is a
 // *redis.Ring: a Ring spreads keys over independent servers and moves them
 // when one is down, so two owners could hold one lock.
@@ -170,7 +171,8 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 		l.cancel()
 		return nil, err
 	}
-	l.batch.rdb, l.batch.bg, l.batch.direct = rdb, &l.bg, honoursDeadlines(rdb)
+	l.run.rdb = rdb
+	l.batch.run, l.batch.bg, l.batch.direct = &l.run, &l.bg, honoursDeadlines(rdb)
 	l.ttlBoxed, l.retArg, l.chanArg, l.claimArg = ms(opt.TTL), ms(opt.FenceRetention), l.channel, ms(l.claimPX())
 	l.trustArg = "0"
 	if _, ok := rdb.(*redis.Client); ok {

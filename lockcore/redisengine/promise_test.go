@@ -38,25 +38,25 @@ const (
 	testClaimSlack  = 500 * time.Millisecond
 )
 
-// scriptSHA returns the SHA1 that the engine's EVALSHA of its acquire or
-// release script carries on the wire, for faultproxy.LoseReplyTo. It is the
-// one place that knows the engine's names for its scripts.
-func scriptSHA(t testing.TB, which string) []byte {
+// scriptSHA returns the SHA1 that l's EVALSHA of its acquire or release
+// script carries on the wire, for faultproxy.LoseReplyTo. It is the one
+// place that knows the engine's names for its scripts.
+func scriptSHA(t testing.TB, l *Engine, which string) []byte {
 	t.Helper()
-	var sha any
+	var s *script
 	switch which {
 	case "acquire":
-		sha = acquireScript.sha
+		s = acquireScript
 	case "release":
-		sha = releaseScript.sha
+		s = releaseScript
 	default:
 		t.Fatalf("scriptSHA(%q): no such script", which)
 	}
-	s, ok := sha.(string)
-	if !ok || len(s) != 40 {
-		t.Fatalf("scriptSHA(%q): %v is not a hex SHA1", which, sha)
+	sha := l.run.sha(s)
+	if len(sha) != 40 {
+		t.Fatalf("scriptSHA(%q): %q is not a hex SHA1", which, sha)
 	}
-	return []byte(s)
+	return []byte(sha)
 }
 
 // clientKind is a configuration of the go-redis client under test.
@@ -85,7 +85,7 @@ func (k clientKind) client(t testing.TB, addr string) *redis.Client {
 	return c
 }
 
-// lockerOn returns a Engine on rdb with prefix, closed at the end of the
+// lockerOn returns an Engine on rdb with prefix, closed at the end of the
 // test.
 func lockerOn(t *testing.T, rdb redis.UniversalClient, prefix string, opt Options) *Engine {
 	t.Helper()
@@ -98,7 +98,7 @@ func lockerOn(t *testing.T, rdb redis.UniversalClient, prefix string, opt Option
 	return l
 }
 
-// cutOffLocker returns a Engine whose client (of kind k) reaches b through a
+// cutOffLocker returns an Engine whose client (of kind k) reaches b through a
 // fault proxy, and the proxy. The proxy closes before the Engine does, so
 // that closing does not wait out reads that a blackhole left hanging.
 func cutOffLocker(t *testing.T, b *redistest.Backend, k clientKind, prefix string, opt Options) (*Engine, *faultproxy.Proxy) {
@@ -221,7 +221,7 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 			key := mustKey(t, "k")
 			ctx := context.Background()
 			outer, inner := reenter(t, a, bl, key)
-			p.LoseReplyTo(scriptSHA(t, "release"), 1)
+			p.LoseReplyTo(scriptSHA(t, bl, "release"), 1)
 			err := inner.Release(ctx)
 			if p.LostReplies() != 1 {
 				t.Fatalf("the release's reply was not lost (%d lost): the fault did not happen", p.LostReplies())
@@ -279,7 +279,7 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 			}
 			got, errc := acquireAsync(l, key, 20*time.Second)
 			eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, l, key).Waiters == 1 })
-			p.LoseReplyTo(scriptSHA(t, "release"), 1)
+			p.LoseReplyTo(scriptSHA(t, l, "release"), 1)
 			err = h.Release(ctx)
 			released := time.Now()
 			if p.LostReplies() != 1 {
@@ -462,7 +462,7 @@ func TestRetriedReentryLeaksNoCount(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				p.LoseReplyTo(scriptSHA(t, "acquire"), 1)
+				p.LoseReplyTo(scriptSHA(t, bl, "acquire"), 1)
 				inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{TTL: ttl})
 				if p.LostReplies() != 1 {
 					t.Fatalf("the re-entry's reply was not lost (%d lost): the fault did not happen", p.LostReplies())
@@ -789,7 +789,7 @@ func TestDeadlinesKept(t *testing.T) {
 }
 
 // childRingMain is the child of TestEveryUniversalClientWorksOrIsRefused: it
-// makes a Engine on a *redis.Ring of one shard and says "refused <error>",
+// makes an Engine on a *redis.Ring of one shard and says "refused <error>",
 // or "accepted" and then how an acquire and release went.
 func childRingMain() int {
 	addr, prefix := os.Getenv("ROUTELOCK_CHILD_ADDR"), os.Getenv("ROUTELOCK_CHILD_PREFIX")
@@ -851,7 +851,7 @@ func TestEveryUniversalClientWorksOrIsRefused(t *testing.T) {
 						break
 					}
 				}
-				t.Errorf("the process with a Engine on a Ring died (%v): %q; it had said %q", err, panicked, said)
+				t.Errorf("the process with an Engine on a Ring died (%v): %q; it had said %q", err, panicked, said)
 			}
 			if !strings.HasPrefix(said, "refused ") {
 				t.Errorf("New with a *redis.Ring: child said %q, want an error from New", said)

@@ -5,12 +5,16 @@ import (
 	"crypto/sha1"
 	_ "embed" // the Lua sources
 	"encoding/hex"
+	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
 
 var (
+	//go:embed lua/hold.lua
+	luaHold string
 	//go:embed lua/common.lua
 	luaCommon string
 	//go:embed lua/acquire.lua
@@ -21,47 +25,77 @@ var (
 	luaRenew string
 )
 
-// The scripts run by EVALSHA, falling back to EVAL when Redis does not have
-// them cached (first use, or after a restart or SCRIPT FLUSH).
+// The scripts. Each is sent whole, as one self-contained source: a
+// "#!lua" shebang, so that Redis 7 and later checks that it touches only
+// the keys it declares (in a Cluster) and refuses it before it writes
+// anything when out of memory, then the hold's format (hold.lua), then the
+// script, with the functions it shares with the others where it marks
+// them, after its fast path.
 var (
-	acquireScript = newScript(withCommon(luaAcquire), false)
+	acquireScript = newScript(luaAcquire, false)
 	// reenterScript is the acquire script called with other tokens that
 	// may re-enter, whose reply may then be an array.
 	reenterScript = &script{src: acquireScript.src, sha: acquireScript.sha, array: true}
-	releaseScript = newScript(withCommon(luaRelease), true)
-	renewScript   = redis.NewScript(luaRenew) // pipelined by the watchdog
+	releaseScript = newScript(luaRelease, true)
+	renewScript   = newScript(luaRenew, false)
+
+	scripts = []*script{acquireScript, reenterScript, releaseScript, renewScript}
 )
 
-// withCommon puts the shared functions where src marks them, after its fast
-// path.
-func withCommon(src string) string {
-	const mark = "-- @common\n"
-	if !strings.Contains(src, mark) {
-		panic("lockcore: script without " + mark)
-	}
-	return strings.Replace(src, mark, luaCommon, 1)
-}
+const shebang = "#!lua\n"
 
 // script is a Lua script run with arguments that the caller lays out
 // itself: go-redis's Script boxes every key and argument anew on each call,
 // which is most of a lock's allocations. Its reply is an integer, or, when
-// array is set, an integer or an array.
+// array is set, an integer or an array. It has two sources, boxed once:
+// [0] with the shebang, [1] without, for servers that do not read one
+// (Redis before 7, miniredis).
 type script struct {
-	src, sha any // boxed once
+	src, sha [2]any
 	array    bool
 }
 
-func newScript(src string, array bool) *script {
-	sum := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(sum[:]), array: array}
+func newScript(body string, array bool) *script {
+	src := luaHold + body
+	if strings.Contains(body, commonMark) {
+		src = luaHold + strings.Replace(body, commonMark, luaCommon, 1)
+	}
+	s := &script{array: array}
+	for i, src := range [2]string{shebang + src, src} {
+		sum := sha1.Sum([]byte(src))
+		s.src[i], s.sha[i] = src, hex.EncodeToString(sum[:])
+	}
+	return s
 }
 
-// cmd returns the EVALSHA command of the script with args, whose first two
-// elements it fills with the command and the script (args[2] is the number
-// of keys, then the keys and the arguments). It is a *redis.IntCmd, or a
+// commonMark is where a script wants the shared functions.
+const commonMark = "-- @common\n"
+
+// runner runs an Engine's scripts on its client: the one place that sends
+// them, knows their SHAs, and falls back to EVAL when Redis does not have a
+// script cached.
+type runner struct {
+	rdb redis.UniversalClient
+	// plain: the server does not read a shebang, so the scripts go without.
+	plain atomic.Bool
+}
+
+func (r *runner) variant() int {
+	if r.plain.Load() {
+		return 1
+	}
+	return 0
+}
+
+// sha returns the SHA1 that the EVALSHA of s carries on the wire.
+func (r *runner) sha(s *script) string { return s.sha[r.variant()].(string) }
+
+// cmd returns the EVALSHA command of s with args, whose first two elements
+// it fills with the command and the script (args[2] is the number of keys,
+// then the keys and the arguments). It is a *redis.IntCmd, or a
 // *redis.Cmd when the reply may be an array.
-func (s *script) cmd(ctx context.Context, args []any) redis.Cmder {
-	args[0], args[1] = "evalsha", s.sha
+func (r *runner) cmd(ctx context.Context, s *script, args []any) redis.Cmder {
+	args[0], args[1] = "evalsha", s.sha[r.variant()]
 	return s.newCmd(ctx, args)
 }
 
@@ -72,15 +106,98 @@ func (s *script) newCmd(ctx context.Context, args []any) redis.Cmder {
 	return redis.NewIntCmd(ctx, args...)
 }
 
-// known returns cmd, which has run, or, when Redis did not know the script
-// (first use, a restart, SCRIPT FLUSH), the same call run again with EVAL.
-func (s *script) known(ctx context.Context, rdb redis.UniversalClient, cmd redis.Cmder) redis.Cmder {
-	if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+// run sends cmds, made by cmd: one alone, or several as one pipeline. A
+// command whose script Redis does not know (first use, a restart, SCRIPT
+// FLUSH) is run again on its own with EVAL, and replaced in cmds. It
+// returns the pipeline's network error, if any.
+func (r *runner) run(ctx context.Context, cmds []redis.Cmder) error {
+	var err error
+	if len(cmds) == 1 {
+		err = r.rdb.Process(ctx, cmds[0])
+	} else {
+		p := r.rdb.Pipeline()
+		for _, c := range cmds {
+			_ = p.Process(ctx, c)
+		}
+		_, err = p.Exec(ctx)
+	}
+	for i, c := range cmds {
+		cmds[i] = r.known(ctx, c)
+	}
+	if len(cmds) == 1 {
+		err = cmds[0].Err()
+	}
+	if unreachable(err) {
+		return err
+	}
+	return nil
+}
+
+// known returns cmd, which has run, or, when Redis did not know its script,
+// the same call run again with EVAL. A server that cannot compile the
+// script's shebang gets it without, from then on.
+func (r *runner) known(ctx context.Context, cmd redis.Cmder) redis.Cmder {
+	err := cmd.Err()
+	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return cmd
 	}
 	args := cmd.Args()
-	args[0], args[1] = "eval", s.src
-	cmd = s.newCmd(ctx, args)
-	_ = rdb.Process(ctx, cmd)
+	s, v := scriptOf(args[1])
+	if s == nil {
+		return cmd
+	}
+	_, array := cmd.(*redis.Cmd)
+	eval := func(src any) redis.Cmder {
+		args[0], args[1] = "eval", src
+		if array {
+			cmd = redis.NewCmd(ctx, args...)
+		} else {
+			cmd = redis.NewIntCmd(ctx, args...)
+		}
+		_ = r.rdb.Process(ctx, cmd)
+		return cmd
+	}
+	cmd = eval(s.src[v])
+	if v == 0 && noShebang(cmd.Err()) {
+		r.plain.Store(true)
+		cmd = eval(s.src[1])
+	}
 	return cmd
+}
+
+// scriptOf returns a script and the variant whose SHA is sha.
+func scriptOf(sha any) (*script, int) {
+	for _, s := range scripts {
+		for v := range s.sha {
+			if s.sha[v] == sha {
+				return s, v
+			}
+		}
+	}
+	return nil, 0
+}
+
+// noShebang reports whether err is a server's failure to compile a script
+// at its shebang: Redis before 7, and miniredis, read "#!lua" as Lua.
+func noShebang(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "Error compiling script") && strings.Contains(msg, "'#'")
+}
+
+// parseHold reads the hold's stored value v (see lua/hold.lua, the format's
+// definition): its owner token, fencing token and number of entries. ok is
+// false when v is not a hold.
+func parseHold(v string) (token string, fence int64, entries int, ok bool) {
+	f := strings.Fields(v)
+	if len(f) < 4 || f[2] != "0" && f[2] != "1" {
+		return "", 0, 0, false
+	}
+	fence, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return "", 0, 0, false
+	}
+	return f[0], fence, len(f) - 3, true
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// tracker counts a Engine's background work (flights, withdrawals,
+// tracker counts an Engine's background work (flights, withdrawals,
 // renewals) so that Close can wait for it. Unlike a sync.WaitGroup, work
 // may start while Close waits: a withdrawal can start one more flight.
 type tracker struct {

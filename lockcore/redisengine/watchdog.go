@@ -12,7 +12,7 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// watchdog renews every held lease of a Engine and declares lost those
+// watchdog renews every held lease of an Engine and declares lost those
 // whose validity runs out. Its goroutine does no I/O: it sends renewals
 // from goroutines of their own and never waits for them, so a renewal
 // blocked in the client (go-redis, at its defaults, may take seconds and
@@ -158,18 +158,11 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 	}
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	cmds, err := w.pipeline(rctx, due)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Redis lost its script cache (restart, SCRIPT FLUSH): load, retry.
-		if renewScript.Load(rctx, w.l.rdb).Err() == nil {
-			sent = time.Now()
-			cmds, _ = w.pipeline(rctx, due)
-		}
-	}
+	cmds := w.send(rctx, due)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, h := range due {
-		ok, cerr := cmds[i].Int64()
+		ok, cerr := cmds[i].(*redis.IntCmd).Result()
 		switch {
 		case cerr != nil:
 			// Retried at h.at, or lost when its validity ends.
@@ -189,14 +182,14 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 	}
 }
 
-func (w *watchdog) pipeline(ctx context.Context, hs []*hold) ([]*redis.Cmd, error) {
-	p := w.l.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(hs))
+// send renews hs in one pipeline and returns the answers, in order.
+func (w *watchdog) send(ctx context.Context, hs []*hold) []redis.Cmder {
+	cmds := make([]redis.Cmder, len(hs))
 	for i, h := range hs {
-		cmds[i] = renewScript.EvalSha(ctx, p, h.keys[:1], h.token, h.entry, ms(h.ttl))
+		cmds[i] = w.l.run.cmd(ctx, renewScript, []any{nil, nil, 1, h.keys[0], h.entry, ms(h.ttl)})
 	}
-	_, err := p.Exec(ctx)
-	return cmds, err
+	_ = w.l.run.run(ctx, cmds)
+	return cmds
 }
 
 // shutdown loses every hold still scheduled: nobody renews them any more.

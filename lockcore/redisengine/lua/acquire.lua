@@ -10,6 +10,7 @@
 -- re-entered a hold of one of the other tokens; or -pttl (<= 0) when another
 -- owner holds it (and the attempt is queued when waiting). Run again with
 -- the same arguments, it returns the same and changes nothing more.
+-- KEYS: the hold, the wait queue, the fencing counter.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member = ARGV[5], ARGV[6]
@@ -20,7 +21,7 @@ local id, member = ARGV[5], ARGV[6]
 local f, fs, v = redis.call('INCR', F), nil, nil
 if f > 1 then
   fs = string.format('%.0f', f)
-  v = redis.call('SET', L, tok .. ' ' .. fs .. ' 0 ' .. id, 'NX', 'PX', ttl, 'GET')
+  v = redis.call('SET', L, hold_make(tok, fs, false, id), 'NX', 'PX', ttl, 'GET')
   if not v and (member == '' or redis.call('EXISTS', Q) == 0) then
     return f
   end
@@ -28,7 +29,7 @@ end
 -- @common
 if f == 1 then
   f, fs = seed_fence(ret)
-  v = redis.call('SET', L, tok .. ' ' .. fs .. ' 0 ' .. id, 'NX', 'PX', ttl, 'GET')
+  v = redis.call('SET', L, hold_make(tok, fs, false, id), 'NX', 'PX', ttl, 'GET')
 end
 
 if not v then
@@ -50,15 +51,15 @@ if not v then
   return -math.max(redis.call('PTTL', L), 0)
 end
 
-local t, hf, w, es = parse(v)
+local t, hf, w, es = hold_parse(v)
 local others = ARGV[9] or ''
-if t == tok or others ~= '' and has(others, t) then
-  if has(es, id) then
+if t == tok or others ~= '' and hold_has(others, t) then
+  if hold_has(es, id) then
     -- Granted to this attempt while it waited, or this call ran before.
     redis.call('PEXPIRE', L, ttl, 'GT')
   else
     -- Re-entry by the same owner from another process.
-    redis.call('SET', L, v .. ' ' .. id, 'PX', math.max(redis.call('PTTL', L), ttl))
+    redis.call('SET', L, hold_add(v, id), 'PX', math.max(redis.call('PTTL', L), ttl))
     if member ~= '' then
       redis.call('ZREM', Q, member)
     end
@@ -76,7 +77,7 @@ if wait > 0 then
     redis.call('PEXPIRE', Q, wait + ttl)
   end
   if w == '0' then
-    redis.call('SET', L, t .. ' ' .. hf .. ' 1 ' .. es, 'KEEPTTL')
+    redis.call('SET', L, hold_make(t, hf, true, es), 'KEEPTTL')
   end
 end
 return -math.max(redis.call('PTTL', L), 0)

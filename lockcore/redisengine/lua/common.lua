@@ -2,15 +2,7 @@
 -- paths ("-- @common"): Lua makes the closures below on every run, so the
 -- common case runs before them. One lock lives in three keys with one hash
 -- tag, so a script touches one Redis Cluster slot:
---   L  string  the hold, "<token> <fence> <w> <entry> [<entry> ...]": the
---              owner token, the fencing token, w = 1 when waiters may be
---              queued, and the hold's entries, the attempt ids of the
---              acquisitions that hold it (the one that took it, and
---              re-entries made by other processes under the same token). An
---              attempt id always contains a '.', which no token, fence or
---              flag does. A call whose own entry is there already has run
---              before (a client that re-sent it after a lost reply): it
---              changes nothing.
+--   L  string  the hold (see hold.lua)
 --   Q  zset    waiters, scored by arrival (server clock, microseconds); member
 --              "<deadline ms> <ttl ms> <channel> <attempt id> <token>"
 --   F  string  the fencing counter, seeded from the server clock
@@ -43,22 +35,11 @@ local function next_fence(retention)
   return seed_fence(retention)
 end
 
--- The fields of hold v: token, fence (string), waiters flag ('0' or '1'),
--- entries (space-separated).
-local function parse(v)
-  return string.match(v, '^(%S+) (%d+) ([01]) (.+)$')
-end
-
--- Whether entries es include attempt id.
-local function has(es, id)
-  return string.find(' ' .. es .. ' ', ' ' .. id .. ' ', 1, true) ~= nil
-end
-
 -- Make tok the sole holder for attempt id for ttl ms, with waiters flag w,
 -- and return the new fencing token as a number and a string.
 local function take(tok, ttl, id, retention, w)
   local f, fs = next_fence(retention)
-  redis.call('SET', L, tok .. ' ' .. fs .. (w and ' 1 ' or ' 0 ') .. id, 'PX', ttl)
+  redis.call('SET', L, hold_make(tok, fs, w, id), 'PX', ttl)
   return f, fs
 end
 

@@ -1,17 +1,19 @@
--- ARGV: token, entry (the attempt id whose hold to drop), fence retention
---       ms, waiter member ('' when none), the caller's Locker channel, claim
---       window ms, '1' when PUBLISH counts every subscriber
+-- ARGV: token (the caller's; the entry alone names the hold), entry (the
+--       attempt id whose hold to drop), fence retention ms, waiter member
+--       ('' when none), the caller's Engine channel, claim window ms, '1'
+--       when PUBLISH counts every subscriber
 -- Drops entry from the hold that has it, and hands the lock to the next waiter, or
 -- frees it, when no entry is left. With a member it first withdraws a
 -- waiter that gave up: if it was still queued nothing else happens.
 -- Returns the number of entries left (0: released), -1 when the hold has no
 -- such entry (it never had, or this call ran before), -2 when the member was
 -- withdrawn from the queue, or {0, attempt id, fencing token} when the lock
--- went to a waiter of the caller's own Locker, which the caller then wakes:
+-- went to a waiter of the caller's own Engine, which the caller then wakes:
 -- nothing is published. Run again with the same arguments, it changes
 -- nothing more.
+-- KEYS: the hold, the wait queue, the fencing counter.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
-local tok, e, ret, member = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local e, ret, member = ARGV[2], ARGV[3], ARGV[4]
 if member ~= '' and redis.call('ZREM', Q, member) == 1 then
   return -2
 end
@@ -19,27 +21,22 @@ local v = redis.call('GET', L)
 if not v then
   return -1
 end
--- The short form, "<token> <fence> 0 <entry>": token's, with one entry, e
--- (the field before the last entry is another entry, with a '.', unless
--- it is the only one), and nobody queued.
-if string.sub(v, 1, #tok + 1) == tok .. ' ' and string.sub(v, -#e - 3) == ' 0 ' .. e then
+-- The common case: e is the hold's only entry, and nobody is queued.
+if hold_sole(v, e) then
   redis.call('DEL', L)
   return 0
 end
 -- @common
 -- The entry alone names the hold: attempt ids are unique, and an attempt
 -- may have re-entered a hold under another token than its own.
-local t, f, w, es = parse(v)
-if not has(es, e) then
+local t, f, w, es = hold_parse(v)
+if not t or not hold_has(es, e) then
   return -1
 end
-local s = ' ' .. es .. ' '
-local i = string.find(s, ' ' .. e .. ' ', 1, true)
-es = string.sub(s, 2, i - 1) .. string.sub(s, i + #e + 1, -2)
-if es ~= '' then
-  redis.call('SET', L, t .. ' ' .. f .. ' ' .. w .. ' ' .. es, 'KEEPTTL')
-  local _, spaces = string.gsub(es, ' ', ' ')
-  return spaces + 1
+local left, n = hold_drop(es, e)
+if n > 0 then
+  redis.call('SET', L, hold_make(t, f, w == '1', left), 'KEEPTTL')
+  return n
 end
 if w == '1' then
   local m, fence, to = grant_next(now_us(), ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')

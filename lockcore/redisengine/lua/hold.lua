@@ -1,0 +1,50 @@
+-- The hold, KEYS[1], is a string "<token> <fence> <w> <entry> [<entry> ...]":
+-- the owner token, the fencing token, w = 1 when waiters may be queued,
+-- and the hold's entries, the attempt ids of the acquisitions that hold it
+-- (the one that took it, and re-entries made under the same token by
+-- other processes). An attempt id always contains a '.', which no token,
+-- fence or flag does, and names one attempt of one Engine: it alone names
+-- the hold an attempt has. A call whose own entry is there already has run
+-- before (a client re-sent it after a lost reply): it changes nothing.
+-- These functions are the only code that reads or writes that format; the
+-- engine's Go code reads it in parseHold (scripts.go).
+
+-- The hold of tok, fencing token fs (a decimal string), waiters flag w
+-- (a boolean) and entries es (space-separated).
+local function hold_make(tok, fs, w, es)
+  return tok .. ' ' .. fs .. (w and ' 1 ' or ' 0 ') .. es
+end
+
+-- The fields of hold v: token, fence (a decimal string), waiters flag ('0'
+-- or '1'), entries (space-separated); nil when v is not a hold.
+local function hold_parse(v)
+  return string.match(v, '^(%S+) (%d+) ([01]) (.+)$')
+end
+
+-- Whether entries es include attempt id.
+local function hold_has(es, id)
+  return string.find(' ' .. es .. ' ', ' ' .. id .. ' ', 1, true) ~= nil
+end
+
+-- Hold v with one more entry, id.
+local function hold_add(v, id)
+  return v .. ' ' .. id
+end
+
+-- Entries es without id, which they include, and how many are left.
+local function hold_drop(es, id)
+  local s = ' ' .. es .. ' '
+  local i = string.find(s, ' ' .. id .. ' ', 1, true)
+  es = string.sub(s, 2, i - 1) .. string.sub(s, i + #id + 1, -2)
+  if es == '' then
+    return es, 0
+  end
+  local _, spaces = string.gsub(es, ' ', ' ')
+  return es, spaces + 1
+end
+
+-- Whether hold v has the single entry id and no waiters: the field before
+-- the last entry is the flag '0' (another entry would contain a '.').
+local function hold_sole(v, id)
+  return string.sub(v, -#id - 3) == ' 0 ' .. id
+end

@@ -1,0 +1,114 @@
+package redisengine
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+)
+
+// serverMajor returns the major version of the Redis server behind rdb:
+// 0 for miniredis, which does not answer INFO server.
+func serverMajor(t *testing.T, rdb redis.UniversalClient) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Logf("INFO server: %v: taken for miniredis", err)
+		return 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+			return major
+		}
+	}
+	return 0
+}
+
+// TestScriptsDeclareEveryKey checks the promise that the scripts are sent
+// with a "#!lua" shebang wherever the server reads one, so that Redis 7
+// refuses a script that touches a key it did not declare (in a Cluster),
+// and that they run unchanged without it where the server does not
+// (miniredis, Redis 6). On a real one-node cluster a shebang script that
+// touches an undeclared key is refused, which shows the check is on; the
+// engine's scripts acquire, re-enter, hand over and release there.
+func TestScriptsDeclareEveryKey(t *testing.T) {
+	for _, b := range redistest.ClusterBackends(t) {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{b.Addr}})
+			t.Cleanup(func() { _ = rdb.Close() })
+			shebang := serverMajor(t, rdb) >= 7
+			if b.Real() && shebang {
+				err := rdb.Eval(ctx, "#!lua\nreturn redis.call('GET', 'some-other-key')", []string{"declared"}).Err()
+				if err == nil {
+					t.Fatal("a shebang script touching an undeclared key ran on the cluster: the check the engine relies on is off")
+				}
+				t.Logf("undeclared key refused: %v", err)
+			}
+			prefix := redistest.Prefix(t)
+			l := lockerOn(t, rdb, prefix, Options{})
+			other := lockerOn(t, rdb, prefix, Options{})
+			key := mustKey(t, "declared", "1")
+			outer, err := l.Acquire(ctx, key, lockcore.Policy{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			inner, err := other.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
+			if err != nil || inner.Fence() != outer.Fence() {
+				t.Fatalf("re-entry from another Engine: %v, fence %d of %d", err, inner.Fence(), outer.Fence())
+			}
+			got, errc := acquireAsync(other, key, 5*time.Second)
+			if err := inner.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := outer.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w := awaitLease(t, got, errc, 5*time.Second, "waiter handed the lock")
+			if err := w.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if info := inspect(t, l, key); info.Held() {
+				t.Fatalf("still held: %+v", info)
+			}
+			if plain := l.run.plain.Load(); plain == shebang {
+				t.Fatalf("server major version %d: scripts sent without shebang = %v", serverMajor(t, rdb), plain)
+			}
+			sha := l.run.sha(acquireScript)
+			if ok, err := rdb.ScriptExists(ctx, sha).Result(); err != nil || !ok[0] {
+				t.Fatalf("the server does not have the script the engine sent (%s): %v %v", sha, ok, err)
+			}
+		})
+	}
+}
+
+// TestParseHold checks the Go reading of the hold's format against the
+// values the scripts write.
+func TestParseHold(t *testing.T) {
+	for _, c := range []struct {
+		v     string
+		tok   string
+		fence int64
+		n     int
+		ok    bool
+	}{
+		{"0123456789abcdef0123456789abcdef 1732345678901234 0 a1.1", "0123456789abcdef0123456789abcdef", 1732345678901234, 1, true},
+		{"tok_tok_tok_tok_ 7 1 a1.1 b2.2 c3.3", "tok_tok_tok_tok_", 7, 3, true},
+		{"tok 7 2 a1.1", "", 0, 0, false},
+		{"tok x 0 a1.1", "", 0, 0, false},
+		{"tok 7 0", "", 0, 0, false},
+		{"", "", 0, 0, false},
+	} {
+		tok, fence, n, ok := parseHold(c.v)
+		if tok != c.tok || fence != c.fence || n != c.n || ok != c.ok {
+			t.Errorf("parseHold(%q) = %q %d %d %v, want %q %d %d %v", c.v, tok, fence, n, ok, c.tok, c.fence, c.n, c.ok)
+		}
+	}
+}
