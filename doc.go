@@ -11,7 +11,9 @@
 //	r.With(locker.ByParam("productID", lock.Wait(2*time.Second))).Post("/products/{productID}/buy", buy)
 //	r.With(locker.ByParam("userID", lock.FailFast())).Post("/users/{userID}/checkout", checkout)
 //
-// gRPC methods lock the resource that request message fields name:
+// gRPC methods lock the resource that request message fields name, through
+// package grpclock, which sits beside this one so that a program that
+// serves only HTTP links no gRPC:
 //
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
 //		grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Wait(time.Second)),
@@ -29,7 +31,7 @@
 //
 // A gRPC call sees Aborted (with a RetryInfo detail), InvalidArgument and
 // Unavailable in the same places (package interceptor). OnError and
-// OnRPCError replace those responses. The defaults are safe: a request waits
+// grpclock.OnRPCError replace those responses. The defaults are safe: a request waits
 // up to 5 seconds for a busy lock (Wait, FailFast), leases last 10 seconds
 // and are renewed while the handler runs (TTL), and nothing runs unlocked
 // when Redis is down.
@@ -50,11 +52,12 @@
 // it holds travel along, and a nested lock on productID:42 re-enters the
 // held lock instead of waiting for it. Without the tokens the nested call
 // waits like anyone else, and times out with 409. For gRPC,
-// UnaryClientInterceptor carries the tokens, in metadata, in the same form,
+// grpclock.UnaryClientInterceptor carries the tokens, in metadata, in the same form,
 // so a request re-enters its locks across HTTP and gRPC hops when routes
 // and methods name the resource alike (Name). A token only re-enters the
 // live hold it was minted for: a made-up or stale token grants nothing.
-// TrustToken and TrustRPCToken restrict which requests may bring tokens.
+// TrustToken and grpclock.TrustRPCToken restrict which requests may bring
+// tokens.
 //
 // # Inside the handler
 //
@@ -69,6 +72,16 @@
 // Without SetDefault, Default connects to the Redis named by the REDIS_URL
 // environment variable, or to localhost:6379.
 //
-// The engine underneath is package lockcore; the HTTP middleware is package
-// middleware, the gRPC interceptors package interceptor.
+// # Packages
+//
+//	lock (this one)        the facade: New, FromEngine, options, ByParam & co., Default
+//	grpclock               the gRPC facade: Method rules, server and client interceptors
+//	middleware             the net/http middleware, on any lockcore.Engine
+//	interceptor            the gRPC interceptors, on any lockcore.Engine
+//	keyfunc                request → key parts (Param, Header, JSON, Field, …)
+//	lockcore               what a lock is, backend-neutral: Key, tokens, Lease, Engine
+//	lockcore/redisengine   the Redis engine that New makes
+//
+// New locks with the Redis engine; FromEngine with any lockcore.Engine, such
+// as a wrapper around the Redis engine or a test double.
 package lock

@@ -1,6 +1,6 @@
 // Package interceptor locks gRPC methods: server interceptors that hold a
-// Redis lock (package lockcore) on the resource a call names while its
-// handler runs, and client interceptors that carry the caller's owner token
+// lock from an engine (lockcore.Engine: the Redis engine, or any other) on
+// the resource a call names while its handler runs, and client interceptors that carry the caller's owner token
 // to the next service, so that nested calls re-enter instead of deadlocking.
 //
 // Rules map methods to keys and policies:

@@ -1,82 +1,33 @@
-// Package lockcore is the lock engine of routelock: reentrant, fenced,
-// watchdog-renewed locks on Redis, with fail-fast and blocking acquisition.
-// It knows nothing of HTTP or gRPC; the middleware and interceptor packages
-// build on it.
+// Package lockcore is what a lock is in routelock, whatever keeps it: keys
+// that name resources, owner tokens and the locks a request holds in its
+// context.Context, the Policy of an acquisition, the Lease a holder gets,
+// the sentinel errors, and Engine, the one interface the HTTP middleware
+// and the gRPC interceptors call. It imports no Redis client: the Redis
+// engine is package lockcore/redisengine, and other engines (a quorum over
+// independent masters, etcd, a wrapper that adds telemetry, an in-memory
+// engine in tests) sit beside it. The doc of Engine says how to write one.
+//
+// # Keys
+//
+// A Key is a validated, escaped list of parts such as productID:42; NewKey
+// escapes ':' and the bytes an engine reserves, so distinct part lists never
+// share a key and user input cannot reach another namespace.
 //
 // # Owners and reentrancy
 //
-// A lock is held by an owner token, 128 random bits minted for the hold when
-// the lock is taken, which the lease's context.Context carries (see
-// TokensFrom). An acquisition under a context that carries the token of the
-// hold re-enters the lock: its attempt id is added to the hold's entries in
-// Redis, so the nested caller may be another process that received the
-// token (WithTokens). Each release drops its own entry; the key is freed
-// when none is left. A token never takes a free lock, so one that holds
-// nothing grants nothing.
+// Every fresh hold is owned by a token minted for it (NewToken), which the
+// lease's context carries. Contexts carry the tokens of every live lock they
+// hold, innermost first (TokensFrom), and those a propagated call brought
+// (WithTokens); an acquisition re-enters a hold owned by one of them instead
+// of waiting for it, in memory when the context descends from the lease
+// (Reenter), in the backend otherwise. A token never takes a free lock, so
+// one that holds nothing grants nothing. FencingToken and HeldFrom read the
+// locks a context holds.
 //
-// # Data layout
+// # Leases
 //
-// A lock on key K with prefix P uses three Redis keys that share the hash tag
-// {K}, so each script touches one Redis Cluster slot:
-//
-//	P{K}     string  the hold: owner token, fencing token, a waiters flag,
-//	                 and its entries (the attempt ids holding it)
-//	P{K}:q   zset    waiters in arrival order
-//	P{K}:f   string  fencing counter (lives Options.FenceRetention)
-//
-// Acquire and release are one EVALSHA each. The hold is a string because
-// that is what Redis sets and deletes fastest: an uncontended acquire is
-// one INCR of the counter and one SET NX of the hold, a release one GET and
-// one DEL. Shared locks and permits (several holders) will keep a hash of
-// holders under the same name, which an exclusive acquire meets as a
-// WRONGTYPE reply; the queue leaves room for FIFO-fair waiting and for
-// multi-key locks.
-//
-// # Calls that run twice, and calls that do not come back
-//
-// Clients re-send a command whose reply was lost (go-redis does, at its
-// default options, after a reset connection or a read timeout), so Redis
-// may run a script twice. Every call names its attempt and finds its own
-// entry if it ran before: a re-sent acquire returns the same fencing token,
-// a re-sent re-entry or release changes nothing more, and a release after
-// the lease was lost touches no later hold of the same token.
-//
-// The engine does not rely on the client's timeouts: each call flies in a
-// goroutine of its own, and its caller waits only until its deadline
-// (Options.Timeout or the context's deadline for an acquisition,
-// Options.ReleaseTimeout for a release). An acquisition that was not
-// answered fails with ErrUnavailable and is withdrawn when its call lands.
-//
-// # Waiting
-//
-// A blocked acquisition queues itself in Redis in the same call that found the
-// lock taken. A release that frees the lock hands it to the oldest waiter in
-// Redis, in the release script, and publishes the hand-over on the waiter
-// Locker's notification channel. Each Locker has one subscription
-// connection for all of its waiters, and the woken waiter already holds the
-// lock: no further round trip, and no herd of retries. When the waiter
-// belongs to the releasing Locker, nothing is published: the release's reply
-// names it and the releasing goroutine wakes it.
-//
-// A waiter in another process holds its grant only for part of
-// Options.ClaimWindow until it claims it (by a renewal, or by asking),
-// so that one that vanished does not keep the lock; on a single Redis server
-// a waiter whose Locker has no subscription any more is skipped at once.
-// Because pub/sub can lose messages, a waiter also asks Redis again every
-// 3/10 of the claim window, when the holder's lease would have run out, and
-// whenever the subscription is re-established; when a release's reply is
-// lost, the Locker's waiters on that key ask at once.
-//
-// # Watchdog and fencing
-//
-// One goroutine per Locker keeps the leases: it sends renewals, batched in
-// pipelines at about TTL/4 to TTL/3, from goroutines it does not wait for,
-// and does no I/O itself. A lease is valid on the local monotonic clock
-// from the moment the call that confirmed it was sent, for the length
-// Redis granted less a tenth; the watchdog cancels its context with cause
-// ErrLockLost the moment that runs out, however long a renewal is blocked
-// in the client, and at once when a renewal finds the lease gone or owned
-// by someone else. Every fresh hold gets a fencing token greater than all
-// earlier ones for its key; pass it to the store you write so a stale
-// holder's writes can be refused.
+// A Lease wraps an engine's Hold. Its context is cancelled with cause
+// ErrLockLost the moment the engine can no longer be sure the hold is held,
+// and with ErrReleased when it is released; in-process re-entries share one
+// hold, which is released in the backend with the last of them.
 package lockcore

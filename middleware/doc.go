@@ -12,8 +12,8 @@
 //     [TokenHeader] header (see [Transport]); the middleware accepts it from
 //     requests that Config.TrustToken allows, and otherwise the engine mints
 //     a fresh one.
-//  3. The lock is taken by the engine ([lockcore.Locker.Acquire]) with the
-//     route's policy: wait up to Config.Wait (never past the request's own
+//  3. The lock is taken by the engine ([lockcore.Engine], the Redis engine
+//     of lock.New or any other) with the route's policy: wait up to Config.Wait (never past the request's own
 //     deadline) or fail at once. A lock held by another owner is answered
 //     409 with Retry-After; Redis out of reach, 503. The handler runs only
 //     with the lock held.

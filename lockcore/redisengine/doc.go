@@ -1,0 +1,90 @@
+// Package redisengine is routelock's Redis engine: reentrant, fenced,
+// watchdog-renewed locks on one Redis (a server, or a Cluster), with
+// fail-fast and blocking acquisition. It implements lockcore.Engine; the
+// HTTP middleware and the gRPC interceptors use it through that interface,
+// and lock.New makes one.
+//
+//	engine, err := redisengine.New(rdb, redisengine.Options{})
+//	lease, err := engine.Acquire(ctx, key, lockcore.Policy{Wait: 2 * time.Second})
+//
+// # Owners and reentrancy
+//
+// A lock is held by an owner token, 128 random bits minted for the hold when
+// the lock is taken, which the lease's context.Context carries (see
+// lockcore.TokensFrom). An acquisition under a context that carries the
+// token of the hold re-enters the lock: its attempt id is added to the
+// hold's entries in Redis, so the nested caller may be another process that
+// received the token (lockcore.WithTokens). Each release drops its own
+// entry; the key is freed when none is left. A token never takes a free
+// lock, so one that holds nothing grants nothing.
+//
+// # Data layout
+//
+// A lock on key K with prefix P uses three Redis keys that share the hash tag
+// {K}, so each script touches one Redis Cluster slot:
+//
+//	P{K}     string  the hold: owner token, fencing token, a waiters flag,
+//	                 and its entries (the attempt ids holding it)
+//	P{K}:q   zset    waiters in arrival order
+//	P{K}:f   string  fencing counter (lives Options.FenceRetention)
+//
+// The hold's format is defined, and read, in lua/hold.lua, which every
+// script starts with, and in parseHold on the Go side. Acquire and release
+// are one EVALSHA each; each script is sent whole, with a "#!lua" shebang
+// (Redis 7 then checks that it touches only the keys it declares), or
+// without it for a server that does not read one. The hold is a string because
+// that is what Redis sets and deletes fastest: an uncontended acquire is
+// one INCR of the counter and one SET NX of the hold, a release one GET and
+// one DEL. Shared locks and permits (several holders) will keep a hash of
+// holders under the same name, which an exclusive acquire meets as a
+// WRONGTYPE reply; the queue leaves room for FIFO-fair waiting and for
+// multi-key locks.
+//
+// # Calls that run twice, and calls that do not come back
+//
+// Clients re-send a command whose reply was lost (go-redis does, at its
+// default options, after a reset connection or a read timeout), so Redis
+// may run a script twice. Every call names its attempt and finds its own
+// entry if it ran before: a re-sent acquire returns the same fencing token,
+// a re-sent re-entry or release changes nothing more, and a release after
+// the lease was lost touches no later hold of the same token.
+//
+// The engine does not rely on the client's timeouts: each call flies in a
+// goroutine of its own, and its caller waits only until its deadline
+// (Options.Timeout or the context's deadline for an acquisition,
+// Options.ReleaseTimeout for a release). An acquisition that was not
+// answered fails with ErrUnavailable and is withdrawn when its call lands.
+//
+// # Waiting
+//
+// A blocked acquisition queues itself in Redis in the same call that found the
+// lock taken. A release that frees the lock hands it to the oldest waiter in
+// Redis, in the release script, and publishes the hand-over on the waiter
+// Engine's notification channel. Each Engine has one subscription
+// connection for all of its waiters, and the woken waiter already holds the
+// lock: no further round trip, and no herd of retries. When the waiter
+// belongs to the releasing Engine, nothing is published: the release's reply
+// names it and the releasing goroutine wakes it.
+//
+// A waiter in another process holds its grant only for part of
+// Options.ClaimWindow until it claims it (by a renewal, or by asking),
+// so that one that vanished does not keep the lock; on a single Redis server
+// a waiter whose Engine has no subscription any more is skipped at once.
+// Because pub/sub can lose messages, a waiter also asks Redis again every
+// 3/10 of the claim window, when the holder's lease would have run out, and
+// whenever the subscription is re-established; when a release's reply is
+// lost, the Engine's waiters on that key ask at once.
+//
+// # Watchdog and fencing
+//
+// One goroutine per Engine keeps the leases: it sends renewals, batched in
+// pipelines at about TTL/4 to TTL/3, from goroutines it does not wait for,
+// and does no I/O itself. A lease is valid on the local monotonic clock
+// from the moment the call that confirmed it was sent, for the length
+// Redis granted less a tenth; the watchdog cancels its context with cause
+// ErrLockLost the moment that runs out, however long a renewal is blocked
+// in the client, and at once when a renewal finds the lease gone or owned
+// by someone else. Every fresh hold gets a fencing token greater than all
+// earlier ones for its key; pass it to the store you write so a stale
+// holder's writes can be refused.
+package redisengine
