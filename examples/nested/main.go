@@ -54,6 +54,7 @@ func run(out io.Writer) error {
 		Post("/products/{productID}/reserve", func(w http.ResponseWriter, r *http.Request) {
 			fence, _ := lock.FencingToken(r.Context())
 			held := lockcore.HeldFrom(r.Context()) // the locks this request holds, innermost first
+			// lock.New made a Redis engine, which can read a key's state.
 			info, err := invLocker.Engine().(*redisengine.Engine).Inspect(r.Context(), held[0].Key)
 			if err != nil {
 				http.Error(w, "inventory: "+err.Error(), http.StatusInternalServerError)
