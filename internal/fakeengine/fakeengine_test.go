@@ -1,0 +1,489 @@
+package fakeengine_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/routelock/lock/internal/fakeengine"
+	"github.com/routelock/lock/lockcore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Compile-time check: Engine is a lockcore.Engine.
+var _ lockcore.Engine = (*fakeengine.Engine)(nil)
+
+func key(t testing.TB, parts ...string) lockcore.Key {
+	t.Helper()
+	k, err := lockcore.NewKey(parts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// bounded returns a context that ends after a generous bound, so that a
+// broken engine fails the test instead of hanging it.
+func bounded(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func acquire(t testing.TB, e *fakeengine.Engine, ctx context.Context, k lockcore.Key, p lockcore.Policy) *lockcore.Lease {
+	t.Helper()
+	ls, err := e.Acquire(ctx, k, p)
+	if err != nil {
+		t.Fatalf("Acquire(%v, %+v): %v", k, p, err)
+	}
+	return ls
+}
+
+func release(t testing.TB, ls *lockcore.Lease) {
+	t.Helper()
+	if err := ls.Release(context.Background()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func waitersAre(t testing.TB, e *fakeengine.Engine, k lockcore.Key, n int) {
+	t.Helper()
+	if err := e.Await(bounded(t), func() bool { return e.Waiters(k) == n }); err != nil {
+		t.Fatalf("waiting for %d waiters on %v (have %d): %v", n, k, e.Waiters(k), err)
+	}
+}
+
+func wantFree(t testing.TB, e *fakeengine.Engine, k lockcore.Key) {
+	t.Helper()
+	if fence, entries := e.Held(k); entries != 0 || fence != 0 {
+		t.Fatalf("%v still held: fence %d, %d entries", k, fence, entries)
+	}
+	if n := e.Waiters(k); n != 0 {
+		t.Fatalf("%v has %d waiters left", k, n)
+	}
+}
+
+// TestMutualExclusion: 32 goroutines × 50 iterations increment a plain
+// counter under the lock. -race reports any overlap, the final count shows
+// lost updates, and the fencing tokens seen in order under the lock must
+// strictly increase.
+func TestMutualExclusion(t *testing.T) {
+	const goroutines, iterations = 32, 50
+	e := fakeengine.New()
+	k := key(t, "counter", "1")
+	ctx := bounded(t)
+	var (
+		counter int     // guarded by the lock under test only
+		fences  []int64 // likewise
+		wg      sync.WaitGroup
+		errs    = make(chan error, goroutines)
+	)
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range iterations {
+				ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 10 * time.Second})
+				if err != nil {
+					errs <- err
+					return
+				}
+				n := counter
+				fences = append(fences, ls.Fence())
+				counter = n + 1
+				if err := ls.Release(context.Background()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if counter != goroutines*iterations {
+		t.Fatalf("counter = %d, want %d", counter, goroutines*iterations)
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("fence %d after %d: not strictly increasing", fences[i], fences[i-1])
+		}
+	}
+	wantFree(t, e, k)
+}
+
+// TestFIFO: waiters that queued one after the other get the lock in that
+// order, each with the next fencing token.
+func TestFIFO(t *testing.T) {
+	const n = 6
+	e := fakeengine.New()
+	k := key(t, "fifo", "1")
+	ctx := bounded(t)
+	first := acquire(t, e, ctx, k, lockcore.Policy{})
+	order := make(chan int, n)
+	fences := make(chan int64, n)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 10 * time.Second})
+			if err != nil {
+				errs <- err
+				return
+			}
+			order <- i
+			fences <- ls.Fence()
+			errs <- ls.Release(context.Background())
+		}()
+		waitersAre(t, e, k, i+1) // i is queued before i+1 starts
+	}
+	release(t, first)
+	wg.Wait()
+	close(order)
+	close(fences)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := 0
+	for i := range order {
+		if i != want {
+			t.Fatalf("waiter %d got the lock in place %d", i, want)
+		}
+		want++
+	}
+	next := first.Fence() + 1
+	for f := range fences {
+		if f != next {
+			t.Fatalf("fence %d, want %d", f, next)
+		}
+		next++
+	}
+	wantFree(t, e, k)
+}
+
+// TestFailFast: Wait 0 on a held key fails at once with a ContentionError
+// that matches ErrNotAcquired but not ErrWaitTimeout, with the holder's TTL
+// as RetryAfter, and queues nothing.
+func TestFailFast(t *testing.T) {
+	e := fakeengine.New()
+	k := key(t, "ff", "1")
+	holder := acquire(t, e, bounded(t), k, lockcore.Policy{TTL: 3 * time.Second})
+	_, err := e.Acquire(bounded(t), k, lockcore.Policy{})
+	var ce *lockcore.ContentionError
+	if !errors.As(err, &ce) || !errors.Is(err, lockcore.ErrNotAcquired) || errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Fatalf("fail fast: %v", err)
+	}
+	if ce.Key != k.String() || ce.RetryAfter != 3*time.Second || ce.TimedOut {
+		t.Fatalf("ContentionError %+v", *ce)
+	}
+	if n := e.Waiters(k); n != 0 {
+		t.Fatalf("%d waiters after a fail-fast attempt", n)
+	}
+	release(t, holder)
+	wantFree(t, e, k)
+}
+
+// TestWaitTimeout: a wait that runs out fails with TimedOut (ErrWaitTimeout)
+// and leaves nothing queued; the holder keeps the lock.
+func TestWaitTimeout(t *testing.T) {
+	e := fakeengine.New()
+	k := key(t, "wt", "1")
+	holder := acquire(t, e, bounded(t), k, lockcore.Policy{})
+	_, err := e.Acquire(bounded(t), k, lockcore.Policy{Wait: 30 * time.Millisecond})
+	var ce *lockcore.ContentionError
+	if !errors.As(err, &ce) || !ce.TimedOut || !errors.Is(err, lockcore.ErrWaitTimeout) || ce.RetryAfter != fakeengine.DefaultTTL {
+		t.Fatalf("wait ran out: %v", err)
+	}
+	if n := e.Waiters(k); n != 0 {
+		t.Fatalf("%d waiters after a timed-out wait", n)
+	}
+	if fence, _ := e.Held(k); fence != holder.Fence() || holder.Err() != nil {
+		t.Fatalf("holder lost the lock: fence %d, Err %v", fence, holder.Err())
+	}
+	release(t, holder)
+	wantFree(t, e, k)
+}
+
+// TestCancelLeavesNothing: a waiter whose context is cancelled, or whose
+// deadline passes, returns the context's error joined to a
+// ContentionError and leaves nothing queued; the release that follows
+// frees the key for no one. A stress loop races a release (which grants the
+// waiter) against the cancellation and checks nothing is left held.
+func TestCancelLeavesNothing(t *testing.T) {
+	e := fakeengine.New()
+	k := key(t, "cancel", "1")
+	holder := acquire(t, e, bounded(t), k, lockcore.Policy{})
+
+	ctx, cancel := context.WithCancel(bounded(t))
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Hour})
+		done <- err
+	}()
+	waitersAre(t, e, k, 1)
+	cancel()
+	err := <-done
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, lockcore.ErrNotAcquired) || errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	if n := e.Waiters(k); n != 0 {
+		t.Fatalf("%d waiters after cancel", n)
+	}
+
+	dctx, dcancel := context.WithTimeout(bounded(t), 30*time.Millisecond)
+	defer dcancel()
+	_, err = e.Acquire(dctx, k, lockcore.Policy{Wait: time.Hour})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Fatalf("wait past the deadline: %v", err)
+	}
+	if n := e.Waiters(k); n != 0 {
+		t.Fatalf("%d waiters after the deadline", n)
+	}
+
+	// A context already ended does not queue either.
+	_, err = e.Acquire(ctx, k, lockcore.Policy{Wait: time.Hour})
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, lockcore.ErrNotAcquired) {
+		t.Fatalf("ended context: %v", err)
+	}
+	release(t, holder)
+	wantFree(t, e, k)
+
+	// Release and cancellation at the same moment: whichever wins, the
+	// waiter either holds the lock or nothing is left.
+	for range 200 {
+		holder := acquire(t, e, bounded(t), k, lockcore.Policy{})
+		ctx, cancel := context.WithCancel(bounded(t))
+		done := make(chan *lockcore.Lease, 1)
+		go func() {
+			ls, _ := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Hour})
+			done <- ls
+		}()
+		waitersAre(t, e, k, 1)
+		go cancel()
+		release(t, holder)
+		if ls := <-done; ls != nil {
+			release(t, ls)
+		}
+		cancel()
+		wantFree(t, e, k)
+	}
+}
+
+// TestReenter: a context holding the lock re-enters in memory (no backend
+// entry); a context carrying the hold's token, as a propagated call does,
+// re-enters as one more entry under the same token and fence; the key is
+// freed only when the last entry is released. A token that holds nothing
+// grants nothing.
+func TestReenter(t *testing.T) {
+	e := fakeengine.New()
+	k := key(t, "re", "1")
+	ctx := bounded(t)
+	outer := acquire(t, e, ctx, k, lockcore.Policy{Wait: -1})
+
+	inner := acquire(t, e, outer.Context(), k, lockcore.Policy{})
+	if inner.Fence() != outer.Fence() || inner.Token() != outer.Token() {
+		t.Fatal("in-memory re-entry got another hold")
+	}
+	if _, entries := e.Held(k); entries != 1 {
+		t.Fatalf("in-memory re-entry: %d entries, want 1", entries)
+	}
+
+	remote := lockcore.WithTokens(ctx, lockcore.TokensFrom(outer.Context()))
+	byToken := acquire(t, e, remote, k, lockcore.Policy{})
+	if byToken.Fence() != outer.Fence() || byToken.Token() != outer.Token() {
+		t.Fatal("token re-entry got another hold")
+	}
+	if fence, entries := e.Held(k); entries != 2 || fence != outer.Fence() {
+		t.Fatalf("token re-entry: fence %d, %d entries; want %d, 2", fence, entries, outer.Fence())
+	}
+	if f, ok := lockcore.FencingToken(byToken.Context()); !ok || f != outer.Fence() {
+		t.Fatalf("FencingToken of the token re-entry = %d, %v", f, ok)
+	}
+
+	stranger := lockcore.WithToken(ctx, lockcore.NewToken())
+	if _, err := e.Acquire(stranger, k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		t.Fatalf("a made-up token entered: %v", err)
+	}
+
+	release(t, inner)
+	release(t, outer)
+	if _, entries := e.Held(k); entries != 1 {
+		t.Fatalf("after the outer release: %d entries, want 1 (the token re-entry)", entries)
+	}
+	if _, err := e.Acquire(ctx, k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		t.Fatalf("the key was freed while a token entry held it: %v", err)
+	}
+	release(t, byToken)
+	wantFree(t, e, k)
+
+	// A token never takes a free lock: the fresh hold has a token of its own.
+	ls := acquire(t, e, remote, k, lockcore.Policy{})
+	if ls.Token() == outer.Token() || ls.Fence() <= outer.Fence() {
+		t.Fatalf("a stale token took a free key under its own name: fence %d", ls.Fence())
+	}
+	release(t, ls)
+	wantFree(t, e, k)
+}
+
+// TestLose: Lose cancels the contexts of all the hold's leases with a cause
+// matching ErrLockLost before the key passes to the waiter, which gets a
+// greater fencing token; releasing the lost leases reports ErrLockLost and
+// does not touch the new hold.
+func TestLose(t *testing.T) {
+	e := fakeengine.New()
+	k := key(t, "lose", "1")
+	ctx := bounded(t)
+	ls := acquire(t, e, ctx, k, lockcore.Policy{})
+	byToken := acquire(t, e, lockcore.WithTokens(ctx, []string{ls.Token()}), k, lockcore.Policy{})
+	derived, cancel := context.WithCancel(ls.Context())
+	defer cancel()
+
+	got := make(chan *lockcore.Lease, 1)
+	go func() {
+		next, err := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Hour})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- next
+	}()
+	waitersAre(t, e, k, 1)
+
+	if e.Lose(lockcore.Key{}) {
+		t.Fatal("Lose of a key never held reported a hold")
+	}
+	if !e.Lose(k) {
+		t.Fatal("Lose found no hold")
+	}
+	for name, c := range map[string]context.Context{"lease": ls.Context(), "token re-entry": byToken.Context(), "derived": derived} {
+		select {
+		case <-c.Done():
+		default:
+			t.Fatalf("%s: context not cancelled by Lose", name)
+		}
+		if cause := context.Cause(c); !errors.Is(cause, lockcore.ErrLockLost) {
+			t.Fatalf("%s: cause %v, want ErrLockLost", name, cause)
+		}
+	}
+	if !errors.Is(ls.Err(), lockcore.ErrLockLost) {
+		t.Fatalf("Err after Lose: %v", ls.Err())
+	}
+	if _, ok := lockcore.FencingToken(ls.Context()); ok {
+		t.Fatal("a lost lease's context still reports a fencing token")
+	}
+	next := <-got
+	if next == nil {
+		t.FailNow()
+	}
+	if next.Fence() <= ls.Fence() {
+		t.Fatalf("fence after loss %d, not above %d", next.Fence(), ls.Fence())
+	}
+	if err := ls.Release(context.Background()); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Fatalf("Release of a lost lease: %v", err)
+	}
+	if err := byToken.Release(context.Background()); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Fatalf("Release of a lost token entry: %v", err)
+	}
+	if fence, entries := e.Held(k); fence != next.Fence() || entries != 1 {
+		t.Fatalf("the new hold was touched: fence %d, %d entries", fence, entries)
+	}
+	// A lost hold is not re-entered in memory.
+	if _, err := e.Acquire(ls.Context(), k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		t.Fatalf("re-entry of a lost hold: %v", err)
+	}
+	release(t, next)
+	wantFree(t, e, k)
+	if e.Lose(k) {
+		t.Fatal("Lose of a free key reported a hold")
+	}
+}
+
+// TestValidationAndCalls: a zero key and a TTL below MinTTL are refused;
+// every call, refused or not, is recorded with its Policy.
+func TestValidationAndCalls(t *testing.T) {
+	e := fakeengine.New()
+	k := key(t, "v", "1")
+	ctx := bounded(t)
+	if _, err := e.Acquire(ctx, lockcore.Key{}, lockcore.Policy{}); !errors.Is(err, lockcore.ErrInvalidKey) {
+		t.Fatalf("zero key: %v", err)
+	}
+	for _, ttl := range []time.Duration{time.Millisecond, -time.Second} {
+		if _, err := e.Acquire(ctx, k, lockcore.Policy{TTL: ttl}); err == nil {
+			t.Fatalf("TTL %v accepted", ttl)
+		}
+	}
+	release(t, acquire(t, e, ctx, k, lockcore.Policy{Wait: time.Second, TTL: lockcore.MinTTL}))
+	want := []fakeengine.Call{
+		{Key: lockcore.Key{}},
+		{Key: k, Policy: lockcore.Policy{TTL: time.Millisecond}},
+		{Key: k, Policy: lockcore.Policy{TTL: -time.Second}},
+		{Key: k, Policy: lockcore.Policy{Wait: time.Second, TTL: lockcore.MinTTL}},
+	}
+	got := e.Calls()
+	if len(got) != len(want) {
+		t.Fatalf("Calls = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("Calls[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	wantFree(t, e, k)
+}
+
+// TestUnavailable: while down, acquisitions fail with ErrUnavailable and
+// hold nothing, except in-memory re-entry, which needs no backend; a held
+// lease is released normally.
+func TestUnavailable(t *testing.T) {
+	e := fakeengine.New()
+	k := key(t, "down", "1")
+	ctx := bounded(t)
+	ls := acquire(t, e, ctx, k, lockcore.Policy{})
+	e.SetUnavailable(true)
+	other := key(t, "down", "2")
+	if _, err := e.Acquire(ctx, other, lockcore.Policy{}); !errors.Is(err, lockcore.ErrUnavailable) {
+		t.Fatalf("down: %v", err)
+	}
+	if _, err := e.Acquire(lockcore.WithTokens(ctx, []string{ls.Token()}), k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrUnavailable) {
+		t.Fatalf("down, token re-entry: %v", err)
+	}
+	inner := acquire(t, e, ls.Context(), k, lockcore.Policy{})
+	release(t, inner)
+	release(t, ls)
+	wantFree(t, e, k)
+	wantFree(t, e, other)
+	e.SetUnavailable(false)
+	release(t, acquire(t, e, ctx, other, lockcore.Policy{}))
+}
+
+// TestAwait: Await returns once its condition holds and with ctx's error
+// when it never does.
+func TestAwait(t *testing.T) {
+	e := fakeengine.New()
+	k := key(t, "await", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := e.Await(ctx, func() bool { return e.Waiters(k) == 1 }); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Await of a condition that never holds: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Await(bounded(t), func() bool { _, n := e.Held(k); return n == 1 })
+	}()
+	ls := acquire(t, e, bounded(t), k, lockcore.Policy{})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	release(t, ls)
+}
