@@ -45,7 +45,11 @@ type Hold interface {
 	// the last lease of the hold is released, after the lease's context
 	// was cancelled with cause ErrReleased (or the hold was lost); it
 	// returns an error matching ErrUnavailable when the backend did not
-	// confirm the release, which then happens by expiry.
+	// confirm the release, which then happens by expiry. ctx is often
+	// cancelled already (the adapters release with the request's context
+	// after the handler returned, and a client that went away cancels it):
+	// the release must go ahead anyway, bounded by a timeout of the
+	// engine's own; ctx is for its values.
 	Release(ctx context.Context) error
 }
 
@@ -245,8 +249,8 @@ func (ls *Lease) Err() error {
 }
 
 // Release gives up this lease. The hold is released in the backend when
-// the last in-process lease on it is released; the engine bounds how long
-// that keeps the caller waiting, and a release not confirmed by then goes
+// the last in-process lease on it is released, even if ctx is cancelled;
+// the engine bounds how long that keeps the caller waiting, and a release not confirmed by then goes
 // on in the background. Releasing twice, or after a client re-sent the
 // call, changes nothing more.
 //

@@ -474,3 +474,53 @@ func TestFakePanicReleases(t *testing.T) {
 		t.Fatalf("after the panic: %d %q", resp.StatusCode, body)
 	}
 }
+
+// TestTokenHeaderNeverReachesHandler: whatever the Routelock-Token header
+// holds (valid tokens, two field lines, a malformed value, too many
+// tokens), a handler that runs, locked or passed through by a router-wide
+// lock, never sees it: it is a secret of the request that minted it.
+func TestTokenHeaderNeverReachesHandler(t *testing.T) {
+	e := fakeengine.New()
+	var leaked atomic.Int32
+	h := func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := r.Header[middleware.TokenHeader]; ok {
+			leaked.Add(1)
+		}
+	}
+	r := chi.NewRouter()
+	r.Use(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID")}))
+	r.Get("/health", h)
+	r.Get("/products/{productID}", h)
+	srv := fakeServe(t, r)
+	ctx := fakeCtx(t)
+	tok := lockcore.NewToken()
+	many := make([]string, lockcore.MaxTokens+1)
+	for i := range many {
+		many[i] = lockcore.NewToken()
+	}
+	for _, vs := range [][]string{
+		{tok},
+		{tok, lockcore.NewToken()},
+		{"not a token"},
+		{strings.Join(many, ",")},
+	} {
+		for _, path := range []string{"/health", "/products/42"} {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vs {
+				req.Header.Add(middleware.TokenHeader, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			t.Logf("%s with %d header line(s): %d", path, len(vs), resp.StatusCode)
+		}
+	}
+	if n := leaked.Load(); n != 0 {
+		t.Fatalf("the token header reached the handler %d times", n)
+	}
+}

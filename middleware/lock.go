@@ -134,15 +134,15 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 }
 
 // withToken returns r with the propagated owner tokens in its context, if
-// it may carry them, and the header removed so that the handler cannot log
-// it. A context that already has a token keeps its own.
+// it may carry them, and the header removed, whatever it holds, so that the
+// handler cannot log it. A context that already has a token keeps its own.
 func (m *locker) withToken(r *http.Request) (*http.Request, error) {
 	vs := r.Header[TokenHeader]
 	if len(vs) == 0 {
 		return r, nil
 	}
+	r.Header.Del(TokenHeader)
 	if _, ok := lockcore.TokenFrom(r.Context()); ok || (m.trust != nil && !m.trust(r)) {
-		r.Header.Del(TokenHeader)
 		return r, nil
 	}
 	if len(vs) > 1 {
@@ -152,6 +152,5 @@ func (m *locker) withToken(r *http.Request) (*http.Request, error) {
 	if err != nil {
 		return r, err
 	}
-	r.Header.Del(TokenHeader)
 	return r.WithContext(lockcore.WithTokens(r.Context(), toks)), nil
 }
