@@ -44,8 +44,8 @@ type Rule struct {
 	// (fail fast). Default: DefaultWait.
 	Wait time.Duration
 
-	// TTL is the lease length, which the engine's watchdog renews while the
-	// handler runs. At least lockcore.MinTTL. Default: the Locker's.
+	// TTL is the lease length, which the engine renews while the
+	// handler runs. At least lockcore.MinTTL. Default: the engine's.
 	TTL time.Duration
 
 	// OnError returns the error a refused call ends with: bad key, lock

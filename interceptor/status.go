@@ -17,7 +17,7 @@ import (
 //
 //	InvalidArgument   key missing or invalid, malformed owner token
 //	Aborted           lock held by another owner (fail fast, or the wait ran out)
-//	Unavailable       Redis unreachable, or the Locker closed
+//	Unavailable       the engine (Redis) unreachable, or closed
 //	Canceled          the caller went away while waiting
 //	DeadlineExceeded  the call's deadline passed while waiting
 //	Internal          anything else, e.g. an exact rule whose key does not

@@ -34,7 +34,7 @@ var (
 	// ErrUnavailable means the backend (Redis) could not be reached or
 	// answered with an error; the lock state is unknown and nothing is held
 	// by the caller.
-	ErrUnavailable = errors.New("lock: redis unavailable")
+	ErrUnavailable = errors.New("lock: lock service unavailable")
 
 	// ErrInvalidKey means a key part was empty, too long, or there were too
 	// many parts.
@@ -46,7 +46,7 @@ var (
 	// ErrReleased is returned by a second Release of the same lease.
 	ErrReleased = errors.New("lock: lease already released")
 
-	// ErrClosed means the Locker was closed.
+	// ErrClosed means the engine (the Locker that made it) was closed.
 	ErrClosed = errors.New("lock: locker closed")
 )
 

@@ -21,8 +21,8 @@ type Key struct{ s string }
 // joined with ':' after escaping, so distinct part lists never produce the
 // same key: '%', ':', '{', '}', space, control bytes and bytes outside
 // printable ASCII are written as %XX. The result never contains a '{' or '}',
-// so user input cannot move a lock to another Redis Cluster slot or out of the
-// Locker's prefix.
+// so user input cannot move a lock to another Redis Cluster slot or out of an
+// engine's prefix.
 func NewKey(parts ...string) (Key, error) {
 	if len(parts) == 0 {
 		return Key{}, fmt.Errorf("%w: no parts", ErrInvalidKey)

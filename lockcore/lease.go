@@ -2,6 +2,10 @@ package lockcore
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
 	"sync/atomic"
 	"time"
 )
@@ -26,8 +30,12 @@ import (
 //     from then on keeps the hold alive (renewing it as the backend needs)
 //     and calls Lose the moment it can no longer be sure the hold is held.
 //
-// Errors are those listed for Policy; on error nothing is held. Acquire is
-// safe for concurrent use.
+// Errors match ErrInvalidKey (a zero Key), ErrNotAcquired (a
+// *ContentionError: held by another owner, ErrWaitTimeout when a wait ran
+// out), ErrUnavailable (the backend did not answer) or ErrClosed, and, when
+// ctx ended while waiting, ctx.Err() too; on error nothing is held.
+// Acquire is safe for concurrent use. The engine's dynamic type must be
+// comparable (a pointer, typically): it is how a hold knows its engine.
 type Engine interface {
 	Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 }
@@ -110,6 +118,14 @@ type held struct {
 	first Lease    // the lease of the acquisition that made the hold
 }
 
+// String describes the context as the context package does its own, with
+// no token, key or other value of the lock: a handler may log its context.
+func (h *held) String() string { return fmt.Sprint(h.Context) + ".WithLock" }
+
+// Format prints String for every verb, %#v and %+v included, so that no
+// field of the hold is ever printed.
+func (h *held) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, h.String()) }
+
 // Value answers for the lock state; other keys go to the parent.
 func (h *held) Value(key any) any {
 	if key == (ctxKey{}) {
@@ -163,7 +179,12 @@ func (h *held) lose(cause error) bool {
 // acquisition with context ctx. The lease's context derives from ctx and
 // carries the hold (FencingToken, HeldFrom, TokensFrom) and ctx's lock
 // state; Reenter(ctx', e, key) finds it from any context derived from it.
+//
+// Panics if e's dynamic type is not comparable.
 func NewLease(ctx context.Context, e Engine, key Key, token string, fence int64, hold Hold) *Lease {
+	if t := reflect.TypeOf(e); t == nil || !t.Comparable() {
+		panic(fmt.Sprintf("lockcore: NewLease: engine of type %v is not comparable; use a pointer", t))
+	}
 	h := &held{e: e, hold: hold, key: key, token: token, fence: fence}
 	h.Context, h.cancel = context.WithCancelCause(ctx)
 	h.refs.Store(1)
@@ -237,7 +258,9 @@ func (ls *Lease) Err() error {
 	if h.certain() {
 		return nil
 	}
-	if err := context.Cause(h); err != nil {
+	// The cause the hold ended with; not the parent's, when the request's
+	// own context ended first.
+	if err := context.Cause(h); errors.Is(err, ErrLockLost) || errors.Is(err, ErrReleased) || errors.Is(err, ErrClosed) {
 		return err
 	}
 	// Lost or released by another goroutine, which has yet to cancel the

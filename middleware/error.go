@@ -15,7 +15,7 @@ import (
 //	400 Bad Request            key missing or invalid, malformed owner token
 //	409 Conflict               lock held by another owner (fail fast, or the wait ran out)
 //	413 Content Too Large      body larger than a JSON key function reads
-//	503 Service Unavailable    Redis unreachable, or the Locker closed
+//	503 Service Unavailable    the engine (Redis) unreachable, or closed
 //	500 Internal Server Error  anything else, e.g. keyfunc.ErrNotRouted
 func Status(err error) int {
 	switch {

@@ -248,6 +248,27 @@ func Own(t *testing.T, f func(t *testing.T, addr string, stop func())) {
 	}
 }
 
+// OwnReal returns a redis-server started for the test alone, which it may
+// reconfigure (CONFIG SET maxmemory, say), stopped at its end; nil on a
+// machine without redis-server, unless ROUTELOCK_REQUIRE_REDIS=1, which
+// makes that a failure. It is for what miniredis cannot do.
+func OwnReal(t testing.TB) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("ROUTELOCK_REQUIRE_REDIS") == "1" {
+			t.Fatal("ROUTELOCK_REQUIRE_REDIS=1 but no redis-server on PATH")
+		}
+		t.Log("no redis-server on PATH: the cases that need a real server of their own do not run here")
+		return nil
+	}
+	srv, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
 // DebugBackends returns the real redis-servers that accept DEBUG (DEBUG
 // SLEEP stalls a server, which miniredis cannot do): the shared one (see
 // Backends) when it does, else one started for the test and stopped at its

@@ -229,7 +229,7 @@ func acquired(h *hold, cmd redis.Cmder) (int64, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("lockcore: unexpected reply %T from the acquire script", v)
+	return 0, fmt.Errorf("redisengine: unexpected reply %T from the acquire script", v)
 }
 
 // newCall returns a call for h (queued as member, if any), asked at
@@ -320,7 +320,7 @@ func (l *Engine) released(c *call) {
 					return
 				}
 			}
-			cmd.SetErr(fmt.Errorf("lockcore: unexpected release reply %v", v))
+			cmd.SetErr(fmt.Errorf("redisengine: unexpected release reply %v", v))
 		}
 	}
 	l.nf.nudge(c.h.keys[0])

@@ -52,11 +52,14 @@ var errRanOut = fmt.Errorf("%w: renewals failed until the lease ran out", lockco
 // live reports whether the hold is neither released nor lost.
 func (h *hold) live() bool { return !h.ended.Load() }
 
-// Check implements lockcore.Hold: nil while the local validity lasts.
+// Check implements lockcore.Hold: nil while the local validity lasts. A
+// hold that fails it is lost (lockcore loses it), so the watchdog stops
+// renewing it.
 func (h *hold) Check() error {
 	if mono() < h.valid.Load() {
 		return nil
 	}
+	h.ended.Store(true)
 	return errRanOut
 }
 

@@ -27,22 +27,22 @@ var (
 
 // The scripts. Each is sent whole, as one self-contained source: a
 // "#!lua" shebang, so that Redis 7 and later checks that it touches only
-// the keys it declares (in a Cluster) and refuses it before it writes
-// anything when out of memory, then the hold's format (hold.lua), then the
-// script, with the functions it shares with the others where it marks
-// them, after its fast path.
+// the keys it declares (in a Cluster), then the hold's format (hold.lua),
+// then the script, with the functions it shares with the others where it
+// marks them, after its fast path. Out of memory, Redis refuses an acquire
+// whole before it writes anything (503: no lock is taken), while releases
+// and renewals, flagged allow-oom, run whole: they keep or free locks that
+// are held, and a script refused halfway would leave a half-done hand-over.
 var (
-	acquireScript = newScript(luaAcquire, false)
+	acquireScript = newScript(luaAcquire, "", false)
 	// reenterScript is the acquire script called with other tokens that
 	// may re-enter, whose reply may then be an array.
 	reenterScript = &script{src: acquireScript.src, sha: acquireScript.sha, array: true}
-	releaseScript = newScript(luaRelease, true)
-	renewScript   = newScript(luaRenew, false)
+	releaseScript = newScript(luaRelease, "allow-oom", true)
+	renewScript   = newScript(luaRenew, "allow-oom", false)
 
 	scripts = []*script{acquireScript, reenterScript, releaseScript, renewScript}
 )
-
-const shebang = "#!lua\n"
 
 // script is a Lua script run with arguments that the caller lays out
 // itself: go-redis's Script boxes every key and argument anew on each call,
@@ -55,10 +55,16 @@ type script struct {
 	array    bool
 }
 
-func newScript(body string, array bool) *script {
+// newScript returns the script of body, whose shebang carries flags (a
+// comma-separated list, or none).
+func newScript(body, flags string, array bool) *script {
 	src := luaHold + body
 	if strings.Contains(body, commonMark) {
 		src = luaHold + strings.Replace(body, commonMark, luaCommon, 1)
+	}
+	shebang := "#!lua\n"
+	if flags != "" {
+		shebang = "#!lua flags=" + flags + "\n"
 	}
 	s := &script{array: array}
 	for i, src := range [2]string{shebang + src, src} {

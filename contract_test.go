@@ -1,0 +1,496 @@
+package lock_test
+
+// Promises that rest on the engine interface and the lease's context:
+// printed contexts, streams locked on their first message, memory
+// pressure, re-entry across Lockers on one engine, gRPC options from the
+// Locker's defaults. Every test here uses go-redis's default client options
+// and the library's defaults unless it says otherwise, and judges by what
+// user code sees.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/grpclock"
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/internal/shop"
+	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
+)
+
+const testBound = 5 * time.Second
+
+// printings returns the ways a handler (or a logger, or a tracer) commonly
+// prints a context: fmt's %v, %+v, %#v and %s.
+func printings(ctx context.Context) map[string]string {
+	return map[string]string{
+		"%v":  fmt.Sprintf("%v", ctx),
+		"%+v": fmt.Sprintf("%+v", ctx),
+		"%#v": fmt.Sprintf("%#v", ctx),
+		"%s":  fmt.Sprintf("%s", ctx),
+	}
+}
+
+// TestPrintedContextLeaksNoToken: DESIGN says owner tokens are never
+// echoed in responses, logs or telemetry. A handler that logs its context
+// (log.Printf("%v", r.Context()), slog.Any("ctx", ctx), a tracer's debug
+// dump) must not write the owner token of the lock it holds, over HTTP, a
+// unary gRPC call, or a stream locked on its first message. Before the
+// restructuring the lease's context was a context.WithValue, whose String
+// method prints "WithValue(lockcore.ctxKey, <not Stringer>)"; now it is
+// *lockcore.held, which has no String method, so fmt prints its fields.
+func TestPrintedContextLeaksNoToken(t *testing.T) {
+	b := redistest.Mini(t)
+	prefix := redistest.Prefix(t)
+	l := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix))
+	defer l.Close()
+
+	type seen struct {
+		where, token string
+		prints       map[string]string
+	}
+	seenc := make(chan seen, 3)
+	report := func(where string, ctx context.Context) {
+		tok, _ := lockcore.TokenFrom(ctx)
+		seenc <- seen{where, tok, printings(ctx)}
+	}
+
+	// HTTP.
+	r := chi.NewRouter()
+	r.With(l.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		report("HTTP handler", r.Context())
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	if code, err := post(context.Background(), http.DefaultClient, srv.URL+"/products/42/buy"); err != nil || code != http.StatusOK {
+		t.Fatalf("buy: %d %v", code, err)
+	}
+
+	// gRPC unary and stream.
+	gsrv := &shop.Server{
+		Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+			report("unary handler", ctx)
+			return shop.New("ReserveReply"), nil
+		},
+		Restock: func(ss grpc.ServerStream) error {
+			if err := ss.RecvMsg(shop.New("ReserveRequest")); err != nil {
+				return err
+			}
+			report("stream handler", ss.Context())
+			return ss.SendMsg(shop.New("ReserveReply"))
+		},
+	}
+	cc := dial(t, serveGRPC(t, gsrv,
+		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, keyfunc.Field("product_id")))),
+		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l, grpclock.Method(shop.Restock, keyfunc.Field("product_id"))))))
+	ctx, cancel := context.WithTimeout(context.Background(), testBound)
+	defer cancel()
+	if _, err := reserve(ctx, cc, 42); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cc.NewStream(ctx, shop.RestockDesc, shop.Restock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(shop.Set(shop.New("ReserveRequest"), "product_id", int64(42))); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.CloseSend()
+	if err := st.RecvMsg(shop.New("ReserveReply")); err != nil {
+		t.Fatal(err)
+	}
+
+	for range 3 {
+		s := <-seenc
+		if s.token == "" {
+			t.Errorf("%s: its context carries no owner token", s.where)
+			continue
+		}
+		for verb, out := range s.prints {
+			if strings.Contains(out, s.token) {
+				i := strings.Index(out, s.token)
+				lo := max(i-60, 0)
+				t.Errorf("%s: fmt %s of the handler's context prints the owner token: …%s…", s.where, verb, out[lo:min(i+len(s.token)+10, len(out))])
+			}
+		}
+	}
+}
+
+// TestStreamReentryAndLoss: a stream locked on its first message
+// gives its handler an ordinary context with a hold slot. From contexts
+// derived from it, one of them derived before the lock was taken:
+//   - FencingToken and lock.Keys see the lock once it is held;
+//   - an in-memory acquisition of the same key re-enters (same fence, no
+//     wait), through the Locker's engine and through another Locker made
+//     with lock.FromEngine on the same engine (an HTTP route called in
+//     process);
+//   - a nested unary gRPC call on the same key, with the owner tokens
+//     propagated by grpclock.UnaryClientInterceptor, re-enters;
+//   - when the lease is lost (its key deleted behind the holder's back),
+//     the handler's context and the one derived before the lock are
+//     cancelled with cause ErrLockLost.
+func TestStreamReentryAndLoss(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		rdb := defaultClient(t, b.Addr)
+		l := lock.New(rdb, lock.Prefix(prefix), lock.TTL(300*time.Millisecond))
+		defer l.Close()
+		other := lock.FromEngine(l.Engine(), lock.FailFast())
+		k := key(t, "product_id", "42")
+
+		var unaryFence atomic.Int64
+		var selfAddr atomic.Value
+		httpRoute := chi.NewRouter()
+		httpRoute.With(other.By(keyfunc.Param("productID").As("product_id"))).Post("/products/{productID}/reserve",
+			func(w http.ResponseWriter, r *http.Request) {
+				f, _ := lock.FencingToken(r.Context())
+				fmt.Fprint(w, f)
+			})
+
+		problems := make(chan []string, 1)
+		gsrv := &shop.Server{
+			Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+				f, _ := lock.FencingToken(ctx)
+				unaryFence.Store(f)
+				return shop.New("ReserveReply"), nil
+			},
+			Restock: func(ss grpc.ServerStream) error {
+				var p []string
+				defer func() { problems <- p }()
+				pre, cancelPre := context.WithCancel(ss.Context())
+				defer cancelPre()
+				if _, ok := lock.FencingToken(pre); ok {
+					p = append(p, "fencing token before the first message")
+				}
+				if err := ss.RecvMsg(shop.New("ReserveRequest")); err != nil {
+					p = append(p, "first RecvMsg: "+err.Error())
+					return err
+				}
+				fence, ok := lock.FencingToken(ss.Context())
+				if !ok {
+					p = append(p, "no fencing token after the first message")
+				}
+				if f, _ := lock.FencingToken(pre); f != fence {
+					p = append(p, fmt.Sprintf("context derived before the lock: fence %d, want %d", f, fence))
+				}
+				if ks := lock.Keys(pre); len(ks) != 1 || ks[0] != "product_id:42" {
+					p = append(p, fmt.Sprintf("context derived before the lock holds %v", ks))
+				}
+
+				// In memory, through the Locker's own engine.
+				dctx, cancelD := context.WithTimeout(ss.Context(), testBound)
+				defer cancelD()
+				inner, err := l.Engine().Acquire(dctx, k, lockcore.Policy{})
+				switch {
+				case err != nil:
+					p = append(p, "engine re-entry from a derived context: "+err.Error())
+				case inner.Fence() != fence:
+					p = append(p, fmt.Sprintf("engine re-entry: fence %d, want %d", inner.Fence(), fence))
+				}
+				if inner != nil {
+					_ = inner.Release(dctx)
+				}
+				// In process, through another Locker on the same engine.
+				rec := httptest.NewRecorder()
+				req := httptest.NewRequest("POST", "/products/42/reserve", nil).WithContext(dctx)
+				httpRoute.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK || rec.Body.String() != fmt.Sprint(fence) {
+					p = append(p, fmt.Sprintf("FromEngine route from the stream's context: %d %q, want 200 %d", rec.Code, rec.Body.String(), fence))
+				}
+				// A nested unary call, tokens propagated.
+				ncc, err := grpc.NewClient(selfAddr.Load().(string), grpc.WithTransportCredentials(insecure.NewCredentials()),
+					grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
+				if err != nil {
+					p = append(p, err.Error())
+				} else {
+					if _, err := reserve(dctx, ncc, 42); err != nil {
+						p = append(p, "nested unary call on the same key: "+err.Error())
+					} else if unaryFence.Load() != fence {
+						p = append(p, fmt.Sprintf("nested unary call: fence %d, want %d", unaryFence.Load(), fence))
+					}
+					ncc.Close()
+				}
+				if ss.Context().Err() != nil {
+					p = append(p, "the stream's context ended while re-entering: "+context.Cause(ss.Context()).Error())
+				}
+
+				// The lease is lost: someone deletes the key.
+				if err := rdb.Del(context.Background(), prefix+"{product_id:42}").Err(); err != nil {
+					p = append(p, err.Error())
+				}
+				for name, c := range map[string]context.Context{"handler's": ss.Context(), "derived before the lock": pre} {
+					select {
+					case <-c.Done():
+						if cause := context.Cause(c); !errors.Is(cause, lock.ErrLockLost) {
+							p = append(p, fmt.Sprintf("%s context cancelled with cause %v, want ErrLockLost", name, cause))
+						}
+					case <-time.After(testBound):
+						p = append(p, name+" context not cancelled after the lease was lost")
+					}
+				}
+				return ss.SendMsg(shop.New("ReserveReply"))
+			},
+		}
+		addr := serveGRPC(t, gsrv,
+			grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.FailFast()))),
+			grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l, grpclock.Method(shop.Restock, keyfunc.Field("product_id"), lock.FailFast()))))
+		selfAddr.Store(addr)
+		cc := dial(t, addr)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*testBound)
+		defer cancel()
+		st, err := cc.NewStream(ctx, shop.RestockDesc, shop.Restock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SendMsg(shop.Set(shop.New("ReserveRequest"), "product_id", int64(42))); err != nil {
+			t.Fatal(err)
+		}
+		_ = st.CloseSend()
+		_ = st.RecvMsg(shop.New("ReserveReply"))
+		select {
+		case p := <-problems:
+			for _, s := range p {
+				t.Error(s)
+			}
+		case <-time.After(3 * testBound):
+			t.Fatal("no report from the stream handler")
+		}
+		eventually(t, testBound, "lock gone after the stream", func() bool { return !inspect(t, l, k).Held() })
+	})
+}
+
+// TestOOMKeepsHeldLocks: a Redis 7 at its maxmemory with the default
+// policy (noeviction) refuses commands that may grow memory, but not GET,
+// PEXPIRE or DEL, which is all a renewal and an uncontended release run.
+// A handler holding a lock keeps it, and its release frees it for the next
+// request: renewals and releases carry allow-oom in their shebang. Without
+// it, Redis refused them whole, the handler saw ErrLockLost although Redis
+// was up and nobody else took the lock, and the next request got 409 until
+// the TTL ran out. (Acquisitions are refused under OOM either way: 503.)
+func TestOOMKeepsHeldLocks(t *testing.T) {
+	srv := redistest.OwnReal(t)
+	if srv == nil {
+		return
+	}
+	prefix := redistest.Prefix(t)
+	rdb := defaultClient(t, srv.Addr)
+	admin := defaultClient(t, srv.Addr)
+	const ttl = 300 * time.Millisecond
+	l := lock.New(rdb, lock.Prefix(prefix), lock.TTL(ttl), lock.FailFast())
+	defer l.Close()
+
+	ctx := context.Background()
+	oom := func(on bool) {
+		t.Helper()
+		if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+			t.Fatal(err)
+		}
+		v := "0"
+		if on {
+			v = "1" // below what the server uses: every deny-oom command is refused
+		}
+		if err := admin.ConfigSet(ctx, "maxmemory", v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = admin.ConfigSet(ctx, "maxmemory", "0").Err() })
+
+	type outcome struct {
+		lost  error
+		fence int64
+	}
+	entered := make(chan struct{})
+	proceed := make(chan struct{})
+	outc := make(chan outcome, 1)
+	r := chi.NewRouter()
+	r.With(l.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		var o outcome
+		o.fence, _ = lock.FencingToken(r.Context())
+		close(entered)
+		<-proceed
+		// Hold the lock through 4 TTLs of OOM: about 13 renewals.
+		select {
+		case <-r.Context().Done():
+			o.lost = context.Cause(r.Context())
+		case <-time.After(4 * ttl):
+		}
+		outc <- o
+	})
+	hs := httptest.NewServer(r)
+	defer hs.Close()
+
+	codec := make(chan int, 1)
+	go func() {
+		code, _ := post(ctx, http.DefaultClient, hs.URL+"/products/42/buy")
+		codec <- code
+	}()
+	select {
+	case <-entered:
+	case <-time.After(testBound):
+		t.Fatal("handler not entered")
+	}
+	if err := admin.Set(ctx, prefix+"ballast", strings.Repeat("x", 1<<16), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	oom(true)
+	if err := admin.Set(ctx, prefix+"probe", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("server not out of memory: SET answered %v", err)
+	}
+	close(proceed)
+	o := <-outc
+	if o.lost != nil {
+		t.Errorf("while Redis was at maxmemory (up, answering GET/PEXPIRE/DEL), the handler's context was cancelled: %v", o.lost)
+	}
+	if code := <-codec; code != http.StatusOK {
+		t.Errorf("buy: %d", code)
+	}
+	// The handler returned: the lock must be free, even with Redis still
+	// at maxmemory (DEL is not refused under OOM).
+	info := inspect(t, l, key(t, "productID", "42"))
+	if info.Held() {
+		t.Errorf("after the handler returned, the lock is still held in Redis (TTL %v): the release was refused", info.TTL)
+	}
+	oom(false)
+	// What the next request sees, Redis healthy again.
+	if code, err := post(ctx, http.DefaultClient, hs.URL+"/products/42/buy"); err == nil && code == http.StatusConflict {
+		t.Errorf("the next buy after the first returned: 409, the released lock was still held")
+	}
+}
+
+// TestSameEngineReentryAcrossLockers: in-memory re-entry is keyed by
+// the engine: two Lockers on one engine (lock.New and lock.FromEngine of its
+// Engine()) re-enter each other in memory (the hold keeps one entry in
+// Redis), while a Locker from a second lock.New (same Redis, same prefix)
+// re-enters through Redis with the owner token the context carries (two
+// entries). All see the same fencing token, and the key is gone after the
+// outermost handler.
+func TestSameEngineReentryAcrossLockers(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		a := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix), lock.FailFast())
+		defer a.Close()
+		same := lock.FromEngine(a.Engine(), lock.FailFast())
+		c := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix), lock.FailFast())
+		defer c.Close()
+		k := key(t, "productID", "42")
+
+		type inner struct {
+			code    int
+			fence   string
+			holders map[string]int64
+		}
+		nested := func(l *lock.Locker, ctx context.Context) inner {
+			r := chi.NewRouter()
+			var got inner
+			r.With(l.ByParam("productID")).Post("/p/{productID}", func(w http.ResponseWriter, r *http.Request) {
+				f, _ := lock.FencingToken(r.Context())
+				got.fence = fmt.Sprint(f)
+				got.holders = inspect(t, a, k).Holders
+			})
+			rec := httptest.NewRecorder()
+			r.ServeHTTP(rec, httptest.NewRequest("POST", "/p/42", nil).WithContext(ctx))
+			got.code = rec.Code
+			return got
+		}
+		var outerFence string
+		var viaSame, viaOther inner
+		r := chi.NewRouter()
+		r.With(a.ByParam("productID")).Post("/p/{productID}", func(w http.ResponseWriter, r *http.Request) {
+			f, _ := lock.FencingToken(r.Context())
+			outerFence = fmt.Sprint(f)
+			viaSame = nested(same, r.Context())
+			viaOther = nested(c, r.Context())
+		})
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest("POST", "/p/42", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("outer: %d", rec.Code)
+		}
+		count := func(h map[string]int64) (n int64) {
+			for _, c := range h {
+				n += c
+			}
+			return n
+		}
+		if viaSame.code != http.StatusOK || viaSame.fence != outerFence || count(viaSame.holders) != 1 {
+			t.Errorf("FromEngine(a.Engine()) nested: %d fence %s (outer %s), entries %v: want 200, same fence, one entry (in memory)",
+				viaSame.code, viaSame.fence, outerFence, viaSame.holders)
+		}
+		if viaOther.code != http.StatusOK || viaOther.fence != outerFence || count(viaOther.holders) != 2 {
+			t.Errorf("second lock.New nested: %d fence %s (outer %s), entries %v: want 200, same fence, two entries (in Redis)",
+				viaOther.code, viaOther.fence, outerFence, viaOther.holders)
+		}
+		if inspect(t, a, k).Held() {
+			t.Error("key held after the outermost handler")
+		}
+	})
+}
+
+// TestGRPCOptionsFromLockerDefaults: grpclock applies the Locker's
+// options as the defaults of its methods: OnRPCError and FailFast given to
+// lock.New shape a refused call of a method that names neither; a Method's
+// own OnRPCError and Wait override them.
+func TestGRPCOptionsFromLockerDefaults(t *testing.T) {
+	b := redistest.Mini(t)
+	prefix := redistest.Prefix(t)
+	var lockerErr, methodErr atomic.Int32
+	l := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix), lock.FailFast(),
+		grpclock.OnRPCError(func(ctx context.Context, m string, err error) error {
+			lockerErr.Add(1)
+			return status.Error(codes.ResourceExhausted, "locker default")
+		}))
+	defer l.Close()
+	gsrv := &shop.Server{
+		Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+			return shop.New("ReserveReply"), nil
+		},
+		Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+			return shop.New("CreateOrderReply"), nil
+		},
+	}
+	cc := dial(t, serveGRPC(t, gsrv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
+		grpclock.Method(shop.Reserve, keyfunc.Field("product_id")),
+		grpclock.Method(shop.Create, keyfunc.Field("order.product_id").As("product_id"), lock.Wait(200*time.Millisecond),
+			grpclock.OnRPCError(func(ctx context.Context, m string, err error) error {
+				methodErr.Add(1)
+				return status.Error(codes.FailedPrecondition, "method's own")
+			}))))))
+	held, err := l.Engine().Acquire(context.Background(), key(t, "product_id", "42"), lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), testBound)
+	defer cancel()
+	start := time.Now()
+	_, err = reserve(ctx, cc, 42)
+	if status.Code(err) != codes.ResourceExhausted || lockerErr.Load() != 1 {
+		t.Errorf("Reserve on a held key: %v (locker's OnRPCError ran %d times), want the Locker's OnRPCError", err, lockerErr.Load())
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Reserve took %v: the Locker's FailFast was not applied", d)
+	}
+	start = time.Now()
+	err = cc.Invoke(ctx, shop.Create, shop.Set(shop.New("CreateOrderRequest"), "order", shop.Set(shop.New("Order"), "user_id", "u", "product_id", int64(42))), shop.New("CreateOrderReply"))
+	if status.Code(err) != codes.FailedPrecondition || methodErr.Load() != 1 {
+		t.Errorf("Create on a held key: %v, want the Method's own OnRPCError", err)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("Create refused after %v: the Method's Wait(200ms) did not override the Locker's FailFast", d)
+	}
+}

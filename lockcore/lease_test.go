@@ -1,0 +1,266 @@
+package lockcore_test
+
+// Tests of the backend-neutral lease: the lease's context is lockcore's
+// held struct (a cancelable context with a Value override), and engines
+// plug in through Engine, Hold, NewLease, Reenter and Lose.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+const testBound = 5 * time.Second
+
+// testHold is a Hold that is held until told otherwise.
+type testHold struct {
+	lost     atomic.Bool
+	releases atomic.Int32
+}
+
+var errTestGone = fmt.Errorf("%w: test: gone", lockcore.ErrLockLost)
+
+func (h *testHold) Check() error {
+	if h.lost.Load() {
+		return errTestGone
+	}
+	return nil
+}
+
+func (h *testHold) Release(context.Context) error {
+	h.releases.Add(1)
+	return nil
+}
+
+// testEngine follows the steps of lockcore.Engine's doc: Reenter, else a
+// fresh hold wrapped by NewLease. It never contends: tests use one owner.
+type testEngine struct {
+	mu    sync.Mutex
+	fence int64
+	last  *testHold
+}
+
+func (e *testEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	if ls := lockcore.Reenter(ctx, e, key); ls != nil {
+		return ls, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.fence++
+	e.last = &testHold{}
+	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence, e.last), nil
+}
+
+func testKey(t *testing.T) lockcore.Key {
+	t.Helper()
+	k, err := lockcore.NewKey("productID", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func waitDone(t *testing.T, what string, c context.Context) {
+	t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(testBound):
+		t.Fatalf("%s: not cancelled", what)
+	}
+}
+
+// TestHeldContextDerivations: contexts derived from a lease's context
+// in every way the context package offers (WithCancel, WithCancelCause,
+// WithTimeout, WithDeadline, WithValue, AfterFunc) start no goroutine, and
+// a lost lease cancels them all with its cause; context.WithoutCancel of
+// the lease's context is not cancelled and, once the hold is lost, carries
+// neither fencing token, held key nor owner token. The lease then reports
+// the loss (Err, Release) and the hold is released in the backend once.
+func TestHeldContextDerivations(t *testing.T) {
+	e := &testEngine{}
+	k := testKey(t)
+	parent, cancelParent := context.WithCancel(context.Background())
+	defer cancelParent()
+	ls, err := e.Acquire(parent, k, lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := e.last
+	lctx := ls.Context()
+	if context.Cause(lctx) != nil || lctx.Err() != nil {
+		t.Fatalf("fresh lease's context: err %v cause %v", lctx.Err(), context.Cause(lctx))
+	}
+
+	before := runtime.NumGoroutine()
+	var derived []context.Context
+	var cancels []func()
+	afterRan := make(chan struct{}, 20)
+	for i := range 100 {
+		var c context.Context
+		var cancel func()
+		switch i % 5 {
+		case 0:
+			c, cancel = context.WithCancel(lctx)
+		case 1:
+			var cc context.CancelCauseFunc
+			c, cc = context.WithCancelCause(lctx)
+			cancel = func() { cc(nil) }
+		case 2:
+			c, cancel = context.WithTimeout(lctx, time.Hour)
+		case 3:
+			c, cancel = context.WithDeadline(context.WithValue(lctx, struct{ n int }{i}, i), time.Now().Add(time.Hour))
+		case 4:
+			c = context.WithValue(lctx, struct{ n int }{i}, i)
+			stop := context.AfterFunc(c, func() { afterRan <- struct{}{} })
+			cancel = func() { stop() }
+		}
+		derived = append(derived, c)
+		cancels = append(cancels, cancel)
+	}
+	if extra := runtime.NumGoroutine() - before; extra > 0 {
+		t.Errorf("deriving 100 contexts from the lease's context started %d goroutines", extra)
+	}
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i, c := range derived {
+		if f, ok := lockcore.FencingToken(c); !ok || f != ls.Fence() {
+			t.Fatalf("derived context %d: fence %d %v, want %d", i, f, ok, ls.Fence())
+		}
+	}
+	detached := context.WithoutCancel(lctx)
+	if f, ok := lockcore.FencingToken(detached); !ok || f != ls.Fence() {
+		t.Errorf("WithoutCancel of the lease's context while held: fence %d %v", f, ok)
+	}
+
+	if !lockcore.Lose(ls, errTestGone) {
+		t.Fatal("Lose: the hold was not live")
+	}
+	for i, c := range derived {
+		waitDone(t, fmt.Sprintf("derived context %d", i), c)
+		if cause := context.Cause(c); !errors.Is(cause, lockcore.ErrLockLost) {
+			t.Errorf("derived context %d: cause %v, want ErrLockLost", i, cause)
+		}
+	}
+	for range 20 {
+		select {
+		case <-afterRan:
+		case <-time.After(testBound):
+			t.Fatal("an AfterFunc on a derived context did not run")
+		}
+	}
+	if detached.Err() != nil {
+		t.Errorf("WithoutCancel of the lease's context was cancelled: %v", detached.Err())
+	}
+	if _, ok := lockcore.FencingToken(detached); ok {
+		t.Error("WithoutCancel of a lost lease's context still has a fencing token")
+	}
+	if h := lockcore.HeldFrom(detached); len(h) != 0 {
+		t.Errorf("WithoutCancel of a lost lease's context still holds %v", h)
+	}
+	if tok, ok := lockcore.TokenFrom(detached); ok {
+		t.Errorf("WithoutCancel of a lost lease's context still carries an owner token (%d bytes)", len(tok))
+	}
+	if err := ls.Err(); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Errorf("Err after loss: %v", err)
+	}
+	if err := ls.Release(context.Background()); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Errorf("Release after loss: %v, want ErrLockLost", err)
+	}
+	if n := hold.releases.Load(); n != 1 {
+		t.Errorf("the backend release ran %d times, want 1", n)
+	}
+}
+
+// TestCheckLosesAndReentry: a Hold whose Check fails is lost by the
+// next Err or re-entry, which cancels the lease's context with the
+// engine's cause; in-memory re-entries share one backend release, which
+// runs only with the last lease, whatever the order of the releases.
+func TestCheckLosesAndReentry(t *testing.T) {
+	e := &testEngine{}
+	k := testKey(t)
+	ctx := context.Background()
+
+	outer, _ := e.Acquire(ctx, k, lockcore.Policy{})
+	hold := e.last
+	inner, _ := e.Acquire(outer.Context(), k, lockcore.Policy{})
+	if e.last != hold || inner.Fence() != outer.Fence() {
+		t.Fatal("nested acquisition did not re-enter in memory")
+	}
+	// Outer released first: the hold lives on with the inner lease.
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if outer.Context().Err() != nil || hold.releases.Load() != 0 {
+		t.Fatalf("releasing one of two leases ended the hold: ctx %v, backend releases %d", outer.Context().Err(), hold.releases.Load())
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(outer.Context()), lockcore.ErrReleased) || hold.releases.Load() != 1 {
+		t.Fatalf("after both releases: cause %v, backend releases %d", context.Cause(outer.Context()), hold.releases.Load())
+	}
+	if err := inner.Release(ctx); !errors.Is(err, lockcore.ErrReleased) {
+		t.Errorf("second Release: %v", err)
+	}
+
+	ls, _ := e.Acquire(ctx, k, lockcore.Policy{})
+	hold = e.last
+	d, cancel := context.WithCancel(ls.Context())
+	defer cancel()
+	hold.lost.Store(true)
+	// Re-entry asks the engine (Check) and, finding it unsure, loses the hold.
+	again, _ := e.Acquire(d, k, lockcore.Policy{})
+	if e.last == hold {
+		t.Error("re-entered a hold whose Check fails")
+	}
+	_ = again.Release(ctx)
+	waitDone(t, "context derived from a hold that failed its Check", d)
+	if cause := context.Cause(d); !errors.Is(cause, errTestGone) {
+		t.Errorf("cause %v, want the engine's", cause)
+	}
+	if err := ls.Err(); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Errorf("Err: %v", err)
+	}
+	_ = ls.Release(ctx)
+}
+
+// mapEngine is an engine written as a plain value type that carries a map
+// (its configuration), as a test double or a thin adapter may be. Its
+// Acquire follows lockcore.Engine's steps exactly.
+type mapEngine struct {
+	tags  map[string]string
+	fence *atomic.Int64
+}
+
+func (e mapEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	if ls := lockcore.Reenter(ctx, e, key); ls != nil {
+		return ls, nil
+	}
+	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence.Add(1), &testHold{}), nil
+}
+
+// TestEngineMustBeComparable: an engine whose dynamic type is not
+// comparable (a value type holding a map) cannot tell its holds from
+// another engine's, so NewLease refuses it at once with a message that
+// says what to do, rather than a nested Acquire panicking on ==.
+func TestEngineMustBeComparable(t *testing.T) {
+	var e lockcore.Engine = mapEngine{tags: map[string]string{"env": "test"}, fence: new(atomic.Int64)}
+	defer func() {
+		r := recover()
+		if s, _ := r.(string); !strings.Contains(s, "not comparable") || !strings.Contains(s, "mapEngine") {
+			t.Fatalf("Acquire on a non-comparable engine: panic %v, want one naming the type", r)
+		}
+	}()
+	_, _ = e.Acquire(context.Background(), testKey(t), lockcore.Policy{})
+}
