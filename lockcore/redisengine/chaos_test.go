@@ -123,10 +123,11 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	eng := lockers[0].Options()
 	// A client that applies context deadlines keeps them itself (the engine
 	// then sends calls from the caller's goroutine), and go-redis overruns
-	// them by up to ~70 ms while it redials refused connections.
+	// them by up to ~70 ms while it redials refused connections: once for
+	// the last acquire call and once more for the withdrawal after it.
 	grace := 50 * time.Millisecond
 	if cfg.client.ContextTimeoutEnabled {
-		grace += 100 * time.Millisecond
+		grace += 2 * 75 * time.Millisecond
 	}
 	defer func() {
 		for _, l := range lockers {
