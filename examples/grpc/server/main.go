@@ -2,7 +2,7 @@
 // routelock guarding its methods:
 //
 //	Reserve  locks the product (product_id, as the resource productID), waiting up to 2s
-//	Restock  (client stream) locks the product named by its first message
+//	Restock  (client stream) locks the product named by its first message, and restocks only that one
 //	Create   locks the user (order.user_id) and fails fast
 //
 // Run it on embedded Redis (or REDIS_URL) and call it with grpcurl; server

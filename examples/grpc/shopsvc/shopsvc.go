@@ -28,7 +28,8 @@ import (
 // starting with initial items, its methods locked by locker:
 //
 //	Reserve  locks the product (product_id, as the resource productID), waiting up to 2s
-//	Restock  (client stream) locks the product named by its first message
+//	Restock  (client stream) locks the product named by its first message,
+//	         and restocks only that one
 //	Create   locks the user (order.user_id) and fails fast
 //
 // Server reflection is on, so grpcurl can call it.
@@ -77,10 +78,15 @@ func (inv *inventory) reserve(ctx context.Context, req *dynamicpb.Message) (*dyn
 	return shop.Set(shop.New("ReserveReply"), "left", left-qty, "fence", fence), nil
 }
 
+// restock adds the quantities of a stream of ReserveRequests to one
+// product: the one its first message names, which is the one the stream
+// locked. A message for another product ends the stream with
+// InvalidArgument before anything is written (that product is not locked),
+// and so does an empty stream (no product, no lock).
 func (inv *inventory) restock(ss grpc.ServerStream) error {
 	ctx := ss.Context()
 	var id, added int64
-	for {
+	for n := 0; ; n++ {
 		m := shop.New("ReserveRequest")
 		if err := ss.RecvMsg(m); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -88,8 +94,16 @@ func (inv *inventory) restock(ss grpc.ServerStream) error {
 			}
 			return err
 		}
-		id = shop.Int(m, "product_id")
+		switch pid := shop.Int(m, "product_id"); {
+		case n == 0:
+			id = pid
+		case pid != id:
+			return status.Errorf(codes.InvalidArgument, "a Restock stream restocks the product of its first message (%d), which it locked; got %d", id, pid)
+		}
 		added += shop.Int(m, "quantity")
+	}
+	if id == 0 {
+		return status.Error(codes.InvalidArgument, "empty Restock stream: no product to restock")
 	}
 	inv.rdb.SetNX(ctx, inv.stockKey(id), inv.initial, 0)
 	left, err := inv.rdb.IncrBy(ctx, inv.stockKey(id), added).Result()
