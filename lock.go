@@ -2,7 +2,10 @@ package lock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -154,7 +157,9 @@ func SetDefault(l *Locker) {
 // redis://:password@host:6379/0), or localhost:6379 when REDIS_URL is
 // empty. It connects lazily: an unreachable Redis shows as 503 responses.
 //
-// Panics if REDIS_URL cannot be parsed.
+// Panics if REDIS_URL cannot be parsed. The package-level By and ByParam
+// check REDIS_URL when they build a route, unless a Locker is set, so that
+// a malformed one stops the program at startup rather than at a request.
 func Default() *Locker {
 	if l := defaultL.Load(); l != nil {
 		return l
@@ -164,12 +169,9 @@ func Default() *Locker {
 	if l := defaultL.Load(); l != nil {
 		return l
 	}
-	opt := &redis.Options{Addr: "localhost:6379"}
-	if u := os.Getenv("REDIS_URL"); u != "" {
-		var err error
-		if opt, err = redis.ParseURL(u); err != nil {
-			panic("lock: Default: REDIS_URL: " + err.Error())
-		}
+	opt, err := defaultOptions()
+	if err != nil {
+		panic(err.Error())
 	}
 	// This client is the package's own: it applies context deadlines, so
 	// the engine's calls need no goroutine of their own to keep them.
@@ -181,10 +183,30 @@ func Default() *Locker {
 	return l
 }
 
+// defaultOptions returns the client options of REDIS_URL, or of
+// localhost:6379 when it is empty. The error shows the expected form and
+// never the value, which may hold a password.
+func defaultOptions() (*redis.Options, error) {
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		return &redis.Options{Addr: "localhost:6379"}, nil
+	}
+	opt, err := redis.ParseURL(u)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL, password and all
+		}
+		return nil, fmt.Errorf("lock: REDIS_URL is not a Redis URL (%v): want redis://[user:password@]host:6379/0, rediss:// for TLS, or unix:///path/to/redis.sock; or call lock.SetDefault before building routes", err)
+	}
+	return opt, nil
+}
+
 // By is Default().By(key, opts...), with Default looked up at each request
 // (see SetDefault).
 //
-// Panics if key or an option is invalid, as Locker.By does, when called.
+// Panics if key or an option is invalid, as Locker.By does, when called;
+// and, when no Locker is set (SetDefault), if REDIS_URL cannot be parsed.
 func By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
 	var c config.Config
 	c.ApplyAll(config.InRoute, opts)
@@ -193,6 +215,11 @@ func By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
 	}
 	if err := (middleware.Config{Key: key, TTL: c.TTL}).Validate(); err != nil {
 		panic(err.Error())
+	}
+	if defaultL.Load() == nil {
+		if _, err := defaultOptions(); err != nil {
+			panic(err.Error())
+		}
 	}
 	return func(next http.Handler) http.Handler {
 		var cur atomic.Pointer[bound]
