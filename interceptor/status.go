@@ -45,7 +45,8 @@ func Code(err error) codes.Code {
 // Status is the default Rule.OnError: a status error with Code(err) and a
 // message that names what is wrong without repeating the call's values,
 // Redis errors, keys or owner tokens. An Aborted status carries a
-// google.rpc.RetryInfo detail with the holder's remaining lease.
+// google.rpc.RetryInfo detail with the engine's estimate of when the lock
+// is free (lockcore.ContentionError.RetryAfter).
 func Status(err error) error {
 	code := Code(err)
 	msg := "routelock: internal error"

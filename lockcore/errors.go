@@ -57,9 +57,11 @@ type ContentionError struct {
 	// Key is the lock key (the escaped resource, without the engine's
 	// prefix).
 	Key string
-	// RetryAfter is the holder's remaining lease time as the backend sees
-	// it: an upper bound on how long the lock stays taken unless it is
-	// renewed.
+	// RetryAfter is when a retry may succeed, as the engine estimates it.
+	// The Redis engine says how long its recent holds of the resource (the
+	// key's first part) lasted, as an exponentially weighted mean, and
+	// never more than the holder's remaining lease; while it knows none,
+	// the remaining lease itself (which the holder's renewals extend).
 	RetryAfter time.Duration
 	// TimedOut reports that a wait ran out: the error then matches
 	// ErrWaitTimeout too.

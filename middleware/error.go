@@ -37,7 +37,9 @@ func Status(err error) int {
 // Error is the default Config.OnError. It answers with Status(err) and a
 // one-line plain-text body that names what is wrong without repeating the
 // request's values, Redis errors, keys or owner tokens. A 409 carries
-// Retry-After: the holder's remaining lease in whole seconds, at least 1.
+// Retry-After: the engine's estimate of when the lock is free
+// (lockcore.ContentionError.RetryAfter) rounded up to whole seconds, the
+// header's unit, and at least 1.
 func Error(w http.ResponseWriter, r *http.Request, err error) {
 	status := Status(err)
 	msg := "routelock: internal error"

@@ -61,6 +61,7 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if err != nil {
 		return nil, err
 	}
+	h.start = time.Now()
 	h.ls = lockcore.NewLease(ctx, l, key, h.token, h.fence, h)
 	if !l.wd.add(h, sent, length) {
 		// Closed while acquiring: give it back.
@@ -96,7 +97,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, 0, l.acquireFailed(ctx, h, "", err)
 		}
 		if v <= 0 {
-			return sent, 0, &lockcore.ContentionError{Key: h.key.String(), RetryAfter: time.Duration(-v) * time.Millisecond}
+			return sent, 0, &lockcore.ContentionError{Key: h.key.String(), RetryAfter: l.stats.retryAfter(h.key, time.Duration(-v)*time.Millisecond)}
 		}
 		h.fence = v
 		return sent, h.ttl, nil
@@ -330,7 +331,7 @@ func (l *Engine) released(c *call) {
 // or nil when the wait budget ran out.
 func (l *Engine) giveUp(h *hold, member string, pttl int64, cause error) error {
 	l.withdraw(h, member)
-	ce := &lockcore.ContentionError{Key: h.key.String(), RetryAfter: time.Duration(max(pttl, 0)) * time.Millisecond, TimedOut: true}
+	ce := &lockcore.ContentionError{Key: h.key.String(), RetryAfter: l.stats.retryAfter(h.key, time.Duration(max(pttl, 0))*time.Millisecond), TimedOut: true}
 	if cause != nil {
 		if errors.Is(cause, context.DeadlineExceeded) {
 			return errors.Join(ce, cause)

@@ -22,6 +22,7 @@ type hold struct {
 	fence  int64
 	ttl    time.Duration
 	ls     *lockcore.Lease // set once held
+	start  time.Time       // when it was held, for holdStats
 	ended  atomic.Bool     // released or lost: the watchdog drops it
 
 	// Watchdog bookkeeping, guarded by the watchdog's mutex.
@@ -82,8 +83,10 @@ func (h *hold) setEntry(id string) {
 // Options.ReleaseTimeout; a release not answered by then goes on in the
 // background.
 func (h *hold) Release(ctx context.Context) error {
-	h.ended.Store(true)
 	l := h.l
+	if !h.ended.Swap(true) {
+		l.stats.record(h.key, time.Since(h.start))
+	}
 	l.wd.remove(h)
 	// A reply of -1 while the lease was valid means Redis no longer has this
 	// entry although nobody else could have taken the lock: a run of this

@@ -128,6 +128,7 @@ type Engine struct {
 	once   sync.Once
 
 	run   runner // sends the scripts
+	stats holdStats
 	wd    watchdog
 	nf    notifier
 	batch batcher // acquire and release calls
