@@ -15,6 +15,10 @@ var (
 	// ErrLockLost: the cancellation cause of a handler's context when its
 	// lease ended while the handler ran.
 	ErrLockLost = lockcore.ErrLockLost
+	// ErrMisconfigured: Redis says the Locker is set up wrongly (a wrong
+	// password, a database out of range, a server too old). HTTP 500, gRPC
+	// Internal; Check reports it at startup.
+	ErrMisconfigured = lockcore.ErrMisconfigured
 	// ErrInvalidKey: a key part is empty, too long, or there are too many.
 	ErrInvalidKey = lockcore.ErrInvalidKey
 	// ErrInvalidToken: a propagated owner token is malformed.

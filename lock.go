@@ -77,6 +77,22 @@ func (l *Locker) Close() error {
 	return l.owned.Close()
 }
 
+// Check verifies that the Locker's engine can work, when the engine can
+// tell (the Redis engine of New: connectivity, credentials, database,
+// scripting, notifications, server version; see redisengine.Engine.Check).
+// Call it at startup: an error matching ErrMisconfigured will not mend
+// itself, one matching ErrUnavailable may.
+//
+//	if err := locker.Check(ctx); err != nil {
+//		log.Fatal(err)
+//	}
+func (l *Locker) Check(ctx context.Context) error {
+	if c, ok := l.engine.(interface{ Check(context.Context) error }); ok {
+		return c.Check(ctx)
+	}
+	return nil
+}
+
 // Engine returns the engine the Locker takes its locks from, for locking
 // outside a request (lockcore.Engine.Acquire). For New it is a
 // *redisengine.Engine, which can also Inspect a key.

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -110,4 +111,14 @@ func Prefix(p string) Option {
 // fields.
 func RedisOptions(o redisengine.Options) Option {
 	return config.New("RedisOptions", config.InRedis, func(c *config.Config) { c.Redis = o })
+}
+
+// Logger makes the Redis engine that New makes report, once, through l
+// when Redis says it is set up wrongly (ErrMisconfigured: a wrong password,
+// a database out of range, a server too old). Tokens and keys are never
+// logged. Default: silent.
+//
+//	locker := lock.New(rdb, lock.Logger(slog.Default()))
+func Logger(l *slog.Logger) Option {
+	return config.New("Logger", config.InRedis, func(c *config.Config) { c.Redis.Logger = l })
 }

@@ -20,11 +20,12 @@ import (
 //	Unavailable       the engine (Redis) unreachable, or closed
 //	Canceled          the caller went away while waiting
 //	DeadlineExceeded  the call's deadline passed while waiting
-//	Internal          anything else, e.g. an exact rule whose key does not
-//	                  apply to its method (keyfunc.ErrSkip)
+//	Internal          the engine set up wrongly (lockcore.ErrMisconfigured),
+//	                  and anything else, e.g. an exact rule whose key does
+//	                  not apply to its method (keyfunc.ErrSkip)
 func Code(err error) codes.Code {
 	switch {
-	case errors.Is(err, keyfunc.ErrSkip):
+	case errors.Is(err, keyfunc.ErrSkip), errors.Is(err, lockcore.ErrMisconfigured):
 		return codes.Internal
 	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid),
 		errors.Is(err, keyfunc.ErrTooLarge), errors.Is(err, lockcore.ErrInvalidKey),
@@ -76,8 +77,11 @@ func Status(err error) error {
 	case codes.DeadlineExceeded:
 		msg = "routelock: deadline exceeded while waiting for the lock"
 	case codes.Internal:
-		if errors.As(err, &kerr) {
+		switch {
+		case errors.As(err, &kerr):
 			msg = "routelock: lock key: " + kerr.Public()
+		case errors.Is(err, lockcore.ErrMisconfigured):
+			msg = "routelock: lock service misconfigured"
 		}
 	}
 	return status.Error(code, msg)

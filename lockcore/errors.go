@@ -36,6 +36,12 @@ var (
 	// by the caller.
 	ErrUnavailable = errors.New("lock: lock service unavailable")
 
+	// ErrMisconfigured means the backend answered that the engine is set
+	// up wrongly: a wrong password or user, a database index out of range,
+	// a server too old for the engine's commands. Unlike ErrUnavailable it
+	// does not pass by itself; the adapters answer 500 / Internal.
+	ErrMisconfigured = errors.New("lock: lock service misconfigured")
+
 	// ErrInvalidKey means a key part was empty, too long, or there were too
 	// many parts.
 	ErrInvalidKey = errors.New("lock: invalid key")

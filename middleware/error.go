@@ -16,12 +16,14 @@ import (
 //	409 Conflict               lock held by another owner (fail fast, or the wait ran out)
 //	413 Content Too Large      body larger than a JSON key function reads
 //	503 Service Unavailable    the engine (Redis) unreachable, or closed
-//	500 Internal Server Error  anything else, e.g. keyfunc.ErrNotRouted
+//	500 Internal Server Error  the engine set up wrongly (lockcore.ErrMisconfigured:
+//	                           a wrong password, a database out of range), and
+//	                           anything else, e.g. keyfunc.ErrNotRouted
 func Status(err error) int {
 	switch {
 	case errors.Is(err, keyfunc.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, keyfunc.ErrNotRouted):
+	case errors.Is(err, keyfunc.ErrNotRouted), errors.Is(err, lockcore.ErrMisconfigured):
 		return http.StatusInternalServerError
 	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid),
 		errors.Is(err, lockcore.ErrInvalidKey), errors.Is(err, lockcore.ErrInvalidToken):
@@ -67,8 +69,11 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 		msg = "routelock: lock service unavailable"
 	case http.StatusInternalServerError:
 		var kerr *keyfunc.Error
-		if errors.As(err, &kerr) {
+		switch {
+		case errors.As(err, &kerr):
 			msg = "routelock: lock key: " + kerr.Public()
+		case errors.Is(err, lockcore.ErrMisconfigured):
+			msg = "routelock: lock service misconfigured"
 		}
 	}
 	http.Error(w, msg, status)

@@ -366,9 +366,9 @@ func (l *Engine) acquireFailed(ctx context.Context, h *hold, member string, err 
 		return errors.Join(&lockcore.ContentionError{Key: h.key.String()}, cerr)
 	}
 	if cerr != nil {
-		return errors.Join(unavailable("acquire", err), cerr)
+		return errors.Join(l.report(unavailable("acquire", err)), cerr)
 	}
-	return unavailable("acquire", err)
+	return l.report(unavailable("acquire", err))
 }
 
 // withdraw withdraws h's attempt: it leaves the wait queue (as member, if

@@ -92,11 +92,16 @@ func (h *hold) Release(ctx context.Context) error {
 	// entry although nobody else could have taken the lock: a run of this
 	// same call, re-sent by the client after a lost reply, released it.
 	if _, err := l.release(ctx, h, ""); err != nil {
-		return unavailable("release", err)
+		return l.report(unavailable("release", err))
 	}
 	return nil
 }
 
+// unavailable wraps err, an error of a call to Redis, in ErrUnavailable,
+// or in ErrMisconfigured when Redis said the client is set up wrongly.
 func unavailable(op string, err error) error {
+	if misconfigured(err) {
+		return fmt.Errorf("%w: %s: %w", lockcore.ErrMisconfigured, op, err)
+	}
 	return fmt.Errorf("%w: %s: %w", lockcore.ErrUnavailable, op, err)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +62,12 @@ type Options struct {
 	// server (a *redis.Client, not a Cluster), a waiter whose process is gone
 	// is skipped at once. At least lockcore.MinTTL. Default: 1s.
 	ClaimWindow time.Duration
+
+	// Logger, if set, is told once when Redis says the engine is set up
+	// wrongly (lockcore.ErrMisconfigured: a wrong password, a database out
+	// of range, a server too old), with the error. Tokens and keys are
+	// never logged. Default: nil, silent.
+	Logger *slog.Logger
 }
 
 const (
@@ -127,12 +134,13 @@ type Engine struct {
 	closed atomic.Bool
 	once   sync.Once
 
-	run   runner // sends the scripts
-	stats holdStats
-	wd    watchdog
-	nf    notifier
-	batch batcher // acquire and release calls
-	bg    tracker // flights, withdrawals and renewals, each bounded by the client's own timeouts
+	run          runner // sends the scripts
+	logMisconfig sync.Once
+	stats        holdStats
+	wd           watchdog
+	nf           notifier
+	batch        batcher // acquire and release calls
+	bg           tracker // flights, withdrawals and renewals, each bounded by the client's own timeouts
 
 	// Script arguments boxed once: the default TTL, the fence retention
 	// and the claim window in ms, the channel, and whether PUBLISH counts

@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -21,6 +22,8 @@ type notifier struct {
 	waiters map[string]*waiter
 	ps      *redis.PubSub // the current subscription, for stop
 	done    chan struct{}
+	up      chan struct{} // closed when the subscription is first established
+	upOnce  sync.Once
 }
 
 type waiter struct {
@@ -44,6 +47,7 @@ func (n *notifier) start(l *Engine, ps *redis.PubSub) {
 	n.l = l
 	n.waiters = make(map[string]*waiter)
 	n.done = make(chan struct{})
+	n.up = make(chan struct{})
 	n.ps = ps
 	go n.run(l.channel, ps)
 }
@@ -141,6 +145,17 @@ func (n *notifier) nudge(key string) {
 // published while it was down were lost, so every waiter asks Redis again.
 func (n *notifier) subscribed() { n.nudge("") }
 
+// ping waits until the subscription has been established once, or ctx
+// ends.
+func (n *notifier) ping(ctx context.Context) error {
+	select {
+	case <-n.up:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("no subscription to the notification channel: %w", ctx.Err())
+	}
+}
+
 // run keeps one subscription to channel alive until the Engine closes,
 // replacing it when it fails or stops answering pings.
 func (n *notifier) run(channel string, ps *redis.PubSub) {
@@ -197,6 +212,7 @@ func (n *notifier) session(ctx context.Context, ps *redis.PubSub, channel string
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			ok = true
+			n.upOnce.Do(func() { close(n.up) })
 			n.subscribed()
 		case *redis.Message:
 			n.deliver(m.Payload)

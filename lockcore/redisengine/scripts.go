@@ -49,7 +49,7 @@ var (
 // which is most of a lock's allocations. Its reply is an integer, or, when
 // array is set, an integer or an array. It has two sources, boxed once:
 // [0] with the shebang, [1] without, for servers that do not read one
-// (Redis before 7, miniredis).
+// (miniredis; Redis before 7 cannot run them anyway: see Check).
 type script struct {
 	src, sha [2]any
 	array    bool
@@ -171,6 +171,18 @@ func (r *runner) known(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 	return cmd
 }
 
+// load makes Redis compile and cache s, with its shebang if the server
+// reads one.
+func (r *runner) load(ctx context.Context, s *script) error {
+	v := r.variant()
+	err := r.rdb.ScriptLoad(ctx, s.src[v].(string)).Err()
+	if v == 0 && noShebang(err) {
+		r.plain.Store(true)
+		err = r.rdb.ScriptLoad(ctx, s.src[1].(string)).Err()
+	}
+	return err
+}
+
 // scriptOf returns a script and the variant whose SHA is sha.
 func scriptOf(sha any) (*script, int) {
 	for _, s := range scripts {
@@ -184,7 +196,7 @@ func scriptOf(sha any) (*script, int) {
 }
 
 // noShebang reports whether err is a server's failure to compile a script
-// at its shebang: Redis before 7, and miniredis, read "#!lua" as Lua.
+// at its shebang: miniredis (and Redis before 7) read "#!lua" as Lua.
 func noShebang(err error) bool {
 	if err == nil {
 		return false

@@ -2,6 +2,7 @@ package redisengine
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -111,4 +112,28 @@ func TestParseHold(t *testing.T) {
 			t.Errorf("parseHold(%q) = %q %d %d %v, want %q %d %d %v", c.v, tok, fence, n, ok, c.tok, c.fence, c.n, c.ok)
 		}
 	}
+}
+
+// TestCheck: on a working Redis, Check finds the subscription up, the
+// scripts compiled (with or without shebang, as the server needs) and
+// nothing wrong; after Close it says ErrClosed.
+func TestCheck(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		l, err := New(b.Client(t), Options{Prefix: redistest.Prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := l.Check(ctx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		if plain := l.run.plain.Load(); plain == b.Real() {
+			t.Fatalf("after Check, scripts without shebang = %v on %s", plain, b.Name)
+		}
+		_ = l.Close()
+		if err := l.Check(ctx); !errors.Is(err, lockcore.ErrClosed) {
+			t.Fatalf("Check after Close: %v", err)
+		}
+	})
 }

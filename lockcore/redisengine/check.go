@@ -1,0 +1,90 @@
+package redisengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// misconfigured reports whether err is Redis saying that the client is set
+// up wrongly, which retrying does not mend: authentication (WRONGPASS,
+// NOAUTH), permissions (NOPERM), a database index out of range.
+func misconfigured(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return strings.Contains(msg, "DB index is out of range") || strings.Contains(msg, "invalid DB index")
+}
+
+// minMajor is the oldest Redis the scripts run on: they use PEXPIRE's GT
+// option (Redis 7.0).
+const minMajor = 7
+
+// Check verifies, in a few round trips, that the engine can work: Redis
+// answers (connectivity), accepts the client's credentials and database,
+// runs the engine's scripts, and is recent enough (7.0 or later), and the
+// engine's notification subscription is up. Call it at startup. An error
+// matches lockcore.ErrMisconfigured when the set-up is wrong (it will not
+// mend itself) and lockcore.ErrUnavailable when Redis could not be
+// reached; either way it says what failed.
+func (l *Engine) Check(ctx context.Context) error {
+	if l.closed.Load() {
+		return lockcore.ErrClosed
+	}
+	if err := l.rdb.Ping(ctx).Err(); err != nil {
+		return l.report(unavailable("check: ping", err))
+	}
+	if v, ok := serverVersion(ctx, l.rdb); ok {
+		if major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0]); major < minMajor {
+			return l.report(fmt.Errorf("%w: check: Redis %s is too old: the engine needs %d.0 or later", lockcore.ErrMisconfigured, v, minMajor))
+		}
+	}
+	for _, s := range []*script{acquireScript, releaseScript, renewScript} {
+		if err := l.run.load(ctx, s); err != nil {
+			return l.report(unavailable("check: scripts", err))
+		}
+	}
+	if err := l.nf.ping(ctx); err != nil {
+		return l.report(unavailable("check: notifications", err))
+	}
+	return nil
+}
+
+// serverVersion returns the server's redis_version; false when the server
+// does not say (miniredis).
+func serverVersion(ctx context.Context, rdb redis.UniversalClient) (string, bool) {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// report logs err once per kind (misconfiguration, unavailability) through
+// the engine's logger, if any, and returns it.
+func (l *Engine) report(err error) error {
+	if lg := l.opt.Logger; lg != nil {
+		if errors.Is(err, lockcore.ErrMisconfigured) {
+			l.logMisconfig.Do(func() { lg.Error("routelock: Redis set up wrongly", "err", err) })
+		}
+	}
+	return err
+}
