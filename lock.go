@@ -107,9 +107,12 @@ func (l *Locker) Options() []Option { return slices.Clone(l.opts) }
 //
 //	r.With(locker.By(keyfunc.Join(keyfunc.Param("productID"), keyfunc.Header("X-User-ID")))).Post(...)
 //
-// A request whose matched route lacks a route parameter of key passes
-// through unlocked; one with a missing or invalid value gets 400 and the
-// handler does not run. See package middleware for the whole flow.
+// On a route whose pattern lacks a route parameter of key the request gets
+// 500, a configuration error (see Logger); in a router's own r.Use, which
+// runs before the router matched the route, such a route passes through
+// unlocked. A request with a missing or invalid value gets 400. In each
+// case the handler does not run unlocked. See package middleware for the
+// whole flow.
 //
 // Panics if key is zero or cannot read HTTP requests (keyfunc.Field), or an
 // option is invalid here.
@@ -125,13 +128,15 @@ func (l *Locker) By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Ha
 		TTL:        c.TTL,
 		TrustToken: c.Trust,
 		OnError:    c.OnError,
+		Logger:     c.Logger,
 	})
 }
 
 // ByParam is By(keyfunc.Param(name), opts...): it locks the resource named
 // by route parameter name, such as {productID} in /products/{productID}/buy.
 // With chi it works in r.With, in r.Group and r.Route, and in the router's
-// own r.Use, where it locks exactly the routes that have the parameter.
+// own r.Use, where it locks exactly the routes that have the parameter; on
+// one route (r.With, r.Group) whose pattern lacks it, requests get 500.
 func (l *Locker) ByParam(name string, opts ...Option) func(http.Handler) http.Handler {
 	return l.By(keyfunc.Param(name), opts...)
 }

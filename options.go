@@ -113,12 +113,17 @@ func RedisOptions(o redisengine.Options) Option {
 	return config.New("RedisOptions", config.InRedis, func(c *config.Config) { c.Redis = o })
 }
 
-// Logger makes the Redis engine that New makes report, once, through l
-// when Redis says it is set up wrongly (ErrMisconfigured: a wrong password,
-// a database out of range, a server too old). Tokens and keys are never
-// logged. Default: silent.
+// Logger makes the Locker report configuration errors once each through l:
+// a route whose pattern does not name its key (answered 500; see
+// keyfunc.ErrNotInRoute), and, for the Redis engine that New makes, Redis
+// saying it is set up wrongly (ErrMisconfigured: a wrong password, a
+// database out of range, a server too old). Tokens and request values are
+// never logged. Default: silent.
 //
 //	locker := lock.New(rdb, lock.Logger(slog.Default()))
 func Logger(l *slog.Logger) Option {
-	return config.New("Logger", config.InRedis, func(c *config.Config) { c.Redis.Logger = l })
+	return config.New("Logger", config.InNew, func(c *config.Config) {
+		c.Logger = l
+		c.Redis.Logger = l
+	})
 }

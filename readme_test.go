@@ -38,10 +38,11 @@ func TestNestedLocksOuterDecides(t *testing.T) {
 
 		// The README's snippet, handlers aside.
 		r := chi.NewRouter()
+		r.Get("/health", func(http.ResponseWriter, *http.Request) {})
 		r.Group(func(r chi.Router) {
 			r.Use(lock.ByParam("productID"))
 			r.Post("/products/{productID}/buy", hold)
-			r.Get("/health", func(http.ResponseWriter, *http.Request) {})
+			r.Post("/products/{productID}/refund", hold)
 		})
 		r.With(locker.ByParam("productID", lock.FailFast())).Post("/products/{productID}/reserve", hold)
 		// The rule: an outer lock and an inner fail-fast one on one resource.

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,5 +138,62 @@ func TestMisconfigurationIsNotAnOutage(t *testing.T) {
 				t.Fatalf("the log repeats a password: %s", logged.String())
 			}
 		})
+	}
+}
+
+// TestMisspeltParamFailsClosed: a lock on one route whose pattern does not
+// name its parameter (productId on {productID}) used to run the handler
+// unlocked (200). It now answers 500, never runs the handler, and the
+// Locker's logger hears of it once, with the route and the key function;
+// a router's own r.Use still passes a route without the parameter.
+func TestMisspeltParamFailsClosed(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var logged syncBuffer
+	locker := lock.New(rdb, lock.Logger(slog.New(slog.NewTextHandler(&logged, nil))))
+	t.Cleanup(func() { _ = locker.Close() })
+
+	var ran atomic.Int32
+	h := func(http.ResponseWriter, *http.Request) { ran.Add(1) }
+	r := chi.NewRouter()
+	r.Use(locker.ByParam("productID")) // router-wide: /health passes
+	r.Get("/health", h)
+	r.With(locker.ByParam("productId")).Post("/products/{productID}/buy", h)
+	r.Group(func(r chi.Router) {
+		r.Use(locker.ByParam("userID"))
+		r.Post("/users/{userId}/checkout", h)
+	})
+	hs := httptest.NewServer(r)
+	t.Cleanup(hs.Close)
+	hc := &http.Client{Timeout: 10 * time.Second}
+	ctx := context.Background()
+
+	for i := 0; i < 3; i++ {
+		for _, path := range []string{"/products/42/buy", "/users/7/checkout"} {
+			if code, err := post(ctx, hc, hs.URL+path); err != nil || code != http.StatusInternalServerError {
+				t.Fatalf("POST %s: %d %v, want 500", path, code, err)
+			}
+		}
+	}
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times on misconfigured routes", n)
+	}
+	resp, err := hc.Get(hs.URL + "/health")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/health under a router-wide lock: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	log := logged.String()
+	if n := strings.Count(log, "does not name its key"); n != 2 {
+		t.Fatalf("logged %d lines, want one per misconfigured route: %s", n, log)
+	}
+	for _, want := range []string{"/products/{productID}/buy", "Param(productId)", "/users/{userId}/checkout", "Param(userID)"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log does not name %s: %s", want, log)
+		}
+	}
+	if strings.Contains(log, "42") {
+		t.Errorf("the log repeats a request value: %s", log)
 	}
 }

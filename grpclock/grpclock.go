@@ -17,6 +17,8 @@ package grpclock
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"google.golang.org/grpc"
 
@@ -154,3 +156,50 @@ func UnaryClientInterceptor() grpc.UnaryClientInterceptor { return interceptor.U
 
 // StreamClientInterceptor is UnaryClientInterceptor for streams.
 func StreamClientInterceptor() grpc.StreamClientInterceptor { return interceptor.StreamClient() }
+
+// Check returns an error matching lock.ErrMisconfigured that names every
+// rule matching no method registered on s, such as a misspelt method name,
+// whose calls would otherwise run unlocked without a word; nil when every
+// rule matches. Call it at startup, after registering the services:
+//
+//	rules := []grpclock.MethodRule{grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"))}
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker, rules...)))
+//	shop.RegisterInventoryServer(srv, inv)
+//	if err := grpclock.Check(srv, rules...); err != nil {
+//		log.Fatal(err)
+//	}
+func Check(s *grpc.Server, rules ...MethodRule) error {
+	services := s.GetServiceInfo()
+	var unmatched []string
+	for _, r := range rules {
+		if !matches(services, r.method) {
+			unmatched = append(unmatched, r.method)
+		}
+	}
+	if len(unmatched) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: grpclock: rules that match no registered method: %s", lock.ErrMisconfigured, strings.Join(unmatched, ", "))
+}
+
+// matches reports whether rule method m ("*", "/pkg.Service/*" or
+// "/pkg.Service/Method") names a method of services.
+func matches(services map[string]grpc.ServiceInfo, m string) bool {
+	if m == "*" {
+		return len(services) > 0
+	}
+	svc, method, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")
+	info, found := services[svc]
+	if !ok || !found {
+		return false
+	}
+	if method == "*" {
+		return len(info.Methods) > 0
+	}
+	for _, mi := range info.Methods {
+		if mi.Name == method {
+			return true
+		}
+	}
+	return false
+}

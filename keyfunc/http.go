@@ -83,7 +83,12 @@ func param(r *http.Request, name string) (string, error) {
 	if v, ok := urlParam(t, name); ok {
 		return v, nil
 	}
-	return "", ErrSkip
+	if t.RoutePattern() == rctx.RoutePattern() {
+		// The router had matched the route already: the middleware wraps
+		// this route (r.With, r.Group), whose pattern lacks the parameter.
+		return "", ErrNotInRoute
+	}
+	return "", ErrSkip // a router-wide lock, on a route without the parameter
 }
 
 // urlParam returns the last value of chi URL parameter name, as
@@ -106,7 +111,8 @@ func pathValue(r *http.Request, name string) (string, error) {
 		return "", ErrNotRouted
 	}
 	if !strings.Contains(r.Pattern, "{"+name+"}") && !strings.Contains(r.Pattern, "{"+name+"...}") {
-		return "", ErrSkip
+		// The pattern matched: the middleware wraps this route's handler.
+		return "", ErrNotInRoute
 	}
 	return "", errEmpty
 }

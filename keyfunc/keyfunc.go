@@ -18,8 +18,10 @@ const (
 // Errors of key functions. Match them with errors.Is; the errors returned
 // by [Func.HTTP] and [Func.RPC] are of type [*Error] and wrap one of them.
 var (
-	// ErrSkip means the key does not apply to this request: the matched
-	// route has no such parameter. The middleware serves it unlocked.
+	// ErrSkip means the key does not apply to this request: a lock in a
+	// router's r.Use (chi's, before the router matched the route) met a
+	// route that has no such parameter, or no route matched at all. The
+	// middleware serves it unlocked.
 	ErrSkip = errors.New("keyfunc: not applicable to this request")
 
 	// ErrMissing means the value is absent or empty.
@@ -33,6 +35,15 @@ var (
 	// function reads.
 	ErrTooLarge = errors.New("keyfunc: request body too large")
 
+	// ErrNotInRoute means the route that a key function's middleware wraps
+	// has no such parameter: the lock was put on one route (chi's r.With
+	// or r.Group, a handler wrapped for http.ServeMux) whose pattern does
+	// not name it, most likely a misspelt name. It is a configuration
+	// error: the middleware answers 500 rather than run the route
+	// unlocked. (A lock in a router's own r.Use passes routes without the
+	// parameter through: see ErrSkip.)
+	ErrNotInRoute = errors.New("keyfunc: the route has no such parameter")
+
 	// ErrNotRouted means a route parameter was asked of a request that no
 	// router has matched yet, such as a middleware wrapped around a whole
 	// http.ServeMux. It is a configuration error: wrap the route's handler
@@ -45,7 +56,7 @@ type Error struct {
 	// Source names the key function, such as "Header(X-User-Id)".
 	Source string
 	// Err says what went wrong. It matches ErrMissing, ErrInvalid,
-	// ErrTooLarge, ErrNotRouted or ErrSkip, or is what a custom function
+	// ErrTooLarge, ErrNotRouted, ErrNotInRoute or ErrSkip, or is what a custom function
 	// returned.
 	Err error
 }
@@ -71,6 +82,8 @@ func (e *Error) Public() string {
 		return e.Source + ": request body too large"
 	case errors.Is(e.Err, ErrNotRouted):
 		return e.Source + ": request not routed"
+	case errors.Is(e.Err, ErrNotInRoute):
+		return e.Source + ": the route has no such parameter"
 	}
 	return e.Source + ": invalid"
 }

@@ -6,7 +6,9 @@
 // # What a request goes through
 //
 //  1. The key function ([keyfunc.Func]) reads the resource from the request.
-//     A route that does not name the resource passes through unlocked; a
+//     Under a router's own r.Use, a route that does not name the resource
+//     passes through unlocked; a lock on one route whose pattern does not
+//     name it is a configuration error (keyfunc.ErrNotInRoute, 500); a
 //     missing or invalid value is answered 400 and the handler never runs.
 //  2. The owner token: a nested request carries its caller's token in the
 //     [TokenHeader] header (see [Transport]); the middleware accepts it from

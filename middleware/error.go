@@ -18,12 +18,14 @@ import (
 //	503 Service Unavailable    the engine (Redis) unreachable, or closed
 //	500 Internal Server Error  the engine set up wrongly (lockcore.ErrMisconfigured:
 //	                           a wrong password, a database out of range), and
-//	                           anything else, e.g. keyfunc.ErrNotRouted
+//	                           a lock on a route that does not name its key
+//	                           (keyfunc.ErrNotInRoute, keyfunc.ErrNotRouted),
+//	                           and anything else
 func Status(err error) int {
 	switch {
 	case errors.Is(err, keyfunc.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, keyfunc.ErrNotRouted), errors.Is(err, lockcore.ErrMisconfigured):
+	case errors.Is(err, keyfunc.ErrNotRouted), errors.Is(err, keyfunc.ErrNotInRoute), errors.Is(err, lockcore.ErrMisconfigured):
 		return http.StatusInternalServerError
 	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid),
 		errors.Is(err, lockcore.ErrInvalidKey), errors.Is(err, lockcore.ErrInvalidToken):

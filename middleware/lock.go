@@ -3,8 +3,12 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"sync"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -41,6 +45,13 @@ type Config struct {
 	// secret header or the peer's network). Default: every request may.
 	TrustToken func(*http.Request) bool
 
+	// Logger, if set, is told once per middleware when the route it wraps
+	// does not name its key (keyfunc.ErrNotInRoute, keyfunc.ErrNotRouted):
+	// a configuration error, answered 500. The line names the route's
+	// pattern and the key function, never a request's values. Default:
+	// nil, silent.
+	Logger *slog.Logger
+
 	// OnError answers a request that is not let through: bad key (400),
 	// lock held by another owner (409), Redis unavailable (503). err
 	// matches the sentinels of keyfunc and lockcore. Default: Error.
@@ -56,8 +67,9 @@ type Config struct {
 func Lock(l lockcore.Engine, c Config) func(http.Handler) http.Handler {
 	m := newLocker(l, c)
 	return func(next http.Handler) http.Handler {
+		var once sync.Once // the configuration error of the route next serves, logged once
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			m.serve(w, r, next)
+			m.serve(w, r, next, &once)
 		})
 	}
 }
@@ -69,6 +81,7 @@ type locker struct {
 	policy  lockcore.Policy
 	trust   func(*http.Request) bool
 	onError func(http.ResponseWriter, *http.Request, error)
+	logger  *slog.Logger
 }
 
 // Validate reports what is wrong with c, as Lock would panic with it.
@@ -91,16 +104,22 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 	if err := c.Validate(); err != nil {
 		panic(err.Error())
 	}
-	m := &locker{l: l, key: c.Key, policy: lockcore.WaitPolicy(c.Wait, c.TTL), trust: c.TrustToken, onError: c.OnError}
+	m := &locker{l: l, key: c.Key, policy: lockcore.WaitPolicy(c.Wait, c.TTL), trust: c.TrustToken, onError: c.OnError, logger: c.Logger}
 	if m.onError == nil {
 		m.onError = Error
 	}
 	return m
 }
 
-func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler, once *sync.Once) {
 	parts, err := m.key.HTTP(r)
 	if err != nil {
+		if m.logger != nil && (errors.Is(err, keyfunc.ErrNotInRoute) || errors.Is(err, keyfunc.ErrNotRouted)) {
+			once.Do(func() {
+				m.logger.Error("routelock: the lock's route does not name its key: every request is refused with 500",
+					"route", routePattern(r), "key", m.key.String(), "err", err)
+			})
+		}
 		if errors.Is(err, keyfunc.ErrSkip) {
 			// Not a route of this resource; pass the caller's token on, so
 			// that a nested call further down still re-enters.
@@ -131,6 +150,15 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	// A failed release has no one to tell: the key expires with its TTL.
 	defer lease.Release(r.Context())
 	next.ServeHTTP(w, r.WithContext(lease.Context()))
+}
+
+// routePattern returns the pattern of the route r matched, as chi or
+// http.ServeMux knows it.
+func routePattern(r *http.Request) string {
+	if rctx := chi.RouteContext(r.Context()); rctx != nil {
+		return rctx.RoutePattern()
+	}
+	return r.Pattern
 }
 
 // withToken returns r with the propagated owner tokens in its context, if

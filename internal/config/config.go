@@ -5,6 +5,7 @@ package config
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -61,6 +62,7 @@ type Config struct {
 	Name    string
 	Trust   func(*http.Request) bool
 	OnError func(http.ResponseWriter, *http.Request, error)
+	Logger  *slog.Logger
 
 	RPCTrust   func(ctx context.Context, fullMethod string) bool
 	RPCOnError func(ctx context.Context, fullMethod string, err error) error

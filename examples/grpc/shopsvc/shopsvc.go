@@ -35,16 +35,22 @@ import (
 // Server reflection is on, so grpcurl can call it.
 func NewServer(locker *lock.Locker, rdb *redis.Client, initial int64) *grpc.Server {
 	inv := &inventory{rdb: rdb, initial: initial}
+	unary := []grpclock.MethodRule{
+		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(2*time.Second)),
+		grpclock.Method(shop.Create, keyfunc.Field("order.user_id"), lock.FailFast()),
+	}
+	stream := []grpclock.MethodRule{
+		grpclock.Method(shop.Restock, keyfunc.Field("product_id"), lock.Name("productID")),
+	}
 	s := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
-			grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(2*time.Second)),
-			grpclock.Method(shop.Create, keyfunc.Field("order.user_id"), lock.FailFast()),
-		)),
-		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(locker,
-			grpclock.Method(shop.Restock, keyfunc.Field("product_id"), lock.Name("productID")),
-		)),
+		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker, unary...)),
+		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(locker, stream...)),
 	)
 	shop.Register(s, &shop.Server{Reserve: inv.reserve, Restock: inv.restock, Create: inv.create})
+	// A rule whose method is misspelt would leave that method unlocked.
+	if err := grpclock.Check(s, append(unary, stream...)...); err != nil {
+		panic(err)
+	}
 	reflection.Register(s)
 	return s
 }
