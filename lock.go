@@ -129,6 +129,7 @@ func (l *Locker) By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Ha
 		TrustToken: c.Trust,
 		OnError:    c.OnError,
 		Logger:     c.Logger,
+		Methods:    c.Methods,
 	})
 }
 

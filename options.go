@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/routelock/lock/internal/config"
@@ -66,6 +67,21 @@ func Name(name string) Option {
 		panic(fmt.Sprintf("lock: Name(%q): must be 1 to %d bytes", name, lockcore.MaxKeyPartLen))
 	}
 	return config.New("Name", config.InRoute|config.InMethod, func(c *config.Config) { c.Name = name })
+}
+
+// Methods makes a lock apply to requests of the given HTTP methods only;
+// requests of other methods pass through unlocked. On a router-wide lock it
+// keeps reads from queueing behind writes:
+//
+//	r.Use(lock.ByParam("productID", lock.Methods("POST", "PUT", "PATCH", "DELETE")))
+//
+// Default: every method. Panics if none is given.
+func Methods(methods ...string) Option {
+	if len(methods) == 0 {
+		panic("lock: Methods(): name at least one HTTP method")
+	}
+	ms := slices.Clone(methods)
+	return config.New("Methods", config.InNew|config.InRoute, func(c *config.Config) { c.Methods = ms })
 }
 
 // TrustToken decides which requests may carry propagated owner tokens (the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,5 +107,60 @@ func TestNestedLocksOuterDecides(t *testing.T) {
 			t.Fatalf("/health: %v %v", resp, err)
 		}
 		resp.Body.Close()
+	})
+}
+
+// TestMethodsLetReadsThrough: a router-wide lock that takes only writes
+// (lock.Methods) lets GET /products/42 run while a purchase holds product
+// 42, where before every read queued behind it; a second purchase still
+// waits for the first.
+func TestMethodsLetReadsThrough(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		locker := lock.New(defaultClient(t, b.Addr), lock.Prefix(redistest.Prefix(t)))
+		t.Cleanup(func() { _ = locker.Close() })
+		entered := make(chan struct{}, 2)
+		release := make(chan struct{})
+		var reads atomic.Int32
+		r := chi.NewRouter()
+		r.Use(locker.ByParam("productID", lock.Methods("POST", "PUT", "PATCH", "DELETE"), lock.Wait(5*time.Second)))
+		r.Post("/products/{productID}", func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{}
+			<-release
+		})
+		r.Get("/products/{productID}", func(w http.ResponseWriter, r *http.Request) {
+			reads.Add(1)
+			if _, held := lock.FencingToken(r.Context()); held {
+				http.Error(w, "read took the lock", http.StatusInternalServerError)
+			}
+		})
+		srv := httptest.NewServer(r)
+		t.Cleanup(srv.Close)
+		hc := &http.Client{Timeout: 10 * time.Second}
+		ctx := context.Background()
+
+		first := make(chan int, 1)
+		go func() { code, _ := post(ctx, hc, srv.URL+"/products/42"); first <- code }()
+		<-entered
+		resp, err := hc.Get(srv.URL + "/products/42") // while the purchase holds 42
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET during a held POST: %v %v, want 200 at once", resp, err)
+		}
+		resp.Body.Close()
+		second := make(chan int, 1)
+		go func() { code, _ := post(ctx, hc, srv.URL+"/products/42"); second <- code }()
+		select {
+		case <-entered:
+			t.Fatal("a second POST entered beside the first")
+		case <-time.After(200 * time.Millisecond): // a bounded look: it must be waiting
+		}
+		release <- struct{}{}
+		<-entered
+		release <- struct{}{}
+		if a, b := <-first, <-second; a != http.StatusOK || b != http.StatusOK {
+			t.Fatalf("POSTs: %d %d", a, b)
+		}
+		if reads.Load() != 1 {
+			t.Fatalf("reads %d", reads.Load())
+		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,6 +46,13 @@ type Config struct {
 	// secret header or the peer's network). Default: every request may.
 	TrustToken func(*http.Request) bool
 
+	// Methods, if set, are the HTTP methods whose requests lock; requests
+	// of other methods pass through unlocked, as on a route without the
+	// key. A router-wide lock with Methods: []string{"POST", "PUT",
+	// "PATCH", "DELETE"} lets reads (GET /products/42) run beside a
+	// purchase instead of queueing behind it. Default: nil, every method.
+	Methods []string
+
 	// Logger, if set, is told once per middleware when the route it wraps
 	// does not name its key (keyfunc.ErrNotInRoute, keyfunc.ErrNotRouted):
 	// a configuration error, answered 500. The line names the route's
@@ -82,6 +90,7 @@ type locker struct {
 	trust   func(*http.Request) bool
 	onError func(http.ResponseWriter, *http.Request, error)
 	logger  *slog.Logger
+	methods []string // nil: every method
 }
 
 // Validate reports what is wrong with c, as Lock would panic with it.
@@ -104,7 +113,7 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 	if err := c.Validate(); err != nil {
 		panic(err.Error())
 	}
-	m := &locker{l: l, key: c.Key, policy: lockcore.WaitPolicy(c.Wait, c.TTL), trust: c.TrustToken, onError: c.OnError, logger: c.Logger}
+	m := &locker{l: l, key: c.Key, policy: lockcore.WaitPolicy(c.Wait, c.TTL), trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
 	if m.onError == nil {
 		m.onError = Error
 	}
@@ -112,6 +121,10 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 }
 
 func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler, once *sync.Once) {
+	if m.methods != nil && !slices.Contains(m.methods, r.Method) {
+		m.pass(w, r, next)
+		return
+	}
 	parts, err := m.key.HTTP(r)
 	if err != nil {
 		if m.logger != nil && (errors.Is(err, keyfunc.ErrNotInRoute) || errors.Is(err, keyfunc.ErrNotRouted)) {
@@ -121,12 +134,7 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 			})
 		}
 		if errors.Is(err, keyfunc.ErrSkip) {
-			// Not a route of this resource; pass the caller's token on, so
-			// that a nested call further down still re-enters.
-			if r2, err := m.withToken(r); err == nil && r2 != r {
-				r = r2
-			}
-			next.ServeHTTP(w, r)
+			m.pass(w, r, next) // not a route of this resource
 			return
 		}
 		m.onError(w, r, err)
@@ -150,6 +158,15 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	// A failed release has no one to tell: the key expires with its TTL.
 	defer lease.Release(r.Context())
 	next.ServeHTTP(w, r.WithContext(lease.Context()))
+}
+
+// pass serves r unlocked, passing the caller's tokens on, so that a nested
+// call further down still re-enters.
+func (m *locker) pass(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if r2, err := m.withToken(r); err == nil && r2 != r {
+		r = r2
+	}
+	next.ServeHTTP(w, r)
 }
 
 // routePattern returns the pattern of the route r matched, as chi or

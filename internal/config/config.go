@@ -63,6 +63,7 @@ type Config struct {
 	Trust   func(*http.Request) bool
 	OnError func(http.ResponseWriter, *http.Request, error)
 	Logger  *slog.Logger
+	Methods []string // nil: every HTTP method
 
 	RPCTrust   func(ctx context.Context, fullMethod string) bool
 	RPCOnError func(ctx context.Context, fullMethod string, err error) error
