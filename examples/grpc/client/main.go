@@ -21,10 +21,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/examples/grpc/shoppb"
 	"github.com/routelock/lock/examples/grpc/shopsvc"
 	"github.com/routelock/lock/examples/internal/redisenv"
 	"github.com/routelock/lock/grpclock"
-	"github.com/routelock/lock/internal/shop"
 )
 
 func main() {
@@ -56,6 +56,7 @@ func run(addr string, buyers int, product, stock int64) error {
 		return err
 	}
 	defer cc.Close()
+	inv := shoppb.NewInventoryClient(cc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -67,8 +68,7 @@ func run(addr string, buyers int, product, stock int64) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := shop.Set(shop.New("ReserveRequest"), "product_id", product, "quantity", int32(1))
-			err := cc.Invoke(ctx, shop.Reserve, req, shop.New("ReserveReply"))
+			_, err := inv.Reserve(ctx, &shoppb.ReserveRequest{ProductId: product, Quantity: 1})
 			mu.Lock()
 			count[status.Code(err)]++
 			mu.Unlock()
@@ -83,26 +83,23 @@ func run(addr string, buyers int, product, stock int64) error {
 	}
 
 	// Restock over a client stream: the lock is taken on its first message.
-	st, err := cc.NewStream(ctx, shop.RestockDesc, shop.Restock)
+	st, err := inv.Restock(ctx)
 	if err != nil {
 		return err
 	}
 	for range 3 {
-		if err := st.SendMsg(shop.Set(shop.New("ReserveRequest"), "product_id", product, "quantity", int32(2))); err != nil {
+		if err := st.Send(&shoppb.ReserveRequest{ProductId: product, Quantity: 2}); err != nil {
 			return err
 		}
 	}
-	if err := st.CloseSend(); err != nil {
-		return err
-	}
-	reply := shop.New("ReserveReply")
-	if err := st.RecvMsg(reply); err != nil {
+	reply, err := st.CloseAndRecv()
+	if err != nil {
 		return fmt.Errorf("restock: %w", err)
 	}
-	fmt.Printf("restocked 6: %d left (fencing token %d)\n", shop.Int(reply, "left"), shop.Int(reply, "fence"))
+	fmt.Printf("restocked 6: %d left (fencing token %d)\n", reply.GetLeft(), reply.GetFence())
 
 	// A request that names no product is refused before the handler runs.
-	err = cc.Invoke(ctx, shop.Reserve, shop.New("ReserveRequest"), shop.New("ReserveReply"))
+	_, err = inv.Reserve(ctx, &shoppb.ReserveRequest{})
 	fmt.Printf("Reserve without product_id: %v: %s\n", status.Code(err), status.Convert(err).Message())
 	return nil
 }

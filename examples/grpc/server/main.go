@@ -9,13 +9,13 @@
 // reflection is on:
 //
 //	go run ./examples/grpc/server
-//	grpcurl -plaintext -d '{"product_id": 42, "quantity": 1}' 127.0.0.1:50051 shop.Inventory/Reserve
-//	grpcurl -plaintext -d '{"order": {"user_id": "u7", "product_id": 42}}' 127.0.0.1:50051 shop.Orders/Create
-//	grpcurl -plaintext -d '{}' 127.0.0.1:50051 shop.Inventory/Reserve   # InvalidArgument: no product_id
+//	grpcurl -plaintext -d '{"product_id": 42, "quantity": 1}' 127.0.0.1:50051 shop.v1.Inventory/Reserve
+//	grpcurl -plaintext -d '{"order": {"user_id": "u7", "product_id": 42}}' 127.0.0.1:50051 shop.v1.Orders/Create
+//	grpcurl -plaintext -d '{}' 127.0.0.1:50051 shop.v1.Inventory/Reserve   # InvalidArgument: no product_id
 //
-// The service (package shopsvc) is defined without protoc (see
-// internal/shop); generated code works the same way. examples/grpc/client
-// calls it.
+// The service (package shopsvc) is built on ordinary generated code
+// (package shoppb, from shop.proto, committed so that building needs no
+// protoc). examples/grpc/client calls it.
 package main
 
 import (

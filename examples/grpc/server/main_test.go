@@ -11,7 +11,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/routelock/lock/internal/shop"
+	"github.com/routelock/lock/examples/grpc/shoppb"
 )
 
 // TestRun serves the example on embedded Redis, calls it as grpcurl would
@@ -35,17 +35,19 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "shop.Inventory"}}); err != nil {
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "shop.v1.Inventory"}}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := stream.Recv()
 	if err != nil || len(resp.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
-		t.Fatalf("reflection does not describe shop.Inventory: %v %v", resp, err)
+		t.Fatalf("reflection does not describe shop.v1.Inventory: %v %v", resp, err)
 	}
 	stream.CloseSend()
 
+	inv := shoppb.NewInventoryClient(cc)
 	reserve := func() error {
-		return cc.Invoke(ctx, shop.Reserve, shop.Set(shop.New("ReserveRequest"), "product_id", int64(42), "quantity", int32(1)), shop.New("ReserveReply"))
+		_, err := inv.Reserve(ctx, &shoppb.ReserveRequest{ProductId: 42, Quantity: 1})
+		return err
 	}
 	if err := reserve(); err != nil {
 		t.Fatalf("first Reserve: %v", err)
@@ -53,7 +55,7 @@ func TestRun(t *testing.T) {
 	if err := reserve(); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("Reserve past the stock: %v, want FailedPrecondition", err)
 	}
-	if err := cc.Invoke(ctx, shop.Reserve, shop.New("ReserveRequest"), shop.New("ReserveReply")); status.Code(err) != codes.InvalidArgument {
+	if _, err := inv.Reserve(ctx, &shoppb.ReserveRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("Reserve without product_id: %v, want InvalidArgument", err)
 	}
 	cancel()

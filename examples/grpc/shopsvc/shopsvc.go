@@ -1,6 +1,7 @@
 // Package shopsvc is the example shop service: an inventory and an order
 // service whose handlers do plain read-modify-writes on Redis, safe only
-// because routelock serialises them per product and per user.
+// because routelock serialises them per product and per user. It is built
+// on ordinary generated code (package shoppb, from shop.proto).
 package shopsvc
 
 import (
@@ -16,11 +17,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/examples/grpc/shoppb"
 	"github.com/routelock/lock/grpclock"
-	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 )
 
@@ -34,19 +34,19 @@ import (
 //
 // Server reflection is on, so grpcurl can call it.
 func NewServer(locker *lock.Locker, rdb *redis.Client, initial int64) *grpc.Server {
-	inv := &inventory{rdb: rdb, initial: initial}
 	unary := []grpclock.MethodRule{
-		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(2*time.Second)),
-		grpclock.Method(shop.Create, keyfunc.Field("order.user_id"), lock.FailFast()),
+		grpclock.Method(shoppb.Inventory_Reserve_FullMethodName, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(2*time.Second)),
+		grpclock.Method(shoppb.Orders_Create_FullMethodName, keyfunc.Field("order.user_id"), lock.FailFast()),
 	}
 	stream := []grpclock.MethodRule{
-		grpclock.Method(shop.Restock, keyfunc.Field("product_id"), lock.Name("productID")),
+		grpclock.Method(shoppb.Inventory_Restock_FullMethodName, keyfunc.Field("product_id"), lock.Name("productID")),
 	}
 	s := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker, unary...)),
 		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(locker, stream...)),
 	)
-	shop.Register(s, &shop.Server{Reserve: inv.reserve, Restock: inv.restock, Create: inv.create})
+	shoppb.RegisterInventoryServer(s, &inventory{rdb: rdb, initial: initial})
+	shoppb.RegisterOrdersServer(s, &orders{rdb: rdb})
 	// A rule whose method is misspelt would leave that method unlocked.
 	if err := grpclock.Check(s, append(unary, stream...)...); err != nil {
 		panic(err)
@@ -58,14 +58,15 @@ func NewServer(locker *lock.Locker, rdb *redis.Client, initial int64) *grpc.Serv
 // inventory keeps each product's stock in Redis and changes it with a
 // plain read-modify-write: safe only because the lock serialises it.
 type inventory struct {
+	shoppb.UnimplementedInventoryServer
 	rdb     *redis.Client
 	initial int64
 }
 
 func (inv *inventory) stockKey(id int64) string { return "shop:stock:" + strconv.FormatInt(id, 10) }
 
-func (inv *inventory) reserve(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
-	id, qty := shop.Int(req, "product_id"), shop.Int(req, "quantity")
+func (inv *inventory) Reserve(ctx context.Context, req *shoppb.ReserveRequest) (*shoppb.ReserveReply, error) {
+	id, qty := req.GetProductId(), int64(req.GetQuantity())
 	if qty <= 0 {
 		qty = 1
 	}
@@ -81,32 +82,32 @@ func (inv *inventory) reserve(ctx context.Context, req *dynamicpb.Message) (*dyn
 		return nil, err
 	}
 	fence, _ := lock.FencingToken(ctx) // a store that checks it refuses stale writers
-	return shop.Set(shop.New("ReserveReply"), "left", left-qty, "fence", fence), nil
+	return &shoppb.ReserveReply{Left: left - qty, Fence: fence}, nil
 }
 
-// restock adds the quantities of a stream of ReserveRequests to one
+// Restock adds the quantities of a stream of ReserveRequests to one
 // product: the one its first message names, which is the one the stream
 // locked. A message for another product ends the stream with
 // InvalidArgument before anything is written (that product is not locked),
 // and so does an empty stream (no product, no lock).
-func (inv *inventory) restock(ss grpc.ServerStream) error {
+func (inv *inventory) Restock(ss grpc.ClientStreamingServer[shoppb.ReserveRequest, shoppb.ReserveReply]) error {
 	ctx := ss.Context()
 	var id, added int64
 	for n := 0; ; n++ {
-		m := shop.New("ReserveRequest")
-		if err := ss.RecvMsg(m); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
+		m, err := ss.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
 			return err
 		}
-		switch pid := shop.Int(m, "product_id"); {
+		switch pid := m.GetProductId(); {
 		case n == 0:
 			id = pid
 		case pid != id:
 			return status.Errorf(codes.InvalidArgument, "a Restock stream restocks the product of its first message (%d), which it locked; got %d", id, pid)
 		}
-		added += shop.Int(m, "quantity")
+		added += int64(m.GetQuantity())
 	}
 	if id == 0 {
 		return status.Error(codes.InvalidArgument, "empty Restock stream: no product to restock")
@@ -117,16 +118,21 @@ func (inv *inventory) restock(ss grpc.ServerStream) error {
 		return err
 	}
 	fence, _ := lock.FencingToken(ctx)
-	return ss.SendMsg(shop.Set(shop.New("ReserveReply"), "left", left, "fence", fence))
+	return ss.SendAndClose(&shoppb.ReserveReply{Left: left, Fence: fence})
 }
 
-func (inv *inventory) create(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
-	order := req.Get(req.Descriptor().Fields().ByName("order")).Message()
-	user := order.Get(order.Descriptor().Fields().ByName("user_id")).String()
-	n, err := inv.rdb.Incr(ctx, "shop:orders:"+user).Result()
+// orders numbers each user's orders with a counter in Redis.
+type orders struct {
+	shoppb.UnimplementedOrdersServer
+	rdb *redis.Client
+}
+
+func (o *orders) Create(ctx context.Context, req *shoppb.CreateOrderRequest) (*shoppb.CreateOrderReply, error) {
+	user := req.GetOrder().GetUserId()
+	n, err := o.rdb.Incr(ctx, "shop:orders:"+user).Result()
 	if err != nil {
 		return nil, err
 	}
 	fence, _ := lock.FencingToken(ctx)
-	return shop.Set(shop.New("CreateOrderReply"), "order_id", fmt.Sprintf("%s-%d", user, n), "fence", fence), nil
+	return &shoppb.CreateOrderReply{OrderId: fmt.Sprintf("%s-%d", user, n), Fence: fence}, nil
 }

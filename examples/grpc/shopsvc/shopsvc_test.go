@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/examples/grpc/shoppb"
 	"github.com/routelock/lock/examples/grpc/shopsvc"
-	"github.com/routelock/lock/internal/shop"
 )
 
 // TestRestockTouchesOnlyWhatItLocks: a Restock stream locks the product of
@@ -45,19 +45,17 @@ func TestRestockTouchesOnlyWhatItLocks(t *testing.T) {
 	restock := func(ids ...int64) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		st, err := cc.NewStream(ctx, shop.RestockDesc, shop.Restock)
+		st, err := shoppb.NewInventoryClient(cc).Restock(ctx)
 		if err != nil {
 			return err
 		}
 		for _, id := range ids {
-			if err := st.SendMsg(shop.Set(shop.New("ReserveRequest"), "product_id", id, "quantity", int32(5))); err != nil {
-				break // the server ended the stream; RecvMsg says why
+			if err := st.Send(&shoppb.ReserveRequest{ProductId: id, Quantity: 5}); err != nil {
+				break // the server ended the stream; CloseAndRecv says why
 			}
 		}
-		if err := st.CloseSend(); err != nil {
-			return err
-		}
-		return st.RecvMsg(shop.New("ReserveReply"))
+		_, err = st.CloseAndRecv()
+		return err
 	}
 
 	if err := restock(42, 43); status.Code(err) != codes.InvalidArgument {
