@@ -10,8 +10,8 @@ import (
 
 // TestReadmeMatchesExamples keeps the README's code from rotting: every code
 // block that README.md marks with "<!-- readme: NAME -->" must be, line for
-// line, the code between "// readme:begin NAME" and "// readme:end" in this
-// package's Examples, which compile and run with checked output. A block
+// line, the code between "// readme:begin NAME" and "// readme:end" in the
+// Examples of this package or of grpclock, which compile and run with checked output. A block
 // changed on one side only fails here.
 func TestReadmeMatchesExamples(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
@@ -22,9 +22,13 @@ func TestReadmeMatchesExamples(t *testing.T) {
 	for _, m := range regexp.MustCompile("(?s)<!-- readme: (\\S+) -->\\s*```go\\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
 		blocks[m[1]] = m[2]
 	}
-	files, err := filepath.Glob("*_test.go")
-	if err != nil {
-		t.Fatal(err)
+	var files []string
+	for _, pattern := range []string{"*_test.go", "grpclock/*_test.go"} {
+		fs, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, fs...)
 	}
 	examples := map[string]string{}
 	begin := regexp.MustCompile(`(?s)\n[ \t]*// readme:begin (\S+)\n(.*?)\n[ \t]*// readme:end\n`)

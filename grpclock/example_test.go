@@ -19,12 +19,14 @@ import (
 	"github.com/routelock/lock/keyfunc"
 )
 
-// Per-method locks on a gRPC server, keyed by request message fields. The
-// shop service here is defined without protoc (see internal/shop);
-// generated services are configured the same way.
+// Per-method locks on a gRPC server, keyed by request message fields, and
+// the client interceptor that carries owner tokens on; the lines between
+// the "readme" marks are the README's gRPC block. The shop service here is
+// defined without protoc (see internal/shop); generated services are
+// configured the same way (see examples/grpc).
 func ExampleUnaryServerInterceptor() {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
+	mr, err := miniredis.Run() // any Redis; embedded here
+	if err != nil {
 		panic(err)
 	}
 	defer mr.Close()
@@ -32,29 +34,35 @@ func ExampleUnaryServerInterceptor() {
 	defer rdb.Close()
 	locker := lock.New(rdb)
 	defer locker.Close()
-
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
-		grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(time.Second)),
-		grpclock.Method("/shop.Orders/Create", keyfunc.Field("order.user_id"), lock.FailFast()),
-	)))
-	shop.Register(s, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
-		fmt.Println("reserving, holding", lock.Keys(ctx))
-		return shop.New("ReserveReply"), nil
-	}})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
 	}
-	go s.Serve(lis)
-	defer s.Stop()
+	addr := lis.Addr().String()
 
-	cc, err := grpc.NewClient(lis.Addr().String(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
+	// readme:begin grpc
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
+			grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(time.Second)),
+			grpclock.Method("/shop.Orders/Create", keyfunc.Field("order.user_id"), lock.FailFast()),
+			grpclock.Method("/shop.Admin/*", keyfunc.Metadata("x-tenant-id")), // every method of a service; "*" for all
+		)),
+		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(locker /* rules */)),
+	)
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor())) // nested calls re-enter
+	// readme:end
 	if err != nil {
 		panic(err)
 	}
 	defer cc.Close()
+	shop.Register(srv, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+		fmt.Println("reserving, holding", lock.Keys(ctx))
+		return shop.New("ReserveReply"), nil
+	}})
+	go srv.Serve(lis)
+	defer srv.Stop()
+
 	ctx := context.Background()
 	err = cc.Invoke(ctx, shop.Reserve, shop.Set(shop.New("ReserveRequest"), "product_id", int64(42)), shop.New("ReserveReply"))
 	fmt.Println("Reserve 42:", status.Code(err))
