@@ -131,7 +131,9 @@ func RedisOptions(o redisengine.Options) Option {
 
 // Logger makes the Locker report configuration errors once each through l:
 // a route whose pattern does not name its key (answered 500; see
-// keyfunc.ErrNotInRoute), and, for the Redis engine that New makes, Redis
+// keyfunc.ErrNotInRoute), an exact gRPC rule whose key its method's
+// message lacks (answered Internal), and, for the Redis engine that New
+// makes, Redis
 // saying it is set up wrongly (ErrMisconfigured: a wrong password, a
 // database out of range, a server too old). Tokens and request values are
 // never logged. Default: silent.

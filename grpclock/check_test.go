@@ -1,15 +1,26 @@
 package grpclock_test
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"log/slog"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/grpclock"
@@ -56,4 +67,63 @@ func TestCheckFindsRulesThatMatchNothing(t *testing.T) {
 	if strings.Contains(err.Error(), "Reserve") {
 		t.Errorf("Check names a rule that matches: %v", err)
 	}
+}
+
+// TestExactRuleWithoutItsKeyIsLogged: an exact rule whose key the method's
+// message lacks answers Internal without running the handler, and the
+// Locker's logger hears of it once, with the method and the key function.
+func TestExactRuleWithoutItsKeyIsLogged(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	locker := lock.New(rdb, lock.Logger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))))
+	t.Cleanup(func() { _ = locker.Close() })
+	var ran atomic.Int32
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
+		grpclock.Method(shop.Reserve, keyfunc.Field("sku")))))
+	shop.Register(srv, &shop.Server{Reserve: func(context.Context, *dynamicpb.Message) (*dynamicpb.Message, error) {
+		ran.Add(1)
+		return shop.New("ReserveReply"), nil
+	}})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		err := cc.Invoke(ctx, shop.Reserve, shop.Set(shop.New("ReserveRequest"), "product_id", int64(42)), shop.New("ReserveReply"))
+		if status.Code(err) != codes.Internal {
+			t.Fatalf("call %d: %v, want Internal", i, err)
+		}
+	}
+	if ran.Load() != 0 {
+		t.Fatalf("the handler ran %d times", ran.Load())
+	}
+	mu.Lock()
+	log := logged.String()
+	mu.Unlock()
+	if strings.Count(log, "does not apply to its method") != 1 || !strings.Contains(log, shop.Reserve) || !strings.Contains(log, "Field(sku)") {
+		t.Fatalf("log: %q, want one line naming %s and Field(sku)", log, shop.Reserve)
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -101,7 +101,7 @@ func serverConfig(l *lock.Locker, rules []MethodRule) interceptor.Config {
 	}
 	var base config.Config
 	base.ApplyAll(config.Anywhere, l.Options())
-	ic := interceptor.Config{TrustToken: base.RPCTrust}
+	ic := interceptor.Config{TrustToken: base.RPCTrust, Logger: base.Logger}
 	for _, m := range rules {
 		if m.method == "" {
 			panic("grpclock: zero MethodRule")

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -66,6 +68,13 @@ type Config struct {
 	// the call that minted it, so restrict it to callers you trust when the
 	// service is reachable from outside. Default: every call may.
 	TrustToken func(ctx context.Context, fullMethod string) bool
+
+	// Logger, if set, is told once per rule when a rule that names its
+	// method exactly has a key the method's message lacks
+	// (keyfunc.ErrSkip): a configuration error, answered codes.Internal.
+	// The line names the method and the key function, never a call's
+	// values. Default: nil, silent.
+	Logger *slog.Logger
 }
 
 // Validate reports what is wrong with c, as UnaryServer and StreamServer
@@ -105,11 +114,13 @@ func (r Rule) validate() error {
 
 // rule is a validated Rule.
 type rule struct {
+	method  string
 	key     keyfunc.Func
 	policy  lockcore.Policy
 	onError func(context.Context, string, error) error
 	exact   bool
-	stream  bool // key read from the first message of a stream
+	stream  bool      // key read from the first message of a stream
+	once    sync.Once // its configuration error, logged once
 }
 
 // server is one configured set of rules.
@@ -119,6 +130,7 @@ type server struct {
 	service map[string]*rule // by "/pkg.Service/"
 	all     *rule
 	trust   func(context.Context, string) bool
+	logger  *slog.Logger
 }
 
 func newServer(l lockcore.Engine, c Config) *server {
@@ -128,9 +140,9 @@ func newServer(l lockcore.Engine, c Config) *server {
 	if err := c.Validate(); err != nil {
 		panic(err.Error())
 	}
-	s := &server{l: l, exact: map[string]*rule{}, service: map[string]*rule{}, trust: c.TrustToken}
+	s := &server{l: l, exact: map[string]*rule{}, service: map[string]*rule{}, trust: c.TrustToken, logger: c.Logger}
 	for _, r := range c.Rules {
-		ru := &rule{key: r.Key, policy: lockcore.WaitPolicy(r.Wait, r.TTL), onError: r.OnError, stream: r.Key.ReadsMessage()}
+		ru := &rule{method: r.Method, key: r.Key, policy: lockcore.WaitPolicy(r.Wait, r.TTL), onError: r.OnError, stream: r.Key.ReadsMessage()}
 		if ru.onError == nil {
 			ru.onError = func(_ context.Context, _ string, err error) error { return Status(err) }
 		}
@@ -233,8 +245,16 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 func (s *server) lock(ctx context.Context, r *rule, req any) (*lockcore.Lease, error) {
 	parts, err := r.key.RPC(ctx, req)
 	if err != nil {
-		if !r.exact && errors.Is(err, keyfunc.ErrSkip) {
-			return nil, nil
+		if errors.Is(err, keyfunc.ErrSkip) {
+			if !r.exact {
+				return nil, nil
+			}
+			if s.logger != nil {
+				r.once.Do(func() {
+					s.logger.Error("routelock: the rule's key does not apply to its method: every call is refused with Internal",
+						"method", r.method, "key", r.key.String(), "err", err)
+				})
+			}
 		}
 		return nil, err
 	}
