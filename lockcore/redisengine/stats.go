@@ -3,6 +3,7 @@ package redisengine
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/routelock/lock/lockcore"
@@ -11,9 +12,11 @@ import (
 // holdStats keeps, per resource name (a key's first part, such as
 // productID), an exponentially weighted mean of how long this Engine's
 // holds of it lasted, from which a refused caller is told when to retry.
+// Releases update it without a lock: the map is read-mostly, and each mean
+// is one atomic word.
 type holdStats struct {
-	mu    sync.Mutex
-	means map[string]time.Duration
+	means sync.Map     // name → *atomic.Int64, the mean in ns
+	names atomic.Int32 // how many names are kept
 }
 
 // maxNames bounds how many resource names holdStats remembers: names come
@@ -33,17 +36,24 @@ func resourceName(k lockcore.Key) string {
 // record adds a hold of k that lasted d.
 func (s *holdStats) record(k lockcore.Key, d time.Duration) {
 	name := resourceName(k)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m, ok := s.means[name]
-	switch {
-	case ok:
-		s.means[name] = m + (d-m)/8
-	case len(s.means) < maxNames:
-		if s.means == nil {
-			s.means = make(map[string]time.Duration)
+	v, ok := s.means.Load(name)
+	if !ok {
+		if s.names.Load() >= maxNames {
+			return
 		}
-		s.means[name] = d
+		m := new(atomic.Int64)
+		m.Store(int64(d))
+		if v, ok = s.means.LoadOrStore(name, m); !ok {
+			s.names.Add(1)
+			return
+		}
+	}
+	m := v.(*atomic.Int64)
+	for {
+		old := m.Load()
+		if m.CompareAndSwap(old, old+(int64(d)-old)/8) {
+			return
+		}
 	}
 }
 
@@ -51,11 +61,12 @@ func (s *holdStats) record(k lockcore.Key, d time.Duration) {
 // k's resource, and never more than pttl, the holder's remaining lease;
 // pttl itself while nothing is known.
 func (s *holdStats) retryAfter(k lockcore.Key, pttl time.Duration) time.Duration {
-	name := resourceName(k)
-	s.mu.Lock()
-	m, ok := s.means[name]
-	s.mu.Unlock()
-	if !ok || m <= 0 || m > pttl {
+	v, ok := s.means.Load(resourceName(k))
+	if !ok {
+		return pttl
+	}
+	m := time.Duration(v.(*atomic.Int64).Load())
+	if m <= 0 || m > pttl {
 		return pttl
 	}
 	return m
