@@ -57,7 +57,11 @@ func (l *Engine) Check(ctx context.Context) error {
 			return l.report(unavailable("check: scripts", err))
 		}
 	}
-	if err := l.nf.ping(ctx); err != nil {
+	// The subscription comes up on its own goroutine; wait for it a
+	// bounded time even when ctx has no deadline.
+	pctx, cancel := context.WithTimeout(ctx, healthInterval+l.opt.Timeout)
+	defer cancel()
+	if err := l.nf.ping(pctx); err != nil {
 		return l.report(unavailable("check: notifications", err))
 	}
 	return nil
