@@ -92,9 +92,42 @@ func (h *hold) Release(ctx context.Context) error {
 	// entry although nobody else could have taken the lock: a run of this
 	// same call, re-sent by the client after a lost reply, released it.
 	if _, err := l.release(ctx, h, ""); err != nil {
-		return l.report(unavailable("release", err))
+		err = l.report(unavailable("release", err))
+		l.latch(h, err)
+		return err
 	}
 	return nil
+}
+
+// latch keeps releasing h in the background after its release failed with
+// err, so that the key is freed soon after Redis is back instead of when
+// its lease runs out: every retry interval until the lease would have
+// expired anyway. A release that ran before changes nothing more.
+func (l *Engine) latch(h *hold, err error) {
+	if f := l.opt.OnReleaseError; f != nil {
+		f(h.key, err)
+	}
+	if lg := l.opt.Logger; lg != nil {
+		lg.Warn("routelock: a release failed; retrying in the background until the lease would have expired",
+			"resource", resourceName(h.key), "err", err)
+	}
+	until := time.Now().Add(h.ttl + margin(h.ttl))
+	every := min(h.ttl/10, time.Second)
+	l.bg.do(func() {
+		t := time.NewTimer(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-l.ctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := l.release(context.Background(), h, ""); err == nil || !time.Now().Add(every).Before(until) {
+				return
+			}
+			t.Reset(every)
+		}
+	})
 }
 
 // unavailable wraps err, an error of a call to Redis, in ErrUnavailable,

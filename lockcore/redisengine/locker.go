@@ -63,6 +63,14 @@ type Options struct {
 	// is skipped at once. At least lockcore.MinTTL. Default: 1s.
 	ClaimWindow time.Duration
 
+	// OnReleaseError, if set, is called when a release fails or goes
+	// unanswered (Redis unreachable), with the lock's key and the error,
+	// before the release is retried in the background: every retry
+	// interval (a tenth of the lease, at most a second), idempotently,
+	// until the lease would have expired in Redis anyway. It must not
+	// block. The Logger, if set, is told too.
+	OnReleaseError func(key lockcore.Key, err error)
+
 	// Logger, if set, is told once when Redis says the engine is set up
 	// wrongly (lockcore.ErrMisconfigured: a wrong password, a database out
 	// of range, a server too old), with the error. Tokens and keys are

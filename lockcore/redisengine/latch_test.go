@@ -1,0 +1,58 @@
+package redisengine
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+)
+
+// TestReleaseLatch: a release that Redis does not answer (a partition,
+// here a blackhole between a default client and Redis) fails with
+// ErrUnavailable, calls OnReleaseError, and is retried in the background:
+// once the partition heals, the key is freed within one retry interval,
+// long before its 10 s lease would have expired (before, the release was
+// not retried, and the key stayed held until go-redis's own retry, after
+// its 3 s read timeout, or the lease's end).
+func TestReleaseLatch(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 10 * time.Second
+		const every = time.Second // min(ttl/10, 1s)
+		var hooked atomic.Int32
+		var hookErr atomic.Value
+		opt := Options{TTL: ttl, ReleaseTimeout: 200 * time.Millisecond,
+			OnReleaseError: func(_ lockcore.Key, err error) { hooked.Add(1); hookErr.Store(err) }}
+		prefix := redistest.Prefix(t)
+		l, p := cutOffLocker(t, b, defaultKind, prefix, opt)
+		observer := newLocker(t, b, prefix, Options{})
+		warmScripts(t, l)
+		ctx := context.Background()
+		key := mustKey(t, "latch", "1")
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Blackhole(true)
+		if err := ls.Release(ctx); !errors.Is(err, lockcore.ErrUnavailable) {
+			t.Fatalf("release into a partition: %v, want ErrUnavailable", err)
+		}
+		if hooked.Load() != 1 || !errors.Is(hookErr.Load().(error), lockcore.ErrUnavailable) {
+			t.Fatalf("OnReleaseError called %d times (%v)", hooked.Load(), hookErr.Load())
+		}
+		if !inspect(t, observer, key).Held() {
+			t.Fatal("the key is free although no release reached Redis: the fault did not happen")
+		}
+		p.Heal()
+		healed := time.Now()
+		eventually(t, every+2*time.Second, "key freed after healing", func() bool { return !inspect(t, observer, key).Held() })
+		took := time.Since(healed)
+		t.Logf("freed %v after healing (retry interval %v, lease %v)", took, every, ttl)
+		if took > every+opt.ReleaseTimeout+500*time.Millisecond {
+			t.Fatalf("freed %v after healing: more than one retry interval", took)
+		}
+	})
+}
