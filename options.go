@@ -129,14 +129,15 @@ func RedisOptions(o redisengine.Options) Option {
 	return config.New("RedisOptions", config.InRedis, func(c *config.Config) { c.Redis = o })
 }
 
-// Logger makes the Locker report configuration errors once each through l:
-// a route whose pattern does not name its key (answered 500; see
-// keyfunc.ErrNotInRoute), an exact gRPC rule whose key its method's
-// message lacks (answered Internal), and, for the Redis engine that New
-// makes, Redis
-// saying it is set up wrongly (ErrMisconfigured: a wrong password, a
-// database out of range, a server too old). Tokens and request values are
-// never logged. Default: silent.
+// Logger makes the Locker report through l, once each and with structured
+// fields: configuration errors (a route whose pattern does not name its
+// key, answered 500, see keyfunc.ErrNotInRoute; an exact gRPC rule whose
+// key its method's message lacks, answered Internal; Redis saying it is
+// set up wrongly, ErrMisconfigured); Redis becoming unreachable and
+// answering again (once per transition, not per request); a lease lost
+// while its handler ran, and why; a release that failed and is retried in
+// the background. Lines name routes, methods and resources (productID),
+// never a request's values or a token. Default: silent.
 //
 //	locker := lock.New(rdb, lock.Logger(slog.Default()))
 func Logger(l *slog.Logger) Option {

@@ -130,9 +130,16 @@ func TestMisconfigurationIsNotAnOutage(t *testing.T) {
 					t.Fatalf("request %d: %d %v, want %d", i, code, err, c.status)
 				}
 			}
-			lines := strings.Count(logged.String(), "routelock:")
-			if want := map[bool]int{true: 1, false: 0}[c.want == lock.ErrMisconfigured]; lines != want {
-				t.Fatalf("logged %d times, want %d: %s", lines, want, logged.String())
+			misconfig, down := strings.Count(logged.String(), "set up wrongly"), strings.Count(logged.String(), "Redis unreachable")
+			wantMisconfig, wantDown := 0, 0
+			switch c.want {
+			case lock.ErrMisconfigured:
+				wantMisconfig = 1
+			case lock.ErrUnavailable:
+				wantDown = 1 // once for the outage, however many requests
+			}
+			if misconfig != wantMisconfig || down != wantDown {
+				t.Fatalf("logged %d misconfiguration and %d outage lines, want %d and %d: %s", misconfig, down, wantMisconfig, wantDown, logged.String())
 			}
 			if strings.Contains(logged.String(), "right") && c.name != "right" {
 				t.Fatalf("the log repeats a password: %s", logged.String())

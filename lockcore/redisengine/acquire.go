@@ -198,6 +198,9 @@ func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member str
 	case answered:
 		v, err := acquired(h, c.cmd)
 		c.recycle()
+		if err == nil {
+			l.answered()
+		}
 		return v, err
 	case unsent:
 		c.recycle()
@@ -289,6 +292,9 @@ func (l *Engine) release(ctx context.Context, h *hold, member string) (int64, er
 	}
 	n, err, woke := c.n, c.cmd.Err(), c.woke
 	c.recycle()
+	if err == nil {
+		l.answered()
+	}
 	if woke {
 		// The new holder runs before the rest of the old holder's work, as
 		// sync.Mutex hands off in starvation mode.

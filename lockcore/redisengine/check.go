@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -86,9 +87,29 @@ func serverVersion(ctx context.Context, rdb redis.UniversalClient) (string, bool
 // the engine's logger, if any, and returns it.
 func (l *Engine) report(err error) error {
 	if lg := l.opt.Logger; lg != nil {
-		if errors.Is(err, lockcore.ErrMisconfigured) {
+		switch {
+		case errors.Is(err, lockcore.ErrMisconfigured):
 			l.logMisconfig.Do(func() { lg.Error("routelock: Redis set up wrongly", "err", err) })
+		case errors.Is(err, lockcore.ErrUnavailable):
+			l.wentDown(err)
 		}
 	}
 	return err
+}
+
+// wentDown notes that a call found Redis unreachable; the first such call
+// after Redis answered is logged, not every one.
+func (l *Engine) wentDown(err error) {
+	now := time.Now().UnixNano()
+	if l.downSince.CompareAndSwap(0, now) {
+		l.opt.Logger.Warn("routelock: Redis unreachable: locked requests are refused (503) until it answers", "err", err)
+	}
+}
+
+// answered notes that Redis answered a call: the first answer after it was
+// unreachable is logged, with how long that lasted.
+func (l *Engine) answered() {
+	if since := l.downSince.Load(); since != 0 && l.downSince.CompareAndSwap(since, 0) && l.opt.Logger != nil {
+		l.opt.Logger.Info("routelock: Redis answers again", "down", time.Duration(time.Now().UnixNano()-since).Round(time.Millisecond))
+	}
 }

@@ -2,6 +2,7 @@ package redisengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -68,7 +69,13 @@ func (h *hold) Check() error {
 // whether this call did it.
 func (h *hold) lose(cause error) bool {
 	h.ended.Store(true)
-	return lockcore.Lose(h.ls, cause)
+	if !lockcore.Lose(h.ls, cause) {
+		return false
+	}
+	if lg := h.l.opt.Logger; lg != nil && !errors.Is(cause, lockcore.ErrClosed) {
+		lg.Warn("routelock: a lease was lost while its holder ran", "resource", resourceName(h.key), "cause", cause)
+	}
+	return true
 }
 
 // setEntry makes id the hold's entry in Redis.

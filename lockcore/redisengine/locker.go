@@ -71,10 +71,13 @@ type Options struct {
 	// block. The Logger, if set, is told too.
 	OnReleaseError func(key lockcore.Key, err error)
 
-	// Logger, if set, is told once when Redis says the engine is set up
+	// Logger, if set, is told: once when Redis says the engine is set up
 	// wrongly (lockcore.ErrMisconfigured: a wrong password, a database out
-	// of range, a server too old), with the error. Tokens and keys are
-	// never logged. Default: nil, silent.
+	// of range, a server too old); when Redis stops answering and when it
+	// answers again (once per transition, not per request); when a lease
+	// is lost while its holder runs, and why; when a release fails (see
+	// OnReleaseError). Lines name the resource (a key's first part, such as
+	// productID), never a key's values or a token. Default: nil, silent.
 	Logger *slog.Logger
 }
 
@@ -144,6 +147,7 @@ type Engine struct {
 
 	run          runner // sends the scripts
 	logMisconfig sync.Once
+	downSince    atomic.Int64 // when Redis stopped answering, unix ns; 0 while it answers
 	stats        holdStats
 	wd           watchdog
 	nf           notifier
