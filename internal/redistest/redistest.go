@@ -248,17 +248,28 @@ func Own(t *testing.T, f func(t *testing.T, addr string, stop func())) {
 	}
 }
 
+// onPath reports whether redis-server is on PATH. When it is not, it fails
+// the test under ROUTELOCK_REQUIRE_REDIS=1, and otherwise logs what then
+// does not run.
+func onPath(t testing.TB, without string) bool {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err == nil {
+		return true
+	}
+	if os.Getenv("ROUTELOCK_REQUIRE_REDIS") == "1" {
+		t.Fatal("ROUTELOCK_REQUIRE_REDIS=1 but no redis-server on PATH")
+	}
+	t.Log("no redis-server on PATH: " + without)
+	return false
+}
+
 // OwnReal returns a redis-server started for the test alone, which it may
 // reconfigure (CONFIG SET maxmemory, say), stopped at its end; nil on a
 // machine without redis-server, unless ROUTELOCK_REQUIRE_REDIS=1, which
 // makes that a failure. It is for what miniredis cannot do.
 func OwnReal(t testing.TB) *Server {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("ROUTELOCK_REQUIRE_REDIS") == "1" {
-			t.Fatal("ROUTELOCK_REQUIRE_REDIS=1 but no redis-server on PATH")
-		}
-		t.Log("no redis-server on PATH: the cases that need a real server of their own do not run here")
+	if !onPath(t, "the cases that need a real server of their own do not run here") {
 		return nil
 	}
 	srv, err := Start()
@@ -287,18 +298,10 @@ func DebugBackends(t testing.TB) []*Backend {
 			return []*Backend{b}
 		}
 	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("ROUTELOCK_REQUIRE_REDIS") == "1" {
-			t.Fatal("ROUTELOCK_REQUIRE_REDIS=1 but no redis-server that accepts DEBUG and none on PATH")
-		}
-		t.Log("no redis-server that accepts DEBUG: the cases that stall Redis do not run here")
+	srv := OwnReal(t) // a server of the test's own accepts DEBUG from loopback
+	if srv == nil {
 		return nil
 	}
-	srv, err := Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
 	return []*Backend{{Name: "redis", Addr: srv.Addr}}
 }
 
@@ -310,11 +313,7 @@ func DebugBackends(t testing.TB) []*Backend {
 func ClusterBackends(t testing.TB) []*Backend {
 	t.Helper()
 	bs := []*Backend{Mini(t)}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("ROUTELOCK_REQUIRE_REDIS") == "1" {
-			t.Fatal("ROUTELOCK_REQUIRE_REDIS=1 but no redis-server on PATH for a cluster")
-		}
-		t.Log("no redis-server on PATH: the cluster runs on miniredis only")
+	if !onPath(t, "the cluster runs on miniredis only") {
 		return bs
 	}
 	srv, err := StartCluster(t.TempDir())

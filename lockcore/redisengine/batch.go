@@ -116,7 +116,7 @@ func (b *batcher) do(ctx context.Context, c *call) int {
 		b.flights++
 		b.bg.add()
 		b.mu.Unlock()
-		err := b.send(c.alone[:])
+		err := b.send(c.alone[:], nil)
 		if c.after != nil {
 			c.after(c)
 		}
@@ -183,8 +183,9 @@ func (b *batcher) takeBack(c *call) bool {
 // fly sends batch, then the queue, until the queue is empty.
 func (b *batcher) fly(batch []*call) {
 	defer b.bg.done()
+	var buf []redis.Cmder // the flight's pipelines' commands, reused
 	for len(batch) > 0 {
-		err := b.send(batch)
+		err := b.send(batch, &buf)
 		for _, c := range batch {
 			b.finish(c)
 		}
@@ -238,9 +239,10 @@ func unreachable(err error) bool {
 // send runs batch, one call alone or several as one pipeline (see
 // runner.run). The context of the trip carries no cancellation and the
 // latest deadline of the batch, for clients that apply context deadlines,
-// and the values of a lone call's context. It returns the network error,
-// if any.
-func (b *batcher) send(batch []*call) error {
+// and the values of a lone call's context. A pipeline's commands are laid
+// out in *buf, which keeps its capacity for the next. It returns the
+// network error, if any.
+func (b *batcher) send(batch []*call, buf *[]redis.Cmder) error {
 	if len(batch) == 1 {
 		c := batch[0]
 		c.one[0] = c.cmd
@@ -254,13 +256,15 @@ func (b *batcher) send(batch []*call) error {
 			deadline = c.deadline
 		}
 	}
-	cmds := make([]redis.Cmder, len(batch))
-	for i, c := range batch {
-		cmds[i] = c.cmd
+	cmds := (*buf)[:0]
+	for _, c := range batch {
+		cmds = append(cmds, c.cmd)
 	}
 	err := b.run.run(detached{context.Background(), deadline}, cmds)
 	for i, c := range batch {
 		c.cmd = cmds[i]
 	}
+	clear(cmds) // the calls are recycled: hold on to none of their commands
+	*buf = cmds
 	return err
 }

@@ -15,21 +15,12 @@ import (
 )
 
 // serverMajor returns the major version of the Redis server behind rdb:
-// 0 for miniredis, which does not answer INFO server.
+// 0 for miniredis, which does not say.
 func serverMajor(t *testing.T, rdb redis.UniversalClient) int {
 	t.Helper()
-	info, err := rdb.Info(context.Background(), "server").Result()
-	if err != nil {
-		t.Logf("INFO server: %v: taken for miniredis", err)
-		return 0
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
-			return major
-		}
-	}
-	return 0
+	v, _ := serverVersion(context.Background(), rdb)
+	major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	return major
 }
 
 // TestScriptsDeclareEveryKey checks the promise that the scripts are sent
