@@ -12,13 +12,20 @@ import (
 )
 
 // TestReleaseLatch: a release that Redis does not answer (a partition,
-// here a blackhole between a default client and Redis) fails with
+// here a blackhole between Redis and a client at go-redis's defaults, or
+// with a tight read timeout) fails with
 // ErrUnavailable, calls OnReleaseError, and is retried in the background:
 // once the partition heals, the key is freed within one retry interval,
 // long before its 10 s lease would have expired (before, the release was
 // not retried, and the key stayed held until go-redis's own retry, after
 // its 3 s read timeout, or the lease's end).
 func TestReleaseLatch(t *testing.T) {
+	for _, k := range []clientKind{defaultKind, tightKind(150 * time.Millisecond)} {
+		t.Run(k.name, func(t *testing.T) { testReleaseLatch(t, k) })
+	}
+}
+
+func testReleaseLatch(t *testing.T, k clientKind) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 10 * time.Second
 		const every = time.Second // min(ttl/10, 1s)
@@ -27,7 +34,7 @@ func TestReleaseLatch(t *testing.T) {
 		opt := Options{TTL: ttl, ReleaseTimeout: 200 * time.Millisecond,
 			OnReleaseError: func(_ lockcore.Key, err error) { hooked.Add(1); hookErr.Store(err) }}
 		prefix := redistest.Prefix(t)
-		l, p := cutOffLocker(t, b, defaultKind, prefix, opt)
+		l, p := cutOffLocker(t, b, k, prefix, opt)
 		observer := newLocker(t, b, prefix, Options{})
 		warmScripts(t, l)
 		ctx := context.Background()
