@@ -24,7 +24,8 @@ import (
 // default the Redis engine, which New makes. Create it once per process and
 // share it; it is safe for concurrent use.
 type Locker struct {
-	engine lockcore.Engine
+	engine lockcore.Engine     // what requests lock through: base, or a wrapper of it
+	base   lockcore.Engine     // the engine of New or FromEngine
 	owned  *redisengine.Engine // the engine New made, closed by Close
 	opts   []Option            // as given to New or FromEngine
 	cfg    config.Config       // defaults of its routes
@@ -46,7 +47,8 @@ func New(rdb redis.UniversalClient, opts ...Option) *Locker {
 	if err != nil {
 		panic("lock: New: " + err.Error())
 	}
-	l.engine, l.owned = e, e
+	l.base, l.owned = e, e
+	l.engine = l.cfg.WrapEngine(e)
 	return l
 }
 
@@ -60,8 +62,9 @@ func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
 	if e == nil {
 		panic("lock: FromEngine(nil)")
 	}
-	l := &Locker{engine: e, opts: slices.Clone(opts)}
+	l := &Locker{base: e, opts: slices.Clone(opts)}
 	l.cfg.ApplyAll(config.InNew, opts)
+	l.engine = l.cfg.WrapEngine(e)
 	return l
 }
 
@@ -87,7 +90,7 @@ func (l *Locker) Close() error {
 //		log.Fatal(err)
 //	}
 func (l *Locker) Check(ctx context.Context) error {
-	if c, ok := l.engine.(interface{ Check(context.Context) error }); ok {
+	if c, ok := l.base.(interface{ Check(context.Context) error }); ok {
 		return c.Check(ctx)
 	}
 	return nil
@@ -95,8 +98,18 @@ func (l *Locker) Check(ctx context.Context) error {
 
 // Engine returns the engine the Locker takes its locks from, for locking
 // outside a request (lockcore.Engine.Acquire). For New it is a
-// *redisengine.Engine, which can also Inspect a key.
+// *redisengine.Engine, unless an option wraps it (package lockotel's
+// telemetry); see Operator for the engine's operations.
 func (l *Locker) Engine() lockcore.Engine { return l.engine }
+
+// Operator returns the Locker's engine as a lockcore.Operator, for listing,
+// inspecting and force-releasing its locks (package admin, the routelock
+// command), or nil when the engine cannot do that. The Redis engine of New
+// can.
+func (l *Locker) Operator() lockcore.Operator {
+	op, _ := l.base.(lockcore.Operator)
+	return op
+}
 
 // Options returns the options given to New or FromEngine, which package
 // grpclock applies to its methods as the Locker's defaults.

@@ -36,6 +36,11 @@ var (
 	// by the caller.
 	ErrUnavailable = errors.New("lock: lock service unavailable")
 
+	// ErrRevoked is the cancellation cause of a lease's context when an
+	// operator force-released the hold (Operator.Revoke). It matches
+	// ErrLockLost too.
+	ErrRevoked = fmt.Errorf("lock: lease revoked by an operator: %w", ErrLockLost)
+
 	// ErrMisconfigured means the backend answered that the engine is set
 	// up wrongly: a wrong password or user, a database index out of range,
 	// a server too old for the engine's commands. Unlike ErrUnavailable it

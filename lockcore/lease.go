@@ -88,6 +88,10 @@ type Policy struct {
 	// TTL is the lease length; 0 means the engine's default. Minimum
 	// MinTTL.
 	TTL time.Duration
+	// Route names what the acquisition is for, for telemetry: the route
+	// template or gRPC method whose request takes the lock, as the
+	// adapters set it; engines ignore it.
+	Route string
 }
 
 // hold states
@@ -232,6 +236,11 @@ func (ls *Lease) Token() string { return ls.h.token }
 // every earlier hold of the key. A re-entrant acquisition returns the fencing
 // token of the hold it re-entered.
 func (ls *Lease) Fence() int64 { return ls.h.fence }
+
+// Reentered reports whether the lease re-entered, in memory, a hold that
+// an outer lease of the same request made; the fresh lease of a hold
+// reports false.
+func (ls *Lease) Reentered() bool { return ls != &ls.h.first }
 
 // Hold returns the engine's hold that the lease wraps, for the engine and
 // for wrappers of it.

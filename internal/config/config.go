@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
@@ -65,8 +66,19 @@ type Config struct {
 	Logger  *slog.Logger
 	Methods []string // nil: every HTTP method
 
+	// Wrap, if set, wraps the Locker's engine (telemetry: package lockotel).
+	Wrap func(lockcore.Engine) lockcore.Engine
+
 	RPCTrust   func(ctx context.Context, fullMethod string) bool
 	RPCOnError func(ctx context.Context, fullMethod string, err error) error
+}
+
+// WrapEngine returns e wrapped by Wrap, or e when Wrap is nil.
+func (c *Config) WrapEngine(e lockcore.Engine) lockcore.Engine {
+	if c.Wrap == nil {
+		return e
+	}
+	return c.Wrap(e)
 }
 
 // ApplyAll applies opts, given in place s, to c. It panics on a zero

@@ -79,6 +79,13 @@ type Options struct {
 	// OnReleaseError). Lines name the resource (a key's first part, such as
 	// productID), never a key's values or a token. Default: nil, silent.
 	Logger *slog.Logger
+
+	// Events, if set, is told what the engine does: waits starting and
+	// ending, waiters woken and by what, renewals and their outcome, holds
+	// ending (released, lost, revoked) and how long they lasted. Package
+	// lockotel turns them into OpenTelemetry metrics and spans. Default:
+	// nil, which costs nothing.
+	Events lockcore.Events
 }
 
 const (

@@ -1,0 +1,101 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotHeld is returned by Operator.Revoke when nobody holds the lock.
+var ErrNotHeld = errors.New("lock: not held")
+
+// Operator is implemented by engines that can show and force-release their
+// locks: what an operations tool (package admin, the routelock command)
+// works with. The Redis engine implements it. Nothing it returns contains
+// an owner token.
+type Operator interface {
+	// List returns the state of every held or awaited lock whose key
+	// starts with prefix (an escaped key prefix such as "productID:";
+	// "" lists all), in key order, at most limit of them (limit <= 0: no
+	// limit). It reports whether there were more. It is a scan: the locks
+	// may change while it runs.
+	List(ctx context.Context, prefix string, limit int) (locks []Info, more bool, err error)
+
+	// Inspect returns the state of one lock: the zero Info with Key set
+	// when it is free and nobody waits.
+	Inspect(ctx context.Context, key Key) (Info, error)
+
+	// Revoke force-releases the hold of key, whoever holds it, for reason
+	// (required: it is kept in the audit record). The hold's lease
+	// contexts are cancelled with cause ErrRevoked at their next renewal at
+	// the latest, the key's fencing token moves past the revoked hold's,
+	// and the next waiter, if any, is granted the lock. It returns
+	// ErrNotHeld when nobody holds the lock.
+	Revoke(ctx context.Context, key Key, reason string) (Revocation, error)
+}
+
+// Info is the state of one lock, as an Operator read it.
+type Info struct {
+	// Key is the lock's key, escaped (Key.String).
+	Key string
+	// Holders are the owners holding the lock: one for a lock held, none
+	// for a free one.
+	Holders []Holder
+	// Fence is the fencing token of the current hold, 0 when free.
+	Fence int64
+	// LastFence is the key's fencing counter: no fencing token issued for
+	// the key is above it. 0 if none is remembered.
+	LastFence int64
+	// TTL is the hold's remaining lease; 0 when free.
+	TTL time.Duration
+	// Waiters are the queued acquisitions, first in line first.
+	Waiters []Waiter
+	// Audit holds the latest force-releases of the key, newest first.
+	Audit []Revocation
+}
+
+// Held reports whether anyone holds the lock.
+func (i Info) Held() bool { return len(i.Holders) > 0 }
+
+// Holder is one owner of a hold. It names the owner by where it is, never
+// by its token.
+type Holder struct {
+	// Owner identifies the owner without revealing its token: a short
+	// digest, equal for the entries of one owner.
+	Owner string
+	// Count is how many acquisitions hold it (re-entries by other
+	// processes included; in-memory re-entries count once).
+	Count int
+	// Instances are the engines (processes) that acquired it, by their
+	// engine ids.
+	Instances []string
+	// Since is when the hold was taken, by the backend's clock; zero when
+	// the backend does not know.
+	Since time.Time
+}
+
+// Waiter is one queued acquisition.
+type Waiter struct {
+	// Instance is the engine (process) that waits, by its engine id.
+	Instance string
+	// Since is when it queued, by the backend's clock.
+	Since time.Time
+	// Deadline is when it gives up waiting.
+	Deadline time.Time
+}
+
+// Revocation is the audit record of one force-release.
+type Revocation struct {
+	// Key is the lock's key, escaped.
+	Key string
+	// Owner is the revoked hold's owner digest (Holder.Owner).
+	Owner string
+	// Fence is the revoked hold's fencing token; NewFence the key's
+	// fencing counter after the revocation, above every token the revoked
+	// hold could show.
+	Fence, NewFence int64
+	// Reason is the operator's reason.
+	Reason string
+	// At is when it happened, by the backend's clock.
+	At time.Time
+}
