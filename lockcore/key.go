@@ -54,6 +54,16 @@ func NewKey(parts ...string) (Key, error) {
 // String returns the escaped key, e.g. "productID:42".
 func (k Key) String() string { return k.s }
 
+// Name returns the key's first part, escaped: the resource's name, such as
+// productID for productID:42. Logs, metrics and spans name a lock by it;
+// the other parts are request data.
+func (k Key) Name() string {
+	if i := strings.IndexByte(k.s, ':'); i >= 0 {
+		return k.s[:i]
+	}
+	return k.s
+}
+
 // IsZero reports whether k is the zero Key.
 func (k Key) IsZero() bool { return k.s == "" }
 

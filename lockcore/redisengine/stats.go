@@ -1,7 +1,6 @@
 package redisengine
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,13 +24,7 @@ const maxNames = 1024
 
 // resourceName returns the first part of k: its name, for keys built by
 // the adapters.
-func resourceName(k lockcore.Key) string {
-	s := k.String()
-	if i := strings.IndexByte(s, ':'); i >= 0 {
-		return s[:i]
-	}
-	return s
-}
+func resourceName(k lockcore.Key) string { return k.Name() }
 
 // record adds a hold of k that lasted d.
 func (s *holdStats) record(k lockcore.Key, d time.Duration) {
