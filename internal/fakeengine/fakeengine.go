@@ -1,9 +1,11 @@
 // Package fakeengine is an in-memory lockcore.Engine for tests: the
 // adapters (package middleware, package interceptor) run on it without a
 // Redis, and a test can do to it what is hard to arrange on a real backend:
-// take the backend away (SetUnavailable), end a live hold as lost (Lose),
-// see who holds and who waits (Held, Waiters, Await), and read back the
-// Policy of every acquisition (Calls).
+// take the backend away (SetUnavailable), end a live hold as lost (Lose,
+// or LoseWith a cause such as lockcore.ErrRevoked), see who holds and who
+// waits (Held, Waiters, Await), and read back the Policy of every
+// acquisition (Calls). Its Events, if set, is told what it does, as an
+// engine that reports events tells its lockcore.Events.
 //
 // It follows the steps of lockcore.Engine faithfully: one exclusive hold
 // per key with a fencing counter per key, a fresh owner token
@@ -52,6 +54,17 @@ type Call struct {
 // it must not be copied after first use. All methods are safe for
 // concurrent use.
 type Engine struct {
+	// Events, if set, is told what the engine does, as lockcore.Events
+	// describes: Waiting when an acquisition starts and stops waiting;
+	// Woken when a waiter is handed the lock (WakeMessage: the release that
+	// freed the key told it) or its wait ran out (WakeTimer); Ended when a
+	// fresh hold (a fresh acquisition, or a token re-entry, which is a hold
+	// of its own) is released or lost. The fake never renews, so Renewed is
+	// never called. Waiting(key, +1) is called with the engine's lock held,
+	// so that a waiter is counted before Waiters or Await can see it; the
+	// other calls are made without it. Set it before the first Acquire.
+	Events lockcore.Events
+
 	mu      sync.Mutex
 	keys    map[lockcore.Key]*keyState
 	calls   []Call
@@ -76,11 +89,13 @@ type keyState struct {
 
 // hold is one entry of a key's hold: what a lease wraps.
 type hold struct {
-	e    *Engine
-	ks   *keyState
-	ls   *lockcore.Lease
-	lost atomic.Bool // read by Check without the mutex
-	done bool        // released or lost; guarded by e.mu
+	e     *Engine
+	ks    *keyState
+	ls    *lockcore.Lease
+	start time.Time   // when it was taken, for Events.Ended
+	lost  atomic.Bool // read by Check without the mutex
+	done  bool        // released or lost; guarded by e.mu
+	quiet bool        // given back before Acquire returned it: no Events.Ended; guarded by e.mu
 }
 
 // waiter is one blocked acquisition.
@@ -141,7 +156,7 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		e.mu.Unlock()
 		return ls, nil
 	case slices.Contains(lockcore.TokensFrom(ctx), ks.token):
-		h := &hold{e: e, ks: ks}
+		h := &hold{e: e, ks: ks, start: time.Now()}
 		h.ls = lockcore.NewLease(ctx, e, key, ks.token, ks.fence, h)
 		ks.entries = append(ks.entries, h)
 		e.notify()
@@ -154,6 +169,10 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	}
 	w := &waiter{ctx: ctx, ttl: ttl, ready: make(chan struct{})}
 	ks.queue = append(ks.queue, w)
+	if ev := e.Events; ev != nil {
+		ev.Waiting(key, 1) // before Waiters or Await can see the waiter
+		defer ev.Waiting(key, -1)
+	}
 	e.notify()
 	e.mu.Unlock()
 
@@ -161,8 +180,10 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	defer timer.Stop()
 	select {
 	case <-w.ready:
+		e.woken(key, lockcore.WakeMessage)
 		return w.ls, nil
 	case <-timer.C:
+		e.woken(key, lockcore.WakeTimer)
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if w.ls != nil {
@@ -178,6 +199,8 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		if ls == nil {
 			e.dequeue(ks, w)
 			ce.RetryAfter = ks.retryAfter()
+		} else {
+			ls.Hold().(*hold).quiet = true // never handed out: not a hold to report
 		}
 		e.mu.Unlock()
 		if ls != nil {
@@ -185,6 +208,13 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 			_ = ls.Release(context.Background())
 		}
 		return nil, errors.Join(ce, err)
+	}
+}
+
+// woken tells Events that a waiter of key woke, by what.
+func (e *Engine) woken(key lockcore.Key, by lockcore.Wake) {
+	if ev := e.Events; ev != nil {
+		ev.Woken(key, by)
 	}
 }
 
@@ -215,7 +245,7 @@ func (ks *keyState) retryAfter() time.Duration {
 func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration) *lockcore.Lease {
 	ks.counter++
 	ks.token, ks.fence, ks.ttl = lockcore.NewToken(), ks.counter, ttl
-	h := &hold{e: e, ks: ks}
+	h := &hold{e: e, ks: ks, start: time.Now()}
 	h.ls = lockcore.NewLease(ctx, e, ks.key, ks.token, ks.fence, h)
 	ks.entries = []*hold{h}
 	e.notify()
@@ -257,13 +287,15 @@ func (h *hold) Check() error {
 }
 
 // Release implements lockcore.Hold: it drops this entry of the hold and
-// frees the key, for its oldest waiter, when none is left. Releasing an
-// entry that Lose took away changes nothing. It never fails.
-func (h *hold) Release(context.Context) error {
+// frees the key, for its oldest waiter, when none is left, and then tells
+// Events that the hold ended (lockcore.ErrReleased). Releasing an entry
+// that Lose took away changes nothing. It never fails.
+func (h *hold) Release(ctx context.Context) error {
 	e := h.e
+	begin := time.Now()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if h.done {
+		e.mu.Unlock()
 		return nil
 	}
 	h.done = true
@@ -273,6 +305,12 @@ func (h *hold) Release(context.Context) error {
 		e.free(ks)
 	}
 	e.notify()
+	quiet := h.quiet
+	e.mu.Unlock()
+	if ev := e.Events; ev != nil && !quiet {
+		end := time.Now()
+		ev.Ended(ctx, ks.key, end.Sub(h.start), end.Sub(begin), lockcore.ErrReleased, nil)
+	}
 	return nil
 }
 
@@ -282,19 +320,38 @@ func (h *hold) Release(context.Context) error {
 // cancelled with cause ErrLost, which matches lockcore.ErrLockLost, before
 // the key goes to its oldest waiter or is freed. It reports whether key
 // had a live hold.
-func (e *Engine) Lose(key lockcore.Key) bool {
+func (e *Engine) Lose(key lockcore.Key) bool { return e.LoseWith(key, ErrLost) }
+
+// LoseWith is Lose with cause in place of ErrLost: lockcore.ErrRevoked, or
+// an error wrapping it, plays a force-release (lockcore.Operator.Revoke).
+// Events is told of each entry's end, with cause, after the key changed
+// hands.
+//
+// Panics if cause does not match lockcore.ErrLockLost.
+func (e *Engine) LoseWith(key lockcore.Key, cause error) bool {
+	if !errors.Is(cause, lockcore.ErrLockLost) {
+		panic(fmt.Sprintf("fakeengine: LoseWith(%v): the cause must match lockcore.ErrLockLost", cause))
+	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	ks := e.keys[key]
 	if ks == nil || ks.token == "" {
+		e.mu.Unlock()
 		return false
 	}
-	for _, h := range ks.entries {
+	lost := slices.Clone(ks.entries)
+	for _, h := range lost {
 		h.done = true
 		h.lost.Store(true)
-		lockcore.Lose(h.ls, ErrLost)
+		lockcore.Lose(h.ls, cause)
 	}
 	e.free(ks)
+	e.mu.Unlock()
+	if ev := e.Events; ev != nil {
+		end := time.Now()
+		for _, h := range lost {
+			ev.Ended(h.ls.Context(), key, end.Sub(h.start), 0, cause, nil)
+		}
+	}
 	return true
 }
 
