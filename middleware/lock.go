@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,11 +83,23 @@ func Lock(l lockcore.Engine, c Config) func(http.Handler) http.Handler {
 	}
 }
 
+// RouteRecorder is implemented by an engine that reads lockcore.Policy.Route:
+// package lockotel's, which labels its spans and metrics with it. Lock
+// asks an engine once, when it is made, and for one whose RecordsRoute
+// reports true sets Route to the template of each request's route (chi's
+// pattern, such as /products/{productID}/buy, or http.ServeMux's
+// Request.Pattern). For other engines Route stays empty: finding chi's
+// pattern costs a request an allocation.
+type RouteRecorder interface {
+	RecordsRoute() bool
+}
+
 // locker is one configured middleware.
 type locker struct {
 	l       lockcore.Engine
 	key     keyfunc.Func
 	policy  lockcore.Policy
+	route   bool // set policy.Route per request: the engine records it
 	trust   func(*http.Request) bool
 	onError func(http.ResponseWriter, *http.Request, error)
 	logger  *slog.Logger
@@ -116,6 +129,9 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 	m := &locker{l: l, key: c.Key, policy: lockcore.WaitPolicy(c.Wait, c.TTL), trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
 	if m.onError == nil {
 		m.onError = Error
+	}
+	if rr, ok := l.(RouteRecorder); ok && rr.RecordsRoute() {
+		m.route = true
 	}
 	return m
 }
@@ -149,7 +165,11 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		m.onError(w, r, err)
 		return
 	}
-	lease, err := m.l.Acquire(r.Context(), key, m.policy)
+	p := m.policy
+	if m.route {
+		p.Route = routeTemplate(r)
+	}
+	lease, err := m.l.Acquire(r.Context(), key, p)
 	if err != nil {
 		m.onError(w, r, err)
 		return
@@ -176,6 +196,50 @@ func routePattern(r *http.Request) string {
 		return rctx.RoutePattern()
 	}
 	return r.Pattern
+}
+
+// routeCtxs recycles the chi contexts used to match a route ahead of the
+// router.
+var routeCtxs = sync.Pool{New: func() any { return chi.NewRouteContext() }}
+
+// routeTemplate returns the template of the route r is for, whole even
+// where the router has not matched it yet (a router's r.Use, or that of a
+// mounted router, whose pattern so far ends in /*): there it matches the
+// route from the top as the router is about to, as keyfunc.Param does. ""
+// when no router knows r.
+func routeTemplate(r *http.Request) string {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return r.Pattern
+	}
+	n := len(rctx.RoutePatterns)
+	if rctx.Routes == nil || n > 0 && !strings.HasSuffix(rctx.RoutePatterns[n-1], "/*") {
+		return rctx.RoutePattern()
+	}
+	path := ""
+	if n == 0 {
+		path = rctx.RoutePath // set by path-rewriting middleware before routing
+	}
+	if path == "" {
+		path = r.URL.RawPath
+	}
+	if path == "" {
+		path = r.URL.Path
+	}
+	if path == "" {
+		path = "/"
+	}
+	method := rctx.RouteMethod
+	if method == "" {
+		method = r.Method
+	}
+	t := routeCtxs.Get().(*chi.Context)
+	t.Reset()
+	defer routeCtxs.Put(t)
+	if p := rctx.Routes.Find(t, method, path); p != "" {
+		return p
+	}
+	return rctx.RoutePattern() // no route: the router answers 404 or 405
 }
 
 // withToken returns r with the propagated owner tokens in its context, if

@@ -1,0 +1,107 @@
+package middleware_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/routelock/lock/internal/fakeengine"
+	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/middleware"
+)
+
+// routeEngine is the fake engine as one that records routes
+// (middleware.RouteRecorder), or not.
+type routeEngine struct {
+	*fakeengine.Engine
+	records bool
+}
+
+func (e *routeEngine) RecordsRoute() bool { return e.records }
+
+// TestPolicyRoute: an engine that records routes gets the template of each
+// request's route in Policy.Route, wherever the middleware sits: r.With,
+// a router's r.Use (before the router has matched the route), the r.Use
+// of a mounted router, r.Group, and around an http.ServeMux route; an
+// engine that does not, or says it does not, gets "".
+func TestPolicyRoute(t *testing.T) {
+	handler := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }
+	for _, tc := range []struct {
+		name, path, want string
+		router           func(mw func(http.Handler) http.Handler) http.Handler
+	}{
+		{"With", "/products/42/buy", "/products/{productID}/buy", func(mw func(http.Handler) http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.With(mw).Post("/products/{productID}/buy", handler)
+			return r
+		}},
+		{"Use", "/products/42/buy", "/products/{productID}/buy", func(mw func(http.Handler) http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Use(mw)
+			r.Post("/products/{productID}/buy", handler)
+			r.Post("/health", handler)
+			return r
+		}},
+		{"Route", "/shop/products/42/buy", "/shop/products/{productID}/buy", func(mw func(http.Handler) http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Route("/shop", func(r chi.Router) {
+				r.Use(mw)
+				r.Post("/products/{productID}/buy", handler)
+			})
+			return r
+		}},
+		{"Group", "/shop/products/42/buy", "/shop/products/{productID}/buy", func(mw func(http.Handler) http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Route("/shop", func(r chi.Router) {
+				r.Group(func(r chi.Router) {
+					r.Use(mw)
+					r.Post("/products/{productID}/buy", handler)
+				})
+			})
+			return r
+		}},
+		{"catch-all", "/files/42/a/b", "/files/{productID}/*", func(mw func(http.Handler) http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.With(mw).Post("/files/{productID}/*", handler)
+			return r
+		}},
+		{"ServeMux", "/products/42/buy", "POST /products/{productID}/buy", func(mw func(http.Handler) http.Handler) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("POST /products/{productID}/buy", mw(http.HandlerFunc(handler)))
+			return mux
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, records := range []bool{true, false} {
+				e := &routeEngine{Engine: fakeengine.New(), records: records}
+				h := tc.router(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID")}))
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest("POST", tc.path, nil))
+				if w.Code != http.StatusNoContent {
+					t.Fatalf("status %d: %s", w.Code, w.Body)
+				}
+				calls := e.Calls()
+				if len(calls) != 1 {
+					t.Fatalf("%d acquisitions, want 1", len(calls))
+				}
+				want := tc.want
+				if !records {
+					want = ""
+				}
+				if got := calls[0].Policy.Route; got != want {
+					t.Fatalf("RecordsRoute %v: Route %q, want %q", records, got, want)
+				}
+			}
+		})
+	}
+	// An engine that is no RouteRecorder at all.
+	e := fakeengine.New()
+	r := chi.NewRouter()
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)
+	r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/42/buy", nil))
+	if calls := e.Calls(); len(calls) != 1 || calls[0].Policy.Route != "" {
+		t.Fatalf("calls %+v, want one without a Route", calls)
+	}
+}
