@@ -199,7 +199,8 @@ func fencedReserve(runs *atomic.Int32) func(context.Context, *dynamicpb.Message)
 
 // TestFakeRulePolicies: Rule.Wait and Rule.TTL reach the engine as the
 // lockcore.Policy of WaitPolicy (0: DefaultWait, negative: fail fast),
-// for unary calls and for a stream whose key is in its first message.
+// with the call's full method as its Route, for unary calls and for a
+// stream whose key is in its first message.
 func TestFakeRulePolicies(t *testing.T) {
 	e := fakeengine.New()
 	var runs atomic.Int32
@@ -229,12 +230,41 @@ func TestFakeRulePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []fakeengine.Call{
-		{Key: fakeKey(t, "product_id", "1"), Policy: lockcore.Policy{Wait: interceptor.DefaultWait}},
-		{Key: fakeKey(t, "order.user_id", "u7"), Policy: lockcore.Policy{TTL: 2 * time.Second}},
-		{Key: fakeKey(t, "product_id", "3"), Policy: lockcore.Policy{Wait: 3 * time.Second, TTL: lockcore.MinTTL}},
+		{Key: fakeKey(t, "product_id", "1"), Policy: lockcore.Policy{Wait: interceptor.DefaultWait, Route: shop.Reserve}},
+		{Key: fakeKey(t, "order.user_id", "u7"), Policy: lockcore.Policy{TTL: 2 * time.Second, Route: shop.Create}},
+		{Key: fakeKey(t, "product_id", "3"), Policy: lockcore.Policy{Wait: 3 * time.Second, TTL: lockcore.MinTTL, Route: shop.Restock}},
 	}
 	if got := e.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the engine was called with\n%+v\nwant\n%+v", got, want)
+	}
+
+	// Under a wildcard rule, and for a stream locked before its handler
+	// runs (a metadata key), the Route is the method called, not the rule.
+	e = fakeengine.New()
+	rig = newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
+		{Method: "*", Key: keyfunc.Metadata("x-tenant")},
+	}}, &shop.Server{
+		Reserve: fencedReserve(&runs),
+		Restock: func(ss grpc.ServerStream) error {
+			if err := ss.RecvMsg(shop.New("ReserveRequest")); err != nil {
+				return err
+			}
+			return ss.SendMsg(shop.New("ReserveReply"))
+		},
+	})
+	mctx := metadata.AppendToOutgoingContext(fakeCtx(t), "x-tenant", "t1")
+	if _, err := callReserve(mctx, rig.cc, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := restock(mctx, rig.cc, 3); err != nil {
+		t.Fatal(err)
+	}
+	want = []fakeengine.Call{
+		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Wait: interceptor.DefaultWait, Route: shop.Reserve}},
+		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Wait: interceptor.DefaultWait, Route: shop.Restock}},
+	}
+	if got := e.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("under a wildcard rule the engine was called with\n%+v\nwant\n%+v", got, want)
 	}
 }
 

@@ -225,7 +225,7 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	var lease *lockcore.Lease
 	if err == nil {
-		lease, err = s.lock(tctx, r, req)
+		lease, err = s.lock(tctx, r, info.FullMethod, req)
 	}
 	switch {
 	case err != nil:
@@ -239,10 +239,11 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	return handler(lease.Context(), req)
 }
 
-// lock takes the lock of rule r for a call with context ctx and request
-// req. It returns no lease and no error when r is a wildcard rule whose key
-// does not apply to the call (keyfunc.ErrSkip): the call passes through.
-func (s *server) lock(ctx context.Context, r *rule, req any) (*lockcore.Lease, error) {
+// lock takes the lock of rule r for a call of method fullMethod with
+// context ctx and request req; the Policy's Route is the method. It
+// returns no lease and no error when r is a wildcard rule whose key does
+// not apply to the call (keyfunc.ErrSkip): the call passes through.
+func (s *server) lock(ctx context.Context, r *rule, fullMethod string, req any) (*lockcore.Lease, error) {
 	parts, err := r.key.RPC(ctx, req)
 	if err != nil {
 		if errors.Is(err, keyfunc.ErrSkip) {
@@ -262,5 +263,7 @@ func (s *server) lock(ctx context.Context, r *rule, req any) (*lockcore.Lease, e
 	if err != nil {
 		return nil, err
 	}
-	return s.l.Acquire(ctx, key, r.policy)
+	p := r.policy
+	p.Route = fullMethod
+	return s.l.Acquire(ctx, key, p)
 }

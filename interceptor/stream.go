@@ -38,7 +38,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		return r.onError(ctx, info.FullMethod, err)
 	}
 	if !r.stream {
-		lease, err := s.lock(tctx, r, nil)
+		lease, err := s.lock(tctx, r, info.FullMethod, nil)
 		switch {
 		case err != nil:
 			return r.onError(ctx, info.FullMethod, err)
@@ -108,7 +108,7 @@ func (fs *firstStream) RecvMsg(m any) error {
 		return err
 	}
 	fs.received = true
-	lease, err := fs.s.lock(fs.base, fs.r, m)
+	lease, err := fs.s.lock(fs.base, fs.r, fs.method, m)
 	switch {
 	case err != nil:
 		fs.err = fs.r.onError(fs.base, fs.method, err)
