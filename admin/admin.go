@@ -1,0 +1,444 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Limits of the requests the handler accepts.
+const (
+	// DefaultLimit is how many locks a list shows when the request gives
+	// no limit, unless PageSize says otherwise.
+	DefaultLimit = 100
+	// MaxLimit is the most locks one list request may ask for.
+	MaxLimit = 1000
+	// MaxReasonLen is the longest reason a force-release accepts, in bytes.
+	MaxReasonLen = 1024
+	// maxBody bounds the body of a release request.
+	maxBody = 64 << 10
+	// maxPrefixLen bounds the prefix of a list request.
+	maxPrefixLen = 4096
+)
+
+// Option configures Handler.
+type Option func(*config)
+
+type config struct {
+	title   string
+	logger  *slog.Logger
+	limit   int
+	origins []string
+}
+
+// Title sets the heading and title of the HTML page. Default: "Locks".
+func Title(s string) Option { return func(c *config) { c.title = s } }
+
+// Logger makes the handler log every force-release (key, revoked owner
+// digest, fences, reason, remote address) at level Info, and every error
+// of the Operator at level Error. Default: nil, silent.
+func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// PageSize sets how many locks a list shows when the request gives no
+// limit: at least 1, at most MaxLimit. Default: DefaultLimit.
+func PageSize(n int) Option { return func(c *config) { c.limit = n } }
+
+// TrustedOrigin lets browser form posts from origin (such as
+// "https://ops.example.com") force-release locks, beside those from the
+// handler's own origin: for a page served behind a proxy that rewrites the
+// Host header. See http.CrossOriginProtection.AddTrustedOrigin.
+func TrustedOrigin(origin string) Option {
+	return func(c *config) { c.origins = append(c.origins, origin) }
+}
+
+// Handler returns an http.Handler that shows the locks of op and
+// force-releases them: see the package documentation for its routes. It
+// routes on the end of the request's path, so it can be mounted under any
+// path, with or without http.StripPrefix.
+//
+// Panics if op is nil or an option is invalid (a page size out of range, an
+// origin that is not scheme://host[:port]).
+func Handler(op lockcore.Operator, opts ...Option) http.Handler {
+	if op == nil {
+		panic("admin: Handler(nil)")
+	}
+	c := config{title: "Locks", limit: DefaultLimit}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.limit < 1 || c.limit > MaxLimit {
+		panic(fmt.Sprintf("admin: PageSize(%d) is out of range 1..%d", c.limit, MaxLimit))
+	}
+	cop := http.NewCrossOriginProtection()
+	for _, o := range c.origins {
+		if err := cop.AddTrustedOrigin(o); err != nil {
+			panic("admin: TrustedOrigin: " + err.Error())
+		}
+	}
+	return &handler{op: op, cfg: c, cop: cop, now: time.Now}
+}
+
+type handler struct {
+	op  lockcore.Operator
+	cfg config
+	cop *http.CrossOriginProtection
+	now func() time.Time
+}
+
+// What a request's path asks for.
+type routeKind int
+
+const (
+	routeIndex    routeKind = iota // .../
+	routeRedirect                  // a path that should end in '/'
+	routeList                      // .../locks
+	routeLock                      // .../locks/{key}
+	routeRelease                   // .../locks/{key}/release
+)
+
+// route is a request's path, read from its end.
+type route struct {
+	kind routeKind
+	key  string // the key's path segment, still escaped
+	tail int    // path segments after the mount point's final '/'
+}
+
+// parseRoute reads an escaped path from its end, so that whatever a router
+// or http.StripPrefix left in front of the handler's own part does not
+// matter. A key's segment is never the word locks or release (keySegment
+// escapes such a key), so the words mark the handler's own part.
+func parseRoute(p string) route {
+	s := strings.Split(p, "/")
+	n := len(s)
+	switch {
+	case n >= 3 && s[n-1] == "release" && s[n-3] == "locks" && isKeySegment(s[n-2]):
+		return route{kind: routeRelease, key: s[n-2], tail: 3}
+	case n >= 2 && s[n-2] == "locks" && isKeySegment(s[n-1]):
+		return route{kind: routeLock, key: s[n-1], tail: 2}
+	case s[n-1] == "locks":
+		return route{kind: routeList, tail: 1}
+	case s[n-1] == "":
+		return route{kind: routeIndex, tail: 1}
+	}
+	return route{kind: routeRedirect}
+}
+
+func isKeySegment(s string) bool { return s != "" && s != "locks" && s != "release" }
+
+// keySegment returns key (escaped, as Key.String prints it) as a segment of
+// a URL path: url.PathEscape, and the first byte as %XX when the segment
+// would read as one of the handler's own words or as a dot segment.
+func keySegment(key string) string {
+	s := url.PathEscape(key)
+	switch s {
+	case "locks", "release", ".", "..":
+		return fmt.Sprintf("%%%02X", s[0]) + s[1:]
+	}
+	return s
+}
+
+// fullPath returns the escaped path the client asked for, before any
+// router or http.StripPrefix took a part of it.
+func fullPath(r *http.Request) string {
+	if r.RequestURI != "" && r.RequestURI != "*" {
+		if u, err := url.ParseRequestURI(r.RequestURI); err == nil && u.Path != "" {
+			return u.EscapedPath()
+		}
+	}
+	return r.URL.EscapedPath()
+}
+
+// root returns the absolute path of the handler's index, ending in '/',
+// from the client's path and the segments the route takes at its end.
+func (rt route) root(r *http.Request) string {
+	s := strings.Split(fullPath(r), "/")
+	if len(s) <= rt.tail || s[0] != "" {
+		return "/"
+	}
+	return strings.Join(s[:len(s)-rt.tail], "/") + "/"
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt := parseRoute(r.URL.EscapedPath())
+	if rt.kind == routeRelease {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			h.fail(w, r, rt, http.StatusMethodNotAllowed, "use POST to release a lock")
+			return
+		}
+		h.release(w, r, rt)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		h.fail(w, r, rt, http.StatusMethodNotAllowed, "method not allowed")
+		return
+	}
+	switch rt.kind {
+	case routeIndex:
+		h.list(w, r, rt, true)
+	case routeList:
+		h.list(w, r, rt, wantsHTML(r))
+	case routeLock:
+		h.lock(w, r, rt)
+	default:
+		h.redirect(w, r)
+	}
+}
+
+// redirect sends a path that names the handler's index without its final
+// '/' to the one with it, as http.ServeMux does for a subtree, so that the
+// page's links resolve.
+func (h *handler) redirect(w http.ResponseWriter, r *http.Request) {
+	p := fullPath(r)
+	loc := "./" + p[strings.LastIndexByte(p, '/')+1:] + "/"
+	if r.URL.RawQuery != "" {
+		loc += "?" + r.URL.RawQuery
+	}
+	// Not http.Redirect: it resolves a relative location against r.URL,
+	// which http.StripPrefix has cut.
+	w.Header().Set("Location", loc)
+	w.WriteHeader(http.StatusMovedPermanently)
+}
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request, rt route, html bool) {
+	q := r.URL.Query()
+	prefix := q.Get("prefix")
+	if len(prefix) > maxPrefixLen {
+		h.failHTML(w, r, rt, html, http.StatusBadRequest, fmt.Sprintf("prefix longer than %d bytes", maxPrefixLen))
+		return
+	}
+	limit := h.cfg.limit
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxLimit {
+			h.failHTML(w, r, rt, html, http.StatusBadRequest, fmt.Sprintf("limit must be a number from 1 to %d", MaxLimit))
+			return
+		}
+		limit = n
+	}
+	infos, more, err := h.op.List(r.Context(), prefix, limit)
+	if err != nil {
+		h.opFailed(w, r, rt, html, "list", err)
+		return
+	}
+	l := List{Locks: make([]Lock, len(infos)), More: more}
+	for i, in := range infos {
+		l.Locks[i] = FromInfo(in)
+	}
+	if html {
+		h.page(w, r, http.StatusOK, &page{Root: rt.root(r), Prefix: prefix, Limit: limit, Locks: l.Locks, More: more})
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (h *handler) lock(w http.ResponseWriter, r *http.Request, rt route) {
+	html := wantsHTML(r)
+	key, err := pathKey(rt.key)
+	if err != nil {
+		h.failHTML(w, r, rt, html, http.StatusBadRequest, err.Error())
+		return
+	}
+	in, err := h.op.Inspect(r.Context(), key)
+	if err != nil {
+		h.opFailed(w, r, rt, html, "inspect", err)
+		return
+	}
+	if in.Key == "" {
+		in.Key = key.String()
+	}
+	l := FromInfo(in)
+	if html {
+		h.page(w, r, http.StatusOK, &page{Root: rt.root(r), Single: true, Locks: []Lock{l}})
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+func (h *handler) release(w http.ResponseWriter, r *http.Request, rt route) {
+	html := isForm(r) && wantsHTML(r)
+	if err := h.cop.Check(r); err != nil {
+		h.failHTML(w, r, rt, html, http.StatusForbidden, "cross-origin request refused")
+		return
+	}
+	key, err := pathKey(rt.key)
+	if err != nil {
+		h.failHTML(w, r, rt, html, http.StatusBadRequest, err.Error())
+		return
+	}
+	reason, code, err := readReason(w, r)
+	if err != nil {
+		h.failHTML(w, r, rt, html, code, err.Error())
+		return
+	}
+	rev, err := h.op.Revoke(r.Context(), key, reason)
+	if err != nil {
+		h.opFailed(w, r, rt, html, "revoke", err)
+		return
+	}
+	if rev.Key == "" {
+		rev.Key = key.String()
+	}
+	if l := h.cfg.logger; l != nil {
+		l.LogAttrs(r.Context(), slog.LevelInfo, "admin: lock force-released",
+			slog.String("key", rev.Key), slog.String("owner", rev.Owner),
+			slog.Int64("fence", rev.Fence), slog.Int64("new_fence", rev.NewFence),
+			slog.String("reason", rev.Reason), slog.String("remote", r.RemoteAddr))
+	}
+	out := FromRevocation(rev)
+	if html {
+		p := &page{Root: rt.root(r), Single: true, Released: &out}
+		if in, err := h.op.Inspect(r.Context(), key); err == nil {
+			if in.Key == "" {
+				in.Key = key.String()
+			}
+			p.Locks = []Lock{FromInfo(in)}
+		}
+		h.page(w, r, http.StatusOK, p)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// pathKey parses the key of a request's path: its segment, path-escaped,
+// of the key as lockcore.Key.String prints it.
+func pathKey(seg string) (lockcore.Key, error) {
+	s, err := url.PathUnescape(seg)
+	if err != nil {
+		return lockcore.Key{}, fmt.Errorf("%w: bad escape in path", lockcore.ErrInvalidKey)
+	}
+	return parseKey(s)
+}
+
+// isForm reports whether r's body is an HTML form.
+func isForm(r *http.Request) bool {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data"
+}
+
+// wantsHTML reports whether the client asked for HTML, as browsers do.
+func wantsHTML(r *http.Request) bool {
+	a := r.Header.Get("Accept")
+	return strings.Contains(a, "text/html") && !strings.Contains(a, "application/json")
+}
+
+// errReason is a reason the handler refuses.
+var errReason = errors.New("a reason is required")
+
+// readReason returns the reason of a release request, from its JSON body
+// ({"reason": "..."}) or its form field reason, with the status to answer
+// when there is none or it is unacceptable.
+func readReason(w http.ResponseWriter, r *http.Request) (string, int, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	var reason string
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	switch {
+	case ct == "":
+		return "", http.StatusBadRequest, fmt.Errorf("%w: send it as JSON {\"reason\": \"...\"} or as the form field reason", errReason)
+	case err != nil:
+		return "", http.StatusUnsupportedMediaType, errors.New("unreadable Content-Type")
+	case mt == "application/json":
+		var body struct {
+			Reason *string `json:"reason"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			var mb *http.MaxBytesError
+			if errors.As(err, &mb) {
+				return "", http.StatusRequestEntityTooLarge, errors.New("body too large")
+			}
+			return "", http.StatusBadRequest, errors.New("body is not a JSON object with a string reason")
+		}
+		if body.Reason != nil {
+			reason = *body.Reason
+		}
+	case mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data":
+		if err := r.ParseMultipartForm(maxBody); err != nil && !errors.Is(err, http.ErrNotMultipart) {
+			var mb *http.MaxBytesError
+			if errors.As(err, &mb) {
+				return "", http.StatusRequestEntityTooLarge, errors.New("body too large")
+			}
+			return "", http.StatusBadRequest, errors.New("unreadable form")
+		}
+		reason = r.PostFormValue("reason")
+	default:
+		return "", http.StatusUnsupportedMediaType, errors.New("send application/json or a form")
+	}
+	reason = strings.TrimSpace(reason)
+	switch {
+	case reason == "":
+		return "", http.StatusBadRequest, errReason
+	case len(reason) > MaxReasonLen:
+		return "", http.StatusBadRequest, fmt.Errorf("reason longer than %d bytes", MaxReasonLen)
+	case !utf8.ValidString(reason):
+		return "", http.StatusBadRequest, errors.New("reason is not UTF-8")
+	case strings.IndexFunc(reason, unicode.IsControl) >= 0:
+		return "", http.StatusBadRequest, errors.New("reason contains control characters")
+	}
+	return reason, 0, nil
+}
+
+// opStatus maps an Operator's error to a status and a message that carries
+// nothing of the backend's own error.
+func opStatus(err error) (int, string) {
+	switch {
+	case errors.Is(err, lockcore.ErrNotHeld):
+		return http.StatusNotFound, "lock not held"
+	case errors.Is(err, lockcore.ErrInvalidKey):
+		return http.StatusBadRequest, "invalid key"
+	case errors.Is(err, lockcore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, "lock service unavailable"
+	case errors.Is(err, lockcore.ErrMisconfigured):
+		return http.StatusInternalServerError, "lock service misconfigured"
+	case errors.Is(err, context.Canceled):
+		return http.StatusServiceUnavailable, "request cancelled"
+	}
+	return http.StatusInternalServerError, "internal error"
+}
+
+func (h *handler) opFailed(w http.ResponseWriter, r *http.Request, rt route, html bool, op string, err error) {
+	code, msg := opStatus(err)
+	if l := h.cfg.logger; l != nil && code >= 500 && !errors.Is(err, context.Canceled) {
+		l.LogAttrs(r.Context(), slog.LevelError, "admin: "+op+" failed", slog.String("error", err.Error()))
+	}
+	h.failHTML(w, r, rt, html, code, msg)
+}
+
+// fail answers an error in HTML to a browser, else in JSON.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, rt route, code int, msg string) {
+	h.failHTML(w, r, rt, wantsHTML(r) && (r.Method == http.MethodGet || isForm(r)), code, msg)
+}
+
+func (h *handler) failHTML(w http.ResponseWriter, r *http.Request, rt route, html bool, code int, msg string) {
+	if html {
+		h.page(w, r, code, &page{Root: rt.root(r), Status: code, Error: msg})
+		return
+	}
+	writeJSON(w, code, Error{Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil { // the types of this package always marshal
+		code, b = http.StatusInternalServerError, []byte(`{"error": "internal error"}`)
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "application/json; charset=utf-8")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,68 @@
+// Package admin serves a small operations page and a JSON API over a
+// lockcore.Operator (lock.Locker.Operator returns one): the locks held or
+// awaited, their holders, waiters and fencing tokens, and a force-release
+// of a hold whose owner is stuck, with a reason kept in the lock's audit
+// record. Handler returns it as an http.Handler; the routelock command does
+// the same from a shell.
+//
+// # Routes
+//
+// Relative to where the handler is mounted:
+//
+//	GET  /                       the HTML page: a table of the locks, and a release form per held lock
+//	GET  /locks?prefix=&limit=   List: the locks whose escaped key starts with prefix, in key order
+//	GET  /locks/{key}            Lock: the state of one key, free or not, with its audit records
+//	POST /locks/{key}/release    force-release with a reason; Revocation
+//
+// {key} is the key as lockcore.Key.String prints it (productID:42),
+// escaped as a URL path segment (url.PathEscape); a key that reads locks,
+// release, "." or ".." has its first byte escaped (%6Cocks). The JSON
+// types are List, Lock and Revocation, and Error for every error; a
+// browser (Accept: text/html) gets the page for GET /locks and
+// GET /locks/{key} too, and for a release posted from the page's form.
+//
+// The handler reads its routes from the end of the request's path, so it
+// works wherever it is mounted: under chi's Mount, under http.StripPrefix,
+// or as a subtree of an http.ServeMux as it is. A mount point ending in
+// /locks (/debug/locks) works too, with the page at /debug/locks/ and the
+// list at /debug/locks/locks.
+//
+// A release answers 200 with the Revocation, 404 when nobody holds the
+// lock (lockcore.ErrNotHeld), 400 for a missing, overlong or
+// control-character reason or an invalid key, 415 for a body that is
+// neither JSON nor a form, 403 for a cross-origin browser post, 405 for
+// another method, and 503 when the lock service is unavailable
+// (lockcore.ErrUnavailable). The reason comes from a JSON body
+// {"reason": "..."} or the form field reason:
+//
+//	curl -u ops -H 'Content-Type: application/json' -d '{"reason":"stuck since the 14:02 deploy"}' \
+//		https://app.example.com/admin/locks/locks/productID:42/release
+//
+// What the handler shows never contains an owner token: an Operator names
+// owners by a digest. Error responses never carry the backend's own
+// errors; Logger logs them.
+//
+// # Protecting it
+//
+// The handler authenticates nobody. Whoever reaches it can read lock keys,
+// which are request data (product, order or user ids), and force-release
+// any lock. Mount it behind the application's own authentication and
+// authorization, as in the Example: a chi group whose middleware checks
+// the operator's credentials.
+//
+// # Cross-site requests
+//
+// A force-release changes state, so it is a POST, and the handler refuses
+// a browser's cross-origin POST with 403 (http.CrossOriginProtection: the
+// browser's Sec-Fetch-Site header, or else an Origin whose host is not the
+// request's). A page on another site therefore cannot make an operator's
+// browser submit the release form, even though the browser would attach
+// the operator's Basic-auth credentials or cookies. Requests without those
+// headers, from curl or a script, pass: they carry no ambient credentials
+// of a browser. This needs no CSRF token, so the page stays stateless and
+// works behind any authentication middleware, and no custom header or
+// JSON-only rule, so the form works without script. A page served through
+// a proxy that rewrites the Host header names its public origin with
+// TrustedOrigin. The page itself runs no script, and forbids framing and
+// form posts elsewhere in its Content-Security-Policy.
+package admin

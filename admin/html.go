@@ -1,0 +1,193 @@
+package admin
+
+import (
+	"bytes"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// page is what the HTML template shows: a list of locks, one lock, a
+// force-release done, or an error.
+type page struct {
+	Title    string
+	Root     string // absolute path of the index, ending in '/'
+	Prefix   string
+	Limit    int
+	Locks    []Lock
+	More     bool
+	Single   bool        // a page of one key
+	Released *Revocation // the force-release this page answers
+	Status   int
+	Error    string
+	Now      time.Time
+}
+
+// Path returns key as a segment of a URL path.
+func (p *page) Path(key string) string { return keySegment(key) }
+
+// Self returns the URL of the page's own view, for its refresh link.
+func (p *page) Self() string {
+	if p.Single && len(p.Locks) == 1 {
+		return p.Root + "locks/" + keySegment(p.Locks[0].Key)
+	}
+	q := url.Values{}
+	if p.Prefix != "" {
+		q.Set("prefix", p.Prefix)
+	}
+	if p.Limit != 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if len(q) == 0 {
+		return p.Root
+	}
+	return p.Root + "?" + q.Encode()
+}
+
+// Ago says how long ago t was, by the server's clock.
+func (p *page) Ago(t time.Time) string {
+	if t.IsZero() {
+		return "at an unknown time"
+	}
+	d := p.Now.Sub(t)
+	if d < time.Millisecond {
+		return "just now"
+	}
+	return human(d) + " ago"
+}
+
+// In says how long until t.
+func (p *page) In(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := t.Sub(p.Now)
+	if d < time.Millisecond {
+		return "now"
+	}
+	return "in " + human(d)
+}
+
+// Millis formats a duration in milliseconds.
+func (p *page) Millis(ms int64) string { return human(time.Duration(ms) * time.Millisecond) }
+
+// Stamp formats t for a tooltip.
+func (p *page) Stamp(t time.Time) string {
+	if t.IsZero() {
+		return "unknown"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000 UTC")
+}
+
+// StatusText names the page's status.
+func (p *page) StatusText() string { return http.StatusText(p.Status) }
+
+// human formats d to about three significant digits.
+func human(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < 10*time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
+}
+
+// csp allows the page its inline style and nothing else: no script, no
+// frame around it (a framed release button could be clicked for the
+// user), no form posting elsewhere.
+const csp = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+func (h *handler) page(w http.ResponseWriter, r *http.Request, code int, p *page) {
+	p.Title, p.Now = h.cfg.title, h.now()
+	if p.Limit == 0 && !p.Single {
+		p.Limit = h.cfg.limit
+	}
+	var b bytes.Buffer
+	if err := pageTmpl.Execute(&b, p); err != nil {
+		code = http.StatusInternalServerError
+		b.Reset()
+		b.WriteString("internal error\n")
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "text/html; charset=utf-8")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Content-Security-Policy", csp)
+	hd.Set("Referrer-Policy", "same-origin")
+	w.WriteHeader(code)
+	_, _ = w.Write(b.Bytes())
+}
+
+var pageTmpl = template.Must(template.New("page").Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.Title}}</title>
+<style>
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;padding:18px 24px;color:#1d232a;background:#fff}
+h1{font-size:20px;margin:0 0 10px}
+a{color:#175cd3}
+code{font:12.5px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+.mute{color:#67707a}
+form.filter{display:flex;gap:10px;align-items:center;margin:0 0 14px}
+input{font:inherit;padding:3px 6px;border:1px solid #c3c9d0;border-radius:4px}
+input[type=number]{width:5em}
+button{font:inherit;border:0;border-radius:4px;padding:4px 10px;cursor:pointer;background:#e4e7eb}
+button.danger{background:#b42318;color:#fff}
+table{border-collapse:collapse;width:100%}
+th,td{border-bottom:1px solid #e1e5e9;padding:7px 9px;text-align:left;vertical-align:top}
+th{background:#f4f6f8;font-size:12px;font-weight:600;color:#4b545e}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+ol,ul{margin:2px 0 0;padding-left:18px}
+li{margin:0 0 2px}
+form.release{display:flex;gap:6px}
+form.release input{width:11em}
+.flash,.error{padding:8px 12px;border-radius:4px;margin:0 0 14px}
+.flash{background:#ecfdf3;border:1px solid #75e0a7}
+.error{background:#fef3f2;border:1px solid #fda29b}
+footer{margin-top:14px;font-size:12px}
+</style>
+</head>
+<body>
+<h1>{{.Title}}</h1>
+<form class="filter" method="get" action="{{.Root}}">
+<label>Key prefix <input type="text" name="prefix" value="{{.Prefix}}" placeholder="productID:"></label>
+<label>Limit <input type="number" name="limit" value="{{if .Limit}}{{.Limit}}{{end}}" min="1" max="1000"></label>
+<button type="submit">Show</button>
+{{if or .Prefix .Single .Error}}<a href="{{.Root}}">all locks</a>{{end}}
+</form>
+{{with .Error}}<p class="error" role="alert">{{$.Status}} {{$.StatusText}}: {{.}}</p>{{end}}
+{{with .Released}}<p class="flash" role="status">Force-released <code>{{.Key}}</code>, held by owner <code>{{.Owner}}</code> with fence {{.Fence}}; the key's fencing counter is now {{.NewFence}}. Reason: {{.Reason}}</p>{{end}}
+{{if .Locks}}
+<table>
+<thead><tr><th>Key</th><th>Holder</th><th class="num">Fence</th><th class="num">TTL</th><th>Waiters, in order</th><th>Force-releases</th><th></th></tr></thead>
+<tbody>
+{{range .Locks}}<tr>
+<td><a href="{{$.Root}}locks/{{$.Path .Key}}"><code>{{.Key}}</code></a></td>
+<td>{{range .Holders}}<code title="owner digest">{{.Owner}}</code>{{if gt .Count 1}} ×{{.Count}}{{end}}
+<div class="mute">{{range $i, $x := .Instances}}{{if $i}}, {{end}}<code>{{$x}}</code>{{end}}</div>
+<div class="mute" title="{{$.Stamp .Since}}">since {{$.Ago .Since}}</div>{{else}}<span class="mute">free</span>{{end}}</td>
+<td class="num">{{if .Held}}{{.Fence}}{{else}}–{{end}}<div class="mute">last {{.LastFence}}</div></td>
+<td class="num">{{if .Held}}{{$.Millis .TTLMillis}}{{else}}–{{end}}</td>
+<td>{{with .Waiters}}{{len .}} waiting<ol>{{range .}}<li><code>{{.Instance}}</code> <span class="mute" title="queued {{$.Stamp .Since}}, deadline {{$.Stamp .Deadline}}">queued {{$.Ago .Since}}, gives up {{$.In .Deadline}}</span></li>{{end}}</ol>{{else}}<span class="mute">none</span>{{end}}</td>
+<td>{{with .Audit}}<ul>{{range .}}<li><span title="{{$.Stamp .At}}">{{$.Ago .At}}</span>: {{.Reason}} <span class="mute">(owner <code>{{.Owner}}</code>, fence {{.Fence}} → {{.NewFence}})</span></li>{{end}}</ul>{{else}}<span class="mute">none</span>{{end}}</td>
+<td>{{if .Held}}<form class="release" method="post" action="{{$.Root}}locks/{{$.Path .Key}}/release"><input type="text" name="reason" required maxlength="1024" placeholder="reason" aria-label="reason to release {{.Key}}"><button class="danger" type="submit">Force release</button></form>{{end}}</td>
+</tr>
+{{end}}</tbody>
+</table>
+{{else if not (or .Error .Released)}}<p class="mute">No lock is held or awaited{{with .Prefix}} under the prefix <code>{{.}}</code>{{end}}.</p>
+{{end}}
+{{if .More}}<p class="mute">Showing the first {{len .Locks}} locks: narrow the prefix or raise the limit to see more.</p>{{end}}
+<footer class="mute">Read {{.Stamp .Now}} · <a href="{{.Self}}">refresh</a> · JSON: <a href="{{.Root}}locks">locks</a></footer>
+</body>
+</html>
+`))

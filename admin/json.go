@@ -1,0 +1,108 @@
+package admin
+
+import (
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Lock is the JSON form of a lockcore.Info: the state of one lock. Slices
+// are never null; times are RFC 3339 with nanoseconds in UTC, left out when
+// the backend does not know them; durations are whole milliseconds.
+type Lock struct {
+	// Key is the escaped key, as lockcore.Key.String prints it.
+	Key string `json:"key"`
+	// Held reports whether anyone holds the lock.
+	Held bool `json:"held"`
+	// Holders are the owners holding it: one for a held lock.
+	Holders []Holder `json:"holders"`
+	// Fence is the current hold's fencing token, 0 when free.
+	Fence int64 `json:"fence"`
+	// LastFence is the key's fencing counter, 0 if none is remembered.
+	LastFence int64 `json:"last_fence"`
+	// TTLMillis is the hold's remaining lease in milliseconds, 0 when free.
+	TTLMillis int64 `json:"ttl_ms"`
+	// Waiters are the queued acquisitions, first in line first.
+	Waiters []Waiter `json:"waiters"`
+	// Audit holds the latest force-releases of the key, newest first.
+	Audit []Revocation `json:"audit"`
+}
+
+// Holder is the JSON form of a lockcore.Holder. It names the owner by a
+// digest, never by its token.
+type Holder struct {
+	Owner     string    `json:"owner"`          // digest of the owner token
+	Count     int       `json:"count"`          // acquisitions holding it
+	Instances []string  `json:"instances"`      // engine ids of the processes
+	Since     time.Time `json:"since,omitzero"` // when the hold was taken
+}
+
+// Waiter is the JSON form of a lockcore.Waiter.
+type Waiter struct {
+	Instance string    `json:"instance"`          // engine id of the process
+	Since    time.Time `json:"since,omitzero"`    // when it queued
+	Deadline time.Time `json:"deadline,omitzero"` // when it gives up
+}
+
+// Revocation is the JSON form of a lockcore.Revocation: the audit record
+// of one force-release, and the answer to one.
+type Revocation struct {
+	Key      string    `json:"key"`         // escaped key
+	Owner    string    `json:"owner"`       // revoked owner's digest
+	Fence    int64     `json:"fence"`       // revoked hold's fencing token
+	NewFence int64     `json:"new_fence"`   // the key's counter afterwards
+	Reason   string    `json:"reason"`      // the operator's reason
+	At       time.Time `json:"at,omitzero"` // when, by the backend's clock
+}
+
+// List is the answer to GET locks: the locks in key order, and whether
+// the limit left some out.
+type List struct {
+	Locks []Lock `json:"locks"`
+	More  bool   `json:"more"`
+}
+
+// Error is the body of every JSON error response.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// FromInfo converts an Operator's lockcore.Info to its JSON form.
+func FromInfo(in lockcore.Info) Lock {
+	l := Lock{
+		Key:       in.Key,
+		Held:      in.Held(),
+		Holders:   make([]Holder, len(in.Holders)),
+		Fence:     in.Fence,
+		LastFence: in.LastFence,
+		TTLMillis: in.TTL.Milliseconds(),
+		Waiters:   make([]Waiter, len(in.Waiters)),
+		Audit:     make([]Revocation, len(in.Audit)),
+	}
+	for i, h := range in.Holders {
+		inst := h.Instances
+		if inst == nil {
+			inst = []string{}
+		}
+		l.Holders[i] = Holder{Owner: h.Owner, Count: h.Count, Instances: inst, Since: utc(h.Since)}
+	}
+	for i, w := range in.Waiters {
+		l.Waiters[i] = Waiter{Instance: w.Instance, Since: utc(w.Since), Deadline: utc(w.Deadline)}
+	}
+	for i, r := range in.Audit {
+		l.Audit[i] = FromRevocation(r)
+	}
+	return l
+}
+
+// FromRevocation converts a lockcore.Revocation to its JSON form.
+func FromRevocation(r lockcore.Revocation) Revocation {
+	return Revocation{Key: r.Key, Owner: r.Owner, Fence: r.Fence, NewFence: r.NewFence, Reason: r.Reason, At: utc(r.At)}
+}
+
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC()
+}

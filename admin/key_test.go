@@ -1,0 +1,111 @@
+package admin
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+func TestParseKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"productID:42":      "productID:42",
+		"a%3Ab:c":           "a%3Ab:c",
+		"a%3ab:c":           "a%3Ab:c", // lower-case hex
+		"name:a b":          "name:a%20b",
+		"x:%7B%7D":          "x:%7B%7D",
+		"x:{y}":             "x:%7By%7D",
+		"%25":               "%25",
+		"locks":             "locks",
+		"a:b:c:d:e:f:g:h":   "a:b:c:d:e:f:g:h",
+		"é:\x00":            "%C3%A9:%00",
+		"userID:<script>/x": "userID:<script>/x",
+	} {
+		k, err := parseKey(in)
+		if err != nil || k.String() != want {
+			t.Errorf("parseKey(%q) = %q, %v; want %q", in, k, err, want)
+		}
+	}
+	for _, in := range []string{"", ":", "a:", ":a", "a::b", "a:b:c:d:e:f:g:h:i", "%", "%4", "%zz", "a%2", strings.Repeat("x", 257), strings.Repeat("x:", 9000)} {
+		if k, err := parseKey(in); !errors.Is(err, lockcore.ErrInvalidKey) {
+			t.Errorf("parseKey(%.40q) = %q, %v; want ErrInvalidKey", in, k, err)
+		}
+	}
+}
+
+// FuzzParseKey: every key NewKey makes parses back to itself, through its
+// string and through its URL path segment.
+func FuzzParseKey(f *testing.F) {
+	f.Add("productID", "42", "")
+	f.Add("a:b", "%3A", "{x}")
+	f.Add("locks", "..", "release")
+	f.Add("<script>", "a/b", "é\x00")
+	f.Fuzz(func(t *testing.T, a, b, c string) {
+		parts := []string{a}
+		for _, p := range []string{b, c} {
+			if p != "" {
+				parts = append(parts, p)
+			}
+		}
+		k, err := lockcore.NewKey(parts...)
+		if err != nil {
+			return
+		}
+		got, err := parseKey(k.String())
+		if err != nil || got != k {
+			t.Fatalf("parseKey(%q) = %q, %v", k, got, err)
+		}
+		seg := keySegment(k.String())
+		rt := parseRoute("/admin/locks/" + seg + "/release")
+		if rt.kind != routeRelease || rt.key != seg {
+			t.Fatalf("route of %q: %+v", seg, rt)
+		}
+		rt = parseRoute("/admin/locks/" + seg)
+		if rt.kind != routeLock || rt.key != seg {
+			t.Fatalf("route of %q: %+v", seg, rt)
+		}
+		got, err = pathKey(seg)
+		if err != nil || got != k {
+			t.Fatalf("pathKey(%q) = %q, %v", seg, got, err)
+		}
+		if strings.Contains(seg, "/") || seg == "." || seg == ".." {
+			t.Fatalf("segment %q", seg)
+		}
+		if u, err := url.Parse("/admin/locks/" + seg); err != nil || u.EscapedPath() != "/admin/locks/"+seg {
+			t.Fatalf("%q does not survive URL parsing: %v %v", seg, u, err)
+		}
+	})
+}
+
+func TestParseRoute(t *testing.T) {
+	for p, want := range map[string]route{
+		"":                                {kind: routeIndex, tail: 1},
+		"/":                               {kind: routeIndex, tail: 1},
+		"/admin/":                         {kind: routeIndex, tail: 1},
+		"/admin":                          {kind: routeRedirect},
+		"/admin/locks":                    {kind: routeList, tail: 1},
+		"locks":                           {kind: routeList, tail: 1},
+		"/admin/locks/":                   {kind: routeIndex, tail: 1},
+		"/admin/locks/k":                  {kind: routeLock, key: "k", tail: 2},
+		"/admin/locks/k/release":          {kind: routeRelease, key: "k", tail: 3},
+		"/admin/locks/release":            {kind: routeRedirect}, // the key release is %72elease
+		"/admin/locks/%72elease":          {kind: routeLock, key: "%72elease", tail: 2},
+		"/admin/locks/%6Cocks/release":    {kind: routeRelease, key: "%6Cocks", tail: 3},
+		"/debug/locks/locks":              {kind: routeList, tail: 1},
+		"/debug/locks/locks/k":            {kind: routeLock, key: "k", tail: 2},
+		"/debug/locks/locks/k/release":    {kind: routeRelease, key: "k", tail: 3},
+		"/admin/locks/k/release/":         {kind: routeIndex, tail: 1},
+		"/admin/locks/sku:a%2Fb/release":  {kind: routeRelease, key: "sku:a%2Fb", tail: 3},
+		"/admin/locks//release":           {kind: routeRedirect},
+		"/admin/other":                    {kind: routeRedirect},
+		"/admin/locks/k/release/x":        {kind: routeRedirect},
+		"/admin/locks/k/other":            {kind: routeRedirect},
+		"/admin/locks/productID:42?x=1#y": {kind: routeLock, key: "productID:42?x=1#y", tail: 2},
+	} {
+		if got := parseRoute(p); got != want {
+			t.Errorf("parseRoute(%q) = %+v, want %+v", p, got, want)
+		}
+	}
+}
