@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -155,5 +156,25 @@ func TestFloorExcludes(t *testing.T) {
 	}
 	if n := cmds.Load(); n == 0 || n >= 16*50 {
 		t.Fatalf("%d PUBLISHes for %d sections: want one per hand-over, none when the key was free", n, 16*50)
+	}
+}
+
+// TestW2Fairness checks min/max share and Jain's index on completions per
+// goroutine that are equal, skewed and starved.
+func TestW2Fairness(t *testing.T) {
+	for _, c := range []struct {
+		perG         []int64
+		minMax, jain float64
+	}{
+		{[]int64{5, 5, 5, 5}, 1, 1},
+		{[]int64{0, 0, 0, 8}, 0, 0.25},
+		{[]int64{1, 3}, 1.0 / 3, 16.0 / 20},
+		{[]int64{0, 0}, 0, 0},
+		{nil, 0, 0},
+	} {
+		r := W2Result{PerG: c.perG}
+		if f, j := r.Fairness(), r.Jain(); f != c.minMax || math.Abs(j-c.jain) > 1e-12 {
+			t.Errorf("%v: min/max %v Jain %v, want %v %v", c.perG, f, j, c.minMax, c.jain)
+		}
 	}
 }

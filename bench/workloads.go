@@ -103,6 +103,21 @@ func (r W2Result) Fairness() float64 {
 	return float64(lo) / float64(hi)
 }
 
+// Jain returns Jain's fairness index of the completions per goroutine,
+// (Σx)² / (n·Σx²): 1 when every goroutine completed as many sections as the
+// others, 1/n when one completed them all, 0 when none completed any.
+func (r W2Result) Jain() float64 {
+	var sum, sq float64
+	for _, n := range r.PerG {
+		sum += float64(n)
+		sq += float64(n) * float64(n)
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(r.PerG)) * sq)
+}
+
 // RunW2 runs goroutines that take key (blocking), spend section inside and
 // release, until dur has passed. Attempts still waiting then are cut off.
 func RunW2(m Mutexer, goroutines int, section, dur time.Duration, key string) W2Result {
