@@ -10,6 +10,12 @@
 // one process and spread over several; W3 hand-over latency from release to
 // the next waiter holding, waiter in the same and in another process.
 //
+// With -json FILE it also writes every result (each run's value and the
+// median, per workload, library and configuration, W2's per-waiter
+// completions and fairness, W3's p50/p90/p99/max) and the run's metadata as
+// JSON in the schema of package github.com/routelock/lock/bench/results,
+// which cmd/lockchart draws. The text output is the same with or without it.
+//
 // W2's one-process rows with sections also show floor-publish, which is not a
 // lock: its waiters queue in memory and each hand-over is one PUBLISH. It is
 // the most a lock whose waiters learn of a hand-over from Redis can reach on
@@ -30,6 +36,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/bench"
+	"github.com/routelock/lock/bench/results"
 	"github.com/routelock/lock/internal/redistest"
 )
 
@@ -42,6 +49,8 @@ func main() {
 		procs    = flag.Int("procs", 4, "processes for the multi-process W2")
 		libsFlag = flag.String("libs", "", "comma-separated library names (default: all)")
 		wFlag    = flag.String("w", "W1,W2,W3", "workloads to run")
+		jsonPath = flag.String("json", "", "also write every result, per run and median, with the run's metadata to this file as JSON (schema: package bench/results)")
+		comment  = flag.String("comment", "", "free text recorded in the -json metadata, e.g. the machine")
 		child    = flag.Bool("child", false, "internal: run as a worker process")
 		libName  = flag.String("lib", "", "internal: the worker's library")
 	)
@@ -53,6 +62,12 @@ func main() {
 		}
 		return
 	}
+	meta := newMeta(flag.CommandLine, *runs, *comment)
+	if *jsonPath != "" {
+		if err := checkDir(*jsonPath); err != nil {
+			fail(err)
+		}
+	}
 	if *addr == "" {
 		srv, err := redistest.Start()
 		if err != nil {
@@ -60,7 +75,9 @@ func main() {
 		}
 		defer srv.Stop()
 		*addr = srv.Addr
+		meta.RedisStarted = true
 	}
+	meta.RedisVersion = redisVersion(*addr)
 	libs := bench.Libs()
 	if *libsFlag != "" {
 		libs = nil
@@ -72,7 +89,7 @@ func main() {
 			libs = append(libs, l)
 		}
 	}
-	r := &runner{addr: *addr, dur: *dur, handoffs: *handoffs, procs: *procs, res: map[string][]float64{}}
+	r := &runner{addr: *addr, dur: *dur, handoffs: *handoffs, procs: *procs, res: map[string][]float64{}, perG: map[string][][]int64{}}
 	ws := *wFlag
 	fmt.Fprintf(os.Stderr, "lockbench: %d runs on %s, %v per measurement\n", *runs, *addr, *dur)
 	for run := 1; run <= *runs; run++ {
@@ -84,6 +101,12 @@ func main() {
 		}
 	}
 	r.report(os.Stdout, libs, ws, *runs)
+	if *jsonPath != "" {
+		if err := results.WriteFile(*jsonPath, r.jsonReport(meta, libs, ws)); err != nil {
+			fail(err)
+		}
+		fmt.Fprintf(os.Stderr, "lockbench: results written to %s\n", *jsonPath)
+	}
 }
 
 func fail(err error) {
@@ -97,6 +120,7 @@ type runner struct {
 	handoffs int
 	procs    int
 	res      map[string][]float64 // "lib|metric" -> one value per run
+	perG     map[string][][]int64 // "lib|W2/config" -> per run, completions per goroutine
 }
 
 func (r *runner) add(lib, metric string, v float64) {
@@ -165,21 +189,7 @@ func (r *runner) all(lib bench.Lib, ws string, run int) error {
 				res = bench.RunW2(m, c.goroutines, c.section, r.dur, key)
 				res.Cmds = cmds.Load()
 			}
-			p := lib.Name
-			n := "W2/" + c.name
-			r.add(p, n+"/rate", res.PerSec())
-			if ideal := res.Ideal(); ideal > 0 {
-				r.add(p, n+"/ideal", res.PerSec()/ideal)
-			}
-			r.add(p, n+"/p50", ms(res.Wait(0.5)))
-			r.add(p, n+"/p99", ms(res.Wait(0.99)))
-			r.add(p, n+"/max", ms(res.Wait(1)))
-			r.add(p, n+"/fair", res.Fairness())
-			r.add(p, n+"/minmax", float64(slices.Min(res.PerG))*1e6+float64(slices.Max(res.PerG)))
-			if res.Sections > 0 {
-				r.add(p, n+"/cmds", float64(res.Cmds)/float64(res.Sections))
-			}
-			r.add(p, n+"/errors", float64(res.Errors))
+			r.addW2(lib.Name, c, res)
 		}
 	}
 	if strings.Contains(ws, "W3") && !lib.Floor {
@@ -193,16 +203,44 @@ func (r *runner) all(lib bench.Lib, ws string, run int) error {
 		if err != nil {
 			return fmt.Errorf("W3 local: %w", err)
 		}
-		r.add(lib.Name, "W3/local/p50", ms(bench.Quantile(hs, 0.5)))
-		r.add(lib.Name, "W3/local/p99", ms(bench.Quantile(hs, 0.99)))
+		r.addW3(lib.Name, "W3/local", hs)
 		hs, err = r.remoteW3(lib, m, "w3r-"+tag)
 		if err != nil {
 			return fmt.Errorf("W3 remote: %w", err)
 		}
-		r.add(lib.Name, "W3/remote/p50", ms(bench.Quantile(hs, 0.5)))
-		r.add(lib.Name, "W3/remote/p99", ms(bench.Quantile(hs, 0.99)))
+		r.addW3(lib.Name, "W3/remote", hs)
 	}
 	return nil
+}
+
+// addW2 records one run of W2 configuration c.
+func (r *runner) addW2(p string, c w2Config, res bench.W2Result) {
+	n := "W2/" + c.name
+	r.add(p, n+"/rate", res.PerSec())
+	if ideal := res.Ideal(); ideal > 0 {
+		r.add(p, n+"/ideal", res.PerSec()/ideal)
+	}
+	r.add(p, n+"/p50", ms(res.Wait(0.5)))
+	r.add(p, n+"/p99", ms(res.Wait(0.99)))
+	r.add(p, n+"/max", ms(res.Wait(1)))
+	r.add(p, n+"/fair", res.Fairness())
+	r.add(p, n+"/minmax", float64(slices.Min(res.PerG))*1e6+float64(slices.Max(res.PerG)))
+	r.add(p, n+"/minc", float64(slices.Min(res.PerG)))
+	r.add(p, n+"/maxc", float64(slices.Max(res.PerG)))
+	r.add(p, n+"/jain", res.Jain())
+	r.perG[p+"|"+n] = append(r.perG[p+"|"+n], slices.Clone(res.PerG))
+	if res.Sections > 0 {
+		r.add(p, n+"/cmds", float64(res.Cmds)/float64(res.Sections))
+	}
+	r.add(p, n+"/errors", float64(res.Errors))
+}
+
+// addW3 records the quantiles of one run's hand-over latencies.
+func (r *runner) addW3(lib, n string, hs []time.Duration) {
+	r.add(lib, n+"/p50", ms(bench.Quantile(hs, 0.5)))
+	r.add(lib, n+"/p90", ms(bench.Quantile(hs, 0.9)))
+	r.add(lib, n+"/p99", ms(bench.Quantile(hs, 0.99)))
+	r.add(lib, n+"/max", ms(bench.Quantile(hs, 1)))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
