@@ -45,6 +45,9 @@ func (r *recorder) Ended(ctx context.Context, key lockcore.Key, held, release ti
 	case !errors.Is(cause, lockcore.ErrLockLost):
 		what = fmt.Sprintf("cause %v", cause)
 	}
+	if what != "released" && ctx.Err() != nil {
+		what += " after its context ended" // too late to record on the request's span
+	}
 	if held < 0 || release < 0 || what != "released" && release != 0 {
 		what += fmt.Sprintf(" (held %v, release %v)", held, release)
 	}
@@ -85,8 +88,8 @@ func wantUnordered(t *testing.T, r *recorder, want ...string) {
 // release, a wait granted by a release (woken by message), a wait that ran
 // out (woken by its timer), a wait given up by its context, a token
 // re-entry (a hold of its own) and a loss of both entries to Lose and to
-// LoseWith(ErrRevoked), with the lease's context; in-memory re-entries and
-// releases of lost entries report nothing.
+// LoseWith(ErrRevoked), with the lease's context while it is still live;
+// in-memory re-entries and releases of lost entries report nothing.
 func TestEvents(t *testing.T) {
 	var r recorder
 	e := &fakeengine.Engine{Events: &r}

@@ -61,8 +61,10 @@ type Engine struct {
 	// fresh hold (a fresh acquisition, or a token re-entry, which is a hold
 	// of its own) is released or lost. The fake never renews, so Renewed is
 	// never called. Waiting(key, +1) is called with the engine's lock held,
-	// so that a waiter is counted before Waiters or Await can see it; the
-	// other calls are made without it. Set it before the first Acquire.
+	// so that a waiter is counted before Waiters or Await can see it, and
+	// so is Ended of a loss, before the lease's context is cancelled (see
+	// LoseWith); the other calls are made without it. Set it before the
+	// first Acquire.
 	Events lockcore.Events
 
 	mu      sync.Mutex
@@ -92,10 +94,10 @@ type hold struct {
 	e     *Engine
 	ks    *keyState
 	ls    *lockcore.Lease
-	start time.Time   // when it was taken, for Events.Ended
-	lost  atomic.Bool // read by Check without the mutex
-	done  bool        // released or lost; guarded by e.mu
-	quiet bool        // given back before Acquire returned it: no Events.Ended; guarded by e.mu
+	start time.Time             // when it was taken, for Events.Ended
+	lost  atomic.Pointer[error] // the cause of its loss; read by Check without the mutex
+	done  bool                  // released or lost; guarded by e.mu
+	quiet bool                  // given back before Acquire returned it: no Events.Ended; guarded by e.mu
 }
 
 // waiter is one blocked acquisition.
@@ -278,10 +280,11 @@ func (e *Engine) notify() {
 	}
 }
 
-// Check implements lockcore.Hold: nil until Lose took the hold away.
+// Check implements lockcore.Hold: nil until Lose or LoseWith took the hold
+// away, then the cause it was taken away with.
 func (h *hold) Check() error {
-	if h.lost.Load() {
-		return ErrLost
+	if cause := h.lost.Load(); cause != nil {
+		return *cause
 	}
 	return nil
 }
@@ -324,8 +327,10 @@ func (e *Engine) Lose(key lockcore.Key) bool { return e.LoseWith(key, ErrLost) }
 
 // LoseWith is Lose with cause in place of ErrLost: lockcore.ErrRevoked, or
 // an error wrapping it, plays a force-release (lockcore.Operator.Revoke).
-// Events is told of each entry's end, with cause, after the key changed
-// hands.
+// Events is told of each entry's end, with cause, with the engine's lock
+// held and before the entry's lease contexts are cancelled: a handler that
+// returns when its context ends has not yet returned, so the request's
+// span is still open for what Events records on it.
 //
 // Panics if cause does not match lockcore.ErrLockLost.
 func (e *Engine) LoseWith(key lockcore.Key, cause error) bool {
@@ -333,25 +338,21 @@ func (e *Engine) LoseWith(key lockcore.Key, cause error) bool {
 		panic(fmt.Sprintf("fakeengine: LoseWith(%v): the cause must match lockcore.ErrLockLost", cause))
 	}
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	ks := e.keys[key]
 	if ks == nil || ks.token == "" {
-		e.mu.Unlock()
 		return false
 	}
-	lost := slices.Clone(ks.entries)
-	for _, h := range lost {
+	end := time.Now()
+	for _, h := range ks.entries {
+		if ev := e.Events; ev != nil {
+			ev.Ended(h.ls.Context(), key, end.Sub(h.start), 0, cause, nil)
+		}
 		h.done = true
-		h.lost.Store(true)
+		h.lost.Store(&cause)
 		lockcore.Lose(h.ls, cause)
 	}
 	e.free(ks)
-	e.mu.Unlock()
-	if ev := e.Events; ev != nil {
-		end := time.Now()
-		for _, h := range lost {
-			ev.Ended(h.ls.Context(), key, end.Sub(h.start), 0, cause, nil)
-		}
-	}
 	return true
 }
 
