@@ -25,8 +25,9 @@ const (
 	DefaultLimit = 100
 	// MaxLimit is the most locks one list request may ask for.
 	MaxLimit = 1000
-	// MaxReasonLen is the longest reason a force-release accepts, in bytes.
-	MaxReasonLen = 1024
+	// MaxReasonLen is the longest reason a force-release accepts, in
+	// bytes: what the Redis engine keeps in its audit record.
+	MaxReasonLen = 256
 	// maxBody bounds the body of a release request.
 	maxBody = 64 << 10
 	// maxPrefixLen bounds the prefix of a list request.

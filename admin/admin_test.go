@@ -277,7 +277,7 @@ func TestRelease(t *testing.T) {
 		{"empty reason", "POST", "/admin/locks/orderID:7/release", `{"reason": " \t "}`, ct, 400, "reason is required"},
 		{"reason not a string", "POST", "/admin/locks/orderID:7/release", `{"reason": 5}`, ct, 400, "reason"},
 		{"control character", "POST", "/admin/locks/orderID:7/release", `{"reason": "a\u0000b"}`, ct, 400, "control"},
-		{"overlong reason", "POST", "/admin/locks/orderID:7/release", `{"reason": "` + strings.Repeat("x", 1025) + `"}`, ct, 400, "longer"},
+		{"overlong reason", "POST", "/admin/locks/orderID:7/release", `{"reason": "` + strings.Repeat("x", admin.MaxReasonLen+1) + `"}`, ct, 400, "longer"},
 		{"no body", "POST", "/admin/locks/orderID:7/release", ``, nil, 400, "reason is required"},
 		{"empty form", "POST", "/admin/locks/orderID:7/release", `reason=`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 400, "reason is required"},
 		{"reason in the query only", "POST", "/admin/locks/orderID:7/release?reason=x", `{}`, ct, 400, "reason is required"},
@@ -409,7 +409,7 @@ func TestPage(t *testing.T) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
-	if i, j := strings.Index(body, "9b8c7d6e5f403122</code> <span"), strings.Index(body, "e1a2b3c4d5e6f708</code> <span"); i < 0 || j < i {
+	if i, j := strings.Index(body, "9b8c7d6e5f403122</code><br><span"), strings.Index(body, "e1a2b3c4d5e6f708</code><br><span"); i < 0 || j < i {
 		t.Errorf("waiters not in order (%d, %d)", i, j)
 	}
 	if strings.Count(body, `<form class="release"`) != 2 {

@@ -2,10 +2,12 @@ package admin
 
 import (
 	"bytes"
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -81,6 +83,25 @@ func (p *page) Stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05.000 UTC")
 }
 
+// Summary counts the locks shown, those held and their waiters.
+func (p *page) Summary() string {
+	held, waiting := 0, 0
+	for _, l := range p.Locks {
+		if l.Held {
+			held++
+		}
+		waiting += len(l.Waiters)
+	}
+	return fmt.Sprintf("%s, %d held, %s", plural(len(p.Locks), "lock"), held, plural(waiting, "waiter"))
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
 // StatusText names the page's status.
 func (p *page) StatusText() string { return http.StatusText(p.Status) }
 
@@ -96,7 +117,7 @@ func human(d time.Duration) string {
 	case d < time.Hour:
 		return d.Round(time.Second).String()
 	}
-	return d.Round(time.Minute).String()
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
 }
 
 // csp allows the page its inline style and nothing else: no script, no
@@ -150,7 +171,8 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:now
 ol,ul{margin:2px 0 0;padding-left:18px}
 li{margin:0 0 2px}
 form.release{display:flex;gap:6px}
-form.release input{width:11em}
+form.release input{width:10em}
+button{white-space:nowrap}
 .flash,.error{padding:8px 12px;border-radius:4px;margin:0 0 14px}
 .flash{background:#ecfdf3;border:1px solid #75e0a7}
 .error{background:#fef3f2;border:1px solid #fda29b}
@@ -167,7 +189,7 @@ footer{margin-top:14px;font-size:12px}
 </form>
 {{with .Error}}<p class="error" role="alert">{{$.Status}} {{$.StatusText}}: {{.}}</p>{{end}}
 {{with .Released}}<p class="flash" role="status">Force-released <code>{{.Key}}</code>, held by owner <code>{{.Owner}}</code> with fence {{.Fence}}; the key's fencing counter is now {{.NewFence}}. Reason: {{.Reason}}</p>{{end}}
-{{if .Locks}}
+{{if .Locks}}{{if not .Single}}<p class="mute">{{.Summary}}</p>{{end}}
 <table>
 <thead><tr><th>Key</th><th>Holder</th><th class="num">Fence</th><th class="num">TTL</th><th>Waiters, in order</th><th>Force-releases</th><th></th></tr></thead>
 <tbody>
@@ -175,12 +197,12 @@ footer{margin-top:14px;font-size:12px}
 <td><a href="{{$.Root}}locks/{{$.Path .Key}}"><code>{{.Key}}</code></a></td>
 <td>{{range .Holders}}<code title="owner digest">{{.Owner}}</code>{{if gt .Count 1}} ×{{.Count}}{{end}}
 <div class="mute">{{range $i, $x := .Instances}}{{if $i}}, {{end}}<code>{{$x}}</code>{{end}}</div>
-<div class="mute" title="{{$.Stamp .Since}}">since {{$.Ago .Since}}</div>{{else}}<span class="mute">free</span>{{end}}</td>
+{{if not .Since.IsZero}}<div class="mute" title="{{$.Stamp .Since}}">since {{$.Ago .Since}}</div>{{end}}{{else}}<span class="mute">free</span>{{end}}</td>
 <td class="num">{{if .Held}}{{.Fence}}{{else}}–{{end}}<div class="mute">last {{.LastFence}}</div></td>
 <td class="num">{{if .Held}}{{$.Millis .TTLMillis}}{{else}}–{{end}}</td>
-<td>{{with .Waiters}}{{len .}} waiting<ol>{{range .}}<li><code>{{.Instance}}</code> <span class="mute" title="queued {{$.Stamp .Since}}, deadline {{$.Stamp .Deadline}}">queued {{$.Ago .Since}}, gives up {{$.In .Deadline}}</span></li>{{end}}</ol>{{else}}<span class="mute">none</span>{{end}}</td>
+<td>{{with .Waiters}}{{len .}} waiting<ol>{{range .}}<li><code>{{.Instance}}</code><br><span class="mute" title="queued {{$.Stamp .Since}}, deadline {{$.Stamp .Deadline}}">queued {{$.Ago .Since}}, gives up {{$.In .Deadline}}</span></li>{{end}}</ol>{{else}}<span class="mute">none</span>{{end}}</td>
 <td>{{with .Audit}}<ul>{{range .}}<li><span title="{{$.Stamp .At}}">{{$.Ago .At}}</span>: {{.Reason}} <span class="mute">(owner <code>{{.Owner}}</code>, fence {{.Fence}} → {{.NewFence}})</span></li>{{end}}</ul>{{else}}<span class="mute">none</span>{{end}}</td>
-<td>{{if .Held}}<form class="release" method="post" action="{{$.Root}}locks/{{$.Path .Key}}/release"><input type="text" name="reason" required maxlength="1024" placeholder="reason" aria-label="reason to release {{.Key}}"><button class="danger" type="submit">Force release</button></form>{{end}}</td>
+<td>{{if .Held}}<form class="release" method="post" action="{{$.Root}}locks/{{$.Path .Key}}/release"><input type="text" name="reason" required maxlength="256" placeholder="reason" aria-label="reason to release {{.Key}}"><button class="danger" type="submit">Force release</button></form>{{end}}</td>
 </tr>
 {{end}}</tbody>
 </table>
