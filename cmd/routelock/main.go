@@ -1,0 +1,388 @@
+// Command routelock lists, inspects and force-releases the locks that
+// routelock's Redis engine keeps, from a shell.
+//
+// Usage:
+//
+//	routelock [flags] ls [PREFIX]
+//	routelock [flags] inspect KEY
+//	routelock [flags] release KEY -reason TEXT
+//
+// ls lists the locks held or awaited whose key starts with PREFIX (an
+// escaped key prefix such as productID:), in key order; inspect shows one
+// lock: its holder, fencing tokens, lease, waiters in order and its latest
+// force-releases; release force-releases the hold of KEY, whoever holds it,
+// and keeps the reason in the key's audit record. The holder's lease
+// context is cancelled with cause lockcore.ErrRevoked (at its next renewal
+// at the latest), and the next waiter gets the lock with a greater fencing
+// token. KEY is a key as ls prints it, such as productID:42; its parts
+// are escaped as lockcore.NewKey escapes them (%3A for ':').
+//
+// The Redis is the one REDIS_URL names, in redis.ParseURL syntax
+// (redis://[user:password@]host:6379/0, rediss:// for TLS,
+// unix:///path/to/redis.sock), as for lock.Default; redis://localhost:6379/0
+// when it is unset. No message repeats the URL's password.
+//
+// Flags, before or after the command:
+//
+//	-json           print JSON (admin.List, admin.Lock, admin.Revocation) instead of a table
+//	-prefix P       the engine's Redis key prefix (redisengine.Options.Prefix), default "routelock:"
+//	-timeout D      give up after D (default 10s)
+//	-limit N        ls: show at most N locks (default 1000; 0: all)
+//	-reason TEXT    release: why (required)
+//
+// Exit status: 0 done, 1 an error (Redis unreachable, say), 2 a usage
+// error, 3 release of a lock nobody holds.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
+)
+
+func main() {
+	redis.SetLogger(quiet{}) // the errors say what went wrong, once
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// quiet is a go-redis logger that logs nothing.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitError   = 1
+	exitUsage   = 2
+	exitNotHeld = 3
+)
+
+const (
+	defaultURL    = "redis://localhost:6379/0"
+	defaultPrefix = "routelock:" // redisengine's default Prefix
+	defaultLimit  = 1000
+)
+
+const usage = `usage: routelock [flags] ls [PREFIX]
+       routelock [flags] inspect KEY
+       routelock [flags] release KEY -reason TEXT
+
+Lists, inspects and force-releases routelock's locks in the Redis that
+REDIS_URL names (redis://[user:password@]host:6379/0; default
+redis://localhost:6379/0). KEY is a key as ls prints it, such as
+productID:42. Flags may come before or after the command.
+
+Exit status: 0 done, 1 error, 2 usage, 3 release of a lock nobody holds.
+
+Flags:
+`
+
+// options are the command line's flags.
+type options struct {
+	json    bool
+	prefix  string
+	timeout time.Duration
+	limit   int
+	reason  string
+}
+
+// flags returns the flag set of cmd ("" before the command), bound to o.
+func flags(cmd string, o *options, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("routelock", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.BoolVar(&o.json, "json", o.json, "print JSON instead of a table")
+	fs.StringVar(&o.prefix, "prefix", o.prefix, "the engine's Redis key `prefix`")
+	fs.DurationVar(&o.timeout, "timeout", o.timeout, "give up after this `duration`")
+	if cmd == "" || cmd == "ls" {
+		fs.IntVar(&o.limit, "limit", o.limit, "ls: show at most `n` locks (0: all)")
+	}
+	if cmd == "" || cmd == "release" {
+		fs.StringVar(&o.reason, "reason", o.reason, "release: why, kept in the audit record (required)")
+	}
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}
+
+// parse parses args with fs, flags and operands mixed, and returns the
+// operands. Everything after "--" is an operand.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return operands, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(operands, rest...), nil
+		}
+		operands = append(operands, rest[0])
+		args = rest[1:]
+	}
+}
+
+// run is the command: args without the program's name, env for the
+// environment. It returns the exit status.
+func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
+	o := options{prefix: defaultPrefix, timeout: 10 * time.Second, limit: defaultLimit}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "routelock: "+format+"\n", a...)
+		fmt.Fprintln(stderr, "run routelock -h for help")
+		return exitUsage
+	}
+
+	// Flags before the command, then the command's own and its operands.
+	global := flags("", &o, stderr)
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			global.Usage()
+			return exitOK
+		}
+		return usageErr("%v", err)
+	}
+	rest := global.Args()
+	if len(rest) == 0 {
+		return usageErr("no command: want ls, inspect or release")
+	}
+	cmd := rest[0]
+	switch cmd {
+	case "ls", "inspect", "release":
+	case "help":
+		global.Usage()
+		return exitOK
+	default:
+		return usageErr("unknown command %q: want ls, inspect or release", clean(cmd))
+	}
+	fs := flags(cmd, &o, stderr)
+	operands, err := parse(fs, rest[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+			return exitOK
+		}
+		return usageErr("%s: %v", cmd, err)
+	}
+	if o.timeout <= 0 {
+		return usageErr("-timeout must be positive")
+	}
+	if o.limit < 0 {
+		return usageErr("-limit must not be negative")
+	}
+
+	// The operands, checked before connecting.
+	var key lockcore.Key
+	switch cmd {
+	case "ls":
+		if len(operands) > 1 {
+			return usageErr("ls takes at most one PREFIX, not %d operands", len(operands))
+		}
+	case "inspect", "release":
+		if len(operands) != 1 {
+			return usageErr("%s takes one KEY, not %d operands", cmd, len(operands))
+		}
+		if key, err = parseKey(operands[0]); err != nil {
+			return usageErr("%s: %v", cmd, err)
+		}
+	}
+	if cmd == "release" {
+		o.reason = strings.TrimSpace(o.reason)
+		switch {
+		case o.reason == "":
+			return usageErr("release needs -reason TEXT: why the lock is force-released, kept in its audit record")
+		case len(o.reason) > admin.MaxReasonLen:
+			return usageErr("-reason is longer than %d bytes", admin.MaxReasonLen)
+		case !utf8.ValidString(o.reason) || strings.IndexFunc(o.reason, unicode.IsControl) >= 0:
+			return usageErr("-reason must be UTF-8 text without control characters")
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	op, where, closeOp, err := open(env, o.prefix)
+	if err != nil {
+		fmt.Fprintf(stderr, "routelock: %v\n", err)
+		return exitError
+	}
+	defer closeOp()
+	fail := func(err error) int {
+		switch {
+		case errors.Is(err, lockcore.ErrNotHeld):
+			fmt.Fprintf(stderr, "routelock: %s is not held\n", key)
+			return exitNotHeld
+		case errors.Is(err, lockcore.ErrMisconfigured):
+			fmt.Fprintf(stderr, "routelock: Redis at %s refuses the engine (check REDIS_URL's password and database): %v\n", where, err)
+		case errors.Is(err, lockcore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+			fmt.Fprintf(stderr, "routelock: Redis at %s is unavailable: %v\n", where, err)
+		default:
+			fmt.Fprintf(stderr, "routelock: %v\n", err)
+		}
+		return exitError
+	}
+
+	out := newPrinter(stdout, timeNow())
+	switch cmd {
+	case "ls":
+		prefix := ""
+		if len(operands) == 1 {
+			prefix = operands[0]
+		}
+		infos, more, err := op.List(ctx, prefix, o.limit)
+		if err != nil {
+			return fail(err)
+		}
+		if o.json {
+			l := admin.List{Locks: make([]admin.Lock, len(infos)), More: more}
+			for i, in := range infos {
+				l.Locks[i] = admin.FromInfo(in)
+			}
+			return writeJSON(stdout, stderr, l)
+		}
+		out.list(infos)
+		if more {
+			fmt.Fprintf(stderr, "routelock: more locks than -limit %d: narrow the prefix or raise the limit\n", o.limit)
+		}
+	case "inspect":
+		in, err := op.Inspect(ctx, key)
+		if err != nil {
+			return fail(err)
+		}
+		if in.Key == "" {
+			in.Key = key.String()
+		}
+		if o.json {
+			return writeJSON(stdout, stderr, admin.FromInfo(in))
+		}
+		out.lock(in)
+	case "release":
+		rev, err := op.Revoke(ctx, key, o.reason)
+		if err != nil {
+			return fail(err)
+		}
+		if rev.Key == "" {
+			rev.Key = key.String()
+		}
+		if o.json {
+			return writeJSON(stdout, stderr, admin.FromRevocation(rev))
+		}
+		out.revocation(rev)
+	}
+	if err := out.err(); err != nil {
+		fmt.Fprintf(stderr, "routelock: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func writeJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(stderr, "routelock: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+// timeNow is the clock the human output's "ago" and "in" read. Tests
+// replace it.
+var timeNow = time.Now
+
+// open returns the Operator of a Redis engine with the given key prefix on
+// the Redis of REDIS_URL, a description of that Redis without its password,
+// and a function that closes both. Tests replace it.
+var open = openRedis
+
+func openRedis(env func(string) string, prefix string) (lockcore.Operator, string, func(), error) {
+	raw := env("REDIS_URL")
+	if raw == "" {
+		raw = defaultURL
+	}
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL, password and all
+		}
+		msg := scrub(err.Error(), raw)
+		return nil, "", nil, fmt.Errorf("REDIS_URL is not a Redis URL (%s): want redis://[user:password@]host:6379/0, rediss:// for TLS, or unix:///path/to/redis.sock", msg)
+	}
+	// Calls stop at the context's deadline (-timeout), not after the
+	// client's own retries.
+	opt.ContextTimeoutEnabled = true
+	where := opt.Addr
+	if opt.Network == "unix" {
+		where = "unix:" + opt.Addr
+	}
+	rdb := redis.NewClient(opt)
+	e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, "", nil, fmt.Errorf("-prefix: %s", scrub(err.Error(), raw))
+	}
+	closeAll := func() {
+		_ = e.Close()
+		_ = rdb.Close()
+	}
+	op, ok := any(e).(lockcore.Operator)
+	if !ok {
+		closeAll()
+		return nil, "", nil, errors.New("this build's Redis engine cannot list, inspect or release locks (it does not implement lockcore.Operator)")
+	}
+	return op, where, closeAll, nil
+}
+
+// scrub removes the user information of the URL raw from msg: a message
+// built from a Redis URL must not show its password.
+func scrub(msg, raw string) string {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return msg
+	}
+	rest := raw[i+3:]
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return msg
+	}
+	userinfo := rest[:at]
+	secrets := []string{userinfo}
+	if _, pw, ok := strings.Cut(userinfo, ":"); ok && len(pw) >= 3 {
+		secrets = append(secrets, pw)
+		if u, err := url.PathUnescape(pw); err == nil && u != pw {
+			secrets = append(secrets, u)
+		}
+	}
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	return msg
+}

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// fakeOp is an in-memory lockcore.Operator.
+type fakeOp struct {
+	mu      sync.Mutex
+	locks   map[string]lockcore.Info
+	err     error
+	prefix  string
+	limit   int
+	reasons []string
+}
+
+func (f *fakeOp) List(_ context.Context, prefix string, limit int) ([]lockcore.Info, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.prefix, f.limit = prefix, limit
+	if f.err != nil {
+		return nil, false, f.err
+	}
+	var keys []string
+	for k := range f.locks {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	more := limit > 0 && len(keys) > limit
+	if more {
+		keys = keys[:limit]
+	}
+	var out []lockcore.Info
+	for _, k := range keys {
+		out = append(out, f.locks[k])
+	}
+	return out, more, nil
+}
+
+func (f *fakeOp) Inspect(_ context.Context, key lockcore.Key) (lockcore.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return lockcore.Info{}, f.err
+	}
+	return f.locks[key.String()], nil // the zero Info, without its key, for a free lock
+}
+
+func (f *fakeOp) Revoke(_ context.Context, key lockcore.Key, reason string) (lockcore.Revocation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reasons = append(f.reasons, reason)
+	if f.err != nil {
+		return lockcore.Revocation{}, f.err
+	}
+	in, ok := f.locks[key.String()]
+	if !ok || !in.Held() {
+		return lockcore.Revocation{}, fmt.Errorf("fake: %w", lockcore.ErrNotHeld)
+	}
+	delete(f.locks, key.String())
+	return lockcore.Revocation{Key: in.Key, Owner: in.Holders[0].Owner, Fence: in.Fence, NewFence: in.Fence + 1, Reason: reason}, nil
+}
+
+var now = time.Now()
+
+func sampleOp() *fakeOp {
+	return &fakeOp{locks: map[string]lockcore.Info{
+		"productID:42": {
+			Key:       "productID:42",
+			Holders:   []lockcore.Holder{{Owner: "3f9a1c2e", Count: 2, Instances: []string{"e1a2b3c4d5e6f708"}, Since: now.Add(-1500 * time.Millisecond)}},
+			Fence:     1017,
+			LastFence: 1019,
+			TTL:       8250 * time.Millisecond,
+			Waiters: []lockcore.Waiter{
+				{Instance: "9b8c7d6e5f403122", Since: now.Add(-time.Second), Deadline: now.Add(4 * time.Second)},
+				{Instance: "e1a2b3c4d5e6f708", Since: now.Add(-500 * time.Millisecond), Deadline: now.Add(1500 * time.Millisecond)},
+			},
+			Audit: []lockcore.Revocation{{Key: "productID:42", Owner: "77aa00bb", Fence: 1001, NewFence: 1002, Reason: "stuck\x1b[31m after deploy", At: now.Add(-time.Hour)}},
+		},
+		"orderID:1234567": {
+			Key:     "orderID:1234567",
+			Holders: []lockcore.Holder{{Owner: "c0ffee11", Count: 1, Instances: []string{"9b8c7d6e5f403122"}}},
+			Fence:   5, LastFence: 5, TTL: 2 * time.Second,
+		},
+		"cartID:9": {Key: "cartID:9", Waiters: []lockcore.Waiter{{Instance: "aaaa", Since: now, Deadline: now.Add(time.Second)}}},
+	}}
+}
+
+// withOp makes run use op instead of Redis, and counts the opens.
+func withOp(t *testing.T, op lockcore.Operator) *int {
+	t.Helper()
+	var opened int
+	saved := open
+	open = func(func(string) string, string) (lockcore.Operator, string, func(), error) {
+		opened++
+		return op, "127.0.0.1:6379", func() {}, nil
+	}
+	timeNow = func() time.Time { return now }
+	t.Cleanup(func() { open, timeNow = saved, time.Now })
+	return &opened
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runWith(t *testing.T, env map[string]string, args ...string) result {
+	t.Helper()
+	var out, errw strings.Builder
+	code := run(t.Context(), args, func(k string) string { return env[k] }, &out, &errw)
+	return result{code, out.String(), errw.String()}
+}
+
+func TestUsage(t *testing.T) {
+	opened := withOp(t, sampleOp())
+	for _, c := range []struct {
+		args []string
+		code int
+		err  string
+	}{
+		{nil, 2, "no command"},
+		{[]string{"frob"}, 2, `unknown command "frob"`},
+		{[]string{"release", "productID:42"}, 2, "release needs -reason"},
+		{[]string{"release", "productID:42", "--reason", " \t "}, 2, "release needs -reason"},
+		{[]string{"release", "productID:42", "--reason", "a\nb"}, 2, "control characters"},
+		{[]string{"release", "productID:42", "--reason", strings.Repeat("x", admin.MaxReasonLen+1)}, 2, "longer than 256"},
+		{[]string{"release", "--reason", "x"}, 2, "one KEY, not 0"},
+		{[]string{"inspect"}, 2, "one KEY, not 0"},
+		{[]string{"inspect", "a", "b"}, 2, "one KEY, not 2"},
+		{[]string{"inspect", "a::b"}, 2, "invalid key"},
+		{[]string{"inspect", "a:%zz"}, 2, "invalid key"},
+		{[]string{"ls", "a", "b"}, 2, "at most one PREFIX"},
+		{[]string{"ls", "-nope"}, 2, "flag provided but not defined: -nope"},
+		{[]string{"inspect", "-limit", "5", "k"}, 2, "not defined: -limit"},
+		{[]string{"-timeout", "0", "ls"}, 2, "-timeout must be positive"},
+		{[]string{"ls", "-limit", "-1"}, 2, "-limit must not be negative"},
+		{[]string{"-h"}, 0, "usage: routelock [flags] ls [PREFIX]"},
+		{[]string{"help"}, 0, "Exit status: 0 done, 1 error, 2 usage, 3 release of a lock nobody holds."},
+		{[]string{"release", "-h"}, 0, "-reason"},
+	} {
+		r := runWith(t, nil, c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.err) || r.stdout != "" {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q; want %d with %q", c.args, r.code, r.stderr, r.stdout, c.code, c.err)
+		}
+	}
+	if *opened != 0 {
+		t.Errorf("usage errors connected %d times", *opened)
+	}
+}
+
+// columns returns the byte offsets where each of the fields of line
+// starts, fields being separated by two or more spaces.
+func columns(line string) []int {
+	var at []int
+	for i := 0; i < len(line); i++ {
+		if line[i] != ' ' && (i == 0 || (i >= 2 && line[i-1] == ' ' && line[i-2] == ' ')) {
+			at = append(at, i)
+		}
+	}
+	return at
+}
+
+func TestOutput(t *testing.T) {
+	op := sampleOp()
+	withOp(t, op)
+
+	r := runWith(t, nil, "ls")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("ls: %d %q", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	want := []string{
+		"KEY              HOLDER    COUNT  FENCE  TTL    HELD FOR  WAITERS",
+		"cartID:9         -         -      -      -      -         1",
+		"orderID:1234567  c0ffee11  1      5      2s     -         0",
+		"productID:42     3f9a1c2e  2      1017   8.25s  1.5s      2",
+	}
+	if !slices.Equal(lines, want) {
+		t.Errorf("ls:\n%s\nwant:\n%s", r.stdout, strings.Join(want, "\n"))
+	}
+	for _, l := range lines[1:] {
+		if !slices.Equal(columns(l), columns(lines[0])) {
+			t.Errorf("misaligned: %q against %q", l, lines[0])
+		}
+	}
+	if op.prefix != "" || op.limit != 1000 {
+		t.Errorf("ls asked for %q, %d", op.prefix, op.limit)
+	}
+
+	// Flags after the command, a prefix, and a limit the locks exceed.
+	r = runWith(t, nil, "ls", "product", "-limit", "1")
+	if r.code != 0 || op.prefix != "product" || op.limit != 1 {
+		t.Errorf("ls product -limit 1: %d; asked for %q, %d", r.code, op.prefix, op.limit)
+	}
+	r = runWith(t, nil, "ls", "-limit", "2")
+	if r.code != 0 || !strings.Contains(r.stderr, "more locks than -limit 2") {
+		t.Errorf("ls -limit 2: %d %q", r.code, r.stderr)
+	}
+	r = runWith(t, nil, "ls", "nothing:")
+	if r.code != 0 || r.stdout != "no lock is held or awaited\n" {
+		t.Errorf("ls nothing: %d %q", r.code, r.stdout)
+	}
+
+	r = runWith(t, nil, "inspect", "productID:42")
+	if r.code != 0 {
+		t.Fatalf("inspect: %d %q", r.code, r.stderr)
+	}
+	for _, want := range []string{
+		"key:         productID:42\n",
+		"state:       held\n",
+		"holder:      3f9a1c2e, 2 acquisitions, on e1a2b3c4d5e6f708, since " + now.Add(-1500*time.Millisecond).UTC().Format("2006-01-02T15:04:05.000Z") + " (1.5s ago)\n",
+		"fence:       1017\n",
+		"ttl:         8.25s\n",
+		"last fence:  1019\n",
+		"waiters:     2\n",
+		"  #  INSTANCE          QUEUED     GIVES UP\n",
+		"  1  9b8c7d6e5f403122  1s ago     in 4s\n",
+		"  2  e1a2b3c4d5e6f708  500ms ago  in 1.5s\n",
+		"force-releases: 1\n",
+		"1001   1002       stuck\\x1b[31m after deploy\n", // no escape sequence reaches the terminal
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("inspect lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = runWith(t, nil, "inspect", "productID:43")
+	if r.code != 0 || r.stdout != "key:         productID:43\nstate:       free\nlast fence:  0\nwaiters:     0\nforce-releases: 0\n" {
+		t.Errorf("inspect free: %d\n%s", r.code, r.stdout)
+	}
+
+	// JSON, with -json before or after the command.
+	r = runWith(t, nil, "-json", "ls")
+	var l admin.List
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &l) != nil || len(l.Locks) != 3 || l.Locks[2].Holders[0].Owner != "3f9a1c2e" || l.Locks[2].TTLMillis != 8250 {
+		t.Errorf("-json ls: %d %s", r.code, r.stdout)
+	}
+	r = runWith(t, nil, "inspect", "productID:42", "-json")
+	var one admin.Lock
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &one) != nil || one.Key != "productID:42" || len(one.Waiters) != 2 || !strings.Contains(r.stdout, `"last_fence": 1019`) {
+		t.Errorf("inspect -json: %d %s", r.code, r.stdout)
+	}
+	r = runWith(t, nil, "inspect", "-json", "productID:43")
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &one) != nil || one.Key != "productID:43" || one.Held {
+		t.Errorf("inspect -json free: %d %s", r.code, r.stdout)
+	}
+
+	r = runWith(t, nil, "release", "--reason", "  wedged on payments ", "orderID:1234567")
+	if r.code != 0 || r.stdout != "released orderID:1234567: it was held by owner c0ffee11 with fence 5; the key's fencing counter is now 6\n" || op.reasons[0] != "wedged on payments" {
+		t.Errorf("release: %d %q %q; reasons %q", r.code, r.stdout, r.stderr, op.reasons)
+	}
+	r = runWith(t, nil, "release", "-json", "productID:42", "-reason=why")
+	var rev admin.Revocation
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rev) != nil || rev.Key != "productID:42" || rev.NewFence != 1018 || rev.Reason != "why" {
+		t.Errorf("release -json: %d %s", r.code, r.stdout)
+	}
+	// "--" ends the flags: a key may start with '-'.
+	op.locks["-1"] = lockcore.Info{Key: "-1", Holders: []lockcore.Holder{{Owner: "o", Count: 1}}, Fence: 1}
+	if r = runWith(t, nil, "release", "-reason", "x", "--", "-1"); r.code != 0 {
+		t.Errorf("release -- -1: %d %q", r.code, r.stderr)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	op := sampleOp()
+	withOp(t, op)
+	r := runWith(t, nil, "release", "productID:43", "-reason", "x")
+	if r.code != 3 || r.stderr != "routelock: productID:43 is not held\n" || r.stdout != "" {
+		t.Errorf("release of a free key: %d %q %q", r.code, r.stderr, r.stdout)
+	}
+	op.err = fmt.Errorf("%w: dial tcp 127.0.0.1:6379: connection refused", lockcore.ErrUnavailable)
+	for _, args := range [][]string{{"ls"}, {"inspect", "k"}, {"release", "k", "-reason", "x"}} {
+		r := runWith(t, nil, args...)
+		if r.code != 1 || !strings.HasPrefix(r.stderr, "routelock: Redis at 127.0.0.1:6379 is unavailable: ") || r.stdout != "" {
+			t.Errorf("%q while unavailable: %d %q", args, r.code, r.stderr)
+		}
+	}
+	op.err = fmt.Errorf("%w: WRONGPASS", lockcore.ErrMisconfigured)
+	if r := runWith(t, nil, "ls"); r.code != 1 || !strings.Contains(r.stderr, "refuses the engine") {
+		t.Errorf("misconfigured: %d %q", r.code, r.stderr)
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"productID:42":    "productID:42",
+		"a%3Ab:c":         "a%3Ab:c",
+		"a%3ab:c":         "a%3Ab:c",
+		"name:a b":        "name:a%20b",
+		"x:{y}":           "x:%7By%7D",
+		"a:b:c:d:e:f:g:h": "a:b:c:d:e:f:g:h",
+		"é":               "%C3%A9",
+	} {
+		k, err := parseKey(in)
+		if err != nil || k.String() != want {
+			t.Errorf("parseKey(%q) = %q, %v; want %q", in, k, err, want)
+		}
+	}
+	for _, in := range []string{"", ":", "a:", "a::b", "a:b:c:d:e:f:g:h:i", "%", "%4", "%zz", strings.Repeat("x", 257)} {
+		if _, err := parseKey(in); err == nil {
+			t.Errorf("parseKey(%q) succeeded", in)
+		}
+	}
+}
+
+// FuzzParseKey: every key NewKey makes parses back to itself.
+func FuzzParseKey(f *testing.F) {
+	f.Add("productID", "42", "")
+	f.Add("a:b", "%3A", "{x}")
+	f.Fuzz(func(t *testing.T, a, b, c string) {
+		parts := []string{a}
+		for _, p := range []string{b, c} {
+			if p != "" {
+				parts = append(parts, p)
+			}
+		}
+		k, err := lockcore.NewKey(parts...)
+		if err != nil {
+			return
+		}
+		if got, err := parseKey(k.String()); err != nil || got != k {
+			t.Fatalf("parseKey(%q) = %q, %v", k, got, err)
+		}
+	})
+}
+
+func TestScrub(t *testing.T) {
+	for _, c := range []struct{ msg, raw, want string }{
+		{"x hunter2 y", "redis://u:hunter2@h:1/0", "x xxxxx y"},
+		{"x u:hunter2 y", "redis://u:hunter2@h:1/0", "x xxxxx y"},
+		{"x hunter2 y", "redis://u:hunter%32@h:1/0", "x xxxxx y"},
+		{"x y", "redis://h:1/0", "x y"},
+		{"x y", "not a url", "x y"},
+	} {
+		if got := scrub(c.msg, c.raw); got != c.want {
+			t.Errorf("scrub(%q, %q) = %q, want %q", c.msg, c.raw, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// printer writes the human output: aligned tables, times in UTC beside
+// how long ago they were.
+type printer struct {
+	w   io.Writer
+	now time.Time
+	e   error // the first write error
+}
+
+func newPrinter(w io.Writer, now time.Time) *printer { return &printer{w: w, now: now} }
+
+func (p *printer) err() error { return p.e }
+
+// table returns a tabwriter for one table; flush it with p.flush.
+func (p *printer) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+}
+
+func (p *printer) flush(tw *tabwriter.Writer) {
+	if err := tw.Flush(); err != nil && p.e == nil {
+		p.e = err
+	}
+}
+
+func (p *printer) printf(format string, a ...any) {
+	if _, err := fmt.Fprintf(p.w, format, a...); err != nil && p.e == nil {
+		p.e = err
+	}
+}
+
+// list prints one line per lock.
+func (p *printer) list(infos []lockcore.Info) {
+	if len(infos) == 0 {
+		p.printf("no lock is held or awaited\n")
+		return
+	}
+	tw := p.table()
+	fmt.Fprintln(tw, "KEY\tHOLDER\tCOUNT\tFENCE\tTTL\tHELD FOR\tWAITERS")
+	for _, in := range infos {
+		if !in.Held() {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d\n", clean(in.Key), len(in.Waiters))
+			continue
+		}
+		h := in.Holders[0]
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\n", clean(in.Key), clean(h.Owner), h.Count, in.Fence, human(in.TTL), p.since(h.Since), len(in.Waiters))
+	}
+	p.flush(tw)
+}
+
+// lock prints one lock, with its waiters and its audit records.
+func (p *printer) lock(in lockcore.Info) {
+	tw := p.table()
+	fmt.Fprintf(tw, "key:\t%s\n", clean(in.Key))
+	if !in.Held() {
+		fmt.Fprintf(tw, "state:\tfree\n")
+	} else {
+		fmt.Fprintf(tw, "state:\theld\n")
+		for _, h := range in.Holders {
+			fmt.Fprintf(tw, "holder:\t%s, %s, on %s, since %s\n", clean(h.Owner), plural(h.Count, "acquisition"), cleanList(h.Instances), p.stamp(h.Since))
+		}
+		fmt.Fprintf(tw, "fence:\t%d\n", in.Fence)
+		fmt.Fprintf(tw, "ttl:\t%s\n", human(in.TTL))
+	}
+	fmt.Fprintf(tw, "last fence:\t%d\n", in.LastFence)
+	fmt.Fprintf(tw, "waiters:\t%d\n", len(in.Waiters))
+	p.flush(tw)
+	if len(in.Waiters) > 0 {
+		tw = p.table()
+		fmt.Fprintln(tw, "  #\tINSTANCE\tQUEUED\tGIVES UP")
+		for i, w := range in.Waiters {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", i+1, clean(w.Instance), p.ago(w.Since), p.until(w.Deadline))
+		}
+		p.flush(tw)
+	}
+	p.printf("force-releases: %d\n", len(in.Audit))
+	if len(in.Audit) > 0 {
+		tw = p.table()
+		fmt.Fprintln(tw, "  AT\tOWNER\tFENCE\tNEW FENCE\tREASON")
+		for _, r := range in.Audit {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", p.stamp(r.At), clean(r.Owner), r.Fence, r.NewFence, clean(r.Reason))
+		}
+		p.flush(tw)
+	}
+}
+
+// revocation prints what a force-release did.
+func (p *printer) revocation(r lockcore.Revocation) {
+	p.printf("released %s: it was held by owner %s with fence %d; the key's fencing counter is now %d\n",
+		clean(r.Key), clean(r.Owner), r.Fence, r.NewFence)
+}
+
+// stamp formats t as a UTC time and how long ago it was.
+func (p *printer) stamp(t time.Time) string {
+	if t.IsZero() {
+		return "an unknown time"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + p.ago(t) + ")"
+}
+
+func (p *printer) since(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return human(p.now.Sub(t))
+}
+
+func (p *printer) ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := p.now.Sub(t)
+	if d < time.Millisecond {
+		return "just now"
+	}
+	return human(d) + " ago"
+}
+
+func (p *printer) until(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := t.Sub(p.now)
+	if d < time.Millisecond {
+		return "now"
+	}
+	return "in " + human(d)
+}
+
+// human formats d to about three significant digits.
+func human(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + human(-d)
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < 10*time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+func cleanList(ss []string) string {
+	if len(ss) == 0 {
+		return "an unknown instance"
+	}
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = clean(s)
+	}
+	return strings.Join(out, ", ")
+}
+
+// clean makes s safe for a terminal and a table: control characters
+// (escape sequences, tabs, newlines) and invalid UTF-8 are written as Go
+// escapes.
+func clean(s string) string {
+	ok := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	q := strconv.QuoteToGraphic(s)
+	return q[1 : len(q)-1]
+}
