@@ -1,0 +1,109 @@
+package lockotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// TestOutcomeOf: the outcome of each kind of error an engine returns,
+// as the Redis engine and the in-memory one return them.
+func TestOutcomeOf(t *testing.T) {
+	live := context.Background()
+	cancelled, cancel := context.WithCancel(live)
+	cancel()
+	expired, cancel2 := context.WithTimeout(live, 0)
+	defer cancel2()
+	<-expired.Done()
+	busy := &lockcore.ContentionError{Key: "k"}
+	timedOut := &lockcore.ContentionError{Key: "k", TimedOut: true}
+	down := fmt.Errorf("%w: acquire: dial tcp: connection refused", lockcore.ErrUnavailable)
+	for _, tc := range []struct {
+		ctx  context.Context
+		err  error
+		want string
+	}{
+		{live, nil, "acquired"},
+		{live, busy, "busy"},
+		{live, timedOut, "wait_timeout"},
+		{cancelled, errors.Join(busy, context.Canceled), "cancelled"},
+		{expired, errors.Join(timedOut, context.DeadlineExceeded), "cancelled"},
+		{expired, errors.Join(down, context.DeadlineExceeded), "unavailable"}, // Redis silent until the deadline: 503
+		{live, errors.Join(busy, context.Canceled), "busy"},                   // not this request's context
+		{live, down, "unavailable"},
+		{live, lockcore.ErrClosed, "unavailable"},
+		{live, fmt.Errorf("%w: WRONGPASS", lockcore.ErrMisconfigured), "error"},
+		{live, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey), "error"},
+		{live, errors.New("something else"), "error"},
+	} {
+		if got := outcomeOf(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("outcomeOf(ctx %v, %v) = %s, want %s", tc.ctx.Err(), tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestReasonOf: the reason of each kind of loss.
+func TestReasonOf(t *testing.T) {
+	for _, tc := range []struct {
+		cause error
+		want  string
+	}{
+		{fmt.Errorf("%w: by an operator", lockcore.ErrRevoked), "revoked"},
+		{fmt.Errorf("%w: %w", lockcore.ErrLockLost, lockcore.ErrClosed), "closed"},
+		{fmt.Errorf("%w: %w: renewals failed until the lease ran out", lockcore.ErrLockLost, lockcore.ErrUnavailable), "expired"},
+		{fmt.Errorf("%w: the key is gone or held by another owner", lockcore.ErrLockLost), "gone"},
+		{lockcore.ErrLockLost, "gone"},
+	} {
+		if got := reasonOf(tc.cause); got != tc.want {
+			t.Errorf("reasonOf(%v) = %s, want %s", tc.cause, got, tc.want)
+		}
+	}
+}
+
+// TestAttrCacheBounded: past maxCached attribute sets the cache keeps no
+// more, and still answers.
+func TestAttrCacheBounded(t *testing.T) {
+	defer func(n int) { maxCached = n }(maxCached)
+	maxCached = 64
+	var c attrCache
+	for i := range maxCached + 10 {
+		if m := c.get(kindResource, fmt.Sprint("r", i), "", ""); m == nil || len(m.add) != 1 || len(m.rec) != 1 {
+			t.Fatalf("get %d: %+v", i, m)
+		}
+	}
+	if n := len(*c.m.Load()); n != maxCached {
+		t.Fatalf("%d sets cached, want %d", n, maxCached)
+	}
+	if a, b := c.get(kindResource, "r1", "", ""), c.get(kindResource, "r1", "", ""); a != b {
+		t.Fatal("a cached set was made again")
+	}
+	if a, b := c.get(kindAcquire, "r1", "/a", "acquired"), c.get(kindAcquire, "r1", "/b", "acquired"); a == b {
+		t.Fatal("two routes share a set")
+	}
+}
+
+// TestEventsAllocateNothing: on providers that record nothing, the events
+// of a steady state (attribute sets made) allocate nothing.
+func TestEventsAllocateNothing(t *testing.T) {
+	tel := New(WithTracerProvider(tracenoop.NewTracerProvider()), WithMeterProvider(noop.NewMeterProvider()))
+	k, _ := lockcore.NewKey("productID", "42")
+	lost := fmt.Errorf("%w: gone", lockcore.ErrLockLost)
+	ctx := context.Background()
+	run := func() {
+		tel.Waiting(k, 1)
+		tel.Woken(k, lockcore.WakeMessage)
+		tel.Waiting(k, -1)
+		tel.Renewed(k, nil)
+		tel.Ended(ctx, k, 1, 0, lost, nil)
+	}
+	run()
+	if n := testing.AllocsPerRun(100, run); n != 0 {
+		t.Fatalf("%v allocations per round of events", n)
+	}
+}

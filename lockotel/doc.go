@@ -1,0 +1,96 @@
+// Package lockotel reports routelock's locks to OpenTelemetry: a span for
+// every acquisition and every release, an event on the request's span when
+// its lock is lost or revoked, and metrics of acquisitions, holds, waits,
+// losses, renewals and wake-ups. It is opt-in, per Locker:
+//
+//	tel := lockotel.New(lockotel.WithTracerProvider(tp), lockotel.WithMeterProvider(mp))
+//	locker := lock.New(rdb, tel.Option())
+//
+// Without WithTracerProvider and WithMeterProvider it uses the global
+// providers (otel.GetTracerProvider, otel.GetMeterProvider) as they are
+// when New is called; they delegate to the providers a program sets later.
+// lockotel never sets them.
+//
+// tel.Option wraps the Locker's engine (Wrap: spans and metrics of each
+// acquisition) and makes tel the Redis engine's lockcore.Events (the rest:
+// releases, losses, waits, renewals, wake-ups). For lock.FromEngine, give
+// tel.Option to FromEngine and tel to the engine's own events option, as
+// redisengine.Options.Events; an engine used directly is tel.Wrap(e). The
+// metric routelock.held counts up in the wrapper and down in Ended, so it
+// is right only when the engine's Events reach the same Telemetry.
+//
+// # Spans
+//
+// lock.acquire, a child of the span in the context given to Acquire (the
+// request's), ending when Acquire returns. The lock's context, and so the
+// handler's, keeps the request's span as its current span. Attributes:
+//
+//	lock.resource   the key's resource name (lockcore.Key.Name): productID
+//	lock.route      the route template or gRPC method (lockcore.Policy.Route)
+//	lock.mode       wait | fail_fast
+//	lock.outcome    acquired | busy | wait_timeout | cancelled | unavailable | error
+//	lock.wait       seconds spent in Acquire
+//	lock.reentered  whether it re-entered, in memory, a hold of the request
+//	lock.fence      the fencing token, when acquired
+//	lock.key        the whole key (productID:42), only with WithKeyValues
+//
+// with an event lock.granted when acquired, and status Error for
+// unavailable and error. busy is a lock held by another owner with no wait
+// (fail fast) and wait_timeout a wait that ran out; cancelled is a request
+// whose context ended (cancelled, or its deadline passed) before it got
+// the lock; unavailable is an engine that did not answer or was closed
+// (lockcore.ErrUnavailable, lockcore.ErrClosed); error is anything else
+// (a misconfigured engine, an invalid key).
+//
+// lock.release, a child of the span in the release's context (the
+// request's), from the start of the backend release to its end:
+// lock.resource, lock.outcome (released, or unavailable when the backend
+// did not confirm the release, which then completes in the background or
+// by expiry), lock.held (seconds from grant to release), and lock.key with
+// WithKeyValues.
+//
+// When a hold is lost while its handler runs, the request's span (the
+// current span of the lease's context) gets an event lock.lost, or
+// lock.revoked when an operator force-released it, with lock.resource and
+// lock.reason.
+//
+// # Metrics
+//
+//	routelock.acquire.duration  histogram, s        lock.resource, lock.route, lock.outcome
+//	routelock.hold.duration     histogram, s        lock.resource
+//	routelock.held              up-down counter     lock.resource: holds live now
+//	routelock.waiting           up-down counter     lock.resource: acquisitions waiting now
+//	routelock.lost              counter             lock.resource, lock.reason
+//	routelock.renewals          counter             lock.resource, lock.outcome: ok | lost | revoked | unavailable | error
+//	routelock.wakeups           counter             lock.resource, lock.source: message | reply | timer
+//
+// lock.reason says why a hold was lost: revoked (force-released by an
+// operator, lockcore.ErrRevoked), expired (the engine could not renew it
+// in time: its cause matches lockcore.ErrUnavailable as well), closed (the
+// engine was closed under it, lockcore.ErrClosed), or gone (the backend
+// no longer has it, or another owner does: any other loss).
+//
+// # What is recorded
+//
+// Spans and metrics name a lock by its resource and route: names from the
+// program's configuration, such as productID and /products/{productID}/buy,
+// so that the attributes of metrics stay bounded. A key's values (42) are
+// request data and appear only as the span attribute lock.key, and only
+// with WithKeyValues; never in metrics. Owner tokens, error messages and
+// other request data are never recorded.
+//
+// Redis's own spans are another matter: go-redis's tracing
+// (github.com/redis/go-redis/extra/redisotel/v9) records every command with
+// its arguments by default, owner tokens included; turn that off with
+// redisotel.InstrumentTracing(rdb, redisotel.WithDBStatement(false)).
+//
+// # Dependencies
+//
+// lockotel depends on the OpenTelemetry API only (go.opentelemetry.io/otel,
+// otel/trace, otel/metric, otel/attribute), never on its SDK, at the
+// version that google.golang.org/grpc, which routelock requires, requires
+// too. It is a package of routelock's module rather than a module of its
+// own because those modules are already in the module graph of every
+// program that uses routelock: depending on them brings a program no new
+// module, and a program that does not import lockotel links none of it.
+package lockotel

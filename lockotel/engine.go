@@ -1,0 +1,116 @@
+package lockotel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Engine is an engine that records to its Telemetry each acquisition it
+// passes on to the engine it wraps: a span lock.acquire and the metric
+// routelock.acquire.duration, and routelock.held counting up for each fresh
+// hold. Make it with Telemetry.Wrap. The leases are the wrapped engine's
+// own: re-entry, renewal and release work as they do without telemetry.
+type Engine struct {
+	t     *Telemetry
+	inner lockcore.Engine
+}
+
+// Acquire implements lockcore.Engine: it calls the wrapped engine's
+// Acquire with ctx itself, so that the lease's context (the handler's)
+// keeps ctx's span as its current span, and records the call in a span
+// lock.acquire, a child of ctx's span, that ends when it returns.
+func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	t := e.t
+	_, span := t.tracer.Start(ctx, "lock.acquire")
+	start := time.Now()
+	ls, err := e.inner.Acquire(ctx, key, p)
+	wait := time.Since(start)
+
+	res := key.Name()
+	out := outcomeOf(ctx, err)
+	if span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 0, 9)
+		attrs = append(attrs, attribute.String(attrResource, res))
+		if p.Route != "" {
+			attrs = append(attrs, attribute.String(attrRoute, p.Route))
+		}
+		mode := modeWait
+		if p.Wait <= 0 {
+			mode = modeFailFast
+		}
+		attrs = append(attrs, mode, attribute.String(attrOutcome, out), attribute.Float64(attrWait, wait.Seconds()))
+		if ls != nil {
+			attrs = append(attrs, attribute.Bool(attrReentered, ls.Reentered()), attribute.Int64(attrFence, ls.Fence()))
+		}
+		if t.keyValues {
+			attrs = append(attrs, attribute.String(attrKey, key.String()))
+		}
+		span.SetAttributes(attrs...)
+		switch out {
+		case outcomeAcquired:
+			span.AddEvent("lock.granted")
+		case outcomeUnavailable, outcomeError:
+			span.SetStatus(codes.Error, out)
+		}
+	}
+	span.End()
+
+	t.acquireDur.Record(ctx, wait.Seconds(), t.attrs.get(kindAcquire, res, p.Route, out).rec...)
+	if ls != nil && !ls.Reentered() {
+		t.held.Add(ctx, 1, t.attrs.get(kindResource, res, "", "").add...)
+	}
+	return ls, err
+}
+
+// Check calls the wrapped engine's Check(ctx) error, when it has one (the
+// Redis engine: see redisengine.Engine.Check); it returns nil otherwise.
+func (e *Engine) Check(ctx context.Context) error {
+	if c, ok := e.inner.(interface{ Check(context.Context) error }); ok {
+		return c.Check(ctx)
+	}
+	return nil
+}
+
+// Unwrap returns the wrapped engine.
+func (e *Engine) Unwrap() lockcore.Engine { return e.inner }
+
+// RecordsRoute reports true: the HTTP middleware gives the engine each
+// request's route template in lockcore.Policy.Route (see
+// middleware.RouteRecorder), which its spans and metrics carry.
+func (e *Engine) RecordsRoute() bool { return true }
+
+// Outcomes of an acquisition (lock.outcome).
+const (
+	outcomeAcquired    = "acquired"
+	outcomeBusy        = "busy"
+	outcomeWaitTimeout = "wait_timeout"
+	outcomeCancelled   = "cancelled"
+	outcomeUnavailable = "unavailable"
+	outcomeError       = "error"
+)
+
+// outcomeOf classifies the error of an Acquire with context ctx. An engine
+// that says it is unavailable is unavailable even when ctx's deadline
+// passed while it did not answer (the Redis engine then matches both): the
+// response says so too.
+func outcomeOf(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return outcomeAcquired
+	case errors.Is(err, lockcore.ErrUnavailable), errors.Is(err, lockcore.ErrClosed):
+		return outcomeUnavailable
+	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return outcomeCancelled
+	case errors.Is(err, lockcore.ErrWaitTimeout):
+		return outcomeWaitTimeout
+	case errors.Is(err, lockcore.ErrNotAcquired):
+		return outcomeBusy
+	}
+	return outcomeError
+}

@@ -1,0 +1,116 @@
+package lockotel
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Waiting implements lockcore.Events: routelock.waiting.
+func (t *Telemetry) Waiting(key lockcore.Key, delta int) {
+	t.waiting.Add(context.Background(), int64(delta), t.attrs.get(kindResource, key.Name(), "", "").add...)
+}
+
+// Woken implements lockcore.Events: routelock.wakeups.
+func (t *Telemetry) Woken(key lockcore.Key, by lockcore.Wake) {
+	t.wakeups.Add(context.Background(), 1, t.attrs.get(kindWake, key.Name(), "", by.String()).add...)
+}
+
+// Outcomes of a renewal.
+const (
+	renewalOK          = "ok"
+	renewalLost        = "lost"
+	renewalRevoked     = "revoked"
+	renewalUnavailable = "unavailable"
+	renewalError       = "error"
+)
+
+// Renewed implements lockcore.Events: routelock.renewals.
+func (t *Telemetry) Renewed(key lockcore.Key, err error) {
+	out := renewalError
+	switch {
+	case err == nil:
+		out = renewalOK
+	case errors.Is(err, lockcore.ErrRevoked):
+		out = renewalRevoked
+	case errors.Is(err, lockcore.ErrLockLost):
+		out = renewalLost
+	case errors.Is(err, lockcore.ErrUnavailable):
+		out = renewalUnavailable
+	}
+	t.renewals.Add(context.Background(), 1, t.attrs.get(kindRenewal, key.Name(), "", out).add...)
+}
+
+// Reasons of a loss (lock.reason).
+const (
+	reasonRevoked = "revoked"
+	reasonExpired = "expired"
+	reasonClosed  = "closed"
+	reasonGone    = "gone"
+)
+
+// reasonOf classifies the cause of a loss.
+func reasonOf(cause error) string {
+	switch {
+	case errors.Is(cause, lockcore.ErrRevoked):
+		return reasonRevoked
+	case errors.Is(cause, lockcore.ErrClosed):
+		return reasonClosed
+	case errors.Is(cause, lockcore.ErrUnavailable):
+		return reasonExpired
+	}
+	return reasonGone
+}
+
+// Ended implements lockcore.Events. A release records the span
+// lock.release; a loss an event lock.lost or lock.revoked on ctx's span
+// and routelock.lost. Both record routelock.hold.duration and count
+// routelock.held down.
+func (t *Telemetry) Ended(ctx context.Context, key lockcore.Key, held, release time.Duration, cause, err error) {
+	res := key.Name()
+	m := t.attrs.get(kindResource, res, "", "")
+	t.holdDur.Record(ctx, held.Seconds(), m.rec...)
+	t.held.Add(ctx, -1, m.add...)
+
+	if errors.Is(cause, lockcore.ErrReleased) {
+		now := time.Now()
+		_, span := t.tracer.Start(ctx, "lock.release", trace.WithTimestamp(now.Add(-release)))
+		if span.IsRecording() {
+			out := "released"
+			if err != nil {
+				out = outcomeUnavailable
+				span.SetStatus(codes.Error, out)
+			}
+			attrs := make([]attribute.KeyValue, 0, 4)
+			attrs = append(attrs, attribute.String(attrResource, res), attribute.String(attrOutcome, out),
+				attribute.Float64(attrHeld, held.Seconds()))
+			if t.keyValues {
+				attrs = append(attrs, attribute.String(attrKey, key.String()))
+			}
+			span.SetAttributes(attrs...)
+		}
+		span.End(trace.WithTimestamp(now))
+		return
+	}
+
+	reason := reasonOf(cause)
+	t.lost.Add(ctx, 1, t.attrs.get(kindLost, res, "", reason).add...)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		name := "lock.lost"
+		if reason == reasonRevoked {
+			name = "lock.revoked"
+		}
+		attrs := make([]attribute.KeyValue, 0, 3)
+		attrs = append(attrs, attribute.String(attrResource, res), attribute.String(attrReason, reason))
+		if t.keyValues {
+			attrs = append(attrs, attribute.String(attrKey, key.String()))
+		}
+		span.AddEvent(name, trace.WithAttributes(attrs...))
+	}
+}

@@ -1,0 +1,101 @@
+package lockotel_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/fakeengine"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockotel"
+	"github.com/routelock/lock/middleware"
+)
+
+var _ middleware.RouteRecorder = (*lockotel.Engine)(nil)
+
+// checked is an engine with a Check method.
+type checked struct {
+	*fakeengine.Engine
+	err error
+}
+
+func (c *checked) Check(context.Context) error { return c.err }
+
+// TestWrap: Wrap makes a comparable engine that asks for routes, passes
+// Check on when the wrapped engine has it, unwraps, and is not wrapped
+// twice by one Telemetry; a lease taken through it re-enters through it
+// and through the wrapped engine alike.
+func TestWrap(t *testing.T) {
+	r := newRig(t)
+	fe := fakeengine.New()
+	w := r.tel.Wrap(fe)
+	ow, ok := w.(*lockotel.Engine)
+	if !ok {
+		t.Fatalf("Wrap returned a %T", w)
+	}
+	if !ow.RecordsRoute() || ow.Unwrap() != fe {
+		t.Fatal("RecordsRoute or Unwrap")
+	}
+	if r.tel.Wrap(w) != w {
+		t.Fatal("one Telemetry wrapped its own engine again")
+	}
+	if other := newRig(t).tel.Wrap(w); other == w || other.(*lockotel.Engine).Unwrap() != w {
+		t.Fatal("another Telemetry did not wrap the engine")
+	}
+	_ = map[lockcore.Engine]bool{w: true} // comparable
+	if err := ow.Check(bounded(t)); err != nil {
+		t.Fatalf("Check of an engine without one: %v", err)
+	}
+	want := errors.New("not set up")
+	if err := r.tel.Wrap(&checked{Engine: fe, err: want}).(*lockotel.Engine).Check(bounded(t)); err != want {
+		t.Fatalf("Check = %v, want the wrapped engine's", err)
+	}
+
+	k := mustKey(t, "productID", "1")
+	ls, err := w.Acquire(bounded(t), k, lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []lockcore.Engine{w, fe} {
+		in, err := e.Acquire(ls.Context(), k, lockcore.Policy{})
+		if err != nil || !in.Reentered() || in.Fence() != ls.Fence() {
+			t.Fatalf("re-entry through %T: %v", e, err)
+		}
+		if err := in.Release(bounded(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ls.Release(bounded(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Wrap(nil) did not panic")
+		}
+	}()
+	r.tel.Wrap(nil)
+}
+
+// TestOption: tel.Option wraps the engine of lock.FromEngine, leaving the
+// Locker's Check and Operator to the engine itself, and is refused on a
+// route.
+func TestOption(t *testing.T) {
+	r := newRig(t)
+	want := errors.New("not set up")
+	base := &checked{Engine: fakeengine.New(), err: want}
+	l := lock.FromEngine(base, r.tel.Option())
+	if e, ok := l.Engine().(*lockotel.Engine); !ok || e.Unwrap() != base {
+		t.Fatalf("the Locker's engine is a %T", l.Engine())
+	}
+	if err := l.Check(bounded(t)); err != want {
+		t.Fatalf("Check = %v", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("the option was accepted on a route")
+		}
+	}()
+	l.ByParam("productID", r.tel.Option())
+}
