@@ -1,0 +1,96 @@
+package lockotel_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/lockotel"
+	"github.com/routelock/lock/middleware"
+)
+
+// discard is a ResponseWriter that costs nothing.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTelemetryCPU is middleware's BenchmarkMiddlewareCPU (Redis
+// answering instantly, redistest.Instant) with and without telemetry: a
+// chi route locked in r.With on the Redis engine, off (no telemetry), on
+// the global providers of a program that set none (telemetry configured
+// but going nowhere), and on SDK providers that sample and record every
+// span and aggregate every measurement (no exporter). on minus off is
+// what telemetry adds to a request's CPU; cpu-ns/op counts the process's.
+func BenchmarkTelemetryCPU(b *testing.B) {
+	rdb := redistest.InstantClient(b)
+	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
+	router := func(b *testing.B, tel *lockotel.Telemetry) http.Handler {
+		opt := redisengine.Options{Prefix: redistest.Prefix(b)}
+		if tel != nil {
+			opt.Events = tel
+		}
+		e, err := redisengine.New(rdb, opt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { e.Close() })
+		var engine lockcore.Engine = e
+		if tel != nil {
+			engine = tel.Wrap(e)
+		}
+		r := chi.NewRouter()
+		r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)
+		return r
+	}
+	sdk := func(b *testing.B) *lockotel.Telemetry {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		b.Cleanup(func() {
+			_ = tp.Shutdown(b.Context())
+			_ = mp.Shutdown(b.Context())
+		})
+		return lockotel.New(lockotel.WithTracerProvider(tp), lockotel.WithMeterProvider(mp))
+	}
+	for _, bc := range []struct {
+		name string
+		tel  func(b *testing.B) *lockotel.Telemetry
+	}{
+		{"off", func(*testing.B) *lockotel.Telemetry { return nil }},
+		{"on-global", func(*testing.B) *lockotel.Telemetry { return lockotel.New() }},
+		{"on-sdk", sdk},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			h := router(b, bc.tel(b))
+			req := httptest.NewRequest("POST", "/products/42/buy", nil)
+			w := &discard{h: http.Header{}}
+			h.ServeHTTP(w, req) // warm: attribute sets made
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := cpuTime()
+			for b.Loop() {
+				h.ServeHTTP(w, req)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
