@@ -38,6 +38,7 @@ const (
 type Option func(*config)
 
 type config struct {
+	now     func() time.Time
 	title   string
 	logger  *slog.Logger
 	limit   int
@@ -75,7 +76,7 @@ func Handler(op lockcore.Operator, opts ...Option) http.Handler {
 	if op == nil {
 		panic("admin: Handler(nil)")
 	}
-	c := config{title: "Locks", limit: DefaultLimit}
+	c := config{now: time.Now, title: "Locks", limit: DefaultLimit}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -88,14 +89,13 @@ func Handler(op lockcore.Operator, opts ...Option) http.Handler {
 			panic("admin: TrustedOrigin: " + err.Error())
 		}
 	}
-	return &handler{op: op, cfg: c, cop: cop, now: time.Now}
+	return &handler{op: op, cfg: c, cop: cop}
 }
 
 type handler struct {
 	op  lockcore.Operator
 	cfg config
 	cop *http.CrossOriginProtection
-	now func() time.Time
 }
 
 // What a request's path asks for.

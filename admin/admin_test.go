@@ -385,7 +385,7 @@ func TestPage(t *testing.T) {
 	op := newMemOp()
 	sample(op)
 	op.set(lockcore.Info{Key: "cartID:9", Waiters: []lockcore.Waiter{{Instance: "aaaa", Since: op.now, Deadline: op.now.Add(time.Second)}}}) // awaited, not held
-	h := admin.Handler(op, admin.Title("Shop locks"))
+	h := admin.Handler(op, admin.Title("Shop locks"), admin.Clock(func() time.Time { return op.now }))
 	srv := mount(t, h)
 
 	r := do(t, srv, "GET", "/admin/", "")
@@ -396,10 +396,11 @@ func TestPage(t *testing.T) {
 	for _, want := range []string{
 		"<title>Shop locks</title>",
 		`<a href="/admin/locks/productID:42"><code>productID:42</code></a>`,
-		`<code title="owner digest">3f9a1c2e</code> ×2`,
+		`<code title="owner digest">3f9a1c2e</code> <b title="acquisitions holding it">×2</b>`,
+		"held 1.5s",
 		"<code>e1a2b3c4d5e6f708</code>",
-		"1017", "last 1019", "8.25s",
-		"2 waiting<ol><li><code>9b8c7d6e5f403122</code>",
+		"<code>1017</code><div>8.25s left</div>", "counter 1019",
+		"2 waiting<ol><li><code>9b8c7d6e5f403122</code>", "waited 1s, 4s left",
 		"stuck after the 14:02 deploy",
 		`<form class="release" method="post" action="/admin/locks/productID:42/release"><input type="text" name="reason" required`,
 		`action="/admin/locks/orderID:7/release"`,
@@ -409,7 +410,7 @@ func TestPage(t *testing.T) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
-	if i, j := strings.Index(body, "9b8c7d6e5f403122</code><br><span"), strings.Index(body, "e1a2b3c4d5e6f708</code><br><span"); i < 0 || j < i {
+	if i, j := strings.Index(body, "9b8c7d6e5f403122</code> <span"), strings.Index(body, "e1a2b3c4d5e6f708</code> <span"); i < 0 || j < i {
 		t.Errorf("waiters not in order (%d, %d)", i, j)
 	}
 	if strings.Count(body, `<form class="release"`) != 2 {

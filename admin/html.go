@@ -60,16 +60,24 @@ func (p *page) Ago(t time.Time) string {
 	return human(d) + " ago"
 }
 
-// In says how long until t.
-func (p *page) In(t time.Time) string {
+// For says how long it has been since t.
+func (p *page) For(t time.Time) string {
 	if t.IsZero() {
-		return "never"
+		return "for an unknown time"
+	}
+	return human(max(p.Now.Sub(t), 0))
+}
+
+// Left says how long is left until t.
+func (p *page) Left(t time.Time) string {
+	if t.IsZero() {
+		return "no deadline"
 	}
 	d := t.Sub(p.Now)
 	if d < time.Millisecond {
-		return "now"
+		return "deadline passed"
 	}
-	return "in " + human(d)
+	return human(d) + " left"
 }
 
 // Millis formats a duration in milliseconds.
@@ -126,7 +134,7 @@ func human(d time.Duration) string {
 const csp = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 func (h *handler) page(w http.ResponseWriter, r *http.Request, code int, p *page) {
-	p.Title, p.Now = h.cfg.title, h.now()
+	p.Title, p.Now = h.cfg.title, h.cfg.now()
 	if p.Limit == 0 && !p.Single {
 		p.Limit = h.cfg.limit
 	}
@@ -165,14 +173,20 @@ input[type=number]{width:5em}
 button{font:inherit;border:0;border-radius:4px;padding:4px 10px;cursor:pointer;background:#e4e7eb}
 button.danger{background:#b42318;color:#fff}
 table{border-collapse:collapse;width:100%}
-th,td{border-bottom:1px solid #e1e5e9;padding:7px 9px;text-align:left;vertical-align:top}
+th,td{border-bottom:1px solid #e1e5e9;padding:7px 8px;text-align:left;vertical-align:top}
 th{background:#f4f6f8;font-size:12px;font-weight:600;color:#4b545e}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 ol,ul{margin:2px 0 0;padding-left:18px}
 li{margin:0 0 2px}
 form.release{display:flex;gap:6px}
-form.release input{width:10em}
+form.release input{width:7em}
+td.audit{min-width:12em}
 button{white-space:nowrap}
+td.key code{white-space:nowrap}
+.small{font-size:12px;color:#67707a}
+.small code{font-size:11.5px}
+li .small{display:block}
+.nowrap{white-space:nowrap}
 .flash,.error{padding:8px 12px;border-radius:4px;margin:0 0 14px}
 .flash{background:#ecfdf3;border:1px solid #75e0a7}
 .error{background:#fef3f2;border:1px solid #fda29b}
@@ -191,18 +205,17 @@ footer{margin-top:14px;font-size:12px}
 {{with .Released}}<p class="flash" role="status">Force-released <code>{{.Key}}</code>, held by owner <code>{{.Owner}}</code> with fence {{.Fence}}; the key's fencing counter is now {{.NewFence}}. Reason: {{.Reason}}</p>{{end}}
 {{if .Locks}}{{if not .Single}}<p class="mute">{{.Summary}}</p>{{end}}
 <table>
-<thead><tr><th>Key</th><th>Holder</th><th class="num">Fence</th><th class="num">TTL</th><th>Waiters, in order</th><th>Force-releases</th><th></th></tr></thead>
+<thead><tr><th>Key</th><th>Holder</th><th class="num">Fence, lease</th><th>Waiters, in order</th><th>Force-releases</th><th>Release</th></tr></thead>
 <tbody>
 {{range .Locks}}<tr>
-<td><a href="{{$.Root}}locks/{{$.Path .Key}}"><code>{{.Key}}</code></a></td>
-<td>{{range .Holders}}<code title="owner digest">{{.Owner}}</code>{{if gt .Count 1}} ×{{.Count}}{{end}}
-<div class="mute">{{range $i, $x := .Instances}}{{if $i}}, {{end}}<code>{{$x}}</code>{{end}}</div>
-{{if not .Since.IsZero}}<div class="mute" title="{{$.Stamp .Since}}">since {{$.Ago .Since}}</div>{{end}}{{else}}<span class="mute">free</span>{{end}}</td>
-<td class="num">{{if .Held}}{{.Fence}}{{else}}–{{end}}<div class="mute">last {{.LastFence}}</div></td>
-<td class="num">{{if .Held}}{{$.Millis .TTLMillis}}{{else}}–{{end}}</td>
-<td>{{with .Waiters}}{{len .}} waiting<ol>{{range .}}<li><code>{{.Instance}}</code><br><span class="mute" title="queued {{$.Stamp .Since}}, deadline {{$.Stamp .Deadline}}">queued {{$.Ago .Since}}, gives up {{$.In .Deadline}}</span></li>{{end}}</ol>{{else}}<span class="mute">none</span>{{end}}</td>
-<td>{{with .Audit}}<ul>{{range .}}<li><span title="{{$.Stamp .At}}">{{$.Ago .At}}</span>: {{.Reason}} <span class="mute">(owner <code>{{.Owner}}</code>, fence {{.Fence}} → {{.NewFence}})</span></li>{{end}}</ul>{{else}}<span class="mute">none</span>{{end}}</td>
-<td>{{if .Held}}<form class="release" method="post" action="{{$.Root}}locks/{{$.Path .Key}}/release"><input type="text" name="reason" required maxlength="256" placeholder="reason" aria-label="reason to release {{.Key}}"><button class="danger" type="submit">Force release</button></form>{{end}}</td>
+<td class="key"><a href="{{$.Root}}locks/{{$.Path .Key}}"><code>{{.Key}}</code></a></td>
+<td>{{range .Holders}}<code title="owner digest">{{.Owner}}</code>{{if gt .Count 1}} <b title="acquisitions holding it">×{{.Count}}</b>{{end}}
+{{range .Instances}}<div class="small nowrap" title="engine (process) id">on <code>{{.}}</code></div>{{end}}
+{{if not .Since.IsZero}}<div class="small" title="since {{$.Stamp .Since}}">held {{$.For .Since}}</div>{{end}}{{else}}<span class="mute">free</span>{{end}}</td>
+<td class="num">{{if .Held}}<code>{{.Fence}}</code><div>{{$.Millis .TTLMillis}} left</div>{{else}}–{{end}}<div class="small" title="the key's fencing counter">counter {{.LastFence}}</div></td>
+<td>{{with .Waiters}}{{len .}} waiting<ol>{{range .}}<li><code>{{.Instance}}</code> <span class="small nowrap" title="queued {{$.Stamp .Since}}, deadline {{$.Stamp .Deadline}}">waited {{$.For .Since}}, {{$.Left .Deadline}}</span></li>{{end}}</ol>{{else}}<span class="mute">none</span>{{end}}</td>
+<td class="audit">{{with .Audit}}<ul>{{range .}}<li>{{.Reason}}<div class="small" title="{{$.Stamp .At}}">{{$.Ago .At}}, owner <code>{{.Owner}}</code>, fence {{.Fence}} → {{.NewFence}}</div></li>{{end}}</ul>{{else}}<span class="mute">none</span>{{end}}</td>
+<td>{{if .Held}}<form class="release" method="post" action="{{$.Root}}locks/{{$.Path .Key}}/release"><input type="text" name="reason" required maxlength="256" placeholder="reason" aria-label="reason to release {{.Key}}"><button class="danger" type="submit">Release</button></form>{{end}}</td>
 </tr>
 {{end}}</tbody>
 </table>
