@@ -151,7 +151,8 @@ func keySegment(key string) string {
 }
 
 // fullPath returns the escaped path the client asked for, before any
-// router or http.StripPrefix took a part of it.
+// router or http.StripPrefix took a part of it; r.URL's when the request
+// did not come from a server.
 func fullPath(r *http.Request) string {
 	if r.RequestURI != "" && r.RequestURI != "*" {
 		if u, err := url.ParseRequestURI(r.RequestURI); err == nil && u.Path != "" {
@@ -161,14 +162,16 @@ func fullPath(r *http.Request) string {
 	return r.URL.EscapedPath()
 }
 
-// root returns the absolute path of the handler's index, ending in '/',
-// from the client's path and the segments the route takes at its end.
-func (rt route) root(r *http.Request) string {
-	s := strings.Split(fullPath(r), "/")
-	if len(s) <= rt.tail || s[0] != "" {
-		return "/"
+// root returns the URL of the handler's index relative to the page that
+// answers the route, ending in '/': relative, so that the page's links
+// work wherever the handler is mounted, behind a proxy that strips a
+// prefix too. A key's segment has no '/' (keySegment escapes it), so the
+// route's segments are the browser's directories.
+func (rt route) root() string {
+	if rt.tail <= 1 {
+		return "./"
 	}
-	return strings.Join(s[:len(s)-rt.tail], "/") + "/"
+	return strings.Repeat("../", rt.tail-1)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -189,6 +192,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch rt.kind {
 	case routeIndex:
+		if !strings.HasSuffix(fullPath(r), "/") { // http.StripPrefix("/admin") of /admin
+			h.redirect(w, r)
+			return
+		}
 		h.list(w, r, rt, true)
 	case routeList:
 		h.list(w, r, rt, wantsHTML(r))
@@ -240,7 +247,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, rt route, html bo
 		l.Locks[i] = FromInfo(in)
 	}
 	if html {
-		h.page(w, r, http.StatusOK, &page{Root: rt.root(r), Prefix: prefix, Limit: limit, Locks: l.Locks, More: more})
+		h.page(w, r, http.StatusOK, &page{Root: rt.root(), Prefix: prefix, Limit: limit, Locks: l.Locks, More: more})
 		return
 	}
 	writeJSON(w, http.StatusOK, l)
@@ -263,7 +270,7 @@ func (h *handler) lock(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	l := FromInfo(in)
 	if html {
-		h.page(w, r, http.StatusOK, &page{Root: rt.root(r), Single: true, Locks: []Lock{l}})
+		h.page(w, r, http.StatusOK, &page{Root: rt.root(), Single: true, Locks: []Lock{l}})
 		return
 	}
 	writeJSON(w, http.StatusOK, l)
@@ -301,7 +308,7 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	out := FromRevocation(rev)
 	if html {
-		p := &page{Root: rt.root(r), Single: true, Released: &out}
+		p := &page{Root: rt.root(), Single: true, Released: &out}
 		if in, err := h.op.Inspect(r.Context(), key); err == nil {
 			if in.Key == "" {
 				in.Key = key.String()
@@ -425,7 +432,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, rt route, code in
 
 func (h *handler) failHTML(w http.ResponseWriter, r *http.Request, rt route, html bool, code int, msg string) {
 	if html {
-		h.page(w, r, code, &page{Root: rt.root(r), Status: code, Error: msg})
+		h.page(w, r, code, &page{Root: rt.root(), Status: code, Error: msg})
 		return
 	}
 	writeJSON(w, code, Error{Error: msg})

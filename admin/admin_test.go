@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -395,15 +397,15 @@ func TestPage(t *testing.T) {
 	body := r.body
 	for _, want := range []string{
 		"<title>Shop locks</title>",
-		`<a href="/admin/locks/productID:42"><code>productID:42</code></a>`,
+		`<a href="./locks/productID:42"><code>productID:42</code></a>`,
 		`<code title="owner digest">3f9a1c2e</code> <b title="acquisitions holding it">×2</b>`,
 		"held 1.5s",
 		"<code>e1a2b3c4d5e6f708</code>",
 		"<code>1017</code><div>8.25s left</div>", "counter 1019",
 		"2 waiting<ol><li><code>9b8c7d6e5f403122</code>", "waited 1s, 4s left",
 		"stuck after the 14:02 deploy",
-		`<form class="release" method="post" action="/admin/locks/productID:42/release"><input type="text" name="reason" required`,
-		`action="/admin/locks/orderID:7/release"`,
+		`<form class="release" method="post" action="./locks/productID:42/release"><input type="text" name="reason" required`,
+		`action="./locks/orderID:7/release"`,
 		"<code>cartID:9</code>", "1 waiting",
 	} {
 		if !strings.Contains(body, want) {
@@ -431,7 +433,7 @@ func TestPage(t *testing.T) {
 
 	// A browser gets the page for a lock, and for the list.
 	r = do(t, srv, "GET", "/admin/locks/productID:42", "", browser...)
-	if r.code != 200 || !strings.Contains(r.body, `action="/admin/locks/productID:42/release"`) || strings.Contains(r.body, "orderID:7") {
+	if r.code != 200 || !strings.Contains(r.body, `action="../locks/productID:42/release"`) || strings.Contains(r.body, "orderID:7") {
 		t.Errorf("lock page: %d %s", r.code, r.body)
 	}
 	r = do(t, srv, "GET", "/admin/locks?prefix=order", "", browser...)
@@ -506,7 +508,7 @@ func TestEscaping(t *testing.T) {
 	// The form's action names the key, path-escaped, and posting it
 	// releases that key.
 	seg := url.PathEscape(evil.String())
-	if !strings.Contains(r.body, `action="/admin/locks/`+seg+`/release"`) {
+	if !strings.Contains(r.body, `action="./locks/`+seg+`/release"`) {
 		t.Fatalf("no form for %s in:\n%s", seg, r.body)
 	}
 	if r := do(t, srv, "GET", "/admin/locks/"+seg, ""); r.code != 200 || !strings.Contains(r.body, `"held": true`) {
@@ -559,6 +561,23 @@ func TestMounts(t *testing.T) {
 			m.Handle("/ops/admin/", http.StripPrefix("/ops/admin/", h))
 			return m
 		}, "/ops/admin/", "redirect"},
+		{"StripPrefix of the path without its slash", func(h http.Handler) http.Handler {
+			m := http.NewServeMux()
+			m.Handle("/ops/admin", http.StripPrefix("/ops/admin", h))
+			m.Handle("/ops/admin/", http.StripPrefix("/ops/admin", h))
+			return m
+		}, "/ops/admin/", "redirect"},
+		{"behind a proxy that strips a prefix", func(h http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Mount("/admin", h)
+			return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+				// What the application sees of /ops/admin/... from the proxy.
+				req.URL.Path = strings.TrimPrefix(req.URL.Path, "/ops")
+				req.URL.RawPath = strings.TrimPrefix(req.URL.RawPath, "/ops")
+				req.RequestURI = strings.TrimPrefix(req.RequestURI, "/ops")
+				r.ServeHTTP(w, req)
+			})
+		}, "/ops/admin/", "redirect"},
 		{"ServeMux subtree", func(h http.Handler) http.Handler {
 			m := http.NewServeMux()
 			m.Handle("/ops/admin/", h)
@@ -583,7 +602,7 @@ func TestMounts(t *testing.T) {
 				t.Helper()
 				return do(t, srv, "GET", path, "", hdr...)
 			}
-			if r := get(c.root); r.code != 200 || !strings.Contains(r.body, `action="`+c.root+`locks/productID:42/release"`) {
+			if r := get(c.root); r.code != 200 || !strings.Contains(r.body, `action="./locks/productID:42/release"`) {
 				t.Fatalf("GET %s: %d %s", c.root, r.code, r.body)
 			}
 			switch bare := strings.TrimSuffix(c.root, "/"); c.bare {
@@ -602,29 +621,59 @@ func TestMounts(t *testing.T) {
 			if r := get(c.root + "locks"); r.code != 200 || json.Unmarshal([]byte(r.body), &l) != nil || len(l.Locks) != len(keys) {
 				t.Fatalf("GET locks: %d %s", r.code, r.body)
 			}
-			page := get(c.root).body
+			page := get(c.root)
+			pageURL := mustURL(t, srv.URL+c.root)
 			for i, k := range keys {
 				key := mustKey(t, k).String()
-				// The page's own link to the key, as a browser follows it.
-				link := `<a href="` + c.root + "locks/"
-				at := strings.Index(page, link+keySegmentOf(key)+`">`)
-				if at < 0 {
-					t.Errorf("%q: no link in the page", key)
+				// The page's link to the key, as a browser follows it: the
+				// documented path of the key.
+				link := find(t, page.body, `<a href="([^"]*)"><code>`+regexp.QuoteMeta(html.EscapeString(key))+`</code></a>`)
+				if link == "" {
 					continue
 				}
-				path := c.root + "locks/" + keySegmentOf(key)
+				u := pageURL.ResolveReference(mustURL(t, link))
+				if want := c.root + "locks/" + keySegmentOf(key); u.EscapedPath() != want {
+					t.Errorf("%q: link %q goes to %s, want %s", key, link, u.EscapedPath(), want)
+				}
 				var one admin.Lock
-				if r := get(path); r.code != 200 || json.Unmarshal([]byte(r.body), &one) != nil || one.Key != key || one.Fence != int64(i+1) {
-					t.Errorf("GET %s: %d %s", path, r.code, r.body)
+				if r := get(u.RequestURI()); r.code != 200 || json.Unmarshal([]byte(r.body), &one) != nil || one.Key != key || one.Fence != int64(i+1) {
+					t.Errorf("GET %s: %d %s", u.RequestURI(), r.code, r.body)
 				}
-				r := do(t, srv, "POST", path+"/release", `{"reason": "r"}`, "Content-Type", jsonCT)
-				var rev admin.Revocation
-				if r.code != 200 || json.Unmarshal([]byte(r.body), &rev) != nil || rev.Key != key || rev.Owner != fmt.Sprintf("own%d", i) {
-					t.Errorf("POST %s/release: %d %s", path, r.code, r.body)
+				// The key's page, and its release form, posted.
+				lockPage := get(u.RequestURI(), browser...)
+				action := find(t, lockPage.body, `<form class="release" method="post" action="([^"]*)"`)
+				if action == "" {
+					continue
 				}
+				post := u.ResolveReference(mustURL(t, action))
+				r := do(t, srv, "POST", post.RequestURI(), "reason=r", formPost()...)
+				if r.code != 200 || !strings.Contains(r.body, "Force-released <code>"+html.EscapeString(key)+"</code>, held by owner <code>"+fmt.Sprintf("own%d", i)) {
+					t.Errorf("POST %s: %d %s", post.RequestURI(), r.code, r.body)
+				}
+				// The release page's links lead back.
+				back := post.ResolveReference(mustURL(t, find(t, r.body, `<a href="([^"]*)">all locks</a>`)))
+				if back.EscapedPath() != c.root {
+					t.Errorf("all locks from %s: %s", post.EscapedPath(), back.EscapedPath())
+				}
+			}
+			// And the JSON release, on the documented path.
+			if r := do(t, srv, "POST", c.root+"locks/productID:42/release", `{"reason": "r"}`, "Content-Type", jsonCT); r.code != 404 {
+				t.Errorf("second release: %d %s", r.code, r.body)
 			}
 		})
 	}
+}
+
+// find returns the first submatch of pattern in s, unescaped as an HTML
+// attribute.
+func find(t *testing.T, s, pattern string) string {
+	t.Helper()
+	m := regexp.MustCompile(pattern).FindStringSubmatch(s)
+	if m == nil {
+		t.Errorf("no %s in:\n%s", pattern, s)
+		return ""
+	}
+	return html.UnescapeString(m[1])
 }
 
 // keySegmentOf is how the page writes a key into a path.

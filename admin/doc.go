@@ -21,9 +21,10 @@
 // browser (Accept: text/html) gets the page for GET /locks and
 // GET /locks/{key} too, and for a release posted from the page's form.
 //
-// The handler reads its routes from the end of the request's path, so it
-// works wherever it is mounted: under chi's Mount, under http.StripPrefix,
-// or as a subtree of an http.ServeMux as it is. A mount point ending in
+// The handler reads its routes from the end of the request's path, and
+// its page links relative URLs, so it works wherever it is mounted: under
+// chi's Mount, under http.StripPrefix, as a subtree of an http.ServeMux as
+// it is, and behind a proxy that strips a prefix. A mount point ending in
 // /locks (/debug/locks) works too, with the page at /debug/locks/ and the
 // list at /debug/locks/locks.
 //
