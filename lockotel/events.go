@@ -79,8 +79,8 @@ func (t *Telemetry) Ended(ctx context.Context, key lockcore.Key, held, release t
 	t.held.Add(ctx, -1, m.add...)
 
 	if errors.Is(cause, lockcore.ErrReleased) {
-		now := time.Now()
-		_, span := t.tracer.Start(ctx, "lock.release", trace.WithTimestamp(now.Add(-release)))
+		// From the start of the release, which has just returned, to now.
+		_, span := t.tracer.Start(ctx, "lock.release", trace.WithTimestamp(time.Now().Add(-release)))
 		if span.IsRecording() {
 			out := "released"
 			if err != nil {
@@ -95,7 +95,7 @@ func (t *Telemetry) Ended(ctx context.Context, key lockcore.Key, held, release t
 			}
 			span.SetAttributes(attrs...)
 		}
-		span.End(trace.WithTimestamp(now))
+		span.End()
 		return
 	}
 
