@@ -15,7 +15,7 @@ import (
 // force-release done, or an error.
 type page struct {
 	Title    string
-	Root     string // absolute path of the index, ending in '/'
+	Root     string // URL of the index relative to the page, ending in '/'
 	Prefix   string
 	Limit    int
 	Locks    []Lock
