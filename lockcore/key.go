@@ -94,3 +94,59 @@ func appendEscaped(b *strings.Builder, p string) {
 		b.WriteByte(c)
 	}
 }
+
+// ParseKey returns the Key whose String is s: s must be as NewKey writes
+// keys, parts joined with ':', each escaped exactly as NewKey escapes it
+// (upper-case %XX for the bytes it escapes, and for no other). So
+// ParseKey(k.String()) returns k for every Key k, and anything else is an
+// error matching ErrInvalidKey. It turns a key that an Operator listed
+// (Info.Key) back into a Key.
+func ParseKey(s string) (Key, error) {
+	if s == "" {
+		return Key{}, fmt.Errorf("%w: empty", ErrInvalidKey)
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) > MaxKeyParts {
+		return Key{}, fmt.Errorf("%w: %d parts, at most %d", ErrInvalidKey, len(parts), MaxKeyParts)
+	}
+	for i, p := range parts {
+		if p == "" {
+			return Key{}, fmt.Errorf("%w: part %d is empty", ErrInvalidKey, i)
+		}
+		n := 0 // the part's length before escaping
+		for j := 0; j < len(p); j++ {
+			n++
+			c := p[j]
+			if c != '%' {
+				if needsEscape(c) {
+					return Key{}, fmt.Errorf("%w: part %d: byte %d (%q) is not escaped", ErrInvalidKey, i, j, c)
+				}
+				continue
+			}
+			hi, ok1 := upperHex(p, j+1)
+			lo, ok2 := upperHex(p, j+2)
+			if !ok1 || !ok2 || !needsEscape(hi<<4|lo) {
+				return Key{}, fmt.Errorf("%w: part %d: '%%' at byte %d does not start an escape as NewKey writes it", ErrInvalidKey, i, j)
+			}
+			j += 2
+		}
+		if n > MaxKeyPartLen {
+			return Key{}, fmt.Errorf("%w: part %d is %d bytes, at most %d", ErrInvalidKey, i, n, MaxKeyPartLen)
+		}
+	}
+	return Key{s: s}, nil
+}
+
+// upperHex returns the value of the upper-case hex digit at s[i].
+func upperHex(s string, i int) (byte, bool) {
+	if i >= len(s) {
+		return 0, false
+	}
+	switch c := s[i]; {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
