@@ -186,7 +186,7 @@ func TestMadeUpTokenSerialises(t *testing.T) {
 			for seq := 1; seq < n; seq++ {
 				go send(seq)
 				eventually(t, 10*time.Second, fmt.Sprintf("request %d queued", seq), func() bool {
-					return inspect(t, p.l, k).Waiters == int64(seq) || g.in.Load() > 1
+					return len(inspect(t, p.l, k).Waiters) == seq || g.in.Load() > 1
 				})
 				if g.in.Load() > 1 {
 					t.Fatalf("request %d bearing the made-up token entered the handler beside another", seq)
@@ -218,7 +218,7 @@ func TestMadeUpTokenSerialises(t *testing.T) {
 				}
 				toks[e.tok] = true
 			}
-			if info := inspect(t, p.l, k); info.Held() || info.Waiters != 0 {
+			if info := inspect(t, p.l, k); info.Held() || len(info.Waiters) != 0 {
 				t.Fatalf("left in Redis: %+v", info)
 			}
 		})
@@ -332,7 +332,7 @@ func TestChainReentersEveryLock(t *testing.T) {
 
 	type view struct {
 		fences [2]int64
-		counts [2]int64
+		counts [2]int
 	}
 	cView := make(chan view, 1)
 	cl := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix))
@@ -343,8 +343,8 @@ func TestChainReentersEveryLock(t *testing.T) {
 			var v view
 			for i, k := range []lockcore.Key{product, user} {
 				info := inspect(t, cl, k)
-				for _, n := range info.Holders {
-					v.counts[i] = n
+				for _, h := range info.Holders {
+					v.counts[i] = h.Count
 				}
 				v.fences[i] = info.Fence
 			}
@@ -400,7 +400,7 @@ func TestChainReentersEveryLock(t *testing.T) {
 	if v.fences[0] != aFence.Load() || v.fences[1] != bFence.Load() || aFence.Load() == 0 || bFence.Load() == 0 {
 		t.Errorf("fences in C: product %d, user %d; want A's %d and B's %d", v.fences[0], v.fences[1], aFence.Load(), bFence.Load())
 	}
-	if v.counts != [2]int64{2, 2} {
+	if v.counts != [2]int{2, 2} {
 		t.Errorf("counts in C: product %d, user %d; want 2 and 2", v.counts[0], v.counts[1])
 	}
 	for _, k := range []lockcore.Key{product, user} {

@@ -392,7 +392,7 @@ func TestSameEngineReentryAcrossLockers(t *testing.T) {
 		type inner struct {
 			code    int
 			fence   string
-			holders map[string]int64
+			holders []lockcore.Holder
 		}
 		nested := func(l *lock.Locker, ctx context.Context) inner {
 			r := chi.NewRouter()
@@ -421,9 +421,9 @@ func TestSameEngineReentryAcrossLockers(t *testing.T) {
 		if rec.Code != http.StatusOK {
 			t.Fatalf("outer: %d", rec.Code)
 		}
-		count := func(h map[string]int64) (n int64) {
-			for _, c := range h {
-				n += c
+		count := func(hs []lockcore.Holder) (n int) {
+			for _, h := range hs {
+				n += h.Count
 			}
 			return n
 		}

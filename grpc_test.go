@@ -457,16 +457,16 @@ func TestCrossProtocolReentry(t *testing.T) {
 					if res.status != 200 {
 						t.Fatalf("with propagation: %d %q", res.status, res.body)
 					}
-					info, _ := cInfo.Load().(redisengine.Info)
+					info, _ := cInfo.Load().(lockcore.Info)
 					if len(info.Holders) != 1 {
 						t.Fatalf("innermost handler saw holders %d, want 1", len(info.Holders))
 					}
 					if f := aFence.Load(); f == 0 || bFence.Load() != f || cFence.Load() != f {
 						t.Fatalf("fences %d %d %d: re-entry must keep the fence", f, bFence.Load(), cFence.Load())
 					}
-					for _, n := range info.Holders {
-						if n != 3 {
-							t.Fatalf("count in the innermost handler %d, want 3", n)
+					for _, h := range info.Holders {
+						if h.Count != 3 {
+							t.Fatalf("count in the innermost handler %d, want 3", h.Count)
 						}
 					}
 				}

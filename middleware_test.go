@@ -108,7 +108,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-func inspect(t *testing.T, l *lock.Locker, k lockcore.Key) redisengine.Info {
+func inspect(t *testing.T, l *lock.Locker, k lockcore.Key) lockcore.Info {
 	t.Helper()
 	info, err := l.Engine().(*redisengine.Engine).Inspect(context.Background(), k)
 	if err != nil {
@@ -256,7 +256,7 @@ func seckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 		if count[200] != initial || count[http.StatusGone] != buyers-initial {
 			t.Fatalf("statuses %v, want %d × 200 and %d × 410", count, initial, buyers-initial)
 		}
-		if info := inspect(t, apps[0].locker, key(t, "productID", "42")); info.Held() || info.Waiters != 0 {
+		if info := inspect(t, apps[0].locker, key(t, "productID", "42")); info.Held() || len(info.Waiters) != 0 {
 			t.Fatalf("lock left behind: %+v", info)
 		}
 	}
@@ -307,7 +307,7 @@ func TestContention(t *testing.T) {
 		if ra, err := strconv.Atoi(res.header.Get("Retry-After")); err != nil || ra < 1 || ra > 10 {
 			t.Fatalf("Retry-After %q, want 1..10 s", res.header.Get("Retry-After"))
 		}
-		if info := inspect(t, other, k); info.Holders[lease.Token()] != 1 || info.Waiters != 0 {
+		if info := inspect(t, other, k); len(info.Holders) != 1 || info.Holders[0].Owner != redisengine.OwnerDigest(lease.Token()) || info.Holders[0].Count != 1 || len(info.Waiters) != 0 {
 			t.Fatalf("after the 409 the lock is not as the holder left it: %+v", info)
 		}
 		if res := do(t, hc, "POST", a.srv.URL+"/products/42/short", nil); res.status != http.StatusConflict {
@@ -316,7 +316,7 @@ func TestContention(t *testing.T) {
 
 		got := make(chan result, 1)
 		go func() { got <- do(t, hc, "POST", a.srv.URL+"/products/42/wait", nil) }()
-		eventually(t, 10*time.Second, "the request queues for the lock", func() bool { return inspect(t, other, k).Waiters == 1 })
+		eventually(t, 10*time.Second, "the request queues for the lock", func() bool { return len(inspect(t, other, k).Waiters) == 1 })
 		select {
 		case res := <-got:
 			t.Fatalf("blocking route answered %d while the lock was held", res.status)
@@ -369,12 +369,12 @@ func TestCallerGoesAway(t *testing.T) {
 			}
 			errc <- err
 		}()
-		eventually(t, 10*time.Second, "the request queues", func() bool { return inspect(t, other, lease.Key()).Waiters == 1 })
+		eventually(t, 10*time.Second, "the request queues", func() bool { return len(inspect(t, other, lease.Key()).Waiters) == 1 })
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Fatalf("client: %v", err)
 		}
-		eventually(t, 10*time.Second, "the departed waiter is withdrawn", func() bool { return inspect(t, other, lease.Key()).Waiters == 0 })
+		eventually(t, 10*time.Second, "the departed waiter is withdrawn", func() bool { return len(inspect(t, other, lease.Key()).Waiters) == 0 })
 		if err := lease.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -559,9 +559,9 @@ func TestNestedReentry(t *testing.T) {
 			return func(w http.ResponseWriter, r *http.Request) {
 				info := inspect(t, (*a).locker, k)
 				fence, _ := lock.FencingToken(r.Context())
-				var count int64
-				for _, n := range info.Holders {
-					count = n
+				var count int
+				for _, h := range info.Holders {
+					count = h.Count
 				}
 				fmt.Fprintf(w, "%d %d", fence, count)
 			}

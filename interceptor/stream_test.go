@@ -93,7 +93,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		}
 		waitFor(t, "the stream queued for the lock", func() bool {
 			info, err := e.Inspect(ctx, k)
-			return err == nil && info.Waiters == 1
+			return err == nil && len(info.Waiters) == 1
 		})
 		cancel()
 		var r report
@@ -113,7 +113,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		}
 		waitFor(t, "the departed stream left the wait queue", func() bool {
 			info, err := e.Inspect(ctx, k)
-			return err == nil && info.Waiters == 0
+			return err == nil && len(info.Waiters) == 0
 		})
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -121,7 +121,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		next, err := e.Acquire(ctx, k, lockcore.Policy{}) // fail fast
 		if err != nil {
 			info, _ := e.Inspect(ctx, k)
-			t.Fatalf("after the holder released, a fail-fast acquire: %v (lock state %s)", err, fmt.Sprintf("held=%v waiters=%d ttl=%v", info.Held(), info.Waiters, info.TTL))
+			t.Fatalf("after the holder released, a fail-fast acquire: %v (lock state %s)", err, fmt.Sprintf("held=%v waiters=%d ttl=%v", info.Held(), len(info.Waiters), info.TTL))
 		}
 		_ = next.Release(ctx)
 	})

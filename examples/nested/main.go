@@ -60,9 +60,9 @@ func run(out io.Writer) error {
 				http.Error(w, "inventory: "+err.Error(), http.StatusInternalServerError)
 				return
 			}
-			var count int64
-			for _, n := range info.Holders {
-				count = n
+			var count int
+			for _, h := range info.Holders {
+				count = h.Count
 			}
 			fmt.Fprintf(w, "reserved under fencing token %d, hold count %d", fence, count)
 		})

@@ -272,7 +272,8 @@ func neverSent(err error) bool {
 // release runs the release script for h's entry: a plain release when
 // member is empty, else the withdrawal of h's attempt, queued as member. It
 // returns the number of entries left (0: released), -1 when the hold has no
-// such entry, or -2 when the attempt was still queued. It waits for the
+// such entry, -3 when an operator revoked it, or -2 when the attempt was
+// still queued. It waits for the
 // answer up to Options.ReleaseTimeout; a release not answered by then goes
 // on in the background.
 //
@@ -283,8 +284,10 @@ func neverSent(err error) bool {
 // ask Redis again.
 func (l *Engine) release(ctx context.Context, h *hold, member string) (int64, error) {
 	sent := time.Now()
-	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 13)
-	a[7], a[8], a[9], a[10], a[11], a[12] = h.args[4], l.retArg, member, l.chanArg, l.claimArg, l.trustArg
+	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 14)
+	// Four keys: the hold's three and its revoked entries, then the token.
+	a[2], a[6], a[7] = 4, h.keys[3], h.args[3]
+	a[8], a[9], a[10], a[11], a[12], a[13] = h.args[4], l.retArg, member, l.chanArg, l.claimArg, l.trustArg
 	c.keep, c.after = true, l.afterRelease
 	c.cmd = l.run.cmd(ctx, releaseScript, a)
 	if l.batch.do(context.Background(), c) != answered {

@@ -20,13 +20,18 @@
 //
 // # Data layout
 //
-// A lock on key K with prefix P uses three Redis keys that share the hash tag
-// {K}, so each script touches one Redis Cluster slot:
+// A lock on key K with prefix P uses up to five Redis keys that share the
+// hash tag {K}, so each script touches one Redis Cluster slot:
 //
-//	P{K}     string  the hold: owner token, fencing token, a waiters flag,
-//	                 and its entries (the attempt ids holding it)
+//	P{K}     string  the hold: owner token, fencing token, when it was
+//	                 taken (the server's clock), a waiters flag, and its
+//	                 entries (the attempt ids holding it)
 //	P{K}:q   zset    waiters in arrival order
 //	P{K}:f   string  fencing counter (lives Options.FenceRetention)
+//	P{K}:r   string  the entries of revoked holds, as long as those holds
+//	                 would have lived
+//	P{K}:a   stream  audit records of revocations (the latest 100 or so,
+//	                 for Options.AuditRetention)
 //
 // The hold's format is defined, and read, in lua/hold.lua, which every
 // script starts with, and in parseHold on the Go side. Acquire and release
@@ -87,4 +92,16 @@
 // by someone else. Every fresh hold gets a fencing token greater than all
 // earlier ones for its key; pass it to the store you write so a stale
 // holder's writes can be refused.
+//
+// # Operations
+//
+// The Engine is a lockcore.Operator. Inspect and List show locks (owners by
+// OwnerDigest, never by token; waiters by Engine id and deadline; the audit
+// of revocations); List scans with SCAN, on every master of a Cluster.
+// Revoke force-releases a hold in one script: it deletes the hold,
+// remembers its entries so that the holders' renewals and releases answer
+// "revoked", moves the fencing counter past the hold's fence, grants the
+// next waiter, records an audit entry, and tells the holding Engines on
+// their notification channels, which renew at once and cancel the lease
+// contexts with cause lockcore.ErrRevoked.
 package redisengine

@@ -102,14 +102,14 @@ func TestLostHandOverNotification(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, errc := acquireAsync(deaf, key, 20*time.Second)
-		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, holder, key).Waiters == 1 })
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return len(inspect(t, holder, key).Waiters) == 1 })
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 		released := time.Now()
 		// The lock now belongs to the waiter in Redis, for the claim window.
 		info := inspect(t, holder, key)
-		if len(info.Holders) != 1 || info.Holders[ls.Token()] != 0 || info.TTL > holder.claimPX() {
+		if len(info.Holders) != 1 || holdCount(info, ls.Token()) != 0 || info.TTL > holder.claimPX() {
 			t.Fatalf("after release: %+v", info)
 		}
 		w := awaitLease(t, got, errc, 2*time.Second, "waiter never learned it holds the lock")
@@ -117,7 +117,7 @@ func TestLostHandOverNotification(t *testing.T) {
 			t.Fatalf("waiter learned after %v, past its grant of %v", waited, holder.claimPX())
 		}
 		claimed := inspect(t, holder, key)
-		if w.Fence() != info.Fence || claimed.Holders[w.Token()] != 1 || claimed.TTL <= holder.claimPX() {
+		if w.Fence() != info.Fence || holdCount(claimed, w.Token()) != 1 || claimed.TTL <= holder.claimPX() {
 			t.Fatalf("waiter holds fence %d; granted %+v, now %+v", w.Fence(), info, claimed)
 		}
 		if err := w.Release(ctx); err != nil {
@@ -157,7 +157,7 @@ func TestResubscribeAsksAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, errc := acquireAsync(w, key, 20*time.Second)
-		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, holder, key).Waiters == 1 })
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return len(inspect(t, holder, key).Waiters) == 1 })
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func TestResubscribeAsksAgain(t *testing.T) {
 		}
 		ls := awaitLease(t, got, errc, 3*time.Second, "waiter after its Engine resubscribed")
 		info := inspect(t, holder, key)
-		if ls.Fence() != info.Fence || info.Holders[ls.Token()] != 1 {
+		if ls.Fence() != info.Fence || holdCount(info, ls.Token()) != 1 {
 			t.Fatalf("waiter holds fence %d; Redis: %+v", ls.Fence(), info)
 		}
 		if err := ls.Release(ctx); err != nil {

@@ -15,7 +15,7 @@ import (
 type hold struct {
 	l      *Engine
 	key    lockcore.Key
-	keys   [3]string // lock, queue, fence
+	keys   [5]string // lock, queue, fence, revoked entries, audit
 	args   [5]any    // keys, token and entry boxed once, for the scripts
 	token  string    // the owner token of the hold in Redis
 	others string    // tokens that may re-enter a hold they own, for the acquire script
@@ -89,6 +89,9 @@ func (h *hold) setEntry(id string) {
 // detached from ctx's cancellation and waits for Redis at most
 // Options.ReleaseTimeout; a release not answered by then goes on in the
 // background.
+//
+// It returns an error matching lockcore.ErrRevoked when an operator
+// revoked the hold (Revoke) before the release reached Redis.
 func (h *hold) Release(ctx context.Context) error {
 	l := h.l
 	if !h.ended.Swap(true) {
@@ -98,12 +101,15 @@ func (h *hold) Release(ctx context.Context) error {
 	// A reply of -1 while the lease was valid means Redis no longer has this
 	// entry although nobody else could have taken the lock: a run of this
 	// same call, re-sent by the client after a lost reply, released it.
-	if _, err := l.release(ctx, h, ""); err != nil {
+	n, err := l.release(ctx, h, "")
+	switch {
+	case err != nil:
 		err = l.report(unavailable("release", err))
 		l.latch(h, err)
-		return err
+	case n == -3:
+		err = lockcore.ErrRevoked
 	}
-	return nil
+	return err
 }
 
 // latch keeps releasing h in the background after its release failed with

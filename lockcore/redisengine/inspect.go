@@ -2,8 +2,14 @@ package redisengine
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -11,50 +17,303 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// Info describes a key's lock state in Redis, as read by Inspect.
-type Info struct {
-	// Holders maps each holding owner token to its hold count. Empty when
-	// the lock is free. Tokens are secrets of their requests: do not log them.
-	Holders map[string]int64
-	// TTL is the remaining lease time; 0 when the lock is free.
-	TTL time.Duration
-	// Fence is the fencing token of the current hold, 0 when free.
-	Fence int64
-	// LastFence is the key's fencing counter: no token issued for the key
-	// is above it. 0 if none is remembered (see Options.FenceRetention).
-	LastFence int64
-	// Waiters is the number of queued waiters.
-	Waiters int64
+// The Engine is an Operator: it shows its locks and force-releases them.
+var _ lockcore.Operator = (*Engine)(nil)
+
+// ownerSalt starts what OwnerDigest hashes, here and in the revoke script
+// (which gets it as an argument): the same for every Engine, so that all
+// name one owner alike.
+const ownerSalt = "routelock owner digest\x00"
+
+// OwnerDigest returns the name by which Inspect, List and Revoke show the
+// owner of token (lockcore.Holder.Owner, lockcore.Revocation.Owner): the
+// first 12 hex digits of SHA-1 over a fixed salt and the token. It reveals
+// nothing usable of the token, and lets whoever has one (lockcore.Lease's
+// Token) find its hold in a listing.
+func OwnerDigest(token string) string {
+	sum := sha1.Sum([]byte(ownerSalt + token))
+	return hex.EncodeToString(sum[:6])
 }
 
-// Held reports whether anyone holds the lock.
-func (i Info) Held() bool { return len(i.Holders) > 0 }
+// auditShown is how many of a key's latest revocations Inspect and List
+// return.
+const auditShown = 10
 
-// Inspect reads the lock state of key in one round trip. It is meant for
-// tests, debugging and operations tools; the state may change at once.
-func (l *Engine) Inspect(ctx context.Context, key lockcore.Key) (Info, error) {
+// Inspect implements lockcore.Operator: it reads the state of the lock on
+// key in one round trip (not atomically: the lock may change meanwhile).
+// For a lock that is free and awaited by nobody, Holders and Waiters are
+// empty, and Fence and TTL 0; LastFence and Audit say what Redis still
+// remembers of the key. Nothing in the Info contains an owner token.
+func (l *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, error) {
 	if key.IsZero() {
-		return Info{}, lockcore.ErrInvalidKey
+		return lockcore.Info{}, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
-	ks := l.redisKeys(key)
 	p := l.rdb.Pipeline()
-	hold := p.Get(ctx, ks[0])
-	pttl := p.PTTL(ctx, ks[0])
-	last := p.Get(ctx, ks[2])
-	n := p.ZCard(ctx, ks[1])
-	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return Info{}, unavailable("inspect", err)
-	}
-	info := Info{Holders: map[string]int64{}, Waiters: n.Val()}
-	if tok, fence, n, ok := parseHold(hold.Val()); ok {
-		info.Holders[tok] = int64(n) // one count per entry
-		info.Fence = fence
-	}
-	if d := pttl.Val(); d > 0 {
-		info.TTL = d
-	}
-	if s, err := last.Result(); err == nil {
-		info.LastFence, _ = strconv.ParseInt(s, 10, 64)
+	r := readState(ctx, p, l.redisKeys(key))
+	_, _ = p.Exec(ctx)
+	info, err := r.info(key.String())
+	if err != nil {
+		return lockcore.Info{}, unavailable("inspect", err)
 	}
 	return info, nil
+}
+
+// stateRead is the commands that read one lock's state, queued in a
+// pipeline.
+type stateRead struct {
+	hold  *redis.StringCmd
+	pttl  *redis.DurationCmd
+	fence *redis.StringCmd
+	queue *redis.ZSliceCmd
+	audit *redis.XMessageSliceCmd
+}
+
+// readState queues in p the reads of the lock whose Redis keys are ks
+// (see redisKeys).
+func readState(ctx context.Context, p redis.Pipeliner, ks [5]string) stateRead {
+	return stateRead{
+		hold:  p.Get(ctx, ks[0]),
+		pttl:  p.PTTL(ctx, ks[0]),
+		fence: p.Get(ctx, ks[2]),
+		queue: p.ZRangeWithScores(ctx, ks[1], 0, -1),
+		audit: p.XRevRangeN(ctx, ks[4], "+", "-", auditShown),
+	}
+}
+
+// info returns the state that r read of the lock on key (escaped), or the
+// first error of its commands.
+func (r stateRead) info(key string) (lockcore.Info, error) {
+	for _, c := range []redis.Cmder{r.hold, r.pttl, r.fence, r.queue, r.audit} {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return lockcore.Info{}, err
+		}
+	}
+	info := lockcore.Info{Key: key}
+	if h, ok := parseHold(r.hold.Val()); ok {
+		info.Holders = []lockcore.Holder{{
+			Owner:     OwnerDigest(h.token),
+			Count:     len(h.entries),
+			Instances: instances(h.entries),
+			Since:     unixMicro(h.since),
+		}}
+		info.Fence = h.fence
+		if d := r.pttl.Val(); d > 0 {
+			info.TTL = d
+		}
+	}
+	if s, err := r.fence.Result(); err == nil {
+		info.LastFence, _ = strconv.ParseInt(s, 10, 64)
+	}
+	for _, z := range r.queue.Val() {
+		if w, ok := parseWaiter(z); ok {
+			info.Waiters = append(info.Waiters, w)
+		}
+	}
+	for _, m := range r.audit.Val() {
+		info.Audit = append(info.Audit, parseAudit(key, m))
+	}
+	return info, nil
+}
+
+// engineOf returns the Engine id in attempt id "<engine id>.<seq>".
+func engineOf(id string) string {
+	e, _, _ := strings.Cut(id, ".")
+	return e
+}
+
+// instances returns the Engine ids of entries, each once, in order.
+func instances(entries []string) []string {
+	out := make([]string, 0, 1)
+	for _, e := range entries {
+		if id := engineOf(e); !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// unixMicro returns the time us microseconds after the epoch; zero for 0.
+func unixMicro(us int64) time.Time {
+	if us <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us)
+}
+
+// parseWaiter reads a member of the wait queue, scored by when it queued
+// (see lua/common.lua): "<deadline ms> <ttl ms> <channel> <attempt id>
+// <token>". The token stays where it is.
+func parseWaiter(z redis.Z) (lockcore.Waiter, bool) {
+	m, ok := z.Member.(string)
+	if !ok {
+		return lockcore.Waiter{}, false
+	}
+	f := strings.Fields(m)
+	if len(f) != 5 {
+		return lockcore.Waiter{}, false
+	}
+	dl, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return lockcore.Waiter{}, false
+	}
+	return lockcore.Waiter{
+		Instance: engineOf(f[3]),
+		Since:    unixMicro(int64(z.Score)),
+		Deadline: time.UnixMilli(dl),
+	}, true
+}
+
+// parseAudit reads an audit record of the lock on key (see lua/revoke.lua).
+func parseAudit(key string, m redis.XMessage) lockcore.Revocation {
+	str := func(name string) string {
+		s, _ := m.Values[name].(string)
+		return s
+	}
+	num := func(name string) int64 {
+		n, _ := strconv.ParseInt(str(name), 10, 64)
+		return n
+	}
+	return lockcore.Revocation{
+		Key:      key,
+		Owner:    str("owner"),
+		Fence:    num("fence"),
+		NewFence: num("new"),
+		Reason:   str("reason"),
+		At:       unixMicro(num("at")),
+	}
+}
+
+// listScanCount is the COUNT of List's SCANs: how many keys Redis looks at
+// per call.
+const listScanCount = 500
+
+// listReadBatch is how many locks List reads per round trip.
+const listReadBatch = 256
+
+// List implements lockcore.Operator: it returns the held or awaited locks
+// whose escaped key starts with prefix, in key order, at most limit of
+// them (limit <= 0: all), and whether there were more. It scans the
+// engine's keys on every master (one server, or each master of a Cluster)
+// with SCAN, which does not block Redis, and then reads the locks it found
+// in pipelines of listReadBatch. It holds every matching key name in
+// memory while it sorts them; locks may come and go while it runs.
+func (l *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore.Info, bool, error) {
+	keys, err := l.scanKeys(ctx, prefix)
+	if err != nil {
+		return nil, false, unavailable("list", err)
+	}
+	slices.Sort(keys)
+	var out []lockcore.Info
+	for len(keys) > 0 && (limit <= 0 || len(out) <= limit) {
+		n := min(len(keys), listReadBatch)
+		if limit > 0 {
+			n = min(n, limit+1-len(out))
+		}
+		batch := keys[:n]
+		keys = keys[n:]
+		p := l.rdb.Pipeline()
+		reads := make([]stateRead, len(batch))
+		for i, k := range batch {
+			reads[i] = readState(ctx, p, l.keysOf(k))
+		}
+		_, _ = p.Exec(ctx)
+		for i, r := range reads {
+			info, err := r.info(batch[i])
+			if err != nil {
+				return nil, false, unavailable("list", err)
+			}
+			if info.Held() || len(info.Waiters) > 0 {
+				out = append(out, info)
+			}
+		}
+	}
+	if limit > 0 && len(out) > limit {
+		return out[:limit], true, nil
+	}
+	return out, false, nil
+}
+
+// scanKeys returns, once each, the escaped keys starting with prefix of
+// the locks that have a hold or a wait queue in Redis.
+func (l *Engine) scanKeys(ctx context.Context, prefix string) ([]string, error) {
+	head := l.opt.Prefix + "{"
+	pattern := globEscape(head) + globEscape(prefix) + "*"
+	var mu sync.Mutex
+	seen := map[string]struct{}{}
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			names, next, err := c.Scan(ctx, cursor, pattern, listScanCount).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, name := range names {
+				if k, ok := lockOf(name, head, prefix); ok {
+					seen[k] = struct{}{}
+				}
+			}
+			mu.Unlock()
+			if next == 0 {
+				return nil
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			cursor = next
+		}
+	}
+	var err error
+	if c, ok := l.rdb.(*redis.ClusterClient); ok {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, l.rdb)
+	}
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// lockOf returns the escaped key of the lock whose hold or wait queue is
+// the Redis key name, when it starts with prefix; false for the lock's
+// other keys, and for names that are not an engine's (such a key, even if
+// it matched the SCAN pattern, does not parse as a lockcore.Key).
+func lockOf(name, head, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, head)
+	if !ok {
+		return "", false
+	}
+	i := strings.IndexByte(rest, '}')
+	if i < 0 {
+		return "", false
+	}
+	key, suffix := rest[:i], rest[i+1:]
+	if suffix != "" && suffix != ":q" || !strings.HasPrefix(key, prefix) {
+		return "", false
+	}
+	if _, err := lockcore.ParseKey(key); err != nil {
+		return "", false
+	}
+	return key, true
+}
+
+// globEscape escapes the characters that SCAN's MATCH pattern reads.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

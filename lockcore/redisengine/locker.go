@@ -86,6 +86,11 @@ type Options struct {
 	// lockotel turns them into OpenTelemetry metrics and spans. Default:
 	// nil, which costs nothing.
 	Events lockcore.Events
+
+	// AuditRetention is how long a key's audit records of revocations
+	// (Revoke) are kept after the latest one; at most about the latest 100
+	// are kept anyway. Default: 7 days.
+	AuditRetention time.Duration
 }
 
 const (
@@ -95,6 +100,7 @@ const (
 	defaultReleaseTimeout = 2 * time.Second
 	defaultTimeout        = time.Second
 	defaultClaimWindow    = time.Second
+	defaultAuditRetention = 7 * 24 * time.Hour
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -118,6 +124,7 @@ func (o Options) withDefaults() (Options, error) {
 		{&o.FenceRetention, defaultFenceRetention, "FenceRetention"},
 		{&o.ReleaseTimeout, defaultReleaseTimeout, "ReleaseTimeout"},
 		{&o.Timeout, defaultTimeout, "Timeout"},
+		{&o.AuditRetention, defaultAuditRetention, "AuditRetention"},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -264,22 +271,29 @@ func (l *Engine) Close() error {
 	return nil
 }
 
-// redisKeys returns the lock's hold, queue and fence keys. They share the
-// hash tag {key}, and one allocation.
-func (l *Engine) redisKeys(k lockcore.Key) (ks [3]string) {
+// redisKeys returns the lock's hold, queue, fence, revoked-entries and
+// audit keys. They share the hash tag {key}, and one allocation.
+func (l *Engine) redisKeys(k lockcore.Key) [5]string { return l.keysOf(k.String()) }
+
+// keysOf returns the Redis keys of the lock on key, an escaped key
+// (lockcore.Key.String); see redisKeys.
+func (l *Engine) keysOf(key string) (ks [5]string) {
 	var b strings.Builder
-	n := len(l.opt.Prefix) + len(k.String()) + 2
-	b.Grow(2*n + 4)
+	n := len(l.opt.Prefix) + len(key) + 2
+	b.Grow(4*n + 8)
 	b.WriteString(l.opt.Prefix)
 	b.WriteByte('{')
-	b.WriteString(k.String())
+	b.WriteString(key)
 	b.WriteString("}:q")
-	b.WriteString(l.opt.Prefix)
-	b.WriteByte('{')
-	b.WriteString(k.String())
-	b.WriteString("}:f")
+	for _, suffix := range []string{"}:f", "}:r", "}:a"} {
+		b.WriteString(l.opt.Prefix)
+		b.WriteByte('{')
+		b.WriteString(key)
+		b.WriteString(suffix)
+	}
 	s := b.String()
-	return [3]string{s[:n], s[:n+2], s[n+2:]}
+	m := n + 2 // the length of each of the suffixed keys
+	return [5]string{s[:n], s[:m], s[m : 2*m], s[2*m : 3*m], s[3*m:]}
 }
 
 // ttlArg returns ms(ttl) as a script argument.

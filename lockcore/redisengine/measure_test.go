@@ -182,12 +182,12 @@ func TestDeadWaiterCost(t *testing.T) {
 						_ = ls.Release(ctx)
 					}
 				}()
-				if !eventuallyOK(5*time.Second, func() bool { return inspectOK(holder, key).Waiters == 1 }) {
+				if !eventuallyOK(5*time.Second, func() bool { return len(inspectOK(holder, key).Waiters) == 1 }) {
 					t.Errorf("trial %d: ghost never queued", i)
 					return 0
 				}
 				got, errc := acquireAsync(live, key, 10*time.Second)
-				if !eventuallyOK(5*time.Second, func() bool { return inspectOK(holder, key).Waiters == 2 }) {
+				if !eventuallyOK(5*time.Second, func() bool { return len(inspectOK(holder, key).Waiters) == 2 }) {
 					t.Errorf("trial %d: live waiter never queued", i)
 					return 0
 				}
@@ -232,7 +232,7 @@ func TestDeadWaiterCost(t *testing.T) {
 
 // inspectOK is Inspect for goroutines other than the test's: a failed read
 // reads as the zero Info.
-func inspectOK(l *Engine, k lockcore.Key) Info {
+func inspectOK(l *Engine, k lockcore.Key) lockcore.Info {
 	info, _ := l.Inspect(context.Background(), k)
 	return info
 }

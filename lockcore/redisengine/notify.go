@@ -15,7 +15,9 @@ import (
 
 // notifier receives lock hand-overs for this Engine's waiters on one
 // subscription connection. A release that hands a lock to a waiter publishes
-// "<attempt id> <fencing token>" on the waiter's Engine channel.
+// "<attempt id> <fencing token> <ms>" on the waiter's Engine channel; a
+// revocation publishes "revoke <attempt id>" on the channel of the Engine
+// whose attempt held the lock.
 type notifier struct {
 	l       *Engine
 	mu      sync.Mutex
@@ -90,8 +92,14 @@ func (n *notifier) unregister(w *waiter) {
 }
 
 // deliver reads a hand-over message: "<attempt id> <fencing token> <ms>",
-// the lock granted to the attempt for that many milliseconds.
+// the lock granted to the attempt for that many milliseconds; or a
+// revocation, "revoke <attempt id>": the attempt's hold is renewed at once,
+// and the renewal's answer says whether it is still held.
 func (n *notifier) deliver(payload string) {
+	if id, ok := strings.CutPrefix(payload, "revoke "); ok {
+		n.l.wd.renewNow(id)
+		return
+	}
 	id, rest, ok := strings.Cut(payload, " ")
 	if !ok {
 		return

@@ -163,7 +163,7 @@ func TestCrashedHolder(t *testing.T) {
 			ls, aerr = l.Acquire(context.Background(), k, lockcore.Policy{Wait: 10 * time.Second})
 			got <- time.Now()
 		}()
-		eventually(t, 5*time.Second, "the waiter queues", func() bool { return inspect(t, l, k).Waiters == 1 })
+		eventually(t, 5*time.Second, "the waiter queues", func() bool { return len(inspect(t, l, k).Waiters) == 1 })
 		killed := time.Now()
 		if err := c.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)

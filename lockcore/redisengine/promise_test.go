@@ -130,7 +130,7 @@ func warmScripts(t *testing.T, l *Engine) {
 func checkSoleHolder(t *testing.T, l, intruder *Engine, key lockcore.Key, outer *lockcore.Lease) {
 	t.Helper()
 	ctx := context.Background()
-	if info := inspect(t, l, key); len(info.Holders) != 1 || info.Holders[outer.Token()] != 1 {
+	if info := inspect(t, l, key); len(info.Holders) != 1 || holdCount(info, outer.Token()) != 1 {
 		t.Errorf("Redis: %+v; want the outer holder's token alone with count 1", info)
 	}
 	if ls, err := intruder.Acquire(ctx, key, lockcore.Policy{}); err == nil {
@@ -196,7 +196,7 @@ func reenter(t *testing.T, a, bl *Engine, key lockcore.Key) (outer, inner *lockc
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := inspect(t, a, key).Holders[outer.Token()]; n != 2 {
+	if n := holdCount(inspect(t, a, key), outer.Token()); n != 2 {
 		t.Fatalf("re-entered count %d, want 2", n)
 	}
 	return outer, inner
@@ -278,7 +278,7 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, errc := acquireAsync(l, key, 20*time.Second)
-			eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, l, key).Waiters == 1 })
+			eventually(t, 5*time.Second, "waiter queued", func() bool { return len(inspect(t, l, key).Waiters) == 1 })
 			p.LoseReplyTo(scriptSHA(t, l, "release"), 1)
 			err = h.Release(ctx)
 			released := time.Now()
@@ -300,7 +300,7 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 			if took > time.Second {
 				t.Errorf("waiter held %v after the release, want within 1s", took)
 			}
-			if info := inspect(t, l, key); info.Holders[w.Token()] != 1 || info.Fence != w.Fence() {
+			if info := inspect(t, l, key); holdCount(info, w.Token()) != 1 || info.Fence != w.Fence() {
 				t.Errorf("waiter holds fence %d; Redis: %+v", w.Fence(), info)
 			}
 		})
@@ -335,7 +335,7 @@ func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, errc := acquireAsync(deaf, key, 20*time.Second)
-		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, holder, key).Waiters == 1 })
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return len(inspect(t, holder, key).Waiters) == 1 })
 		// The waiter sleeps until the holder's lease would end. Hold a while
 		// longer, so that it asks Redis before its grant's lease ends (else it
 		// takes the lock afresh), but late in that lease.
@@ -420,7 +420,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 			t.Errorf("release of the lost lease: %v, want ErrLockLost", err)
 		}
 		info := inspect(t, l1, key)
-		if len(info.Holders) != 1 || info.Holders[newer.Token()] != 1 || info.Fence != newer.Fence() {
+		if len(info.Holders) != 1 || holdCount(info, newer.Token()) != 1 || info.Fence != newer.Fence() {
 			t.Errorf("Redis after the lost lease's release: %+v; want the newer hold (fence %d, count 1)", info, newer.Fence())
 		}
 		if ls, err := third.Acquire(ctx, key, lockcore.Policy{}); err == nil {
@@ -476,7 +476,7 @@ func TestRetriedReentryLeaksNoCount(t *testing.T) {
 					t.Errorf("re-entry retried by go-redis: %v", err)
 				}
 				_ = bl.Close() // waits for the withdrawal of a failed attempt
-				if info := inspect(t, a, key); info.Holders[outer.Token()] != 1 {
+				if info := inspect(t, a, key); holdCount(info, outer.Token()) != 1 {
 					t.Errorf("with only the outer lease left: %+v, want the token with count 1", info)
 				}
 				if err := outer.Release(ctx); err != nil {
@@ -573,13 +573,13 @@ func TestKilledWaiterGrantReclaimed(t *testing.T) {
 		if line := c.line(t); line != "waiting" {
 			t.Fatalf("child: %q", line)
 		}
-		eventually(t, 5*time.Second, "the child queues", func() bool { return inspect(t, holder, key).Waiters == 1 })
+		eventually(t, 5*time.Second, "the child queues", func() bool { return len(inspect(t, holder, key).Waiters) == 1 })
 		if err := c.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		_ = c.cmd.Wait()
 		got, errc := acquireAsync(live, key, 20*time.Second)
-		eventually(t, 5*time.Second, "the live waiter queues behind the dead one", func() bool { return inspect(t, holder, key).Waiters == 2 })
+		eventually(t, 5*time.Second, "the live waiter queues behind the dead one", func() bool { return len(inspect(t, holder, key).Waiters) == 2 })
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -614,7 +614,7 @@ func TestExpiredWaitersDoNotStrandLock(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, errc := acquireAsync(waiter, key, 20*time.Second)
-		eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, holder, key).Waiters == 1 })
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return len(inspect(t, holder, key).Waiters) == 1 })
 		q := holder.redisKeys(key)[1]
 		zs, err := rdb.ZRangeWithScores(ctx, q, 0, -1).Result()
 		if err != nil || len(zs) != 1 {
@@ -635,7 +635,7 @@ func TestExpiredWaitersDoNotStrandLock(t *testing.T) {
 		if err := rdb.ZAdd(ctx, q, entries...).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if n := inspect(t, holder, key).Waiters; n != dead+1 {
+		if n := len(inspect(t, holder, key).Waiters); n != dead+1 {
 			t.Fatalf("%d queued, want %d", n, dead+1)
 		}
 		if err := h.Release(ctx); err != nil {
@@ -879,12 +879,12 @@ func TestEveryUniversalClientWorksOrIsRefused(t *testing.T) {
 					t.Fatalf("acquire on a ClusterClient: %v", err)
 				}
 				got, errc := acquireAsync(l2, key, 10*time.Second)
-				eventually(t, 5*time.Second, "waiter queued", func() bool { return inspect(t, l1, key).Waiters == 1 })
+				eventually(t, 5*time.Second, "waiter queued", func() bool { return len(inspect(t, l1, key).Waiters) == 1 })
 				if err := h.Release(ctx); err != nil {
 					t.Fatalf("release on a ClusterClient: %v", err)
 				}
 				w := awaitLease(t, got, errc, 3*time.Second, "waiter on a ClusterClient, handed over")
-				if info := inspect(t, l1, key); info.Holders[w.Token()] != 1 || info.Fence != w.Fence() {
+				if info := inspect(t, l1, key); holdCount(info, w.Token()) != 1 || info.Fence != w.Fence() {
 					t.Errorf("waiter holds fence %d; Redis: %+v", w.Fence(), info)
 				}
 				if err := w.Release(ctx); err != nil {

@@ -23,6 +23,8 @@ var (
 	luaRelease string
 	//go:embed lua/renew.lua
 	luaRenew string
+	//go:embed lua/revoke.lua
+	luaRevoke string
 )
 
 // The scripts. Each is sent whole, as one self-contained source: a
@@ -30,9 +32,10 @@ var (
 // the keys it declares (in a Cluster), then the hold's format (hold.lua),
 // then the script, with the functions it shares with the others where it
 // marks them, after its fast path. Out of memory, Redis refuses an acquire
-// whole before it writes anything (503: no lock is taken), while releases
-// and renewals, flagged allow-oom, run whole: they keep or free locks that
-// are held, and a script refused halfway would leave a half-done hand-over.
+// whole before it writes anything (503: no lock is taken), while releases,
+// renewals and revocations, flagged allow-oom, run whole: they keep or free
+// locks that are held, and a script refused halfway would leave a half-done
+// hand-over.
 var (
 	acquireScript = newScript(luaAcquire, "", false)
 	// reenterScript is the acquire script called with other tokens that
@@ -40,8 +43,9 @@ var (
 	reenterScript = &script{src: acquireScript.src, sha: acquireScript.sha, array: true}
 	releaseScript = newScript(luaRelease, "allow-oom", true)
 	renewScript   = newScript(luaRenew, "allow-oom", false)
+	revokeScript  = newScript(luaRevoke, "allow-oom", true)
 
-	scripts = []*script{acquireScript, reenterScript, releaseScript, renewScript}
+	scripts = []*script{acquireScript, reenterScript, releaseScript, renewScript, revokeScript}
 )
 
 // script is a Lua script run with arguments that the caller lays out
@@ -205,17 +209,25 @@ func noShebang(err error) bool {
 	return strings.Contains(msg, "Error compiling script") && strings.Contains(msg, "'#'")
 }
 
+// holdValue is a hold as Redis stores it (see lua/hold.lua).
+type holdValue struct {
+	token   string   // the owner token: a secret, never shown
+	fence   int64    // the fencing token
+	since   int64    // when the hold was taken, by the server clock, in µs since the epoch
+	entries []string // the attempt ids that hold it
+}
+
 // parseHold reads the hold's stored value v (see lua/hold.lua, the format's
-// definition): its owner token, fencing token and number of entries. ok is
-// false when v is not a hold.
-func parseHold(v string) (token string, fence int64, entries int, ok bool) {
+// definition). ok is false when v is not a hold.
+func parseHold(v string) (h holdValue, ok bool) {
 	f := strings.Fields(v)
-	if len(f) < 4 || f[2] != "0" && f[2] != "1" {
-		return "", 0, 0, false
+	if len(f) < 5 || f[3] != "0" && f[3] != "1" {
+		return holdValue{}, false
 	}
-	fence, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		return "", 0, 0, false
+	fence, err1 := strconv.ParseInt(f[1], 10, 64)
+	since, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || fence < 0 || since < 0 {
+		return holdValue{}, false
 	}
-	return f[0], fence, len(f) - 3, true
+	return holdValue{token: f[0], fence: fence, since: since, entries: f[4:]}, true
 }

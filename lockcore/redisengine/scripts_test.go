@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,22 +86,24 @@ func TestScriptsDeclareEveryKey(t *testing.T) {
 // values the scripts write.
 func TestParseHold(t *testing.T) {
 	for _, c := range []struct {
-		v     string
-		tok   string
-		fence int64
-		n     int
-		ok    bool
+		v  string
+		h  holdValue
+		ok bool
 	}{
-		{"0123456789abcdef0123456789abcdef 1732345678901234 0 a1.1", "0123456789abcdef0123456789abcdef", 1732345678901234, 1, true},
-		{"tok_tok_tok_tok_ 7 1 a1.1 b2.2 c3.3", "tok_tok_tok_tok_", 7, 3, true},
-		{"tok 7 2 a1.1", "", 0, 0, false},
-		{"tok x 0 a1.1", "", 0, 0, false},
-		{"tok 7 0", "", 0, 0, false},
-		{"", "", 0, 0, false},
+		{"0123456789abcdef0123456789abcdef 1732345678901234 1732345678901299 0 a1.1",
+			holdValue{"0123456789abcdef0123456789abcdef", 1732345678901234, 1732345678901299, []string{"a1.1"}}, true},
+		{"tok_tok_tok_tok_ 7 1732345678901299 1 a1.1 b2.2 c3.3",
+			holdValue{"tok_tok_tok_tok_", 7, 1732345678901299, []string{"a1.1", "b2.2", "c3.3"}}, true},
+		{"tok 7 1732345678901299 2 a1.1", holdValue{}, false},
+		{"tok x 1732345678901299 0 a1.1", holdValue{}, false},
+		{"tok 7 x 0 a1.1", holdValue{}, false},
+		{"tok 7 0 a1.1", holdValue{}, false}, // the format before since
+		{"tok 7 1732345678901299 0", holdValue{}, false},
+		{"", holdValue{}, false},
 	} {
-		tok, fence, n, ok := parseHold(c.v)
-		if tok != c.tok || fence != c.fence || n != c.n || ok != c.ok {
-			t.Errorf("parseHold(%q) = %q %d %d %v, want %q %d %d %v", c.v, tok, fence, n, ok, c.tok, c.fence, c.n, c.ok)
+		h, ok := parseHold(c.v)
+		if !reflect.DeepEqual(h, c.h) || ok != c.ok {
+			t.Errorf("parseHold(%q) = %+v %v, want %+v %v", c.v, h, ok, c.h, c.ok)
 		}
 	}
 }

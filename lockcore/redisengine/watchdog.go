@@ -150,7 +150,8 @@ func (w *watchdog) due(now time.Time) []*hold {
 }
 
 // renew sends one renewal for each of due, sent at sent, in a single
-// pipeline, and records what came back. Nobody waits for it.
+// pipeline, and records what came back. Nobody waits for it. Holds found
+// gone or revoked are declared lost.
 func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 	deadline := sent.Add(time.Hour)
 	for _, h := range due {
@@ -175,10 +176,38 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 				}
 			}
 		default:
-			if h.lose(fmt.Errorf("%w: the key is gone or held by another owner", lockcore.ErrLockLost)) && h.index >= 0 {
+			cause := errGone
+			if ok == 2 {
+				cause = lockcore.ErrRevoked
+			}
+			if h.lose(cause) && h.index >= 0 {
 				heap.Remove(&w.holds, h.index)
 			}
 		}
+	}
+}
+
+// errGone is the cause of a hold that a renewal found gone or taken over.
+var errGone = fmt.Errorf("%w: the key is gone or held by another owner", lockcore.ErrLockLost)
+
+// renewNow makes the holds of attempt id, if any, due for renewal now. A
+// revocation tells the Engine of each revoked entry, so that the hold
+// learns it at once rather than at its next renewal.
+func (w *watchdog) renewNow(id string) {
+	found := false
+	w.mu.Lock()
+	now := time.Now()
+	for _, h := range w.holds {
+		if h.entry == id {
+			h.at = now
+			heap.Fix(&w.holds, h.index)
+			found = true
+			break
+		}
+	}
+	w.mu.Unlock()
+	if found {
+		w.poke()
 	}
 }
 
@@ -186,7 +215,8 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 func (w *watchdog) send(ctx context.Context, hs []*hold) []redis.Cmder {
 	cmds := make([]redis.Cmder, len(hs))
 	for i, h := range hs {
-		cmds[i] = w.l.run.cmd(ctx, renewScript, []any{nil, nil, 1, h.keys[0], h.entry, ms(h.ttl)})
+		// The hold's key and entry, and the TTL, boxed once already.
+		cmds[i] = w.l.run.cmd(ctx, renewScript, []any{nil, nil, 2, h.args[0], h.keys[3], h.args[4], w.l.ttlArg(h.ttl)})
 	}
 	_ = w.l.run.run(ctx, cmds)
 	return cmds

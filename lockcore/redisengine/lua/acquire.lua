@@ -21,15 +21,16 @@ local id, member = ARGV[5], ARGV[6]
 local f, fs, v = redis.call('INCR', F), nil, nil
 if f > 1 then
   fs = string.format('%.0f', f)
-  v = redis.call('SET', L, hold_make(tok, fs, false, id), 'NX', 'PX', ttl, 'GET')
+  v = redis.call('SET', L, hold_make(tok, fs, hold_now(), false, id), 'NX', 'PX', ttl, 'GET')
   if not v and (member == '' or redis.call('EXISTS', Q) == 0) then
     return f
   end
 end
 -- @common
 if f == 1 then
+  -- The seed is the server clock: the hold's since too.
   f, fs = seed_fence(ret)
-  v = redis.call('SET', L, hold_make(tok, fs, false, id), 'NX', 'PX', ttl, 'GET')
+  v = redis.call('SET', L, hold_make(tok, fs, fs, false, id), 'NX', 'PX', ttl, 'GET')
 end
 
 if not v then
@@ -42,16 +43,16 @@ if not v then
   redis.call('DEL', L)
   local now, nows = now_us()
   redis.call('ZADD', Q, 'NX', nows, member)
-  local m, g = grant_next(now, ret, member, '', tonumber(ARGV[7]), ARGV[8] == '1')
+  local m, g = grant_next(now, nows, ret, member, '', tonumber(ARGV[7]), ARGV[8] == '1')
   if not m then
-    return (take(tok, ttl, id, ret, redis.call('EXISTS', Q) == 1))
+    return (take(tok, ttl, id, nows, ret, redis.call('EXISTS', Q) == 1))
   elseif m == member then
     return g
   end
   return -math.max(redis.call('PTTL', L), 0)
 end
 
-local t, hf, w, es = hold_parse(v)
+local t, hf, hs, w, es = hold_parse(v)
 local others = ARGV[9] or ''
 if t == tok or others ~= '' and hold_has(others, t) then
   if hold_has(es, id) then
@@ -77,7 +78,7 @@ if wait > 0 then
     redis.call('PEXPIRE', Q, wait + ttl)
   end
   if w == '0' then
-    redis.call('SET', L, hold_make(t, hf, true, es), 'KEEPTTL')
+    redis.call('SET', L, hold_make(t, hf, hs, true, es), 'KEEPTTL')
   end
 end
 return -math.max(redis.call('PTTL', L), 0)

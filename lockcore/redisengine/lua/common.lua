@@ -6,6 +6,9 @@
 --   Q  zset    waiters, scored by arrival (server clock, microseconds); member
 --              "<deadline ms> <ttl ms> <channel> <attempt id> <token>"
 --   F  string  the fencing counter, seeded from the server clock
+--   R  string  the revoked entries (see hold.lua), which live as long as
+--              the revoked hold would have; only revoke writes it
+--   A  stream  the audit records of revocations; only revoke writes it
 -- The server clock in microseconds, as a number and as a decimal string
 -- (built by concatenation: Lua prints numbers with 14 digits).
 local function now_us()
@@ -35,11 +38,12 @@ local function next_fence(retention)
   return seed_fence(retention)
 end
 
--- Make tok the sole holder for attempt id for ttl ms, with waiters flag w,
+-- Make tok the sole holder for attempt id for ttl ms, taken at since (the
+-- server clock in microseconds, a decimal string), with waiters flag w,
 -- and return the new fencing token as a number and a string.
-local function take(tok, ttl, id, retention, w)
+local function take(tok, ttl, id, since, retention, w)
   local f, fs = next_fence(retention)
-  redis.call('SET', L, hold_make(tok, fs, w, id), 'PX', ttl)
+  redis.call('SET', L, hold_make(tok, fs, since, w, id), 'PX', ttl)
   return f, fs
 end
 
@@ -54,9 +58,11 @@ end
 -- waiter whose channel nobody reads, because its process is gone, is
 -- skipped at once. Each entry is popped once, whatever its fate, so the
 -- loop costs one pop per queued entry over the queue's life.
+-- now is the server clock in microseconds, as a number and as nows, a
+-- decimal string (now_us).
 -- Returns the member and fencing token of the new holder, and its attempt
 -- id when the caller is to wake it; nil when nobody is left waiting.
-local function grant_next(now, retention, self, mine, claim, trust)
+local function grant_next(now, nows, retention, self, mine, claim, trust)
   while true do
     local e = redis.call('ZPOPMIN', Q)
     if #e == 0 then
@@ -66,14 +72,14 @@ local function grant_next(now, retention, self, mine, claim, trust)
     if dl and tonumber(dl) * 1000 > now then
       local more = redis.call('EXISTS', Q) == 1
       if ch == mine or e[1] == self then
-        local f = take(tok, ttl, id, retention, more)
+        local f = take(tok, ttl, id, nows, retention, more)
         if ch == mine then
           return e[1], f, id
         end
         return e[1], f
       end
       local px = math.min(claim, tonumber(ttl))
-      local f, fs = take(tok, px, id, retention, more)
+      local f, fs = take(tok, px, id, nows, retention, more)
       if redis.call('PUBLISH', ch, id .. ' ' .. fs .. ' ' .. px) > 0 or not trust then
         return e[1], f
       end

@@ -1,24 +1,32 @@
--- The hold, KEYS[1], is a string "<token> <fence> <w> <entry> [<entry> ...]":
--- the owner token, the fencing token, w = 1 when waiters may be queued,
+-- The hold, KEYS[1], is a string "<token> <fence> <since> <w> <entry> [<entry> ...]":
+-- the owner token, the fencing token, since = when the hold was taken
+-- (the server clock in microseconds), w = 1 when waiters may be queued,
 -- and the hold's entries, the attempt ids of the acquisitions that hold it
 -- (the one that took it, and re-entries made under the same token by
 -- other processes). An attempt id always contains a '.', which no token,
--- fence or flag does, and names one attempt of one Engine: it alone names
--- the hold an attempt has. A call whose own entry is there already has run
--- before (a client re-sent it after a lost reply): it changes nothing.
--- These functions are the only code that reads or writes that format; the
--- engine's Go code reads it in parseHold (scripts.go).
+-- fence, time or flag does, and names one attempt of one Engine: it alone
+-- names the hold an attempt has. A call whose own entry is there already
+-- has run before (a client re-sent it after a lost reply): it changes
+-- nothing. These functions are the only code that reads or writes that
+-- format; the engine's Go code reads it in parseHold (scripts.go).
 
--- The hold of tok, fencing token fs (a decimal string), waiters flag w
--- (a boolean) and entries es (space-separated).
-local function hold_make(tok, fs, w, es)
-  return tok .. ' ' .. fs .. (w and ' 1 ' or ' 0 ') .. es
+-- The server clock in microseconds, as a decimal string: the since of a
+-- hold taken now.
+local function hold_now()
+  local t = redis.call('TIME')
+  return t[1] .. string.sub('00000' .. t[2], -6)
 end
 
--- The fields of hold v: token, fence (a decimal string), waiters flag ('0'
--- or '1'), entries (space-separated); nil when v is not a hold.
+-- The hold of tok, fencing token fs and since s (decimal strings), waiters
+-- flag w (a boolean) and entries es (space-separated).
+local function hold_make(tok, fs, s, w, es)
+  return tok .. ' ' .. fs .. ' ' .. s .. (w and ' 1 ' or ' 0 ') .. es
+end
+
+-- The fields of hold v: token, fence and since (decimal strings), waiters
+-- flag ('0' or '1'), entries (space-separated); nil when v is not a hold.
 local function hold_parse(v)
-  return string.match(v, '^(%S+) (%d+) ([01]) (.+)$')
+  return string.match(v, '^(%S+) (%d+) (%d+) ([01]) (.+)$')
 end
 
 -- Whether entries es include attempt id.
@@ -47,4 +55,10 @@ end
 -- the last entry is the flag '0' (another entry would contain a '.').
 local function hold_sole(v, id)
   return string.sub(v, -#id - 3) == ' 0 ' .. id
+end
+
+-- Whether attempt id held a hold that an operator revoked: the tombstone
+-- r (the revoked holds' entries, space-separated, or nil) names it.
+local function hold_revoked(r, id)
+  return r and hold_has(r, id)
 end

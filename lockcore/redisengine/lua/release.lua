@@ -6,40 +6,44 @@
 -- frees it, when no entry is left. With a member it first withdraws a
 -- waiter that gave up: if it was still queued nothing else happens.
 -- Returns the number of entries left (0: released), -1 when the hold has no
--- such entry (it never had, or this call ran before), -2 when the member was
--- withdrawn from the queue, or {0, attempt id, fencing token} when the lock
--- went to a waiter of the caller's own Engine, which the caller then wakes:
--- nothing is published. Run again with the same arguments, it changes
--- nothing more.
--- KEYS: the hold, the wait queue, the fencing counter.
+-- such entry (it never had, or this call ran before), -3 when an operator
+-- revoked the entry's hold, -2 when the member was withdrawn from the
+-- queue, or {0, attempt id, fencing token} when the lock went to a waiter
+-- of the caller's own Engine, which the caller then wakes: nothing is
+-- published. Run again with the same arguments, it changes nothing more.
+-- KEYS: the hold, the wait queue, the fencing counter, the revoked entries.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local e, ret, member = ARGV[2], ARGV[3], ARGV[4]
 if member ~= '' and redis.call('ZREM', Q, member) == 1 then
   return -2
 end
 local v = redis.call('GET', L)
-if not v then
-  return -1
-end
 -- The common case: e is the hold's only entry, and nobody is queued.
-if hold_sole(v, e) then
+if v and hold_sole(v, e) then
   redis.call('DEL', L)
   return 0
 end
 -- @common
 -- The entry alone names the hold: attempt ids are unique, and an attempt
 -- may have re-entered a hold under another token than its own.
-local t, f, w, es = hold_parse(v)
+local t, f, s, w, es
+if v then
+  t, f, s, w, es = hold_parse(v)
+end
 if not t or not hold_has(es, e) then
+  if hold_revoked(redis.call('GET', KEYS[4]), e) then
+    return -3
+  end
   return -1
 end
 local left, n = hold_drop(es, e)
 if n > 0 then
-  redis.call('SET', L, hold_make(t, f, w == '1', left), 'KEEPTTL')
+  redis.call('SET', L, hold_make(t, f, s, w == '1', left), 'KEEPTTL')
   return n
 end
 if w == '1' then
-  local m, fence, to = grant_next(now_us(), ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
+  local now, nows = now_us()
+  local m, fence, to = grant_next(now, nows, ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
   if to then
     return {0, to, fence}
   elseif m then
