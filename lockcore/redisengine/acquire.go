@@ -64,7 +64,9 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	h.start = time.Now()
 	h.ls = lockcore.NewLease(ctx, l, key, h.token, h.fence, h)
 	if !l.wd.add(h, sent, length) {
-		// Closed while acquiring: give it back.
+		// Closed while acquiring: give it back. Its lease was never handed
+		// out: Events hears nothing of it.
+		h.told.Store(told)
 		h.lose(lockcore.ErrClosed)
 		l.withdraw(h, "")
 		return nil, lockcore.ErrClosed
@@ -114,9 +116,19 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		l.channel + " " + h.entry + " " + h.token
 	w := l.nf.register(h.entry, h.keys[0])
 	defer l.nf.unregister(w)
+	ev := l.opt.Events
+	var queued bool        // told Events the attempt waits
+	var woke lockcore.Wake // what woke the attempt, for Events
+	if ev != nil {
+		defer l.waited(h.key, &queued)
+	}
 	var timer *time.Timer // made when first needed: most acquisitions find the lock free
 	var pttl int64
 	for {
+		if woke != 0 {
+			ev.Woken(h.key, woke)
+			woke = 0
+		}
 		sent := time.Now()
 		left := deadline.Sub(sent)
 		if left <= 0 {
@@ -131,6 +143,10 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, h.ttl, nil
 		}
 		pttl = -v
+		if ev != nil && !queued {
+			queued = true
+			ev.Waiting(h.key, +1)
+		}
 		// Sleep until handed the lock, or until the holder's lease would have
 		// run out (the notification may be lost), or the deadline; and never
 		// longer than half a claim window, in case a waiter ahead was granted
@@ -148,28 +164,51 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 				// Nudged: the subscription was re-established, or a release
 				// whose reply was lost may have handed the lock to this
 				// attempt; the next call says.
+				if ev != nil {
+					woke = lockcore.WakeReply
+				}
 				continue
 			}
 			h.fence = f
 			if !w.from.IsZero() {
 				// Woken by a release of this Engine, which granted a whole
 				// lease in a call sent at w.from.
+				if ev != nil {
+					ev.Woken(h.key, lockcore.WakeReply)
+				}
 				return w.from, h.ttl, nil
 			}
 			// Told by message: the lock is this attempt's for w.px from a
 			// moment after its last call was sent. With most of that left it
 			// runs on it (the watchdog claims the lock soon); else it claims
 			// the lock first: the next call finds it granted and extends it.
+			if ev != nil {
+				woke = lockcore.WakeMessage
+			}
 			if time.Since(sent) < w.px/2 {
+				if ev != nil {
+					ev.Woken(h.key, woke)
+				}
 				return sent, w.px, nil
 			}
 		case <-timer.C:
+			if ev != nil {
+				woke = lockcore.WakeTimer
+			}
 		case <-ctx.Done():
 			return sent, 0, l.giveUp(h, member, pttl, ctx.Err())
 		case <-l.ctx.Done():
 			l.withdraw(h, member)
 			return sent, 0, lockcore.ErrClosed
 		}
+	}
+}
+
+// waited tells Options.Events, which is set, that a wait ended, if the
+// attempt was queued (*queued).
+func (l *Engine) waited(key lockcore.Key, queued *bool) {
+	if *queued {
+		l.opt.Events.Waiting(key, -1)
 	}
 }
 

@@ -104,4 +104,10 @@
 // next waiter, records an audit entry, and tells the holding Engines on
 // their notification channels, which renew at once and cancel the lease
 // contexts with cause lockcore.ErrRevoked.
+//
+// # Events
+//
+// Options.Events, when set, hears of waits, wake-ups, renewals and the end
+// of every hold (see Options.Events); left nil, it costs one nil check
+// where it would be called.
 package redisengine

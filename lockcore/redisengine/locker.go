@@ -85,6 +85,30 @@ type Options struct {
 	// ending (released, lost, revoked) and how long they lasted. Package
 	// lockotel turns them into OpenTelemetry metrics and spans. Default:
 	// nil, which costs nothing.
+	//
+	// The engine calls it from the goroutines of the acquisitions,
+	// releases and renewals, never while it holds a lock of its own:
+	//   - Waiting(+1) when an acquisition is queued behind another owner's
+	//     hold, and Waiting(-1) once that acquisition returns, whatever it
+	//     returns;
+	//   - Woken each time a queued acquisition wakes, other than by its
+	//     context or Close: to ask Redis again, to take the lock handed to
+	//     it, or to give up when its wait ran out. WakeMessage for a
+	//     hand-over published to this Engine (by another Engine's release,
+	//     or a revocation); WakeReply for one found in the reply to a
+	//     release by this Engine, and for a release or subscription whose
+	//     reply says that a hand-over may have been missed; WakeTimer when
+	//     its own timer (the holder's remaining lease, the polling interval
+	//     of 3/10 of ClaimWindow, or its deadline) ran out;
+	//   - Renewed for each renewal: nil when it extended the lease, an
+	//     error matching ErrLockLost when it found the hold gone
+	//     (ErrRevoked when revoked), one matching ErrUnavailable when Redis
+	//     did not answer it; a renewal that found the hold gone because it
+	//     was released meanwhile is not told;
+	//   - Ended once per fresh hold: after its release, or when it was lost
+	//     (its lease ran out, Redis no longer had it, it was revoked, or the
+	//     Engine closed). A hold whose release finds it revoked ends with
+	//     cause ErrRevoked and a nil err.
 	Events lockcore.Events
 
 	// AuditRetention is how long a key's audit records of revocations

@@ -100,7 +100,7 @@ func (w *watchdog) run() {
 	for {
 		w.mu.Lock()
 		now := time.Now()
-		due := w.due(now)
+		due, ranOut := w.due(now)
 		next := w.tick
 		if len(w.holds) > 0 {
 			next = min(w.holds[0].at.Sub(now), w.tick)
@@ -108,6 +108,9 @@ func (w *watchdog) run() {
 		w.wakeAt = now.Add(next)
 		w.mu.Unlock()
 
+		for _, h := range ranOut {
+			h.lose(errRanOut)
+		}
 		if len(due) > 0 {
 			w.l.bg.do(func() { w.renew(ctx, due, now) })
 		}
@@ -122,12 +125,12 @@ func (w *watchdog) run() {
 	}
 }
 
-// due declares lost the holds whose validity ran out by now, and returns
-// those to renew: due by now, or within a twelfth of their TTL unless their
-// validity ends first. Each gets its next time: a retry in TTL/10, or the
-// end of its validity, whichever comes first. It runs under w.mu.
-func (w *watchdog) due(now time.Time) []*hold {
-	var due []*hold
+// due drops the holds whose validity ran out by now, and returns them, to
+// be declared lost once w.mu is unlocked, and those to renew: due by now,
+// or within a twelfth of their TTL unless their validity ends first. Each
+// gets its next time: a retry in TTL/10, or the end of its validity,
+// whichever comes first. It runs under w.mu.
+func (w *watchdog) due(now time.Time) (due, ranOut []*hold) {
 	for len(w.holds) > 0 {
 		h := w.holds[0]
 		valid := h.validUntil()
@@ -137,21 +140,22 @@ func (w *watchdog) due(now time.Time) []*hold {
 			continue
 		case !now.Before(valid):
 			heap.Pop(&w.holds)
-			h.lose(errRanOut)
+			ranOut = append(ranOut, h)
 			continue
 		case h.at.After(now.Add(h.ttl/12)) || h.at.After(now) && !h.at.Before(valid):
-			return due
+			return due, ranOut
 		}
 		due = append(due, h)
 		h.at = minTime(now.Add(h.ttl/10), valid)
 		heap.Fix(&w.holds, 0)
 	}
-	return due
+	return due, ranOut
 }
 
 // renew sends one renewal for each of due, sent at sent, in a single
 // pipeline, and records what came back. Nobody waits for it. Holds found
-// gone or revoked are declared lost.
+// gone or revoked are declared lost, and Options.Events told, once w.mu is
+// unlocked.
 func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 	deadline := sent.Add(time.Hour)
 	for _, h := range due {
@@ -160,8 +164,8 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	cmds := w.send(rctx, due)
+	lost := false
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	for i, h := range due {
 		ok, cerr := cmds[i].(*redis.IntCmd).Result()
 		switch {
@@ -176,13 +180,37 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 				}
 			}
 		default:
-			cause := errGone
-			if ok == 2 {
-				cause = lockcore.ErrRevoked
-			}
-			if h.lose(cause) && h.index >= 0 {
+			lost = true
+			if h.index >= 0 {
 				heap.Remove(&w.holds, h.index)
 			}
+		}
+	}
+	w.mu.Unlock()
+	ev := w.l.opt.Events
+	if ev == nil && !lost {
+		return
+	}
+	for i, h := range due {
+		ok, cerr := cmds[i].(*redis.IntCmd).Result()
+		var err error
+		switch {
+		case cerr != nil:
+			err = unavailable("renew", cerr)
+		case ok == 1:
+		case ok == 2:
+			err = lockcore.ErrRevoked
+		default:
+			err = errGone
+		}
+		if err != nil && cerr == nil && !h.live() {
+			continue // found gone because it was released meanwhile, or lost already
+		}
+		if ev != nil {
+			ev.Renewed(h.key, err)
+		}
+		if err != nil && cerr == nil {
+			h.lose(err)
 		}
 	}
 }
