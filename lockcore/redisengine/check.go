@@ -53,7 +53,7 @@ func (l *Engine) Check(ctx context.Context) error {
 			return l.report(fmt.Errorf("%w: check: Redis %s is too old: the engine needs %d.0 or later", lockcore.ErrMisconfigured, v, minMajor))
 		}
 	}
-	for _, s := range []*script{acquireScript, releaseScript, renewScript} {
+	for _, s := range []*script{acquireScript, releaseScript, renewScript, revokeScript} {
 		if err := l.run.load(ctx, s); err != nil {
 			return l.report(unavailable("check: scripts", err))
 		}

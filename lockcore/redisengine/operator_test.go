@@ -165,6 +165,50 @@ func TestRevoke(t *testing.T) {
 	})
 }
 
+// TestRevokeReentered: revoking a hold that a second Engine re-entered
+// under the holder's token ends both leases, each with ErrRevoked, and
+// frees the key.
+func TestRevokeReentered(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		a := newLocker(t, b, prefix, Options{TTL: 600 * time.Millisecond})
+		bl := newLocker(t, b, prefix, Options{TTL: 600 * time.Millisecond})
+		ctx := context.Background()
+		key := mustKey(t, "reentered", "1")
+		outer, err := a.Acquire(ctx, key, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, err := a.Revoke(ctx, key, "both")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rev.Owner != OwnerDigest(outer.Token()) || rev.Fence != outer.Fence() {
+			t.Errorf("revocation %+v", rev)
+		}
+		for _, ls := range []*lockcore.Lease{outer, inner} {
+			select {
+			case <-ls.Context().Done():
+			case <-time.After(time.Second):
+				t.Fatal("a lease of the revoked hold is live")
+			}
+			if cause := context.Cause(ls.Context()); !errors.Is(cause, lockcore.ErrRevoked) {
+				t.Errorf("cause %v, want ErrRevoked", cause)
+			}
+			if err := ls.Release(ctx); !errors.Is(err, lockcore.ErrLockLost) {
+				t.Errorf("release of a revoked lease: %v", err)
+			}
+		}
+		if info := inspect(t, a, key); info.Held() {
+			t.Fatalf("held after its revocation: %+v", info)
+		}
+	})
+}
+
 // TestRevokeFoundByRenewal: without the message that tells the holding
 // Engine at once, the holder learns of the revocation at its next
 // renewal: its context is cancelled with ErrRevoked (not the ErrLockLost

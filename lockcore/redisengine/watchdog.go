@@ -196,6 +196,9 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 		var err error
 		switch {
 		case cerr != nil:
+			if ev == nil {
+				continue
+			}
 			err = unavailable("renew", cerr)
 		case ok == 1:
 		case ok == 2:
