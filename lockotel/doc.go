@@ -52,7 +52,11 @@
 // When a hold is lost while its handler runs, the request's span (the
 // current span of the lease's context) gets an event lock.lost, or
 // lock.revoked when an operator force-released it, with lock.resource and
-// lock.reason.
+// lock.reason. It lands while that span is still open even when the
+// handler returns the moment its context ends: the adapters release the
+// lock before the request ends, and an engine tells of a loss before the
+// release of the lost hold returns (the Redis engine's release waits for
+// it).
 //
 // # Metrics
 //

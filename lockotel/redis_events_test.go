@@ -1,0 +1,185 @@
+package lockotel_test
+
+// Telemetry of the Redis engine of lock.New, from the engine's Events:
+// releases, a lease lost behind its holder, a hold force-released by an
+// operator.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/trace"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+)
+
+// redisShop serves POST /products/{productID}/buy behind r.traced and a
+// lock of locker; the handler reports what it saw on entered and runs until
+// its context ends, then at once answers 410 with the context's cause. The
+// event of a loss lands on the request's span all the same: the middleware
+// releases the lock before the span ends, and the engine's release returns
+// only once it has told its Events of the loss.
+func redisShop(t *testing.T, r *rig, locker *lock.Locker) (url string, entered chan entry) {
+	entered = make(chan entry, 4)
+	router := chi.NewRouter()
+	router.Use(r.traced)
+	router.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, req *http.Request) {
+		ctx := req.Context()
+		entered <- entry{span: trace.SpanFromContext(ctx).SpanContext(), ctx: ctx}
+		select {
+		case <-ctx.Done():
+		case <-time.After(bound):
+		}
+		w.WriteHeader(http.StatusGone)
+		fmt.Fprint(w, context.Cause(ctx))
+	})
+	return serve(t, router).URL, entered
+}
+
+// TestRedisLeaseLost: the lock's key deleted in Redis behind its holder,
+// whose short TTL has the next renewal due soon: the renewal finds it gone,
+// the handler's context is cancelled with ErrLockLost, the request's span
+// gets lock.lost (reason gone), routelock.lost and routelock.renewals count
+// it, and the hold is no longer counted as held.
+func TestRedisLeaseLost(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newRig(t)
+		prefix := redistest.Prefix(t)
+		rdb := b.Client(t)
+		locker := lock.New(rdb, lock.Prefix(prefix), lock.TTL(300*time.Millisecond), r.tel.Option())
+		t.Cleanup(func() { locker.Close() })
+		url, entered := redisShop(t, r, locker)
+
+		done := make(chan int, 1)
+		go func() {
+			code, _ := post(client(t, nil), bounded(t), url+"/products/42/buy")
+			done <- code
+		}()
+		var e entry
+		select {
+		case e = <-entered:
+		case <-time.After(bound):
+			t.Fatal("the handler did not run")
+		}
+		if err := rdb.Del(bounded(t), prefix+"{productID:42}").Err(); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, done, http.StatusGone)
+		if cause := context.Cause(e.ctx); !errors.Is(cause, lockcore.ErrLockLost) {
+			t.Fatalf("the handler's context ended with %v, want ErrLockLost", cause)
+		}
+		r.wait(t)
+		var req sdkSpan
+		for _, sp := range r.spans("request") {
+			if sp.SpanContext().Equal(e.span) {
+				req = sp
+			}
+		}
+		if req == nil {
+			t.Fatal("no request span")
+		}
+		if ev := req.Events(); len(ev) != 1 || ev[0].Name != "lock.lost" {
+			t.Fatalf("request span events %v, want lock.lost", ev)
+		} else {
+			wantAttrs(t, "lock.lost", ev[0].Attributes, map[string]any{"lock.resource": "productID", "lock.reason": "gone"})
+		}
+		m := r.collect(t)
+		m.wantSum(t, "routelock.lost", 1, "lock.resource", "productID", "lock.reason", "gone")
+		m.wantSum(t, "routelock.renewals", 1, "lock.resource", "productID", "lock.outcome", "lost")
+		m.wantSum(t, "routelock.held", 0, "lock.resource", "productID")
+		m.wantCount(t, "routelock.hold.duration", 1, "lock.resource", "productID")
+	})
+}
+
+// TestRedisRevoked: an operator force-releases the hold of a running
+// request (Locker.Operator().Revoke): the handler's context is cancelled
+// with ErrRevoked, the request's span gets lock.revoked, and routelock.lost
+// counts it with reason revoked.
+func TestRedisRevoked(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newRig(t)
+		prefix := redistest.Prefix(t)
+		locker := lock.New(b.Client(t), lock.Prefix(prefix), r.tel.Option())
+		t.Cleanup(func() { locker.Close() })
+		op := locker.Operator()
+		if op == nil {
+			t.Fatal("the Redis engine is no lockcore.Operator")
+		}
+		url, entered := redisShop(t, r, locker)
+
+		done := make(chan int, 1)
+		go func() {
+			code, _ := post(client(t, nil), bounded(t), url+"/products/42/buy")
+			done <- code
+		}()
+		var e entry
+		select {
+		case e = <-entered:
+		case <-time.After(bound):
+			t.Fatal("the handler did not run")
+		}
+		if _, err := op.Revoke(bounded(t), mustKey(t, "productID", "42"), "a test"); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, done, http.StatusGone)
+		if cause := context.Cause(e.ctx); !errors.Is(cause, lockcore.ErrRevoked) {
+			t.Fatalf("the handler's context ended with %v, want ErrRevoked", cause)
+		}
+		r.wait(t)
+		var req sdkSpan
+		for _, sp := range r.spans("request") {
+			if sp.SpanContext().Equal(e.span) {
+				req = sp
+			}
+		}
+		if req == nil {
+			t.Fatal("no request span")
+		}
+		if ev := req.Events(); len(ev) != 1 || ev[0].Name != "lock.revoked" {
+			t.Fatalf("request span events %v, want lock.revoked", ev)
+		} else {
+			wantAttrs(t, "lock.revoked", ev[0].Attributes, map[string]any{"lock.resource": "productID", "lock.reason": "revoked"})
+		}
+		m := r.collect(t)
+		m.wantSum(t, "routelock.lost", 1, "lock.resource", "productID", "lock.reason", "revoked")
+		m.wantSum(t, "routelock.held", 0, "lock.resource", "productID")
+	})
+}
+
+// TestRedisUncontended: on the Redis engine of lock.New, a request that
+// takes a free lock gets its lock.acquire and, from the engine's Events,
+// its lock.release under its span; the hold is counted and uncounted.
+func TestRedisUncontended(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newRig(t)
+		locker := lock.New(b.Client(t), lock.Prefix(redistest.Prefix(t)), r.tel.Option())
+		t.Cleanup(func() { locker.Close() })
+		router := chi.NewRouter()
+		router.Use(r.traced)
+		router.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, req *http.Request) {
+			fmt.Fprint(w, "ok")
+		})
+		srv := serve(t, router)
+		if code, body := post(client(t, nil), bounded(t), srv.URL+"/products/42/buy"); code != http.StatusOK {
+			t.Fatalf("status %d: %s", code, body)
+		}
+		req := r.wait(t)
+		wantAttrs(t, "lock.acquire", r.only(t, "lock.acquire", req).Attributes(), map[string]any{
+			"lock.resource": "productID", "lock.route": "/products/{productID}/buy", "lock.mode": "wait",
+			"lock.outcome": "acquired", "lock.wait": nil, "lock.reentered": false, "lock.fence": nil,
+		})
+		wantAttrs(t, "lock.release", r.only(t, "lock.release", req).Attributes(),
+			map[string]any{"lock.resource": "productID", "lock.outcome": "released", "lock.held": nil})
+		m := r.collect(t)
+		m.wantCount(t, "routelock.acquire.duration", 1, "lock.resource", "productID", "lock.route", "/products/{productID}/buy", "lock.outcome", "acquired")
+		m.wantCount(t, "routelock.hold.duration", 1, "lock.resource", "productID")
+		m.wantSum(t, "routelock.held", 0, "lock.resource", "productID")
+	})
+}
