@@ -328,7 +328,7 @@ func pathKey(seg string) (lockcore.Key, error) {
 	if err != nil {
 		return lockcore.Key{}, fmt.Errorf("%w: bad escape in path", lockcore.ErrInvalidKey)
 	}
-	return parseKey(s)
+	return lockcore.ParseKey(s)
 }
 
 // isForm reports whether r's body is an HTML form.

@@ -208,7 +208,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		if len(operands) != 1 {
 			return usageErr("%s takes one KEY, not %d operands", cmd, len(operands))
 		}
-		if key, err = parseKey(operands[0]); err != nil {
+		if key, err = lockcore.ParseKey(operands[0]); err != nil {
 			return usageErr("%s: %v", cmd, err)
 		}
 	}
@@ -347,16 +347,10 @@ func openRedis(env func(string) string, prefix string) (lockcore.Operator, strin
 		_ = rdb.Close()
 		return nil, "", nil, fmt.Errorf("-prefix: %s", scrub(err.Error(), raw))
 	}
-	closeAll := func() {
+	return e, where, func() {
 		_ = e.Close()
 		_ = rdb.Close()
-	}
-	op, ok := any(e).(lockcore.Operator)
-	if !ok {
-		closeAll()
-		return nil, "", nil, errors.New("this build's Redis engine cannot list, inspect or release locks (it does not implement lockcore.Operator)")
-	}
-	return op, where, closeAll, nil
+	}, nil
 }
 
 // scrub removes the user information of the URL raw from msg: a message

@@ -145,6 +145,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"inspect", "a", "b"}, 2, "one KEY, not 2"},
 		{[]string{"inspect", "a::b"}, 2, "invalid key"},
 		{[]string{"inspect", "a:%zz"}, 2, "invalid key"},
+		{[]string{"inspect", "name:a b"}, 2, "invalid key"}, // ls prints name:a%20b
 		{[]string{"ls", "a", "b"}, 2, "at most one PREFIX"},
 		{[]string{"ls", "-nope"}, 2, "flag provided but not defined: -nope"},
 		{[]string{"inspect", "-limit", "5", "k"}, 2, "not defined: -limit"},
@@ -294,49 +295,6 @@ func TestErrors(t *testing.T) {
 	if r := runWith(t, nil, "ls"); r.code != 1 || !strings.Contains(r.stderr, "refuses the engine") {
 		t.Errorf("misconfigured: %d %q", r.code, r.stderr)
 	}
-}
-
-func TestParseKey(t *testing.T) {
-	for in, want := range map[string]string{
-		"productID:42":    "productID:42",
-		"a%3Ab:c":         "a%3Ab:c",
-		"a%3ab:c":         "a%3Ab:c",
-		"name:a b":        "name:a%20b",
-		"x:{y}":           "x:%7By%7D",
-		"a:b:c:d:e:f:g:h": "a:b:c:d:e:f:g:h",
-		"é":               "%C3%A9",
-	} {
-		k, err := parseKey(in)
-		if err != nil || k.String() != want {
-			t.Errorf("parseKey(%q) = %q, %v; want %q", in, k, err, want)
-		}
-	}
-	for _, in := range []string{"", ":", "a:", "a::b", "a:b:c:d:e:f:g:h:i", "%", "%4", "%zz", strings.Repeat("x", 257)} {
-		if _, err := parseKey(in); err == nil {
-			t.Errorf("parseKey(%q) succeeded", in)
-		}
-	}
-}
-
-// FuzzParseKey: every key NewKey makes parses back to itself.
-func FuzzParseKey(f *testing.F) {
-	f.Add("productID", "42", "")
-	f.Add("a:b", "%3A", "{x}")
-	f.Fuzz(func(t *testing.T, a, b, c string) {
-		parts := []string{a}
-		for _, p := range []string{b, c} {
-			if p != "" {
-				parts = append(parts, p)
-			}
-		}
-		k, err := lockcore.NewKey(parts...)
-		if err != nil {
-			return
-		}
-		if got, err := parseKey(k.String()); err != nil || got != k {
-			t.Fatalf("parseKey(%q) = %q, %v", k, got, err)
-		}
-	})
 }
 
 func TestScrub(t *testing.T) {
