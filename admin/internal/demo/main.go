@@ -1,0 +1,164 @@
+// Command demo serves the admin page on an embedded Redis with a few held
+// and awaited locks, for a look at it in a browser, and takes the README's
+// screenshot of it with headless Chromium; the routelock command works on
+// its Redis too:
+//
+//	go run ./admin/internal/demo                          # serves until interrupted
+//	go run ./admin/internal/demo -shot docs/admin.png     # writes the screenshot and exits
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
+)
+
+func main() {
+	shot := flag.String("shot", "", "write a screenshot of the page to this PNG file with headless Chromium, and exit")
+	size := flag.String("size", "1100,700", "the screenshot's window size")
+	chromium := flag.String("chromium", "chromium", "the Chromium binary")
+	flag.Parse()
+	if err := run(*shot, *size, *chromium); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(shot, size, chromium string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	mr := miniredis.NewMiniRedis()
+	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+		return err
+	}
+	defer mr.Close()
+	mr.ClockTTL(true)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+
+	// Three instances of an app, each with its engine, and one for the
+	// page.
+	var engines []*redisengine.Engine
+	for range 4 {
+		e, err := redisengine.New(rdb, redisengine.Options{})
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		engines = append(engines, e)
+	}
+	a, b, c, ops := engines[0], engines[1], engines[2], engines[3]
+	if err := populate(ctx, a, b, c, ops); err != nil {
+		return err
+	}
+
+	r := chi.NewRouter()
+	r.Mount("/admin", admin.Handler(ops, admin.Title("Locks · shop")))
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(l)
+	defer srv.Close()
+	url := "http://" + l.Addr().String() + "/admin/"
+	if shot == "" {
+		fmt.Println("serving", url, "(interrupt to stop)")
+		fmt.Printf("the CLI: REDIS_URL=redis://%s/0 go run ./cmd/routelock ls\n", mr.Addr())
+		<-ctx.Done()
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+		"--screenshot="+shot, "--window-size="+size, url)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %v\n%s", chromium, err, out)
+	}
+	fmt.Println("wrote", shot)
+	return nil
+}
+
+// populate takes the locks the page shows: a product held with two
+// waiters, an order force-released once and held again, a user held by two
+// instances (a nested call that re-entered with the owner token), and a
+// cart held with one waiter.
+func populate(ctx context.Context, a, b, c, ops *redisengine.Engine) error {
+	key := func(parts ...string) lockcore.Key {
+		k, err := lockcore.NewKey(parts...)
+		if err != nil {
+			panic(err)
+		}
+		return k
+	}
+	hold := func(e *redisengine.Engine, ctx context.Context, k lockcore.Key) (*lockcore.Lease, error) {
+		return e.Acquire(ctx, k, lockcore.Policy{TTL: 10 * time.Second})
+	}
+	wait := func(e *redisengine.Engine, k lockcore.Key, d time.Duration) {
+		go e.Acquire(ctx, k, lockcore.Policy{Wait: d, TTL: 10 * time.Second})
+	}
+
+	order := key("orderID", "A-10234")
+	if _, err := hold(c, ctx, order); err != nil {
+		return err
+	}
+	if _, err := ops.Revoke(ctx, order, "payment provider timed out; holder stuck since 14:02"); err != nil {
+		return err
+	}
+	if _, err := hold(b, ctx, order); err != nil {
+		return err
+	}
+
+	product := key("productID", "42")
+	if _, err := hold(a, ctx, product); err != nil {
+		return err
+	}
+	wait(b, product, 45*time.Second)
+	wait(c, product, 30*time.Second)
+
+	user := key("userID", "7")
+	outer, err := hold(a, ctx, user)
+	if err != nil {
+		return err
+	}
+	if _, err := hold(c, lockcore.WithToken(ctx, outer.Token()), user); err != nil {
+		return err
+	}
+
+	cart := key("cartID", "c9f2")
+	if _, err := hold(c, ctx, cart); err != nil {
+		return err
+	}
+	wait(a, cart, 5*time.Second)
+
+	// Until the page shows every waiter.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		n := 0
+		locks, _, err := ops.List(ctx, "", 0)
+		if err != nil {
+			return err
+		}
+		for _, in := range locks {
+			n += len(in.Waiters)
+		}
+		if n == 3 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d waiters queued, want 3", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
