@@ -217,8 +217,8 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		switch {
 		case o.reason == "":
 			return usageErr("release needs -reason TEXT: why the lock is force-released, kept in its audit record")
-		case len(o.reason) > admin.MaxReasonLen:
-			return usageErr("-reason is longer than %d bytes", admin.MaxReasonLen)
+		case len(o.reason) > redisengine.MaxReasonLen:
+			return usageErr("-reason is longer than %d bytes", redisengine.MaxReasonLen)
 		case !utf8.ValidString(o.reason) || strings.IndexFunc(o.reason, unicode.IsControl) >= 0:
 			return usageErr("-reason must be UTF-8 text without control characters")
 		}
