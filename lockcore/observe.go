@@ -20,8 +20,9 @@ type Events interface {
 	// it ends.
 	Waiting(key Key, delta int)
 
-	// Woken is called each time a waiting acquisition of key asks the
-	// backend again, saying what woke it.
+	// Woken is called each time a waiting acquisition of key wakes to ask
+	// the backend again or to take a grant it was handed, saying what woke
+	// it.
 	Woken(key Key, by Wake)
 
 	// Renewed is called with the outcome of each renewal of a hold of key:
@@ -38,7 +39,10 @@ type Events interface {
 	// ErrRevoked when it was force-released) and a nil err. held is how
 	// long the hold lasted, release how long its backend release took (0
 	// for a loss). ctx is the release's context, or for a loss the lease's
-	// own: the request's values, such as its trace span, are in it.
+	// own: the request's values, such as its trace span, are in it. A loss
+	// is reported before the Release of the lost hold returns, so that
+	// what an implementation records on the request's span lands before
+	// the request ends.
 	Ended(ctx context.Context, key Key, held, release time.Duration, cause, err error)
 }
 

@@ -50,8 +50,10 @@ func (h *hold) validUntil() time.Time { return monoBase.Add(time.Duration(h.vali
 // setValidUntil sets the local time until which the lease is certainly held.
 func (h *hold) setValidUntil(t time.Time) { h.valid.Store(int64(t.Sub(monoBase))) }
 
-// errRanOut is the cause of a lease whose renewals failed until it ran out.
-var errRanOut = fmt.Errorf("%w: renewals failed until the lease ran out", lockcore.ErrLockLost)
+// errRanOut is the cause of a lease whose renewals failed until it ran out:
+// it matches ErrUnavailable too, so that telemetry and logs tell a lock
+// lost to an outage from one found gone.
+var errRanOut = fmt.Errorf("%w: renewals failed until the lease ran out (%w)", lockcore.ErrLockLost, lockcore.ErrUnavailable)
 
 // live reports whether the hold is neither released nor lost.
 func (h *hold) live() bool { return !h.ended.Load() }
