@@ -76,7 +76,7 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 
 func (l *Engine) newHold(key lockcore.Key, tok string, ttl time.Duration) *hold {
 	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1}
-	h.args = [5]any{h.keys[0], h.keys[1], h.keys[2], tok}
+	h.args = [5]any{&h.keys[0], &h.keys[1], &h.keys[2], tok}
 	return h
 }
 
@@ -325,7 +325,7 @@ func (l *Engine) release(ctx context.Context, h *hold, member string) (int64, er
 	sent := time.Now()
 	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 14)
 	// Four keys: the hold's three and its revoked entries, then the token.
-	a[2], a[6], a[7] = 4, h.keys[3], h.args[3]
+	a[2], a[6], a[7] = 4, &h.keys[3], h.args[3]
 	a[8], a[9], a[10], a[11], a[12], a[13] = h.args[4], l.retArg, member, l.chanArg, l.claimArg, l.trustArg
 	c.keep, c.after = true, l.afterRelease
 	c.cmd = l.run.cmd(ctx, releaseScript, a)

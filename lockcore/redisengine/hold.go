@@ -17,7 +17,7 @@ type hold struct {
 	l      *Engine
 	key    lockcore.Key
 	keys   [5]string // lock, queue, fence, revoked entries, audit
-	args   [5]any    // keys, token and entry boxed once, for the scripts
+	args   [5]any    // the keys (as pointers into keys: no boxing), token and entry, for the scripts
 	token  string    // the owner token of the hold in Redis
 	others string    // tokens that may re-enter a hold they own, for the acquire script
 	entry  string    // the attempt id that holds the lock in Redis

@@ -247,7 +247,7 @@ func (w *watchdog) send(ctx context.Context, hs []*hold) []redis.Cmder {
 	cmds := make([]redis.Cmder, len(hs))
 	for i, h := range hs {
 		// The hold's key and entry, and the TTL, boxed once already.
-		cmds[i] = w.l.run.cmd(ctx, renewScript, []any{nil, nil, 2, h.args[0], h.keys[3], h.args[4], w.l.ttlArg(h.ttl)})
+		cmds[i] = w.l.run.cmd(ctx, renewScript, []any{nil, nil, 2, h.args[0], &h.keys[3], h.args[4], w.l.ttlArg(h.ttl)})
 	}
 	_ = w.l.run.run(ctx, cmds)
 	return cmds
