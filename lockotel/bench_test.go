@@ -1,6 +1,7 @@
 package lockotel_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"syscall"
@@ -8,8 +9,10 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
@@ -70,12 +73,18 @@ func BenchmarkTelemetryCPU(b *testing.B) {
 		})
 		return lockotel.New(lockotel.WithTracerProvider(tp), lockotel.WithMeterProvider(mp))
 	}
+	sdkMetrics := func(b *testing.B) *lockotel.Telemetry {
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		b.Cleanup(func() { _ = mp.Shutdown(b.Context()) })
+		return lockotel.New(lockotel.WithTracerProvider(tracenoop.NewTracerProvider()), lockotel.WithMeterProvider(mp))
+	}
 	for _, bc := range []struct {
 		name string
 		tel  func(b *testing.B) *lockotel.Telemetry
 	}{
 		{"off", func(*testing.B) *lockotel.Telemetry { return nil }},
 		{"on-global", func(*testing.B) *lockotel.Telemetry { return lockotel.New() }},
+		{"on-sdk-metrics", sdkMetrics},
 		{"on-sdk", sdk},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
@@ -93,4 +102,36 @@ func BenchmarkTelemetryCPU(b *testing.B) {
 			b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 		})
 	}
+}
+
+// BenchmarkSDKSpans is the floor under on-sdk minus off in
+// BenchmarkTelemetryCPU: what the OpenTelemetry SDK itself takes to start
+// and end two sampled root spans (a request's lock.acquire and
+// lock.release) with the attributes and the event lockotel gives them,
+// with no lock and no request around them.
+func BenchmarkSDKSpans(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	b.Cleanup(func() { _ = tp.Shutdown(b.Context()) })
+	tr := tp.Tracer("bench")
+	ctx := context.Background()
+	acquire := []attribute.KeyValue{
+		attribute.String("lock.resource", "productID"), attribute.String("lock.route", "/products/{productID}/buy"),
+		attribute.String("lock.mode", "wait"), attribute.String("lock.outcome", "acquired"),
+		attribute.Float64("lock.wait", 0.0001), attribute.Bool("lock.reentered", false), attribute.Int64("lock.fence", 42),
+	}
+	release := []attribute.KeyValue{
+		attribute.String("lock.resource", "productID"), attribute.String("lock.outcome", "released"), attribute.Float64("lock.held", 0.001),
+	}
+	b.ReportAllocs()
+	start := cpuTime()
+	for b.Loop() {
+		_, s := tr.Start(ctx, "lock.acquire")
+		s.SetAttributes(acquire...)
+		s.AddEvent("lock.granted")
+		s.End()
+		_, s = tr.Start(ctx, "lock.release")
+		s.SetAttributes(release...)
+		s.End()
+	}
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 }
