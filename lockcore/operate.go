@@ -69,8 +69,10 @@ type Holder struct {
 	// Instances are the engines (processes) that acquired it, by their
 	// engine ids.
 	Instances []string
-	// Since is when the hold was taken, by the backend's clock; zero when
-	// the backend does not know.
+	// Since is when the hold was taken; zero when the backend does not
+	// know. The Redis engine reads it from Redis's clock when the hold was
+	// granted to a waiter, and from the clock of the engine that took it
+	// when the lock was free.
 	Since time.Time
 }
 

@@ -91,9 +91,10 @@ var (
 // and sets h.fence. It returns when and for how long the lease was
 // confirmed: Redis keeps it at least length from sent.
 func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time.Time, time.Duration, error) {
-	h.setEntry(l.nextID())
+	now := time.Now()
+	h.setEntry(l.nextID(now))
 	if wait <= 0 {
-		sent := time.Now()
+		sent := now
 		v, err := l.runAcquire(ctx, h, 0, "", sent)
 		if err != nil {
 			return sent, 0, l.acquireFailed(ctx, h, "", err)
@@ -105,7 +106,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		return sent, h.ttl, nil
 	}
 
-	deadline := time.Now().Add(wait)
+	deadline := now.Add(wait)
 	var timeout error // what ran out at the deadline: the budget (nil) or ctx
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline, timeout = d, context.DeadlineExceeded

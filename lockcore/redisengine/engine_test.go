@@ -322,7 +322,7 @@ func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
 		// valid; and one under the right token with another entry.
 		for _, tok := range []string{lockcore.NewToken(), ls.Token()} {
 			forged := l.newHold(key, tok, 0)
-			forged.setEntry(l.nextID())
+			forged.setEntry(l.nextID(time.Now()))
 			forged.setValidUntil(time.Now().Add(time.Minute))
 			forged.ls = lockcore.NewLease(ctx, l, key, tok, 0, forged)
 			if n, err := l.release(ctx, forged, ""); n != -1 || err != nil {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -51,14 +52,14 @@ func TestForgedTokens(t *testing.T) {
 				t.Fatalf("error repeats a token: %v", err)
 			}
 			h := thief.newHold(k, f, 0)
-			h.setEntry(thief.nextID())
+			h.setEntry(thief.nextID(time.Now()))
 			if n, err := thief.release(ctx, h, ""); err != nil || n != -1 {
 				t.Fatalf("release script with forged token %q: %d %v, want -1 (not the owner)", f, n, err)
 			}
 		}
 		// Even the real token releases nothing without the hold's entry.
 		h := thief.newHold(k, real, 0)
-		h.setEntry(thief.nextID())
+		h.setEntry(thief.nextID(time.Now()))
 		if n, err := thief.release(ctx, h, ""); err != nil || n != -1 {
 			t.Fatalf("release script with the real token and another entry: %d %v, want -1", n, err)
 		}

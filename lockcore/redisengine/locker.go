@@ -341,10 +341,18 @@ func (d detached) Deadline() (time.Time, bool) { return d.deadline, true }
 func (d detached) Done() <-chan struct{}       { return nil }
 func (d detached) Err() error                  { return nil }
 
-// nextID returns a fresh attempt id, unique across Lockers. It always
-// contains a '.', which the scripts rely on to tell it from other fields.
-func (l *Engine) nextID() string {
-	return l.id + "." + strconv.FormatUint(l.seq.Add(1), 36)
+// nextID returns a fresh attempt id, unique across Lockers, for an attempt
+// that begins at now: "<engine id>.<seq>.<start>", the start in µs since
+// the epoch, base 36 (see lua/hold.lua). It always contains a '.', which
+// the scripts rely on to tell it from other fields.
+func (l *Engine) nextID(now time.Time) string {
+	var b [64]byte
+	s := append(b[:0], l.id...)
+	s = append(s, '.')
+	s = strconv.AppendUint(s, l.seq.Add(1), 36)
+	s = append(s, '.')
+	s = strconv.AppendInt(s, now.UnixMicro(), 36)
+	return string(s)
 }
 
 func ms(d time.Duration) int64 {

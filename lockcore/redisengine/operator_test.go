@@ -636,3 +636,49 @@ func TestParseKeyRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectSinceOnTheFastPath: a free lock whose fencing counter exists
+// is taken without asking Redis for the time; Inspect then reads when it
+// was taken from the attempt id, by the taking engine's clock.
+func TestInspectSinceOnTheFastPath(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		l := newLocker(t, b, redistest.Prefix(t), Options{})
+		ctx := context.Background()
+		key := mustKey(t, "since", "1")
+		first, err := l.Acquire(ctx, key, lockcore.Policy{}) // seeds the fencing counter
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		before := time.Now()
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := time.Now()
+		defer ls.Release(ctx)
+		info := inspect(t, l, key)
+		if len(info.Holders) != 1 {
+			t.Fatalf("holders %+v, want 1", info.Holders)
+		}
+		if s := info.Holders[0].Since; s.Before(before.Truncate(time.Microsecond)) || s.After(after) {
+			t.Errorf("since %v, want between %v and %v", s, before, after)
+		}
+	})
+}
+
+func TestEntryStart(t *testing.T) {
+	now := time.UnixMicro(1_790_000_000_123_456)
+	l := &Engine{id: "0123456789abcdef"}
+	id := l.nextID(now)
+	if got := entryStart(id); got != now.UnixMicro() {
+		t.Errorf("entryStart(%q) = %d, want %d", id, got, now.UnixMicro())
+	}
+	for _, id := range []string{"", "abc", "abc.1", "abc.1.-5", "abc.1.zz!"} {
+		if got := entryStart(id); got != 0 {
+			t.Errorf("entryStart(%q) = %d, want 0", id, got)
+		}
+	}
+}

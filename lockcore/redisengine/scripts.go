@@ -213,7 +213,7 @@ func noShebang(err error) bool {
 type holdValue struct {
 	token   string   // the owner token: a secret, never shown
 	fence   int64    // the fencing token
-	since   int64    // when the hold was taken, by the server clock, in µs since the epoch
+	since   int64    // when the hold was taken, in µs since the epoch (see parseHold)
 	entries []string // the attempt ids that hold it
 }
 
@@ -229,5 +229,22 @@ func parseHold(v string) (h holdValue, ok bool) {
 	if err1 != nil || err2 != nil || fence < 0 || since < 0 {
 		return holdValue{}, false
 	}
+	if since == 0 { // taken at once: its first entry began then
+		since = entryStart(f[4])
+	}
 	return holdValue{token: f[0], fence: fence, since: since, entries: f[4:]}, true
+}
+
+// entryStart returns when attempt id began, by its engine's clock, in µs
+// since the epoch (see nextID); 0 if id does not say.
+func entryStart(id string) int64 {
+	i := strings.LastIndexByte(id, '.')
+	if i < 0 || strings.IndexByte(id, '.') == i {
+		return 0
+	}
+	us, err := strconv.ParseInt(id[i+1:], 36, 64)
+	if err != nil || us < 0 {
+		return 0
+	}
+	return us
 }

@@ -21,7 +21,7 @@ local id, member = ARGV[5], ARGV[6]
 local f, fs, v = redis.call('INCR', F), nil, nil
 if f > 1 then
   fs = string.format('%.0f', f)
-  v = redis.call('SET', L, hold_make(tok, fs, hold_now(), false, id), 'NX', 'PX', ttl, 'GET')
+  v = redis.call('SET', L, hold_make(tok, fs, '0', false, id), 'NX', 'PX', ttl, 'GET')
   if not v and (member == '' or redis.call('EXISTS', Q) == 0) then
     return f
   end

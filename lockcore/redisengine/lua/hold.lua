@@ -1,21 +1,18 @@
 -- The hold, KEYS[1], is a string "<token> <fence> <since> <w> <entry> [<entry> ...]":
 -- the owner token, the fencing token, since = when the hold was taken
--- (the server clock in microseconds), w = 1 when waiters may be queued,
--- and the hold's entries, the attempt ids of the acquisitions that hold it
+-- (the server clock in microseconds), or 0 for a free lock taken at once,
+-- whose first entry then says when, w = 1 when waiters may be queued, and
+-- the hold's entries, the attempt ids of the acquisitions that hold it
 -- (the one that took it, and re-entries made under the same token by
--- other processes). An attempt id always contains a '.', which no token,
--- fence, time or flag does, and names one attempt of one Engine: it alone
--- names the hold an attempt has. A call whose own entry is there already
--- has run before (a client re-sent it after a lost reply): it changes
--- nothing. These functions are the only code that reads or writes that
--- format; the engine's Go code reads it in parseHold (scripts.go).
-
--- The server clock in microseconds, as a decimal string: the since of a
--- hold taken now.
-local function hold_now()
-  local t = redis.call('TIME')
-  return t[1] .. string.sub('00000' .. t[2], -6)
-end
+-- other processes). An attempt id "<engine id>.<seq>.<start>" always
+-- contains a '.', which no token, fence, time or flag does, and names one
+-- attempt of one Engine: it alone names the hold an attempt has; <start>
+-- is when the attempt began, by its engine's clock (microseconds, base 36).
+-- The fast path asks Redis for no TIME, which costs as much as the rest of
+-- an uncontended acquisition. A call whose own entry is there already has
+-- run before (a client re-sent it after a lost reply): it changes nothing.
+-- These functions are the only code that reads or writes that format; the
+-- engine's Go code reads it in parseHold (scripts.go).
 
 -- The hold of tok, fencing token fs and since s (decimal strings), waiters
 -- flag w (a boolean) and entries es (space-separated).
