@@ -48,9 +48,11 @@ type config struct {
 // Title sets the heading and title of the HTML page. Default: "Locks".
 func Title(s string) Option { return func(c *config) { c.title = s } }
 
-// Logger makes the handler log every force-release (key, revoked owner
-// digest, fences, reason, remote address) at level Info, and every error
-// of the Operator at level Error. Default: nil, silent.
+// Logger makes the handler log every force-release (the resource name,
+// such as productID, never the key's values; the revoked owner's digest,
+// fences, reason, remote address) at level Info, and every error of the
+// Operator at level Error. The whole key is in the lock's audit record
+// (Inspect). Default: nil, silent.
 func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // PageSize sets how many locks a list shows when the request gives no
@@ -302,7 +304,7 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request, rt route) {
 	}
 	if l := h.cfg.logger; l != nil {
 		l.LogAttrs(r.Context(), slog.LevelInfo, "admin: lock force-released",
-			slog.String("key", rev.Key), slog.String("owner", rev.Owner),
+			slog.String("resource", key.Name()), slog.String("owner", rev.Owner),
 			slog.Int64("fence", rev.Fence), slog.Int64("new_fence", rev.NewFence),
 			slog.String("reason", rev.Reason), slog.String("remote", r.RemoteAddr))
 	}

@@ -373,10 +373,13 @@ func TestUnavailable(t *testing.T) {
 	op.fail(nil)
 	log.Reset()
 	do(t, srv, "POST", "/admin/locks/productID:42/release", `{"reason": "audit me"}`, "Content-Type", jsonCT)
-	for _, want := range []string{"force-released", "key=productID:42", "owner=3f9a1c2e", "fence=1017", "new_fence=1020", `reason="audit me"`, "remote=127.0.0.1:"} {
+	for _, want := range []string{"force-released", "resource=productID", "owner=3f9a1c2e", "fence=1017", "new_fence=1020", `reason="audit me"`, "remote=127.0.0.1:"} {
 		if !strings.Contains(log.String(), want) {
 			t.Errorf("log lacks %q: %s", want, log.String())
 		}
+	}
+	if strings.Contains(log.String(), "productID:42") {
+		t.Errorf("log shows the key's value: %s", log.String())
 	}
 }
 
