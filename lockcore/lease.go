@@ -296,7 +296,15 @@ func (ls *Lease) Release(ctx context.Context) error {
 	}
 	h := ls.h
 	if h.refs.Add(-1) > 0 {
-		return nil // an outer lease in this process still holds it
+		// An outer lease in this process still holds it; a hold lost
+		// meanwhile is reported to every lease, not only the last.
+		if h.certain() || h.state.Load() != holdLost {
+			return nil // or the other lease has just released it
+		}
+		if err := context.Cause(h); errors.Is(err, ErrLockLost) {
+			return err
+		}
+		return ErrLockLost
 	}
 	h.certain() // a lease that ran out is lost, not released
 	wasLive := h.state.CompareAndSwap(holdLive, holdReleased)

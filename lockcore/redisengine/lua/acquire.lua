@@ -59,8 +59,16 @@ if t == tok or others ~= '' and hold_has(others, t) then
     -- Granted to this attempt while it waited, or this call ran before.
     redis.call('PEXPIRE', L, ttl, 'GT')
   else
-    -- Re-entry by the same owner from another process.
-    redis.call('SET', L, hold_add(v, id), 'PX', math.max(redis.call('PTTL', L), ttl))
+    -- Re-entry by the same owner from another process. A hold taken on
+    -- the fast path (since 0, read from its first entry) gets its since
+    -- written out now: its first entry may leave before the others.
+    local nv
+    if hs == '0' then
+      nv = hold_make(t, hf, hold_start(es), w == '1', es .. ' ' .. id)
+    else
+      nv = hold_add(v, id)
+    end
+    redis.call('SET', L, nv, 'PX', math.max(redis.call('PTTL', L), ttl))
     if member ~= '' then
       redis.call('ZREM', Q, member)
     end

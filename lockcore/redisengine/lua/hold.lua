@@ -1,7 +1,8 @@
 -- The hold, KEYS[1], is a string "<token> <fence> <since> <w> <entry> [<entry> ...]":
 -- the owner token, the fencing token, since = when the hold was taken
 -- (the server clock in microseconds), or 0 for a free lock taken at once,
--- whose first entry then says when, w = 1 when waiters may be queued, and
+-- whose first entry then says when (a re-entry from another process writes
+-- it out, since that entry may leave first), w = 1 when waiters may be queued, and
 -- the hold's entries, the attempt ids of the acquisitions that hold it
 -- (the one that took it, and re-entries made under the same token by
 -- other processes). An attempt id "<engine id>.<seq>.<start>" always
@@ -52,6 +53,17 @@ end
 -- the last entry is the flag '0' (another entry would contain a '.').
 local function hold_sole(v, id)
   return string.sub(v, -#id - 3) == ' 0 ' .. id
+end
+
+-- When the first of entries es began, as a since (see above): the <start>
+-- of its attempt id, base 36, in decimal; '0' when it does not say.
+local function hold_start(es)
+  local s = string.match(es, '^[^ .]+%.[^ .]+%.([0-9a-z]+)[ ]') or string.match(es, '^[^ .]+%.[^ .]+%.([0-9a-z]+)$')
+  local us = s and tonumber(s, 36)
+  if not us then
+    return '0'
+  end
+  return string.format('%.0f', us)
 end
 
 -- Whether attempt id held a hold that an operator revoked: the tombstone
