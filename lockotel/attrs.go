@@ -51,6 +51,12 @@ type setKey struct {
 type measure struct {
 	add []metric.AddOption
 	rec []metric.RecordOption
+	obs []metric.ObserveOption
+
+	// Of a resource's set (kindResource): its holds and waits live now,
+	// which routelock.held and routelock.waiting report when collected,
+	// so that a request pays an atomic add for them, not a measurement.
+	held, waiting atomic.Int64
 }
 
 func newMeasure(k setKey) *measure {
@@ -70,8 +76,12 @@ func newMeasure(k setKey) *measure {
 		kvs = append(kvs, attribute.String(attrSource, k.value))
 	}
 	o := metric.WithAttributeSet(attribute.NewSet(kvs...))
-	return &measure{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+	return &measure{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}, obs: []metric.ObserveOption{o}}
 }
+
+// otherResource names, in routelock.held and routelock.waiting, the
+// resources met after the cache was full.
+const otherResource = "_other"
 
 // maxCached bounds the attribute sets an attrCache keeps. Resource names
 // and routes come from the program's configuration, so a program has far
@@ -83,8 +93,9 @@ var maxCached = 4096
 // that is replaced, never changed: reads take no lock and allocate
 // nothing.
 type attrCache struct {
-	m  atomic.Pointer[map[setKey]*measure]
-	mu sync.Mutex // serialises writers
+	m     atomic.Pointer[map[setKey]*measure]
+	mu    sync.Mutex // serialises writers
+	other *measure   // the resources' set past the bound; guarded by mu
 }
 
 // get returns the measure of the attributes of kind for resource, route
@@ -111,7 +122,14 @@ func (c *attrCache) add(k setKey) *measure {
 		return w
 	}
 	if len(old) >= maxCached {
-		return v
+		if k.kind != kindResource {
+			return v
+		}
+		// Live counts must be observed: they share one set.
+		if c.other == nil {
+			c.other = newMeasure(setKey{kind: kindResource, resource: otherResource})
+		}
+		return c.other
 	}
 	m := make(map[setKey]*measure, len(old)+1)
 	for k, v := range old {
@@ -120,4 +138,21 @@ func (c *attrCache) add(k setKey) *measure {
 	m[k] = v
 	c.m.Store(&m)
 	return v
+}
+
+// resources calls f with the measure of each resource's set.
+func (c *attrCache) resources(f func(*measure)) {
+	if p := c.m.Load(); p != nil {
+		for k, v := range *p {
+			if k.kind == kindResource {
+				f(v)
+			}
+		}
+	}
+	c.mu.Lock()
+	other := c.other
+	c.mu.Unlock()
+	if other != nil {
+		f(other)
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/routelock/lock/lockcore"
@@ -105,5 +107,64 @@ func TestEventsAllocateNothing(t *testing.T) {
 	run()
 	if n := testing.AllocsPerRun(100, run); n != 0 {
 		t.Fatalf("%v allocations per round of events", n)
+	}
+}
+
+// TestLiveCountsPastTheCache: holds and waits of resources met after the
+// attribute cache is full are still counted, under resource _other, and
+// routelock.held and routelock.waiting return to 0 when they end.
+func TestLiveCountsPastTheCache(t *testing.T) {
+	defer func(n int) { maxCached = n }(maxCached)
+	maxCached = 4
+	reader := sdkmetric.NewManualReader()
+	tel := New(WithTracerProvider(tracenoop.NewTracerProvider()), WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	ctx := context.Background()
+	live := func() map[string][2]int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(ctx, &rm); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string][2]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				i := map[string]int{"routelock.held": 0, "routelock.waiting": 1}
+				j, ok := i[m.Name]
+				if !ok {
+					continue
+				}
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					r, _ := dp.Attributes.Value(attrResource)
+					v := got[r.AsString()]
+					v[j] += dp.Value
+					got[r.AsString()] = v
+				}
+			}
+		}
+		return got
+	}
+	var keys []lockcore.Key
+	for i := range 10 {
+		k, _ := lockcore.NewKey(fmt.Sprint("r", i), "1")
+		keys = append(keys, k)
+		tel.Waiting(k, 1)
+		tel.attrs.get(kindResource, k.Name(), "", "").held.Add(1) // as Acquire counts a fresh hold
+	}
+	got := live()
+	var held, waiting int64
+	for _, v := range got {
+		held += v[0]
+		waiting += v[1]
+	}
+	if held != 10 || waiting != 10 || got[otherResource][0] != 10-int64(maxCached) {
+		t.Fatalf("live counts %v: held %d, waiting %d, want 10 and 10 with %d under %s", got, held, waiting, 10-maxCached, otherResource)
+	}
+	for _, k := range keys {
+		tel.Waiting(k, -1)
+		tel.Ended(ctx, k, 1, 0, lockcore.ErrReleased, nil)
+	}
+	for r, v := range live() {
+		if v != [2]int64{} {
+			t.Errorf("%s: held, waiting = %v after every hold and wait ended, want 0", r, v)
+		}
 	}
 }

@@ -62,11 +62,16 @@
 //
 //	routelock.acquire.duration  histogram, s        lock.resource, lock.route, lock.outcome
 //	routelock.hold.duration     histogram, s        lock.resource
-//	routelock.held              up-down counter     lock.resource: holds live now
-//	routelock.waiting           up-down counter     lock.resource: acquisitions waiting now
+//	routelock.held              observable up-down  lock.resource: holds live now
+//	routelock.waiting           observable up-down  lock.resource: acquisitions waiting now
 //	routelock.lost              counter             lock.resource, lock.reason
 //	routelock.renewals          counter             lock.resource, lock.outcome: ok | lost | revoked | unavailable | error
 //	routelock.wakeups           counter             lock.resource, lock.source: message | reply | timer
+//
+// routelock.held and routelock.waiting are counted with an atomic add per
+// resource and reported when a reader collects, so a request pays no
+// measurement for them; resources met after 4096 attribute sets are counted
+// together under lock.resource _other.
 //
 // lock.reason says why a hold was lost: revoked (force-released by an
 // operator, lockcore.ErrRevoked), expired (the engine could not renew it

@@ -63,7 +63,7 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 
 	t.acquireDur.Record(ctx, wait.Seconds(), t.attrs.get(kindAcquire, res, p.Route, out).rec...)
 	if ls != nil && !ls.Reentered() {
-		t.held.Add(ctx, 1, t.attrs.get(kindResource, res, "", "").add...)
+		t.attrs.get(kindResource, res, "", "").held.Add(1)
 	}
 	return ls, err
 }

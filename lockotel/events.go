@@ -14,7 +14,7 @@ import (
 
 // Waiting implements lockcore.Events: routelock.waiting.
 func (t *Telemetry) Waiting(key lockcore.Key, delta int) {
-	t.waiting.Add(context.Background(), int64(delta), t.attrs.get(kindResource, key.Name(), "", "").add...)
+	t.attrs.get(kindResource, key.Name(), "", "").waiting.Add(int64(delta))
 }
 
 // Woken implements lockcore.Events: routelock.wakeups.
@@ -76,7 +76,7 @@ func (t *Telemetry) Ended(ctx context.Context, key lockcore.Key, held, release t
 	res := key.Name()
 	m := t.attrs.get(kindResource, res, "", "")
 	t.holdDur.Record(ctx, held.Seconds(), m.rec...)
-	t.held.Add(ctx, -1, m.add...)
+	m.held.Add(-1)
 
 	if errors.Is(cause, lockcore.ErrReleased) {
 		// From the start of the release, which has just returned, to now.

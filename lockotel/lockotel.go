@@ -1,6 +1,8 @@
 package lockotel
 
 import (
+	"context"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -24,8 +26,8 @@ type Telemetry struct {
 
 	acquireDur metric.Float64Histogram
 	holdDur    metric.Float64Histogram
-	held       metric.Int64UpDownCounter
-	waiting    metric.Int64UpDownCounter
+	held       metric.Int64ObservableUpDownCounter
+	waiting    metric.Int64ObservableUpDownCounter
 	lost       metric.Int64Counter
 	renewals   metric.Int64Counter
 	wakeups    metric.Int64Counter
@@ -96,13 +98,13 @@ func New(opts ...Option) *Telemetry {
 		}
 		return h
 	}
-	upDown := func(name, desc, unit string) metric.Int64UpDownCounter {
-		c, err := m.Int64UpDownCounter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+	upDown := func(name, desc, unit string) metric.Int64ObservableUpDownCounter {
+		c, err := m.Int64ObservableUpDownCounter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 		if err != nil {
 			otel.Handle(err)
 		}
 		if c == nil {
-			c = noop.Int64UpDownCounter{}
+			c = noop.Int64ObservableUpDownCounter{}
 		}
 		return c
 	}
@@ -123,6 +125,17 @@ func New(opts ...Option) *Telemetry {
 	t.lost = counter("routelock.lost", "Holds lost while their handler ran, by reason", "{hold}")
 	t.renewals = counter("routelock.renewals", "Lease renewals, by outcome", "{renewal}")
 	t.wakeups = counter("routelock.wakeups", "Times a waiting acquisition asked the backend again, by what woke it", "{wakeup}")
+	// Holds and waits live now are counted with atomic adds per resource
+	// and reported when a reader collects.
+	if _, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		t.attrs.resources(func(v *measure) {
+			o.ObserveInt64(t.held, v.held.Load(), v.obs...)
+			o.ObserveInt64(t.waiting, v.waiting.Load(), v.obs...)
+		})
+		return nil
+	}, t.held, t.waiting); err != nil {
+		otel.Handle(err)
+	}
 	return t
 }
 
