@@ -9,9 +9,10 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/routelock/lock/internal/chiroute"
 )
 
 // Param returns the key function of a route parameter: resource name and
@@ -39,10 +40,6 @@ func Param(name string) Func {
 	})
 }
 
-// routeCtxs recycles the chi contexts used to match a route ahead of the
-// router.
-var routeCtxs = sync.Pool{New: func() any { return chi.NewRouteContext() }}
-
 func param(r *http.Request, name string) (string, error) {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
@@ -57,27 +54,9 @@ func param(r *http.Request, name string) (string, error) {
 	// Not among the parameters matched so far: either the route has no such
 	// parameter, or the router has not matched the route yet (r.Use). Match
 	// it from the top, as the router will.
-	path := ""
-	if len(rctx.RoutePatterns) == 0 {
-		path = rctx.RoutePath // set by path-rewriting middleware before routing
-	}
-	if path == "" {
-		path = r.URL.RawPath
-	}
-	if path == "" {
-		path = r.URL.Path
-	}
-	if path == "" {
-		path = "/"
-	}
-	method := rctx.RouteMethod
-	if method == "" {
-		method = r.Method
-	}
-	t := routeCtxs.Get().(*chi.Context)
-	t.Reset()
-	defer routeCtxs.Put(t)
-	if rctx.Routes.Find(t, method, path) == "" {
+	p, t := chiroute.Find(r, rctx)
+	defer chiroute.Release(t)
+	if p == "" {
 		return "", ErrSkip // no route: the router answers 404 or 405
 	}
 	if v, ok := urlParam(t, name); ok {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/routelock/lock/internal/chiroute"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -198,10 +199,6 @@ func routePattern(r *http.Request) string {
 	return r.Pattern
 }
 
-// routeCtxs recycles the chi contexts used to match a route ahead of the
-// router.
-var routeCtxs = sync.Pool{New: func() any { return chi.NewRouteContext() }}
-
 // routeTemplate returns the template of the route r is for, whole even
 // where the router has not matched it yet (a router's r.Use, or that of a
 // mounted router, whose pattern so far ends in /*): there it matches the
@@ -216,27 +213,9 @@ func routeTemplate(r *http.Request) string {
 	if rctx.Routes == nil || n > 0 && !strings.HasSuffix(rctx.RoutePatterns[n-1], "/*") {
 		return rctx.RoutePattern()
 	}
-	path := ""
-	if n == 0 {
-		path = rctx.RoutePath // set by path-rewriting middleware before routing
-	}
-	if path == "" {
-		path = r.URL.RawPath
-	}
-	if path == "" {
-		path = r.URL.Path
-	}
-	if path == "" {
-		path = "/"
-	}
-	method := rctx.RouteMethod
-	if method == "" {
-		method = r.Method
-	}
-	t := routeCtxs.Get().(*chi.Context)
-	t.Reset()
-	defer routeCtxs.Put(t)
-	if p := rctx.Routes.Find(t, method, path); p != "" {
+	p, t := chiroute.Find(r, rctx)
+	chiroute.Release(t)
+	if p != "" {
 		return p
 	}
 	return rctx.RoutePattern() // no route: the router answers 404 or 405
