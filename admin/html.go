@@ -7,8 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/routelock/lock/internal/humantime"
 )
 
 // page is what the HTML template shows: a list of locks, one lock, a
@@ -57,7 +58,7 @@ func (p *page) Ago(t time.Time) string {
 	if d < time.Millisecond {
 		return "just now"
 	}
-	return human(d) + " ago"
+	return humantime.Duration(d) + " ago"
 }
 
 // For says how long it has been since t.
@@ -65,7 +66,7 @@ func (p *page) For(t time.Time) string {
 	if t.IsZero() {
 		return "for an unknown time"
 	}
-	return human(max(p.Now.Sub(t), 0))
+	return humantime.Duration(max(p.Now.Sub(t), 0))
 }
 
 // Left says how long is left until t.
@@ -77,11 +78,13 @@ func (p *page) Left(t time.Time) string {
 	if d < time.Millisecond {
 		return "deadline passed"
 	}
-	return human(d) + " left"
+	return humantime.Duration(d) + " left"
 }
 
 // Millis formats a duration in milliseconds.
-func (p *page) Millis(ms int64) string { return human(time.Duration(ms) * time.Millisecond) }
+func (p *page) Millis(ms int64) string {
+	return humantime.Duration(time.Duration(ms) * time.Millisecond)
+}
 
 // Stamp formats t for a tooltip.
 func (p *page) Stamp(t time.Time) string {
@@ -112,21 +115,6 @@ func plural(n int, what string) string {
 
 // StatusText names the page's status.
 func (p *page) StatusText() string { return http.StatusText(p.Status) }
-
-// human formats d to about three significant digits.
-func human(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
-		return d.Round(10 * time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(time.Second).String()
-	}
-	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
-}
 
 // csp allows the page its inline style and nothing else: no script, no
 // frame around it (a framed release button could be clicked for the

@@ -17,9 +17,6 @@ import (
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
-// The Redis engine is what the handler shows in production.
-var _ lockcore.Operator = (*redisengine.Engine)(nil)
-
 // TestRedis force-releases a lock end to end, on miniredis and a real
 // redis-server (when one is on PATH; ROUTELOCK_REQUIRE_REDIS=1 makes one
 // required): a holder with a short lease in one engine, a waiter in

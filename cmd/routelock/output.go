@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/routelock/lock/internal/humantime"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -56,7 +57,7 @@ func (p *printer) list(infos []lockcore.Info) {
 			continue
 		}
 		h := in.Holders[0]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\n", clean(in.Key), clean(h.Owner), h.Count, in.Fence, human(in.TTL), p.since(h.Since), len(in.Waiters))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\n", clean(in.Key), clean(h.Owner), h.Count, in.Fence, humantime.Duration(in.TTL), p.since(h.Since), len(in.Waiters))
 	}
 	p.flush(tw)
 }
@@ -73,7 +74,7 @@ func (p *printer) lock(in lockcore.Info) {
 			fmt.Fprintf(tw, "holder:\t%s, %s, on %s, since %s\n", clean(h.Owner), plural(h.Count, "acquisition"), cleanList(h.Instances), p.stamp(h.Since))
 		}
 		fmt.Fprintf(tw, "fence:\t%d\n", in.Fence)
-		fmt.Fprintf(tw, "ttl:\t%s\n", human(in.TTL))
+		fmt.Fprintf(tw, "ttl:\t%s\n", humantime.Duration(in.TTL))
 	}
 	fmt.Fprintf(tw, "last fence:\t%d\n", in.LastFence)
 	fmt.Fprintf(tw, "waiters:\t%d\n", len(in.Waiters))
@@ -115,7 +116,7 @@ func (p *printer) since(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return human(p.now.Sub(t))
+	return humantime.Duration(p.now.Sub(t))
 }
 
 func (p *printer) ago(t time.Time) string {
@@ -126,7 +127,7 @@ func (p *printer) ago(t time.Time) string {
 	if d < time.Millisecond {
 		return "just now"
 	}
-	return human(d) + " ago"
+	return humantime.Duration(d) + " ago"
 }
 
 func (p *printer) until(t time.Time) string {
@@ -137,24 +138,7 @@ func (p *printer) until(t time.Time) string {
 	if d < time.Millisecond {
 		return "now"
 	}
-	return "in " + human(d)
-}
-
-// human formats d to about three significant digits.
-func human(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + human(-d)
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < 10*time.Second:
-		return d.Round(10 * time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(time.Second).String()
-	}
-	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	return "in " + humantime.Duration(d)
 }
 
 func plural(n int, what string) string {

@@ -16,9 +16,6 @@ import (
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
-// The engine the command opens can operate its locks.
-var _ lockcore.Operator = (*redisengine.Engine)(nil)
-
 // TestRedis runs the command against Redis: a real redis-server when one
 // is on PATH (ROUTELOCK_REQUIRE_REDIS=1 makes one required), and
 // miniredis. A holder in one engine holds productID:42 with a short lease

@@ -49,16 +49,7 @@ func TestOOMRenewAndRelease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-				t.Fatal(err)
-			}
-			if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = admin.ConfigSet(context.Background(), "maxmemory", "0").Err() })
-			if err := admin.Set(ctx, "oom:probe", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
-				t.Fatalf("server not at maxmemory: SET answered %v", err)
-			}
+			atMaxMemory(t, admin)
 			select {
 			case <-ls.Context().Done():
 				t.Errorf("held lease lost while Redis was at maxmemory: %v", context.Cause(ls.Context()))
@@ -244,4 +235,21 @@ func TestExclusionWhileScriptsFlushed(t *testing.T) {
 			t.Errorf("key still held at the end: %+v", info)
 		}
 	})
+}
+
+// atMaxMemory puts the server of admin at maxmemory (1 byte, no eviction),
+// so that every write that needs memory is refused, until the test ends.
+func atMaxMemory(t *testing.T, admin *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.ConfigSet(context.Background(), "maxmemory", "0").Err() })
+	if err := admin.Set(ctx, "oom:probe", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("server not at maxmemory: SET answered %v", err)
+	}
 }

@@ -593,16 +593,7 @@ func TestOOMRevoke(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-				t.Fatal(err)
-			}
-			if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = admin.ConfigSet(context.Background(), "maxmemory", "0").Err() })
-			if err := admin.Set(ctx, "oom:probe", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
-				t.Fatalf("server not at maxmemory: SET answered %v", err)
-			}
+			atMaxMemory(t, admin)
 			if _, err := l.Revoke(ctx, key, "at maxmemory"); err != nil {
 				t.Fatalf("revoke at maxmemory: %v", err)
 			}
