@@ -31,6 +31,7 @@ type Proxy struct {
 	loseMu    sync.Mutex
 	loseMatch []byte // LoseReplyTo's match; nil when disarmed
 	loseLeft  int    // how many more replies to lose
+	afterLoss func() // AfterLoss's hook
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -120,6 +121,17 @@ func (p *Proxy) LoseReplyTo(match []byte, n int) {
 		return
 	}
 	p.loseMatch, p.loseLeft = bytes.Clone(match), n
+}
+
+// AfterLoss makes f run each time a reply is lost (LoseReplyTo), after the
+// command ran and before the client's connection is reset, so that the
+// client's next try meets whatever f changed: a fault that follows the
+// loss (Refuse), or another client's command that runs between the two
+// tries. nil removes it.
+func (p *Proxy) AfterLoss(f func()) {
+	p.loseMu.Lock()
+	defer p.loseMu.Unlock()
+	p.afterLoss = f
 }
 
 // LostReplies returns how many replies LoseReplyTo has lost so far.
@@ -237,6 +249,12 @@ func (p *Proxy) pipe(dst, src net.Conn, st *connState, toServer bool) {
 		if n > 0 && !toServer && st.lose.Load() {
 			// The reply to a request whose reply is to be lost: drop it and
 			// reset the client's connection.
+			p.loseMu.Lock()
+			f := p.afterLoss
+			p.loseMu.Unlock()
+			if f != nil {
+				f()
+			}
 			if tc, ok := dst.(*net.TCPConn); ok {
 				_ = tc.SetLinger(0)
 			}
