@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -26,6 +27,11 @@ var ErrInvalidReason = errors.New("redisengine: Revoke: the reason must be 1 to 
 // auditKeep is about how many audit records a key's stream keeps (XADD
 // MAXLEN ~).
 const auditKeep = 100
+
+// revokeRecordTTL is how long the record of a Revoke call is kept in
+// Redis, so that the client re-sending the call (after a lost reply) finds
+// it and the call takes effect once: far longer than any client retries.
+const revokeRecordTTL = time.Hour
 
 // Revoke implements lockcore.Operator: it force-releases the hold of key,
 // whoever holds it, for reason, in one atomic script. The hold is deleted
@@ -47,7 +53,9 @@ const auditKeep = 100
 // bad reason, lockcore.ErrClosed after Close, and one matching
 // lockcore.ErrUnavailable when Redis did not answer: the hold may or may
 // not have been revoked then (Inspect says). A call that the client sent
-// again after a lost reply revokes once.
+// again after a lost reply takes effect once: it revokes the hold its first
+// run found, or, if that run found the lock free, nothing, and returns what
+// the first run did.
 func (l *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (lockcore.Revocation, error) {
 	return l.revoke(ctx, key, reason, true)
 }
@@ -69,11 +77,13 @@ func (l *Engine) revoke(ctx context.Context, key lockcore.Key, reason string, te
 	if tell {
 		channels = l.opt.Prefix + "notify:"
 	}
+	// The call's record, in the lock's slot, named by a random id.
 	var op [16]byte
 	_, _ = rand.Read(op[:])
-	cmds := []redis.Cmder{l.run.cmd(ctx, revokeScript, []any{nil, nil, 5, ks[0], ks[1], ks[2], ks[3], ks[4],
+	record := ks[0] + ":o:" + hex.EncodeToString(op[:])
+	cmds := []redis.Cmder{l.run.cmd(ctx, revokeScript, []any{nil, nil, 6, ks[0], ks[1], ks[2], ks[3], ks[4], record,
 		l.retArg, channels, l.claimArg, l.trustArg, reason, ms(l.opt.AuditRetention), auditKeep, ownerSalt,
-		hex.EncodeToString(op[:])})}
+		ms(revokeRecordTTL)})}
 	_ = l.run.run(ctx, cmds)
 	v, err := cmds[0].(*redis.Cmd).Result()
 	if err != nil {

@@ -1,8 +1,8 @@
 -- ARGV: fence retention ms, the prefix of the Engines' channels ('' to
 --       tell no holder), claim window ms, '1' when PUBLISH counts every
 --       subscriber, the operator's reason, audit retention ms, how many
---       audit records to keep (about), the owner digest's salt, the
---       revocation's id (random, unique to the call)
+--       audit records to keep (about), the owner digest's salt, how long
+--       to keep the call's record ms
 -- Force-releases the hold, whoever holds it: deletes it, names its entries
 -- in the tombstone R for as long as the hold would have lived (a renewal
 -- or release of one of them then answers "revoked"), moves the fencing
@@ -10,27 +10,28 @@
 -- release does, appends an audit record to the stream A, and tells each
 -- holding Engine, on its channel, "revoke <entry>".
 -- Returns 0 when nobody holds the lock, else {revoked fence, new fencing
--- counter, owner digest, server time in microseconds}, all strings. Run
--- again with the same arguments (a client re-sent it after a lost reply),
--- it finds its own audit record and returns what the first run did,
--- instead of revoking the next holder too.
+-- counter, owner digest, server time in microseconds}, all strings. Every
+-- run leaves a record of what it returned in O, a key named after the call
+-- (random, unique to it), so that the same call run again (a client re-sent
+-- it after a lost reply) returns that and does nothing more: it neither
+-- revokes a hold taken after a first run that found the lock free, nor the
+-- next holder after a first run that revoked.
 -- KEYS: the hold, the wait queue, the fencing counter, the revoked entries,
--- the audit stream.
+-- the audit stream, the call's record.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
-local R, A = KEYS[4], KEYS[5]
-local ret, chp, op = ARGV[1], ARGV[2], ARGV[9]
-for _, rec in ipairs(redis.call('XREVRANGE', A, '+', '-', 'COUNT', 16)) do
-  local r = {}
-  for i = 1, #rec[2], 2 do
-    r[rec[2][i]] = rec[2][i + 1]
-  end
-  if r.op == op then
-    return {r.fence, r.new, r.owner, r.at}
-  end
+local R, A, O = KEYS[4], KEYS[5], KEYS[6]
+local ret, chp = ARGV[1], ARGV[2]
+local done = redis.call('GET', O)
+if done == '0' then
+  return 0
+elseif done then
+  local f, n, o, at = string.match(done, '^(%S+) (%S+) (%S+) (%S+)$')
+  return {f, n, o, at}
 end
 -- @common
 local v = redis.call('GET', L)
 if not v then
+  redis.call('SET', O, '0', 'PX', ARGV[9])
   return 0
 end
 local t, f, _, w, es = hold_parse(v)
@@ -56,7 +57,7 @@ end
 
 local owner = string.sub(redis.sha1hex(ARGV[8] .. t), 1, 12)
 redis.call('XADD', A, 'MAXLEN', '~', ARGV[7], '*',
-  'owner', owner, 'fence', f, 'new', nfs, 'reason', ARGV[5], 'at', nows, 'op', op)
+  'owner', owner, 'fence', f, 'new', nfs, 'reason', ARGV[5], 'at', nows)
 redis.call('PEXPIRE', A, ARGV[6])
 
 if chp ~= '' then
@@ -67,4 +68,5 @@ if chp ~= '' then
     end
   end
 end
+redis.call('SET', O, f .. ' ' .. nfs .. ' ' .. owner .. ' ' .. nows, 'PX', ARGV[9])
 return {f, nfs, owner, nows}
