@@ -154,22 +154,41 @@ type Server struct {
 	Addr string
 	Port int
 	cmd  *exec.Cmd
+	dir  string   // its append-only file's, or "" for none
 	args []string // beyond the common ones
 }
 
-// Start starts redis-server on a free loopback port, without persistence,
-// and waits until it answers PING. It accepts DEBUG from loopback, so that a
-// test can stall it with DEBUG SLEEP.
+// Start starts redis-server on a free loopback port, with an append-only
+// file in a directory of its own, and waits until it answers PING. It
+// accepts DEBUG from loopback, so that a test can stall it with DEBUG
+// SLEEP. Its data survives Restart. The engine's restart guard, which
+// refuses fresh locks for a TTL after a server without an append-only
+// file starts (it may have lost held locks), does not apply to it.
 func Start() (*Server, error) {
-	return startWith()
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	s, err := startWith(dir, "--appendonly", "yes", "--appendfsync", "no", "--dir", dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+	}
+	return s, err
 }
 
-func startWith(args ...string) (*Server, error) {
+// StartVolatile starts redis-server as Start does, but without
+// persistence: Restart loses every key, and the engine's restart guard
+// applies after each start.
+func StartVolatile() (*Server, error) {
+	return startWith("")
+}
+
+func startWith(dir string, args ...string) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, args: args}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, args: args}
 	return s, s.start()
 }
 
@@ -200,8 +219,16 @@ func (s *Server) start() error {
 	}
 }
 
-// Stop kills the server and waits for it to exit.
+// Stop kills the server, waits for it to exit, and removes its
+// append-only file.
 func (s *Server) Stop() {
+	s.kill()
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+func (s *Server) kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
@@ -209,10 +236,11 @@ func (s *Server) Stop() {
 	}
 }
 
-// Restart kills the server and starts a fresh one on the same port: all data
-// is lost, as in a restart without persistence.
+// Restart kills the server (SIGKILL) and starts it again on the same port:
+// a server of StartVolatile loses all its data, one of Start reloads its
+// append-only file.
 func (s *Server) Restart() error {
-	s.Stop()
+	s.kill()
 	return s.start()
 }
 
@@ -280,6 +308,21 @@ func OwnReal(t testing.TB) *Server {
 	return srv
 }
 
+// OwnVolatile is OwnReal for a server without persistence (see
+// StartVolatile): the test may kill and restart it empty.
+func OwnVolatile(t testing.TB) *Server {
+	t.Helper()
+	if !onPath(t, "the cases that restart a real server of their own do not run here") {
+		return nil
+	}
+	srv, err := StartVolatile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
 // DebugBackends returns the real redis-servers that accept DEBUG (DEBUG
 // SLEEP stalls a server, which miniredis cannot do): the shared one (see
 // Backends) when it does, else one started for the test and stopped at its
@@ -328,7 +371,7 @@ func ClusterBackends(t testing.TB) []*Backend {
 // with its cluster state file in dir, makes it a cluster of one node that
 // owns all 16384 slots, and waits until it reports cluster_state:ok.
 func StartCluster(dir string) (*Server, error) {
-	s, err := startWith("--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf", "--dir", dir)
+	s, err := startWith("", "--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf", "--dir", dir)
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,8 @@ import (
 // waiting up to p.Wait, ErrWaitTimeout. A waiter is queued in Redis and
 // woken when the lock is handed to it, in arrival order.
 //
-// Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable or
+// Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable,
+// ErrMisconfigured (the server may evict held locks: see Check) or
 // ErrClosed; when ctx ends while waiting, the error also matches
 // ctx.Err(). A call that Redis does not answer within Options.Timeout, or
 // by ctx's deadline, fails with ErrUnavailable. On error nothing is held:
@@ -49,6 +50,14 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	}
 	if ls := lockcore.Reenter(ctx, l, key); ls != nil {
 		return ls, nil
+	}
+	if bad := l.refuse.Load(); bad != nil {
+		return nil, l.report(*bad)
+	}
+	for longest := l.longest.Load(); int64(p.TTL) > longest; longest = l.longest.Load() {
+		if l.longest.CompareAndSwap(longest, int64(p.TTL)) {
+			break
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&lockcore.ContentionError{Key: key.String()}, err)
@@ -77,6 +86,12 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 func (l *Engine) newHold(key lockcore.Key, tok string, ttl time.Duration) *hold {
 	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1}
 	h.args = [5]any{&h.keys[0], &h.keys[1], &h.keys[2], tok}
+	h.guard = &l.guardKey
+	if l.guardKey == "" {
+		// A Cluster: no guard, a key in the lock's slot that nobody sets.
+		g := h.keys[0] + ":g"
+		h.guard = &g
+	}
 	return h
 }
 
@@ -115,6 +130,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	// on this host's wall clock; Redis drops it once its own clock passes it.
 	member := strconv.FormatInt(deadline.UnixMilli(), 10) + " " + strconv.FormatInt(ms(h.ttl), 10) + " " +
 		l.channel + " " + h.entry + " " + h.token
+	h.waitEnd = deadline
 	w := l.nf.register(h.entry, h.keys[0])
 	defer l.nf.unregister(w)
 	ev := l.opt.Events
@@ -172,12 +188,13 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			}
 			h.fence = f
 			if !w.from.IsZero() {
-				// Woken by a release of this Engine, which granted a whole
-				// lease in a call sent at w.from.
+				// Woken by a release of this Engine, which granted the lock
+				// until claimed, as to any waiter, in a call sent at w.from:
+				// the watchdog claims it for the whole TTL well before then.
 				if ev != nil {
 					ev.Woken(h.key, lockcore.WakeReply)
 				}
-				return w.from, h.ttl, nil
+				return w.from, min(l.claimPX(), h.ttl), nil
 			}
 			// Told by message: the lock is this attempt's for w.px from a
 			// moment after its last call was sent. With most of that left it
@@ -220,14 +237,16 @@ func (l *Engine) waited(key lockcore.Key, queued *bool) {
 // in ms (<= 0) when another owner does; errNoAnswer or errUnsent when
 // Redis did not answer in time.
 func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member string, sent time.Time) (int64, error) {
-	s, n := acquireScript, 14
+	s, n := acquireScript, 15
 	if h.others != "" {
-		s, n = reenterScript, 15
+		s, n = reenterScript, 16
 	}
 	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.Timeout), n)
-	a[7], a[8], a[9], a[10], a[11], a[12], a[13] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
-	if n == 15 {
-		a[14] = h.others
+	// Four keys: the hold's three and the restart guard, then the token.
+	a[2], a[6], a[7] = 4, h.guard, h.args[3]
+	a[8], a[9], a[10], a[11], a[12], a[13], a[14] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
+	if n == 16 {
+		a[15] = h.others
 	}
 	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
 		c.deadline = d
@@ -295,7 +314,7 @@ func (l *Engine) newCall(ctx context.Context, h *hold, member string, sent, dead
 func (l *Engine) withdrawLate(c *call) {
 	if c.member == "" {
 		v, err := acquired(c.h, c.cmd)
-		if err == nil && v <= 0 || neverSent(err) {
+		if err == nil && v <= 0 || l.neverSent(err) {
 			return
 		}
 	}
@@ -303,10 +322,13 @@ func (l *Engine) withdrawLate(c *call) {
 	l.bg.do(func() { l.withdraw(h, member) })
 }
 
-// neverSent reports whether err means the call never reached Redis.
-func neverSent(err error) bool {
+// neverSent reports whether err, the error of a call, means that the call
+// never reached Redis: a failure to dial, from a client that does not
+// retry. A client that retries reports only its last try's error, and an
+// earlier try may have run the call before its reply was lost.
+func (l *Engine) neverSent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return l.noRetries && errors.As(err, &op) && op.Op == "dial"
 }
 
 // release runs the release script for h's entry: a plain release when
@@ -405,7 +427,7 @@ func (l *Engine) giveUp(h *hold, member string, pttl int64, cause error) error {
 func (l *Engine) acquireFailed(ctx context.Context, h *hold, member string, err error) error {
 	cerr := ctx.Err()
 	switch {
-	case errors.Is(err, errNoAnswer), member == "" && (errors.Is(err, errUnsent) || neverSent(err)):
+	case errors.Is(err, errNoAnswer), member == "" && (errors.Is(err, errUnsent) || l.neverSent(err)):
 	case errors.Is(cerr, context.Canceled) && errors.Is(err, errUnsent):
 		l.withdraw(h, member)
 	default:
@@ -421,7 +443,16 @@ func (l *Engine) acquireFailed(ctx context.Context, h *hold, member string, err 
 }
 
 // withdraw withdraws h's attempt: it leaves the wait queue (as member, if
-// any) and releases what it holds in Redis.
+// any) and releases what it holds in Redis. A withdrawal Redis does not
+// answer is sent again in the background (see retry) until the attempt
+// could hold nothing any more: its place in the queue ends at its deadline,
+// and a hold it took or was granted by then ends within its TTL.
 func (l *Engine) withdraw(h *hold, member string) {
-	_, _ = l.release(context.Background(), h, member)
+	if _, err := l.release(context.Background(), h, member); err != nil {
+		until := time.Now()
+		if member != "" && h.waitEnd.After(until) {
+			until = h.waitEnd
+		}
+		l.retry(h, member, until.Add(h.ttl+margin(h.ttl)))
+	}
 }

@@ -36,11 +36,14 @@ const minMajor = 7
 
 // Check verifies, in a few round trips, that the engine can work: Redis
 // answers (connectivity), accepts the client's credentials and database,
-// runs the engine's scripts, and is recent enough (7.0 or later), and the
-// engine's notification subscription is up. Call it at startup. An error
-// matches lockcore.ErrMisconfigured when the set-up is wrong (it will not
-// mend itself) and lockcore.ErrUnavailable when Redis could not be
-// reached; either way it says what failed.
+// does not evict keys when full (maxmemory-policy noeviction, or no
+// maxmemory: an evicting server could delete a held lock, and Acquire
+// refuses to take locks there too), runs the engine's scripts, and is
+// recent enough (7.0 or later), and the engine's notification
+// subscription is up. Call it at startup. An error matches
+// lockcore.ErrMisconfigured when the set-up is wrong (it will not mend
+// itself) and lockcore.ErrUnavailable when Redis could not be reached;
+// either way it says what failed.
 func (l *Engine) Check(ctx context.Context) error {
 	if l.closed.Load() {
 		return lockcore.ErrClosed
@@ -51,6 +54,20 @@ func (l *Engine) Check(ctx context.Context) error {
 	if v, ok := serverVersion(ctx, l.rdb); ok {
 		if major, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0]); major < minMajor {
 			return l.report(fmt.Errorf("%w: check: Redis %s is too old: the engine needs %d.0 or later", lockcore.ErrMisconfigured, v, minMajor))
+		}
+	}
+	bad, err := l.settings(ctx)
+	l.noteSettings(bad, err)
+	if err != nil {
+		return l.report(unavailable("check: settings", err))
+	}
+	if bad != nil {
+		return l.report(fmt.Errorf("check: %w", bad))
+	}
+	if l.run.noScript != nil {
+		// Loading the scripts would hide a restart from the other Engines.
+		if err := l.run.noScript(ctx); err != nil {
+			return l.report(unavailable("check: restart guard", err))
 		}
 	}
 	for _, s := range []*script{acquireScript, releaseScript, renewScript, revokeScript} {

@@ -32,6 +32,15 @@
 //	                 would have lived
 //	P{K}:a   stream  audit records of revocations (the latest 100 or so,
 //	                 for Options.AuditRetention)
+//	P{K}:o:<id>      what a Revoke call did, for an hour, so that the call
+//	                 re-sent after a lost reply does nothing more
+//
+// and, on one server (not a Cluster), two keys for all locks:
+//
+//	Prestart-guard      set for a while after a server without an
+//	                    append-only file starts (see "What Redis must
+//	                    promise")
+//	Prestart-guard:run  the run of the server the guard was decided for
 //
 // The hold's format is defined, and read, in lua/hold.lua, which every
 // script starts with, and in parseHold on the Go side. Acquire and release
@@ -59,6 +68,33 @@
 // (Options.Timeout or the context's deadline for an acquisition,
 // Options.ReleaseTimeout for a release). An acquisition that was not
 // answered fails with ErrUnavailable and is withdrawn when its call lands.
+// An acquisition whose call may have reached Redis is withdrawn whatever
+// the client's last error was (a client that retries reports the last
+// try's, and an earlier try may have run). A release or withdrawal that
+// Redis does not answer is sent again in the background until it is
+// answered or its entry can hold nothing any more.
+//
+// # What Redis must promise
+//
+// A lock is only as good as Redis's memory of it. A server that evicts keys
+// when full (a maxmemory-policy other than noeviction, with a maxmemory
+// set: the default of the big managed services) may delete a held lock:
+// Check fails with ErrMisconfigured there, and Acquire refuses with it
+// (the Engine reads the setting when it starts and every 30 seconds).
+//
+// A server that restarts without its data (no persistence, or RDB
+// snapshots older than the holds) forgets the holds whose holders still
+// run. Every such restart also empties the server's script cache, so the
+// first call of any Engine afterwards is answered NOSCRIPT; before loading
+// the script again, the Engine sets the restart guard when the server
+// started less than the longest lease it has granted ago and keeps no
+// append-only file, and the acquire script takes no fresh hold while the
+// guard lives. Every holder from before the restart has lost its lease
+// (its context is cancelled) by the time the guard ends, so no second
+// holder gets in beside it; a server with an append-only file reloads its
+// holds and gets no guard. The guard lasts the longest lease of the Engine
+// that set it: Engines that share a Redis should share their longest TTL.
+// A Cluster keeps no guard.
 //
 // # Waiting
 //

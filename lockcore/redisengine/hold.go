@@ -18,15 +18,19 @@ type hold struct {
 	key    lockcore.Key
 	keys   [5]string // lock, queue, fence, revoked entries, audit
 	args   [5]any    // the keys (as pointers into keys: no boxing), token and entry, for the scripts
+	guard  *string   // the restart guard's key (see lua/guard.lua)
 	token  string    // the owner token of the hold in Redis
 	others string    // tokens that may re-enter a hold they own, for the acquire script
 	entry  string    // the attempt id that holds the lock in Redis
 	fence  int64
 	ttl    time.Duration
-	ls     *lockcore.Lease // set once held
-	start  time.Time       // when it was held, for holdStats
-	ended  atomic.Bool     // released or lost: the watchdog drops it
-	told   atomic.Int32    // what Options.Events was told of its end: untold, telling, told
+	// waitEnd is the deadline of a waiting attempt, when its place in the
+	// wait queue ends; zero for a fail-fast one.
+	waitEnd time.Time
+	ls      *lockcore.Lease // set once held
+	start   time.Time       // when it was held, for holdStats
+	ended   atomic.Bool     // released or lost: the watchdog drops it
+	told    atomic.Int32    // what Options.Events was told of its end: untold, telling, told
 
 	// Watchdog bookkeeping, guarded by the watchdog's mutex.
 	index int       // in the watchdog heap; -1 when not scheduled
@@ -195,7 +199,15 @@ func (l *Engine) latch(h *hold, err error) {
 		lg.Warn("routelock: a release failed; retrying in the background until the lease would have expired",
 			"resource", resourceName(h.key), "err", err)
 	}
-	until := time.Now().Add(h.ttl + margin(h.ttl))
+	l.retry(h, "", time.Now().Add(h.ttl+margin(h.ttl)))
+}
+
+// retry sends h's release again in the background, or with member the
+// withdrawal of its attempt, every retry interval (a tenth of the lease,
+// at most a second) until Redis answers or until passes, after which the
+// entry can hold nothing in Redis. Each run is idempotent: one that ran
+// before changes nothing more.
+func (l *Engine) retry(h *hold, member string, until time.Time) {
 	every := min(h.ttl/10, time.Second)
 	l.bg.do(func() {
 		t := time.NewTimer(every)
@@ -206,7 +218,7 @@ func (l *Engine) latch(h *hold, err error) {
 				return
 			case <-t.C:
 			}
-			if _, err := l.release(context.Background(), h, ""); err == nil || !time.Now().Add(every).Before(until) {
+			if _, err := l.release(context.Background(), h, member); err == nil || !time.Now().Add(every).Before(until) {
 				return
 			}
 			t.Reset(every)

@@ -53,9 +53,10 @@ type Options struct {
 	// Default: 1s.
 	Timeout time.Duration
 
-	// ClaimWindow bounds how long a waiter in another process that vanished
-	// (killed, paused, cut off) can keep a released lock from the next live
-	// waiter. A release grants such a waiter the lock for 3/5 of the window,
+	// ClaimWindow bounds how long a waiter that vanished (killed, paused, cut
+	// off, or returned while its withdrawal could not reach Redis) can keep
+	// a released lock from the next live waiter. A release grants a waiter
+	// the lock for 3/5 of the window,
 	// within which the waiter claims it for its whole TTL; waiters ask Redis
 	// again at least every 3/10 of the window, so a live waiter whose
 	// notification was lost still claims its grant in time. When Redis is one
@@ -197,6 +198,21 @@ type Engine struct {
 	// every subscriber ("1": one server) or only a node's ("0": a Cluster).
 	ttlBoxed, retArg, chanArg, claimArg, trustArg any
 
+	// refuse, when set, is why Acquire refuses to take locks: the server
+	// evicts keys (see settings).
+	refuse atomic.Pointer[error]
+
+	// guardKey is the restart guard's key (see lua/guard.lua); "" on a
+	// Cluster, where the guard is not kept. longest is the longest lease
+	// the engine has granted, in ns: how long the guard must last.
+	guardKey string
+	longest  atomic.Int64
+	guarded  atomic.Int64 // the guard's ms left when last logged
+
+	// noRetries: the client sends each call once (MaxRetries < 0), so a
+	// call that failed to dial never reached Redis.
+	noRetries bool
+
 	// The batcher's hooks, made once.
 	lateAcquire, afterRelease func(*call)
 }
@@ -231,15 +247,23 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 		return nil, err
 	}
 	l.run.rdb = rdb
+	l.longest.Store(int64(opt.TTL))
+	if _, ok := rdb.(*redis.ClusterClient); !ok {
+		l.guardKey = opt.Prefix + "restart-guard"
+		l.run.noScript = l.guard
+	}
 	l.batch.run, l.batch.bg, l.batch.direct = &l.run, &l.bg, honoursDeadlines(rdb)
 	l.ttlBoxed, l.retArg, l.chanArg, l.claimArg = ms(opt.TTL), ms(opt.FenceRetention), l.channel, ms(l.claimPX())
 	l.trustArg = "0"
-	if _, ok := rdb.(*redis.Client); ok {
+	if c, ok := rdb.(*redis.Client); ok {
 		l.trustArg = "1"
+		l.noRetries = c.Options().MaxRetries < 0
 	}
 	l.lateAcquire, l.afterRelease = l.withdrawLate, l.released
 	l.wd.start(l)
 	l.nf.start(l, ps)
+	l.bg.add()
+	go l.watchSettings()
 	return l, nil
 }
 

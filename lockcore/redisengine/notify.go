@@ -34,8 +34,8 @@ type waiter struct {
 	ch  chan int64 // the fencing token of a hand-over, or 0: ask Redis again
 
 	// Set with a hand-over, before its token is sent on ch: by a release of
-	// this Engine, when its call was sent (the waiter holds a whole lease
-	// from then); by a message, how long the grant lasts.
+	// this Engine, when its call was sent (the grant lasts the claim part
+	// of ClaimWindow from then); by a message, how long the grant lasts.
 	from time.Time
 	px   time.Duration
 }

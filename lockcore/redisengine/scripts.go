@@ -25,6 +25,8 @@ var (
 	luaRenew string
 	//go:embed lua/revoke.lua
 	luaRevoke string
+	//go:embed lua/guard.lua
+	luaGuard string
 )
 
 // The scripts. Each is sent whole, as one self-contained source: a
@@ -44,6 +46,9 @@ var (
 	releaseScript = newScript(luaRelease, "allow-oom", true)
 	renewScript   = newScript(luaRenew, "allow-oom", false)
 	revokeScript  = newScript(luaRevoke, "allow-oom", true)
+	// guardScript is always sent with EVAL: it runs when the server knows
+	// none of the scripts (see runner.known).
+	guardScript = newScript(luaGuard, "allow-oom", false)
 
 	scripts = []*script{acquireScript, reenterScript, releaseScript, renewScript, revokeScript}
 )
@@ -88,6 +93,9 @@ type runner struct {
 	rdb redis.UniversalClient
 	// plain: the server does not read a shebang, so the scripts go without.
 	plain atomic.Bool
+	// noScript, if set, runs when Redis does not know a script, before it
+	// is sent with EVAL (and so cached again); its error is the call's.
+	noScript func(context.Context) error
 }
 
 func (r *runner) variant() int {
@@ -131,8 +139,9 @@ func (r *runner) run(ctx context.Context, cmds []redis.Cmder) error {
 		}
 		_, err = p.Exec(ctx)
 	}
+	checked := false // noScript ran for this run
 	for i, c := range cmds {
-		cmds[i] = r.known(ctx, c)
+		cmds[i] = r.known(ctx, c, &checked)
 	}
 	if len(cmds) == 1 {
 		err = cmds[0].Err()
@@ -144,9 +153,10 @@ func (r *runner) run(ctx context.Context, cmds []redis.Cmder) error {
 }
 
 // known returns cmd, which has run, or, when Redis did not know its script,
-// the same call run again with EVAL. A server that cannot compile the
-// script's shebang gets it without, from then on.
-func (r *runner) known(ctx context.Context, cmd redis.Cmder) redis.Cmder {
+// the same call run again with EVAL, once noScript, if any, has run
+// (*checked says it has). A server that cannot compile the script's
+// shebang gets it without, from then on.
+func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *bool) redis.Cmder {
 	err := cmd.Err()
 	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return cmd
@@ -155,6 +165,13 @@ func (r *runner) known(ctx context.Context, cmd redis.Cmder) redis.Cmder {
 	s, v := scriptOf(args[1])
 	if s == nil {
 		return cmd
+	}
+	if r.noScript != nil && !*checked {
+		if err := r.noScript(ctx); err != nil {
+			cmd.SetErr(err)
+			return cmd
+		}
+		*checked = true
 	}
 	_, array := cmd.(*redis.Cmd)
 	eval := func(src any) redis.Cmder {

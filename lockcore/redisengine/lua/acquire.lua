@@ -10,10 +10,16 @@
 -- re-entered a hold of one of the other tokens; or -pttl (<= 0) when another
 -- owner holds it (and the attempt is queued when waiting). Run again with
 -- the same arguments, it returns the same and changes nothing more.
--- KEYS: the hold, the wait queue, the fencing counter.
+-- While the restart guard G lives (see guard.lua), it returns -(its pttl)
+-- and does nothing: a holder from before the restart may still run.
+-- KEYS: the hold, the wait queue, the fencing counter, the restart guard.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member = ARGV[5], ARGV[6]
+local g = redis.call('PTTL', KEYS[4])
+if g > 0 then
+  return -g
+end
 
 -- The fence is drawn before the lock is tried, so that a free lock is taken
 -- by the SET itself; a draw that finds the lock held is skipped. A waiting

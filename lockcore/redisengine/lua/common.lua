@@ -48,12 +48,13 @@ local function take(tok, ttl, id, since, retention, w)
 end
 
 -- Hand the free lock to the oldest waiter whose deadline has not passed.
--- The caller itself (member self) and a waiter of the caller's Locker
--- (channel mine), which the caller then wakes, get their whole lease.
--- Another waiter gets the lock for claim ms, is told on its Locker's
--- channel, and claims the lock within that window (a renewal, or its next
--- acquire call, extends it) or loses it when the window ends, so that a
--- waiter that vanished delays the next one by one window at most. When
+-- The caller itself (member self) gets its whole lease. Any other waiter
+-- gets the lock for claim ms and claims it within that window (a renewal,
+-- or its next acquire call, extends it) or loses it when the window ends,
+-- so that a waiter that vanished, or returned without its withdrawal
+-- reaching Redis, delays the next one by one window at most. A waiter of
+-- the caller's Locker (channel mine) is woken by the caller; another is
+-- told on its Locker's channel. When
 -- trust is set (one Redis server: PUBLISH counts every subscriber), a
 -- waiter whose channel nobody reads, because its process is gone, is
 -- skipped at once. Each entry is popped once, whatever its fate, so the
@@ -71,15 +72,14 @@ local function grant_next(now, nows, retention, self, mine, claim, trust)
     local dl, ttl, ch, id, tok = string.match(e[1], '^(%d+) (%d+) (%S+) (%S+) (%S+)$')
     if dl and tonumber(dl) * 1000 > now then
       local more = redis.call('EXISTS', Q) == 1
-      if ch == mine or e[1] == self then
-        local f = take(tok, ttl, id, nows, retention, more)
-        if ch == mine then
-          return e[1], f, id
-        end
-        return e[1], f
+      if e[1] == self then
+        return e[1], (take(tok, ttl, id, nows, retention, more))
       end
       local px = math.min(claim, tonumber(ttl))
       local f, fs = take(tok, px, id, nows, retention, more)
+      if ch == mine then
+        return e[1], f, id
+      end
       if redis.call('PUBLISH', ch, id .. ' ' .. fs .. ' ' .. px) > 0 or not trust then
         return e[1], f
       end

@@ -1,0 +1,151 @@
+package redisengine
+
+// Faults that heal: a call that ran but whose reply was lost, followed by
+// refused connections (Redis or its host restarting), and callers that
+// leave while Redis cannot be reached. What must hold once Redis answers
+// again: nothing is held by an attempt whose caller was told it failed, and
+// a waiter that returned is never handed the lock for longer than the claim
+// window. Clients at go-redis's defaults and with ContextTimeoutEnabled.
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+)
+
+// ctxKind is go-redis at its defaults with ContextTimeoutEnabled, as the
+// README's quick start builds it.
+var ctxKind = clientKind{"ctx", func(addr string) *redis.Options {
+	return &redis.Options{Addr: addr, ContextTimeoutEnabled: true}
+}}
+
+// healKinds are the client configurations the healing-fault tests run with.
+var healKinds = []clientKind{defaultKind, ctxKind}
+
+// TestLostAcquireReplyThenRefusedIsWithdrawn: a fail-fast Acquire takes a
+// free lock, its reply is lost, and Redis then refuses connections for a
+// while. The caller gets ErrUnavailable; the lock its call took in Redis must
+// be given back soon after Redis answers again, not held by nobody until its
+// TTL (10 s) ends: a waiter in another process gets it within the retry
+// interval (1 s) after the heal.
+func TestLostAcquireReplyThenRefusedIsWithdrawn(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		for _, k := range healKinds {
+			t.Run(k.name, func(t *testing.T) {
+				prefix := redistest.Prefix(t)
+				a, p := cutOffLocker(t, b, k, prefix, Options{})
+				other := newLocker(t, b, prefix, Options{})
+				warmScripts(t, a)
+				key := mustKey(t, "refused", "1")
+
+				// Refused from then on, and the client's other pooled
+				// connections cut too, so that every try after the first
+				// must dial.
+				p.AfterLoss(func() { p.Refuse(true); p.ResetAll() })
+				p.LoseReplyTo(scriptSHA(t, a, "acquire"), 1)
+				ls, err := a.Acquire(context.Background(), key, lockcore.Policy{})
+				if err == nil {
+					_ = ls.Release(context.Background())
+					t.Fatal("Acquire succeeded although its reply was lost")
+				}
+				if !errors.Is(err, lockcore.ErrUnavailable) {
+					t.Fatalf("Acquire: %v, want ErrUnavailable", err)
+				}
+				if p.LostReplies() != 1 {
+					t.Fatalf("%d replies lost, want 1: the acquire never reached Redis", p.LostReplies())
+				}
+				if info := inspect(t, other, key); len(info.Holders) != 1 {
+					t.Fatalf("Redis: %+v; want the lost attempt holding the lock", info)
+				}
+
+				const outage = 1500 * time.Millisecond
+				heal := time.AfterFunc(outage, p.Heal)
+				defer heal.Stop()
+				start := time.Now()
+				// Within the outage, one retry interval after it, and slack;
+				// well before the lost attempt's lease (10 s) would end.
+				bound := outage + time.Second + testClaimSlack
+				got, errc := acquireAsync(other, key, 4*time.Second)
+				ls = awaitLease(t, got, errc, 5*time.Second, "a waiter in another process after the heal")
+				defer func() { _ = ls.Release(context.Background()) }()
+				if d := time.Since(start); d > bound {
+					t.Errorf("the waiter held the lock %v after the outage began, want within %v", d, bound)
+				}
+			})
+		}
+	})
+}
+
+// TestReturnedWaiterNotGrantedPastClaimWindow: a holder and a waiter in one
+// process; Redis refuses that process's connections and the waiter's
+// caller goes away, so its withdrawal cannot reach Redis. After the heal
+// the holder releases: the lock must reach a live waiter in another
+// process within the claim window, not go to the departed waiter for its
+// whole TTL.
+func TestReturnedWaiterNotGrantedPastClaimWindow(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		for _, k := range healKinds {
+			t.Run(k.name, func(t *testing.T) {
+				prefix := redistest.Prefix(t)
+				a, p := cutOffLocker(t, b, k, prefix, Options{})
+				other := newLocker(t, b, prefix, Options{})
+				key := mustKey(t, "departed", "1")
+				ctx := context.Background()
+
+				holder, err := a.Acquire(ctx, key, lockcore.Policy{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				wctx, leave := context.WithCancel(ctx)
+				defer leave()
+				werr := make(chan error, 1)
+				go func() {
+					ls, err := a.Acquire(wctx, key, lockcore.Policy{Wait: 8 * time.Second})
+					if err == nil {
+						_ = ls.Release(ctx)
+					}
+					werr <- err
+				}()
+				eventually(t, 2*time.Second, "the first waiter queued", func() bool { return len(inspect(t, other, key).Waiters) == 1 })
+				got, errc := acquireAsync(other, key, 5*time.Second)
+				eventually(t, 2*time.Second, "the second waiter queued", func() bool { return len(inspect(t, other, key).Waiters) == 2 })
+
+				// The outage: the process's connections are cut and new ones
+				// refused; its waiter's caller leaves meanwhile.
+				p.Refuse(true)
+				p.ResetAll()
+				leave()
+				select {
+				case err := <-werr:
+					if err == nil || !errors.Is(err, context.Canceled) {
+						t.Fatalf("departed waiter: %v, want its context's cancellation", err)
+					}
+				case <-time.After(3 * time.Second):
+					t.Fatal("the departed waiter did not return")
+				}
+				p.Heal()
+
+				// The holder releases. Its client may still be reconnecting:
+				// a release that fails is retried every second.
+				released := time.Now()
+				if err := holder.Release(ctx); err != nil {
+					t.Logf("release right after the heal: %v (retried in the background)", err)
+				}
+				ls := awaitLease(t, got, errc, 5*time.Second, "the live waiter in another process")
+				defer func() { _ = ls.Release(ctx) }()
+				if d, bound := time.Since(released), time.Second+testClaimWindow+testClaimSlack; d > bound {
+					t.Errorf("the live waiter held the lock %v after the release, want within %v", d, bound)
+				}
+				if ls.Fence() <= holder.Fence() {
+					t.Errorf("fence %d after %d", ls.Fence(), holder.Fence())
+				}
+			})
+		}
+	})
+}

@@ -1,0 +1,130 @@
+package redisengine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// settingsEvery is how often an Engine reads its server's settings again,
+// so that one changed while it runs (CONFIG SET) is refused too.
+const settingsEvery = 30 * time.Second
+
+// evicting returns an error matching lockcore.ErrMisconfigured when info,
+// the text of INFO memory, says that Redis may evict keys to make room: a
+// maxmemory-policy other than noeviction, with a maxmemory set. Such a
+// server deletes a held lock under memory pressure and lets a second owner
+// in while the first still runs (the holder would learn only at its next
+// renewal). nil when it does not, or does not say (miniredis).
+func evicting(info string) error {
+	var policy, max string
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "maxmemory_policy:"); ok {
+			policy = v
+		} else if v, ok := strings.CutPrefix(line, "maxmemory:"); ok {
+			max = v
+		}
+	}
+	if policy == "" || policy == "noeviction" || max == "" || max == "0" {
+		return nil
+	}
+	return fmt.Errorf("%w: Redis evicts keys when full (maxmemory-policy %s, maxmemory %s bytes) and could delete a held lock, letting a second owner in: give the locks a Redis, or a database of a server, whose maxmemory-policy is noeviction",
+		lockcore.ErrMisconfigured, policy, max)
+}
+
+// settings reads the memory settings of the server, or of every master of
+// a Cluster, and returns what evicting makes of the first that evicts
+// (bad), or the error of a read that failed (err).
+func (l *Engine) settings(ctx context.Context) (bad, err error) {
+	read := func(ctx context.Context, c redis.Cmdable) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			if misconfigured(err) || unreachable(err) {
+				return err
+			}
+			return nil // a server that does not say (miniredis has no such section)
+		}
+		if e := evicting(info); e != nil && bad == nil {
+			bad = e
+		}
+		return nil
+	}
+	if c, ok := l.rdb.(*redis.ClusterClient); ok {
+		var mu = make(chan struct{}, 1) // ForEachMaster calls read concurrently
+		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			mu <- struct{}{}
+			defer func() { <-mu }()
+			return read(ctx, c)
+		})
+	} else {
+		err = read(ctx, l.rdb)
+	}
+	return bad, err
+}
+
+// noteSettings keeps what settings found: Acquire refuses while the server
+// evicts. A server that does not answer changes nothing.
+func (l *Engine) noteSettings(bad, err error) {
+	switch {
+	case bad != nil:
+		l.refuse.Store(&bad)
+	case err == nil:
+		l.refuse.Store(nil)
+	}
+}
+
+// watchSettings reads the server's settings now and every settingsEvery
+// until the Engine closes. It is tracked in l.bg, which Close waits for.
+func (l *Engine) watchSettings() {
+	defer l.bg.done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(l.ctx, l.opt.Timeout)
+		l.noteSettings(l.settings(ctx))
+		cancel()
+		t.Reset(settingsEvery)
+	}
+}
+
+// guard is the runner's noScript hook: Redis does not know a script, as
+// after a restart, so before any script is loaded again it sets the
+// restart guard when the server may have lost holds that their holders
+// still believe in (see lua/guard.lua): the acquire script then takes no
+// fresh hold until the longest lease this Engine has granted has passed
+// since the server started. A server that cannot say (miniredis, a service
+// that refuses INFO in scripts) gets no guard; one that cannot be reached
+// fails the call.
+func (l *Engine) guard(ctx context.Context) error {
+	run := func(v int) (int64, error) {
+		return l.rdb.Eval(ctx, guardScript.src[v].(string), []string{l.guardKey, l.guardKey + ":run"}, ms(time.Duration(l.longest.Load()))).Int64()
+	}
+	v := l.run.variant()
+	left, err := run(v)
+	if v == 0 && noShebang(err) {
+		l.run.plain.Store(true)
+		left, err = run(1)
+	}
+	if err != nil {
+		if misconfigured(err) || unreachable(err) {
+			return err
+		}
+		return nil
+	}
+	if left > 0 && l.opt.Logger != nil && l.guarded.Swap(left) != left {
+		l.opt.Logger.Warn("routelock: Redis started lately without an append-only file and may have lost held locks: no lock is taken until every lease granted before could have ended",
+			"for", time.Duration(left)*time.Millisecond)
+	}
+	return nil
+}
