@@ -36,6 +36,7 @@ type section struct {
 	start, end time.Time
 	fence      int64
 	token      string
+	revoked    bool // an operator force-released its hold (Revoke)
 }
 
 // chaosConfig is one run of the exclusion checker.
@@ -49,6 +50,7 @@ type chaosConfig struct {
 	client     redis.Options                                          // every Engine's client, Addr aside
 	engine     Options                                                // every Engine's options, Prefix and TTL aside
 	fault      func(ctx context.Context, f *faultEnv, rng *rand.Rand) // runs during the load; nil: none
+	srv        *redistest.Server                                      // b's server when the run owns it (restarts, memory limits); nil when shared
 }
 
 // faultEnv is what a fault acts on: the proxy between half of the Lockers
@@ -56,10 +58,16 @@ type chaosConfig struct {
 type faultEnv struct {
 	p      *faultproxy.Proxy
 	b      *redistest.Backend
-	admin  *redis.Client // straight to Redis
+	srv    *redistest.Server // b's server when the run owns it, else nil
+	admin  *redis.Client     // straight to Redis
 	prefix string
 	keys   int
+	engine Options            // the Engines' options, Prefix and TTL included
 	queue  func(k int) string // the Redis key of key k's wait queue
+	key    func(k int) lockcore.Key
+
+	mu      sync.Mutex
+	revokes int // Revoke calls that revoked a hold
 }
 
 // clientConfigs are the client options the fault tests run with: go-redis's
@@ -87,6 +95,7 @@ type chaosResult struct {
 	sections   int
 	errs       map[string]int
 	lost       int   // sections whose lease was lost during the work (counted up to the loss)
+	revoked    int   // of those, revoked by an operator
 	stale      int   // writes the fenced store refused
 	overshoot  int64 // worst time an Acquire took beyond its budget, ns
 	violations []string
@@ -175,8 +184,9 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.dur)
 	defer cancel()
 	faultDone := make(chan struct{})
-	env := &faultEnv{p: proxy, b: b, admin: b.Client(t), prefix: prefix, keys: cfg.keys,
-		queue: func(k int) string { return lockers[0].redisKeys(mustKey(t, "k", strconv.Itoa(k)))[1] }}
+	env := &faultEnv{p: proxy, b: b, srv: cfg.srv, admin: b.Client(t), prefix: prefix, keys: cfg.keys, engine: eng,
+		queue: func(k int) string { return lockers[0].redisKeys(mustKey(t, "k", strconv.Itoa(k)))[1] },
+		key:   func(k int) lockcore.Key { return mustKey(t, "k", strconv.Itoa(k)) }}
 	go func() {
 		defer close(faultDone)
 		if cfg.fault != nil {
@@ -242,10 +252,16 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				var inner []*lockcore.Lease
 				var innerDone []func() bool
 				var innerCancel []context.CancelFunc
+				fresh := false // the nested acquisition found the hold gone and took a fresh one
 				switch rng.IntN(4) {
 				case 0:
 					if in, err := lockers[rng.IntN(len(lockers))].Acquire(ls.Context(), mustKey(t, "k", strconv.Itoa(k)), lockcore.Policy{}); err == nil {
-						if in.Fence() != fence {
+						if in.Token() != ls.Token() {
+							// Not a re-entry: the outer hold was revoked (or
+							// lost) before its Engine heard, and the lock was
+							// free; which the outer's end must show.
+							fresh = true
+						} else if in.Fence() != fence {
 							mu.Lock()
 							res.violations = append(res.violations, fmt.Sprintf("re-entry of k%d got fence %d, hold has %d", k, in.Fence(), fence))
 							mu.Unlock()
@@ -315,17 +331,27 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 					}
 				}
 				lostErr := context.Cause(ls.Context())
-				_ = ls.Release(ctx)
+				relErr := ls.Release(ctx)
 				done()
+				// A force-released holder may run on until its Engine hears of
+				// the revocation (or its release does); the fenced store then
+				// refuses its late write.
+				revoked := errors.Is(lostErr, lockcore.ErrRevoked) || errors.Is(relErr, lockcore.ErrRevoked)
 				mu.Lock()
-				sections = append(sections, section{key: k, start: start, end: end, fence: fence, token: ls.Token()})
+				sections = append(sections, section{key: k, start: start, end: end, fence: fence, token: ls.Token(), revoked: revoked})
 				switch {
-				case live && !okWrite:
+				case live && !okWrite && !revoked:
 					res.stale++
 					res.violations = append(res.violations, fmt.Sprintf("fenced store refused a live holder of k%d (fence %d)", k, fence))
 				case !live:
 					res.lost++
 					res.errs["lost: "+lostErr.Error()]++
+				}
+				if revoked {
+					res.revoked++
+				}
+				if fresh && live && !revoked {
+					res.violations = append(res.violations, fmt.Sprintf("a nested acquisition of k%d took a fresh hold beside its live outer hold (fence %d)", k, fence))
 				}
 				mu.Unlock()
 			}
@@ -335,6 +361,25 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	cancel()
 	<-faultDone
 	proxy.Heal()
+	healed := time.Now()
+
+	// Once healed, and with every holder gone, every lock is free again
+	// within the claim window: no attempt whose caller was told it failed,
+	// and no waiter that returned, still holds one.
+	{
+		bound := eng.ClaimWindow + 200*time.Millisecond
+		for k := range cfg.keys {
+			var info lockcore.Info
+			ok := eventuallyOK(bound+time.Second, func() bool {
+				var err error
+				info, err = lockers[len(lockers)-1].Inspect(context.Background(), mustKey(t, "k", strconv.Itoa(k)))
+				return err == nil && !info.Held()
+			})
+			if took := time.Since(healed); !ok || took > bound {
+				res.violations = append(res.violations, fmt.Sprintf("k%d still held %v after the heal with every holder gone (want free within %v): %+v", k, took.Round(time.Millisecond), bound, info))
+			}
+		}
+	}
 
 	// Once healed, every Engine works again.
 	for i, l := range lockers {
@@ -395,7 +440,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		sort.Slice(ss, func(i, j int) bool { return ss[i].start.Before(ss[j].start) })
 		for i := 1; i < len(ss); i++ {
 			a, b := ss[i-1], ss[i]
-			if b.start.Before(a.end) && a.token != b.token {
+			if b.start.Before(a.end) && a.token != b.token && !a.revoked {
 				res.violations = append(res.violations, fmt.Sprintf("k%d: holds overlap: fence %d [%v] and fence %d [%v]",
 					k, a.fence, a.end.Sub(a.start), b.fence, b.end.Sub(b.start)))
 			}
@@ -403,6 +448,15 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				res.violations = append(res.violations, fmt.Sprintf("k%d: fence %d held after fence %d", k, b.fence, a.fence))
 			}
 		}
+	}
+	tokens := map[string]bool{}
+	for _, s := range sections {
+		if s.revoked {
+			tokens[s.token] = true
+		}
+	}
+	if len(tokens) > env.revokes {
+		res.violations = append(res.violations, fmt.Sprintf("%d holds were revoked, by %d revocations", len(tokens), env.revokes))
 	}
 	if res.overshoot > 0 {
 		res.violations = append(res.violations, fmt.Sprintf("an Acquire overran its wait budget by %v beyond the I/O bound", time.Duration(res.overshoot)))
@@ -529,9 +583,122 @@ var faults = map[string]func(ctx context.Context, f *faultEnv, rng *rand.Rand){
 }
 
 // faultNames lists the faults TestFaults runs, in order; "stalls" needs a
-// real redis-server.
+// real redis-server, "memory pressure" and "restart without persistence"
+// one of the run's own.
 var faultNames = []string{"none", "latency 0–20ms", "connection resets", "blackhole mid-hold", "refused connections",
-	"lost replies", "stalls", "deaf subscriptions", "dead waiters"}
+	"lost replies", "stalls", "deaf subscriptions", "dead waiters",
+	"refused after a lost reply", "outage, callers leave", "re-sent revokes", "memory pressure", "restart without persistence"}
+
+func init() {
+	// A call runs, its reply is lost, and Redis (or its host) then refuses
+	// connections for a while: the client's re-sends fail to dial.
+	faults["refused after a lost reply"] = func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
+		defer f.p.AfterLoss(nil)
+		f.p.AfterLoss(func() { f.p.Refuse(true); f.p.ResetAll() })
+		for sleepCtx(ctx, time.Duration(20+rng.IntN(80))*time.Millisecond) {
+			f.p.LoseReplyTo([]byte("evalsha"), 1)
+			sleepCtx(ctx, time.Duration(100+rng.IntN(400))*time.Millisecond)
+			f.p.LoseReplyTo(nil, 0)
+			f.p.Refuse(false)
+		}
+	}
+	// An outage longer than most waits and callers' deadlines: waiters give
+	// up and leave while their withdrawals cannot reach Redis.
+	faults["outage, callers leave"] = func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
+		for sleepCtx(ctx, time.Duration(50+rng.IntN(150))*time.Millisecond) {
+			f.p.Refuse(true)
+			f.p.ResetAll()
+			sleepCtx(ctx, time.Duration(300+rng.IntN(600))*time.Millisecond)
+			f.p.Refuse(false)
+		}
+	}
+	// An operator force-releases locks through the proxy, with go-redis at
+	// its defaults, and some replies are lost, so the client re-sends the
+	// call: each call revokes one hold at most, whatever the first run found.
+	faults["re-sent revokes"] = func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
+		c := redis.NewClient(&redis.Options{Addr: f.p.Addr})
+		defer c.Close()
+		op, err := New(c, f.engine)
+		if err != nil {
+			panic(err)
+		}
+		defer op.Close()
+		sha := []byte(op.run.sha(revokeScript))
+		for sleepCtx(ctx, time.Duration(20+rng.IntN(100))*time.Millisecond) {
+			if rng.IntN(2) == 0 {
+				f.p.LoseReplyTo(sha, 1)
+			}
+			if _, err := op.Revoke(context.Background(), f.key(rng.IntN(f.keys)), "chaos"); err == nil {
+				f.mu.Lock()
+				f.revokes++
+				f.mu.Unlock()
+			}
+			f.p.LoseReplyTo(nil, 0)
+		}
+	}
+	// Redis at its maxmemory under noeviction while the app writes cache
+	// entries with a TTL: fresh acquisitions are refused (ErrUnavailable),
+	// held locks are kept and released. (A policy that evicts is refused
+	// by Check and Acquire; see TestEvictingServerRefused.)
+	faults["memory pressure"] = func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
+		if f.srv == nil {
+			return
+		}
+		bg := context.Background()
+		defer f.admin.ConfigSet(bg, "maxmemory", "0")
+		for sleepCtx(ctx, time.Duration(50+rng.IntN(200))*time.Millisecond) {
+			used, err := f.admin.Info(bg, "memory").Result()
+			if err != nil {
+				continue
+			}
+			var n int64
+			for _, line := range strings.Split(used, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+					n, _ = strconv.ParseInt(v, 10, 64)
+				}
+			}
+			_ = f.admin.ConfigSet(bg, "maxmemory", strconv.FormatInt(n+256<<10, 10)).Err()
+			value := strings.Repeat("x", 1024)
+			for i := 0; i < 2000 && ctx.Err() == nil; i++ {
+				if err := f.admin.Set(bg, fmt.Sprintf("%scache:%d", f.prefix, i), value, time.Minute).Err(); err != nil {
+					break // at maxmemory
+				}
+			}
+			sleepCtx(ctx, time.Duration(100+rng.IntN(400))*time.Millisecond)
+			_ = f.admin.ConfigSet(bg, "maxmemory", "0").Err()
+			for i := 0; i < 2000; i += 500 {
+				keys := make([]string, 0, 500)
+				for j := i; j < i+500; j++ {
+					keys = append(keys, fmt.Sprintf("%scache:%d", f.prefix, j))
+				}
+				_ = f.admin.Del(bg, keys...).Err()
+			}
+		}
+	}
+	// Redis is killed (SIGKILL) and started again empty, while locks are
+	// held and awaited: its restart guard keeps every fresh hold out until
+	// every lease granted before could have ended.
+	faults["restart without persistence"] = func(ctx context.Context, f *faultEnv, rng *rand.Rand) {
+		if f.srv == nil {
+			return
+		}
+		for sleepCtx(ctx, time.Duration(200+rng.IntN(600))*time.Millisecond) {
+			if err := f.srv.Restart(); err != nil {
+				panic(err)
+			}
+		}
+	}
+}
+
+// chaosBackend is the Redis a fault run uses: a redis-server of the run's
+// own without persistence when one can be started (restarts and memory
+// limits are then faults too), else the best shared backend.
+func chaosBackend(t *testing.T) (*redistest.Backend, *redistest.Server) {
+	if srv := redistest.OwnVolatile(t); srv != nil {
+		return &redistest.Backend{Name: "redis", Addr: srv.Addr}, srv
+	}
+	return redistest.Best(t), nil
+}
 
 // mixed picks one of the faults at random, again and again.
 func mixed(ctx context.Context, f *faultEnv, rng *rand.Rand) {
@@ -549,12 +716,12 @@ func mixed(ctx context.Context, f *faultEnv, rng *rand.Rand) {
 // each client configuration.
 func TestFaults(t *testing.T) {
 	s := seed(t)
-	b := redistest.Best(t)
+	b, srv := chaosBackend(t)
 	for _, cc := range clientConfigs {
 		t.Run(cc.name, func(t *testing.T) {
 			for _, name := range faultNames {
 				b := b
-				if name == "stalls" {
+				if name == "stalls" && srv == nil {
 					// DEBUG SLEEP: a real redis-server that accepts DEBUG only.
 					bs := redistest.DebugBackends(t)
 					if len(bs) == 0 {
@@ -564,7 +731,7 @@ func TestFaults(t *testing.T) {
 				}
 				t.Run(name, func(t *testing.T) {
 					r := chaosRun(t, b, chaosConfig{seed: s, dur: *faultDur, goroutines: 16, lockers: 4, keys: 4,
-						ttl: 300 * time.Millisecond, client: cc.opt, engine: chaosEngine, fault: faults[name]})
+						ttl: 300 * time.Millisecond, client: cc.opt, engine: chaosEngine, fault: faults[name], srv: srv})
 					report(t, name, r)
 				})
 			}
@@ -577,11 +744,11 @@ func TestFaults(t *testing.T) {
 // with each client configuration.
 func TestChaos(t *testing.T) {
 	s := seed(t)
-	b := redistest.Best(t)
+	b, srv := chaosBackend(t)
 	for _, cc := range clientConfigs {
 		t.Run(cc.name, func(t *testing.T) {
 			r := chaosRun(t, b, chaosConfig{seed: s, dur: *chaosDur, goroutines: 32, lockers: 6, keys: 6,
-				ttl: 300 * time.Millisecond, client: cc.opt, engine: chaosEngine, fault: mixed})
+				ttl: 300 * time.Millisecond, client: cc.opt, engine: chaosEngine, fault: mixed, srv: srv})
 			report(t, "chaos", r)
 		})
 	}
