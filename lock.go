@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -191,6 +192,8 @@ func SetDefault(l *Locker) {
 // environment variable names (redis.ParseURL syntax, such as
 // redis://:password@host:6379/0), or localhost:6379 when REDIS_URL is
 // empty. It connects lazily: an unreachable Redis shows as 503 responses.
+// Creating it logs once, with slog.Default, the address and database of the
+// Redis it uses (never the password) and that SetDefault was not called.
 //
 // Panics if REDIS_URL cannot be parsed. The package-level By and ByParam
 // check REDIS_URL when they build a route, unless a Locker is set, so that
@@ -213,9 +216,22 @@ func Default() *Locker {
 	opt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opt)
 	l := New(rdb)
+	// Say which Redis, never the password or the URL that may hold one:
+	// instances that each fall back to their own localhost:6379 exclude
+	// nothing from each other.
+	slog.Default().Warn("routelock: lock.SetDefault was not called: the package-level helpers use a Locker of their own",
+		"addr", opt.Addr, "db", opt.DB, "from", defaultSource())
 	defaultOwns = rdb
 	defaultL.Store(l)
 	return l
+}
+
+// defaultSource says where Default's Redis comes from.
+func defaultSource() string {
+	if os.Getenv("REDIS_URL") == "" {
+		return "localhost:6379, REDIS_URL being empty"
+	}
+	return "REDIS_URL"
 }
 
 // defaultOptions returns the client options of REDIS_URL, or of
