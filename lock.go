@@ -151,7 +151,13 @@ func (l *Locker) By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Ha
 // by route parameter name, such as {productID} in /products/{productID}/buy.
 // With chi it works in r.With, in r.Group and r.Route, and in the router's
 // own r.Use, where it locks exactly the routes that have the parameter; on
-// one route (r.With, r.Group) whose pattern lacks it, requests get 500.
+// one route (r.With, r.Group) whose pattern lacks it, requests get 500, and
+// so do all requests through a router-wide one when no route of the router
+// has it. A router-wide lock matches the route ahead of the router, after
+// the rewrites of chi's StripSlashes, CleanPath and URLFormat wherever they
+// are in the router's stack; put other middleware that rewrites the path
+// before the lock: a path that no route matches, for any method, gets the
+// router's 404 from the lock, without the rest of the chain.
 func (l *Locker) ByParam(name string, opts ...Option) func(http.Handler) http.Handler {
 	return l.By(keyfunc.Param(name), opts...)
 }

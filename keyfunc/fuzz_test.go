@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/routelock/lock/internal/chiroute"
 	"github.com/routelock/lock/keyfunc"
 )
 
@@ -26,7 +27,7 @@ func checkResult(t *testing.T, f keyfunc.Func, parts []string, err error) {
 		if !errors.Is(err, keyfunc.ErrSkip) && !errors.As(err, &kerr) {
 			t.Fatalf("%v: error %#v is not a *keyfunc.Error", f, err)
 		}
-		for _, s := range []error{keyfunc.ErrSkip, keyfunc.ErrMissing, keyfunc.ErrInvalid, keyfunc.ErrTooLarge, keyfunc.ErrNotRouted} {
+		for _, s := range []error{keyfunc.ErrSkip, keyfunc.ErrMissing, keyfunc.ErrInvalid, keyfunc.ErrTooLarge, keyfunc.ErrNotRouted, keyfunc.ErrNotInRoute, chiroute.ErrNoRoute} {
 			if errors.Is(err, s) {
 				return
 			}

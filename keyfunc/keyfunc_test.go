@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/routelock/lock/internal/chiroute"
 	"github.com/routelock/lock/keyfunc"
 )
 
@@ -156,9 +157,10 @@ func TestParamChi(t *testing.T) {
 	}
 }
 
-// TestParamChiUnrouted: requests the router will answer 404 or 405 are
-// not locked, and a matched route's escaped path value reaches the key as
-// chi gives it to the handler.
+// TestParamChiUnrouted: requests the router will answer 405 are not
+// locked, a path no route matches for any method is chiroute.ErrNoRoute
+// (the middleware answers the router's 404 itself), and a matched route's
+// escaped path value reaches the key as chi gives it to the handler.
 func TestParamChiUnrouted(t *testing.T) {
 	c := &capture{f: keyfunc.Param("productID")}
 	r := chi.NewRouter()
@@ -166,13 +168,16 @@ func TestParamChiUnrouted(t *testing.T) {
 	var seen string
 	r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) { seen = chi.URLParam(r, "productID") })
 
-	for _, tc := range []struct{ method, path string }{{"POST", "/nope"}, {"GET", "/products/42/buy"}, {"BREW", "/products/42/buy"}} {
+	for _, tc := range []struct {
+		method, path string
+		want         error
+	}{{"POST", "/nope", chiroute.ErrNoRoute}, {"GET", "/products/42/buy", keyfunc.ErrSkip}, {"BREW", "/products/42/buy", keyfunc.ErrSkip}} {
 		*c = capture{f: c.f}
 		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(tc.method, tc.path, nil))
 		if !c.ran {
 			t.Fatalf("%s %s: middleware not run", tc.method, tc.path)
 		}
-		wantErr(t, c.parts, c.err, keyfunc.ErrSkip)
+		wantErr(t, c.parts, c.err, tc.want)
 	}
 
 	*c = capture{f: c.f}
