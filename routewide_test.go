@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
 // inside counts the handlers running at once and the most there ever were.
@@ -210,6 +212,67 @@ func TestRouterWideMisspeltParam(t *testing.T) {
 		}
 		if !strings.Contains(log, "Param(productId)") || strings.Contains(log, "xyzzy") {
 			t.Fatalf("the log should name Param(productId) and no request value: %s", log)
+		}
+	})
+}
+
+// TestOneResourceOneKey: while product 42 is held, every other spelling of
+// it (percent-encoded digits, leading zeros, a sign) is the same lock: on
+// a route lock and on a router-wide lock alike, fail-fast answers 409 and
+// the handler does not run. A UUID held in lower case is the same lock in
+// upper case.
+func TestOneResourceOneKey(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		var in inside
+		routeLock := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
+			r := chi.NewRouter()
+			r.With(a.locker.ByParam("productID", lock.FailFast())).Post("/products/{productID}/reserve", in.handler(func() {}))
+			return r
+		})
+		routerWide := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
+			r := chi.NewRouter()
+			r.Use(a.locker.ByParam("productID", lock.FailFast()))
+			r.Post("/products/{productID}/reserve", in.handler(func() {}))
+			return r
+		})
+		hc := httpClient(t, nil)
+		const id = "3f2504e0-4f89-11d3-9a0c-0305e82c3301"
+		for _, held := range []struct {
+			value     string
+			spellings []string
+		}{
+			{"42", []string{"%34%32", "042", "%2B42", "+42", "0%342", "-0%342"}},
+			{id, []string{strings.ToUpper(id), "3F2504E0-4f89-11d3-9a0c-0305e82c3301", "%33f2504e0-4f89-11d3-9a0c-0305e82c3301"}},
+		} {
+			other := lock.New(client(t, b.Addr), lock.Prefix(prefix))
+			lease, err := other.Engine().Acquire(context.Background(), key(t, "productID", held.value), lockcore.Policy{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range []*app{routeLock, routerWide} {
+				for _, s := range held.spellings {
+					if s == "-0%342" {
+						continue // -042 is another product: checked below
+					}
+					if res := do(t, hc, "POST", a.srv.URL+"/products/"+s+"/reserve", nil); res.status != http.StatusConflict {
+						t.Errorf("%s while %s is held: %d %q, want 409", s, held.value, res.status, res.body)
+					}
+				}
+			}
+			if n := in.ran.Load(); n != 0 {
+				t.Fatalf("a handler ran %d times beside the holder", n)
+			}
+			if held.value == "42" {
+				if res := do(t, hc, "POST", routeLock.srv.URL+"/products/-0%342/reserve", nil); res.status != http.StatusOK {
+					t.Errorf("-42 while 42 is held: %d %q, want 200 (another product)", res.status, res.body)
+				}
+				in.ran.Store(0)
+			}
+			if err := lease.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			other.Close()
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -35,6 +36,12 @@ import (
 // an error the middleware answers with the router's NotFound handler,
 // without running the rest of the chain.
 //
+// The value is the one the handler acts on: chi hands a handler the
+// segment still percent-encoded when the client encoded more than it had
+// to (/products/%34%32), and Param decodes it (a segment that does not
+// decode fails with ErrInvalid), so that it is the same key as
+// /products/42. http.ServeMux's PathValue is decoded already.
+//
 // A route whose pattern has no such parameter is not locked: Param returns
 // ErrSkip. A route that has it with an empty value fails with ErrMissing.
 // In a router's r.Use, a router none of whose routes (mounted routers
@@ -55,6 +62,7 @@ func Param(name string) Func {
 var (
 	errNoSuchParam error = &detail{ErrNotInRoute, "no route of the router has such a parameter"}
 	errNoRoute     error = &detail{chiroute.ErrNoRoute, "no route matches the path"}
+	errEncoding    error = &detail{ErrInvalid, "not a valid percent-encoded path segment"}
 )
 
 func param(r *http.Request, name string, names *chiroute.Names) (string, error) {
@@ -63,6 +71,9 @@ func param(r *http.Request, name string, names *chiroute.Names) (string, error) 
 		return pathValue(r, name)
 	}
 	if v, ok := urlParam(rctx, name); ok {
+		if rctx.Routes != nil && strings.IndexByte(v, '%') >= 0 && chiroute.Raw(r, rctx) {
+			return unescape(v)
+		}
 		return v, nil
 	}
 	if rctx.Routes == nil {
@@ -71,10 +82,13 @@ func param(r *http.Request, name string, names *chiroute.Names) (string, error) 
 	// Not among the parameters matched so far: either the route has no such
 	// parameter, or the router has not matched the route yet (r.Use). Match
 	// it from the top, as the router will.
-	p, t, _ := chiroute.Find(r, rctx)
+	p, t, raw := chiroute.Find(r, rctx)
 	defer chiroute.Release(t)
 	if p != "" {
 		if v, ok := urlParam(t, name); ok {
+			if raw {
+				return unescape(v)
+			}
 			return v, nil
 		}
 		if t.RoutePattern() == rctx.RoutePattern() {
@@ -95,6 +109,17 @@ func param(r *http.Request, name string, names *chiroute.Names) (string, error) 
 		return "", errNoRoute
 	}
 	return "", ErrSkip
+}
+
+// unescape decodes a chi URL parameter that the router took from the
+// percent-encoded path (r.URL.RawPath): /products/%34%32 is product 42, as
+// the handler sees it once decoded.
+func unescape(v string) (string, error) {
+	u, err := url.PathUnescape(v)
+	if err != nil {
+		return "", errEncoding
+	}
+	return u, nil
 }
 
 // urlParam returns the last value of chi URL parameter name, as

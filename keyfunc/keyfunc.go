@@ -305,6 +305,7 @@ func (f Func) eval(get func(*source) (string, error)) ([]string, error) {
 			s := &g.srcs[i]
 			v, err := get(s)
 			if err == nil {
+				v = canonical(v)
 				err = checkValue(v)
 			}
 			if err != nil {
