@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -150,7 +151,13 @@ func (l *Locker) By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Ha
 // by route parameter name, such as {productID} in /products/{productID}/buy.
 // With chi it works in r.With, in r.Group and r.Route, and in the router's
 // own r.Use, where it locks exactly the routes that have the parameter; on
-// one route (r.With, r.Group) whose pattern lacks it, requests get 500.
+// one route (r.With, r.Group) whose pattern lacks it, requests get 500, and
+// so do all requests through a router-wide one when no route of the router
+// has it. A router-wide lock matches the route ahead of the router, after
+// the rewrites of chi's StripSlashes, CleanPath and URLFormat wherever they
+// are in the router's stack; put other middleware that rewrites the path
+// before the lock: a path that no route matches, for any method, gets the
+// router's 404 from the lock, without the rest of the chain.
 func (l *Locker) ByParam(name string, opts ...Option) func(http.Handler) http.Handler {
 	return l.By(keyfunc.Param(name), opts...)
 }
@@ -191,6 +198,8 @@ func SetDefault(l *Locker) {
 // environment variable names (redis.ParseURL syntax, such as
 // redis://:password@host:6379/0), or localhost:6379 when REDIS_URL is
 // empty. It connects lazily: an unreachable Redis shows as 503 responses.
+// Creating it logs once, with slog.Default, the address and database of the
+// Redis it uses (never the password) and that SetDefault was not called.
 //
 // Panics if REDIS_URL cannot be parsed. The package-level By and ByParam
 // check REDIS_URL when they build a route, unless a Locker is set, so that
@@ -213,9 +222,22 @@ func Default() *Locker {
 	opt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opt)
 	l := New(rdb)
+	// Say which Redis, never the password or the URL that may hold one:
+	// instances that each fall back to their own localhost:6379 exclude
+	// nothing from each other.
+	slog.Default().Warn("routelock: lock.SetDefault was not called: the package-level helpers use a Locker of their own",
+		"addr", opt.Addr, "db", opt.DB, "from", defaultSource())
 	defaultOwns = rdb
 	defaultL.Store(l)
 	return l
+}
+
+// defaultSource says where Default's Redis comes from.
+func defaultSource() string {
+	if os.Getenv("REDIS_URL") == "" {
+		return "localhost:6379, REDIS_URL being empty"
+	}
+	return "REDIS_URL"
 }
 
 // defaultOptions returns the client options of REDIS_URL, or of

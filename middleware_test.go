@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -854,7 +856,8 @@ func TestKeyLimitsAgree(t *testing.T) {
 }
 
 // FuzzKeysDistinct: two requests get the same lock key exactly when their
-// values are the same, whatever bytes the values hold.
+// values name the same value (the same bytes, or two spellings of one
+// integer or UUID), whatever bytes the values hold.
 func FuzzKeysDistinct(f *testing.F) {
 	f.Add("42", "u7", "42", "u7")
 	f.Add("a:b", "c", "a", "b:c")
@@ -884,8 +887,25 @@ func FuzzKeysDistinct(f *testing.F) {
 		if !ok1 || !ok2 {
 			return
 		}
-		if same := a1 == a2 && b1 == b2; same != (k1 == k2) {
+		if same := sameValue(a1, a2) && sameValue(b1, b2); same != (k1 == k2) {
 			t.Fatalf("(%q,%q) → %q and (%q,%q) → %q", a1, b1, k1, a2, b2, k2)
 		}
 	})
 }
+
+// sameValue reports whether key values a and b name the same value: the
+// same bytes, the same decimal integer (big.Int), or the same UUID in any
+// letter case.
+func sameValue(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ia, oka := new(big.Int).SetString(strings.TrimPrefix(a, "+"), 10)
+	ib, okb := new(big.Int).SetString(strings.TrimPrefix(b, "+"), 10)
+	if oka && okb && !strings.ContainsAny(a+b, "_") && !strings.HasPrefix(a, "+-") && !strings.HasPrefix(b, "+-") {
+		return ia.Cmp(ib) == 0
+	}
+	return uuidRE.MatchString(a) && strings.EqualFold(a, b)
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)

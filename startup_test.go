@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -73,12 +72,11 @@ func TestMisconfigurationIsNotAnOutage(t *testing.T) {
 	if err := admin.ConfigSet(ctx, "requirepass", "right").Err(); err != nil {
 		t.Fatal(err)
 	}
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := closed.Addr().String()
-	closed.Close()
+	// Nobody listens on port 1, and no test can take it: the kernel hands
+	// out ports of its ephemeral range (32768 and up) for port 0, and the
+	// test servers take ports from 20000 to 32000. A port taken with
+	// 127.0.0.1:0 and closed again could be any parallel test's next.
+	const deadAddr = "127.0.0.1:1"
 
 	for _, c := range []struct {
 		name   string
@@ -203,5 +201,43 @@ func TestMisspeltParamFailsClosed(t *testing.T) {
 	// Values no log line's time or other field can contain by chance.
 	if strings.Contains(log, "xyzzy") || strings.Contains(log, "plugh") {
 		t.Errorf("the log repeats a request value: %s", log)
+	}
+}
+
+// TestDefaultSaysWhichRedis: without SetDefault, the package-level helpers
+// make a Locker of their own on REDIS_URL; making it tells slog.Default,
+// once, which Redis (address and database) and that SetDefault was not
+// called, and never the password REDIS_URL holds.
+func TestDefaultSaysWhichRedis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	mr.RequireAuth("s3cretpw")
+	var logged syncBuffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	t.Setenv("REDIS_URL", "redis://:s3cretpw@"+mr.Addr()+"/3")
+	lock.SetDefault(nil)
+	t.Cleanup(func() { lock.SetDefault(nil) })
+
+	r := chi.NewRouter()
+	r.Use(lock.ByParam("productID"))
+	var keys []string
+	r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) { keys = lock.Keys(r.Context()) })
+	for range 3 {
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest("POST", "/products/42/buy", nil))
+		if w.Code != http.StatusOK || len(keys) != 1 {
+			t.Fatalf("%d %q, keys %q", w.Code, w.Body.String(), keys)
+		}
+	}
+	log := logged.String()
+	if n := strings.Count(log, "SetDefault was not called"); n != 1 {
+		t.Fatalf("logged %d times that SetDefault was not called, want once: %s", n, log)
+	}
+	if !strings.Contains(log, "addr="+mr.Addr()) || !strings.Contains(log, "db=3") {
+		t.Errorf("the log does not say which Redis (%s, database 3): %s", mr.Addr(), log)
+	}
+	if strings.Contains(log, "s3cretpw") {
+		t.Errorf("the log repeats the password: %s", log)
 	}
 }

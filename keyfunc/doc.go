@@ -19,6 +19,27 @@
 //	Join(Param("productID"), Header("X-User-ID"))   productID:42:X-User-Id:u7
 //	Param("productID").As("product")                product:42
 //
+// # One resource, one key
+//
+// A key names the resource however the client spelt it, because the handler
+// acts on the resource, not on the spelling. Every value of every key
+// function goes through one canonical form before it becomes a key part:
+//
+//   - a decimal integer, with an optional sign and leading zeros ("42",
+//     "042", "+42", "%34%32" decoded by Param), is written in canonical
+//     decimal ("42"; "-0" is "0"), of any length, without rounding;
+//   - a UUID (8-4-4-4-12 hex digits) is written in lower case;
+//   - a JSON number is written exactly, whatever its notation: 42, 42.0,
+//     4.2e1 and 420e-1 are "42", 0.50 and 5e-1 are "0.5"; a number with an
+//     absurd exponent, or whose canonical form is longer than [MaxLen], is
+//     invalid;
+//   - anything else is used as it is, byte for byte.
+//
+// Two spellings of one resource share a lock; two values that could name
+// different resources never do, except where a handler would read them as
+// one number or one UUID anyway (merging only makes a lock wider). [Param]
+// also decodes a segment chi hands over still percent-encoded.
+//
 // # Validation
 //
 // A key is always stated. A value that is missing or empty fails with an

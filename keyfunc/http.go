@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strconv"
 	"strings"
@@ -27,25 +28,52 @@ import (
 // which needs the middleware around the route's handler: around the whole
 // ServeMux the request is not routed yet and Param fails with ErrNotRouted.
 //
+// In a router's r.Use, the path Param matches is the one the router will
+// route on: after the rewrites of chi's StripSlashes, CleanPath and
+// URLFormat in the router's stack, whether they come before or after the
+// lock. Other middleware that rewrites the path must come before the lock.
+// A path that no route of the router matches, for any method, fails with
+// an error the middleware answers with the router's NotFound handler,
+// without running the rest of the chain.
+//
+// The value is the one the handler acts on: chi hands a handler the
+// segment still percent-encoded when the client encoded more than it had
+// to (/products/%34%32), and Param decodes it (a segment that does not
+// decode fails with ErrInvalid), so that it is the same key as
+// /products/42. http.ServeMux's PathValue is decoded already.
+//
 // A route whose pattern has no such parameter is not locked: Param returns
 // ErrSkip. A route that has it with an empty value fails with ErrMissing.
+// In a router's r.Use, a router none of whose routes (mounted routers
+// included) has the parameter fails every request with ErrNotInRoute: the
+// name is misspelt.
 //
 // Panics if name is empty or longer than MaxLen.
 func Param(name string) Func {
 	checkName("Param", name)
+	names := chiroute.NewNames(name)
 	return one(source{
 		name: name,
 		desc: "Param(" + name + ")",
-		http: func(r *http.Request) (string, error) { return param(r, name) },
+		http: func(r *http.Request) (string, error) { return param(r, name, names) },
 	})
 }
 
-func param(r *http.Request, name string) (string, error) {
+var (
+	errNoSuchParam error = &detail{ErrNotInRoute, "no route of the router has such a parameter"}
+	errNoRoute     error = &detail{chiroute.ErrNoRoute, "no route matches the path"}
+	errEncoding    error = &detail{ErrInvalid, "not a valid percent-encoded path segment"}
+)
+
+func param(r *http.Request, name string, names *chiroute.Names) (string, error) {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
 		return pathValue(r, name)
 	}
 	if v, ok := urlParam(rctx, name); ok {
+		if rctx.Routes != nil && strings.IndexByte(v, '%') >= 0 && chiroute.Raw(r, rctx) {
+			return unescape(v)
+		}
 		return v, nil
 	}
 	if rctx.Routes == nil {
@@ -54,20 +82,44 @@ func param(r *http.Request, name string) (string, error) {
 	// Not among the parameters matched so far: either the route has no such
 	// parameter, or the router has not matched the route yet (r.Use). Match
 	// it from the top, as the router will.
-	p, t := chiroute.Find(r, rctx)
+	p, t, raw := chiroute.Find(r, rctx)
 	defer chiroute.Release(t)
-	if p == "" {
-		return "", ErrSkip // no route: the router answers 404 or 405
+	if p != "" {
+		if v, ok := urlParam(t, name); ok {
+			if raw {
+				return unescape(v)
+			}
+			return v, nil
+		}
+		if t.RoutePattern() == rctx.RoutePattern() {
+			// The router had matched the route already: the middleware wraps
+			// this route (r.With, r.Group), whose pattern lacks the parameter.
+			return "", ErrNotInRoute
+		}
 	}
-	if v, ok := urlParam(t, name); ok {
-		return v, nil
+	// A router-wide lock, on a route without the parameter or on a path no
+	// route matches. A router none of whose routes has the parameter can
+	// only be a misspelt name: fail closed rather than lock nothing.
+	if !names.In(rctx.Routes) {
+		return "", errNoSuchParam
 	}
-	if t.RoutePattern() == rctx.RoutePattern() {
-		// The router had matched the route already: the middleware wraps
-		// this route (r.With, r.Group), whose pattern lacks the parameter.
-		return "", ErrNotInRoute
+	if p == "" && !chiroute.AnyMethod(r, rctx) {
+		// Nothing matches, for any method: the router answers 404, unless
+		// middleware after the lock rewrites the path into a locked route.
+		return "", errNoRoute
 	}
-	return "", ErrSkip // a router-wide lock, on a route without the parameter
+	return "", ErrSkip
+}
+
+// unescape decodes a chi URL parameter that the router took from the
+// percent-encoded path (r.URL.RawPath): /products/%34%32 is product 42, as
+// the handler sees it once decoded.
+func unescape(v string) (string, error) {
+	u, err := url.PathUnescape(v)
+	if err != nil {
+		return "", errEncoding
+	}
+	return u, nil
 }
 
 // urlParam returns the last value of chi URL parameter name, as

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -26,8 +25,10 @@ const DefaultMaxBody = 1 << 20
 // regard to case, and a key that matches twice ({"id":1,"ID":2}) is
 // ambiguous: ErrInvalid, because the handler might see the other one. The
 // field must be a string, number or boolean (ErrInvalid otherwise); null
-// counts as missing. Numbers are written in one canonical form, so 42, 42.0
-// and 4.2e1 lock the same key.
+// counts as missing. Numbers are written in one exact canonical form, so
+// 42, 42.0, 4.2e1 and 420e-1 lock the same key, and 9007199254740993 not
+// that of 9007199254740992; a number with an absurd exponent (1e999999999)
+// fails with ErrInvalid (see the package documentation).
 //
 // Panics if path is empty or has an empty segment.
 func JSON(path string) Func { return JSONLimit(path, DefaultMaxBody) }
@@ -125,7 +126,7 @@ func findJSON(dec *json.Decoder, segs []string) (string, error) {
 		case string:
 			return v, nil
 		case json.Number:
-			return canonNumber(string(v)), nil
+			return canonNumber(string(v))
 		case bool:
 			return strconv.FormatBool(v), nil
 		case nil:
@@ -201,24 +202,4 @@ func skipJSON(dec *json.Decoder) error {
 			return nil
 		}
 	}
-}
-
-// canonNumber writes a JSON number in one form per value: integers in
-// decimal without exponent or fraction, other numbers as strconv's shortest
-// 'g' form.
-func canonNumber(s string) string {
-	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return strconv.FormatInt(i, 10)
-	}
-	if u, err := strconv.ParseUint(s, 10, 64); err == nil {
-		return strconv.FormatUint(u, 10)
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return s // beyond float64: keep the text
-	}
-	if f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63 {
-		return strconv.FormatInt(int64(f), 10)
-	}
-	return strconv.FormatFloat(f, 'g', -1, 64)
 }

@@ -20,8 +20,9 @@ const (
 var (
 	// ErrSkip means the key does not apply to this request: a lock in a
 	// router's r.Use (chi's, before the router matched the route) met a
-	// route that has no such parameter, or no route matched at all. The
-	// middleware serves it unlocked.
+	// route that has no such parameter, or a path that routes of other
+	// methods only match (the router answers 405). The middleware serves it
+	// unlocked.
 	ErrSkip = errors.New("keyfunc: not applicable to this request")
 
 	// ErrMissing means the value is absent or empty.
@@ -40,8 +41,9 @@ var (
 	// or r.Group, a handler wrapped for http.ServeMux) whose pattern does
 	// not name it, most likely a misspelt name. It is a configuration
 	// error: the middleware answers 500 rather than run the route
-	// unlocked. (A lock in a router's own r.Use passes routes without the
-	// parameter through: see ErrSkip.)
+	// unlocked. A lock in a router's own r.Use passes routes without the
+	// parameter through (see ErrSkip), as long as some route of the router
+	// has it; when none has, every request fails with ErrNotInRoute.
 	ErrNotInRoute = errors.New("keyfunc: the route has no such parameter")
 
 	// ErrNotRouted means a route parameter was asked of a request that no
@@ -303,6 +305,7 @@ func (f Func) eval(get func(*source) (string, error)) ([]string, error) {
 			s := &g.srcs[i]
 			v, err := get(s)
 			if err == nil {
+				v = canonical(v)
 				err = checkValue(v)
 			}
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/routelock/lock/internal/chiroute"
 	"github.com/routelock/lock/keyfunc"
 )
 
@@ -156,9 +157,10 @@ func TestParamChi(t *testing.T) {
 	}
 }
 
-// TestParamChiUnrouted: requests the router will answer 404 or 405 are
-// not locked, and a matched route's escaped path value reaches the key as
-// chi gives it to the handler.
+// TestParamChiUnrouted: requests the router will answer 405 are not
+// locked, a path no route matches for any method is chiroute.ErrNoRoute
+// (the middleware answers the router's 404 itself), and a matched route's
+// escaped path value reaches the key decoded, as the handler acts on it.
 func TestParamChiUnrouted(t *testing.T) {
 	c := &capture{f: keyfunc.Param("productID")}
 	r := chi.NewRouter()
@@ -166,20 +168,23 @@ func TestParamChiUnrouted(t *testing.T) {
 	var seen string
 	r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) { seen = chi.URLParam(r, "productID") })
 
-	for _, tc := range []struct{ method, path string }{{"POST", "/nope"}, {"GET", "/products/42/buy"}, {"BREW", "/products/42/buy"}} {
+	for _, tc := range []struct {
+		method, path string
+		want         error
+	}{{"POST", "/nope", chiroute.ErrNoRoute}, {"GET", "/products/42/buy", keyfunc.ErrSkip}, {"BREW", "/products/42/buy", keyfunc.ErrSkip}} {
 		*c = capture{f: c.f}
 		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(tc.method, tc.path, nil))
 		if !c.ran {
 			t.Fatalf("%s %s: middleware not run", tc.method, tc.path)
 		}
-		wantErr(t, c.parts, c.err, keyfunc.ErrSkip)
+		wantErr(t, c.parts, c.err, tc.want)
 	}
 
 	*c = capture{f: c.f}
 	r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/a%2Fb/buy", nil))
-	wantParts(t, c.parts, c.err, "productID", seen)
-	if seen == "" {
-		t.Fatal("handler not run")
+	wantParts(t, c.parts, c.err, "productID", "a/b")
+	if seen != "a%2Fb" {
+		t.Fatalf("the handler saw %q, want chi's raw a%%2Fb", seen)
 	}
 }
 
@@ -563,4 +568,36 @@ func TestConstructionPanics(t *testing.T) {
 	// Four sources fit MaxParts.
 	q := keyfunc.Query("q")
 	keyfunc.Join(q, q, q, q)
+}
+
+// TestParamDecodes: a parameter chi took from the percent-encoded path is
+// decoded, in a router's r.Use and on a route alike, once: a segment that
+// decodes to a percent sign stays one, and one that does not decode is
+// invalid.
+func TestParamDecodes(t *testing.T) {
+	for _, top := range []bool{true, false} {
+		c := &capture{f: keyfunc.Param("productID")}
+		r := chi.NewRouter()
+		h := func(http.ResponseWriter, *http.Request) {}
+		if top {
+			r.Use(c.middleware)
+			r.Post("/products/{productID}/buy", h)
+		} else {
+			r.With(c.middleware).Post("/products/{productID}/buy", h)
+		}
+		for _, tc := range []struct{ target, want string }{
+			{"/products/%34%32/buy", "42"},
+			{"/products/%2534/buy", "%34"},
+			{"/products/%34%2534/buy", "4%34"},
+		} {
+			*c = capture{f: c.f}
+			r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", tc.target, nil))
+			wantParts(t, c.parts, c.err, "productID", tc.want)
+		}
+		req := httptest.NewRequest("POST", "/products/x/buy", nil)
+		req.URL.RawPath = "/products/%zz/buy" // as chi would route a path that does not decode
+		*c = capture{f: c.f}
+		r.ServeHTTP(httptest.NewRecorder(), req)
+		wantErr(t, c.parts, c.err, keyfunc.ErrInvalid)
+	}
 }

@@ -8,8 +8,14 @@
 //  1. The key function ([keyfunc.Func]) reads the resource from the request.
 //     Under a router's own r.Use, a route that does not name the resource
 //     passes through unlocked; a lock on one route whose pattern does not
-//     name it is a configuration error (keyfunc.ErrNotInRoute, 500); a
+//     name it, or a router-wide lock whose parameter no route of the router
+//     names, is a configuration error (keyfunc.ErrNotInRoute, 500); a
 //     missing or invalid value is answered 400 and the handler never runs.
+//     A router-wide lock matches the route the router will serve, after
+//     chi's StripSlashes, CleanPath and URLFormat, before or after it; a
+//     path no route matches for any method gets the router's NotFound
+//     handler from the lock itself, so other middleware that rewrites the
+//     path must come before the lock.
 //  2. The owner token: a nested request carries its caller's token in the
 //     [TokenHeader] header (see [Transport]); the middleware accepts it from
 //     requests that Config.TrustToken allows, and otherwise the engine mints

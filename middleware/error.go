@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/routelock/lock/internal/chiroute"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -14,6 +15,9 @@ import (
 //
 //	400 Bad Request            key missing or invalid, malformed owner token
 //	409 Conflict               lock held by another owner (fail fast, or the wait ran out)
+//	404 Not Found              a lock before routing (a router's r.Use) on a path
+//	                           that no route of the router matches; the middleware
+//	                           itself answers with the router's NotFound handler
 //	413 Content Too Large      body larger than a JSON key function reads
 //	503 Service Unavailable    the engine (Redis) unreachable, or closed
 //	500 Internal Server Error  the engine set up wrongly (lockcore.ErrMisconfigured:
@@ -25,6 +29,8 @@ func Status(err error) int {
 	switch {
 	case errors.Is(err, keyfunc.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, chiroute.ErrNoRoute):
+		return http.StatusNotFound
 	case errors.Is(err, keyfunc.ErrNotRouted), errors.Is(err, keyfunc.ErrNotInRoute), errors.Is(err, lockcore.ErrMisconfigured):
 		return http.StatusInternalServerError
 	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid),
@@ -67,6 +73,8 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 	case http.StatusRequestEntityTooLarge:
 		msg = "routelock: request body too large"
+	case http.StatusNotFound:
+		msg = "404 page not found"
 	case http.StatusServiceUnavailable:
 		msg = "routelock: lock service unavailable"
 	case http.StatusInternalServerError:

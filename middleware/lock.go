@@ -77,7 +77,7 @@ type Config struct {
 func Lock(l lockcore.Engine, c Config) func(http.Handler) http.Handler {
 	m := newLocker(l, c)
 	return func(next http.Handler) http.Handler {
-		var once sync.Once // the configuration error of the route next serves, logged once
+		var once logOnce
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			m.serve(w, r, next, &once)
 		})
@@ -137,7 +137,11 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 	return m
 }
 
-func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler, once *sync.Once) {
+// logOnce is what one middleware has logged: the configuration error of
+// the route or router next serves, and a path that matched no route.
+type logOnce struct{ config, noRoute sync.Once }
+
+func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler, once *logOnce) {
 	if m.methods != nil && !slices.Contains(m.methods, r.Method) {
 		m.pass(w, r, next)
 		return
@@ -145,10 +149,24 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	parts, err := m.key.HTTP(r)
 	if err != nil {
 		if m.logger != nil && (errors.Is(err, keyfunc.ErrNotInRoute) || errors.Is(err, keyfunc.ErrNotRouted)) {
-			once.Do(func() {
-				m.logger.Error("routelock: the lock's route does not name its key: every request is refused with 500",
+			once.config.Do(func() {
+				m.logger.Error("routelock: the lock's route does not name its key (for a lock before routing: no route of its router does): every request through it is refused with 500",
 					"route", routePattern(r), "key", m.key.String(), "err", err)
 			})
+		}
+		if errors.Is(err, chiroute.ErrNoRoute) {
+			// A router-wide lock before routing, on a path that no route
+			// matches: answer as the router would, without running the
+			// rest of the chain, which might rewrite the path into a
+			// locked route.
+			if m.logger != nil {
+				once.noRoute.Do(func() {
+					m.logger.Warn("routelock: a router-wide lock saw a path that matches no route of its router and answered 404 itself: middleware that rewrites the path must come before the lock (chi's StripSlashes, CleanPath and URLFormat work on either side)",
+						"key", m.key.String())
+				})
+			}
+			notFound(r).ServeHTTP(w, r)
+			return
 		}
 		if errors.Is(err, keyfunc.ErrSkip) {
 			m.pass(w, r, next) // not a route of this resource
@@ -213,12 +231,22 @@ func routeTemplate(r *http.Request) string {
 	if rctx.Routes == nil || n > 0 && !strings.HasSuffix(rctx.RoutePatterns[n-1], "/*") {
 		return rctx.RoutePattern()
 	}
-	p, t := chiroute.Find(r, rctx)
+	p, t, _ := chiroute.Find(r, rctx)
 	chiroute.Release(t)
 	if p != "" {
 		return p
 	}
 	return rctx.RoutePattern() // no route: the router answers 404 or 405
+}
+
+// notFound returns the handler of r's router for a path no route matches.
+func notFound(r *http.Request) http.Handler {
+	if rctx := chi.RouteContext(r.Context()); rctx != nil {
+		if mx, ok := rctx.Routes.(*chi.Mux); ok {
+			return mx.NotFoundHandler()
+		}
+	}
+	return http.NotFoundHandler()
 }
 
 // withToken returns r with the propagated owner tokens in its context, if

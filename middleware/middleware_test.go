@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,4 +117,52 @@ func redisClientNowhere(t *testing.T) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// TestTransportRedirect: a redirect to another host (another port of
+// loopback, as another service's would be) arrives there without the owner
+// tokens, as net/http's client drops Authorization and Cookie; a redirect
+// within the same host still carries them.
+func TestTransportRedirect(t *testing.T) {
+	var got sync.Map // path → the token header it received
+	record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.URL.Path, r.Header.Get(middleware.TokenHeader))
+	})
+	other := httptest.NewServer(record)
+	t.Cleanup(other.Close)
+	mux := http.NewServeMux()
+	mux.Handle("/same", record)
+	mux.HandleFunc("/to-other", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/elsewhere", http.StatusTemporaryRedirect)
+	})
+	mux.HandleFunc("/to-same", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/same", http.StatusFound)
+	})
+	home := httptest.NewServer(mux)
+	t.Cleanup(home.Close)
+
+	tok := lockcore.NewToken()
+	ctx := lockcore.WithToken(context.Background(), tok)
+	hc := &http.Client{Transport: middleware.Transport(nil), Timeout: 10 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
+	for _, path := range []string{"/to-other", "/to-same"} {
+		req, err := http.NewRequestWithContext(ctx, "GET", home.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+	}
+	if v, ok := got.Load("/elsewhere"); !ok || v != "" {
+		t.Errorf("the other host received %q (reached: %v), want no token", v, ok)
+	}
+	if v, ok := got.Load("/same"); !ok || v != tok {
+		t.Errorf("a redirect within the host received %q (reached: %v), want the token", v, ok)
+	}
 }
