@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,7 +35,7 @@ func evicting(info string) error {
 	if policy == "" || policy == "noeviction" || max == "" || max == "0" {
 		return nil
 	}
-	return fmt.Errorf("%w: Redis evicts keys when full (maxmemory-policy %s, maxmemory %s bytes) and could delete a held lock, letting a second owner in: give the locks a Redis, or a database of a server, whose maxmemory-policy is noeviction",
+	return fmt.Errorf("%w: Redis evicts keys when full (maxmemory-policy %s, maxmemory %s bytes) and could delete a held lock, letting a second owner in: give the locks a Redis whose maxmemory-policy is noeviction",
 		lockcore.ErrMisconfigured, policy, max)
 }
 
@@ -56,10 +57,10 @@ func (l *Engine) settings(ctx context.Context) (bad, err error) {
 		return nil
 	}
 	if c, ok := l.rdb.(*redis.ClusterClient); ok {
-		var mu = make(chan struct{}, 1) // ForEachMaster calls read concurrently
+		var mu sync.Mutex // ForEachMaster calls read concurrently
 		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu <- struct{}{}
-			defer func() { <-mu }()
+			mu.Lock()
+			defer mu.Unlock()
 			return read(ctx, c)
 		})
 	} else {
