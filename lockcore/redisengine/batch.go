@@ -79,10 +79,9 @@ type call struct {
 	alone [1]*call       // the call itself, as a batch of one
 	one   [1]redis.Cmder // its command, as a batch of one
 
-	// The end of the call's context when sent alone (see detached):
-	// expiry closes expired at the deadline; a channel closed so is
-	// replaced by a new one, so expired is open whenever the call is not
-	// on the wire.
+	// The end of the context the call is sent with (see detached): expiry
+	// closes expired at the deadline; a channel closed so is replaced by a
+	// new one, so expired is open whenever the call is not on the wire.
 	expired chan struct{}
 	expiry  *time.Timer
 }
@@ -100,12 +99,13 @@ var callPool = sync.Pool{New: func() any {
 	return c
 }}
 
-// arm returns the context c is sent alone with: the caller's values, c's
-// deadline, done at the deadline. It arms c's expiry; disarm must follow
-// once the call returns.
-func (c *call) arm() context.Context {
+// arm returns a context with parent's values and c's deadline, done at
+// the deadline, to send c with (and the calls it leaves with, whose
+// deadlines are no later). It arms c's expiry; disarm must follow once the
+// trip returns.
+func (c *call) arm(parent context.Context) context.Context {
 	c.expiry.Reset(time.Until(c.deadline))
-	return detached{c.ctx, c.deadline, c.expired}
+	return detached{parent, c.deadline, c.expired}
 }
 
 // expire ends the context of c's call: its deadline passed.
@@ -304,29 +304,27 @@ func (b *batcher) send(batch []*call, buf *[]redis.Cmder) error {
 	if len(batch) == 1 {
 		c := batch[0]
 		c.one[0] = c.cmd
-		err := b.run.run(c.arm(), c.one[:])
+		err := b.run.run(c.arm(c.ctx), c.one[:])
 		if c.disarm() {
 			err = expired(c.one[:], err)
 		}
 		c.cmd = c.one[0]
 		return err
 	}
-	deadline := batch[0].deadline
+	last := batch[0] // the call with the latest deadline, whose expiry ends the trip's context
 	for _, c := range batch[1:] {
-		if c.deadline.After(deadline) {
-			deadline = c.deadline
+		if c.deadline.After(last.deadline) {
+			last = c
 		}
 	}
 	cmds := (*buf)[:0]
 	for _, c := range batch {
 		cmds = append(cmds, c.cmd)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	err := b.run.run(ctx, cmds)
-	if ctx.Err() != nil {
+	err := b.run.run(last.arm(context.Background()), cmds)
+	if last.disarm() {
 		err = expired(cmds, err)
 	}
-	cancel()
 	for i, c := range batch {
 		c.cmd = cmds[i]
 	}
