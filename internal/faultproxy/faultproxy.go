@@ -1,8 +1,10 @@
 // Package faultproxy is a TCP proxy on loopback for fault-injection tests:
 // it forwards connections to a target and, on command, delays traffic,
 // blackholes it (reads and drops it, keeping connections open), resets
-// every connection, refuses new ones, loses the reply to a chosen command
-// after the command ran, or deafens subscriptions.
+// every connection, closes new ones once accepted, stops listening (the
+// kernel then refuses connections, as to a Redis that is down), loses the
+// reply to a chosen command after the command ran, or deafens
+// subscriptions.
 package faultproxy
 
 import (
@@ -20,7 +22,8 @@ type Proxy struct {
 	Addr string
 
 	target    string
-	ln        net.Listener
+	lnMu      sync.Mutex
+	ln        net.Listener // nil while Down
 	latency   atomic.Int64 // added to each chunk, each way
 	blackhole atomic.Bool
 	deaf      atomic.Bool
@@ -49,7 +52,7 @@ func Start(t testing.TB, target string) *Proxy {
 	}
 	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	p.wg.Add(1)
-	go p.accept()
+	go p.accept(ln)
 	t.Cleanup(p.Close)
 	return p
 }
@@ -67,15 +70,55 @@ func (p *Proxy) Blackhole(on bool) { p.blackhole.Store(on) }
 // are the replies to the subscriber's pings.
 func (p *Proxy) DeafenSubscriptions(on bool) { p.deaf.Store(on) }
 
-// Refuse closes new connections at once while on.
+// Refuse closes new connections at once while on: the client's connect
+// succeeds, and its first read or write fails. For connections refused by
+// the kernel, as by a host where Redis is not running, see Down.
 func (p *Proxy) Refuse(on bool) { p.refuse.Store(on) }
 
-// Heal turns every fault off.
+// Down models a Redis that is not running (stopped, crashed, restarting):
+// while on, the proxy does not listen on Addr, so that the kernel refuses
+// new connections at once (ECONNREFUSED), and the connections open when it
+// went down are reset. Down(false) listens on Addr again; it fails if
+// another socket took the port meanwhile.
+func (p *Proxy) Down(on bool) error {
+	p.lnMu.Lock()
+	defer p.lnMu.Unlock()
+	if on {
+		if p.ln != nil {
+			_ = p.ln.Close()
+			p.ln = nil
+		}
+		p.ResetAll()
+		return nil
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if p.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.Addr)
+	if err != nil {
+		return err
+	}
+	p.ln = ln
+	p.wg.Add(1)
+	go p.accept(ln)
+	return nil
+}
+
+// Heal turns every fault off. Panics if the proxy was Down and cannot
+// listen on Addr again.
 func (p *Proxy) Heal() {
 	p.SetLatency(0)
 	p.Blackhole(false)
 	p.Refuse(false)
 	p.DeafenSubscriptions(false)
+	if err := p.Down(false); err != nil {
+		panic("faultproxy: Heal: " + err.Error())
+	}
 }
 
 // ResetAll resets every open connection (RST, not FIN) and returns how many.
@@ -160,7 +203,11 @@ func (p *Proxy) Close() {
 	default:
 	}
 	close(p.done)
-	_ = p.ln.Close()
+	p.lnMu.Lock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+	}
+	p.lnMu.Unlock()
 	p.mu.Lock()
 	for c := range p.conns {
 		_ = c.Close()
@@ -188,10 +235,10 @@ func (p *Proxy) untrack(c net.Conn) {
 	_ = c.Close()
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}

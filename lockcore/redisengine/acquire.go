@@ -426,6 +426,9 @@ func (l *Engine) giveUp(h *hold, member string, pttl int64, cause error) error {
 // answer, the error is ErrUnavailable: the lock state is unknown.
 func (l *Engine) acquireFailed(ctx context.Context, h *hold, member string, err error) error {
 	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded // the call gave up at ctx's deadline, before ctx's own timer fired
+	}
 	switch {
 	case errors.Is(err, errNoAnswer), member == "" && (errors.Is(err, errUnsent) || l.neverSent(err)):
 	case errors.Is(cerr, context.Canceled) && errors.Is(err, errUnsent):

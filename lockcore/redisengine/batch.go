@@ -28,7 +28,9 @@ const maxFlights = 8
 // still lands, and its late hook runs then (an acquisition is withdrawn).
 // When the client applies context deadlines itself, a call alone flies in
 // its caller's goroutine, bounded by its deadline, as it would without a
-// batcher.
+// batcher. Either way the context a call is sent with ends at its deadline
+// (see detached), so that go-redis stops redialling and retrying then, and
+// a call it gave up on so fails with errExpired: it may have reached Redis.
 //
 // When a flight fails on the network (a timeout, a dropped connection), the
 // calls queued behind it fail with the same error without being sent: Redis
@@ -76,18 +78,73 @@ type call struct {
 	timer *time.Timer
 	alone [1]*call       // the call itself, as a batch of one
 	one   [1]redis.Cmder // its command, as a batch of one
+
+	// The end of the context the call is sent with (see detached): expiry
+	// closes expired at the deadline; a channel closed so is replaced by a
+	// new one, so expired is open whenever the call is not on the wire.
+	expired chan struct{}
+	expiry  *time.Timer
 }
 
-// Calls are recycled: a call, its channel and its timer would be three
+// Calls are recycled: a call, its channels and its timers would be five
 // allocations each. A call is recycled by whoever holds it last: its caller
 // once answered or taken back unsent, else its flight.
 var callPool = sync.Pool{New: func() any {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	c := &call{done: make(chan struct{}, 1), timer: t}
+	c := &call{done: make(chan struct{}, 1), timer: t, expired: make(chan struct{})}
+	c.expiry = time.AfterFunc(time.Hour, c.expire)
+	c.expiry.Stop()
 	c.alone[0] = c
 	return c
 }}
+
+// arm returns a context with parent's values and c's deadline, done at
+// the deadline, to send c with (and the calls it leaves with, whose
+// deadlines are no later). It arms c's expiry; disarm must follow once the
+// trip returns.
+func (c *call) arm(parent context.Context) context.Context {
+	c.expiry.Reset(time.Until(c.deadline))
+	return detached{parent, c.deadline, c.expired}
+}
+
+// expire ends the context of c's call: its deadline passed.
+func (c *call) expire() { close(c.expired) }
+
+// disarm stops c's expiry and reports whether c's deadline passed. If it
+// did, the closed channel is replaced by a new one (once expire has closed
+// it: expire reads c.expired), so that the next call's context is not done
+// from the start.
+func (c *call) disarm() bool {
+	if c.expiry.Stop() {
+		return false
+	}
+	<-c.expired
+	c.expired = make(chan struct{})
+	return true
+}
+
+// errExpired: the client gave up on a call when its context ended at the
+// call's deadline. The call may have reached Redis.
+var errExpired = errors.New("no answer from redis by the call's deadline")
+
+// expired replaces the error of each of cmds that the client gave up on
+// when the context of their trip ended at its deadline, the context's
+// error, with errExpired: Redis did not answer in time, which is no
+// caller's deadline (a gRPC caller would be told DeadlineExceeded) and
+// which the batcher treats as Redis not answering. It returns the trip's
+// network error, err or else errExpired if it replaced any.
+func expired(cmds []redis.Cmder, err error) error {
+	for _, cmd := range cmds {
+		if errors.Is(cmd.Err(), context.DeadlineExceeded) {
+			cmd.SetErr(errExpired)
+			if err == nil {
+				err = errExpired
+			}
+		}
+	}
+	return err
+}
 
 func newCall() *call { return callPool.Get().(*call) }
 
@@ -237,30 +294,37 @@ func unreachable(err error) bool {
 }
 
 // send runs batch, one call alone or several as one pipeline (see
-// runner.run). The context of the trip carries no cancellation and the
-// latest deadline of the batch, for clients that apply context deadlines,
-// and the values of a lone call's context. A pipeline's commands are laid
-// out in *buf, which keeps its capacity for the next. It returns the
+// runner.run). The context of the trip is not cancelled with the callers'
+// and ends at the latest deadline of the batch, so that the client gives up
+// then, also while it redials or backs off between retries; a lone call's
+// carries the values of its caller's context. A pipeline's commands are
+// laid out in *buf, which keeps its capacity for the next. It returns the
 // network error, if any.
 func (b *batcher) send(batch []*call, buf *[]redis.Cmder) error {
 	if len(batch) == 1 {
 		c := batch[0]
 		c.one[0] = c.cmd
-		err := b.run.run(detached{c.ctx, c.deadline}, c.one[:])
+		err := b.run.run(c.arm(c.ctx), c.one[:])
+		if c.disarm() {
+			err = expired(c.one[:], err)
+		}
 		c.cmd = c.one[0]
 		return err
 	}
-	deadline := batch[0].deadline
+	last := batch[0] // the call with the latest deadline, whose expiry ends the trip's context
 	for _, c := range batch[1:] {
-		if c.deadline.After(deadline) {
-			deadline = c.deadline
+		if c.deadline.After(last.deadline) {
+			last = c
 		}
 	}
 	cmds := (*buf)[:0]
 	for _, c := range batch {
 		cmds = append(cmds, c.cmd)
 	}
-	err := b.run.run(detached{context.Background(), deadline}, cmds)
+	err := b.run.run(last.arm(context.Background()), cmds)
+	if last.disarm() {
+		err = expired(cmds, err)
+	}
 	for i, c := range batch {
 		c.cmd = cmds[i]
 	}

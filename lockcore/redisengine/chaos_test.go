@@ -130,14 +130,9 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		lockers[i] = l
 	}
 	eng := lockers[0].Options()
-	// A client that applies context deadlines keeps them itself (the engine
-	// then sends calls from the caller's goroutine), and go-redis overruns
-	// them by up to ~70 ms while it redials refused connections: once for
-	// the last acquire call and once more for the withdrawal after it.
-	grace := 50 * time.Millisecond
-	if cfg.client.ContextTimeoutEnabled {
-		grace += 2 * 75 * time.Millisecond
-	}
+	// The same for every client: the engine keeps its bounds whatever the
+	// client's options.
+	const grace = 50 * time.Millisecond
 	defer func() {
 		for _, l := range lockers {
 			_ = l.Close()

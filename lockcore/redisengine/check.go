@@ -44,10 +44,47 @@ const minMajor = 7
 // lockcore.ErrMisconfigured when the set-up is wrong (it will not mend
 // itself) and lockcore.ErrUnavailable when Redis could not be reached;
 // either way it says what failed.
+//
+// Its round trips together take at most Options.Timeout, or until ctx's
+// deadline if that comes first, whatever the client's own timeouts and
+// retries, as one call of an acquisition does; waiting for the
+// subscription, which comes up on its own, may take up to 2 s +
+// Options.Timeout more.
 func (l *Engine) Check(ctx context.Context) error {
 	if l.closed.Load() {
 		return lockcore.ErrClosed
 	}
+	deadline := time.Now().Add(l.opt.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	// A client at go-redis's defaults does not stop a read at the deadline:
+	// the round trips run in a goroutine of their own, which the client's
+	// own timeouts end, and Check waits for them until the deadline.
+	res := make(chan error, 1)
+	l.bg.do(func() { res <- l.checkRedis(rctx) })
+	select {
+	case err := <-res:
+		if err != nil {
+			return err
+		}
+	case <-rctx.Done():
+		return l.report(unavailable("check", fmt.Errorf("%w: %w", errNoAnswer, rctx.Err())))
+	}
+	// The subscription comes up on its own goroutine; wait for it a
+	// bounded time even when ctx has no deadline.
+	pctx, cancel := context.WithTimeout(ctx, healthInterval+l.opt.Timeout)
+	defer cancel()
+	if err := l.nf.ping(pctx); err != nil {
+		return l.report(unavailable("check: notifications", err))
+	}
+	return nil
+}
+
+// checkRedis makes Check's round trips to Redis.
+func (l *Engine) checkRedis(ctx context.Context) error {
 	if err := l.rdb.Ping(ctx).Err(); err != nil {
 		return l.report(unavailable("check: ping", err))
 	}
@@ -74,13 +111,6 @@ func (l *Engine) Check(ctx context.Context) error {
 		if err := l.run.load(ctx, s); err != nil {
 			return l.report(unavailable("check: scripts", err))
 		}
-	}
-	// The subscription comes up on its own goroutine; wait for it a
-	// bounded time even when ctx has no deadline.
-	pctx, cancel := context.WithTimeout(ctx, healthInterval+l.opt.Timeout)
-	defer cancel()
-	if err := l.nf.ping(pctx); err != nil {
-		return l.report(unavailable("check: notifications", err))
 	}
 	return nil
 }

@@ -352,18 +352,32 @@ func (l *Engine) ttlArg(ttl time.Duration) any {
 	return ms(ttl)
 }
 
-// detached is a context with the values of its parent and a deadline, but
-// never cancelled: a call runs to its end, bounded by the deadline as far as
-// the client applies context deadlines, even when the request that asked
-// for it is gone.
+// detached is a context with the values of its parent and a deadline,
+// which ends at the deadline but is never cancelled: a call runs until it
+// is answered or its deadline passes, even when the request that asked for
+// it is gone. It must end there, and not merely carry the deadline: go-redis
+// stops its retries' back-off, its waits for a connection and for a dial
+// only when the context is done, whatever ContextTimeoutEnabled says, so a
+// client redialling a Redis that refuses connections would otherwise go on
+// for seconds (MaxRetries redials of DialerRetries attempts each). done is
+// closed when the deadline passes (see call.arm), and never otherwise.
 type detached struct {
 	context.Context
 	deadline time.Time
+	done     chan struct{}
 }
 
 func (d detached) Deadline() (time.Time, bool) { return d.deadline, true }
-func (d detached) Done() <-chan struct{}       { return nil }
-func (d detached) Err() error                  { return nil }
+func (d detached) Done() <-chan struct{}       { return d.done }
+
+func (d detached) Err() error {
+	select {
+	case <-d.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
 
 // nextID returns a fresh attempt id, unique across Lockers, for an attempt
 // that begins at now: "<engine id>.<seq>.<start>", the start in µs since
