@@ -29,8 +29,8 @@ var ctxKind = clientKind{"ctx", func(addr string) *redis.Options {
 var healKinds = []clientKind{defaultKind, ctxKind}
 
 // TestLostAcquireReplyThenRefusedIsWithdrawn: a fail-fast Acquire takes a
-// free lock, its reply is lost, and Redis then refuses connections for a
-// while. The caller gets ErrUnavailable; the lock its call took in Redis must
+// free lock, its reply is lost, and Redis's port then refuses connections
+// for a while (a Redis or host restarting). The caller gets ErrUnavailable; the lock its call took in Redis must
 // be given back soon after Redis answers again, not held by nobody until its
 // TTL (10 s) ends: a waiter in another process gets it within the retry
 // interval (1 s) after the heal.
@@ -44,10 +44,10 @@ func TestLostAcquireReplyThenRefusedIsWithdrawn(t *testing.T) {
 				warmScripts(t, a)
 				key := mustKey(t, "refused", "1")
 
-				// Refused from then on, and the client's other pooled
-				// connections cut too, so that every try after the first
-				// must dial.
-				p.AfterLoss(func() { p.Refuse(true); p.ResetAll() })
+				// Redis down from then on: the port refuses connections and
+				// the client's other pooled connections are cut, so that
+				// every try after the first fails to dial.
+				p.AfterLoss(func() { _ = p.Down(true) })
 				p.LoseReplyTo(scriptSHA(t, a, "acquire"), 1)
 				ls, err := a.Acquire(context.Background(), key, lockcore.Policy{})
 				if err == nil {

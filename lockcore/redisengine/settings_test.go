@@ -18,7 +18,8 @@ import (
 // maxmemory set) deletes a held lock under memory pressure and lets a second
 // owner in. Check says so (ErrMisconfigured), and Acquire refuses to take
 // locks there rather than hand out holds it cannot keep; once the policy is
-// noeviction, both work. go-redis at its defaults.
+// noeviction, both work. go-redis at its defaults and with
+// ContextTimeoutEnabled, by turns.
 func TestEvictingServerRefused(t *testing.T) {
 	srv := redistest.OwnReal(t)
 	if srv == nil {
@@ -36,10 +37,11 @@ func TestEvictingServerRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, policy := range []string{"volatile-lru", "allkeys-lru", "volatile-ttl"} {
-		t.Run(policy, func(t *testing.T) {
+	for i, policy := range []string{"volatile-lru", "allkeys-lru", "volatile-ttl"} {
+		k := healKinds[i%len(healKinds)]
+		t.Run(policy+"/"+k.name, func(t *testing.T) {
 			set(policy, "1gb")
-			l := lockerOn(t, redis.NewClient(&redis.Options{Addr: srv.Addr}), redistest.Prefix(t), Options{})
+			l := lockerOn(t, k.client(t, srv.Addr), redistest.Prefix(t), Options{})
 			err := l.Check(ctx)
 			if !errors.Is(err, lockcore.ErrMisconfigured) || !strings.Contains(err.Error(), policy) {
 				t.Fatalf("Check on a server with maxmemory-policy %s: %v; want ErrMisconfigured naming the policy", policy, err)
