@@ -39,7 +39,13 @@ type app struct {
 // share prefix, so instances of a test share their locks.
 func newApp(t *testing.T, addr, prefix string, build func(a *app) http.Handler, opts ...lock.Option) *app {
 	t.Helper()
-	a := &app{rdb: client(t, addr)}
+	return newAppOn(t, client(t, addr), prefix, build, opts...)
+}
+
+// newAppOn is newApp on client rdb.
+func newAppOn(t *testing.T, rdb *redis.Client, prefix string, build func(a *app) http.Handler, opts ...lock.Option) *app {
+	t.Helper()
+	a := &app{rdb: rdb}
 	a.locker = lock.New(a.rdb, append([]lock.Option{lock.Prefix(prefix)}, opts...)...)
 	a.srv = httptest.NewServer(build(a))
 	t.Cleanup(func() {
