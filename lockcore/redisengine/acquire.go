@@ -51,6 +51,7 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if ls := lockcore.Reenter(ctx, l, key); ls != nil {
 		return ls, nil
 	}
+	l.watching.Do(l.startWatching)
 	if bad := l.refuse.Load(); bad != nil {
 		return nil, l.report(*bad)
 	}

@@ -199,8 +199,10 @@ type Engine struct {
 	ttlBoxed, retArg, chanArg, claimArg, trustArg any
 
 	// refuse, when set, is why Acquire refuses to take locks: the server
-	// evicts keys (see settings).
-	refuse atomic.Pointer[error]
+	// evicts keys (see settings), as read by Check and by watchSettings,
+	// which the first Acquire starts.
+	refuse   atomic.Pointer[error]
+	watching sync.Once
 
 	// guardKey is the restart guard's key (see lua/guard.lua); "" on a
 	// Cluster, where the guard is not kept. longest is the longest lease
@@ -262,8 +264,6 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	l.lateAcquire, l.afterRelease = l.withdrawLate, l.released
 	l.wd.start(l)
 	l.nf.start(l, ps)
-	l.bg.add()
-	go l.watchSettings()
 	return l, nil
 }
 

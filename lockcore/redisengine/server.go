@@ -80,8 +80,15 @@ func (l *Engine) noteSettings(bad, err error) {
 	}
 }
 
+// startWatching starts watchSettings, tracked in l.bg, which Close waits
+// for. An Engine that never locks never reads them.
+func (l *Engine) startWatching() {
+	l.bg.add()
+	go l.watchSettings()
+}
+
 // watchSettings reads the server's settings now and every settingsEvery
-// until the Engine closes. It is tracked in l.bg, which Close waits for.
+// until the Engine closes.
 func (l *Engine) watchSettings() {
 	defer l.bg.done()
 	t := time.NewTimer(0)
