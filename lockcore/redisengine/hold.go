@@ -33,8 +33,9 @@ type hold struct {
 	told    atomic.Int32    // what Options.Events was told of its end: untold, telling, told
 
 	// Watchdog bookkeeping, guarded by the watchdog's mutex.
-	index int       // in the watchdog heap; -1 when not scheduled
-	at    time.Time // when the watchdog acts on it next: renewal or loss
+	index int           // in the watchdog heap; -1 when not scheduled
+	at    time.Time     // when the watchdog acts on it next: renewal or loss
+	step  time.Duration // how long after a renewal that failed the next is sent: a tenth of the lease last confirmed
 
 	// valid is when the lease stops being certainly held, in monotonic
 	// nanoseconds since monoBase. The watchdog sets it; Check reads it

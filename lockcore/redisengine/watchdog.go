@@ -64,6 +64,7 @@ func (w *watchdog) add(h *hold, sent time.Time, length time.Duration) bool {
 	}
 	h.setValidUntil(sent.Add(length - margin(length)))
 	h.at = sent.Add(length / 4)
+	h.step = min(h.ttl, length) / 10
 	heap.Push(&w.holds, h)
 	// Wake the loop only when it would otherwise act on this hold more than
 	// a quarter of its lease late (the renewal then still has 0.4 of the
@@ -142,11 +143,11 @@ func (w *watchdog) due(now time.Time) (due, ranOut []*hold) {
 			heap.Pop(&w.holds)
 			ranOut = append(ranOut, h)
 			continue
-		case h.at.After(now.Add(h.ttl/12)) || h.at.After(now) && !h.at.Before(valid):
+		case h.at.After(now.Add(h.step*10/12)) || h.at.After(now) && !h.at.Before(valid):
 			return due, ranOut
 		}
 		due = append(due, h)
-		h.at = minTime(now.Add(h.ttl/10), valid)
+		h.at = minTime(now.Add(h.step), valid)
 		heap.Fix(&w.holds, 0)
 	}
 	return due, ranOut
@@ -175,6 +176,7 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 			if v := sent.Add(h.ttl - margin(h.ttl)); v.After(h.validUntil()) && h.live() {
 				h.setValidUntil(v)
 				h.at = sent.Add(h.ttl / 4)
+				h.step = h.ttl / 10
 				if h.index >= 0 {
 					heap.Fix(&w.holds, h.index)
 				}
