@@ -55,10 +55,8 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if bad := l.refuse.Load(); bad != nil {
 		return nil, l.report(*bad)
 	}
-	for longest := l.longest.Load(); int64(p.TTL) > longest; longest = l.longest.Load() {
-		if l.longest.CompareAndSwap(longest, int64(p.TTL)) {
-			break
-		}
+	if int64(p.TTL) > l.longest.Load() {
+		l.lengthen(p.TTL)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&lockcore.ContentionError{Key: key.String()}, err)
@@ -87,8 +85,8 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 func (l *Engine) newHold(key lockcore.Key, tok string, ttl time.Duration) *hold {
 	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1}
 	h.args = [5]any{&h.keys[0], &h.keys[1], &h.keys[2], tok}
-	h.guard = &l.guardKey
-	if l.guardKey == "" {
+	h.guard = &guardKey
+	if !l.guarded {
 		// A Cluster: no guard, a key in the lock's slot that nobody sets.
 		g := h.keys[0] + ":g"
 		h.guard = &g
@@ -238,16 +236,17 @@ func (l *Engine) waited(key lockcore.Key, queued *bool) {
 // in ms (<= 0) when another owner does; errNoAnswer or errUnsent when
 // Redis did not answer in time.
 func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member string, sent time.Time) (int64, error) {
-	s, n := acquireScript, 15
+	s, n := acquireScript, 16
 	if h.others != "" {
-		s, n = reenterScript, 16
+		s, n = reenterScript, 17
 	}
 	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.Timeout), n)
 	// Four keys: the hold's three and the restart guard, then the token.
 	a[2], a[6], a[7] = 4, h.guard, h.args[3]
 	a[8], a[9], a[10], a[11], a[12], a[13], a[14] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
-	if n == 16 {
-		a[15] = h.others
+	a[15] = *l.longestArg.Load()
+	if n == 17 {
+		a[16] = h.others
 	}
 	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
 		c.deadline = d

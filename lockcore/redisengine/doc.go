@@ -35,12 +35,13 @@
 //	P{K}:o:<id>      what a Revoke call did, for an hour, so that the call
 //	                 re-sent after a lost reply does nothing more
 //
-// and, on one server (not a Cluster), two keys for all locks:
+// and, on one server (not a Cluster), two keys of the server's, whatever
+// the prefix:
 //
-//	Prestart-guard      set for a while after a server without an
-//	                    append-only file starts (see "What Redis must
-//	                    promise")
-//	Prestart-guard:run  the run of the server the guard was decided for
+//	routelock:restart-guard      set for ten minutes after a server
+//	                             without an append-only file starts (see
+//	                             "What Redis must promise")
+//	routelock:restart-guard:run  the run of the server it was decided for
 //
 // The hold's format is defined, and read, in lua/hold.lua, which every
 // script starts with, and in parseHold on the Go side. Acquire and release
@@ -86,16 +87,17 @@
 // A server that restarts without its data (no persistence, or RDB
 // snapshots older than the holds) forgets the holds whose holders still
 // run. Every such restart also empties the server's script cache, so the
-// first call of any Engine afterwards is answered NOSCRIPT; before loading
-// the script again, the Engine sets the restart guard when the server
-// started less than the longest lease it has granted ago and keeps no
-// append-only file, and the acquire script takes no fresh hold while the
-// guard lives. Every holder from before the restart has lost its lease
-// (its context is cancelled) by the time the guard ends, so no second
-// holder gets in beside it; a server with an append-only file reloads its
-// holds and gets no guard. The guard lasts the longest lease of the Engine
-// that set it: Engines that share a Redis should share their longest TTL.
-// A Cluster keeps no guard.
+// first call of any Engine afterwards, whatever its prefix, is answered
+// NOSCRIPT; before loading the script again, that Engine decides the
+// restart guard, once per run of the server: when the server started less
+// than ten minutes ago and keeps no append-only file, the guard lives until
+// it is ten minutes old, and meanwhile the acquire script takes no fresh
+// hold before the server is as old as the acquiring Engine's longest lease
+// (the TTL of the acquisition, or any longer one the Engine has granted).
+// A holder from before the restart has lost its lease (its context is
+// cancelled) by then, so no second holder gets in beside it. A server with
+// an append-only file reloads its holds and gets no guard; leases longer
+// than ten minutes are not covered. A Cluster keeps no guard.
 //
 // # Waiting
 //

@@ -204,12 +204,15 @@ type Engine struct {
 	refuse   atomic.Pointer[error]
 	watching sync.Once
 
-	// guardKey is the restart guard's key (see lua/guard.lua); "" on a
-	// Cluster, where the guard is not kept. longest is the longest lease
-	// the engine has granted, in ns: how long the guard must last.
-	guardKey string
-	longest  atomic.Int64
-	guarded  atomic.Int64 // the guard's ms left when last logged
+	// guarded: the restart guard is kept (see lua/guard.lua), which a
+	// Cluster does not. longest is the longest lease the engine has
+	// granted, in ns, which a fresh hold waits for after a restart;
+	// longestArg the same in ms, boxed once for the acquire script.
+	guarded     bool
+	longest     atomic.Int64
+	longestArg  atomic.Pointer[any]
+	lengthening sync.Mutex
+	lastGuard   atomic.Int64 // the guard's ms left when last logged
 
 	// noRetries: the client sends each call once (MaxRetries < 0), so a
 	// call that failed to dial never reached Redis.
@@ -249,9 +252,9 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 		return nil, err
 	}
 	l.run.rdb = rdb
-	l.longest.Store(int64(opt.TTL))
+	l.lengthen(opt.TTL)
 	if _, ok := rdb.(*redis.ClusterClient); !ok {
-		l.guardKey = opt.Prefix + "restart-guard"
+		l.guarded = true
 		l.run.noScript = l.guard
 	}
 	l.batch.run, l.batch.bg, l.batch.direct = &l.run, &l.bg, honoursDeadlines(rdb)

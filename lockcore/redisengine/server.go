@@ -106,17 +106,39 @@ func (l *Engine) watchSettings() {
 	}
 }
 
+// The restart guard's keys: the server's, whatever an Engine's Prefix (see
+// lua/guard.lua).
+var (
+	guardKey    = "routelock:restart-guard"
+	guardRunKey = "routelock:restart-guard:run"
+)
+
+// guardWindow is how long after a server without an append-only file
+// starts its restart guard lives: the longest lease it protects.
+const guardWindow = 10 * time.Minute
+
+// lengthen makes ttl the engine's longest lease, if it is longer.
+func (l *Engine) lengthen(ttl time.Duration) {
+	l.lengthening.Lock()
+	defer l.lengthening.Unlock()
+	if int64(ttl) > l.longest.Load() {
+		var arg any = ms(ttl)
+		l.longestArg.Store(&arg)
+		l.longest.Store(int64(ttl))
+	}
+}
+
 // guard is the runner's noScript hook: Redis does not know a script, as
 // after a restart, so before any script is loaded again it sets the
 // restart guard when the server may have lost holds that their holders
 // still believe in (see lua/guard.lua): the acquire script then takes no
-// fresh hold until the longest lease this Engine has granted has passed
-// since the server started. A server that cannot say (miniredis, a service
+// fresh hold until the server is as old as the longest lease of the
+// acquiring Engine (guardWindow at most). A server that cannot say (miniredis, a service
 // that refuses INFO in scripts) gets no guard; one that cannot be reached
 // fails the call.
 func (l *Engine) guard(ctx context.Context) error {
 	run := func(v int) (int64, error) {
-		return l.rdb.Eval(ctx, guardScript.src[v].(string), []string{l.guardKey, l.guardKey + ":run"}, ms(time.Duration(l.longest.Load()))).Int64()
+		return l.rdb.Eval(ctx, guardScript.src[v].(string), []string{guardKey, guardRunKey}, ms(guardWindow)).Int64()
 	}
 	v := l.run.variant()
 	left, err := run(v)
@@ -130,9 +152,10 @@ func (l *Engine) guard(ctx context.Context) error {
 		}
 		return nil
 	}
-	if left > 0 && l.opt.Logger != nil && l.guarded.Swap(left) != left {
+	if left > 0 && l.opt.Logger != nil && l.lastGuard.Swap(left) != left {
+		up := guardWindow - time.Duration(left)*time.Millisecond
 		l.opt.Logger.Warn("routelock: Redis started lately without an append-only file and may have lost held locks: no lock is taken until every lease granted before could have ended",
-			"for", time.Duration(left)*time.Millisecond)
+			"up", up.Round(time.Second), "for", max(time.Duration(l.longest.Load())-up, 0).Round(time.Millisecond))
 	}
 	return nil
 }

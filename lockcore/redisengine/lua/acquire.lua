@@ -1,7 +1,8 @@
 -- ARGV: token, ttl ms, fence retention ms, remaining wait ms (0: fail fast),
 --       attempt id, waiter member ('' when failing fast), claim window ms,
 --       '1' when PUBLISH counts every subscriber (one server, not a cluster),
---       and optionally the tokens that may re-enter a hold they own
+--       the longest lease of the caller's Engine ms (at least ttl), and
+--       optionally the tokens that may re-enter a hold they own
 --       (space-separated). A free lock is always taken with the token, which
 --       the caller mints for the attempt: another token only re-enters.
 -- Returns the fencing token (> 0) when the attempt holds the lock: it took
@@ -10,15 +11,19 @@
 -- re-entered a hold of one of the other tokens; or -pttl (<= 0) when another
 -- owner holds it (and the attempt is queued when waiting). Run again with
 -- the same arguments, it returns the same and changes nothing more.
--- While the restart guard G lives (see guard.lua), it returns -(its pttl)
--- and does nothing: a holder from before the restart may still run.
+-- While the restart guard lives (see guard.lua) and the server is younger
+-- than the Engine's longest lease, it returns -(the ms until it is that
+-- old) and does nothing: a holder from before the restart may still run.
 -- KEYS: the hold, the wait queue, the fencing counter, the restart guard.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member = ARGV[5], ARGV[6]
 local g = redis.call('PTTL', KEYS[4])
 if g > 0 then
-  return -g
+  local young = tonumber(ARGV[9]) - (tonumber(redis.call('GET', KEYS[4])) - g)
+  if young > 0 then
+    return -young
+  end
 end
 
 -- The fence is drawn before the lock is tried, so that a free lock is taken
@@ -59,7 +64,7 @@ if not v then
 end
 
 local t, hf, hs, w, es = hold_parse(v)
-local others = ARGV[9] or ''
+local others = ARGV[10] or ''
 if t == tok or others ~= '' and hold_has(others, t) then
   if hold_has(es, id) then
     -- Granted to this attempt while it waited, or this call ran before.

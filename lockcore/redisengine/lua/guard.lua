@@ -1,15 +1,18 @@
 -- KEYS: the restart guard, the run id of the server it was decided for.
--- ARGV: how long after the server started no fresh hold may be taken, in
---       ms (the longest lease a holder from before a restart may still
---       believe it has).
+-- ARGV: how long after the server started the guard lives, in ms (the
+--       longest lease it protects).
 -- Run when Redis answers NOSCRIPT, before any script is loaded: a server
 -- that lost its script cache may have lost its data too, and with it the
 -- holds of holders that still run. Once per run of the server (its
 -- run_id, which a restart changes, even one that reloads a snapshot):
 -- when it started less than that long ago and keeps no append-only file
 -- (AOF, which a restart reloads whole), the guard is set to expire that
--- long after the start; the acquire script takes no fresh hold while it
--- lives. A server that does not say when it started gets none.
+-- long after the start, its value that length, so that its age is the
+-- server's: the value less the guard's pttl. While it lives, the acquire
+-- script takes no fresh hold of ttl t before the server is t old (see
+-- acquire.lua). A server that does not say when it started gets none.
+-- Both keys are the server's, whatever the Engines' prefixes: the script
+-- cache that tells of a restart is the server's too.
 -- Returns the guard's ms left, 0 when none.
 local info = redis.call('INFO', 'server')
 local up, run = string.match(info, 'uptime_in_seconds:(%d+)'), string.match(info, 'run_id:(%x+)')
@@ -29,5 +32,5 @@ local left = tonumber(ARGV[1]) - tonumber(up) * 1000
 if left <= 0 then
   return 0
 end
-redis.call('SET', KEYS[1], '1', 'PX', left)
+redis.call('SET', KEYS[1], ARGV[1], 'PX', left)
 return left
