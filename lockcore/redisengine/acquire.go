@@ -51,7 +51,9 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if ls := lockcore.Reenter(ctx, l, key); ls != nil {
 		return ls, nil
 	}
-	l.watching.Do(l.startWatching)
+	if !l.settled.Load() {
+		l.settle(ctx)
+	}
 	if bad := l.refuse.Load(); bad != nil {
 		return nil, l.report(*bad)
 	}

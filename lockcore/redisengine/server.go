@@ -80,18 +80,44 @@ func (l *Engine) noteSettings(bad, err error) {
 	}
 }
 
-// startWatching starts watchSettings, tracked in l.bg, which Close waits
-// for. An Engine that never locks never reads them.
-func (l *Engine) startWatching() {
-	l.bg.add()
-	go l.watchSettings()
+// settle reads the server's settings before the Engine's first lock, so
+// that not even that one is taken on a server that evicts, waiting for the
+// answer until Options.Timeout or ctx's deadline, and then has them read
+// again every settingsEvery (watchSettings, tracked in l.bg, which Close
+// waits for). Acquisitions that come meanwhile wait for it too. An Engine
+// that never locks never reads them.
+func (l *Engine) settle(ctx context.Context) {
+	l.watching.Do(func() {
+		deadline := time.Now().Add(l.opt.Timeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		read := make(chan struct{})
+		// A client that ignores deadlines may take longer: the read goes on
+		// in the background.
+		l.bg.do(func() {
+			defer cancel()
+			l.noteSettings(l.settings(rctx))
+			close(read)
+		})
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case <-read:
+		case <-t.C:
+		}
+		l.bg.add()
+		go l.watchSettings()
+	})
+	l.settled.Store(true)
 }
 
-// watchSettings reads the server's settings now and every settingsEvery
-// until the Engine closes.
+// watchSettings reads the server's settings every settingsEvery until the
+// Engine closes.
 func (l *Engine) watchSettings() {
 	defer l.bg.done()
-	t := time.NewTimer(0)
+	t := time.NewTimer(settingsEvery)
 	defer t.Stop()
 	for {
 		select {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -71,21 +70,23 @@ func TestEvictingServerRefused(t *testing.T) {
 		})
 	}
 
-	// A new Engine learns the setting by itself, without Check: Acquire
-	// refuses within the engine's own call timeout.
-	t.Run("without Check", func(t *testing.T) {
-		set("volatile-lru", "1gb")
-		t.Cleanup(func() { set("noeviction", "0") })
-		l := lockerOn(t, redis.NewClient(&redis.Options{Addr: srv.Addr}), redistest.Prefix(t), Options{})
-		key := mustKey(t, "evict", "unchecked")
-		eventually(t, 2*time.Second, "Acquire refused without Check", func() bool {
-			ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+	// A new Engine learns the setting by itself, without Check: its very
+	// first Acquire is refused.
+	for _, k := range healKinds {
+		t.Run("without Check/"+k.name, func(t *testing.T) {
+			set("volatile-lru", "1gb")
+			t.Cleanup(func() { set("noeviction", "0") })
+			l := lockerOn(t, k.client(t, srv.Addr), redistest.Prefix(t), Options{})
+			ls, err := l.Acquire(ctx, mustKey(t, "evict", "unchecked"), lockcore.Policy{})
 			if err == nil {
 				_ = ls.Release(ctx)
+				t.Fatal("the first Acquire of an Engine never checked took a lock on a server that may evict it")
 			}
-			return errors.Is(err, lockcore.ErrMisconfigured)
+			if !errors.Is(err, lockcore.ErrMisconfigured) {
+				t.Fatalf("first Acquire: %v; want ErrMisconfigured", err)
+			}
 		})
-	})
+	}
 
 	// Without a memory limit nothing is evicted, whatever the policy.
 	t.Run("no maxmemory", func(t *testing.T) {
