@@ -5,21 +5,61 @@ import "strings"
 // canonical returns the one spelling of a key value that names the same
 // resource however the client wrote it: a decimal integer (optional sign,
 // leading zeros: "+042", "042", "-0") in canonical decimal ("42", "0"), of
-// any length, and a UUID (8-4-4-4-12 hex digits) in lower case. Anything
-// else is returned as it is. A value already canonical is returned without
-// allocating.
+// any length, and a UUID in lower-case 8-4-4-4-12 form, from any spelling
+// that UUID parsers (github.com/google/uuid's Parse) read as one: either
+// case, 32 hex digits without dashes, in braces, or as a urn:uuid: URN.
+// Anything else is returned as it is. A value already canonical is returned
+// without allocating.
 func canonical(v string) string {
 	if c, ok := canonInt(v); ok {
 		return c
 	}
-	if isUUID(v) {
-		for i := 0; i < len(v); i++ {
-			if 'A' <= v[i] && v[i] <= 'F' {
-				return strings.ToLower(v)
-			}
-		}
+	if c, ok := canonUUID(v); ok {
+		return c
 	}
 	return v
+}
+
+// canonUUID returns the lower-case 8-4-4-4-12 form of v and true if v is a
+// UUID in one of the spellings canonical names.
+func canonUUID(v string) (string, bool) {
+	switch {
+	case len(v) == 36:
+		if !isUUID(v) {
+			return "", false
+		}
+		for i := 0; i < len(v); i++ {
+			if 'A' <= v[i] && v[i] <= 'F' {
+				return strings.ToLower(v), true
+			}
+		}
+		return v, true
+	case len(v) == 38 && v[0] == '{' && v[37] == '}' && isUUID(v[1:37]):
+		return strings.ToLower(v[1:37]), true
+	case len(v) == 45 && strings.EqualFold(v[:9], "urn:uuid:") && isUUID(v[9:]):
+		return strings.ToLower(v[9:]), true
+	case len(v) == 32:
+		var b [36]byte
+		j := 0
+		for i := 0; i < 32; i++ {
+			if i == 8 || i == 12 || i == 16 || i == 20 {
+				b[j] = '-'
+				j++
+			}
+			c := v[i]
+			switch {
+			case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
+			case 'A' <= c && c <= 'F':
+				c += 'a' - 'A'
+			default:
+				return "", false
+			}
+			b[j] = c
+			j++
+		}
+		return string(b[:]), true
+	}
+	return "", false
 }
 
 // canonInt returns the canonical decimal form of v and true if v is a

@@ -28,7 +28,9 @@
 //   - a decimal integer, with an optional sign and leading zeros ("42",
 //     "042", "+42", "%34%32" decoded by Param), is written in canonical
 //     decimal ("42"; "-0" is "0"), of any length, without rounding;
-//   - a UUID (8-4-4-4-12 hex digits) is written in lower case;
+//   - a UUID is written in lower-case 8-4-4-4-12 form, from any spelling
+//     that UUID parsers read as one: either case, 32 hex digits without
+//     dashes, in braces, or as a urn:uuid: URN;
 //   - a JSON number is written exactly, whatever its notation: 42, 42.0,
 //     4.2e1 and 420e-1 are "42", 0.50 and 5e-1 are "0.5"; a number with an
 //     absurd exponent, or whose canonical form is longer than [MaxLen], is

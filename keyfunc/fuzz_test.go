@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
 
 	"github.com/routelock/lock/internal/chiroute"
 	"github.com/routelock/lock/keyfunc"
@@ -185,20 +186,18 @@ func canon(s string) string {
 }
 
 // canonText is the canonical form of any key value, computed independently
-// of the package: a decimal integer in canonical decimal, a UUID in lower
-// case, anything else as it is.
+// of the package: a decimal integer in canonical decimal, whatever
+// github.com/google/uuid parses as a UUID in its lower-case 8-4-4-4-12 form,
+// anything else as it is.
 func canonText(s string) string {
 	if intRE.MatchString(s) {
 		n, _ := new(big.Int).SetString(strings.TrimPrefix(s, "+"), 10)
 		return n.String()
 	}
-	if uuidRE.MatchString(s) {
-		return strings.ToLower(s)
+	if u, err := uuid.Parse(s); err == nil {
+		return u.String()
 	}
 	return s
 }
 
-var (
-	intRE  = regexp.MustCompile(`^[+-]?[0-9]+$`)
-	uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-)
+var intRE = regexp.MustCompile(`^[+-]?[0-9]+$`)
