@@ -17,6 +17,9 @@ import (
 // up wrongly, which retrying does not mend: authentication (WRONGPASS,
 // NOAUTH), permissions (NOPERM), a database index out of range.
 func misconfigured(err error) bool {
+	if errors.Is(err, lockcore.ErrMisconfigured) {
+		return true
+	}
 	var rerr redis.Error
 	if !errors.As(err, &rerr) {
 		return false

@@ -173,10 +173,15 @@ func (l *Engine) guard(ctx context.Context) error {
 		left, err = run(1)
 	}
 	if err != nil {
+		if msg := err.Error(); strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command") {
+			// An ACL that denies INFO, or the guard's keys: the guard cannot
+			// be decided, so no lock is taken unguarded.
+			return fmt.Errorf("%w: the restart guard needs INFO and the keys %s*: %w", lockcore.ErrMisconfigured, guardKey, err)
+		}
 		if misconfigured(err) || unreachable(err) {
 			return err
 		}
-		return nil
+		return nil // a server that does not say when it started (miniredis)
 	}
 	if left > 0 && l.opt.Logger != nil && l.lastGuard.Swap(left) != left {
 		up := guardWindow - time.Duration(left)*time.Millisecond

@@ -118,3 +118,41 @@ func TestEvictingParsesInfo(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartGuardNeedsItsACL: a Redis ACL that denies the Lockers' user
+// INFO (or the guard's keys) leaves the restart guard undecidable: a lock
+// is refused as misconfigured (500), never taken unguarded.
+func TestRestartGuardNeedsItsACL(t *testing.T) {
+	srv := redistest.OwnVolatile(t)
+	if srv == nil {
+		return
+	}
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	for i, acl := range [][]any{
+		{"ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info"},
+		{"ACL", "SETUSER", "prefixonly", "on", ">pw", "~t:*", "&*", "+@all"},
+	} {
+		if err := admin.Do(ctx, acl...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		user := acl[2].(string)
+		k := healKinds[i%len(healKinds)]
+		t.Run(user+"/"+k.name, func(t *testing.T) {
+			o := k.opt(srv.Addr)
+			o.Username, o.Password = user, "pw"
+			c := redis.NewClient(o)
+			t.Cleanup(func() { _ = c.Close() })
+			l := lockerOn(t, c, redistest.Prefix(t), Options{})
+			ls, err := l.Acquire(ctx, mustKey(t, "acl", user), lockcore.Policy{})
+			if err == nil {
+				_ = ls.Release(ctx)
+				t.Fatal("a lock was taken although the restart guard could not be decided")
+			}
+			if !errors.Is(err, lockcore.ErrMisconfigured) || errors.Is(err, lockcore.ErrUnavailable) {
+				t.Fatalf("Acquire: %v; want ErrMisconfigured alone", err)
+			}
+		})
+	}
+}
