@@ -51,8 +51,10 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if ls := lockcore.Reenter(ctx, l, key); ls != nil {
 		return ls, nil
 	}
+	var read <-chan struct{} // the settings' first read, while it has not landed
+	var began time.Time
 	if !l.settled.Load() {
-		l.settle(ctx)
+		read, began = l.settle(ctx), time.Now()
 	}
 	if bad := l.refuse.Load(); bad != nil {
 		return nil, l.report(*bad)
@@ -80,6 +82,11 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		h.lose(lockcore.ErrClosed)
 		l.withdraw(h, "")
 		return nil, lockcore.ErrClosed
+	}
+	if read != nil {
+		if err := l.firstLock(h.ls, read, began); err != nil {
+			return nil, err
+		}
 	}
 	return h.ls, nil
 }

@@ -81,8 +81,8 @@
 // when full (a maxmemory-policy other than noeviction, with a maxmemory
 // set: the default of the big managed services) may delete a held lock:
 // Check fails with ErrMisconfigured there, and Acquire refuses with it
-// (the Engine reads the setting at its first Acquire and every 30 seconds
-// after).
+// (the Engine reads the setting beside its first Acquire, which gives its
+// lock back on such a server, and every 30 seconds after).
 //
 // A server that restarts without its data (no persistence, or RDB
 // snapshots older than the holds) forgets the holds whose holders still

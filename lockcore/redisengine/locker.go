@@ -199,11 +199,12 @@ type Engine struct {
 	ttlBoxed, retArg, chanArg, claimArg, trustArg any
 
 	// refuse, when set, is why Acquire refuses to take locks: the server
-	// evicts keys (see settings), as read by Check, by the first Acquire
-	// and by watchSettings after it (see settle).
-	refuse   atomic.Pointer[error]
-	watching sync.Once   // settle
-	settled  atomic.Bool // settle has run
+	// evicts keys (see settings), as read by Check, when the first Acquire
+	// begins and by watchSettings after it (see settle).
+	refuse    atomic.Pointer[error]
+	watching  sync.Once     // settle
+	firstRead chan struct{} // closed when settle's first read landed
+	settled   atomic.Bool   // it has
 
 	// guarded: the restart guard is kept (see lua/guard.lua), which a
 	// Cluster does not. longest is the longest lease the engine has

@@ -80,37 +80,49 @@ func (l *Engine) noteSettings(bad, err error) {
 	}
 }
 
-// settle reads the server's settings before the Engine's first lock, so
-// that not even that one is taken on a server that evicts, waiting for the
-// answer until Options.Timeout or ctx's deadline, and then has them read
-// again every settingsEvery (watchSettings, tracked in l.bg, which Close
-// waits for). Acquisitions that come meanwhile wait for it too. An Engine
-// that never locks never reads them.
-func (l *Engine) settle(ctx context.Context) {
+// settle starts, once, the first read of the server's settings, which the
+// Engine's first locks wait for after they are taken (see firstLock), and
+// then has them read again every settingsEvery (watchSettings). Both are
+// tracked in l.bg, which Close waits for. It returns a channel closed when
+// the first read has landed. An Engine that never locks never reads them.
+func (l *Engine) settle(ctx context.Context) <-chan struct{} {
 	l.watching.Do(func() {
-		deadline := time.Now().Add(l.opt.Timeout)
-		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-			deadline = d
-		}
-		rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-		read := make(chan struct{})
-		// A client that ignores deadlines may take longer: the read goes on
-		// in the background.
+		l.firstRead = make(chan struct{})
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opt.Timeout)
 		l.bg.do(func() {
 			defer cancel()
 			l.noteSettings(l.settings(rctx))
-			close(read)
+			l.settled.Store(true)
+			close(l.firstRead)
 		})
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
+		l.bg.add()
+		go l.watchSettings()
+	})
+	return l.firstRead
+}
+
+// firstLock is the end of an acquisition that began at began, before the
+// server's settings were known: it waits for their first read (sent when
+// the acquisition began, so normally landed already), until Options.Timeout
+// after began, and gives ls back if the server evicts, so that not even
+// the Engine's first locks are held on such a server. The wait adds
+// nothing to an acquisition that fails: it returns first.
+func (l *Engine) firstLock(ls *lockcore.Lease, read <-chan struct{}, began time.Time) error {
+	select {
+	case <-read:
+	default:
+		t := time.NewTimer(time.Until(began.Add(l.opt.Timeout)))
 		select {
 		case <-read:
 		case <-t.C:
 		}
-		l.bg.add()
-		go l.watchSettings()
-	})
-	l.settled.Store(true)
+		t.Stop()
+	}
+	if bad := l.refuse.Load(); bad != nil {
+		_ = ls.Release(context.Background())
+		return l.report(*bad)
+	}
+	return nil
 }
 
 // watchSettings reads the server's settings every settingsEvery until the
