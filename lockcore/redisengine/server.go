@@ -2,6 +2,7 @@ package redisengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -185,15 +186,22 @@ func (l *Engine) guard(ctx context.Context) error {
 		left, err = run(1)
 	}
 	if err != nil {
-		if msg := err.Error(); strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command") {
+		var reply redis.Error
+		switch msg := err.Error(); {
+		case errors.Is(err, context.DeadlineExceeded):
+			// Not answered by the call's deadline: undecided, so the call
+			// fails rather than load a script unguarded.
+			return errExpired
+		case !errors.As(err, &reply):
+			return err // not answered: undecided
+		case strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command"):
 			// An ACL that denies INFO, or the guard's keys: the guard cannot
 			// be decided, so no lock is taken unguarded.
 			return fmt.Errorf("%w: the restart guard needs INFO and the keys %s*: %w", lockcore.ErrMisconfigured, guardKey, err)
+		case misconfigured(err) || !strings.HasPrefix(msg, "ERR "):
+			return err // LOADING, BUSY, READONLY, ...: undecided
 		}
-		if misconfigured(err) || unreachable(err) {
-			return err
-		}
-		return nil // a server that does not say when it started (miniredis)
+		return nil // the script failed on a server that does not say when it started (miniredis)
 	}
 	if left > 0 && l.opt.Logger != nil && l.lastGuard.Swap(left) != left {
 		up := guardWindow - time.Duration(left)*time.Millisecond
