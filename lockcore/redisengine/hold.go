@@ -70,10 +70,15 @@ func (h *hold) Check() error {
 	if mono() < h.valid.Load() {
 		return nil
 	}
-	h.ended.Store(true)
+	first := !h.ended.Swap(true)
 	if ev := h.l.opt.Events; ev != nil && h.told.CompareAndSwap(untold, told) {
 		// lockcore loses it with this cause.
 		ev.Ended(h.ls.Context(), h.key, time.Since(h.start), 0, errRanOut, nil)
+	}
+	if lg := h.l.opt.Logger; lg != nil && first {
+		// lockcore loses it here, before the watchdog would: the log hears
+		// of it as from lose.
+		lg.Warn("routelock: a lease was lost while its holder ran", "resource", resourceName(h.key), "cause", errRanOut)
 	}
 	return errRanOut
 }
