@@ -52,9 +52,8 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		return ls, nil
 	}
 	var read <-chan struct{} // the settings' first read, while it has not landed
-	var began time.Time
 	if !l.settled.Load() {
-		read, began = l.settle(ctx), time.Now()
+		read = l.settle(ctx)
 	}
 	if bad := l.refuse.Load(); bad != nil {
 		return nil, l.report(*bad)
@@ -84,7 +83,7 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		return nil, lockcore.ErrClosed
 	}
 	if read != nil {
-		if err := l.firstLock(h.ls, read, began); err != nil {
+		if err := l.firstLock(h.ls, read); err != nil {
 			return nil, err
 		}
 	}

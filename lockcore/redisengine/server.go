@@ -86,15 +86,29 @@ func (l *Engine) noteSettings(bad, err error) {
 // then has them read again every settingsEvery (watchSettings). Both are
 // tracked in l.bg, which Close waits for. It returns a channel closed when
 // the first read has landed. An Engine that never locks never reads them.
+//
+// The first read is waited for until Options.Timeout after it was sent, by
+// every lock taken meanwhile and by none after, even when it has not landed
+// by then (a client that ignores deadlines may take seconds): it is the
+// watcher's to find an evicting server then.
 func (l *Engine) settle(ctx context.Context) <-chan struct{} {
 	l.watching.Do(func() {
-		l.firstRead = make(chan struct{})
+		read := make(chan struct{})
+		var once sync.Once
+		done := func() {
+			once.Do(func() {
+				l.settled.Store(true)
+				close(read)
+			})
+		}
+		l.firstRead = read
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opt.Timeout)
+		stop := time.AfterFunc(l.opt.Timeout, done)
 		l.bg.do(func() {
 			defer cancel()
 			l.noteSettings(l.settings(rctx))
-			l.settled.Store(true)
-			close(l.firstRead)
+			stop.Stop()
+			done()
 		})
 		l.bg.add()
 		go l.watchSettings()
@@ -102,23 +116,14 @@ func (l *Engine) settle(ctx context.Context) <-chan struct{} {
 	return l.firstRead
 }
 
-// firstLock is the end of an acquisition that began at began, before the
-// server's settings were known: it waits for their first read (sent when
-// the acquisition began, so normally landed already), until Options.Timeout
-// after began, and gives ls back if the server evicts, so that not even
-// the Engine's first locks are held on such a server. The wait adds
-// nothing to an acquisition that fails: it returns first.
-func (l *Engine) firstLock(ls *lockcore.Lease, read <-chan struct{}, began time.Time) error {
-	select {
-	case <-read:
-	default:
-		t := time.NewTimer(time.Until(began.Add(l.opt.Timeout)))
-		select {
-		case <-read:
-		case <-t.C:
-		}
-		t.Stop()
-	}
+// firstLock is the end of an acquisition that began before the server's
+// settings were known: it waits for their first read (sent when the
+// Engine's first acquisition began, so normally landed already; see settle
+// for its bound), and gives ls back if the server evicts, so that not even
+// the Engine's first locks are held on such a server. The wait adds nothing
+// to an acquisition that fails: it returns first.
+func (l *Engine) firstLock(ls *lockcore.Lease, read <-chan struct{}) error {
+	<-read // bounded by settle
 	if bad := l.refuse.Load(); bad != nil {
 		_ = ls.Release(context.Background())
 		return l.report(*bad)
