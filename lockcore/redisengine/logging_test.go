@@ -67,9 +67,12 @@ func TestLogsTransitionsAndLosses(t *testing.T) {
 			t.Fatal("the lease was not lost")
 		}
 		_ = ls.Release(ctx)
+		// The loss is logged by the goroutine that cancelled the context,
+		// right after it did.
+		eventually(t, 2*time.Second, "the loss logged", func() bool { return strings.Contains(logged.String(), "a lease was lost") })
 
 		out := logged.String()
-		t.Log(out)
+		t.Logf("lease ended with %v\n%s", context.Cause(ls.Context()), out)
 		for what, want := range map[string]int{
 			"Redis unreachable":   1,
 			"Redis answers again": 1,
