@@ -297,25 +297,25 @@ func onPath(t testing.TB, without string) bool {
 // makes that a failure. It is for what miniredis cannot do.
 func OwnReal(t testing.TB) *Server {
 	t.Helper()
-	if !onPath(t, "the cases that need a real server of their own do not run here") {
-		return nil
-	}
-	srv, err := Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	return srv
+	return own(t, Start, "the cases that need a real server of their own do not run here")
 }
 
 // OwnVolatile is OwnReal for a server without persistence (see
 // StartVolatile): the test may kill and restart it empty.
 func OwnVolatile(t testing.TB) *Server {
 	t.Helper()
-	if !onPath(t, "the cases that restart a real server of their own do not run here") {
+	return own(t, StartVolatile, "the cases that restart a real server of their own do not run here")
+}
+
+// own starts a server of the test's own with start, stopped at its end;
+// nil, saying what does not run (without), when redis-server is not on
+// PATH (see onPath).
+func own(t testing.TB, start func() (*Server, error), without string) *Server {
+	t.Helper()
+	if !onPath(t, without) {
 		return nil
 	}
-	srv, err := StartVolatile()
+	srv, err := start()
 	if err != nil {
 		t.Fatal(err)
 	}
