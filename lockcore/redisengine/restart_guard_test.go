@@ -2,9 +2,11 @@ package redisengine
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -116,6 +118,74 @@ func TestRestartGuardPerRouteTTL(t *testing.T) {
 					time.Since(restarted), ls.Fence(), holder.Fence())
 			}
 			t.Logf("B held %v after the restart; the holder's context had ended (%v)", time.Since(restarted), context.Cause(holder.Context()))
+		})
+	}
+}
+
+// TestRestartGuardUptimeRounding: Redis reports its uptime in whole
+// seconds of its clock, so it reads 1 s a few ms after a start made just
+// before a second's mark. A holder's lock (TTL 1 s, renewed about every
+// 300 ms) is lost to a restart without persistence made at .88 of a
+// second; the first call after the uptime reads 1 comes from another
+// process. The guard must still keep that process out until the server is
+// as old as the longest lease, 1 s, not let it in at once while the
+// holder's context is live (it learns of the loss at its next renewal).
+func TestRestartGuardUptimeRounding(t *testing.T) {
+	srv := redistest.OwnVolatile(t)
+	if srv == nil {
+		return
+	}
+	const ttl = time.Second
+	for _, k := range healKinds {
+		t.Run(k.name, func(t *testing.T) {
+			ctx := context.Background()
+			prefix := redistest.Prefix(t)
+			a := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl})
+			b := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl})
+			admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer admin.Close()
+			key := mustKey(t, "restart", "uptime")
+			// The server's start guard lets a hold in once it is ttl old.
+			eventually(t, 3*ttl, "a first hold on the server", func() bool {
+				l, err := a.Acquire(ctx, key, lockcore.Policy{})
+				if err == nil {
+					_ = l.Release(ctx)
+				}
+				return err == nil
+			})
+			// Place the restart at .88 of a wall-clock second: Redis's
+			// uptime then reads 1 about 0.1 s after it.
+			d := 880*time.Millisecond - time.Duration(time.Now().Nanosecond())
+			if d < 0 {
+				d += time.Second
+			}
+			time.Sleep(d)
+			holder, err := a.Acquire(ctx, key, lockcore.Policy{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release(ctx)
+			launched := time.Now()
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 2*time.Second, "Redis's uptime reading 1 s", func() bool {
+				info, err := admin.Info(ctx, "server").Result()
+				return err == nil && !strings.Contains(info, "uptime_in_seconds:0\r")
+			})
+			var ls *lockcore.Lease
+			eventually(t, 3*ttl, "process B's fail-fast acquire", func() bool {
+				ls, err = b.Acquire(ctx, key, lockcore.Policy{})
+				return err == nil
+			})
+			defer ls.Release(ctx)
+			if holder.Context().Err() == nil {
+				t.Fatalf("process B holds the lock %v after the restart (fence %d) while the holder's context is live (fence %d)",
+					time.Since(launched), ls.Fence(), holder.Fence())
+			}
+			if since := time.Since(launched); since < ttl {
+				t.Fatalf("process B holds the lock %v after the restart: the server is younger than the longest lease, %v", since, ttl)
+			}
 		})
 	}
 }

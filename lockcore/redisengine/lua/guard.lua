@@ -26,9 +26,12 @@ redis.call('SET', KEYS[2], run)
 if string.match(redis.call('INFO', 'persistence'), 'aof_enabled:(%d)') == '1' then
   return 0
 end
--- Uptime counts whole seconds: the start it gives is the latest possible,
--- so the guard lasts at least as long as asked.
-local left = tonumber(ARGV[1]) - tonumber(up) * 1000
+-- Uptime is the whole seconds of the server's clock now less those of its
+-- start: it reads 1 as soon as the clock passes a second's mark, which may
+-- be a few ms after the start. The server is older than uptime - 1 s
+-- (never less than 0) and the guard counts from that, so that it lasts at
+-- least as long as asked.
+local left = tonumber(ARGV[1]) - math.max(tonumber(up) - 1, 0) * 1000
 if left <= 0 then
   return 0
 end
