@@ -24,7 +24,6 @@ import (
 var (
 	chaosDur  = flag.Duration("chaos.dur", 3*time.Second, "length of TestChaos (the long mode: -chaos.dur=5m)")
 	faultDur  = flag.Duration("faults.dur", 1500*time.Millisecond, "length of each fault in TestFaults")
-	restarts  = flag.Bool("chaos.restarts", false, "also run the open faults (restarts without persistence, re-sent revokes) in TestFaults and TestChaos: CI found overlaps under each once")
 	chaosSeed = flag.Uint64("chaos.seed", 0, "seed of TestChaos and the fault tests (0: a new one, logged)")
 )
 
@@ -38,7 +37,9 @@ type section struct {
 	start, end time.Time
 	fence      int64
 	token      string
-	revoked    bool // an operator force-released its hold (Revoke)
+	revoked    bool   // its holder was told an operator force-released its hold (ErrRevoked)
+	clean      bool   // its context was live until its release, which returned nil
+	how        string // how it ended, for a violation's report
 }
 
 // chaosConfig is one run of the exclusion checker.
@@ -69,7 +70,28 @@ type faultEnv struct {
 	key    func(k int) lockcore.Key
 
 	mu      sync.Mutex
-	revokes int // Revoke calls that revoked a hold
+	revokes int                    // Revoke calls that revoked a hold
+	fences  map[int]map[int64]bool // by key, the fences of the holds they revoked
+	unsure  int                    // Revoke calls that failed: they may have revoked a hold
+}
+
+// revoked notes a Revoke call's outcome on key k.
+func (f *faultEnv) revoked(k int, r lockcore.Revocation, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case err == nil:
+		f.revokes++
+		if f.fences == nil {
+			f.fences = map[int]map[int64]bool{}
+		}
+		if f.fences[k] == nil {
+			f.fences[k] = map[int64]bool{}
+		}
+		f.fences[k][r.Fence] = true
+	case !errors.Is(err, lockcore.ErrNotHeld):
+		f.unsure++
+	}
 }
 
 // clientConfigs are the client options the fault tests run with: go-redis's
@@ -249,7 +271,9 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				var inner []*lockcore.Lease
 				var innerDone []func() bool
 				var innerCancel []context.CancelFunc
-				fresh := false // the nested acquisition found the hold gone and took a fresh one
+				var innerSec []section // the sections of inner, a nested hold's
+				var innerOf []int      // the index in inner of each innerSec
+				fresh := false         // the nested acquisition found the hold gone and took a fresh one
 				switch rng.IntN(4) {
 				case 0:
 					if in, err := lockers[rng.IntN(len(lockers))].Acquire(ls.Context(), mustKey(t, "k", strconv.Itoa(k)), lockcore.Policy{}); err == nil {
@@ -281,9 +305,8 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 									s2.end = c
 								default:
 								}
-								mu.Lock()
-								sections = append(sections, s2)
-								mu.Unlock()
+								innerSec = append(innerSec, s2)
+								innerOf = append(innerOf, len(inner))
 							}
 							inner = append(inner, in)
 						} else {
@@ -307,8 +330,26 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				live := ls.Context().Err() == nil
 				okWrite := live && write(k, fence)
 				end := time.Now()
+				innerLost := make([]error, len(inner))
+				for j, in := range inner {
+					innerLost[j] = context.Cause(in.Context())
+				}
+				innerRel := make([]error, len(inner))
 				for j := len(inner) - 1; j >= 0; j-- {
-					_ = inner[j].Release(ctx)
+					innerRel[j] = inner[j].Release(ctx)
+				}
+				for j, s2 := range innerSec {
+					lost, rel := innerLost[innerOf[j]], innerRel[innerOf[j]]
+					// Its context ends with the outer's, and the outer's cause:
+					// it was told of its own revocation only if the outer was not
+					// revoked, or by its release.
+					s2.revoked = errors.Is(rel, lockcore.ErrRevoked) ||
+						errors.Is(lost, lockcore.ErrRevoked) && !errors.Is(context.Cause(ls.Context()), lockcore.ErrRevoked)
+					s2.clean = lost == nil && rel == nil
+					s2.how = fmt.Sprintf("nested; lost %v, release %v", lost, rel)
+					mu.Lock()
+					sections = append(sections, s2)
+					mu.Unlock()
 				}
 				for _, f := range innerDone {
 					f()
@@ -335,7 +376,8 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				// refuses its late write.
 				revoked := errors.Is(lostErr, lockcore.ErrRevoked) || errors.Is(relErr, lockcore.ErrRevoked)
 				mu.Lock()
-				sections = append(sections, section{key: k, start: start, end: end, fence: fence, token: ls.Token(), revoked: revoked})
+				sections = append(sections, section{key: k, start: start, end: end, fence: fence, token: ls.Token(), revoked: revoked,
+					clean: lostErr == nil && relErr == nil, how: fmt.Sprintf("live at the work's end %v; lost %v, release %v", live, lostErr, relErr)})
 				switch {
 				case live && !okWrite && !revoked:
 					res.stale++
@@ -433,31 +475,46 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	for _, s := range sections {
 		byKey[s.key] = append(byKey[s.key], s)
 	}
+	// A hold an operator revoked (by the fences Revoke returned) may be
+	// used until its holder hears of it, even by a waiter woken by a grant
+	// the revocation took back: fenced, not exclusive.
+	forced := func(s section) bool { return env.fences[s.key][s.fence] }
 	for k, ss := range byKey {
 		sort.Slice(ss, func(i, j int) bool { return ss[i].start.Before(ss[j].start) })
-		for i := 1; i < len(ss); i++ {
-			a, b := ss[i-1], ss[i]
-			// A force-released hold may be used until its holder hears of
-			// the revocation, even by a waiter woken by a grant the
-			// revocation took back: fenced, not exclusive.
-			fenced := a.revoked || b.revoked
-			if b.start.Before(a.end) && a.token != b.token && !fenced {
-				res.violations = append(res.violations, fmt.Sprintf("k%d: holds overlap: fence %d [%v] and fence %d [%v]",
-					k, a.fence, a.end.Sub(a.start), b.fence, b.end.Sub(b.start)))
+		// Each section against every earlier one still running when it
+		// began, not only the one before it.
+		var open []section
+		for i, b := range ss {
+			open = slices.DeleteFunc(open, func(a section) bool { return !a.end.After(b.start) })
+			for _, a := range open {
+				if a.token != b.token && !forced(a) && !forced(b) {
+					res.violations = append(res.violations, fmt.Sprintf("k%d: holds overlap: fence %d [%v; %s] and fence %d [%v, from %v before its end; %s]",
+						k, a.fence, a.end.Sub(a.start), a.how, b.fence, b.end.Sub(b.start), a.end.Sub(b.start), b.how))
+				}
 			}
-			if b.fence <= a.fence && a.token != b.token && !b.revoked {
-				res.violations = append(res.violations, fmt.Sprintf("k%d: fence %d held after fence %d", k, b.fence, a.fence))
+			open = append(open, b)
+			if i > 0 {
+				if a := ss[i-1]; b.fence <= a.fence && a.token != b.token && !forced(b) {
+					res.violations = append(res.violations, fmt.Sprintf("k%d: fence %d held after fence %d", k, b.fence, a.fence))
+				}
 			}
 		}
 	}
-	tokens := map[string]bool{}
+	// Only a hold an operator revoked is told it was, and each is told: by
+	// its context's cause or its release, unless it was lost first.
 	for _, s := range sections {
-		if s.revoked {
-			tokens[s.token] = true
+		if forced(s) && s.clean {
+			res.violations = append(res.violations, fmt.Sprintf("k%d: the holder of fence %d was revoked, and released it without being told", s.key, s.fence))
 		}
-	}
-	if len(tokens) > env.revokes {
-		res.violations = append(res.violations, fmt.Sprintf("%d holds were revoked, by %d revocations", len(tokens), env.revokes))
+		if s.revoked && !forced(s) && env.unsure == 0 {
+			var near []int64
+			for f := range env.fences[s.key] {
+				if f > s.fence-50 && f < s.fence+50 {
+					near = append(near, f)
+				}
+			}
+			res.violations = append(res.violations, fmt.Sprintf("k%d: the holder of fence %d was told of a revocation no Revoke returned (%s; revoked near it: %v)", s.key, s.fence, s.how, near))
+		}
 	}
 	if res.overshoot > 0 {
 		res.violations = append(res.violations, fmt.Sprintf("an Acquire overran its wait budget by %v beyond the I/O bound", time.Duration(res.overshoot)))
@@ -629,11 +686,9 @@ func init() {
 			if rng.IntN(2) == 0 {
 				f.p.LoseReplyTo(sha, 1)
 			}
-			if _, err := op.Revoke(context.Background(), f.key(rng.IntN(f.keys)), "chaos"); err == nil {
-				f.mu.Lock()
-				f.revokes++
-				f.mu.Unlock()
-			}
+			k := rng.IntN(f.keys)
+			r, err := op.Revoke(context.Background(), f.key(k), "chaos")
+			f.revoked(k, r, err)
 			f.p.LoseReplyTo(nil, 0)
 		}
 	}
@@ -701,11 +756,6 @@ func chaosBackend(t *testing.T) (*redistest.Backend, *redistest.Server) {
 	return redistest.Best(t), nil
 }
 
-// openFaults run only with -chaos.restarts: CI found overlaps under them
-// once each, not yet explained (a restart; a revocation whose two holders
-// were neither marked revoked).
-var openFaults = map[string]bool{"restart without persistence": true, "re-sent revokes": true}
-
 // ownServerFaults need a redis-server of the run's own: on a machine
 // without one they do not run.
 var ownServerFaults = map[string]bool{"memory pressure": true, "restart without persistence": true}
@@ -730,9 +780,6 @@ func bareDur(srv *redistest.Server, d time.Duration, name string, bare time.Dura
 // mixed picks one of the faults at random, again and again.
 func mixed(ctx context.Context, f *faultEnv, rng *rand.Rand) {
 	names := faultNames[1:]
-	if !*restarts {
-		names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return openFaults[n] })
-	}
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, time.Duration(200+rng.IntN(800))*time.Millisecond)
 		faults[names[rng.IntN(len(names))]](fctx, f, rng)
@@ -751,7 +798,7 @@ func TestFaults(t *testing.T) {
 		t.Run(cc.name, func(t *testing.T) {
 			for _, name := range faultNames {
 				b := b
-				if ownServerFaults[name] && srv == nil || openFaults[name] && !*restarts {
+				if ownServerFaults[name] && srv == nil {
 					continue
 				}
 				if name == "stalls" && srv == nil {
