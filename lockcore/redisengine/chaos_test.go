@@ -766,15 +766,26 @@ var ownServerFaults = map[string]bool{"memory pressure": true, "restart without 
 // bare, unless set on the command line, so that go test ./... stays quick
 // there.
 func bareDur(srv *redistest.Server, d time.Duration, name string, bare time.Duration) time.Duration {
-	if srv != nil {
-		return d
-	}
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	if set {
+	if srv != nil || flagSet(name) {
 		return d
 	}
 	return min(d, bare)
+}
+
+// bareCount is n, a number of trials, against a real redis-server; against
+// miniredis at most bare, unless set on the command line, as bareDur.
+func bareCount(b *redistest.Backend, n int, name string, bare int) int {
+	if b.Real() || flagSet(name) {
+		return n
+	}
+	return min(n, bare)
+}
+
+// flagSet says whether the test flag name was set on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // mixed picks one of the faults at random, again and again.
@@ -810,7 +821,7 @@ func TestFaults(t *testing.T) {
 					b = bs[0]
 				}
 				t.Run(name, func(t *testing.T) {
-					r := chaosRun(t, b, chaosConfig{seed: s, dur: bareDur(srv, *faultDur, "faults.dur", 400*time.Millisecond), goroutines: 16, lockers: 4, keys: 4,
+					r := chaosRun(t, b, chaosConfig{seed: s, dur: bareDur(srv, *faultDur, "faults.dur", 150*time.Millisecond), goroutines: 16, lockers: 4, keys: 4,
 						ttl: 300 * time.Millisecond, client: cc.opt, engine: chaosEngine, fault: faults[name], srv: srv})
 					report(t, name, r)
 				})
@@ -827,7 +838,7 @@ func TestChaos(t *testing.T) {
 	b, srv := chaosBackend(t)
 	for _, cc := range clientConfigs {
 		t.Run(cc.name, func(t *testing.T) {
-			r := chaosRun(t, b, chaosConfig{seed: s, dur: bareDur(srv, *chaosDur, "chaos.dur", time.Second), goroutines: 32, lockers: 6, keys: 6,
+			r := chaosRun(t, b, chaosConfig{seed: s, dur: bareDur(srv, *chaosDur, "chaos.dur", 600*time.Millisecond), goroutines: 32, lockers: 6, keys: 6,
 				ttl: 300 * time.Millisecond, client: cc.opt, engine: chaosEngine, fault: mixed, srv: srv})
 			report(t, "chaos", r)
 		})

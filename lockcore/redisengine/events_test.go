@@ -290,6 +290,7 @@ func TestEventsWake(t *testing.T) {
 // (woken by its timer), its context cancelled, Redis not answering, the
 // Engine closed. (Granted: TestEventsWake.)
 func TestEventsWaitEnds(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		ctx := context.Background()

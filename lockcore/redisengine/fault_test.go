@@ -24,6 +24,7 @@ func clientFor(t *testing.T, addr string) *redis.Client {
 // TestUnavailable: with Redis gone, Acquire fails closed with ErrUnavailable
 // and a held lease learns it is lost before its TTL could run out in Redis.
 func TestUnavailable(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	redistest.Own(t, func(t *testing.T, addr string, stop func()) {
 		l, err := New(clientFor(t, addr), Options{Prefix: redistest.Prefix(t), ReleaseTimeout: 300 * time.Millisecond})
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 // second try while Redis held it for 10 s): the handler's context stays
 // live.
 func TestGrantSurvivesOneLostRenewal(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		for _, k := range healKinds {
 			t.Run(k.name, func(t *testing.T) {

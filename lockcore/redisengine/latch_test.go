@@ -20,6 +20,7 @@ import (
 // not retried, and the key stayed held until go-redis's own retry, after
 // its 3 s read timeout, or the lease's end).
 func TestReleaseLatch(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	for _, k := range []clientKind{defaultKind, tightKind(150 * time.Millisecond)} {
 		t.Run(k.name, func(t *testing.T) { testReleaseLatch(t, k) })
 	}

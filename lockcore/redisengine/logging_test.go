@@ -36,6 +36,7 @@ func (l *logBuffer) String() string {
 // again, and once that a lease was lost and why, naming the resource and
 // never a key's value or a token.
 func TestLogsTransitionsAndLosses(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		var logged logBuffer
 		prefix := redistest.Prefix(t)

@@ -1,6 +1,7 @@
 package redisengine
 
 import (
+	"flag"
 	"os"
 	"testing"
 
@@ -10,6 +11,13 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("ROUTELOCK_CHILD") != "" {
 		os.Exit(childMain()) // a process of TestCrashedHolder or TestPausedHolder
+	}
+	// The parallel tests spend their time waiting on leases, claim windows
+	// and outages, not on the CPU: four run at once unless -test.parallel
+	// says otherwise (its default is GOMAXPROCS, 2 on the CI machine).
+	flag.Parse()
+	if !flagSet("test.parallel") {
+		_ = flag.Set("test.parallel", "4")
 	}
 	redistest.Main(m)
 }

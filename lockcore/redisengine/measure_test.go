@@ -19,8 +19,8 @@ import (
 )
 
 var (
-	leadTrials = flag.Int("lead.trials", 16, "partition trials of TestLossLeadTime (the README's run: 240)")
-	deadTrials = flag.Int("dead.trials", 8, "trials of each case of TestDeadWaiterCost (the README's run: 40)")
+	leadTrials = flag.Int("lead.trials", 16, "partition trials of TestLossLeadTime (the README's run: 240; 8 against miniredis unless set)")
+	deadTrials = flag.Int("dead.trials", 8, "trials of each case of TestDeadWaiterCost (the README's run: 40; 4 against miniredis unless set)")
 )
 
 // defaultClient returns a client at go-redis's default options, as lock.New
@@ -75,11 +75,12 @@ func parallel(t *testing.T, trials, workers int, f func(t *testing.T, i int) tim
 // the lead: from the cancellation to the moment the call by which another
 // owner got the lock was sent. Every lead must be positive.
 func TestLossLeadTime(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	b := redistest.Best(t)
 	prefix := redistest.Prefix(t)
 	prober := newLocker(t, b, prefix, Options{})
 	const ttl = 500 * time.Millisecond
-	leads := parallel(t, *leadTrials, 8, func(t *testing.T, i int) time.Duration {
+	leads := parallel(t, bareCount(b, *leadTrials, "lead.trials", 8), 8, func(t *testing.T, i int) time.Duration {
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(i)))
 		p := faultproxy.Start(t, b.Addr)
 		holder, err := New(defaultClient(t, p.Addr), Options{Prefix: prefix})
@@ -145,6 +146,7 @@ func TestLossLeadTime(t *testing.T) {
 // grant lapses unclaimed). Each trial measures from the release to the
 // live waiter holding. Clients at go-redis's defaults.
 func TestDeadWaiterCost(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	b := redistest.Best(t)
 	for _, kind := range []string{"killed", "vanished"} {
 		t.Run(kind, func(t *testing.T) {
@@ -156,7 +158,7 @@ func TestDeadWaiterCost(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = live.Close() })
 			window := live.Options().ClaimWindow
-			costs := parallel(t, *deadTrials, 4, func(t *testing.T, i int) time.Duration {
+			costs := parallel(t, bareCount(b, *deadTrials, "dead.trials", 4), 4, func(t *testing.T, i int) time.Duration {
 				ctx := context.Background()
 				key := mustKey(t, "dead", strconv.Itoa(i))
 				p := faultproxy.Start(t, b.Addr)
@@ -176,9 +178,11 @@ func TestDeadWaiterCost(t *testing.T) {
 					return 0
 				}
 				ghostDone := make(chan struct{})
+				ghostCtx, leave := context.WithCancel(ctx)
+				defer leave()
 				go func() {
 					defer close(ghostDone)
-					if ls, err := ghost.Acquire(ctx, key, lockcore.Policy{Wait: 5 * time.Second}); err == nil {
+					if ls, err := ghost.Acquire(ghostCtx, key, lockcore.Policy{Wait: 5 * time.Second}); err == nil {
 						_ = ls.Release(ctx)
 					}
 				}()
@@ -219,6 +223,7 @@ func TestDeadWaiterCost(t *testing.T) {
 				if cost > window {
 					t.Errorf("trial %d: the %s waiter cost %v, more than the claim window %v", i, kind, cost, window)
 				}
+				leave() // the ghost's caller is gone too
 				p.Close()
 				<-ghostDone
 				return cost

@@ -332,6 +332,7 @@ func TestRevokeSentTwice(t *testing.T) {
 // at its defaults) after a request took the lock: it must answer ErrNotHeld,
 // as its first run did, and leave that holder alone.
 func TestRevokeSentTwiceFindsNothing(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		for _, k := range healKinds {
 			t.Run(k.name, func(t *testing.T) { revokeSentTwiceFindsNothing(t, b, k) })

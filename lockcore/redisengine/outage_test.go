@@ -35,6 +35,7 @@ var healKinds = []clientKind{defaultKind, ctxKind}
 // TTL (10 s) ends: a waiter in another process gets it within the retry
 // interval (1 s) after the heal.
 func TestLostAcquireReplyThenRefusedIsWithdrawn(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		for _, k := range healKinds {
 			t.Run(k.name, func(t *testing.T) {
@@ -89,6 +90,7 @@ func TestLostAcquireReplyThenRefusedIsWithdrawn(t *testing.T) {
 // process within the claim window, not go to the departed waiter for its
 // whole TTL.
 func TestReturnedWaiterNotGrantedPastClaimWindow(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		for _, k := range healKinds {
 			t.Run(k.name, func(t *testing.T) {

@@ -316,6 +316,7 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 // Redis actually holds. Another owner polling with fail-fast acquires must
 // not get in while the waiter's context is live.
 func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	// Pub/sub and scripts work on both backends.
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
@@ -657,6 +658,7 @@ func TestExpiredWaitersDoNotStrandLock(t *testing.T) {
 // whatever the client's timeouts: at go-redis's defaults (ReadTimeout 3 s,
 // longer than the 900ms TTL) and with a tight ReadTimeout (150ms).
 func TestLossDeclaredBeforeExpiry(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	for _, k := range []clientKind{defaultKind, tightKind(150 * time.Millisecond)} {
 		t.Run(k.name, func(t *testing.T) {
 			// The proxy works on both backends.
@@ -719,6 +721,7 @@ func TestLossDeclaredBeforeExpiry(t *testing.T) {
 // reached; the lock was not found held), and a Release returns within
 // ReleaseTimeout (+150ms) with ErrUnavailable.
 func TestDeadlinesKept(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	const slack = 150 * time.Millisecond
 	const releaseTimeout = 300 * time.Millisecond
 	// call runs f, which must return within bound; it waits 5s at most.

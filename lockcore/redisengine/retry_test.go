@@ -15,6 +15,7 @@ import (
 // really has to wait, not after the 10 s lease the watchdog keeps renewing
 // (what it was told before).
 func TestRetryAfterTracksHolds(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		l := lockerOn(t, b.Client(t), redistest.Prefix(t), Options{})
 		ctx := context.Background()
