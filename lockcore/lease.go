@@ -118,8 +118,9 @@ type held struct {
 	fence int64
 	refs  atomic.Int32 // outstanding leases; the backend release runs at 0
 	state atomic.Int32
-	st    ctxState // what the context carries
-	first Lease    // the lease of the acquisition that made the hold
+	why   atomic.Pointer[error] // the cause of the loss, once lost
+	st    ctxState              // what the context carries
+	first Lease                 // the lease of the acquisition that made the hold
 }
 
 // String describes the context as the context package does its own, with
@@ -174,8 +175,19 @@ func (h *held) lose(cause error) bool {
 	if !h.state.CompareAndSwap(holdLive, holdLost) {
 		return false
 	}
+	h.why.Store(&cause)
 	h.cancel(cause)
 	return true
+}
+
+// lost is the error a lost hold reports: the cause it was lost with (say
+// ErrRevoked), also when the request's own context had ended before and
+// so the context's cause is the parent's.
+func (h *held) lost() error {
+	if p := h.why.Load(); p != nil && errors.Is(*p, ErrLockLost) {
+		return *p
+	}
+	return ErrLockLost
 }
 
 // NewLease returns the lease of hold, a fresh hold of key owned by token
@@ -277,7 +289,7 @@ func (ls *Lease) Err() error {
 	if h.state.Load() == holdReleased {
 		return ErrReleased
 	}
-	return ErrLockLost
+	return h.lost()
 }
 
 // Release gives up this lease. The hold is released in the backend when
@@ -286,8 +298,9 @@ func (ls *Lease) Err() error {
 // on in the background. Releasing twice, or after a client re-sent the
 // call, changes nothing more.
 //
-// It returns ErrReleased for a second call, ErrLockLost if the lease was
-// lost before (its validity ran out, or the engine found it gone), and an
+// It returns ErrReleased for a second call, an error matching ErrLockLost
+// if the lease was lost before (its validity ran out, or the engine found
+// it gone; ErrRevoked when an operator revoked it), and an
 // error matching ErrUnavailable if the backend did not answer in time; the
 // key then expires at the end of its TTL unless the release lands later.
 func (ls *Lease) Release(ctx context.Context) error {
@@ -304,7 +317,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 		if err := context.Cause(h); errors.Is(err, ErrLockLost) {
 			return err
 		}
-		return ErrLockLost
+		return h.lost()
 	}
 	h.certain() // a lease that ran out is lost, not released
 	wasLive := h.state.CompareAndSwap(holdLive, holdReleased)
@@ -314,7 +327,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 	err := h.hold.Release(ctx)
 	switch {
 	case !wasLive:
-		return ErrLockLost
+		return h.lost()
 	case err != nil:
 		return err
 	}

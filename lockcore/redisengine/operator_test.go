@@ -726,3 +726,39 @@ func TestEntryStart(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokedAfterCallerLeftSaysRevoked: a request's context ends (its
+// deadline) while its lease is still held, and an operator then revokes
+// the hold. The lease's context already ended with the request's cause,
+// but its Err and its Release must still say why the hold was lost,
+// ErrRevoked, not a bare ErrLockLost.
+func TestRevokedAfterCallerLeftSaysRevoked(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		for _, k := range healKinds {
+			t.Run(k.name, func(t *testing.T) {
+				l := lockerOn(t, k.client(t, b.Addr), redistest.Prefix(t), Options{})
+				key := mustKey(t, "revoke", "after-deadline")
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-ls.Context().Done()
+				if !errors.Is(context.Cause(ls.Context()), context.DeadlineExceeded) {
+					t.Fatalf("the lease's context ended with %v, want the request's deadline", context.Cause(ls.Context()))
+				}
+				if _, err := l.Revoke(context.Background(), key, "after the request's deadline"); err != nil {
+					t.Fatalf("Revoke: %v", err)
+				}
+				eventually(t, 2*time.Second, "the lease's Err saying ErrRevoked", func() bool {
+					return errors.Is(ls.Err(), lockcore.ErrRevoked)
+				})
+				if err := ls.Release(context.Background()); !errors.Is(err, lockcore.ErrRevoked) {
+					t.Fatalf("Release: %v, want ErrRevoked", err)
+				}
+			})
+		}
+	})
+}
