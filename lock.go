@@ -106,10 +106,22 @@ func (l *Locker) Engine() lockcore.Engine { return l.engine }
 // Operator returns the Locker's engine as a lockcore.Operator, for listing,
 // inspecting and force-releasing its locks (package admin, the routelock
 // command), or nil when the engine cannot do that. The Redis engine of New
-// can.
+// can, also when the engine given to FromEngine wraps it and has an
+// Unwrap() lockcore.Engine method (as lockotel's does).
 func (l *Locker) Operator() lockcore.Operator {
-	op, _ := l.base.(lockcore.Operator)
-	return op
+	e := l.base
+	// Through wrappers that say what they wrap (lockotel's), a few deep.
+	for range 8 {
+		if op, ok := e.(lockcore.Operator); ok {
+			return op
+		}
+		u, ok := e.(interface{ Unwrap() lockcore.Engine })
+		if !ok {
+			return nil
+		}
+		e = u.Unwrap()
+	}
+	return nil
 }
 
 // Options returns the options given to New or FromEngine, which package

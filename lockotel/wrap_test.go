@@ -99,3 +99,34 @@ func TestOption(t *testing.T) {
 	}()
 	l.ByParam("productID", r.tel.Option())
 }
+
+// operable is an engine that is also an Operator; its operations are not
+// called here.
+type operable struct{ *fakeengine.Engine }
+
+func (operable) List(context.Context, string, int) ([]lockcore.Info, bool, error) {
+	return nil, false, nil
+}
+func (operable) Inspect(context.Context, lockcore.Key) (lockcore.Info, error) {
+	return lockcore.Info{}, nil
+}
+func (operable) Revoke(context.Context, lockcore.Key, string) (lockcore.Revocation, error) {
+	return lockcore.Revocation{}, nil
+}
+
+// TestOperatorThroughWrapper: a Locker made with FromEngine on an engine
+// wrapped for telemetry still offers the wrapped engine's operations
+// (admin page, routelock command), through one wrapper or two.
+func TestOperatorThroughWrapper(t *testing.T) {
+	op := operable{fakeengine.New()}
+	once := newRig(t).tel.Wrap(op)
+	twice := newRig(t).tel.Wrap(once)
+	for _, e := range []lockcore.Engine{op, once, twice} {
+		if got := lock.FromEngine(e).Operator(); got != lockcore.Operator(op) {
+			t.Errorf("FromEngine(%T).Operator() = %v, want the wrapped engine", e, got)
+		}
+	}
+	if got := lock.FromEngine(newRig(t).tel.Wrap(fakeengine.New())).Operator(); got != nil {
+		t.Errorf("an engine that cannot operate, wrapped: Operator() = %T, want nil", got)
+	}
+}
