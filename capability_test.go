@@ -27,6 +27,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/grpclock"
+	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
@@ -136,7 +137,7 @@ func newShopPair(t *testing.T, addr, prefix string, g *gate) *shopPair {
 		g.run(ctx, seq)
 		return shop.New("ReserveReply"), nil
 	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(gl,
-		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID")))))
+		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID")))))
 	// Cleanups run last first: the handlers are let go before the servers
 	// wait for them.
 	t.Cleanup(func() { close(g.done) })
@@ -282,7 +283,7 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 		seen <- tok
 		return shop.New("ReserveReply"), nil
 	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"))))))
+		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"))))))
 	hc := httpClient(t, nil)
 
 	for _, c := range []struct {
@@ -373,7 +374,7 @@ func TestChainReentersEveryLock(t *testing.T) {
 		}
 		return shop.New("ReserveReply"), nil
 	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(bl,
-		grpclock.Method(shop.Reserve, keyfunc.Metadata("x-user-id"), lock.Name("userID")))))
+		grpclock.Method(shop.Reserve, interceptor.Metadata("x-user-id"), lock.Name("userID")))))
 	cc := dial(t, baddr, grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
 
 	var aFence atomic.Int64
@@ -458,7 +459,7 @@ func TestHostileTokens(t *testing.T) {
 		ran.Add(1)
 		return shop.New("ReserveReply"), nil
 	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"))))))
+		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"))))))
 	hc := httpClient(t, nil)
 
 	const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"

@@ -27,6 +27,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/grpclock"
+	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
@@ -96,8 +97,8 @@ func TestPrintedContextLeaksNoToken(t *testing.T) {
 		},
 	}
 	cc := dial(t, serveGRPC(t, gsrv,
-		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, keyfunc.Field("product_id")))),
-		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l, grpclock.Method(shop.Restock, keyfunc.Field("product_id"))))))
+		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, interceptor.Field("product_id")))),
+		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l, grpclock.Method(shop.Restock, interceptor.Field("product_id"))))))
 	ctx, cancel := context.WithTimeout(context.Background(), testBound)
 	defer cancel()
 	if _, err := reserve(ctx, cc, 42); err != nil {
@@ -247,8 +248,8 @@ func TestStreamReentryAndLoss(t *testing.T) {
 			},
 		}
 		addr := serveGRPC(t, gsrv,
-			grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.FailFast()))),
-			grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l, grpclock.Method(shop.Restock, keyfunc.Field("product_id"), lock.FailFast()))))
+			grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.FailFast()))),
+			grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l, grpclock.Method(shop.Restock, interceptor.Field("product_id"), lock.FailFast()))))
 		selfAddr.Store(addr)
 		cc := dial(t, addr)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*testBound)
@@ -464,8 +465,8 @@ func TestGRPCOptionsFromLockerDefaults(t *testing.T) {
 		},
 	}
 	cc := dial(t, serveGRPC(t, gsrv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-		grpclock.Method(shop.Reserve, keyfunc.Field("product_id")),
-		grpclock.Method(shop.Create, keyfunc.Field("order.product_id").As("product_id"), lock.Wait(200*time.Millisecond),
+		grpclock.Method(shop.Reserve, interceptor.Field("product_id")),
+		grpclock.Method(shop.Create, interceptor.Field("order.product_id").As("product_id"), lock.Wait(200*time.Millisecond),
 			grpclock.OnRPCError(func(ctx context.Context, m string, err error) error {
 				methodErr.Add(1)
 				return status.Error(codes.FailedPrecondition, "method's own")

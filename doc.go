@@ -16,8 +16,8 @@
 // serves only HTTP links no gRPC:
 //
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
-//		grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Wait(time.Second)),
-//		grpclock.Method("/shop.Orders/Create", keyfunc.Field("order.user_id"), lock.FailFast()),
+//		grpclock.Method("/shop.Inventory/Reserve", interceptor.Field("product_id"), lock.Wait(time.Second)),
+//		grpclock.Method("/shop.Orders/Create", interceptor.Field("order.user_id"), lock.FailFast()),
 //	)))
 //
 // # What a request sees

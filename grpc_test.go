@@ -25,6 +25,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/grpclock"
+	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
@@ -128,7 +129,7 @@ func grpcSeckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 		var opts []grpc.ServerOption
 		if locked {
 			opts = append(opts, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-				grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Wait(30*time.Second)))))
+				grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Wait(30*time.Second)))))
 		}
 		addrs = append(addrs, serveGRPC(t, srv, opts...))
 	}
@@ -208,10 +209,10 @@ func newGRPCShop(t *testing.T, addr, prefix string, rule grpclock.MethodRule, op
 func TestGRPCContention(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		holder := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID")))
+		holder := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID")))
 		holder.release = make(chan struct{})
-		fast := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.FailFast()))
-		blocking := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(20*time.Second)))
+		fast := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"), lock.FailFast()))
+		blocking := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"), lock.Wait(20*time.Second)))
 		ctx := context.Background()
 
 		held := make(chan error, 1)
@@ -262,7 +263,7 @@ func TestGRPCContention(t *testing.T) {
 		holder.release = make(chan struct{})
 		go func() { _, err := reserve(ctx, dial(t, holder.addr), 42); held <- err }()
 		<-holder.entered
-		short := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(50*time.Millisecond)))
+		short := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"), lock.Wait(50*time.Millisecond)))
 		_, err = reserve(ctx, dial(t, short.addr), 42)
 		wantCode(t, err, codes.Aborted)
 		close(holder.release)
@@ -292,8 +293,8 @@ func TestGRPCBadKey(t *testing.T) {
 			},
 		}
 		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-			grpclock.Method(shop.Reserve, keyfunc.Field("product_id")),
-			grpclock.Method(shop.Create, keyfunc.Field("order.user_id"), lock.FailFast()),
+			grpclock.Method(shop.Reserve, interceptor.Field("product_id")),
+			grpclock.Method(shop.Create, interceptor.Field("order.user_id"), lock.FailFast()),
 		))))
 		ctx := context.Background()
 
@@ -352,7 +353,7 @@ func TestGRPCRedisDown(t *testing.T) {
 			},
 		}
 		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-			grpclock.Method(shop.Reserve, keyfunc.Field("product_id"))))))
+			grpclock.Method(shop.Reserve, interceptor.Field("product_id"))))))
 		ctx := context.Background()
 		if _, err := reserve(ctx, cc, 42); err != nil || ran.Load() != 1 {
 			t.Fatalf("with Redis up: %v", err)
@@ -422,7 +423,7 @@ func TestCrossProtocolReentry(t *testing.T) {
 					return shop.New("ReserveReply"), nil
 				}}
 				bAddr := serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(bLocker,
-					grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.FailFast()))))
+					grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"), lock.FailFast()))))
 				var copts []grpc.DialOption
 				if propagate {
 					copts = append(copts, grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
@@ -518,7 +519,7 @@ func TestGRPCStream(t *testing.T) {
 			return ss.SendMsg(shop.Set(shop.New("ReserveReply"), "left", total))
 		}}
 		cc := dial(t, serveGRPC(t, srv, grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l,
-			grpclock.Method(shop.Restock, keyfunc.Field("product_id"), lock.FailFast())))))
+			grpclock.Method(shop.Restock, interceptor.Field("product_id"), lock.FailFast())))))
 		ctx := context.Background()
 		open := func(productID int64) (grpc.ClientStream, error) {
 			st, err := cc.NewStream(ctx, shop.RestockDesc, shop.Restock)
@@ -580,7 +581,7 @@ func TestGRPCStream(t *testing.T) {
 			}
 		}}
 		cc2 := dial(t, serveGRPC(t, srv2, grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l,
-			grpclock.Method("/shop.Inventory/*", keyfunc.Metadata("x-warehouse"))))))
+			grpclock.Method("/shop.Inventory/*", interceptor.Metadata("x-warehouse"))))))
 		st3, err := cc2.NewStream(metadata.AppendToOutgoingContext(ctx, "x-warehouse", "w1"), shop.RestockDesc, shop.Restock)
 		if err != nil {
 			t.Fatal(err)
@@ -636,8 +637,8 @@ func TestGRPCPanicAndLoss(t *testing.T) {
 			},
 		}
 		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(recovery, grpclock.UnaryServerInterceptor(l,
-			grpclock.Method(shop.Reserve, keyfunc.Field("product_id")),
-			grpclock.Method(shop.Create, keyfunc.Field("order.user_id"))))))
+			grpclock.Method(shop.Reserve, interceptor.Field("product_id")),
+			grpclock.Method(shop.Create, interceptor.Field("order.user_id"))))))
 		ctx := context.Background()
 		_, err := reserve(ctx, cc, 42)
 		wantCode(t, err, codes.Internal)
@@ -694,7 +695,7 @@ func TestGRPCRules(t *testing.T) {
 
 		// Catch-all on product_id: Reserve locks, Create (no such field) passes.
 		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-			grpclock.Method("*", keyfunc.Field("product_id"))))))
+			grpclock.Method("*", interceptor.Field("product_id"))))))
 		if k, err := call(cc, ctx, shop.Reserve); err != nil || len(k) != 1 || k[0] != "product_id:7" {
 			t.Fatalf("catch-all Reserve: %v %v", k, err)
 		}
@@ -704,16 +705,16 @@ func TestGRPCRules(t *testing.T) {
 		// Exact beats service beats catch-all; an exact rule on a field the
 		// message lacks is Internal.
 		cc = dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-			grpclock.Method("*", keyfunc.Field("order.user_id")),
-			grpclock.Method("/shop.Inventory/*", keyfunc.Field("product_id").As("inv")),
-			grpclock.Method(shop.Reserve, keyfunc.Field("order.user_id"))))))
+			grpclock.Method("*", interceptor.Field("order.user_id")),
+			grpclock.Method("/shop.Inventory/*", interceptor.Field("product_id").As("inv")),
+			grpclock.Method(shop.Reserve, interceptor.Field("order.user_id"))))))
 		_, err := call(cc, ctx, shop.Reserve)
 		wantCode(t, err, codes.Internal)
 		if k, err := call(cc, ctx, shop.Create); err != nil || len(k) != 1 || k[0] != "order.user_id:u" {
 			t.Fatalf("catch-all Create: %v %v", k, err)
 		}
 		cc = dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-			grpclock.Method("/shop.Inventory/*", keyfunc.Field("product_id").As("inv"))))))
+			grpclock.Method("/shop.Inventory/*", interceptor.Field("product_id").As("inv"))))))
 		if k, err := call(cc, ctx, shop.Reserve); err != nil || len(k) != 1 || k[0] != "inv:7" {
 			t.Fatalf("service rule: %v %v", k, err)
 		}
@@ -737,22 +738,22 @@ func TestGRPCRules(t *testing.T) {
 // TestMethodPanics: configuration errors panic when the rule is made.
 func TestMethodPanics(t *testing.T) {
 	for name, f := range map[string]func(){
-		"no slash":      func() { grpclock.Method("shop.Inventory/Reserve", keyfunc.Field("id")) },
-		"no method":     func() { grpclock.Method("/shop.Inventory/", keyfunc.Field("id")) },
-		"bad wildcard":  func() { grpclock.Method("/shop.*/Reserve", keyfunc.Field("id")) },
+		"no slash":      func() { grpclock.Method("shop.Inventory/Reserve", interceptor.Field("id")) },
+		"no method":     func() { grpclock.Method("/shop.Inventory/", interceptor.Field("id")) },
+		"bad wildcard":  func() { grpclock.Method("/shop.*/Reserve", interceptor.Field("id")) },
 		"zero key":      func() { grpclock.Method(shop.Reserve, keyfunc.Func{}) },
 		"HTTP-only key": func() { grpclock.Method(shop.Reserve, keyfunc.Param("id")) },
 		"route option": func() {
-			grpclock.Method(shop.Reserve, keyfunc.Field("id"), lock.OnError(func(http.ResponseWriter, *http.Request, error) {}))
+			grpclock.Method(shop.Reserve, interceptor.Field("id"), lock.OnError(func(http.ResponseWriter, *http.Request, error) {}))
 		},
-		"New option":    func() { grpclock.Method(shop.Reserve, keyfunc.Field("id"), lock.Prefix("x:")) },
-		"RPC key in By": func() { (&lock.Locker{}).By(keyfunc.Field("id")) },
+		"New option":    func() { grpclock.Method(shop.Reserve, interceptor.Field("id"), lock.Prefix("x:")) },
+		"RPC key in By": func() { (&lock.Locker{}).By(interceptor.Field("id")) },
 		"duplicate": func() {
 			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 			defer rdb.Close()
 			l := lock.New(rdb)
 			defer l.Close()
-			grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, keyfunc.Field("a")), grpclock.Method(shop.Reserve, keyfunc.Field("b")))
+			grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, interceptor.Field("a")), grpclock.Method(shop.Reserve, interceptor.Field("b")))
 		},
 		"zero rule": func() {
 			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled

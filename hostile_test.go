@@ -18,6 +18,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/grpclock"
+	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
@@ -79,8 +80,8 @@ func TestTokensNeverLeak(t *testing.T) {
 	cc := dial(t, serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		return shop.New("ReserveReply"), nil
 	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID")),
-		grpclock.Method(shop.Create, keyfunc.Metadata("x-tenant"))))))
+		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID")),
+		grpclock.Method(shop.Create, interceptor.Metadata("x-tenant"))))))
 	for _, s := range secrets {
 		for _, md := range [][]string{{"routelock-token", s}, {"x-tenant", s}} {
 			ctx := metadata.AppendToOutgoingContext(context.Background(), md...)

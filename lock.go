@@ -140,8 +140,8 @@ func (l *Locker) Options() []Option { return slices.Clone(l.opts) }
 // case the handler does not run unlocked. See package middleware for the
 // whole flow.
 //
-// Panics if key is zero or cannot read HTTP requests (keyfunc.Field), or an
-// option is invalid here.
+// Panics if key is zero or cannot read HTTP requests (interceptor.Field),
+// or an option is invalid here.
 func (l *Locker) By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
 	c := l.cfg
 	c.ApplyAll(config.InRoute, opts)

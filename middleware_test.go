@@ -827,6 +827,7 @@ func TestDefaultFromEnv(t *testing.T) {
 func TestOptionPanics(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
+	rpcOnly := keyfunc.Custom(keyfunc.Source{Name: "x", RPC: func(context.Context, any) (string, error) { return "", nil }})
 	for name, fn := range map[string]func(){
 		"Wait(0)":             func() { lock.Wait(0) },
 		"TTL(1ms)":            func() { lock.TTL(time.Millisecond) },
@@ -836,7 +837,7 @@ func TestOptionPanics(t *testing.T) {
 		"bad Prefix":          func() { lock.New(rdb, lock.Prefix("a{b")) },
 		"New(nil)":            func() { lock.New(nil) },
 		"zero key":            func() { lock.By(keyfunc.Func{}) },
-		"key not for HTTP":    func() { lock.By(keyfunc.RPCFunc("x", func(context.Context, any) (string, error) { return "", nil })) },
+		"key not for HTTP":    func() { lock.By(rpcOnly) },
 		"TrustToken(nil)":     func() { lock.TrustToken(nil) },
 		"OnError(nil)":        func() { lock.OnError(nil) },
 		"zero Option":         func() { lock.ByParam("id", lock.Option{}) },

@@ -15,9 +15,9 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/grpclock"
+	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
-	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -147,7 +147,7 @@ func TestForceReleaseEndToEnd(t *testing.T) {
 					h(ctx, req.Get(req.Descriptor().Fields().ByName("quantity")).Int() == 1)
 					return shop.New("ReserveReply"), nil
 				}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-					grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID")))))
+					grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID")))))
 				return dial(t, addr)
 			}
 			a, bl := newLocker(), newLocker()

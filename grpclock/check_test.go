@@ -24,8 +24,8 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/grpclock"
+	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/shop"
-	"github.com/routelock/lock/keyfunc"
 )
 
 // TestCheckFindsRulesThatMatchNothing: a rule for a misspelt method
@@ -38,14 +38,14 @@ func TestCheckFindsRulesThatMatchNothing(t *testing.T) {
 	locker := lock.New(rdb)
 	t.Cleanup(func() { _ = locker.Close() })
 	good := []grpclock.MethodRule{
-		grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id")),
-		grpclock.Method("/grpc.health.v1.Health/Check", keyfunc.Metadata("x-tenant")),
-		grpclock.Method("/shop.Orders/*", keyfunc.Field("order.user_id")),
-		grpclock.Method("*", keyfunc.Metadata("x-tenant")),
+		grpclock.Method("/shop.Inventory/Reserve", interceptor.Field("product_id")),
+		grpclock.Method("/grpc.health.v1.Health/Check", interceptor.Metadata("x-tenant")),
+		grpclock.Method("/shop.Orders/*", interceptor.Field("order.user_id")),
+		grpclock.Method("*", interceptor.Metadata("x-tenant")),
 	}
 	bad := []grpclock.MethodRule{
-		grpclock.Method("/grpc.health.v1.Health/Chek", keyfunc.Metadata("x-tenant")),
-		grpclock.Method("/shop.Nope/*", keyfunc.Field("product_id")),
+		grpclock.Method("/grpc.health.v1.Health/Chek", interceptor.Metadata("x-tenant")),
+		grpclock.Method("/shop.Nope/*", interceptor.Field("product_id")),
 	}
 	rules := append(append([]grpclock.MethodRule{}, good...), bad...)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker, rules...)))
@@ -81,7 +81,7 @@ func TestExactRuleWithoutItsKeyIsLogged(t *testing.T) {
 	t.Cleanup(func() { _ = locker.Close() })
 	var ran atomic.Int32
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
-		grpclock.Method(shop.Reserve, keyfunc.Field("sku")))))
+		grpclock.Method(shop.Reserve, interceptor.Field("sku")))))
 	shop.Register(srv, &shop.Server{Reserve: func(context.Context, *dynamicpb.Message) (*dynamicpb.Message, error) {
 		ran.Add(1)
 		return shop.New("ReserveReply"), nil

@@ -15,8 +15,8 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/grpclock"
+	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/shop"
-	"github.com/routelock/lock/keyfunc"
 )
 
 // Per-method locks on a gRPC server, keyed by request message fields, and
@@ -43,9 +43,9 @@ func ExampleUnaryServerInterceptor() {
 	// readme:begin grpc
 	srv := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
-			grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(time.Second)),
-			grpclock.Method("/shop.Orders/Create", keyfunc.Field("order.user_id"), lock.FailFast()),
-			grpclock.Method("/shop.Admin/*", keyfunc.Metadata("x-tenant-id")), // every method of a service; "*" for all
+			grpclock.Method("/shop.Inventory/Reserve", interceptor.Field("product_id"), lock.Name("productID"), lock.Wait(time.Second)),
+			grpclock.Method("/shop.Orders/Create", interceptor.Field("order.user_id"), lock.FailFast()),
+			grpclock.Method("/shop.Admin/*", interceptor.Metadata("x-tenant-id")), // every method of a service; "*" for all
 		)),
 		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(locker /* rules */)),
 	)

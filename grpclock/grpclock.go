@@ -6,8 +6,8 @@
 //
 //	locker := lock.New(rdb)
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
-//		grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Wait(time.Second)),
-//		grpclock.Method("/shop.Orders/Create", keyfunc.Field("order.user_id"), lock.FailFast()),
+//		grpclock.Method("/shop.Inventory/Reserve", interceptor.Field("product_id"), lock.Wait(time.Second)),
+//		grpclock.Method("/shop.Orders/Create", interceptor.Field("order.user_id"), lock.FailFast()),
 //	)))
 //	grpc.NewClient(addr, grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
 //
@@ -42,10 +42,10 @@ type MethodRule struct {
 // Locker's defaults. fullMethod may also be "/shop.Inventory/*", every
 // method of the service, or "*", every method; an exact rule wins over its
 // service's, which wins over "*". Where the key of a wildcard rule does not
-// apply to a method (keyfunc.Field of a field that its request message
+// apply to a method (interceptor.Field of a field that its request message
 // lacks), the method's calls pass through unlocked.
 //
-//	grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(time.Second))
+//	grpclock.Method("/shop.Inventory/Reserve", interceptor.Field("product_id"), lock.Name("productID"), lock.Wait(time.Second))
 //
 // lock.Name("productID") makes the method share the lock of HTTP routes on
 // {productID}: the key is productID:42 on both, and the owner token carried
@@ -137,7 +137,7 @@ func UnaryServerInterceptor(l *lock.Locker, rules ...MethodRule) grpc.UnaryServe
 
 // StreamServerInterceptor is UnaryServerInterceptor for streams. A key
 // from metadata is locked before the handler runs; a key from the message
-// (keyfunc.Field) is locked on the stream's first message, inside the
+// (interceptor.Field) is locked on the stream's first message, inside the
 // handler's first RecvMsg.
 func StreamServerInterceptor(l *lock.Locker, rules ...MethodRule) grpc.StreamServerInterceptor {
 	return interceptor.StreamServer(l.Engine(), serverConfig(l, rules))
@@ -162,7 +162,7 @@ func StreamClientInterceptor() grpc.StreamClientInterceptor { return interceptor
 // whose calls would otherwise run unlocked without a word; nil when every
 // rule matches. Call it at startup, after registering the services:
 //
-//	rules := []grpclock.MethodRule{grpclock.Method("/shop.Inventory/Reserve", keyfunc.Field("product_id"))}
+//	rules := []grpclock.MethodRule{grpclock.Method("/shop.Inventory/Reserve", interceptor.Field("product_id"))}
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker, rules...)))
 //	shop.RegisterInventoryServer(srv, inv)
 //	if err := grpclock.Check(srv, rules...); err != nil {

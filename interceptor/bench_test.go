@@ -13,7 +13,6 @@ import (
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
-	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
@@ -26,7 +25,7 @@ func benchSetup(b *testing.B, rdb *redis.Client) (grpc.UnaryServerInterceptor, *
 	}
 	b.Cleanup(func() { l.Close() })
 	ic := interceptor.UnaryServer(l, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: keyfunc.Field("product_id")},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id")},
 	}})
 	return ic, shop.Set(shop.New("ReserveRequest"), "product_id", int64(42), "quantity", int32(1))
 }

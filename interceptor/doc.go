@@ -6,8 +6,8 @@
 // Rules map methods to keys and policies:
 //
 //	c := interceptor.Config{Rules: []interceptor.Rule{
-//		{Method: "/shop.Inventory/Reserve", Key: keyfunc.Field("product_id").As("productID"), Wait: time.Second},
-//		{Method: "/shop.Orders/Create", Key: keyfunc.Field("order.user_id"), Wait: -1},
+//		{Method: "/shop.Inventory/Reserve", Key: interceptor.Field("product_id").As("productID"), Wait: time.Second},
+//		{Method: "/shop.Orders/Create", Key: interceptor.Field("order.user_id"), Wait: -1},
 //	}}
 //	srv := grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(l, c)),
@@ -19,9 +19,9 @@
 //  1. takes a propagated owner token from TokenKey metadata, if the call
 //     may carry one (Config.TrustToken), and removes it from the metadata
 //     the handler sees;
-//  2. derives the key from the request (keyfunc.Field, keyfunc.Metadata,
-//     keyfunc.Context, keyfunc.Join); a bad key ends the call with
-//     codes.InvalidArgument and the handler does not run;
+//  2. derives the key from the request (Field, Metadata, keyfunc.Context,
+//     keyfunc.Join); a bad key ends the call with codes.InvalidArgument
+//     and the handler does not run;
 //  3. acquires the lock, waiting up to Rule.Wait (and never past the call's
 //     deadline) or failing fast: codes.Aborted when it stays held by
 //     another owner, codes.Unavailable when Redis cannot be reached;

@@ -15,7 +15,6 @@ import (
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/internal/shop"
-	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -44,7 +43,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 	k := fakeKey(t, "product_id", "42")
 	reports := make(chan streamReport, 1)
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Restock, Key: keyfunc.Field("product_id"), Wait: -1},
+		{Method: shop.Restock, Key: interceptor.Field("product_id"), Wait: -1},
 	}}, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 		var rep streamReport
 		defer func() { reports <- rep }()
@@ -140,7 +139,7 @@ func TestFakeStreamRefused(t *testing.T) {
 	k := fakeKey(t, "product_id", "42")
 	recvErrs := make(chan error, 2)
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Restock, Key: keyfunc.Field("product_id"), Wait: -1},
+		{Method: shop.Restock, Key: interceptor.Field("product_id"), Wait: -1},
 	}}, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 		err := ss.RecvMsg(shop.New("ReserveRequest"))
 		recvErrs <- err

@@ -205,9 +205,9 @@ func TestFakeRulePolicies(t *testing.T) {
 	e := fakeengine.New()
 	var runs atomic.Int32
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: keyfunc.Field("product_id")},
-		{Method: shop.Create, Key: keyfunc.Field("order.user_id"), Wait: -1, TTL: 2 * time.Second},
-		{Method: shop.Restock, Key: keyfunc.Field("product_id"), Wait: 3 * time.Second, TTL: lockcore.MinTTL},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id")},
+		{Method: shop.Create, Key: interceptor.Field("order.user_id"), Wait: -1, TTL: 2 * time.Second},
+		{Method: shop.Restock, Key: interceptor.Field("product_id"), Wait: 3 * time.Second, TTL: lockcore.MinTTL},
 	}}, &shop.Server{
 		Reserve: fencedReserve(&runs),
 		Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
@@ -242,7 +242,7 @@ func TestFakeRulePolicies(t *testing.T) {
 	// runs (a metadata key), the Route is the method called, not the rule.
 	e = fakeengine.New()
 	rig = newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: "*", Key: keyfunc.Metadata("x-tenant")},
+		{Method: "*", Key: interceptor.Metadata("x-tenant")},
 	}}, &shop.Server{
 		Reserve: fencedReserve(&runs),
 		Restock: func(ss grpc.ServerStream) error {
@@ -285,12 +285,12 @@ func TestFakeCodes(t *testing.T) {
 		},
 	}
 	failFast := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: keyfunc.Field("product_id"), Wait: -1},
-		{Method: shop.Create, Key: keyfunc.Field("order.product_id").As("product_id"), Wait: 50 * time.Millisecond},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Wait: -1},
+		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Wait: 50 * time.Millisecond},
 	}}, srv)
 	waiting := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: keyfunc.Field("product_id"), Wait: time.Hour},
-		{Method: shop.Create, Key: keyfunc.Field("product_id")}, // CreateOrderRequest has no product_id
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Wait: time.Hour},
+		{Method: shop.Create, Key: interceptor.Field("product_id")}, // CreateOrderRequest has no product_id
 	}}, srv)
 	k := fakeKey(t, "product_id", "42")
 
@@ -393,7 +393,7 @@ func TestFakeUnaryPropagation(t *testing.T) {
 		_, entries := e.Held(k)
 		return shop.Set(shop.New("ReserveReply"), "fence", f, "left", int64(entries)), nil
 	}}
-	rule := interceptor.Rule{Method: shop.Reserve, Key: keyfunc.Field("product_id"), Wait: -1}
+	rule := interceptor.Rule{Method: shop.Reserve, Key: interceptor.Field("product_id"), Wait: -1}
 	trusting := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{rule}}, inner)
 	never := func(context.Context, string) bool { return false }
 	untrusting := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{rule}, TrustToken: never}, inner)
@@ -407,7 +407,7 @@ func TestFakeUnaryPropagation(t *testing.T) {
 	cancels := make(chan context.CancelFunc, 1)
 	proceed := make(chan struct{})
 	outer := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Create, Key: keyfunc.Field("order.product_id").As("product_id"), Wait: -1},
+		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Wait: -1},
 	}}, &shop.Server{Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		order := req.Get(req.Descriptor().Fields().ByName("order")).Message().Interface()
 		f, _ := lockcore.FencingToken(ctx)
@@ -488,7 +488,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 	e := fakeengine.New()
 	k := fakeKey(t, "productID", "42")
 	rpc := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: keyfunc.Field("product_id").As("productID"), Wait: -1},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id").As("productID"), Wait: -1},
 	}}, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		f, _ := lockcore.FencingToken(ctx)
 		_, entries := e.Held(k)
@@ -532,7 +532,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 
 	// gRPC → HTTP.
 	rpc2 := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Create, Key: keyfunc.Field("order.product_id").As("productID"), Wait: -1},
+		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("productID"), Wait: -1},
 	}}, &shop.Server{Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		f, _ := lockcore.FencingToken(ctx)
 		hreq, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/products/42/stock", nil)
@@ -564,7 +564,7 @@ func TestFakeUnaryLeaseLost(t *testing.T) {
 	k := fakeKey(t, "product_id", "5")
 	started := make(chan struct{})
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: keyfunc.Field("product_id"), Wait: -1},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Wait: -1},
 	}}, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		close(started)
 		select {
@@ -606,7 +606,7 @@ func TestFakeUnaryPanicReleases(t *testing.T) {
 	k := fakeKey(t, "product_id", "9")
 	var runs atomic.Int32
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: keyfunc.Field("product_id"), Wait: -1},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Wait: -1},
 	}}, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		if runs.Add(1) == 1 {
 			panic("boom")

@@ -107,7 +107,7 @@ func TestUnaryClient(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	key := keyfunc.Field("id")
+	key := interceptor.Field("id")
 	for _, tc := range []struct {
 		c  interceptor.Config
 		ok bool

@@ -15,7 +15,7 @@ import (
 // A key that reads only metadata or the context is known when the stream
 // opens: the lock is taken before the handler runs, and a refused stream
 // ends with the error before it. A key that reads the request message
-// (keyfunc.Field) is taken from the stream's first message: the handler's
+// (Field) is taken from the stream's first message: the handler's
 // first RecvMsg returns once the lock is held, or returns the refusal,
 // which is also the error the stream ends with whatever the handler
 // returns. Until then the stream's context carries neither the lock's owner

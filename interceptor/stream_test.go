@@ -19,7 +19,6 @@ import (
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
-	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
@@ -56,7 +55,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		}
 		reports := make(chan report, 1)
 		srv := grpc.NewServer(grpc.ChainStreamInterceptor(interceptor.StreamServer(e, interceptor.Config{Rules: []interceptor.Rule{
-			{Method: shop.Restock, Key: keyfunc.Field("product_id"), Wait: 30 * time.Second},
+			{Method: shop.Restock, Key: interceptor.Field("product_id"), Wait: 30 * time.Second},
 		}})))
 		shop.Register(srv, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 			var r report

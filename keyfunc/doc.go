@@ -2,9 +2,10 @@
 // resource the request touches, such as product 42. It knows nothing of
 // Redis; the middleware and interceptor packages build a lock key from the
 // parts with lockcore.NewKey. Nor does it import gRPC or protobuf, so a
-// program that locks only HTTP routes links neither: [Field] and [Metadata]
-// read gRPC calls through a reader that package interceptor links into every
-// gRPC server, and fail with [ErrInvalid] in a program without it.
+// program that locks only HTTP routes links neither: the key functions that
+// read gRPC calls, Field (a field of the request message) and Metadata, are
+// in package github.com/routelock/lock/interceptor, built with [Custom], and
+// combine with the ones here through [Join] and [Func.As].
 //
 // # Keys name resources
 //

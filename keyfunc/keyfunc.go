@@ -70,12 +70,17 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Public returns a description of the error that is safe to show to the
 // client: it names the source and says what is wrong, and never repeats the
-// request's value. For an error of a custom function it says only whether
-// the value was missing or invalid.
+// request's value. For an error of a custom function (Custom) it says what
+// the error's own method Public() string returns, if it has one, and
+// otherwise only whether the value was missing or invalid.
 func (e *Error) Public() string {
 	var d *detail
 	if errors.As(e.Err, &d) {
 		return e.Source + ": " + d.msg
+	}
+	var p interface{ Public() string }
+	if errors.As(e.Err, &p) {
+		return e.Source + ": " + p.Public()
 	}
 	switch {
 	case errors.Is(e.Err, ErrMissing):
@@ -133,7 +138,7 @@ type source struct {
 	http func(*http.Request) (string, error)
 	rpc  func(ctx context.Context, req any) (string, error)
 
-	message bool // rpc reads the request message (Field)
+	message bool // rpc reads the request message (interceptor.Field)
 }
 
 func one(s source) Func { return Func{groups: []group{{srcs: []source{s}}}} }
@@ -227,9 +232,10 @@ func (f Func) all(ok func(*source) bool) bool {
 	return true
 }
 
-// ReadsMessage reports whether f reads the gRPC request message (Field),
-// rather than only the call's metadata and context. For a stream such a
-// key is known only once the first message arrives.
+// ReadsMessage reports whether f reads the gRPC request message (a field
+// of it, as interceptor.Field does, or a Custom source without
+// BeforeMessage), rather than only the call's metadata and context. For a
+// stream such a key is known only once the first message arrives.
 func (f Func) ReadsMessage() bool {
 	return !f.IsZero() && !f.all(func(s *source) bool { return !s.message })
 }
@@ -332,30 +338,60 @@ func checkValue(v string) error {
 	return nil
 }
 
-// HTTPFunc returns a key function that takes the value of resource name
-// from an HTTP request with fn. fn should return an error matching
-// ErrMissing or ErrInvalid for a bad request (the middleware answers 400),
-// or ErrSkip for a request the key does not apply to. An empty value counts
-// as missing.
-//
-// Panics if name is empty or longer than MaxLen, or fn is nil.
-func HTTPFunc(name string, fn func(*http.Request) (string, error)) Func {
-	checkName("HTTPFunc", name)
-	if fn == nil {
-		panic("keyfunc: HTTPFunc: nil function")
-	}
-	return one(source{name: name, desc: "HTTPFunc(" + name + ")", http: fn})
+// Source is a source of key values of your own, for Custom: a resource
+// name and the functions that read its value from an HTTP request, a gRPC
+// call, or both.
+type Source struct {
+	// Name is the resource name, the key part before the value. Required.
+	Name string
+
+	// Desc describes the source in errors, and so to the client, such as
+	// "Field(product_id)". Default: "Custom(Name)".
+	Desc string
+
+	// HTTP reads the value from an HTTP request. Nil: the source does not
+	// read HTTP requests.
+	HTTP func(*http.Request) (string, error)
+
+	// RPC reads the value from a gRPC call, given the call's context and
+	// its request message (for a stream, its first message). Nil: the
+	// source does not read gRPC calls.
+	RPC func(ctx context.Context, req any) (string, error)
+
+	// BeforeMessage says that RPC reads only the call's context and
+	// metadata, never req, so that a stream is locked before its handler
+	// runs; RPC then gets a nil req for a stream. Otherwise a stream is
+	// locked on its first message.
+	BeforeMessage bool
 }
 
-// RPCFunc returns a key function that takes the value of resource name from
-// a gRPC call with fn, given the call's context and request message (for a
-// stream, its first message). Errors are as for HTTPFunc.
+// Custom returns the key function of s. HTTP and RPC should return an
+// error matching ErrMissing or ErrInvalid for a bad request (the
+// middleware answers 400, the interceptor codes.InvalidArgument), or
+// ErrSkip for a request the key does not apply to. An empty value counts
+// as missing.
 //
-// Panics if name is empty or longer than MaxLen, or fn is nil.
-func RPCFunc(name string, fn func(ctx context.Context, req any) (string, error)) Func {
-	checkName("RPCFunc", name)
-	if fn == nil {
-		panic("keyfunc: RPCFunc: nil function")
+// The client is told s.Desc and, unless the error has a method
+// Public() string, only whether the value was missing or invalid; an error
+// with that method is told as s.Desc, ": " and what Public returns, which
+// must never repeat the request's value.
+//
+// Panics if s.Name is empty or longer than MaxLen, or s has neither HTTP
+// nor RPC.
+func Custom(s Source) Func {
+	checkName("Custom", s.Name)
+	if s.HTTP == nil && s.RPC == nil {
+		panic("keyfunc: Custom(" + s.Name + "): neither HTTP nor RPC")
 	}
-	return one(source{name: name, desc: "RPCFunc(" + name + ")", rpc: fn, message: true})
+	desc := s.Desc
+	if desc == "" {
+		desc = "Custom(" + s.Name + ")"
+	}
+	return one(source{
+		name:    s.Name,
+		desc:    desc,
+		http:    s.HTTP,
+		rpc:     s.RPC,
+		message: s.RPC != nil && !s.BeforeMessage,
+	})
 }

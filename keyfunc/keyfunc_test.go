@@ -472,8 +472,8 @@ func TestJoinAs(t *testing.T) {
 }
 
 func TestProtocols(t *testing.T) {
-	h := keyfunc.HTTPFunc("h", func(r *http.Request) (string, error) { return r.Method, nil })
-	g := keyfunc.RPCFunc("g", func(ctx context.Context, req any) (string, error) { return fmt.Sprint(req), nil })
+	h := keyfunc.Custom(keyfunc.Source{Name: "h", HTTP: func(r *http.Request) (string, error) { return r.Method, nil }})
+	g := keyfunc.Custom(keyfunc.Source{Name: "g", RPC: func(ctx context.Context, req any) (string, error) { return fmt.Sprint(req), nil }})
 	c := keyfunc.Context("c", userID{})
 	switch {
 	case !h.ForHTTP() || h.ForRPC(), g.ForHTTP() || !g.ForRPC(), !c.ForHTTP() || !c.ForRPC():
@@ -490,13 +490,56 @@ func TestProtocols(t *testing.T) {
 
 	// A custom function's error keeps its identity and its category.
 	errNoUser := fmt.Errorf("%w: no user", keyfunc.ErrMissing)
-	u := keyfunc.HTTPFunc("user", func(*http.Request) (string, error) { return "", errNoUser })
+	u := keyfunc.Custom(keyfunc.Source{Name: "user", HTTP: func(*http.Request) (string, error) { return "", errNoUser }})
 	parts, err = u.HTTP(httptest.NewRequest("GET", "/", nil))
 	wantErr(t, parts, err, errNoUser)
 	var kerr *keyfunc.Error
-	if !errors.As(err, &kerr) || kerr.Public() != "HTTPFunc(user): missing" {
+	if !errors.As(err, &kerr) || kerr.Public() != "Custom(user): missing" {
 		t.Fatalf("Public() of %v wrong", err)
 	}
+}
+
+// publicErr is an error of a custom source that says itself what the
+// client may be told.
+type publicErr struct{ error }
+
+func (publicErr) Public() string { return "no account" }
+
+// TestCustom: a source's description and what its errors tell the client,
+// and whether it reads the message of a gRPC call.
+func TestCustom(t *testing.T) {
+	fail := func(err error) keyfunc.Func {
+		return keyfunc.Custom(keyfunc.Source{Name: "acct", Desc: "Account()", RPC: func(context.Context, any) (string, error) { return "", err }})
+	}
+	for _, tc := range []struct {
+		err    error
+		public string
+	}{
+		{publicErr{fmt.Errorf("%w: secret-7f3a", keyfunc.ErrMissing)}, "Account(): no account"},
+		{fmt.Errorf("lookup: %w", publicErr{keyfunc.ErrInvalid}), "Account(): no account"},
+		{fmt.Errorf("%w: secret-7f3a", keyfunc.ErrMissing), "Account(): missing"},
+		{errors.New("secret-7f3a"), "Account(): invalid"},
+	} {
+		parts, err := fail(tc.err).RPC(context.Background(), nil)
+		wantErr(t, parts, err, tc.err)
+		var kerr *keyfunc.Error
+		if !errors.As(err, &kerr) || kerr.Public() != tc.public {
+			t.Errorf("%v: Public() wrong, want %q", err, tc.public)
+		}
+	}
+
+	rpc := func(context.Context, any) (string, error) { return "v", nil }
+	h := keyfunc.Custom(keyfunc.Source{Name: "h", HTTP: func(*http.Request) (string, error) { return "v", nil }})
+	msg := keyfunc.Custom(keyfunc.Source{Name: "m", RPC: rpc})
+	md := keyfunc.Custom(keyfunc.Source{Name: "d", RPC: rpc, BeforeMessage: true})
+	switch {
+	case h.ReadsMessage(), !msg.ReadsMessage(), md.ReadsMessage(), !keyfunc.Join(md, msg).ReadsMessage():
+		t.Fatal("ReadsMessage wrong")
+	case msg.String() != "Custom(m)", fail(nil).String() != "Account()":
+		t.Fatalf("String() = %q, %q", msg.String(), fail(nil).String())
+	}
+	parts, err := keyfunc.Join(md, msg).As("both").RPC(context.Background(), nil)
+	wantParts(t, parts, err, "both", "v", "v")
 }
 
 // TestErrorsHideValues: no error text, and no Public text, repeats the
@@ -548,11 +591,15 @@ func TestConstructionPanics(t *testing.T) {
 		"Join too many": func() {
 			keyfunc.Join(keyfunc.Query("a"), keyfunc.Query("b"), keyfunc.Query("c"), keyfunc.Query("d"), keyfunc.Query("e"))
 		},
-		"As empty":          func() { keyfunc.Query("a").As("") },
-		"As zero":           func() { keyfunc.Func{}.As("x") },
-		"HTTPFunc nil":      func() { keyfunc.HTTPFunc("x", nil) },
-		"RPCFunc nil":       func() { keyfunc.RPCFunc("x", nil) },
-		"RPCFunc long name": func() { keyfunc.RPCFunc(long, func(context.Context, any) (string, error) { return "", nil }) },
+		"As empty":       func() { keyfunc.Query("a").As("") },
+		"As zero":        func() { keyfunc.Func{}.As("x") },
+		"Custom no func": func() { keyfunc.Custom(keyfunc.Source{Name: "x"}) },
+		"Custom empty name": func() {
+			keyfunc.Custom(keyfunc.Source{HTTP: func(*http.Request) (string, error) { return "", nil }})
+		},
+		"Custom long name": func() {
+			keyfunc.Custom(keyfunc.Source{Name: long, RPC: func(context.Context, any) (string, error) { return "", nil }})
+		},
 	} {
 		func() {
 			defer func() {

@@ -18,9 +18,9 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/grpclock"
+	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/internal/shop"
-	"github.com/routelock/lock/keyfunc"
 )
 
 // tracedRPC is a unary server interceptor that serves each call in a span
@@ -67,8 +67,8 @@ func TestGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer(grpc.ChainUnaryInterceptor(r.tracedRPC, grpclock.UnaryServerInterceptor(locker,
-		grpclock.Method(shop.Reserve, keyfunc.Field("product_id"), lock.Name("productID"), lock.FailFast()),
-		grpclock.Method(shop.Create, keyfunc.Field("order.product_id"), lock.Name("productID")),
+		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"), lock.FailFast()),
+		grpclock.Method(shop.Create, interceptor.Field("order.product_id"), lock.Name("productID")),
 	)))
 	shop.Register(s, srv)
 	served := make(chan struct{})

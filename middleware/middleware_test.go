@@ -92,7 +92,7 @@ func TestConfigPanics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	rpcOnly := keyfunc.RPCFunc("x", func(context.Context, any) (string, error) { return "", nil })
+	rpcOnly := keyfunc.Custom(keyfunc.Source{Name: "x", RPC: func(context.Context, any) (string, error) { return "", nil }})
 	for name, c := range map[string]middleware.Config{
 		"zero key":     {},
 		"rpc key":      {Key: rpcOnly},

@@ -21,7 +21,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/examples/grpc/shoppb"
 	"github.com/routelock/lock/grpclock"
-	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/interceptor"
 )
 
 // NewServer returns a gRPC server of the shop on rdb, every product
@@ -35,11 +35,11 @@ import (
 // Server reflection is on, so grpcurl can call it.
 func NewServer(locker *lock.Locker, rdb *redis.Client, initial int64) *grpc.Server {
 	unary := []grpclock.MethodRule{
-		grpclock.Method(shoppb.Inventory_Reserve_FullMethodName, keyfunc.Field("product_id"), lock.Name("productID"), lock.Wait(2*time.Second)),
-		grpclock.Method(shoppb.Orders_Create_FullMethodName, keyfunc.Field("order.user_id"), lock.FailFast()),
+		grpclock.Method(shoppb.Inventory_Reserve_FullMethodName, interceptor.Field("product_id"), lock.Name("productID"), lock.Wait(2*time.Second)),
+		grpclock.Method(shoppb.Orders_Create_FullMethodName, interceptor.Field("order.user_id"), lock.FailFast()),
 	}
 	stream := []grpclock.MethodRule{
-		grpclock.Method(shoppb.Inventory_Restock_FullMethodName, keyfunc.Field("product_id"), lock.Name("productID")),
+		grpclock.Method(shoppb.Inventory_Restock_FullMethodName, interceptor.Field("product_id"), lock.Name("productID")),
 	}
 	s := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker, unary...)),

@@ -1,9 +1,10 @@
-package keyfunc_test
+package interceptor_test
 
 import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 )
@@ -45,8 +47,8 @@ func init() {
 	}
 	const opt, rep = descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL, descriptorpb.FieldDescriptorProto_LABEL_REPEATED
 	fdp := &descriptorpb.FileDescriptorProto{
-		Name:       proto.String("keyfunc_kinds.proto"),
-		Package:    proto.String("keyfunctest"),
+		Name:       proto.String("interceptor_kinds.proto"),
+		Package:    proto.String("interceptortest"),
 		Syntax:     proto.String("proto2"),
 		Dependency: []string{"google/protobuf/wrappers.proto", "google/protobuf/struct.proto"},
 		EnumType: []*descriptorpb.EnumDescriptorProto{{Name: proto.String("Color"), Value: []*descriptorpb.EnumValueDescriptorProto{
@@ -61,11 +63,11 @@ func init() {
 			f("u64", 6, descriptorpb.FieldDescriptorProto_TYPE_UINT64, opt, ""),
 			f("f64", 7, descriptorpb.FieldDescriptorProto_TYPE_DOUBLE, opt, ""),
 			f("f32", 8, descriptorpb.FieldDescriptorProto_TYPE_FLOAT, opt, ""),
-			f("e", 9, descriptorpb.FieldDescriptorProto_TYPE_ENUM, opt, ".keyfunctest.Color"),
+			f("e", 9, descriptorpb.FieldDescriptorProto_TYPE_ENUM, opt, ".interceptortest.Color"),
 			f("w", 10, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, opt, ".google.protobuf.Int64Value"),
 			f("sv", 11, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, opt, ".google.protobuf.StringValue"),
-			f("sub", 12, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, opt, ".keyfunctest.Kinds"),
-			f("list", 13, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, rep, ".keyfunctest.Kinds"),
+			f("sub", 12, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, opt, ".interceptortest.Kinds"),
+			f("list", 13, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, rep, ".interceptortest.Kinds"),
 			f("ints", 14, descriptorpb.FieldDescriptorProto_TYPE_INT64, rep, ""),
 			f("st", 15, descriptorpb.FieldDescriptorProto_TYPE_MESSAGE, opt, ".google.protobuf.Struct"),
 		}}},
@@ -177,7 +179,7 @@ func TestField(t *testing.T) {
 		{"value", "not a message", "", keyfunc.ErrInvalid},
 		{"value", nil, "", keyfunc.ErrInvalid},
 	} {
-		parts, err := keyfunc.Field(tc.path).RPC(ctx, tc.msg)
+		parts, err := interceptor.Field(tc.path).RPC(ctx, tc.msg)
 		if tc.err != nil {
 			wantErr(t, parts, err, tc.err)
 			continue
@@ -187,23 +189,33 @@ func TestField(t *testing.T) {
 }
 
 func TestFieldIsRPCOnly(t *testing.T) {
-	f := keyfunc.Field("product_id")
+	f := interceptor.Field("product_id")
 	switch {
 	case f.ForHTTP(), !f.ForRPC(), !f.ReadsMessage():
 		t.Fatal("Field: ForHTTP/ForRPC/ReadsMessage wrong")
-	case keyfunc.Metadata("x").ReadsMessage(), keyfunc.Metadata("x").ForHTTP():
+	case interceptor.Metadata("x").ReadsMessage(), interceptor.Metadata("x").ForHTTP():
 		t.Fatal("Metadata: ReadsMessage/ForHTTP wrong")
-	case !keyfunc.Join(keyfunc.Metadata("x"), f).ReadsMessage():
+	case !keyfunc.Join(interceptor.Metadata("x"), f).ReadsMessage():
 		t.Fatal("Join with a Field must read the message")
 	}
-	for _, p := range []string{"", "a..b", ".a", "a."} {
+	for _, p := range []string{"", "a..b", ".a", "a.", strings.Repeat("a", keyfunc.MaxLen+1)} {
 		func() {
 			defer func() {
 				if recover() == nil {
 					t.Errorf("Field(%q) did not panic", p)
 				}
 			}()
-			keyfunc.Field(p)
+			interceptor.Field(p)
+		}()
+	}
+	for _, n := range []string{"", strings.Repeat("x", keyfunc.MaxLen+1)} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Metadata(%q) did not panic", n)
+				}
+			}()
+			interceptor.Metadata(n)
 		}()
 	}
 }
@@ -212,7 +224,7 @@ func TestMetadata(t *testing.T) {
 	md := func(kv ...string) context.Context {
 		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
 	}
-	f := keyfunc.Metadata("X-Tenant")
+	f := interceptor.Metadata("X-Tenant")
 	parts, err := f.RPC(md("x-tenant", "t1"), nil)
 	wantParts(t, parts, err, "x-tenant", "t1")
 	parts, err = f.RPC(md("x-tenant", "t1", "x-tenant", "t2"), nil)
@@ -223,8 +235,18 @@ func TestMetadata(t *testing.T) {
 	wantErr(t, parts, err, keyfunc.ErrMissing)
 	parts, err = f.RPC(md("x-tenant", ""), nil)
 	wantErr(t, parts, err, keyfunc.ErrMissing)
-	parts, err = keyfunc.Join(f, keyfunc.Field("product_id")).RPC(md("x-tenant", "t1"), shop.Set(shop.New("ReserveRequest"), "product_id", int64(3)))
+	parts, err = keyfunc.Join(f, interceptor.Field("product_id")).RPC(md("x-tenant", "t1"), shop.Set(shop.New("ReserveRequest"), "product_id", int64(3)))
 	wantParts(t, parts, err, "x-tenant", "t1", "product_id", "3")
+
+	// They compose with the key functions of package keyfunc.
+	type userKey struct{}
+	ctx := context.WithValue(md("x-tenant", "t1"), userKey{}, "u7")
+	j := keyfunc.Join(keyfunc.Context("user", userKey{}), keyfunc.Join(f, interceptor.Field("product_id")).As("stock"))
+	parts, err = j.RPC(ctx, shop.Set(shop.New("ReserveRequest"), "product_id", int64(3)))
+	wantParts(t, parts, err, "user", "u7", "stock", "t1", "3")
+	if got := j.String(); got != "Join(Context(user), Metadata(x-tenant), Field(product_id))" {
+		t.Fatalf("String() = %q", got)
+	}
 }
 
 // FuzzField decodes arbitrary bytes as a message and reads every path of a
@@ -249,7 +271,7 @@ func FuzzField(f *testing.F) {
 			return
 		}
 		for _, p := range paths {
-			parts, err := keyfunc.Field(p).RPC(ctx, m)
+			parts, err := interceptor.Field(p).RPC(ctx, m)
 			if err != nil {
 				continue
 			}
@@ -291,15 +313,81 @@ func TestFieldPublic(t *testing.T) {
 		{"st.fields", full, "Field(st.fields): map field"},
 		{"f64", full, "Field(f64): not a finite number"},
 	} {
-		_, err := keyfunc.Field(tc.path).RPC(ctx, tc.msg)
+		_, err := interceptor.Field(tc.path).RPC(ctx, tc.msg)
 		var kerr *keyfunc.Error
 		if !errors.As(err, &kerr) || kerr.Public() != tc.want {
 			t.Errorf("Field(%s): error %v, want Public() %q", tc.path, err, tc.want)
 		}
+		if want := "keyfunc: " + tc.want; err.Error() != want {
+			t.Errorf("Field(%s): Error() = %q, want %q", tc.path, err, want)
+		}
 	}
-	_, err := keyfunc.Metadata("x-tenant").RPC(metadata.NewIncomingContext(ctx, metadata.Pairs("x-tenant", "a", "x-tenant", "b")), nil)
+	_, err := interceptor.Metadata("x-tenant").RPC(metadata.NewIncomingContext(ctx, metadata.Pairs("x-tenant", "a", "x-tenant", "b")), nil)
 	var kerr *keyfunc.Error
 	if want := "Metadata(x-tenant): given 2 times"; !errors.As(err, &kerr) || kerr.Public() != want {
 		t.Errorf("Metadata: error %v, want Public() %q", err, want)
+	}
+}
+
+func wantParts(t *testing.T, got []string, err error, want ...string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("err = %v, want parts %q", err, want)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parts = %q, want %q", got, want)
+	}
+}
+
+func wantErr(t *testing.T, got []string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("err = %v (parts %q), want %v", err, got, want)
+	}
+	if want != keyfunc.ErrSkip {
+		var kerr *keyfunc.Error
+		if !errors.As(err, &kerr) || kerr.Source == "" {
+			t.Fatalf("err = %#v, want a *keyfunc.Error naming its source", err)
+		}
+	}
+}
+
+// BenchmarkField measures one evaluation of Field: a top-level and a nested
+// field of a dynamic message, a field of a generated one, and the errors of
+// a field the message does not have and of one that is not set.
+func BenchmarkField(b *testing.B) {
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name, path string
+		msg        any
+		err        error
+	}{
+		{"product_id", "product_id", shop.Set(shop.New("ReserveRequest"), "product_id", int64(42)), nil},
+		{"order.user_id", "order.user_id", shop.Set(shop.New("CreateOrderRequest"), "order", shop.Set(shop.New("Order"), "user_id", "u7")), nil},
+		{"generated", "value", wrapperspb.String("gen"), nil},
+		{"skip", "nope", shop.New("ReserveRequest"), keyfunc.ErrSkip},
+		{"missing", "product_id", shop.New("ReserveRequest"), keyfunc.ErrMissing},
+	} {
+		f := interceptor.Field(bc.path)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := f.RPC(ctx, bc.msg); !errors.Is(err, bc.err) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMetadata measures one evaluation of Metadata.
+func BenchmarkMetadata(b *testing.B) {
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-tenant", "t1"))
+	f := interceptor.Metadata("x-tenant")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.RPC(ctx, nil); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
