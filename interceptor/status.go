@@ -1,7 +1,6 @@
 package interceptor
 
 import (
-	"context"
 	"errors"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -9,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/routelock/lock/internal/outcome"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -24,23 +24,31 @@ import (
 //	                  and anything else, e.g. an exact rule whose key does
 //	                  not apply to its method (keyfunc.ErrSkip)
 func Code(err error) codes.Code {
-	switch {
-	case errors.Is(err, keyfunc.ErrSkip), errors.Is(err, lockcore.ErrMisconfigured):
-		return codes.Internal
-	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid),
-		errors.Is(err, keyfunc.ErrTooLarge), errors.Is(err, lockcore.ErrInvalidKey),
-		errors.Is(err, lockcore.ErrInvalidToken):
-		return codes.InvalidArgument
-	case errors.Is(err, context.Canceled):
-		return codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded
-	case errors.Is(err, lockcore.ErrNotAcquired):
-		return codes.Aborted
-	case errors.Is(err, lockcore.ErrUnavailable), errors.Is(err, lockcore.ErrClosed):
-		return codes.Unavailable
-	}
-	return codes.Internal
+	return outcome.First(outcome.Of(err, keyErrors...), codeTable, codes.Internal)
+}
+
+// keyErrors are the sentinels of the key functions that Code tells apart,
+// with the kinds they report.
+var keyErrors = []outcome.Sentinel{
+	{Err: keyfunc.ErrSkip, Kind: outcome.NotApplicable},
+	{Err: keyfunc.ErrMissing, Kind: outcome.InvalidKey},
+	{Err: keyfunc.ErrInvalid, Kind: outcome.InvalidKey},
+	{Err: keyfunc.ErrTooLarge, Kind: outcome.TooLarge},
+}
+
+// codeTable is Code's table. Its order decides for an error of several
+// kinds and is kept as it was: a key that does not apply or a
+// misconfigured engine first, then an invalid key, token or body, then the
+// call's context (cancelled, then its deadline) before a busy lock and an
+// unavailable or closed engine: a wait cut short by the caller is
+// answered as the caller's cancellation, not as the wait's result.
+var codeTable = []outcome.Row[codes.Code]{
+	{Kinds: outcome.NotApplicable | outcome.Misconfigured, To: codes.Internal},
+	{Kinds: outcome.InvalidKey | outcome.InvalidToken | outcome.TooLarge, To: codes.InvalidArgument},
+	{Kinds: outcome.Canceled, To: codes.Canceled},
+	{Kinds: outcome.DeadlineExceeded, To: codes.DeadlineExceeded},
+	{Kinds: outcome.Busy, To: codes.Aborted},
+	{Kinds: outcome.Unavailable | outcome.Closed, To: codes.Unavailable},
 }
 
 // Status is the default Rule.OnError: a status error with Code(err) and a
@@ -49,7 +57,8 @@ func Code(err error) codes.Code {
 // google.rpc.RetryInfo detail with the engine's estimate of when the lock
 // is free (lockcore.ContentionError.RetryAfter).
 func Status(err error) error {
-	code := Code(err)
+	k := outcome.Of(err, keyErrors...)
+	code := outcome.First(k, codeTable, codes.Internal)
 	msg := "routelock: internal error"
 	var kerr *keyfunc.Error
 	switch code {
@@ -58,7 +67,7 @@ func Status(err error) error {
 		switch {
 		case errors.As(err, &kerr):
 			msg += ": " + kerr.Public()
-		case errors.Is(err, lockcore.ErrInvalidToken):
+		case k.Has(outcome.InvalidToken):
 			msg = "routelock: invalid " + TokenKey + " metadata"
 		}
 	case codes.Aborted:
@@ -80,7 +89,7 @@ func Status(err error) error {
 		switch {
 		case errors.As(err, &kerr):
 			msg = "routelock: lock key: " + kerr.Public()
-		case errors.Is(err, lockcore.ErrMisconfigured):
+		case k.Has(outcome.Misconfigured):
 			msg = "routelock: lock service misconfigured"
 		}
 	}

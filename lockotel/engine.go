@@ -2,12 +2,12 @@ package lockotel
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/routelock/lock/internal/outcome"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -100,17 +100,25 @@ const (
 // passed while it did not answer (the Redis engine then matches both): the
 // response says so too.
 func outcomeOf(ctx context.Context, err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return outcomeAcquired
-	case errors.Is(err, lockcore.ErrUnavailable), errors.Is(err, lockcore.ErrClosed):
-		return outcomeUnavailable
-	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
-		return outcomeCancelled
-	case errors.Is(err, lockcore.ErrWaitTimeout):
-		return outcomeWaitTimeout
-	case errors.Is(err, lockcore.ErrNotAcquired):
-		return outcomeBusy
 	}
-	return outcomeError
+	k := outcome.Of(err)
+	if ctx.Err() == nil {
+		// A context error counts only when the acquisition's own context
+		// ended: another context's does not make it cancelled.
+		k &^= outcome.ContextEnded
+	}
+	return outcome.First(k, outcomes, outcomeError)
+}
+
+// outcomes is outcomeOf's table. Its order decides for an error of several
+// kinds and is kept as it was: an unavailable or closed engine first, then
+// the end of the acquisition's context, then a wait that ran out, then a
+// busy lock.
+var outcomes = []outcome.Row[string]{
+	{Kinds: outcome.Unavailable | outcome.Closed, To: outcomeUnavailable},
+	{Kinds: outcome.ContextEnded, To: outcomeCancelled},
+	{Kinds: outcome.WaitTimeout, To: outcomeWaitTimeout},
+	{Kinds: outcome.Busy, To: outcomeBusy},
 }

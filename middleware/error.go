@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/internal/chiroute"
+	"github.com/routelock/lock/internal/outcome"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -26,22 +27,33 @@ import (
 //	                           (keyfunc.ErrNotInRoute, keyfunc.ErrNotRouted),
 //	                           and anything else
 func Status(err error) int {
-	switch {
-	case errors.Is(err, keyfunc.ErrTooLarge):
-		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, chiroute.ErrNoRoute):
-		return http.StatusNotFound
-	case errors.Is(err, keyfunc.ErrNotRouted), errors.Is(err, keyfunc.ErrNotInRoute), errors.Is(err, lockcore.ErrMisconfigured):
-		return http.StatusInternalServerError
-	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid),
-		errors.Is(err, lockcore.ErrInvalidKey), errors.Is(err, lockcore.ErrInvalidToken):
-		return http.StatusBadRequest
-	case errors.Is(err, lockcore.ErrNotAcquired):
-		return http.StatusConflict
-	case errors.Is(err, lockcore.ErrUnavailable), errors.Is(err, lockcore.ErrClosed):
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
+	return outcome.First(outcome.Of(err, keyErrors...), statuses, http.StatusInternalServerError)
+}
+
+// keyErrors are the sentinels of the key functions and of the route match
+// that Status tells apart, with the kinds they report.
+var keyErrors = []outcome.Sentinel{
+	{Err: keyfunc.ErrTooLarge, Kind: outcome.TooLarge},
+	{Err: chiroute.ErrNoRoute, Kind: outcome.NotFound},
+	{Err: keyfunc.ErrNotRouted, Kind: outcome.NotRouted},
+	{Err: keyfunc.ErrNotInRoute, Kind: outcome.NotRouted},
+	{Err: keyfunc.ErrMissing, Kind: outcome.InvalidKey},
+	{Err: keyfunc.ErrInvalid, Kind: outcome.InvalidKey},
+}
+
+// statuses is Status's table. Its order decides for an error of several
+// kinds and is kept as it was: a body too large first, then no route, then
+// a route without its key or a misconfigured engine, then an invalid key
+// or token, then a busy lock, then an unavailable or closed engine. A
+// context error is not in it: a wait cut short by the request's context
+// is answered as the wait's own error, or 500 when it has none.
+var statuses = []outcome.Row[int]{
+	{Kinds: outcome.TooLarge, To: http.StatusRequestEntityTooLarge},
+	{Kinds: outcome.NotFound, To: http.StatusNotFound},
+	{Kinds: outcome.NotRouted | outcome.Misconfigured, To: http.StatusInternalServerError},
+	{Kinds: outcome.InvalidKey | outcome.InvalidToken, To: http.StatusBadRequest},
+	{Kinds: outcome.Busy, To: http.StatusConflict},
+	{Kinds: outcome.Unavailable | outcome.Closed, To: http.StatusServiceUnavailable},
 }
 
 // Error is the default Config.OnError. It answers with Status(err) and a
@@ -51,7 +63,8 @@ func Status(err error) int {
 // (lockcore.ContentionError.RetryAfter) rounded up to whole seconds, the
 // header's unit, and at least 1.
 func Error(w http.ResponseWriter, r *http.Request, err error) {
-	status := Status(err)
+	k := outcome.Of(err, keyErrors...)
+	status := outcome.First(k, statuses, http.StatusInternalServerError)
 	msg := "routelock: internal error"
 	switch status {
 	case http.StatusBadRequest:
@@ -60,7 +73,7 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 		switch {
 		case errors.As(err, &kerr):
 			msg += ": " + kerr.Public()
-		case errors.Is(err, lockcore.ErrInvalidToken):
+		case k.Has(outcome.InvalidToken):
 			msg = "routelock: invalid " + TokenHeader + " header"
 		}
 	case http.StatusConflict:
@@ -82,7 +95,7 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 		switch {
 		case errors.As(err, &kerr):
 			msg = "routelock: lock key: " + kerr.Public()
-		case errors.Is(err, lockcore.ErrMisconfigured):
+		case k.Has(outcome.Misconfigured):
 			msg = "routelock: lock service misconfigured"
 		}
 	}
