@@ -406,7 +406,7 @@ func TestBadKey(t *testing.T) {
 			return r
 		})
 		hc := httpClient(t, nil)
-		long := strings.Repeat("9", keyfunc.MaxLen+1)
+		long := strings.Repeat("9", lockcore.MaxKeyPartLen+1)
 		for _, tc := range []struct {
 			name, path, body string
 			hdr              []string
@@ -850,14 +850,6 @@ func TestOptionPanics(t *testing.T) {
 			}()
 			fn()
 		}()
-	}
-}
-
-// TestKeyLimitsAgree: keyfunc's limits are the engine's, so a key that
-// passes keyfunc is never refused by lockcore.
-func TestKeyLimitsAgree(t *testing.T) {
-	if keyfunc.MaxLen != lockcore.MaxKeyPartLen || keyfunc.MaxParts != lockcore.MaxKeyParts {
-		t.Fatalf("keyfunc limits %d/%d, lockcore %d/%d", keyfunc.MaxLen, keyfunc.MaxParts, lockcore.MaxKeyPartLen, lockcore.MaxKeyParts)
 	}
 }
 

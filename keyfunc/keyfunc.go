@@ -6,13 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-)
 
-// Limits on keys. They match lockcore's, so that a key that passes here is
-// accepted by the engine.
-const (
-	MaxLen   = 256 // bytes in one value or resource name
-	MaxParts = 8   // parts in one key, names included
+	"github.com/routelock/lock/lockcore"
 )
 
 // Errors of key functions. Match them with errors.Is; the errors returned
@@ -143,8 +138,8 @@ func checkName(fn, name string) {
 	if name == "" {
 		panic("keyfunc: " + fn + ": empty name")
 	}
-	if len(name) > MaxLen {
-		panic(fmt.Sprintf("keyfunc: %s: name longer than %d bytes", fn, MaxLen))
+	if len(name) > lockcore.MaxKeyPartLen {
+		panic(fmt.Sprintf("keyfunc: %s: name longer than %d bytes", fn, lockcore.MaxKeyPartLen))
 	}
 }
 
@@ -154,7 +149,8 @@ func checkName(fn, name string) {
 // escapes the separator), so no two requests with different values share a
 // key.
 //
-// Panics if fs is empty or the key would have more than MaxParts parts.
+// Panics if fs is empty or the key would have more than
+// lockcore.MaxKeyParts parts, names included.
 func Join(fs ...Func) Func {
 	if len(fs) == 0 {
 		panic("keyfunc: Join of nothing")
@@ -166,8 +162,8 @@ func Join(fs ...Func) Func {
 		}
 		j.groups = append(j.groups, f.groups...)
 	}
-	if n := j.parts(); n > MaxParts {
-		panic(fmt.Sprintf("keyfunc: Join: %d key parts, more than %d", n, MaxParts))
+	if n := j.parts(); n > lockcore.MaxKeyParts {
+		panic(fmt.Sprintf("keyfunc: Join: %d key parts, more than %d", n, lockcore.MaxKeyParts))
 	}
 	return j
 }
@@ -178,7 +174,8 @@ func Join(fs ...Func) Func {
 // and methods that spell it differently, or separate keys to routes that
 // should not exclude each other.
 //
-// Panics if name is empty or longer than MaxLen, or if f is the zero Func.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes, or
+// if f is the zero Func.
 func (f Func) As(name string) Func {
 	checkName("As", name)
 	if len(f.groups) == 0 {
@@ -320,13 +317,13 @@ func (f Func) eval(get func(*source) (string, error)) ([]string, error) {
 	return parts, nil
 }
 
-var errTooLong error = &detail{ErrInvalid, fmt.Sprintf("longer than %d bytes", MaxLen)}
+var errTooLong error = &detail{ErrInvalid, fmt.Sprintf("longer than %d bytes", lockcore.MaxKeyPartLen)}
 
 func checkValue(v string) error {
 	switch {
 	case v == "":
 		return errEmpty
-	case len(v) > MaxLen:
+	case len(v) > lockcore.MaxKeyPartLen:
 		return errTooLong
 	}
 	return nil
@@ -338,7 +335,8 @@ func checkValue(v string) error {
 // or ErrSkip for a request the key does not apply to. An empty value counts
 // as missing.
 //
-// Panics if name is empty or longer than MaxLen, or fn is nil.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes, or
+// fn is nil.
 func HTTPFunc(name string, fn func(*http.Request) (string, error)) Func {
 	checkName("HTTPFunc", name)
 	if fn == nil {
@@ -351,7 +349,8 @@ func HTTPFunc(name string, fn func(*http.Request) (string, error)) Func {
 // a gRPC call with fn, given the call's context and request message (for a
 // stream, its first message). Errors are as for HTTPFunc.
 //
-// Panics if name is empty or longer than MaxLen, or fn is nil.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes, or
+// fn is nil.
 func RPCFunc(name string, fn func(ctx context.Context, req any) (string, error)) Func {
 	checkName("RPCFunc", name)
 	if fn == nil {

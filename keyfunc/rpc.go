@@ -94,7 +94,7 @@ func readError(f rpckey.Fail) error {
 // it reads them through package github.com/routelock/lock/interceptor, and
 // fails every call with ErrInvalid in a program that does not link it.
 //
-// Panics if name is empty or longer than MaxLen.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
 func Metadata(name string) Func {
 	checkName("Metadata", name)
 	name = strings.ToLower(name)
