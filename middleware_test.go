@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -315,7 +316,7 @@ func TestContention(t *testing.T) {
 		if ra, err := strconv.Atoi(res.header.Get("Retry-After")); err != nil || ra < 1 || ra > 10 {
 			t.Fatalf("Retry-After %q, want 1..10 s", res.header.Get("Retry-After"))
 		}
-		if info := inspect(t, other, k); len(info.Holders) != 1 || info.Holders[0].Owner != redisengine.OwnerDigest(lease.Token()) || info.Holders[0].Count != 1 || len(info.Waiters) != 0 {
+		if info := inspect(t, other, k); len(info.Holders) != 1 || info.Holders[0].Owner != operate.OwnerDigest(lease.Token()) || info.Holders[0].Count != 1 || len(info.Waiters) != 0 {
 			t.Fatalf("after the 409 the lock is not as the holder left it: %+v", info)
 		}
 		if res := do(t, hc, "POST", a.srv.URL+"/products/42/short", nil); res.status != http.StatusConflict {

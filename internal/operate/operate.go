@@ -1,6 +1,7 @@
 // Package operate holds what the engines and the operators' tools (package
 // admin, the routelock command) must agree on, so that each is written
-// once: which revoke reasons are accepted.
+// once: which revoke reasons are accepted, and the digest by which an
+// owner is shown instead of its token.
 package operate
 
 import (

@@ -73,7 +73,7 @@ func (l *Engine) revoke(ctx context.Context, key lockcore.Key, reason string, te
 	_, _ = rand.Read(op[:])
 	record := ks[0] + ":o:" + hex.EncodeToString(op[:])
 	cmds := []redis.Cmder{l.run.cmd(ctx, revokeScript, []any{nil, nil, 6, ks[0], ks[1], ks[2], ks[3], ks[4], record,
-		l.retArg, channels, l.claimArg, l.trustArg, reason, ms(l.opt.AuditRetention), auditKeep, ownerSalt,
+		l.retArg, channels, l.claimArg, l.trustArg, reason, ms(l.opt.AuditRetention), auditKeep, operate.OwnerSalt,
 		ms(revokeRecordTTL)})}
 	_ = l.run.run(ctx, cmds)
 	v, err := cmds[0].(*redis.Cmd).Result()
