@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -315,7 +316,7 @@ func TestContention(t *testing.T) {
 		if ra, err := strconv.Atoi(res.header.Get("Retry-After")); err != nil || ra < 1 || ra > 10 {
 			t.Fatalf("Retry-After %q, want 1..10 s", res.header.Get("Retry-After"))
 		}
-		if info := inspect(t, other, k); len(info.Holders) != 1 || info.Holders[0].Owner != redisengine.OwnerDigest(lease.Token()) || info.Holders[0].Count != 1 || len(info.Waiters) != 0 {
+		if info := inspect(t, other, k); len(info.Holders) != 1 || info.Holders[0].Owner != operate.OwnerDigest(lease.Token()) || info.Holders[0].Count != 1 || len(info.Waiters) != 0 {
 			t.Fatalf("after the 409 the lock is not as the holder left it: %+v", info)
 		}
 		if res := do(t, hc, "POST", a.srv.URL+"/products/42/short", nil); res.status != http.StatusConflict {
@@ -406,7 +407,7 @@ func TestBadKey(t *testing.T) {
 			return r
 		})
 		hc := httpClient(t, nil)
-		long := strings.Repeat("9", keyfunc.MaxLen+1)
+		long := strings.Repeat("9", lockcore.MaxKeyPartLen+1)
 		for _, tc := range []struct {
 			name, path, body string
 			hdr              []string
@@ -851,14 +852,6 @@ func TestOptionPanics(t *testing.T) {
 			}()
 			fn()
 		}()
-	}
-}
-
-// TestKeyLimitsAgree: keyfunc's limits are the engine's, so a key that
-// passes keyfunc is never refused by lockcore.
-func TestKeyLimitsAgree(t *testing.T) {
-	if keyfunc.MaxLen != lockcore.MaxKeyPartLen || keyfunc.MaxParts != lockcore.MaxKeyParts {
-		t.Fatalf("keyfunc limits %d/%d, lockcore %d/%d", keyfunc.MaxLen, keyfunc.MaxParts, lockcore.MaxKeyPartLen, lockcore.MaxKeyParts)
 	}
 }
 

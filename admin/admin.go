@@ -12,9 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -26,8 +25,9 @@ const (
 	// MaxLimit is the most locks one list request may ask for.
 	MaxLimit = 1000
 	// MaxReasonLen is the longest reason a force-release accepts, in
-	// bytes: what the Redis engine keeps in its audit record.
-	MaxReasonLen = 256
+	// bytes: what an engine keeps in its audit record (see
+	// lockcore.ErrInvalidReason).
+	MaxReasonLen = operate.MaxReasonLen
 	// maxBody bounds the body of a release request.
 	maxBody = 64 << 10
 	// maxPrefixLen bounds the prefix of a list request.
@@ -388,15 +388,11 @@ func readReason(w http.ResponseWriter, r *http.Request) (string, int, error) {
 		return "", http.StatusUnsupportedMediaType, errors.New("send application/json or a form")
 	}
 	reason = strings.TrimSpace(reason)
-	switch {
-	case reason == "":
+	if reason == "" {
 		return "", http.StatusBadRequest, errReason
-	case len(reason) > MaxReasonLen:
-		return "", http.StatusBadRequest, fmt.Errorf("reason longer than %d bytes", MaxReasonLen)
-	case !utf8.ValidString(reason):
-		return "", http.StatusBadRequest, errors.New("reason is not UTF-8")
-	case strings.IndexFunc(reason, unicode.IsControl) >= 0:
-		return "", http.StatusBadRequest, errors.New("reason contains control characters")
+	}
+	if err := operate.CheckReason(reason); err != nil {
+		return "", http.StatusBadRequest, err
 	}
 	return reason, 0, nil
 }

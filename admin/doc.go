@@ -29,10 +29,11 @@
 // list at /debug/locks/locks.
 //
 // A release answers 200 with the Revocation, 404 when nobody holds the
-// lock (lockcore.ErrNotHeld), 400 for a missing, overlong or
-// control-character reason or an invalid key, 415 for a body that is
-// neither JSON nor a form, 403 for a cross-origin browser post, 405 for
-// another method, and 503 when the lock service is unavailable
+// lock (lockcore.ErrNotHeld), 400 for a missing reason, a reason refused
+// with lockcore.ErrInvalidReason (longer than MaxReasonLen bytes, not
+// UTF-8, or with control characters) or an invalid key, 415 for a body
+// that is neither JSON nor a form, 403 for a cross-origin browser post,
+// 405 for another method, and 503 when the lock service is unavailable
 // (lockcore.ErrUnavailable). The reason comes from a JSON body
 // {"reason": "..."} or the form field reason:
 //

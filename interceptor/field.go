@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
 )
 
 // Field returns the key function of a field of a gRPC request message,
@@ -37,7 +38,7 @@ import (
 // Field reads gRPC calls only. For a stream, the key comes from the
 // stream's first message.
 //
-// Panics if path is empty, longer than keyfunc.MaxLen or has an empty
+// Panics if path is empty, longer than lockcore.MaxKeyPartLen or has an empty
 // segment.
 func Field(path string) keyfunc.Func {
 	checkName("Field", path)
@@ -69,7 +70,7 @@ func Field(path string) keyfunc.Func {
 // Metadata reads gRPC calls only; for a stream it is available before the
 // first message, so the lock is taken before the handler runs.
 //
-// Panics if name is empty or longer than keyfunc.MaxLen.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen.
 func Metadata(name string) keyfunc.Func {
 	checkName("Metadata", name)
 	name = strings.ToLower(name)
@@ -97,8 +98,8 @@ func checkName(fn, name string) {
 	if name == "" {
 		panic("interceptor: " + fn + ": empty name")
 	}
-	if len(name) > keyfunc.MaxLen {
-		panic(fmt.Sprintf("interceptor: %s: name longer than %d bytes", fn, keyfunc.MaxLen))
+	if len(name) > lockcore.MaxKeyPartLen {
+		panic(fmt.Sprintf("interceptor: %s: name longer than %d bytes", fn, lockcore.MaxKeyPartLen))
 	}
 }
 

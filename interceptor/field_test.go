@@ -21,6 +21,7 @@ import (
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
 )
 
 // kinds is a proto2 message (every scalar has presence) with a field of
@@ -167,7 +168,7 @@ func TestField(t *testing.T) {
 		{"f64", kind(func(put func(string, any)) { put("f64", math.Inf(1)) }), "", keyfunc.ErrInvalid},
 		{"w", kind(func(put func(string, any)) { put("w", &wrapperspb.Int64Value{}) }), "0", nil},
 		{"e", kind(func(put func(string, any)) { put("e", protoreflect.EnumNumber(9)) }), "9", nil},
-		{"s", kind(func(put func(string, any)) { put("s", strings.Repeat("x", keyfunc.MaxLen+1)) }), "", keyfunc.ErrInvalid},
+		{"s", kind(func(put func(string, any)) { put("s", strings.Repeat("x", lockcore.MaxKeyPartLen+1)) }), "", keyfunc.ErrInvalid},
 
 		// proto3 without presence: zero is "not sent".
 		{"product_id", shop.Set(shop.New("ReserveRequest"), "product_id", int64(0)), "", keyfunc.ErrMissing},
@@ -198,7 +199,7 @@ func TestFieldIsRPCOnly(t *testing.T) {
 	case !keyfunc.Join(interceptor.Metadata("x"), f).ReadsMessage():
 		t.Fatal("Join with a Field must read the message")
 	}
-	for _, p := range []string{"", "a..b", ".a", "a.", strings.Repeat("a", keyfunc.MaxLen+1)} {
+	for _, p := range []string{"", "a..b", ".a", "a.", strings.Repeat("a", lockcore.MaxKeyPartLen+1)} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -208,7 +209,7 @@ func TestFieldIsRPCOnly(t *testing.T) {
 			interceptor.Field(p)
 		}()
 	}
-	for _, n := range []string{"", strings.Repeat("x", keyfunc.MaxLen+1)} {
+	for _, n := range []string{"", strings.Repeat("x", lockcore.MaxKeyPartLen+1)} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -275,7 +276,7 @@ func FuzzField(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			if len(parts) != 2 || parts[0] != p || parts[1] == "" || len(parts[1]) > keyfunc.MaxLen {
+			if len(parts) != 2 || parts[0] != p || parts[1] == "" || len(parts[1]) > lockcore.MaxKeyPartLen {
 				t.Fatalf("Field(%s) = %q", p, parts)
 			}
 			if p == "s" && parts[1] != m.Get(kinds.Fields().ByName("s")).String() {

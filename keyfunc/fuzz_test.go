@@ -18,11 +18,12 @@ import (
 
 	"github.com/routelock/lock/internal/chiroute"
 	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
 )
 
 // checkResult fails unless parts and err are a well-formed result of f:
 // either parts of the right count with every value non-empty and at most
-// MaxLen bytes, or an *Error matching one of the package's sentinels.
+// lockcore.MaxKeyPartLen bytes, or an *Error matching one of the package's sentinels.
 func checkResult(t *testing.T, f keyfunc.Func, parts []string, err error) {
 	t.Helper()
 	if err != nil {
@@ -41,7 +42,7 @@ func checkResult(t *testing.T, f keyfunc.Func, parts []string, err error) {
 		t.Fatalf("%v: no parts and no error", f)
 	}
 	for _, p := range parts {
-		if p == "" || len(p) > keyfunc.MaxLen {
+		if p == "" || len(p) > lockcore.MaxKeyPartLen {
 			t.Fatalf("%v: bad part %q in %q", f, p, parts)
 		}
 	}
@@ -107,7 +108,7 @@ func FuzzJSON(f *testing.F) {
 		f.Add([]byte(seed[0]), seed[1])
 	}
 	f.Fuzz(func(t *testing.T, body []byte, path string) {
-		if path == "" || strings.Contains(path, "..") || strings.HasPrefix(path, ".") || strings.HasSuffix(path, ".") || len(path) > keyfunc.MaxLen {
+		if path == "" || strings.Contains(path, "..") || strings.HasPrefix(path, ".") || strings.HasSuffix(path, ".") || len(path) > lockcore.MaxKeyPartLen {
 			return
 		}
 		fn := keyfunc.JSONLimit(path, 1<<16)

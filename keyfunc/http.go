@@ -48,7 +48,7 @@ import (
 // included) has the parameter fails every request with ErrNotInRoute: the
 // name is misspelt.
 //
-// Panics if name is empty or longer than MaxLen.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
 func Param(name string) Func {
 	checkName("Param", name)
 	names := chiroute.NewNames(name)
@@ -152,7 +152,7 @@ func pathValue(r *http.Request, name string) (string, error) {
 // name is the canonical header name (X-User-Id for "x-user-id"). A header
 // given more than once is ambiguous and fails with ErrInvalid.
 //
-// Panics if name is empty or longer than MaxLen.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
 func Header(name string) Func {
 	checkName("Header", name)
 	canon := http.CanonicalHeaderKey(name)
@@ -166,7 +166,7 @@ func Header(name string) Func {
 // Query returns the key function of URL query parameter name. A parameter
 // given more than once is ambiguous and fails with ErrInvalid.
 //
-// Panics if name is empty or longer than MaxLen.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
 func Query(name string) Func {
 	checkName("Query", name)
 	return one(source{
@@ -189,7 +189,7 @@ const formMaxMemory = 32 << 20
 // value given more than once, in the body or the query, is ambiguous and
 // fails with ErrInvalid.
 //
-// Panics if name is empty or longer than MaxLen.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
 func Form(name string) Func {
 	checkName("Form", name)
 	return one(source{
@@ -234,7 +234,8 @@ func single(vs []string) (string, error) {
 // string, an integer, a []byte or a fmt.Stringer; it is missing when the
 // context has no value under key or the value is a nil pointer.
 //
-// Panics if name is empty or longer than MaxLen, or key is nil.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes, or
+// key is nil.
 func Context(name string, key any) Func {
 	checkName("Context", name)
 	if key == nil {

@@ -6,13 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-)
 
-// Limits on keys. They match lockcore's, so that a key that passes here is
-// accepted by the engine.
-const (
-	MaxLen   = 256 // bytes in one value or resource name
-	MaxParts = 8   // parts in one key, names included
+	"github.com/routelock/lock/lockcore"
 )
 
 // Errors of key functions. Match them with errors.Is; the errors returned
@@ -148,8 +143,8 @@ func checkName(fn, name string) {
 	if name == "" {
 		panic("keyfunc: " + fn + ": empty name")
 	}
-	if len(name) > MaxLen {
-		panic(fmt.Sprintf("keyfunc: %s: name longer than %d bytes", fn, MaxLen))
+	if len(name) > lockcore.MaxKeyPartLen {
+		panic(fmt.Sprintf("keyfunc: %s: name longer than %d bytes", fn, lockcore.MaxKeyPartLen))
 	}
 }
 
@@ -159,7 +154,8 @@ func checkName(fn, name string) {
 // escapes the separator), so no two requests with different values share a
 // key.
 //
-// Panics if fs is empty or the key would have more than MaxParts parts.
+// Panics if fs is empty or the key would have more than
+// lockcore.MaxKeyParts parts, names included.
 func Join(fs ...Func) Func {
 	if len(fs) == 0 {
 		panic("keyfunc: Join of nothing")
@@ -171,8 +167,8 @@ func Join(fs ...Func) Func {
 		}
 		j.groups = append(j.groups, f.groups...)
 	}
-	if n := j.parts(); n > MaxParts {
-		panic(fmt.Sprintf("keyfunc: Join: %d key parts, more than %d", n, MaxParts))
+	if n := j.parts(); n > lockcore.MaxKeyParts {
+		panic(fmt.Sprintf("keyfunc: Join: %d key parts, more than %d", n, lockcore.MaxKeyParts))
 	}
 	return j
 }
@@ -183,7 +179,8 @@ func Join(fs ...Func) Func {
 // and methods that spell it differently, or separate keys to routes that
 // should not exclude each other.
 //
-// Panics if name is empty or longer than MaxLen, or if f is the zero Func.
+// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes, or
+// if f is the zero Func.
 func (f Func) As(name string) Func {
 	checkName("As", name)
 	if len(f.groups) == 0 {
@@ -326,13 +323,13 @@ func (f Func) eval(get func(*source) (string, error)) ([]string, error) {
 	return parts, nil
 }
 
-var errTooLong error = &detail{ErrInvalid, fmt.Sprintf("longer than %d bytes", MaxLen)}
+var errTooLong error = &detail{ErrInvalid, fmt.Sprintf("longer than %d bytes", lockcore.MaxKeyPartLen)}
 
 func checkValue(v string) error {
 	switch {
 	case v == "":
 		return errEmpty
-	case len(v) > MaxLen:
+	case len(v) > lockcore.MaxKeyPartLen:
 		return errTooLong
 	}
 	return nil
@@ -376,8 +373,8 @@ type Source struct {
 // with that method is told as s.Desc, ": " and what Public returns, which
 // must never repeat the request's value.
 //
-// Panics if s.Name is empty or longer than MaxLen, or s has neither HTTP
-// nor RPC.
+// Panics if s.Name is empty or longer than lockcore.MaxKeyPartLen bytes,
+// or s has neither HTTP nor RPC.
 func Custom(s Source) Func {
 	checkName("Custom", s.Name)
 	if s.HTTP == nil && s.RPC == nil {

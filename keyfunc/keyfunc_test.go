@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/routelock/lock/internal/chiroute"
 	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
 )
 
 // capture is a handler that records what f makes of the request it gets
@@ -198,9 +200,9 @@ func TestParamValues(t *testing.T) {
 	}
 	parts, err := f.HTTP(req(""))
 	wantErr(t, parts, err, keyfunc.ErrMissing)
-	parts, err = f.HTTP(req(strings.Repeat("x", keyfunc.MaxLen)))
-	wantParts(t, parts, err, "productID", strings.Repeat("x", keyfunc.MaxLen))
-	parts, err = f.HTTP(req(strings.Repeat("x", keyfunc.MaxLen+1)))
+	parts, err = f.HTTP(req(strings.Repeat("x", lockcore.MaxKeyPartLen)))
+	wantParts(t, parts, err, "productID", strings.Repeat("x", lockcore.MaxKeyPartLen))
+	parts, err = f.HTTP(req(strings.Repeat("x", lockcore.MaxKeyPartLen+1)))
 	wantErr(t, parts, err, keyfunc.ErrInvalid)
 }
 
@@ -267,7 +269,7 @@ func TestQuery(t *testing.T) {
 		{"productID=1&productID=2", "", keyfunc.ErrInvalid},
 		{"productID=1&%70roductID=2", "", keyfunc.ErrInvalid}, // the same name, escaped
 		{"productid=1", "", keyfunc.ErrMissing},
-		{"productID=" + strings.Repeat("9", keyfunc.MaxLen+1), "", keyfunc.ErrInvalid},
+		{"productID=" + strings.Repeat("9", lockcore.MaxKeyPartLen+1), "", keyfunc.ErrInvalid},
 	} {
 		parts, err := f.HTTP(httptest.NewRequest("GET", "/?"+tc.query, nil))
 		if tc.err != nil {
@@ -351,7 +353,7 @@ func TestJSON(t *testing.T) {
 		{"product_id", `{"product_id":"42"`, "", keyfunc.ErrInvalid},
 		{"product_id", `{"product_id" "42"}`, "", keyfunc.ErrInvalid},
 		{"product_id", `not json`, "", keyfunc.ErrInvalid},
-		{"product_id", `{"product_id":"` + strings.Repeat("x", keyfunc.MaxLen+1) + `"}`, "", keyfunc.ErrInvalid},
+		{"product_id", `{"product_id":"` + strings.Repeat("x", lockcore.MaxKeyPartLen+1) + `"}`, "", keyfunc.ErrInvalid},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
 			c := &capture{f: keyfunc.JSON(tc.path)}
@@ -546,7 +548,7 @@ func TestCustom(t *testing.T) {
 // request's value.
 func TestErrorsHideValues(t *testing.T) {
 	const secret = "SECRET-VALUE-7f3a"
-	long := secret + strings.Repeat("x", keyfunc.MaxLen)
+	long := secret + strings.Repeat("x", lockcore.MaxKeyPartLen)
 	cases := []struct {
 		f keyfunc.Func
 		r *http.Request
@@ -579,7 +581,7 @@ func TestErrorsHideValues(t *testing.T) {
 }
 
 func TestConstructionPanics(t *testing.T) {
-	long := strings.Repeat("n", keyfunc.MaxLen+1)
+	long := strings.Repeat("n", lockcore.MaxKeyPartLen+1)
 	for name, fn := range map[string]func(){
 		"Param empty":     func() { keyfunc.Param("") },
 		"Header long":     func() { keyfunc.Header(long) },
@@ -612,9 +614,49 @@ func TestConstructionPanics(t *testing.T) {
 			fn()
 		}()
 	}
-	// Four sources fit MaxParts.
+	// Four sources fit lockcore.MaxKeyParts.
 	q := keyfunc.Query("q")
 	keyfunc.Join(q, q, q, q)
+}
+
+// TestKeyLimitsAgree: keyfunc's limits are lockcore's. The largest key a
+// key function yields, lockcore.MaxKeyParts parts of
+// lockcore.MaxKeyPartLen bytes each (bytes that escaping triples), is a
+// valid lockcore.Key; a value one byte longer, or a source more, is refused
+// by keyfunc itself, as lockcore would refuse it.
+func TestKeyLimitsAgree(t *testing.T) {
+	value := strings.Repeat(":", lockcore.MaxKeyPartLen)
+	q := url.Values{}
+	var fs []keyfunc.Func
+	for i := 0; i < lockcore.MaxKeyParts/2; i++ {
+		name := fmt.Sprintf("%0*d", lockcore.MaxKeyPartLen, i)
+		q.Set(name, value)
+		fs = append(fs, keyfunc.Query(name))
+	}
+	f := keyfunc.Join(fs...)
+	parts, err := f.HTTP(httptest.NewRequest("GET", "/?"+q.Encode(), nil))
+	if err != nil || len(parts) != lockcore.MaxKeyParts {
+		t.Fatalf("at the limits: %d parts, %v", len(parts), err)
+	}
+	if _, err := lockcore.NewKey(parts...); err != nil {
+		t.Fatalf("lockcore refuses the largest key keyfunc yields: %v", err)
+	}
+
+	q.Set(fmt.Sprintf("%0*d", lockcore.MaxKeyPartLen, 0), value+"x")
+	parts, err = f.HTTP(httptest.NewRequest("GET", "/?"+q.Encode(), nil))
+	wantErr(t, parts, err, keyfunc.ErrInvalid)
+	if _, err := lockcore.NewKey(value + "x"); !errors.Is(err, lockcore.ErrInvalidKey) {
+		t.Fatalf("lockcore: a part of %d bytes: %v", lockcore.MaxKeyPartLen+1, err)
+	}
+	if _, err := lockcore.NewKey(strings.Split(strings.Repeat("x", lockcore.MaxKeyParts+1), "")...); !errors.Is(err, lockcore.ErrInvalidKey) {
+		t.Fatalf("lockcore: %d parts: %v", lockcore.MaxKeyParts+1, err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Errorf("Join to %d parts: no panic", lockcore.MaxKeyParts+2)
+		}
+	}()
+	keyfunc.Join(f, keyfunc.Query("one more"))
 }
 
 // TestParamDecodes: a parameter chi took from the percent-encoded path is

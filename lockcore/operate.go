@@ -9,6 +9,13 @@ import (
 // ErrNotHeld is returned by Operator.Revoke when nobody holds the lock.
 var ErrNotHeld = errors.New("lock: not held")
 
+// ErrInvalidReason is matched by the error of Operator.Revoke for a reason
+// that is empty, longer than 256 bytes, not UTF-8, or has control
+// characters: the reason is kept in the audit record and shown to
+// operators. Package admin and the routelock command refuse such a reason
+// before they call Revoke.
+var ErrInvalidReason = errors.New("lock: invalid revoke reason")
+
 // Operator is implemented by engines that can show and force-release their
 // locks: what an operations tool (package admin, the routelock command)
 // works with. The Redis engine implements it. Nothing it returns contains
@@ -30,7 +37,8 @@ type Operator interface {
 	// contexts are cancelled with cause ErrRevoked at their next renewal at
 	// the latest, the key's fencing token moves past the revoked hold's,
 	// and the next waiter, if any, is granted the lock. It returns
-	// ErrNotHeld when nobody holds the lock.
+	// ErrNotHeld when nobody holds the lock, and an error matching
+	// ErrInvalidReason for a reason it does not accept.
 	Revoke(ctx context.Context, key Key, reason string) (Revocation, error)
 }
 

@@ -161,7 +161,7 @@ func TestFakeStatuses(t *testing.T) {
 	}{
 		{"missing header", "/user", nil},
 		{"empty header", "/user", []string{"X-User-ID", ""}},
-		{"key too long", "/ff/" + strings.Repeat("x", keyfunc.MaxLen+1), nil},
+		{"key too long", "/ff/" + strings.Repeat("x", lockcore.MaxKeyPartLen+1), nil},
 		{"malformed token", "/user", []string{"X-User-ID", "u7", middleware.TokenHeader, "short"}},
 	} {
 		if resp, body := do(t, c, fakeCtx(t), "POST", srv.URL+tc.path, tc.hdr...); resp.StatusCode != 400 {

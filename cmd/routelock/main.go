@@ -47,12 +47,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
@@ -214,13 +213,11 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	}
 	if cmd == "release" {
 		o.reason = strings.TrimSpace(o.reason)
-		switch {
-		case o.reason == "":
+		if o.reason == "" {
 			return usageErr("release needs -reason TEXT: why the lock is force-released, kept in its audit record")
-		case len(o.reason) > redisengine.MaxReasonLen:
-			return usageErr("-reason is longer than %d bytes", redisengine.MaxReasonLen)
-		case !utf8.ValidString(o.reason) || strings.IndexFunc(o.reason, unicode.IsControl) >= 0:
-			return usageErr("-reason must be UTF-8 text without control characters")
+		}
+		if err := operate.CheckReason(o.reason); err != nil {
+			return usageErr("-reason: %v", err)
 		}
 	}
 

@@ -135,7 +135,7 @@
 // # Operations
 //
 // The Engine is a lockcore.Operator. Inspect and List show locks (owners by
-// OwnerDigest, never by token; waiters by Engine id and deadline; the audit
+// a digest of their token, never by token; waiters by Engine id and deadline; the audit
 // of revocations); List scans with SCAN, on every master of a Cluster.
 // Revoke force-releases a hold in one script: it deletes the hold,
 // remembers its entries so that the holders' renewals and releases answer

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -50,7 +51,7 @@ func inspect(t *testing.T, l *Engine, k lockcore.Key) lockcore.Info {
 // not hold the lock.
 func holdCount(info lockcore.Info, token string) int {
 	for _, h := range info.Holders {
-		if h.Owner == OwnerDigest(token) {
+		if h.Owner == operate.OwnerDigest(token) {
 			return h.Count
 		}
 	}

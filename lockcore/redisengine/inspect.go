@@ -2,8 +2,6 @@ package redisengine
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,26 +12,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 )
 
 // The Engine is an Operator: it shows its locks and force-releases them.
 var _ lockcore.Operator = (*Engine)(nil)
-
-// ownerSalt starts what OwnerDigest hashes, here and in the revoke script
-// (which gets it as an argument): the same for every Engine, so that all
-// name one owner alike.
-const ownerSalt = "routelock owner digest\x00"
-
-// OwnerDigest returns the name by which Inspect, List and Revoke show the
-// owner of token (lockcore.Holder.Owner, lockcore.Revocation.Owner): the
-// first 12 hex digits of SHA-1 over a fixed salt and the token. It reveals
-// nothing usable of the token, and lets whoever has one (lockcore.Lease's
-// Token) find its hold in a listing.
-func OwnerDigest(token string) string {
-	sum := sha1.Sum([]byte(ownerSalt + token))
-	return hex.EncodeToString(sum[:6])
-}
 
 // auditShown is how many of a key's latest revocations Inspect and List
 // return.
@@ -91,7 +75,7 @@ func (r stateRead) info(key string) (lockcore.Info, error) {
 	info := lockcore.Info{Key: key}
 	if h, ok := parseHold(r.hold.Val()); ok {
 		info.Holders = []lockcore.Holder{{
-			Owner:     OwnerDigest(h.token),
+			Owner:     operate.OwnerDigest(h.token),
 			Count:     len(h.entries),
 			Instances: instances(h.entries),
 			Since:     unixMicro(h.since),

@@ -4,25 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 )
-
-// MaxReasonLen is the longest reason Revoke accepts, in bytes.
-const MaxReasonLen = 256
-
-// ErrInvalidReason is returned by Revoke for a reason that is empty,
-// longer than MaxReasonLen bytes, not UTF-8, or has control characters:
-// the reason is kept in the audit record and shown to operators.
-var ErrInvalidReason = errors.New("redisengine: Revoke: the reason must be 1 to 256 bytes of UTF-8 text without control characters")
 
 // auditKeep is about how many audit records a key's stream keeps (XADD
 // MAXLEN ~).
@@ -49,8 +39,9 @@ const revokeRecordTTL = time.Hour
 // Options.AuditRetention, and the Logger, if any, is told.
 //
 // It returns lockcore.ErrNotHeld when nobody holds the lock, an error
-// matching lockcore.ErrInvalidKey for the zero Key, ErrInvalidReason for a
-// bad reason, lockcore.ErrClosed after Close, and one matching
+// matching lockcore.ErrInvalidKey for the zero Key, one matching
+// lockcore.ErrInvalidReason for a reason that is empty, longer than 256
+// bytes, not UTF-8, or has control characters, lockcore.ErrClosed after Close, and one matching
 // lockcore.ErrUnavailable when Redis did not answer: the hold may or may
 // not have been revoked then (Inspect says). A call that the client sent
 // again after a lost reply takes effect once: it revokes the hold its first
@@ -66,7 +57,7 @@ func (l *Engine) revoke(ctx context.Context, key lockcore.Key, reason string, te
 	if key.IsZero() {
 		return lockcore.Revocation{}, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
-	if err := checkReason(reason); err != nil {
+	if err := operate.CheckReason(reason); err != nil {
 		return lockcore.Revocation{}, err
 	}
 	if l.closed.Load() {
@@ -82,7 +73,7 @@ func (l *Engine) revoke(ctx context.Context, key lockcore.Key, reason string, te
 	_, _ = rand.Read(op[:])
 	record := ks[0] + ":o:" + hex.EncodeToString(op[:])
 	cmds := []redis.Cmder{l.run.cmd(ctx, revokeScript, []any{nil, nil, 6, ks[0], ks[1], ks[2], ks[3], ks[4], record,
-		l.retArg, channels, l.claimArg, l.trustArg, reason, ms(l.opt.AuditRetention), auditKeep, ownerSalt,
+		l.retArg, channels, l.claimArg, l.trustArg, reason, ms(l.opt.AuditRetention), auditKeep, operate.OwnerSalt,
 		ms(revokeRecordTTL)})}
 	_ = l.run.run(ctx, cmds)
 	v, err := cmds[0].(*redis.Cmd).Result()
@@ -123,23 +114,4 @@ func revocation(key, reason string, v any) (lockcore.Revocation, bool) {
 		return lockcore.Revocation{}, false
 	}
 	return lockcore.Revocation{Key: key, Owner: s[2], Fence: fence, NewFence: newFence, Reason: reason, At: unixMicro(at)}, true
-}
-
-// checkReason returns ErrInvalidReason, with what is wrong, unless reason
-// is 1 to MaxReasonLen bytes of UTF-8 without control characters.
-func checkReason(reason string) error {
-	switch {
-	case reason == "":
-		return fmt.Errorf("%w: it is empty", ErrInvalidReason)
-	case len(reason) > MaxReasonLen:
-		return fmt.Errorf("%w: it is %d bytes", ErrInvalidReason, len(reason))
-	case !utf8.ValidString(reason):
-		return fmt.Errorf("%w: it is not UTF-8", ErrInvalidReason)
-	}
-	for i, r := range reason {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: control character %U at byte %d", ErrInvalidReason, r, i)
-		}
-	}
-	return nil
 }
