@@ -42,12 +42,16 @@ func TestBatching(t *testing.T) {
 		hook := &pipeHook{}
 		rdb.AddHook(hook)
 		prefix := redistest.Prefix(t)
-		l, err := New(rdb, Options{Prefix: prefix})
+		// What is checked is batching and re-entry, not latency: 64
+		// goroutines on miniredis under the race detector on a loaded
+		// machine may wait longer than the default Timeout (1 s).
+		slow := Options{Prefix: prefix, Timeout: 10 * time.Second, ReleaseTimeout: 10 * time.Second}
+		l, err := New(rdb, slow)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		other := newLocker(t, b, prefix, Options{})
+		other := newLocker(t, b, prefix, Options{Timeout: slow.Timeout, ReleaseTimeout: slow.ReleaseTimeout})
 
 		ctx := context.Background()
 		var wg sync.WaitGroup
