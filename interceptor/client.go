@@ -10,9 +10,10 @@ import (
 )
 
 // UnaryClient returns a unary client interceptor that sends the owner tokens
-// of the call's context (lockcore.TokensFrom) in TokenKey metadata, so that a server that locks
-// the same resource with this package (or an HTTP service with package
-// middleware) re-enters the caller's lock instead of waiting for it:
+// of the call's context (lockcore.Outbound) in TokenKey metadata, so that a
+// server that locks the same resource with this package (or an HTTP service
+// with package middleware) re-enters the caller's lock instead of waiting
+// for it:
 //
 //	grpc.NewClient(addr, grpc.WithChainUnaryInterceptor(interceptor.UnaryClient()))
 //
@@ -36,11 +37,10 @@ func StreamClient() grpc.StreamClientInterceptor {
 // outgoing returns ctx with its owner tokens, if any, as the one TokenKey
 // entry of its outgoing metadata.
 func outgoing(ctx context.Context) context.Context {
-	toks := lockcore.TokensFrom(ctx)
-	if len(toks) == 0 {
+	tok := lockcore.Outbound(ctx)
+	if tok == "" {
 		return ctx
 	}
-	tok := lockcore.JoinTokens(toks)
 	md, ok := metadata.FromOutgoingContext(ctx)
 	if !ok {
 		return metadata.AppendToOutgoingContext(ctx, TokenKey, tok)

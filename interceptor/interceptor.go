@@ -175,8 +175,8 @@ func (s *server) match(fullMethod string) *rule {
 }
 
 // withToken returns ctx with the propagated owner tokens of the call, if it
-// may carry them, and the tokens removed from the incoming metadata that
-// the handler sees. A context that already has a token keeps its own.
+// may carry them (lockcore.Intake), and the tokens removed from the
+// incoming metadata that the handler sees.
 func (s *server) withToken(ctx context.Context, fullMethod string) (context.Context, error) {
 	vs := metadata.ValueFromIncomingContext(ctx, TokenKey) // copies only these values
 	if len(vs) == 0 {
@@ -185,17 +185,11 @@ func (s *server) withToken(ctx context.Context, fullMethod string) (context.Cont
 	md, _ := metadata.FromIncomingContext(ctx)
 	md.Delete(TokenKey) // md is a copy
 	stripped := metadata.NewIncomingContext(ctx, md)
-	if _, ok := lockcore.TokenFrom(ctx); ok || (s.trust != nil && !s.trust(ctx, fullMethod)) {
-		return stripped, nil
+	var trust func() bool
+	if s.trust != nil {
+		trust = func() bool { return s.trust(ctx, fullMethod) }
 	}
-	if len(vs) > 1 {
-		return stripped, fmt.Errorf("%w: %s given %d times", lockcore.ErrInvalidToken, TokenKey, len(vs))
-	}
-	toks, err := lockcore.ParseTokens(vs[0])
-	if err != nil {
-		return stripped, err
-	}
-	return lockcore.WithTokens(stripped, toks), nil
+	return lockcore.Intake(stripped, TokenKey, vs, trust)
 }
 
 // UnaryServer returns a unary server interceptor that holds the lock of

@@ -18,9 +18,10 @@
 // Every fresh hold is owned by a token minted for it (NewToken), which the
 // lease's context carries. Contexts carry the tokens of every live lock they
 // hold, innermost first (TokensFrom), and those a propagated call brought
-// (WithTokens); an acquisition re-enters a hold owned by one of them instead
-// of waiting for it, in memory when the context descends from the lease
-// (Reenter), in the backend otherwise. A token never takes a free lock, so
+// (Intake reads them from the header or metadata value that Outbound
+// wrote upstream); an acquisition re-enters a hold owned by one of them
+// instead of waiting for it, in memory when the context descends from the
+// lease (Reenter), in the backend otherwise. A token never takes a free lock, so
 // one that holds nothing grants nothing. FencingToken and HeldFrom read the
 // locks a context holds.
 //

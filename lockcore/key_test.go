@@ -79,8 +79,8 @@ func TestNewToken(t *testing.T) {
 			ones[i] |= c
 			zeros[i] |= ^c
 		}
-		if _, err := ParseToken(tok); err != nil {
-			t.Fatalf("ParseToken(%q): %v", tok, err)
+		if _, err := parseToken(tok); err != nil {
+			t.Fatalf("parseToken(%q): %v", tok, err)
 		}
 		if seen[tok] {
 			t.Fatalf("token %q minted twice", tok)

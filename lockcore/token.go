@@ -13,9 +13,9 @@ import (
 // Owner tokens are at most this long; longer inbound values are rejected.
 const maxTokenLen = 64
 
-// MaxTokens is how many owner tokens a context passes on (TokensFrom) and
-// an inbound list may hold (ParseTokens).
-const MaxTokens = 16
+// maxTokens is how many owner tokens a context passes on (Outbound) and an
+// inbound list may hold (Intake).
+const maxTokens = 16
 
 // NewToken returns a fresh owner token: 128 random bits as 32 lower-case
 // hex digits.
@@ -34,12 +34,52 @@ func NewToken() string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// ParseToken checks that s is an acceptable owner token: 16 to 64 bytes of
+// Intake returns ctx with the owner tokens that an upstream caller sent:
+// vals are the values of the header or metadata entry called name, which
+// the transport removes from what the handler sees, whatever this returns.
+// It returns ctx as it is, and no error, when vals is empty; when ctx
+// already carries a token, which an inbound one never replaces (a nested
+// call keeps its own); and when trust is not nil and reports false, for a
+// caller that may not bring tokens: they are ignored, and its locks get
+// fresh tokens like anyone's. trust is called at most once, and only when
+// vals is not empty and ctx carries no token.
+//
+// Otherwise vals must be one value: 1 to 16 tokens separated by commas
+// (spaces and tabs around a comma are allowed), each 16 to 64 bytes of
+// ASCII letters, digits, '-' and '_', as Outbound writes them. The returned
+// context carries them, innermost first, as WithToken carries one. Any
+// other vals fail with an error that wraps ErrInvalidToken, names name and
+// never repeats a value; ctx is returned with it.
+func Intake(ctx context.Context, name string, vals []string, trust func() bool) (context.Context, error) {
+	if len(vals) == 0 {
+		return ctx, nil
+	}
+	if _, ok := TokenFrom(ctx); ok || (trust != nil && !trust()) {
+		return ctx, nil
+	}
+	if len(vals) > 1 {
+		return ctx, fmt.Errorf("%w: %s given %d times", ErrInvalidToken, name, len(vals))
+	}
+	toks, err := parseTokens(vals[0])
+	if err != nil {
+		return ctx, err
+	}
+	return withTokens(ctx, toks), nil
+}
+
+// Outbound returns the owner tokens ctx carries (TokensFrom: those of the
+// live locks it holds and those it was given, innermost first, at most 16)
+// as the one header or metadata value that a call to another service
+// carries, so that the callee re-enters any lock of the chain (Intake reads
+// it there). It returns "" when ctx carries no token: send nothing then.
+func Outbound(ctx context.Context) string { return JoinTokens(TokensFrom(ctx)) }
+
+// parseToken checks that s is an acceptable owner token: 16 to 64 bytes of
 // ASCII letters, digits, '-' and '_' (the tokens of NewToken are, and so
 // are the UUIDs of earlier versions). It is meant for tokens that arrive
 // from outside the process, such as a propagated header. The error never
 // repeats the value.
-func ParseToken(s string) (string, error) {
+func parseToken(s string) (string, error) {
 	if len(s) < 16 || len(s) > maxTokenLen {
 		return "", fmt.Errorf("%w: length %d, want 16 to %d", ErrInvalidToken, len(s), maxTokenLen)
 	}
@@ -52,17 +92,17 @@ func ParseToken(s string) (string, error) {
 	return s, nil
 }
 
-// ParseTokens parses a propagated list of owner tokens: 1 to MaxTokens
-// tokens (see ParseToken) separated by commas, as JoinTokens writes them
+// parseTokens parses a propagated list of owner tokens: 1 to maxTokens
+// tokens (see parseToken) separated by commas, as Outbound writes them
 // (spaces around a comma are allowed). The error never repeats the value.
-func ParseTokens(s string) ([]string, error) {
+func parseTokens(s string) ([]string, error) {
 	n := strings.Count(s, ",") + 1
-	if n > MaxTokens {
-		return nil, fmt.Errorf("%w: %d tokens, want at most %d", ErrInvalidToken, n, MaxTokens)
+	if n > maxTokens {
+		return nil, fmt.Errorf("%w: %d tokens, want at most %d", ErrInvalidToken, n, maxTokens)
 	}
 	out := make([]string, 0, n)
 	for i, f := range strings.Split(s, ",") {
-		tok, err := ParseToken(strings.Trim(f, " \t"))
+		tok, err := parseToken(strings.Trim(f, " \t"))
 		if err != nil {
 			return nil, fmt.Errorf("token %d: %w", i+1, err)
 		}
@@ -71,8 +111,8 @@ func ParseTokens(s string) ([]string, error) {
 	return out, nil
 }
 
-// JoinTokens returns toks as one header or metadata value, which
-// ParseTokens reads.
+// JoinTokens returns toks as one header or metadata value, which Intake
+// reads: Outbound(ctx) is JoinTokens(TokensFrom(ctx)).
 func JoinTokens(toks []string) string { return strings.Join(toks, ",") }
 
 // ctxKey is the context key for the lock state of a request.
@@ -134,19 +174,20 @@ func WithHoldSlot(ctx context.Context) (context.Context, func(*Lease)) {
 }
 
 // WithToken returns a context that carries tok, an owner token propagated
-// from an upstream caller (validate it with ParseToken first). An
-// acquisition under the context re-enters a lock that tok holds, in this or
-// another process, instead of waiting for it. A token never takes a free
-// lock: every fresh hold gets a token of its own (NewToken), which the
-// lease's context then carries too. So a token grants nothing but re-entry
-// into the holds it names, and only while they are live.
+// from an upstream caller. It does not check tok: take a token that comes
+// from outside the process with Intake, which does. An acquisition under
+// the context re-enters a lock that tok holds, in this or another process,
+// instead of waiting for it. A token never takes a free lock: every fresh
+// hold gets a token of its own (NewToken), which the lease's context then
+// carries too. So a token grants nothing but re-entry into the holds it
+// names, and only while they are live.
 func WithToken(ctx context.Context, tok string) context.Context {
 	return context.WithValue(ctx, ctxKey{}, &ctxState{token: tok, parent: stateFrom(ctx)})
 }
 
-// WithTokens returns a context that carries toks, a propagated list as
-// ParseTokens returns it (innermost first), as WithToken does one token.
-func WithTokens(ctx context.Context, toks []string) context.Context {
+// withTokens returns a context that carries toks, a propagated list as
+// parseTokens returns it (innermost first), as WithToken does one token.
+func withTokens(ctx context.Context, toks []string) context.Context {
 	st := stateFrom(ctx)
 	for i := len(toks) - 1; i >= 0; i-- {
 		st = &ctxState{token: toks[i], parent: st}
@@ -158,8 +199,9 @@ func WithTokens(ctx context.Context, toks []string) context.Context {
 }
 
 // TokenFrom returns the innermost owner token ctx carries, if any: that of
-// the innermost lock it holds, or the last one given to WithToken. Pass
-// TokensFrom on to other services: a request may hold several locks.
+// the innermost lock it holds, or the last one given to WithToken or
+// Intake. Pass Outbound on to other services: a request may hold several
+// locks.
 func TokenFrom(ctx context.Context) (string, bool) {
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		if s.held == nil || s.held.live() {
@@ -170,16 +212,16 @@ func TokenFrom(ctx context.Context) (string, bool) {
 }
 
 // TokensFrom returns the owner tokens ctx carries, innermost first and at
-// most MaxTokens of them: those of the live locks it holds and those given
-// to WithToken. They are what a call to another service carries (see
-// JoinTokens), so that the callee re-enters any lock of the chain.
+// most 16 of them: those of the live locks it holds and those given to
+// WithToken or Intake. They are what a call to another service carries
+// (see Outbound), so that the callee re-enters any lock of the chain.
 func TokensFrom(ctx context.Context) []string { return stateFrom(ctx).tokens() }
 
 // tokens returns the distinct tokens of st and its parents, skipping locks
-// no longer held, innermost first and at most MaxTokens.
+// no longer held, innermost first and at most maxTokens.
 func (st *ctxState) tokens() []string {
 	var out []string
-	for s := st.first(); s != nil && len(out) < MaxTokens; s = s.next() {
+	for s := st.first(); s != nil && len(out) < maxTokens; s = s.next() {
 		if (s.held == nil || s.held.live()) && !slices.Contains(out, s.token) {
 			out = append(out, s.token)
 		}

@@ -494,7 +494,7 @@ func TestTokenHeaderNeverReachesHandler(t *testing.T) {
 	srv := fakeServe(t, r)
 	ctx := fakeCtx(t)
 	tok := lockcore.NewToken()
-	many := make([]string, lockcore.MaxTokens+1)
+	many := make([]string, 17) // one more than a list may hold
 	for i := range many {
 		many[i] = lockcore.NewToken()
 	}

@@ -22,7 +22,7 @@ import (
 const DefaultWait = lockcore.DefaultWait
 
 // TokenHeader carries propagated owner tokens from one service to the next:
-// one field line, 1 to lockcore.MaxTokens tokens separated by commas.
+// one field line, 1 to 16 tokens separated by commas (lockcore.Intake).
 const TokenHeader = "Routelock-Token"
 
 // Config configures Lock.
@@ -250,23 +250,21 @@ func notFound(r *http.Request) http.Handler {
 }
 
 // withToken returns r with the propagated owner tokens in its context, if
-// it may carry them, and the header removed, whatever it holds, so that the
-// handler cannot log it. A context that already has a token keeps its own.
+// it may carry them (lockcore.Intake), and the header removed, whatever it
+// holds, so that the handler cannot log it.
 func (m *locker) withToken(r *http.Request) (*http.Request, error) {
 	vs := r.Header[TokenHeader]
 	if len(vs) == 0 {
 		return r, nil
 	}
 	r.Header.Del(TokenHeader)
-	if _, ok := lockcore.TokenFrom(r.Context()); ok || (m.trust != nil && !m.trust(r)) {
-		return r, nil
+	var trust func() bool
+	if m.trust != nil {
+		trust = func() bool { return m.trust(r) }
 	}
-	if len(vs) > 1 {
-		return r, fmt.Errorf("%w: %s given %d times", lockcore.ErrInvalidToken, TokenHeader, len(vs))
-	}
-	toks, err := lockcore.ParseTokens(vs[0])
+	ctx, err := lockcore.Intake(r.Context(), TokenHeader, vs, trust)
 	if err != nil {
 		return r, err
 	}
-	return r.WithContext(lockcore.WithTokens(r.Context(), toks)), nil
+	return r.WithContext(ctx), nil
 }

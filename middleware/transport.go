@@ -8,7 +8,7 @@ import (
 )
 
 // Transport returns an http.RoundTripper that adds the owner tokens of the
-// request's context, if it has any (lockcore.TokensFrom: those of every
+// request's context, if it has any (lockcore.Outbound: those of every
 // live lock the request holds and those it was given), to outgoing requests
 // in TokenHeader, and sends them with base (http.DefaultTransport if nil).
 // A service that holds productID:42 and calls another service, or itself,
@@ -32,12 +32,12 @@ type transport struct{ base http.RoundTripper }
 
 // RoundTrip implements http.RoundTripper. It does not change req.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	toks := lockcore.TokensFrom(req.Context())
-	if len(toks) == 0 || !sameOrigin(req) {
+	tok := lockcore.Outbound(req.Context())
+	if tok == "" || !sameOrigin(req) {
 		return t.base.RoundTrip(req)
 	}
 	r2 := req.Clone(req.Context())
-	r2.Header.Set(TokenHeader, lockcore.JoinTokens(toks))
+	r2.Header.Set(TokenHeader, tok)
 	return t.base.RoundTrip(r2)
 }
 

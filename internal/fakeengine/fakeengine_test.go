@@ -300,7 +300,10 @@ func TestReenter(t *testing.T) {
 		t.Fatalf("in-memory re-entry: %d entries, want 1", entries)
 	}
 
-	remote := lockcore.WithTokens(ctx, lockcore.TokensFrom(outer.Context()))
+	remote, err := lockcore.Intake(ctx, "Routelock-Token", []string{lockcore.Outbound(outer.Context())}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	byToken := acquire(t, e, remote, k, lockcore.Policy{})
 	if byToken.Fence() != outer.Fence() || byToken.Token() != outer.Token() {
 		t.Fatal("token re-entry got another hold")
@@ -346,7 +349,7 @@ func TestLose(t *testing.T) {
 	k := key(t, "lose", "1")
 	ctx := bounded(t)
 	ls := acquire(t, e, ctx, k, lockcore.Policy{})
-	byToken := acquire(t, e, lockcore.WithTokens(ctx, []string{ls.Token()}), k, lockcore.Policy{})
+	byToken := acquire(t, e, lockcore.WithToken(ctx, ls.Token()), k, lockcore.Policy{})
 	derived, cancel := context.WithCancel(ls.Context())
 	defer cancel()
 
@@ -455,7 +458,7 @@ func TestUnavailable(t *testing.T) {
 	if _, err := e.Acquire(ctx, other, lockcore.Policy{}); !errors.Is(err, lockcore.ErrUnavailable) {
 		t.Fatalf("down: %v", err)
 	}
-	if _, err := e.Acquire(lockcore.WithTokens(ctx, []string{ls.Token()}), k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrUnavailable) {
+	if _, err := e.Acquire(lockcore.WithToken(ctx, ls.Token()), k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrUnavailable) {
 		t.Fatalf("down, token re-entry: %v", err)
 	}
 	inner := acquire(t, e, ls.Context(), k, lockcore.Policy{})

@@ -14,7 +14,7 @@
 // lockcore.TokensFrom). An acquisition under a context that carries the
 // token of the hold re-enters the lock: its attempt id is added to the
 // hold's entries in Redis, so the nested caller may be another process that
-// received the token (lockcore.WithTokens). Each release drops its own
+// received the token (lockcore.Intake). Each release drops its own
 // entry; the key is freed when none is left. A token never takes a free
 // lock, so one that holds nothing grants nothing.
 //
