@@ -498,7 +498,7 @@ func TestHostileTokens(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				toks[rng.IntN(len(toks))] = ""
 			}
-			return []string{lockcore.JoinTokens(toks)}, "list"
+			return []string{strings.Join(toks, ",")}, "list"
 		case 7:
 			return []string{[]string{old.Token(), other.Token()}[rng.IntN(2)]}, "replayed hold"
 		default:

@@ -72,7 +72,7 @@ func Intake(ctx context.Context, name string, vals []string, trust func() bool) 
 // as the one header or metadata value that a call to another service
 // carries, so that the callee re-enters any lock of the chain (Intake reads
 // it there). It returns "" when ctx carries no token: send nothing then.
-func Outbound(ctx context.Context) string { return JoinTokens(TokensFrom(ctx)) }
+func Outbound(ctx context.Context) string { return joinTokens(TokensFrom(ctx)) }
 
 // parseToken checks that s is an acceptable owner token: 16 to 64 bytes of
 // ASCII letters, digits, '-' and '_' (the tokens of NewToken are, and so
@@ -111,9 +111,9 @@ func parseTokens(s string) ([]string, error) {
 	return out, nil
 }
 
-// JoinTokens returns toks as one header or metadata value, which Intake
-// reads: Outbound(ctx) is JoinTokens(TokensFrom(ctx)).
-func JoinTokens(toks []string) string { return strings.Join(toks, ",") }
+// joinTokens returns toks as one header or metadata value, which Intake
+// reads: Outbound(ctx) is joinTokens(TokensFrom(ctx)).
+func joinTokens(toks []string) string { return strings.Join(toks, ",") }
 
 // ctxKey is the context key for the lock state of a request.
 type ctxKey struct{}
