@@ -24,7 +24,7 @@ type Option = config.Option
 // Wait makes a request wait up to d for a lock held by another owner, and
 // never past the request's own deadline; then it is refused with 409
 // Conflict (codes.Aborted for gRPC). The default is blocking with a wait of 5 seconds
-// (middleware.DefaultWait).
+// (lockcore.DefaultWait).
 //
 // Panics if d is not positive; use FailFast for no wait.
 func Wait(d time.Duration) Option {

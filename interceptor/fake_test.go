@@ -230,7 +230,7 @@ func TestFakeRulePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []fakeengine.Call{
-		{Key: fakeKey(t, "product_id", "1"), Policy: lockcore.Policy{Wait: interceptor.DefaultWait, Route: shop.Reserve}},
+		{Key: fakeKey(t, "product_id", "1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, Route: shop.Reserve}},
 		{Key: fakeKey(t, "order.user_id", "u7"), Policy: lockcore.Policy{TTL: 2 * time.Second, Route: shop.Create}},
 		{Key: fakeKey(t, "product_id", "3"), Policy: lockcore.Policy{Wait: 3 * time.Second, TTL: lockcore.MinTTL, Route: shop.Restock}},
 	}
@@ -260,8 +260,8 @@ func TestFakeRulePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = []fakeengine.Call{
-		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Wait: interceptor.DefaultWait, Route: shop.Reserve}},
-		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Wait: interceptor.DefaultWait, Route: shop.Restock}},
+		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, Route: shop.Reserve}},
+		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, Route: shop.Restock}},
 	}
 	if got := e.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("under a wildcard rule the engine was called with\n%+v\nwant\n%+v", got, want)

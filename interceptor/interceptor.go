@@ -16,10 +16,6 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// DefaultWait is how long a call waits for a lock held by another owner
-// when Rule.Wait is zero.
-const DefaultWait = lockcore.DefaultWait
-
 // TokenKey is the metadata key that carries propagated owner tokens from
 // one service to the next, in one value as the HTTP header Routelock-Token
 // does (its name in gRPC's lower case), so tokens cross between HTTP and
@@ -43,7 +39,7 @@ type Rule struct {
 
 	// Wait is how long a call waits for a lock held by another owner, never
 	// past the call's deadline. Negative: one attempt, then codes.Aborted
-	// (fail fast). Default: DefaultWait.
+	// (fail fast). Default: lockcore.DefaultWait.
 	Wait time.Duration
 
 	// TTL is the lease length, which the engine renews while the

@@ -126,10 +126,10 @@ func TestFakePolicies(t *testing.T) {
 		}
 	}
 	want := []fakeengine.Call{
-		{Key: fakeKey(t, "id", "1"), Policy: lockcore.Policy{Wait: middleware.DefaultWait}},
+		{Key: fakeKey(t, "id", "1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait}},
 		{Key: fakeKey(t, "id", "2"), Policy: lockcore.Policy{Wait: 2 * time.Second, TTL: 3 * time.Second}},
 		{Key: fakeKey(t, "id", "3"), Policy: lockcore.Policy{}},
-		{Key: fakeKey(t, "id", "4"), Policy: lockcore.Policy{Wait: middleware.DefaultWait, TTL: lockcore.MinTTL}},
+		{Key: fakeKey(t, "id", "4"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, TTL: lockcore.MinTTL}},
 	}
 	got := e.Calls()
 	if fmt.Sprint(got) != fmt.Sprint(want) {

@@ -17,10 +17,6 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// DefaultWait is how long a request waits for a lock held by another owner
-// when Config.Wait is zero.
-const DefaultWait = lockcore.DefaultWait
-
 // TokenHeader carries propagated owner tokens from one service to the next:
 // one field line, 1 to 16 tokens separated by commas (lockcore.Intake).
 const TokenHeader = "Routelock-Token"
@@ -32,7 +28,7 @@ type Config struct {
 
 	// Wait is how long a request waits for a lock held by another owner,
 	// never past the request context's deadline. Negative: one attempt,
-	// then 409 (fail fast). Default: DefaultWait.
+	// then 409 (fail fast). Default: lockcore.DefaultWait.
 	Wait time.Duration
 
 	// TTL is the lease length, which the engine keeps renewing while the
