@@ -12,8 +12,8 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
@@ -22,7 +22,7 @@ import (
 // nested calls re-enter through lock.Transport, its Close leaves the engine
 // alone, and the Redis engine's own options are refused there.
 func TestFromEngine(t *testing.T) {
-	e := fakeengine.New()
+	e := locktest.New()
 	locker := lock.FromEngine(e, lock.FailFast(), lock.TTL(time.Minute))
 	if locker.Engine() != lockcore.Engine(e) {
 		t.Fatal("Engine() is not the engine given")

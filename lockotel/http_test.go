@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 )
 
 // entry is what a handler saw when it ran.
@@ -37,7 +37,7 @@ type entry struct {
 // context ends (then it answers 410 with the context's cause).
 type shopRig struct {
 	*rig
-	fe      *fakeengine.Engine
+	fe      *locktest.Engine
 	locker  *lock.Locker
 	srv     *httptest.Server
 	c       *http.Client
@@ -49,7 +49,7 @@ const quickWait = 50 * time.Millisecond
 
 func newShop(t *testing.T, r *rig) *shopRig {
 	s := &shopRig{rig: r, entered: make(chan entry, 16), proceed: make(chan struct{})}
-	s.fe = &fakeengine.Engine{Events: r.tel}
+	s.fe = &locktest.Engine{Events: r.tel}
 	s.locker = lock.FromEngine(s.fe, r.tel.Option())
 	h := func(w http.ResponseWriter, req *http.Request) {
 		ctx := req.Context()
@@ -312,7 +312,7 @@ func TestHTTPLost(t *testing.T) {
 		name, event, reason string
 		cause               error
 	}{
-		{"lost", "lock.lost", "gone", fakeengine.ErrLost},
+		{"lost", "lock.lost", "gone", locktest.ErrLost},
 		{"revoked", "lock.revoked", "revoked", fmt.Errorf("%w: by an operator", lockcore.ErrRevoked)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -358,7 +358,7 @@ func TestHTTPLost(t *testing.T) {
 // routelock.held counts the hold once.
 func TestHTTPReentered(t *testing.T) {
 	r := newRig(t)
-	fe := &fakeengine.Engine{Events: r.tel}
+	fe := &locktest.Engine{Events: r.tel}
 	locker := lock.FromEngine(fe, r.tel.Option())
 	held := make(chan int64, 1)
 	router := chi.NewRouter()

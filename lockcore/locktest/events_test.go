@@ -1,4 +1,4 @@
-package fakeengine_test
+package locktest_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 )
 
 // recorder is a lockcore.Events that writes down every call, in order.
@@ -92,7 +92,7 @@ func wantUnordered(t *testing.T, r *recorder, want ...string) {
 // in-memory re-entries and releases of lost entries report nothing.
 func TestEvents(t *testing.T) {
 	var r recorder
-	e := &fakeengine.Engine{Events: &r}
+	e := &locktest.Engine{Events: &r}
 	k := key(t, "ev", "1")
 	ctx := bounded(t)
 
@@ -185,5 +185,5 @@ func TestLoseWithPanics(t *testing.T) {
 			t.Fatal("LoseWith(ErrReleased) did not panic")
 		}
 	}()
-	fakeengine.New().LoseWith(key(t, "p", "1"), lockcore.ErrReleased)
+	locktest.New().LoseWith(key(t, "p", "1"), lockcore.ErrReleased)
 }

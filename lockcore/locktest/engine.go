@@ -1,4 +1,4 @@
-// Package fakeengine is an in-memory lockcore.Engine for tests: the
+// Package locktest is an in-memory lockcore.Engine for tests: the
 // adapters (package middleware, package interceptor) run on it without a
 // Redis, and a test can do to it what is hard to arrange on a real backend:
 // take the backend away (SetUnavailable), end a live hold as lost (Lose,
@@ -17,7 +17,7 @@
 //
 // Leases never expire on their own: the fake keeps every hold alive until it
 // is released or taken away with Lose.
-package fakeengine
+package locktest
 
 import (
 	"context"
@@ -37,11 +37,11 @@ const DefaultTTL = 10 * time.Second
 var (
 	// ErrLost is the cause with which Lose cancels the contexts of a
 	// hold's leases. It matches lockcore.ErrLockLost.
-	ErrLost = fmt.Errorf("%w: fakeengine: taken away by Engine.Lose", lockcore.ErrLockLost)
+	ErrLost = fmt.Errorf("%w: locktest: taken away by Engine.Lose", lockcore.ErrLockLost)
 
 	// ErrDown is what Acquire returns while the engine is unavailable. It
 	// matches lockcore.ErrUnavailable.
-	ErrDown = fmt.Errorf("%w: fakeengine: engine set unavailable", lockcore.ErrUnavailable)
+	ErrDown = fmt.Errorf("%w: locktest: engine set unavailable", lockcore.ErrUnavailable)
 )
 
 // Call is one call of Engine.Acquire, as it was made.
@@ -135,7 +135,7 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	case ttl == 0:
 		ttl = DefaultTTL
 	case ttl < lockcore.MinTTL:
-		return nil, fmt.Errorf("fakeengine: TTL %v is below the minimum %v", ttl, lockcore.MinTTL)
+		return nil, fmt.Errorf("locktest: TTL %v is below the minimum %v", ttl, lockcore.MinTTL)
 	}
 	if ls := lockcore.Reenter(ctx, e, key); ls != nil {
 		return ls, nil
@@ -335,7 +335,7 @@ func (e *Engine) Lose(key lockcore.Key) bool { return e.LoseWith(key, ErrLost) }
 // Panics if cause does not match lockcore.ErrLockLost.
 func (e *Engine) LoseWith(key lockcore.Key, cause error) bool {
 	if !errors.Is(cause, lockcore.ErrLockLost) {
-		panic(fmt.Sprintf("fakeengine: LoseWith(%v): the cause must match lockcore.ErrLockLost", cause))
+		panic(fmt.Sprintf("locktest: LoseWith(%v): the cause must match lockcore.ErrLockLost", cause))
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
