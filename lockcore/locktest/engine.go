@@ -1,22 +1,15 @@
-// Package locktest is an in-memory lockcore.Engine for tests: the
-// adapters (package middleware, package interceptor) run on it without a
-// Redis, and a test can do to it what is hard to arrange on a real backend:
-// take the backend away (SetUnavailable), end a live hold as lost (Lose,
-// or LoseWith a cause such as lockcore.ErrRevoked), see who holds and who
-// waits (Held, Waiters, Await), and read back the Policy of every
-// acquisition (Calls). Its Events, if set, is told what it does, as an
-// engine that reports events tells its lockcore.Events.
+// Package locktest is for testing with locks: an in-memory engine, Engine,
+// on which a program's HTTP handlers and gRPC methods run in their tests
+// without a Redis, and Run, the conformance suite that every engine passes
+// (the in-memory one and package redisengine's included) and that a new
+// engine runs in its own tests.
 //
-// It follows the steps of lockcore.Engine faithfully: one exclusive hold
-// per key with a fencing counter per key, a fresh owner token
-// (lockcore.NewToken) for every fresh hold, in-memory re-entry through
-// lockcore.Reenter, re-entry of a hold owned by one of lockcore.TokensFrom
-// (what a propagated header or metadata entry brings) as one more entry of
-// that hold, and waiting in arrival order on channels. The key is freed,
-// and handed to its oldest waiter, when the hold's last entry is released.
-//
-// Leases never expire on their own: the fake keeps every hold alive until it
-// is released or taken away with Lose.
+// Engine is an engine of equal rank: it keeps the contract of
+// lockcore.Engine as the Redis engine does (exclusive holds, fencing
+// tokens, waiting in arrival order, in-memory and token re-entry) and is a
+// lockcore.Operator, whose Revoke plays a lost lock. It is for tests, not
+// for production: its locks live in one process and its leases never
+// expire.
 package locktest
 
 import (
@@ -24,58 +17,46 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 )
 
-// DefaultTTL is the lease length of a Policy without a TTL.
-const DefaultTTL = 10 * time.Second
+// defaultTTL is the lease length of a Policy without a TTL.
+const defaultTTL = 10 * time.Second
 
-var (
-	// ErrLost is the cause with which Lose cancels the contexts of a
-	// hold's leases. It matches lockcore.ErrLockLost.
-	ErrLost = fmt.Errorf("%w: locktest: taken away by Engine.Lose", lockcore.ErrLockLost)
+// auditKeep is how many audit records a key keeps, newest first.
+const auditKeep = 100
 
-	// ErrDown is what Acquire returns while the engine is unavailable. It
-	// matches lockcore.ErrUnavailable.
-	ErrDown = fmt.Errorf("%w: locktest: engine set unavailable", lockcore.ErrUnavailable)
-)
+// instance is the engine id the Operator methods name the engine by.
+const instance = "locktest"
 
-// Call is one call of Engine.Acquire, as it was made.
-type Call struct {
-	Key    lockcore.Key
-	Policy lockcore.Policy
-}
-
-// Engine is an in-memory lockcore.Engine. The zero Engine is ready to use;
-// it must not be copied after first use. All methods are safe for
-// concurrent use.
+// Engine is an in-memory lockcore.Engine and lockcore.Operator. The zero
+// Engine is ready to use; it must not be copied after first use. All
+// methods are safe for concurrent use.
 type Engine struct {
 	// Events, if set, is told what the engine does, as lockcore.Events
 	// describes: Waiting when an acquisition starts and stops waiting;
-	// Woken when a waiter is handed the lock (WakeMessage: the release that
-	// freed the key told it) or its wait ran out (WakeTimer); Ended when a
-	// fresh hold (a fresh acquisition, or a token re-entry, which is a hold
-	// of its own) is released or lost. The fake never renews, so Renewed is
-	// never called. Waiting(key, +1) is called with the engine's lock held,
-	// so that a waiter is counted before Waiters or Await can see it, and
-	// so is Ended of a loss, before the lease's context is cancelled (see
-	// LoseWith); the other calls are made without it. Set it before the
-	// first Acquire.
+	// Woken when a waiter is handed the lock (WakeMessage) or its wait ran
+	// out (WakeTimer); Ended when a fresh hold (a fresh acquisition, or a
+	// token re-entry, which is a hold of its own) is released or revoked.
+	// The engine never renews, so Renewed is never called. Waiting(key,
+	// +1) is called with the engine's lock held, so that a waiter is
+	// counted before Inspect or Await can see it, and so is Ended of a
+	// revocation, before the lease's context is cancelled; the other calls
+	// are made without it. Set it before the first Acquire.
 	Events lockcore.Events
 
 	mu      sync.Mutex
 	keys    map[lockcore.Key]*keyState
-	calls   []Call
-	down    bool
 	changed chan struct{} // closed and replaced on every change (see Await)
+	defects defects       // deliberate faults, set only by this package's tests
 }
-
-// New returns an empty Engine.
-func New() *Engine { return new(Engine) }
 
 // keyState is what the backend knows of one key. It is kept after the key
 // is freed, so that its fencing counter only grows.
@@ -85,8 +66,10 @@ type keyState struct {
 	token   string        // owner of the live hold; "" when the key is free
 	fence   int64         // fencing token of the live hold
 	ttl     time.Duration // lease length of the live hold
+	since   time.Time     // when the live hold was taken
 	entries []*hold       // the live hold's entries: its fresh acquisition and token re-entries
 	queue   []*waiter     // in arrival order; empty while the key is free
+	audit   []lockcore.Revocation
 }
 
 // hold is one entry of a key's hold: what a lease wraps.
@@ -102,50 +85,45 @@ type hold struct {
 
 // waiter is one blocked acquisition.
 type waiter struct {
-	ctx   context.Context
-	ttl   time.Duration
-	ready chan struct{}   // closed when granted
-	ls    *lockcore.Lease // the granted lease; guarded by e.mu
+	ctx      context.Context
+	ttl      time.Duration
+	since    time.Time
+	deadline time.Time
+	ready    chan struct{}   // closed when granted
+	ls       *lockcore.Lease // the granted lease; guarded by e.mu
 }
 
-// Acquire implements lockcore.Engine. It records the call (Calls), then
-// validates key and p: a zero key fails with lockcore.ErrInvalidKey, a TTL
-// below lockcore.MinTTL with an error; a TTL of 0 is DefaultTTL. A context
-// that holds the key through this engine re-enters it in memory (even while
-// the engine is unavailable). Otherwise, while the engine is unavailable,
-// it fails with ErrDown; a free key is taken for a fresh hold; a hold owned
-// by one of lockcore.TokensFrom(ctx) gets one more entry under its token;
-// and a hold of another owner fails at once with a
-// *lockcore.ContentionError when p.Wait is 0, or is waited for in arrival
-// order up to p.Wait (then a ContentionError with TimedOut) or until ctx
-// ends (then errors.Join of a ContentionError, TimedOut for a deadline, and
-// ctx.Err()). RetryAfter is the holder's TTL: the fake renews perfectly.
-// On error nothing is held or queued.
+// Acquire implements lockcore.Engine. A zero key fails with
+// lockcore.ErrInvalidKey, a TTL below lockcore.MinTTL with an error; a
+// TTL of 0 is 10 seconds. A context
+// that holds the key through this engine re-enters it in memory.
+// Otherwise a free key is taken for a fresh hold; a hold owned by one of
+// lockcore.TokensFrom(ctx) gets one more entry under its token; and a hold
+// of another owner fails at once with a *lockcore.ContentionError when
+// p.Wait is 0, or is waited for in arrival order up to p.Wait (then a
+// ContentionError with TimedOut) or until ctx ends (then errors.Join of a
+// ContentionError, TimedOut for a deadline, and ctx.Err()). RetryAfter is
+// the holder's TTL: the engine renews perfectly. On error nothing is held
+// or queued.
 func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	e.mu.Lock()
-	e.calls = append(e.calls, Call{Key: key, Policy: p})
-	e.notify()
-	e.mu.Unlock()
-
 	if key.IsZero() {
 		return nil, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
 	ttl := p.TTL
 	switch {
 	case ttl == 0:
-		ttl = DefaultTTL
+		ttl = defaultTTL
 	case ttl < lockcore.MinTTL:
 		return nil, fmt.Errorf("locktest: TTL %v is below the minimum %v", ttl, lockcore.MinTTL)
+	}
+	if e.defects.waitIgnored {
+		p.Wait = 0
 	}
 	if ls := lockcore.Reenter(ctx, e, key); ls != nil {
 		return ls, nil
 	}
 
 	e.mu.Lock()
-	if e.down {
-		e.mu.Unlock()
-		return nil, ErrDown
-	}
 	ks := e.state(key)
 	if err := ctx.Err(); err != nil {
 		ce := &lockcore.ContentionError{Key: key.String(), RetryAfter: ks.retryAfter()}
@@ -153,11 +131,11 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		return nil, errors.Join(ce, err)
 	}
 	switch {
-	case ks.token == "":
+	case ks.token == "" || e.defects.grantTwice && len(ks.entries) == 1:
 		ls := e.take(ks, ctx, ttl)
 		e.mu.Unlock()
 		return ls, nil
-	case slices.Contains(lockcore.TokensFrom(ctx), ks.token):
+	case !e.defects.ignoreTokens && slices.Contains(lockcore.TokensFrom(ctx), ks.token):
 		h := &hold{e: e, ks: ks, start: time.Now()}
 		h.ls = lockcore.NewLease(ctx, e, key, ks.token, ks.fence, h)
 		ks.entries = append(ks.entries, h)
@@ -169,10 +147,14 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		e.mu.Unlock()
 		return nil, ce
 	}
-	w := &waiter{ctx: ctx, ttl: ttl, ready: make(chan struct{})}
+	now := time.Now()
+	w := &waiter{ctx: ctx, ttl: ttl, since: now, deadline: now.Add(p.Wait), ready: make(chan struct{})}
+	if d, ok := ctx.Deadline(); ok && d.Before(w.deadline) {
+		w.deadline = d
+	}
 	ks.queue = append(ks.queue, w)
 	if ev := e.Events; ev != nil {
-		ev.Waiting(key, 1) // before Waiters or Await can see the waiter
+		ev.Waiting(key, 1) // before Inspect or Await can see the waiter
 		defer ev.Waiting(key, -1)
 	}
 	e.notify()
@@ -199,7 +181,9 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		e.mu.Lock()
 		ls := w.ls
 		if ls == nil {
-			e.dequeue(ks, w)
+			if !e.defects.keepWaiter {
+				e.dequeue(ks, w)
+			}
 			ce.RetryAfter = ks.retryAfter()
 		} else {
 			ls.Hold().(*hold).quiet = true // never handed out: not a hold to report
@@ -234,7 +218,7 @@ func (e *Engine) state(key lockcore.Key) *keyState {
 }
 
 // retryAfter is the hint of a ContentionError: the holder's remaining lease,
-// which is its TTL since the fake renews it perfectly; 0 when free.
+// which is its TTL since the engine renews it perfectly; 0 when free.
 func (ks *keyState) retryAfter() time.Duration {
 	if ks.token == "" {
 		return 0
@@ -246,10 +230,16 @@ func (ks *keyState) retryAfter() time.Duration {
 // and returns its lease. e.mu is held.
 func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration) *lockcore.Lease {
 	ks.counter++
-	ks.token, ks.fence, ks.ttl = lockcore.NewToken(), ks.counter, ttl
-	h := &hold{e: e, ks: ks, start: time.Now()}
+	if e.defects.fenceReset && ks.token == "" {
+		ks.counter = 1
+	}
+	ks.token, ks.fence, ks.ttl, ks.since = lockcore.NewToken(), ks.counter, ttl, time.Now()
+	if toks := lockcore.TokensFrom(ctx); e.defects.tokenTakesFree && len(toks) > 0 {
+		ks.token = toks[0]
+	}
+	h := &hold{e: e, ks: ks, start: ks.since}
 	h.ls = lockcore.NewLease(ctx, e, ks.key, ks.token, ks.fence, h)
-	ks.entries = []*hold{h}
+	ks.entries = append(ks.entries, h)
 	e.notify()
 	return h.ls
 }
@@ -257,9 +247,13 @@ func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration) *loc
 // free frees ks and hands it to its oldest waiter, if any. e.mu is held.
 func (e *Engine) free(ks *keyState) {
 	ks.token, ks.fence, ks.ttl, ks.entries = "", 0, 0, nil
-	if len(ks.queue) > 0 {
-		w := ks.queue[0]
-		ks.queue = slices.Delete(ks.queue, 0, 1)
+	if n := len(ks.queue); n > 0 {
+		i := 0
+		if e.defects.lifo {
+			i = n - 1
+		}
+		w := ks.queue[i]
+		ks.queue = slices.Delete(ks.queue, i, i+1)
 		w.ls = e.take(ks, w.ctx, w.ttl)
 		close(w.ready)
 	}
@@ -280,8 +274,8 @@ func (e *Engine) notify() {
 	}
 }
 
-// Check implements lockcore.Hold: nil until Lose or LoseWith took the hold
-// away, then the cause it was taken away with.
+// Check implements lockcore.Hold: nil until the hold was taken away, then
+// the cause it was taken away with.
 func (h *hold) Check() error {
 	if cause := h.lost.Load(); cause != nil {
 		return *cause
@@ -292,7 +286,7 @@ func (h *hold) Check() error {
 // Release implements lockcore.Hold: it drops this entry of the hold and
 // frees the key, for its oldest waiter, when none is left, and then tells
 // Events that the hold ended (lockcore.ErrReleased). Releasing an entry
-// that Lose took away changes nothing. It never fails.
+// that was taken away changes nothing. It never fails.
 func (h *hold) Release(ctx context.Context) error {
 	e := h.e
 	begin := time.Now()
@@ -313,94 +307,134 @@ func (h *hold) Release(ctx context.Context) error {
 	if ev := e.Events; ev != nil && !quiet {
 		end := time.Now()
 		ev.Ended(ctx, ks.key, end.Sub(h.start), end.Sub(begin), lockcore.ErrReleased, nil)
+		if e.defects.endedTwice {
+			ev.Ended(ctx, ks.key, end.Sub(h.start), end.Sub(begin), lockcore.ErrReleased, nil)
+		}
 	}
 	return nil
 }
 
-// Lose ends the live hold of key as lost, as a backend that expired or
-// handed it over would: the contexts of all its leases (its fresh
-// acquisition, its token re-entries and their in-memory re-entries) are
-// cancelled with cause ErrLost, which matches lockcore.ErrLockLost, before
-// the key goes to its oldest waiter or is freed. It reports whether key
-// had a live hold.
-func (e *Engine) Lose(key lockcore.Key) bool { return e.LoseWith(key, ErrLost) }
+// lose ends the live hold of ks as lost with cause, which matches
+// lockcore.ErrLockLost: Events is told of each entry's end, with the
+// engine's lock held and before the entry's lease contexts are cancelled
+// (a handler that returns when its context ends has not yet returned, so
+// the request's span is still open for what Events records on it). The
+// key is not freed. e.mu is held.
+func (e *Engine) lose(ks *keyState, cause error) {
+	end := time.Now()
+	for _, h := range ks.entries {
+		if ev := e.Events; ev != nil {
+			ev.Ended(h.ls.Context(), ks.key, end.Sub(h.start), 0, cause, nil)
+		}
+		h.done = true
+		if !e.defects.silentLoss {
+			h.lost.Store(&cause)
+			lockcore.Lose(h.ls, cause)
+		}
+	}
+}
 
-// LoseWith is Lose with cause in place of ErrLost: lockcore.ErrRevoked, or
-// an error wrapping it, plays a force-release (lockcore.Operator.Revoke).
-// Events is told of each entry's end, with cause, with the engine's lock
-// held and before the entry's lease contexts are cancelled: a handler that
-// returns when its context ends has not yet returned, so the request's
-// span is still open for what Events records on it.
-//
-// Panics if cause does not match lockcore.ErrLockLost.
-func (e *Engine) LoseWith(key lockcore.Key, cause error) bool {
-	if !errors.Is(cause, lockcore.ErrLockLost) {
-		panic(fmt.Sprintf("locktest: LoseWith(%v): the cause must match lockcore.ErrLockLost", cause))
+// Inspect implements lockcore.Operator: the state of key, with one Holder
+// (Count: the hold's fresh acquisition and token re-entries) while held,
+// its waiters in line, and its latest revocations.
+func (e *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, error) {
+	if key.IsZero() {
+		return lockcore.Info{}, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	info := lockcore.Info{Key: key.String()}
+	if ks := e.keys[key]; ks != nil {
+		info = ks.info()
+	}
+	return info, nil
+}
+
+// info is the Info of ks. e.mu is held.
+func (ks *keyState) info() lockcore.Info {
+	info := lockcore.Info{Key: ks.key.String(), LastFence: ks.counter, Audit: slices.Clone(ks.audit)}
+	if ks.token != "" && len(ks.entries) > 0 {
+		info.Holders = []lockcore.Holder{{
+			Owner:     operate.OwnerDigest(ks.token),
+			Count:     len(ks.entries),
+			Instances: []string{instance},
+			Since:     ks.since,
+		}}
+		info.Fence, info.TTL = ks.fence, ks.ttl
+	}
+	for _, w := range ks.queue {
+		info.Waiters = append(info.Waiters, lockcore.Waiter{Instance: instance, Since: w.since, Deadline: w.deadline})
+	}
+	return info
+}
+
+// List implements lockcore.Operator: the held or awaited keys that start
+// with prefix, in key order, at most limit of them (limit <= 0: all).
+func (e *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore.Info, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var locks []lockcore.Info
+	for k, ks := range e.keys {
+		if (ks.token != "" || len(ks.queue) > 0) && strings.HasPrefix(k.String(), prefix) {
+			locks = append(locks, ks.info())
+		}
+	}
+	sort.Slice(locks, func(i, j int) bool { return locks[i].Key < locks[j].Key })
+	if limit > 0 && len(locks) > limit {
+		return locks[:limit], true, nil
+	}
+	return locks, false, nil
+}
+
+// Revoke implements lockcore.Operator: it takes the hold of key away from
+// its owner, as a backend that lost it would. Events is told that each of
+// its entries ended, with cause lockcore.ErrRevoked; then the contexts of
+// all its leases (its fresh acquisition, its token re-entries and their
+// in-memory re-entries) are cancelled with that cause, the key's fencing
+// counter moves past the revoked hold's fence, and the key goes to its
+// oldest waiter or is freed. It returns lockcore.ErrNotHeld when nobody
+// holds key, and an error matching lockcore.ErrInvalidReason for a reason
+// that is empty, longer than 256 bytes, not UTF-8, or has control
+// characters. Tests use it to play a lock lost while its handler runs.
+func (e *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (lockcore.Revocation, error) {
+	if key.IsZero() {
+		return lockcore.Revocation{}, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
+	}
+	if err := operate.CheckReason(reason); err != nil {
+		return lockcore.Revocation{}, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ks := e.keys[key]
 	if ks == nil || ks.token == "" {
-		return false
+		return lockcore.Revocation{}, lockcore.ErrNotHeld
 	}
-	end := time.Now()
-	for _, h := range ks.entries {
-		if ev := e.Events; ev != nil {
-			ev.Ended(h.ls.Context(), key, end.Sub(h.start), 0, cause, nil)
-		}
-		h.done = true
-		h.lost.Store(&cause)
-		lockcore.Lose(h.ls, cause)
+	r := lockcore.Revocation{
+		Key:    key.String(),
+		Owner:  operate.OwnerDigest(ks.token),
+		Fence:  ks.fence,
+		Reason: reason,
+		At:     time.Now(),
 	}
+	if !e.defects.revokeNoBump {
+		ks.counter++
+	}
+	r.NewFence = ks.counter
+	ks.audit = slices.Insert(ks.audit, 0, r)
+	if len(ks.audit) > auditKeep {
+		ks.audit = ks.audit[:auditKeep]
+	}
+	e.lose(ks, lockcore.ErrRevoked)
 	e.free(ks)
-	return true
-}
-
-// SetUnavailable makes the backend unreachable (down) or reachable again:
-// while down, every Acquire that does not re-enter in memory fails with
-// ErrDown, which matches lockcore.ErrUnavailable. Holds, waiters and
-// releases are not affected.
-func (e *Engine) SetUnavailable(down bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.down = down
-	e.notify()
-}
-
-// Held returns the fencing token of the live hold of key and its number of
-// entries in the backend (its fresh acquisition plus its token re-entries;
-// in-memory re-entries are not entries), or 0, 0 when key is free.
-func (e *Engine) Held(key lockcore.Key) (fence int64, entries int) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if ks := e.keys[key]; ks != nil && ks.token != "" {
-		return ks.fence, len(ks.entries)
-	}
-	return 0, 0
-}
-
-// Waiters returns how many acquisitions are queued for key.
-func (e *Engine) Waiters(key lockcore.Key) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if ks := e.keys[key]; ks != nil {
-		return len(ks.queue)
-	}
-	return 0
-}
-
-// Calls returns every Acquire call made so far, in order.
-func (e *Engine) Calls() []Call {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.calls)
+	return r, nil
 }
 
 // Await blocks until cond reports true, asking it at once and again after
-// every change of the engine (an Acquire call, a hold taken, entered,
-// released or lost, a waiter queued or gone, SetUnavailable), or until ctx
-// ends, whose error it then returns. cond may call the engine's inspection
-// methods (Held, Waiters, Calls); it runs without the engine's lock.
+// every change of the engine (a hold taken, entered, released or revoked,
+// a waiter queued or gone), or until ctx ends, whose error it then
+// returns. cond may call the engine's methods (Inspect, say); it runs
+// without the engine's lock. With Await a test waits for a state, such as
+// a request queued behind a hold, without sleeping.
 func (e *Engine) Await(ctx context.Context, cond func() bool) error {
 	for {
 		e.mu.Lock()
@@ -418,4 +452,21 @@ func (e *Engine) Await(ctx context.Context, cond func() bool) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// defects are deliberate faults, each breaking one promise of
+// lockcore.Engine or lockcore.Operator, so that this package's tests can
+// show that Run catches an engine that has it. They are set only by those
+// tests; the zero defects is a correct engine.
+type defects struct {
+	grantTwice     bool // a held key is granted once more, to another owner
+	lifo           bool // the newest waiter is served first
+	ignoreTokens   bool // a propagated owner token re-enters nothing
+	tokenTakesFree bool // a free key is taken under a propagated token, not a fresh one
+	silentLoss     bool // a revoked hold's leases are not told
+	fenceReset     bool // a key's fencing counter restarts when it is freed
+	keepWaiter     bool // a waiter that gave up stays in line, and is granted
+	endedTwice     bool // Events.Ended is told twice of a release
+	revokeNoBump   bool // Revoke does not move the fencing counter on
+	waitIgnored    bool // every acquisition fails fast
 }

@@ -88,7 +88,7 @@ func wantUnordered(t *testing.T, r *recorder, want ...string) {
 // release, a wait granted by a release (woken by message), a wait that ran
 // out (woken by its timer), a wait given up by its context, a token
 // re-entry (a hold of its own) and a loss of both entries to Lose and to
-// LoseWith(ErrRevoked), with the lease's context while it is still live;
+// Revoke, with the lease's context while it is still live;
 // in-memory re-entries and releases of lost entries report nothing.
 func TestEvents(t *testing.T) {
 	var r recorder
@@ -164,8 +164,8 @@ func TestEvents(t *testing.T) {
 	wantCalls(t, &r)
 
 	ls = acquire(t, e, ctx, k, lockcore.Policy{})
-	if !e.LoseWith(k, fmt.Errorf("%w: by a test", lockcore.ErrRevoked)) {
-		t.Fatal("LoseWith found no hold")
+	if _, err := e.Revoke(bounded(t), k, "by a test"); err != nil {
+		t.Fatal(err)
 	}
 	if cause := context.Cause(ls.Context()); !errors.Is(cause, lockcore.ErrRevoked) {
 		t.Fatalf("cause %v, want ErrRevoked", cause)
@@ -176,14 +176,4 @@ func TestEvents(t *testing.T) {
 	}
 	wantCalls(t, &r)
 	wantFree(t, e, k)
-}
-
-// TestLoseWithPanics: a cause that is not a loss is refused.
-func TestLoseWithPanics(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Fatal("LoseWith(ErrReleased) did not panic")
-		}
-	}()
-	locktest.New().LoseWith(key(t, "p", "1"), lockcore.ErrReleased)
 }
