@@ -696,7 +696,12 @@ func checkOperator(r *rig) {
 
 	names := []string{"l1", "l2", "l3"}
 	for _, n := range names {
-		defer r.release(r.acquire(r.a, r.ctx, r.key(n), failFast))
+		ls := r.acquire(r.a, r.ctx, r.key(n), failFast)
+		defer func() {
+			if err := ls.Release(context.Background()); err != nil {
+				r.t.Errorf("Release of %v: %v", ls.Key(), err)
+			}
+		}()
 	}
 	prefix := r.key("l").String() // the keys l1, l2 and l3 only
 	all, more, err := opB.List(r.ctx, prefix, 0)
