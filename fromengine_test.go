@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,17 +13,32 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
+
+// recording is the in-memory engine that writes down the Policy of every
+// acquisition.
+type recording struct {
+	*locktest.Engine
+	mu       sync.Mutex
+	policies []lockcore.Policy
+}
+
+func (r *recording) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	r.mu.Lock()
+	r.policies = append(r.policies, p)
+	r.mu.Unlock()
+	return r.Engine.Acquire(ctx, key, p)
+}
 
 // TestFromEngine checks the promise of lock.FromEngine: a Locker on any
 // engine gets the Locker's options (here fail fast) on its routes, its
 // nested calls re-enter through lock.Transport, its Close leaves the engine
 // alone, and the Redis engine's own options are refused there.
 func TestFromEngine(t *testing.T) {
-	e := fakeengine.New()
+	e := &recording{Engine: new(locktest.Engine)}
 	locker := lock.FromEngine(e, lock.FailFast(), lock.TTL(time.Minute))
 	if locker.Engine() != lockcore.Engine(e) {
 		t.Fatal("Engine() is not the engine given")
@@ -51,8 +67,10 @@ func TestFromEngine(t *testing.T) {
 	if nested.Load() != 1 {
 		t.Fatalf("nested handler ran %d times", nested.Load())
 	}
-	calls := e.Calls()
-	if len(calls) != 2 || calls[0].Policy != (lockcore.Policy{TTL: time.Minute}) {
+	e.mu.Lock()
+	calls := e.policies
+	e.mu.Unlock()
+	if len(calls) != 2 || calls[0] != (lockcore.Policy{TTL: time.Minute}) {
 		t.Fatalf("engine calls %+v, want two with the Locker's fail-fast policy and TTL", calls)
 	}
 

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/routelock/lock/interceptor"
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
 )
@@ -39,7 +38,7 @@ type streamReport struct {
 // matching lockcore.ErrLockLost.
 func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 	const derive = 100
-	e := fakeengine.New()
+	e := newFake()
 	k := fakeKey(t, "product_id", "42")
 	reports := make(chan streamReport, 1)
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
@@ -135,7 +134,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 // ends with Aborted whatever its handler returns, and one that names none
 // with InvalidArgument; the handler's first RecvMsg returns the refusal.
 func TestFakeStreamRefused(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	k := fakeKey(t, "product_id", "42")
 	recvErrs := make(chan error, 2)
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{

@@ -1,6 +1,6 @@
 package interceptor_test
 
-// Tests of the interceptors on the in-memory engine (internal/fakeengine):
+// Tests of the interceptors on the in-memory engine (lockcore/locktest):
 // no Redis, real grpc.Servers on loopback, judged by the status codes a
 // client gets and by what the handler sees.
 
@@ -27,7 +27,6 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/routelock/lock/interceptor"
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -202,7 +201,7 @@ func fencedReserve(runs *atomic.Int32) func(context.Context, *dynamicpb.Message)
 // with the call's full method as its Route, for unary calls and for a
 // stream whose key is in its first message.
 func TestFakeRulePolicies(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	var runs atomic.Int32
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
 		{Method: shop.Reserve, Key: interceptor.Field("product_id")},
@@ -229,7 +228,7 @@ func TestFakeRulePolicies(t *testing.T) {
 	if _, err := restock(fakeCtx(t), rig.cc, 3); err != nil {
 		t.Fatal(err)
 	}
-	want := []fakeengine.Call{
+	want := []call{
 		{Key: fakeKey(t, "product_id", "1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, Route: shop.Reserve}},
 		{Key: fakeKey(t, "order.user_id", "u7"), Policy: lockcore.Policy{TTL: 2 * time.Second, Route: shop.Create}},
 		{Key: fakeKey(t, "product_id", "3"), Policy: lockcore.Policy{Wait: 3 * time.Second, TTL: lockcore.MinTTL, Route: shop.Restock}},
@@ -240,7 +239,7 @@ func TestFakeRulePolicies(t *testing.T) {
 
 	// Under a wildcard rule, and for a stream locked before its handler
 	// runs (a metadata key), the Route is the method called, not the rule.
-	e = fakeengine.New()
+	e = newFake()
 	rig = newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
 		{Method: "*", Key: interceptor.Metadata("x-tenant")},
 	}}, &shop.Server{
@@ -259,7 +258,7 @@ func TestFakeRulePolicies(t *testing.T) {
 	if _, err := restock(mctx, rig.cc, 3); err != nil {
 		t.Fatal(err)
 	}
-	want = []fakeengine.Call{
+	want = []call{
 		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, Route: shop.Reserve}},
 		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, Route: shop.Restock}},
 	}
@@ -275,7 +274,7 @@ func TestFakeRulePolicies(t *testing.T) {
 // left queued, an exact rule whose key does not apply Internal; the handler
 // runs in none of these cases.
 func TestFakeCodes(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	var runs atomic.Int32
 	srv := &shop.Server{
 		Reserve: fencedReserve(&runs),
@@ -384,7 +383,7 @@ func TestFakeCodes(t *testing.T) {
 // a server whose TrustToken refuses the caller answers Aborted (fail fast)
 // or queues the call behind its own caller (waiting).
 func TestFakeUnaryPropagation(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	k := fakeKey(t, "product_id", "42")
 	var innerRuns atomic.Int32
 	inner := &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
@@ -485,7 +484,7 @@ func TestFakeUnaryPropagation(t *testing.T) {
 // it through middleware.Transport and re-enters there: one hold, one
 // fencing token, across protocols.
 func TestFakeCrossProtocol(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	k := fakeKey(t, "productID", "42")
 	rpc := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
 		{Method: shop.Reserve, Key: interceptor.Field("product_id").As("productID"), Wait: -1},
@@ -560,7 +559,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 // TestFakeUnaryLeaseLost: a lease lost while the handler runs cancels the
 // handler's context with a cause matching lockcore.ErrLockLost.
 func TestFakeUnaryLeaseLost(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	k := fakeKey(t, "product_id", "5")
 	started := make(chan struct{})
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
@@ -602,7 +601,7 @@ func TestFakeUnaryLeaseLost(t *testing.T) {
 // the panic goes on up the chain (to a recovering interceptor outside the
 // lock's), and the next call gets the lock.
 func TestFakeUnaryPanicReleases(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	k := fakeKey(t, "product_id", "9")
 	var runs atomic.Int32
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{

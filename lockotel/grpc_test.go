@@ -19,8 +19,8 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/interceptor"
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/internal/shop"
+	"github.com/routelock/lock/lockcore/locktest"
 )
 
 // tracedRPC is a unary server interceptor that serves each call in a span
@@ -42,7 +42,7 @@ func (r *rig) tracedRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo
 // (cancelled).
 func TestGRPC(t *testing.T) {
 	r := newRig(t)
-	fe := &fakeengine.Engine{Events: r.tel}
+	fe := &locktest.Engine{Events: r.tel}
 	locker := lock.FromEngine(fe, r.tel.Option())
 	entered := make(chan trace.SpanContext, 4)
 	proceed := make(chan struct{})

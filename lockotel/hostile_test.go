@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockotel"
 	"github.com/routelock/lock/middleware"
 )
@@ -78,7 +78,7 @@ func TestHostileNothingLeaks(t *testing.T) {
 				opts = append(opts, lockotel.WithKeyValues())
 			}
 			r := newRig(t, opts...)
-			fe := &fakeengine.Engine{Events: r.tel}
+			fe := &locktest.Engine{Events: r.tel}
 			locker := lock.FromEngine(fe, r.tel.Option())
 			var mu sync.Mutex
 			tokens := []string{madeUp}

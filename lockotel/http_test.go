@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 )
 
 // entry is what a handler saw when it ran.
@@ -37,7 +37,7 @@ type entry struct {
 // context ends (then it answers 410 with the context's cause).
 type shopRig struct {
 	*rig
-	fe      *fakeengine.Engine
+	fe      *fakeEngine
 	locker  *lock.Locker
 	srv     *httptest.Server
 	c       *http.Client
@@ -49,7 +49,7 @@ const quickWait = 50 * time.Millisecond
 
 func newShop(t *testing.T, r *rig) *shopRig {
 	s := &shopRig{rig: r, entered: make(chan entry, 16), proceed: make(chan struct{})}
-	s.fe = &fakeengine.Engine{Events: r.tel}
+	s.fe = &fakeEngine{Engine: &locktest.Engine{Events: r.tel}}
 	s.locker = lock.FromEngine(s.fe, r.tel.Option())
 	h := func(w http.ResponseWriter, req *http.Request) {
 		ctx := req.Context()
@@ -303,23 +303,23 @@ func TestHTTPUnavailable(t *testing.T) {
 	s.collect(t).wantCount(t, "routelock.acquire.duration", 1, "lock.resource", "productID", "lock.route", "/products/{productID}/buy", "lock.outcome", "unavailable")
 }
 
-// TestHTTPLost: a hold lost, or revoked, while its handler runs cancels the
-// handler's context with the cause; the request's span gets lock.lost or
-// lock.revoked, routelock.lost counts it by reason, and the hold is no
-// longer counted as held, with no lock.release span.
+// TestHTTPLost: a hold revoked while its handler runs cancels the
+// handler's context with the cause; the request's span gets lock.revoked,
+// routelock.lost counts it by reason, and the hold is no longer counted as
+// held, with no lock.release span. (A hold lost otherwise, to expiry, is
+// TestRedisLeaseLost's: the in-memory engine's holds do not expire.)
 func TestHTTPLost(t *testing.T) {
 	for _, tc := range []struct {
 		name, event, reason string
 		cause               error
 	}{
-		{"lost", "lock.lost", "gone", fakeengine.ErrLost},
-		{"revoked", "lock.revoked", "revoked", fmt.Errorf("%w: by an operator", lockcore.ErrRevoked)},
+		{"revoked", "lock.revoked", "revoked", lockcore.ErrRevoked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newShop(t, newRig(t))
 			a, aDone := s.hold(t, "42")
-			if !s.fe.LoseWith(mustKey(t, "productID", "42"), tc.cause) {
-				t.Fatal("no hold to lose")
+			if _, err := s.fe.Revoke(bounded(t), mustKey(t, "productID", "42"), "by an operator"); err != nil {
+				t.Fatal(err)
 			}
 			wantStatus(t, aDone, http.StatusGone)
 			<-a.ctx.Done()
@@ -358,7 +358,7 @@ func TestHTTPLost(t *testing.T) {
 // routelock.held counts the hold once.
 func TestHTTPReentered(t *testing.T) {
 	r := newRig(t)
-	fe := &fakeengine.Engine{Events: r.tel}
+	fe := &locktest.Engine{Events: r.tel}
 	locker := lock.FromEngine(fe, r.tel.Option())
 	held := make(chan int64, 1)
 	router := chi.NewRouter()

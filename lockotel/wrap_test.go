@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockotel"
 	"github.com/routelock/lock/middleware"
 )
@@ -16,7 +16,7 @@ var _ middleware.RouteRecorder = (*lockotel.Engine)(nil)
 
 // checked is an engine with a Check method.
 type checked struct {
-	*fakeengine.Engine
+	*locktest.Engine
 	err error
 }
 
@@ -28,7 +28,7 @@ func (c *checked) Check(context.Context) error { return c.err }
 // and through the wrapped engine alike.
 func TestWrap(t *testing.T) {
 	r := newRig(t)
-	fe := fakeengine.New()
+	fe := new(locktest.Engine)
 	w := r.tel.Wrap(fe)
 	ow, ok := w.(*lockotel.Engine)
 	if !ok {
@@ -84,7 +84,7 @@ func TestWrap(t *testing.T) {
 func TestOption(t *testing.T) {
 	r := newRig(t)
 	want := errors.New("not set up")
-	base := &checked{Engine: fakeengine.New(), err: want}
+	base := &checked{Engine: new(locktest.Engine), err: want}
 	l := lock.FromEngine(base, r.tel.Option())
 	if e, ok := l.Engine().(*lockotel.Engine); !ok || e.Unwrap() != base {
 		t.Fatalf("the Locker's engine is a %T", l.Engine())
@@ -102,7 +102,7 @@ func TestOption(t *testing.T) {
 
 // operable is an engine that is also an Operator; its operations are not
 // called here.
-type operable struct{ *fakeengine.Engine }
+type operable struct{ *locktest.Engine }
 
 func (operable) List(context.Context, string, int) ([]lockcore.Info, bool, error) {
 	return nil, false, nil
@@ -114,11 +114,18 @@ func (operable) Revoke(context.Context, lockcore.Key, string) (lockcore.Revocati
 	return lockcore.Revocation{}, nil
 }
 
+// plain is an engine that is no Operator.
+type plain struct{ e *locktest.Engine }
+
+func (p plain) Acquire(ctx context.Context, key lockcore.Key, pol lockcore.Policy) (*lockcore.Lease, error) {
+	return p.e.Acquire(ctx, key, pol)
+}
+
 // TestOperatorThroughWrapper: a Locker made with FromEngine on an engine
 // wrapped for telemetry still offers the wrapped engine's operations
 // (admin page, routelock command), through one wrapper or two.
 func TestOperatorThroughWrapper(t *testing.T) {
-	op := operable{fakeengine.New()}
+	op := operable{new(locktest.Engine)}
 	once := newRig(t).tel.Wrap(op)
 	twice := newRig(t).tel.Wrap(once)
 	for _, e := range []lockcore.Engine{op, once, twice} {
@@ -126,7 +133,7 @@ func TestOperatorThroughWrapper(t *testing.T) {
 			t.Errorf("FromEngine(%T).Operator() = %v, want the wrapped engine", e, got)
 		}
 	}
-	if got := lock.FromEngine(newRig(t).tel.Wrap(fakeengine.New())).Operator(); got != nil {
+	if got := lock.FromEngine(newRig(t).tel.Wrap(plain{new(locktest.Engine)})).Operator(); got != nil {
 		t.Errorf("an engine that cannot operate, wrapped: Operator() = %T, want nil", got)
 	}
 }

@@ -1,6 +1,6 @@
 package middleware_test
 
-// Tests of the middleware on the in-memory engine (internal/fakeengine):
+// Tests of the middleware on the in-memory engine (lockcore/locktest):
 // no Redis, real chi routers on real httptest servers, judged by what a
 // client and the handler see.
 
@@ -19,7 +19,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/middleware"
@@ -103,7 +102,7 @@ func okHandler(runs *atomic.Int32) http.HandlerFunc {
 // lockcore.Policy of WaitPolicy: 0 is DefaultWait, negative fails fast
 // (Wait 0), and the TTL is passed through (0: the engine's).
 func TestFakePolicies(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	var runs atomic.Int32
 	r := chi.NewRouter()
 	for _, rt := range []struct {
@@ -125,7 +124,7 @@ func TestFakePolicies(t *testing.T) {
 			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, body)
 		}
 	}
-	want := []fakeengine.Call{
+	want := []call{
 		{Key: fakeKey(t, "id", "1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait}},
 		{Key: fakeKey(t, "id", "2"), Policy: lockcore.Policy{Wait: 2 * time.Second, TTL: 3 * time.Second}},
 		{Key: fakeKey(t, "id", "3"), Policy: lockcore.Policy{}},
@@ -143,7 +142,7 @@ func TestFakePolicies(t *testing.T) {
 // that goes away while waiting leaves nothing queued; the handler runs in
 // none of these cases, and does once the lock is free.
 func TestFakeStatuses(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	var runs atomic.Int32
 	r := chi.NewRouter()
 	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Wait: -1})).Post("/ff/{productID}", okHandler(&runs))
@@ -281,7 +280,7 @@ func outerHandler(c *http.Client, cancels chan<- context.CancelFunc, proceed <-c
 // entry of the same hold); a server whose TrustToken refuses the caller
 // makes the inner call fail fast (409) or wait in the queue instead.
 func TestFakePropagation(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	k := fakeKey(t, "productID", "42")
 	var innerRuns atomic.Int32
 	stock := func(w http.ResponseWriter, r *http.Request) {
@@ -379,7 +378,7 @@ func TestFakePropagation(t *testing.T) {
 // handler's context with a cause matching lockcore.ErrLockLost, and the
 // next request takes the key with a greater fencing token.
 func TestFakeLeaseLost(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	k := fakeKey(t, "id", "7")
 	started := make(chan struct{})
 	r := chi.NewRouter()
@@ -440,7 +439,7 @@ func TestFakeLeaseLost(t *testing.T) {
 // goes on up the chain (to a recovering middleware outside Lock), and the
 // next request gets the lock.
 func TestFakePanicReleases(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	k := fakeKey(t, "id", "9")
 	recovered := make(chan any, 1)
 	r := chi.NewRouter()
@@ -480,7 +479,7 @@ func TestFakePanicReleases(t *testing.T) {
 // tokens), a handler that runs, locked or passed through by a router-wide
 // lock, never sees it: it is a secret of the request that minted it.
 func TestTokenHeaderNeverReachesHandler(t *testing.T) {
-	e := fakeengine.New()
+	e := newFake()
 	var leaked atomic.Int32
 	h := func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := r.Header[middleware.TokenHeader]; ok {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/middleware"
 )
@@ -15,7 +14,7 @@ import (
 // routeEngine is the fake engine as one that records routes
 // (middleware.RouteRecorder), or not.
 type routeEngine struct {
-	*fakeengine.Engine
+	*fakeEngine
 	records bool
 }
 
@@ -75,7 +74,7 @@ func TestPolicyRoute(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, records := range []bool{true, false} {
-				e := &routeEngine{Engine: fakeengine.New(), records: records}
+				e := &routeEngine{fakeEngine: newFake(), records: records}
 				h := tc.router(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID")}))
 				w := httptest.NewRecorder()
 				h.ServeHTTP(w, httptest.NewRequest("POST", tc.path, nil))
@@ -97,7 +96,7 @@ func TestPolicyRoute(t *testing.T) {
 		})
 	}
 	// An engine that is no RouteRecorder at all.
-	e := fakeengine.New()
+	e := newFake()
 	r := chi.NewRouter()
 	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)
 	r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/42/buy", nil))

@@ -1,4 +1,4 @@
-package fakeengine_test
+package locktest_test
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Compile-time check: Engine is a lockcore.Engine.
-var _ lockcore.Engine = (*fakeengine.Engine)(nil)
+var _ lockcore.Engine = (*locktest.Engine)(nil)
 
 func key(t testing.TB, parts ...string) lockcore.Key {
 	t.Helper()
@@ -35,7 +35,7 @@ func bounded(t testing.TB) context.Context {
 	return ctx
 }
 
-func acquire(t testing.TB, e *fakeengine.Engine, ctx context.Context, k lockcore.Key, p lockcore.Policy) *lockcore.Lease {
+func acquire(t testing.TB, e *locktest.Engine, ctx context.Context, k lockcore.Key, p lockcore.Policy) *lockcore.Lease {
 	t.Helper()
 	ls, err := e.Acquire(ctx, k, p)
 	if err != nil {
@@ -51,14 +51,14 @@ func release(t testing.TB, ls *lockcore.Lease) {
 	}
 }
 
-func waitersAre(t testing.TB, e *fakeengine.Engine, k lockcore.Key, n int) {
+func waitersAre(t testing.TB, e *locktest.Engine, k lockcore.Key, n int) {
 	t.Helper()
 	if err := e.Await(bounded(t), func() bool { return e.Waiters(k) == n }); err != nil {
 		t.Fatalf("waiting for %d waiters on %v (have %d): %v", n, k, e.Waiters(k), err)
 	}
 }
 
-func wantFree(t testing.TB, e *fakeengine.Engine, k lockcore.Key) {
+func wantFree(t testing.TB, e *locktest.Engine, k lockcore.Key) {
 	t.Helper()
 	if fence, entries := e.Held(k); entries != 0 || fence != 0 {
 		t.Fatalf("%v still held: fence %d, %d entries", k, fence, entries)
@@ -74,7 +74,7 @@ func wantFree(t testing.TB, e *fakeengine.Engine, k lockcore.Key) {
 // strictly increase.
 func TestMutualExclusion(t *testing.T) {
 	const goroutines, iterations = 32, 50
-	e := fakeengine.New()
+	e := new(locktest.Engine)
 	k := key(t, "counter", "1")
 	ctx := bounded(t)
 	var (
@@ -123,7 +123,7 @@ func TestMutualExclusion(t *testing.T) {
 // order, each with the next fencing token.
 func TestFIFO(t *testing.T) {
 	const n = 6
-	e := fakeengine.New()
+	e := new(locktest.Engine)
 	k := key(t, "fifo", "1")
 	ctx := bounded(t)
 	first := acquire(t, e, ctx, k, lockcore.Policy{})
@@ -177,7 +177,7 @@ func TestFIFO(t *testing.T) {
 // that matches ErrNotAcquired but not ErrWaitTimeout, with the holder's TTL
 // as RetryAfter, and queues nothing.
 func TestFailFast(t *testing.T) {
-	e := fakeengine.New()
+	e := new(locktest.Engine)
 	k := key(t, "ff", "1")
 	holder := acquire(t, e, bounded(t), k, lockcore.Policy{TTL: 3 * time.Second})
 	_, err := e.Acquire(bounded(t), k, lockcore.Policy{})
@@ -198,12 +198,12 @@ func TestFailFast(t *testing.T) {
 // TestWaitTimeout: a wait that runs out fails with TimedOut (ErrWaitTimeout)
 // and leaves nothing queued; the holder keeps the lock.
 func TestWaitTimeout(t *testing.T) {
-	e := fakeengine.New()
+	e := new(locktest.Engine)
 	k := key(t, "wt", "1")
 	holder := acquire(t, e, bounded(t), k, lockcore.Policy{})
 	_, err := e.Acquire(bounded(t), k, lockcore.Policy{Wait: 30 * time.Millisecond})
 	var ce *lockcore.ContentionError
-	if !errors.As(err, &ce) || !ce.TimedOut || !errors.Is(err, lockcore.ErrWaitTimeout) || ce.RetryAfter != fakeengine.DefaultTTL {
+	if !errors.As(err, &ce) || !ce.TimedOut || !errors.Is(err, lockcore.ErrWaitTimeout) || ce.RetryAfter != 10*time.Second {
 		t.Fatalf("wait ran out: %v", err)
 	}
 	if n := e.Waiters(k); n != 0 {
@@ -222,7 +222,7 @@ func TestWaitTimeout(t *testing.T) {
 // frees the key for no one. A stress loop races a release (which grants the
 // waiter) against the cancellation and checks nothing is left held.
 func TestCancelLeavesNothing(t *testing.T) {
-	e := fakeengine.New()
+	e := new(locktest.Engine)
 	k := key(t, "cancel", "1")
 	holder := acquire(t, e, bounded(t), k, lockcore.Policy{})
 
@@ -287,7 +287,7 @@ func TestCancelLeavesNothing(t *testing.T) {
 // freed only when the last entry is released. A token that holds nothing
 // grants nothing.
 func TestReenter(t *testing.T) {
-	e := fakeengine.New()
+	e := new(locktest.Engine)
 	k := key(t, "re", "1")
 	ctx := bounded(t)
 	outer := acquire(t, e, ctx, k, lockcore.Policy{Wait: -1})
@@ -345,7 +345,7 @@ func TestReenter(t *testing.T) {
 // greater fencing token; releasing the lost leases reports ErrLockLost and
 // does not touch the new hold.
 func TestLose(t *testing.T) {
-	e := fakeengine.New()
+	e := new(locktest.Engine)
 	k := key(t, "lose", "1")
 	ctx := bounded(t)
 	ls := acquire(t, e, ctx, k, lockcore.Policy{})
@@ -412,10 +412,10 @@ func TestLose(t *testing.T) {
 	}
 }
 
-// TestValidationAndCalls: a zero key and a TTL below MinTTL are refused;
-// every call, refused or not, is recorded with its Policy.
-func TestValidationAndCalls(t *testing.T) {
-	e := fakeengine.New()
+// TestValidation: a zero key and a TTL below MinTTL are refused, and hold
+// nothing.
+func TestValidation(t *testing.T) {
+	e := new(locktest.Engine)
 	k := key(t, "v", "1")
 	ctx := bounded(t)
 	if _, err := e.Acquire(ctx, lockcore.Key{}, lockcore.Policy{}); !errors.Is(err, lockcore.ErrInvalidKey) {
@@ -426,54 +426,15 @@ func TestValidationAndCalls(t *testing.T) {
 			t.Fatalf("TTL %v accepted", ttl)
 		}
 	}
+	wantFree(t, e, k)
 	release(t, acquire(t, e, ctx, k, lockcore.Policy{Wait: time.Second, TTL: lockcore.MinTTL}))
-	want := []fakeengine.Call{
-		{Key: lockcore.Key{}},
-		{Key: k, Policy: lockcore.Policy{TTL: time.Millisecond}},
-		{Key: k, Policy: lockcore.Policy{TTL: -time.Second}},
-		{Key: k, Policy: lockcore.Policy{Wait: time.Second, TTL: lockcore.MinTTL}},
-	}
-	got := e.Calls()
-	if len(got) != len(want) {
-		t.Fatalf("Calls = %+v, want %+v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("Calls[%d] = %+v, want %+v", i, got[i], want[i])
-		}
-	}
 	wantFree(t, e, k)
-}
-
-// TestUnavailable: while down, acquisitions fail with ErrUnavailable and
-// hold nothing, except in-memory re-entry, which needs no backend; a held
-// lease is released normally.
-func TestUnavailable(t *testing.T) {
-	e := fakeengine.New()
-	k := key(t, "down", "1")
-	ctx := bounded(t)
-	ls := acquire(t, e, ctx, k, lockcore.Policy{})
-	e.SetUnavailable(true)
-	other := key(t, "down", "2")
-	if _, err := e.Acquire(ctx, other, lockcore.Policy{}); !errors.Is(err, lockcore.ErrUnavailable) {
-		t.Fatalf("down: %v", err)
-	}
-	if _, err := e.Acquire(lockcore.WithToken(ctx, ls.Token()), k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrUnavailable) {
-		t.Fatalf("down, token re-entry: %v", err)
-	}
-	inner := acquire(t, e, ls.Context(), k, lockcore.Policy{})
-	release(t, inner)
-	release(t, ls)
-	wantFree(t, e, k)
-	wantFree(t, e, other)
-	e.SetUnavailable(false)
-	release(t, acquire(t, e, ctx, other, lockcore.Policy{}))
 }
 
 // TestAwait: Await returns once its condition holds and with ctx's error
 // when it never does.
 func TestAwait(t *testing.T) {
-	e := fakeengine.New()
+	e := new(locktest.Engine)
 	k := key(t, "await", "1")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()

@@ -1,4 +1,4 @@
-package fakeengine_test
+package locktest_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/routelock/lock/internal/fakeengine"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 )
 
 // recorder is a lockcore.Events that writes down every call, in order.
@@ -88,11 +88,11 @@ func wantUnordered(t *testing.T, r *recorder, want ...string) {
 // release, a wait granted by a release (woken by message), a wait that ran
 // out (woken by its timer), a wait given up by its context, a token
 // re-entry (a hold of its own) and a loss of both entries to Lose and to
-// LoseWith(ErrRevoked), with the lease's context while it is still live;
+// Revoke, with the lease's context while it is still live;
 // in-memory re-entries and releases of lost entries report nothing.
 func TestEvents(t *testing.T) {
 	var r recorder
-	e := &fakeengine.Engine{Events: &r}
+	e := &locktest.Engine{Events: &r}
 	k := key(t, "ev", "1")
 	ctx := bounded(t)
 
@@ -164,8 +164,8 @@ func TestEvents(t *testing.T) {
 	wantCalls(t, &r)
 
 	ls = acquire(t, e, ctx, k, lockcore.Policy{})
-	if !e.LoseWith(k, fmt.Errorf("%w: by a test", lockcore.ErrRevoked)) {
-		t.Fatal("LoseWith found no hold")
+	if _, err := e.Revoke(bounded(t), k, "by a test"); err != nil {
+		t.Fatal(err)
 	}
 	if cause := context.Cause(ls.Context()); !errors.Is(cause, lockcore.ErrRevoked) {
 		t.Fatalf("cause %v, want ErrRevoked", cause)
@@ -176,14 +176,4 @@ func TestEvents(t *testing.T) {
 	}
 	wantCalls(t, &r)
 	wantFree(t, e, k)
-}
-
-// TestLoseWithPanics: a cause that is not a loss is refused.
-func TestLoseWithPanics(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Fatal("LoseWith(ErrReleased) did not panic")
-		}
-	}()
-	fakeengine.New().LoseWith(key(t, "p", "1"), lockcore.ErrReleased)
 }

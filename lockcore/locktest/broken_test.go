@@ -1,0 +1,125 @@
+package locktest
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// defectEnv names, in a child process of TestSuiteCatches, the defect of
+// the engine the suite runs on.
+const defectEnv = "LOCKTEST_DEFECT"
+
+// caughtBy is, for each defect, the checks of Run that an engine with it
+// fails: exactly those, and no others.
+var caughtBy = map[string][]string{
+	// A held key is granted to anyone who asks: sections overlap, waiters
+	// never queue, fail-fast and made-up tokens get in, and a key still
+	// held by a re-entry or a token entry is given away.
+	"grantTwice": {"Events", "Exclusion", "FIFO", "InMemoryReentry", "Operator", "Policy", "TokenGrantsNothing", "TokenReentry", "Withdrawal"},
+	"lifo":       {"FIFO"},
+	// A propagated token waits like a stranger: no token re-entry, and no
+	// holder counted twice.
+	"ignoreTokens":   {"Operator", "TokenReentry"},
+	"tokenTakesFree": {"TokenGrantsNothing"},
+	"silentLoss":     {"LossThroughContext"},
+	// Every hold has fence 1: fences stop rising wherever they are watched.
+	"fenceReset": {"Exclusion", "FencingOrder", "Operator", "TokenGrantsNothing"},
+	"keepWaiter": {"Withdrawal"},
+	// Every check that counts Ended of a release.
+	"endedTwice":   {"Events", "InMemoryReentry", "TokenReentry"},
+	"revokeNoBump": {"FencingOrder", "Operator"},
+	// Every check that waits for a held key.
+	"waitIgnored": {"Events", "Exclusion", "FIFO", "Operator", "Policy", "TokenGrantsNothing", "Withdrawal"},
+}
+
+// TestSuiteCatches runs Run, in a child process each, on an engine with
+// each defect, and wants the child to fail exactly the checks that the
+// defect breaks: the suite is precise, not only loud. In a child (defectEnv
+// set), it is that run of the suite.
+func TestSuiteCatches(t *testing.T) {
+	if defect := os.Getenv(defectEnv); defect != "" {
+		Run(t, brokenEngines(defect))
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := checkNames()
+	result := regexp.MustCompile(`(?m)^\s*--- (PASS|FAIL): TestSuiteCatches/(\w+) `)
+	var wg sync.WaitGroup
+	for _, defect := range Defects {
+		want, ok := caughtBy[defect]
+		if !ok {
+			t.Errorf("defect %s: no checks named to catch it", defect)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			cmd := exec.Command(exe, "-test.run", "^TestSuiteCatches$", "-test.v", "-test.count=1", "-test.timeout=2m",
+				"-test.parallel=16") // the checks wait, mostly: all at once
+			cmd.Env = append(os.Environ(), defectEnv+"="+defect)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Errorf("defect %s: the suite passed", defect)
+				return
+			}
+			var failed, passed []string
+			for _, m := range result.FindAllStringSubmatch(string(out), -1) {
+				if m[1] == "FAIL" {
+					failed = append(failed, m[2])
+				} else {
+					passed = append(passed, m[2])
+				}
+			}
+			slices.Sort(failed)
+			slices.Sort(passed)
+			wantPassed := slices.DeleteFunc(slices.Clone(all), func(c string) bool { return slices.Contains(want, c) })
+			if !slices.Equal(failed, want) || !slices.Equal(passed, wantPassed) {
+				t.Errorf("defect %s: failed %v, passed %v; want failed %v, passed the rest\n%s", defect, failed, passed, want, out)
+				return
+			}
+			t.Logf("defect %s: caught by %v in %v", defect, failed, time.Since(start).Round(time.Millisecond))
+		}()
+	}
+	wg.Wait()
+}
+
+// checkNames returns the names of the checks that Run runs on the
+// in-memory engine, sorted.
+func checkNames() []string {
+	var names []string
+	for _, c := range checks {
+		if !c.closer {
+			names = append(names, c.name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// brokenEngines is the newEngine of Run for an engine with defect: one per
+// check, as for the correct engine.
+func brokenEngines(defect string) func(t *testing.T, ev lockcore.Events) lockcore.Engine {
+	var mu sync.Mutex
+	engines := make(map[*testing.T]*Engine)
+	return func(t *testing.T, ev lockcore.Events) lockcore.Engine {
+		mu.Lock()
+		defer mu.Unlock()
+		e := engines[t]
+		if e == nil {
+			e = Broken(defect, ev)
+			engines[t] = e
+		}
+		return e
+	}
+}

@@ -1,0 +1,472 @@
+// Package locktest is for testing with locks: an in-memory engine, Engine,
+// on which a program's HTTP handlers and gRPC methods run in their tests
+// without a Redis, and Run, the conformance suite that every engine passes
+// (the in-memory one and package redisengine's included) and that a new
+// engine runs in its own tests.
+//
+// Engine is an engine of equal rank: it keeps the contract of
+// lockcore.Engine as the Redis engine does (exclusive holds, fencing
+// tokens, waiting in arrival order, in-memory and token re-entry) and is a
+// lockcore.Operator, whose Revoke plays a lost lock. It is for tests, not
+// for production: its locks live in one process and its leases never
+// expire.
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/routelock/lock/internal/operate"
+	"github.com/routelock/lock/lockcore"
+)
+
+// defaultTTL is the lease length of a Policy without a TTL.
+const defaultTTL = 10 * time.Second
+
+// auditKeep is how many audit records a key keeps, newest first.
+const auditKeep = 100
+
+// instance is the engine id the Operator methods name the engine by.
+const instance = "locktest"
+
+// Engine is an in-memory lockcore.Engine and lockcore.Operator. The zero
+// Engine is ready to use; it must not be copied after first use. All
+// methods are safe for concurrent use.
+type Engine struct {
+	// Events, if set, is told what the engine does, as lockcore.Events
+	// describes: Waiting when an acquisition starts and stops waiting;
+	// Woken when a waiter is handed the lock (WakeMessage) or its wait ran
+	// out (WakeTimer); Ended when a fresh hold (a fresh acquisition, or a
+	// token re-entry, which is a hold of its own) is released or revoked.
+	// The engine never renews, so Renewed is never called. Waiting(key,
+	// +1) is called with the engine's lock held, so that a waiter is
+	// counted before Inspect or Await can see it, and so is Ended of a
+	// revocation, before the lease's context is cancelled; the other calls
+	// are made without it. Set it before the first Acquire.
+	Events lockcore.Events
+
+	mu      sync.Mutex
+	keys    map[lockcore.Key]*keyState
+	changed chan struct{} // closed and replaced on every change (see Await)
+	defects defects       // deliberate faults, set only by this package's tests
+}
+
+// keyState is what the backend knows of one key. It is kept after the key
+// is freed, so that its fencing counter only grows.
+type keyState struct {
+	key     lockcore.Key
+	counter int64         // the last fencing token handed out
+	token   string        // owner of the live hold; "" when the key is free
+	fence   int64         // fencing token of the live hold
+	ttl     time.Duration // lease length of the live hold
+	since   time.Time     // when the live hold was taken
+	entries []*hold       // the live hold's entries: its fresh acquisition and token re-entries
+	queue   []*waiter     // in arrival order; empty while the key is free
+	audit   []lockcore.Revocation
+}
+
+// hold is one entry of a key's hold: what a lease wraps.
+type hold struct {
+	e     *Engine
+	ks    *keyState
+	ls    *lockcore.Lease
+	start time.Time             // when it was taken, for Events.Ended
+	lost  atomic.Pointer[error] // the cause of its loss; read by Check without the mutex
+	done  bool                  // released or lost; guarded by e.mu
+	quiet bool                  // given back before Acquire returned it: no Events.Ended; guarded by e.mu
+}
+
+// waiter is one blocked acquisition.
+type waiter struct {
+	ctx      context.Context
+	ttl      time.Duration
+	since    time.Time
+	deadline time.Time
+	ready    chan struct{}   // closed when granted
+	ls       *lockcore.Lease // the granted lease; guarded by e.mu
+}
+
+// Acquire implements lockcore.Engine. A zero key fails with
+// lockcore.ErrInvalidKey, a TTL below lockcore.MinTTL with an error; a
+// TTL of 0 is 10 seconds. A context
+// that holds the key through this engine re-enters it in memory.
+// Otherwise a free key is taken for a fresh hold; a hold owned by one of
+// lockcore.TokensFrom(ctx) gets one more entry under its token; and a hold
+// of another owner fails at once with a *lockcore.ContentionError when
+// p.Wait is 0, or is waited for in arrival order up to p.Wait (then a
+// ContentionError with TimedOut) or until ctx ends (then errors.Join of a
+// ContentionError, TimedOut for a deadline, and ctx.Err()). RetryAfter is
+// the holder's TTL: the engine renews perfectly. On error nothing is held
+// or queued.
+func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	if key.IsZero() {
+		return nil, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
+	}
+	ttl := p.TTL
+	switch {
+	case ttl == 0:
+		ttl = defaultTTL
+	case ttl < lockcore.MinTTL:
+		return nil, fmt.Errorf("locktest: TTL %v is below the minimum %v", ttl, lockcore.MinTTL)
+	}
+	if e.defects.waitIgnored {
+		p.Wait = 0
+	}
+	if ls := lockcore.Reenter(ctx, e, key); ls != nil {
+		return ls, nil
+	}
+
+	e.mu.Lock()
+	ks := e.state(key)
+	if err := ctx.Err(); err != nil {
+		ce := &lockcore.ContentionError{Key: key.String(), RetryAfter: ks.retryAfter()}
+		e.mu.Unlock()
+		return nil, errors.Join(ce, err)
+	}
+	switch {
+	case ks.token == "" || e.defects.grantTwice && len(ks.entries) == 1:
+		ls := e.take(ks, ctx, ttl)
+		e.mu.Unlock()
+		return ls, nil
+	case !e.defects.ignoreTokens && slices.Contains(lockcore.TokensFrom(ctx), ks.token):
+		h := &hold{e: e, ks: ks, start: time.Now()}
+		h.ls = lockcore.NewLease(ctx, e, key, ks.token, ks.fence, h)
+		ks.entries = append(ks.entries, h)
+		e.notify()
+		e.mu.Unlock()
+		return h.ls, nil
+	case p.Wait <= 0:
+		ce := &lockcore.ContentionError{Key: key.String(), RetryAfter: ks.retryAfter()}
+		e.mu.Unlock()
+		return nil, ce
+	}
+	now := time.Now()
+	w := &waiter{ctx: ctx, ttl: ttl, since: now, deadline: now.Add(p.Wait), ready: make(chan struct{})}
+	if d, ok := ctx.Deadline(); ok && d.Before(w.deadline) {
+		w.deadline = d
+	}
+	ks.queue = append(ks.queue, w)
+	if ev := e.Events; ev != nil {
+		ev.Waiting(key, 1) // before Inspect or Await can see the waiter
+		defer ev.Waiting(key, -1)
+	}
+	e.notify()
+	e.mu.Unlock()
+
+	timer := time.NewTimer(p.Wait)
+	defer timer.Stop()
+	select {
+	case <-w.ready:
+		e.woken(key, lockcore.WakeMessage)
+		return w.ls, nil
+	case <-timer.C:
+		e.woken(key, lockcore.WakeTimer)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if w.ls != nil {
+			return w.ls, nil // granted as the wait ran out
+		}
+		e.dequeue(ks, w)
+		return nil, &lockcore.ContentionError{Key: key.String(), RetryAfter: ks.retryAfter(), TimedOut: true}
+	case <-ctx.Done():
+		err := ctx.Err()
+		ce := &lockcore.ContentionError{Key: key.String(), TimedOut: errors.Is(err, context.DeadlineExceeded)}
+		e.mu.Lock()
+		ls := w.ls
+		if ls == nil {
+			if !e.defects.keepWaiter {
+				e.dequeue(ks, w)
+			}
+			ce.RetryAfter = ks.retryAfter()
+		} else {
+			ls.Hold().(*hold).quiet = true // never handed out: not a hold to report
+		}
+		e.mu.Unlock()
+		if ls != nil {
+			// Granted as ctx ended: give it back, to the next waiter.
+			_ = ls.Release(context.Background())
+		}
+		return nil, errors.Join(ce, err)
+	}
+}
+
+// woken tells Events that a waiter of key woke, by what.
+func (e *Engine) woken(key lockcore.Key, by lockcore.Wake) {
+	if ev := e.Events; ev != nil {
+		ev.Woken(key, by)
+	}
+}
+
+// state returns the state of key, made on first use. e.mu is held.
+func (e *Engine) state(key lockcore.Key) *keyState {
+	if e.keys == nil {
+		e.keys = make(map[lockcore.Key]*keyState)
+	}
+	ks := e.keys[key]
+	if ks == nil {
+		ks = &keyState{key: key}
+		e.keys[key] = ks
+	}
+	return ks
+}
+
+// retryAfter is the hint of a ContentionError: the holder's remaining lease,
+// which is its TTL since the engine renews it perfectly; 0 when free.
+func (ks *keyState) retryAfter() time.Duration {
+	if ks.token == "" {
+		return 0
+	}
+	return ks.ttl
+}
+
+// take makes a fresh hold of the free key ks for an acquisition with ctx
+// and returns its lease. e.mu is held.
+func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration) *lockcore.Lease {
+	ks.counter++
+	if e.defects.fenceReset && ks.token == "" {
+		ks.counter = 1
+	}
+	ks.token, ks.fence, ks.ttl, ks.since = lockcore.NewToken(), ks.counter, ttl, time.Now()
+	if toks := lockcore.TokensFrom(ctx); e.defects.tokenTakesFree && len(toks) > 0 {
+		ks.token = toks[0]
+	}
+	h := &hold{e: e, ks: ks, start: ks.since}
+	h.ls = lockcore.NewLease(ctx, e, ks.key, ks.token, ks.fence, h)
+	ks.entries = append(ks.entries, h)
+	e.notify()
+	return h.ls
+}
+
+// free frees ks and hands it to its oldest waiter, if any. e.mu is held.
+func (e *Engine) free(ks *keyState) {
+	ks.token, ks.fence, ks.ttl, ks.entries = "", 0, 0, nil
+	if n := len(ks.queue); n > 0 {
+		i := 0
+		if e.defects.lifo {
+			i = n - 1
+		}
+		w := ks.queue[i]
+		ks.queue = slices.Delete(ks.queue, i, i+1)
+		w.ls = e.take(ks, w.ctx, w.ttl)
+		close(w.ready)
+	}
+	e.notify()
+}
+
+// dequeue removes w from the queue of ks. e.mu is held.
+func (e *Engine) dequeue(ks *keyState, w *waiter) {
+	ks.queue = slices.DeleteFunc(ks.queue, func(x *waiter) bool { return x == w })
+	e.notify()
+}
+
+// notify wakes Await. e.mu is held.
+func (e *Engine) notify() {
+	if e.changed != nil {
+		close(e.changed)
+		e.changed = nil
+	}
+}
+
+// Check implements lockcore.Hold: nil until the hold was taken away, then
+// the cause it was taken away with.
+func (h *hold) Check() error {
+	if cause := h.lost.Load(); cause != nil {
+		return *cause
+	}
+	return nil
+}
+
+// Release implements lockcore.Hold: it drops this entry of the hold and
+// frees the key, for its oldest waiter, when none is left, and then tells
+// Events that the hold ended (lockcore.ErrReleased). Releasing an entry
+// that was taken away changes nothing. It never fails.
+func (h *hold) Release(ctx context.Context) error {
+	e := h.e
+	begin := time.Now()
+	e.mu.Lock()
+	if h.done {
+		e.mu.Unlock()
+		return nil
+	}
+	h.done = true
+	ks := h.ks
+	ks.entries = slices.DeleteFunc(ks.entries, func(x *hold) bool { return x == h })
+	if len(ks.entries) == 0 {
+		e.free(ks)
+	}
+	e.notify()
+	quiet := h.quiet
+	e.mu.Unlock()
+	if ev := e.Events; ev != nil && !quiet {
+		end := time.Now()
+		ev.Ended(ctx, ks.key, end.Sub(h.start), end.Sub(begin), lockcore.ErrReleased, nil)
+		if e.defects.endedTwice {
+			ev.Ended(ctx, ks.key, end.Sub(h.start), end.Sub(begin), lockcore.ErrReleased, nil)
+		}
+	}
+	return nil
+}
+
+// lose ends the live hold of ks as lost with cause, which matches
+// lockcore.ErrLockLost: Events is told of each entry's end, with the
+// engine's lock held and before the entry's lease contexts are cancelled
+// (a handler that returns when its context ends has not yet returned, so
+// the request's span is still open for what Events records on it). The
+// key is not freed. e.mu is held.
+func (e *Engine) lose(ks *keyState, cause error) {
+	end := time.Now()
+	for _, h := range ks.entries {
+		if ev := e.Events; ev != nil {
+			ev.Ended(h.ls.Context(), ks.key, end.Sub(h.start), 0, cause, nil)
+		}
+		h.done = true
+		if !e.defects.silentLoss {
+			h.lost.Store(&cause)
+			lockcore.Lose(h.ls, cause)
+		}
+	}
+}
+
+// Inspect implements lockcore.Operator: the state of key, with one Holder
+// (Count: the hold's fresh acquisition and token re-entries) while held,
+// its waiters in line, and its latest revocations.
+func (e *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, error) {
+	if key.IsZero() {
+		return lockcore.Info{}, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	info := lockcore.Info{Key: key.String()}
+	if ks := e.keys[key]; ks != nil {
+		info = ks.info()
+	}
+	return info, nil
+}
+
+// info is the Info of ks. e.mu is held.
+func (ks *keyState) info() lockcore.Info {
+	info := lockcore.Info{Key: ks.key.String(), LastFence: ks.counter, Audit: slices.Clone(ks.audit)}
+	if ks.token != "" && len(ks.entries) > 0 {
+		info.Holders = []lockcore.Holder{{
+			Owner:     operate.OwnerDigest(ks.token),
+			Count:     len(ks.entries),
+			Instances: []string{instance},
+			Since:     ks.since,
+		}}
+		info.Fence, info.TTL = ks.fence, ks.ttl
+	}
+	for _, w := range ks.queue {
+		info.Waiters = append(info.Waiters, lockcore.Waiter{Instance: instance, Since: w.since, Deadline: w.deadline})
+	}
+	return info
+}
+
+// List implements lockcore.Operator: the held or awaited keys that start
+// with prefix, in key order, at most limit of them (limit <= 0: all).
+func (e *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore.Info, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var locks []lockcore.Info
+	for k, ks := range e.keys {
+		if (ks.token != "" || len(ks.queue) > 0) && strings.HasPrefix(k.String(), prefix) {
+			locks = append(locks, ks.info())
+		}
+	}
+	sort.Slice(locks, func(i, j int) bool { return locks[i].Key < locks[j].Key })
+	if limit > 0 && len(locks) > limit {
+		return locks[:limit], true, nil
+	}
+	return locks, false, nil
+}
+
+// Revoke implements lockcore.Operator: it takes the hold of key away from
+// its owner, as a backend that lost it would. Events is told that each of
+// its entries ended, with cause lockcore.ErrRevoked; then the contexts of
+// all its leases (its fresh acquisition, its token re-entries and their
+// in-memory re-entries) are cancelled with that cause, the key's fencing
+// counter moves past the revoked hold's fence, and the key goes to its
+// oldest waiter or is freed. It returns lockcore.ErrNotHeld when nobody
+// holds key, and an error matching lockcore.ErrInvalidReason for a reason
+// that is empty, longer than 256 bytes, not UTF-8, or has control
+// characters. Tests use it to play a lock lost while its handler runs.
+func (e *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (lockcore.Revocation, error) {
+	if key.IsZero() {
+		return lockcore.Revocation{}, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
+	}
+	if err := operate.CheckReason(reason); err != nil {
+		return lockcore.Revocation{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ks := e.keys[key]
+	if ks == nil || ks.token == "" {
+		return lockcore.Revocation{}, lockcore.ErrNotHeld
+	}
+	r := lockcore.Revocation{
+		Key:    key.String(),
+		Owner:  operate.OwnerDigest(ks.token),
+		Fence:  ks.fence,
+		Reason: reason,
+		At:     time.Now(),
+	}
+	if !e.defects.revokeNoBump {
+		ks.counter++
+	}
+	r.NewFence = ks.counter
+	ks.audit = slices.Insert(ks.audit, 0, r)
+	if len(ks.audit) > auditKeep {
+		ks.audit = ks.audit[:auditKeep]
+	}
+	e.lose(ks, lockcore.ErrRevoked)
+	e.free(ks)
+	return r, nil
+}
+
+// Await blocks until cond reports true, asking it at once and again after
+// every change of the engine (a hold taken, entered, released or revoked,
+// a waiter queued or gone), or until ctx ends, whose error it then
+// returns. cond may call the engine's methods (Inspect, say); it runs
+// without the engine's lock. With Await a test waits for a state, such as
+// a request queued behind a hold, without sleeping.
+func (e *Engine) Await(ctx context.Context, cond func() bool) error {
+	for {
+		e.mu.Lock()
+		if e.changed == nil {
+			e.changed = make(chan struct{})
+		}
+		ch := e.changed
+		e.mu.Unlock()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// defects are deliberate faults, each breaking one promise of
+// lockcore.Engine or lockcore.Operator, so that this package's tests can
+// show that Run catches an engine that has it. They are set only by those
+// tests; the zero defects is a correct engine.
+type defects struct {
+	grantTwice     bool // a held key is granted once more, to another owner
+	lifo           bool // the newest waiter is served first
+	ignoreTokens   bool // a propagated owner token re-enters nothing
+	tokenTakesFree bool // a free key is taken under a propagated token, not a fresh one
+	silentLoss     bool // a revoked hold's leases are not told
+	fenceReset     bool // a key's fencing counter restarts when it is freed
+	keepWaiter     bool // a waiter that gave up stays in line, and is granted
+	endedTwice     bool // Events.Ended is told twice of a release
+	revokeNoBump   bool // Revoke does not move the fencing counter on
+	waitIgnored    bool // every acquisition fails fast
+}

@@ -1,0 +1,83 @@
+package locktest
+
+import (
+	"fmt"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// ErrLost is the cause with which Lose takes a hold away.
+var ErrLost = fmt.Errorf("%w: locktest: taken away by Engine.Lose", lockcore.ErrLockLost)
+
+// Lose ends the live hold of key as lost with cause ErrLost, as a backend
+// that expired or handed it over would, without moving the fencing counter
+// or keeping an audit record, and reports whether key had a live hold.
+func (e *Engine) Lose(key lockcore.Key) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ks := e.keys[key]
+	if ks == nil || ks.token == "" {
+		return false
+	}
+	e.lose(ks, ErrLost)
+	e.free(ks)
+	return true
+}
+
+// Held returns the fencing token of the live hold of key and its number of
+// entries (its fresh acquisition plus its token re-entries), or 0, 0.
+func (e *Engine) Held(key lockcore.Key) (fence int64, entries int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ks := e.keys[key]; ks != nil && ks.token != "" {
+		return ks.fence, len(ks.entries)
+	}
+	return 0, 0
+}
+
+// Waiters returns how many acquisitions are queued for key.
+func (e *Engine) Waiters(key lockcore.Key) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ks := e.keys[key]; ks != nil {
+		return len(ks.queue)
+	}
+	return 0
+}
+
+// Defects names the deliberate faults a broken Engine can have.
+var Defects = []string{
+	"grantTwice", "lifo", "ignoreTokens", "tokenTakesFree", "silentLoss",
+	"fenceReset", "keepWaiter", "endedTwice", "revokeNoBump", "waitIgnored",
+}
+
+// Broken returns an Engine with the named defect, reporting to ev.
+func Broken(defect string, ev lockcore.Events) *Engine {
+	e := &Engine{Events: ev}
+	d := &e.defects
+	switch defect {
+	case "grantTwice":
+		d.grantTwice = true
+	case "lifo":
+		d.lifo = true
+	case "ignoreTokens":
+		d.ignoreTokens = true
+	case "tokenTakesFree":
+		d.tokenTakesFree = true
+	case "silentLoss":
+		d.silentLoss = true
+	case "fenceReset":
+		d.fenceReset = true
+	case "keepWaiter":
+		d.keepWaiter = true
+	case "endedTwice":
+		d.endedTwice = true
+	case "revokeNoBump":
+		d.revokeNoBump = true
+	case "waitIgnored":
+		d.waitIgnored = true
+	default:
+		panic("locktest: no defect " + defect)
+	}
+	return e
+}

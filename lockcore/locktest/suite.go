@@ -1,0 +1,808 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Bounds of the suite. A check fails, rather than hangs, when an engine
+// never does what it waits for.
+const (
+	// checkBound bounds one check.
+	checkBound = 30 * time.Second
+	// awaitBound bounds each wait for a state: a waiter queued, a context
+	// cancelled, a key freed.
+	awaitBound = 5 * time.Second
+	// pollEvery is how often an eventual check looks again.
+	pollEvery = 2 * time.Millisecond
+)
+
+// failFast is a Policy that fails at once on a lock held by another owner:
+// a Wait of 0 (see lockcore.Policy).
+var failFast = lockcore.Policy{}
+
+// Run checks that the engines newEngine makes keep lockcore.Engine's
+// contract, and lockcore.Operator's when they implement it. Each check is a
+// parallel subtest of t, named after what it checks (Exclusion, FIFO,
+// InMemoryReentry, TokenReentry, TokenGrantsNothing, Policy, Withdrawal,
+// FencingOrder, Release, Events; LossThroughContext and Operator for an
+// Operator; Close for an engine with a Close() error method).
+//
+// newEngine is called with a subtest's t for every engine the check needs,
+// and once with t itself (and a nil ev) to learn what the engine
+// implements. Engines made with one t share one backend, as the processes
+// of one service do, and report to ev when it is non-nil; engines made with
+// different t's must not see each other's keys. newEngine closes what it
+// makes with t.Cleanup. An in-memory engine may return one engine for all
+// the calls with one t.
+//
+// The checks wait for states through ev and the engine's own methods, not
+// by sleeping, and each wait is bounded: an engine that never does what a
+// check waits for fails it within seconds.
+func Run(t *testing.T, newEngine func(t *testing.T, ev lockcore.Events) lockcore.Engine) {
+	t.Helper()
+	probe := newEngine(t, nil)
+	_, operator := probe.(lockcore.Operator)
+	_, closer := probe.(interface{ Close() error })
+	for _, c := range checks {
+		if c.operator && !operator || c.closer && !closer {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(newRig(t, newEngine))
+		})
+	}
+}
+
+// check is one check of the suite.
+type check struct {
+	name     string
+	operator bool // needs a lockcore.Operator
+	closer   bool // needs a Close() error method
+	run      func(r *rig)
+}
+
+var checks = []check{
+	{name: "Exclusion", run: checkExclusion},
+	{name: "FIFO", run: checkFIFO},
+	{name: "InMemoryReentry", run: checkInMemoryReentry},
+	{name: "TokenReentry", run: checkTokenReentry},
+	{name: "TokenGrantsNothing", run: checkTokenGrantsNothing},
+	{name: "Policy", run: checkPolicy},
+	{name: "Withdrawal", run: checkWithdrawal},
+	{name: "LossThroughContext", operator: true, run: checkLossThroughContext},
+	{name: "FencingOrder", run: checkFencingOrder},
+	{name: "Release", run: checkRelease},
+	{name: "Events", run: checkEvents},
+	{name: "Operator", operator: true, run: checkOperator},
+	{name: "Close", closer: true, run: checkClose},
+}
+
+// rig is what one check works with: two engines on one backend, reporting
+// to one recorder.
+type rig struct {
+	t    *testing.T
+	ctx  context.Context // ends with the check's bound
+	ev   *recorder
+	a, b lockcore.Engine
+}
+
+func newRig(t *testing.T, newEngine func(t *testing.T, ev lockcore.Events) lockcore.Engine) *rig {
+	ctx, cancel := context.WithTimeout(context.Background(), checkBound)
+	t.Cleanup(cancel)
+	ev := newRecorder()
+	return &rig{t: t, ctx: ctx, ev: ev, a: newEngine(t, ev), b: newEngine(t, ev)}
+}
+
+// key returns the key locktest:<check>:<name>.
+func (r *rig) key(name string) lockcore.Key {
+	r.t.Helper()
+	k, err := lockcore.NewKey("locktest", r.t.Name()[strings.LastIndexByte(r.t.Name(), '/')+1:], name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return k
+}
+
+// acquire takes k on e, failing the check on error. It must be called on
+// the check's goroutine.
+func (r *rig) acquire(e lockcore.Engine, ctx context.Context, k lockcore.Key, p lockcore.Policy) *lockcore.Lease {
+	r.t.Helper()
+	ls, err := e.Acquire(ctx, k, p)
+	if err != nil {
+		r.t.Fatalf("Acquire(%v, %+v): %v", k, p, err)
+	}
+	return ls
+}
+
+// release releases ls, failing the check on error.
+func (r *rig) release(ls *lockcore.Lease) {
+	r.t.Helper()
+	if err := ls.Release(context.Background()); err != nil {
+		r.t.Fatalf("Release of %v (fence %d): %v", ls.Key(), ls.Fence(), err)
+	}
+}
+
+// wantBusy fails the check unless a fresh fail-fast acquisition of k on e
+// fails with a *lockcore.ContentionError.
+func (r *rig) wantBusy(e lockcore.Engine, k lockcore.Key, what string) {
+	r.t.Helper()
+	ls, err := e.Acquire(r.ctx, k, failFast)
+	if err == nil {
+		_ = ls.Release(context.Background())
+		r.t.Fatalf("%s: a fresh acquisition of %v got fence %d, want it held by another owner", what, k, ls.Fence())
+	}
+	var ce *lockcore.ContentionError
+	if !errors.As(err, &ce) || !errors.Is(err, lockcore.ErrNotAcquired) {
+		r.t.Fatalf("%s: a fresh acquisition of %v: %v, want a ContentionError", what, k, err)
+	}
+}
+
+// wantFreed fails the check unless a fresh fail-fast acquisition of k on
+// e succeeds within awaitBound (a release may reach the backend a moment
+// after it returned); it returns the lease.
+func (r *rig) wantFreed(e lockcore.Engine, k lockcore.Key, what string) *lockcore.Lease {
+	r.t.Helper()
+	var (
+		ls  *lockcore.Lease
+		err error
+	)
+	if !r.eventually(func() bool {
+		ls, err = e.Acquire(r.ctx, k, failFast)
+		return err == nil
+	}) {
+		r.t.Fatalf("%s: %v not free within %v: %v", what, k, awaitBound, err)
+	}
+	return ls
+}
+
+// eventually asks cond until it reports true, at most for awaitBound, and
+// reports whether it did.
+func (r *rig) eventually(cond func() bool) bool {
+	deadline := time.Now().Add(awaitBound)
+	for i := 0; ; i++ {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) || r.ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(pollEvery) // a bounded poll of a state, not a synchronisation
+	}
+}
+
+// queued waits until n acquisitions of k have reported that they wait
+// (Events.Waiting(k, +1)).
+func (r *rig) queued(k lockcore.Key, n int) {
+	r.t.Helper()
+	if err := r.ev.await(r.ctx, func(c map[lockcore.Key]*tally) bool { return c[k] != nil && c[k].queued >= n }); err != nil {
+		r.t.Fatalf("%d acquisitions of %v never reported that they wait (have %+v): %v", n, k, r.ev.tally(k), err)
+	}
+}
+
+// done waits until c is cancelled.
+func (r *rig) done(c context.Context, what string) {
+	r.t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(awaitBound):
+		r.t.Fatalf("%s: context not cancelled within %v", what, awaitBound)
+	}
+}
+
+// sections checks critical sections: that no two of them overlap while
+// both their leases are certain, that a counter read and written apart
+// (not atomically) inside them loses no update, and that the fencing
+// tokens they hold rise in the order they enter. Its methods are safe for
+// concurrent use.
+type sections struct {
+	mu       sync.Mutex
+	inside   map[*lockcore.Lease]bool
+	fences   []int64
+	overlaps []string
+	counter  atomic.Int64
+	n, lost  atomic.Int64
+}
+
+// enter starts a section under ls.
+func (s *sections) enter(ls *lockcore.Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inside == nil {
+		s.inside = make(map[*lockcore.Lease]bool)
+	}
+	for other := range s.inside {
+		if other.Err() == nil && ls.Err() == nil {
+			s.overlaps = append(s.overlaps, fmt.Sprintf("fence %d entered while fence %d was inside", ls.Fence(), other.Fence()))
+		}
+	}
+	s.inside[ls] = true
+	s.fences = append(s.fences, ls.Fence())
+}
+
+// work is the section's work: a read-modify-write of the counter that only
+// mutual exclusion keeps exact.
+func (s *sections) work() {
+	v := s.counter.Load()
+	runtime.Gosched()
+	s.counter.Store(v + 1)
+}
+
+// leave ends the section under ls.
+func (s *sections) leave(ls *lockcore.Lease) {
+	if ls.Err() != nil {
+		s.lost.Add(1)
+	}
+	s.n.Add(1)
+	s.mu.Lock()
+	delete(s.inside, ls)
+	s.mu.Unlock()
+}
+
+// verify reports what went wrong.
+func (s *sections) verify(t *testing.T, want int) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.n.Load(); n != int64(want) {
+		t.Errorf("%d sections ran, want %d", n, want)
+	}
+	if len(s.overlaps) > 0 {
+		t.Errorf("%d overlapping sections, first: %s", len(s.overlaps), s.overlaps[0])
+	}
+	if s.lost.Load() > 0 {
+		t.Logf("%d leases were lost in their sections: counter and fence order not checked", s.lost.Load())
+		return
+	}
+	if c := s.counter.Load(); c != s.n.Load() {
+		t.Errorf("counter %d after %d sections: updates lost to overlapping sections", c, s.n.Load())
+	}
+	for i := 1; i < len(s.fences); i++ {
+		if s.fences[i] <= s.fences[i-1] {
+			t.Errorf("fence %d held after fence %d: fences do not rise in hold order", s.fences[i], s.fences[i-1])
+			break
+		}
+	}
+}
+
+// run runs workers goroutines that each take k count times with ctx from
+// ctxOf and p, on the engines in turn, each time in a section.
+func (s *sections) run(r *rig, k lockcore.Key, workers, count int, ctxOf func() context.Context, p lockcore.Policy) {
+	var wg sync.WaitGroup
+	for i := range workers {
+		e := r.a
+		if i%2 == 1 {
+			e = r.b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range count {
+				ls, err := e.Acquire(ctxOf(), k, p)
+				if err != nil {
+					r.t.Errorf("Acquire: %v", err)
+					return
+				}
+				s.enter(ls)
+				s.work()
+				s.leave(ls)
+				if err := ls.Release(context.Background()); err != nil {
+					r.t.Errorf("Release: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// checkExclusion: goroutines on two engines take one key many times; no
+// two sections overlap, a counter updated inside them stays exact, and
+// fences rise in hold order.
+func checkExclusion(r *rig) {
+	const workers, count = 8, 25
+	var s sections
+	s.run(r, r.key("k"), workers, count, func() context.Context { return r.ctx }, lockcore.Policy{Wait: checkBound})
+	s.verify(r.t, workers*count)
+}
+
+// checkFIFO: waiters queued one after another behind a hold get the lock in
+// the order they queued.
+func checkFIFO(r *rig) {
+	k := r.key("k")
+	holder := r.acquire(r.a, r.ctx, k, failFast)
+	order := make(chan int, 3)
+	for i := 1; i <= 3; i++ {
+		e := []lockcore.Engine{r.a, r.b}[i%2]
+		go func() {
+			ls, err := e.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
+			if err != nil {
+				r.t.Errorf("waiter %d: %v", i, err)
+				order <- -i
+				return
+			}
+			order <- i // before the release: the next waiter gets the lock after it
+			_ = ls.Release(context.Background())
+		}()
+		r.queued(k, i)
+	}
+	r.release(holder)
+	var got []int
+	for range 3 {
+		select {
+		case i := <-order:
+			got = append(got, i)
+		case <-time.After(awaitBound):
+			r.t.Fatalf("waiters served so far %v; the others never got the lock", got)
+		}
+	}
+	if !slices.Equal(got, []int{1, 2, 3}) {
+		r.t.Fatalf("waiters served in order %v, want the order they queued in [1 2 3]", got)
+	}
+}
+
+// checkInMemoryReentry: a context that holds a key re-enters it on the same
+// engine, with the same fence and token; the hold lasts until its last
+// lease is released, and is one hold for Events.
+func checkInMemoryReentry(r *rig) {
+	k := r.key("k")
+	outer := r.acquire(r.a, r.ctx, k, failFast)
+	inner := r.acquire(r.a, outer.Context(), k, failFast)
+	if !inner.Reentered() || outer.Reentered() {
+		r.t.Fatalf("Reentered: inner %v, outer %v; want true, false", inner.Reentered(), outer.Reentered())
+	}
+	if inner.Fence() != outer.Fence() || inner.Token() != outer.Token() {
+		r.t.Fatalf("re-entry has fence %d, want the outer %d (and its token)", inner.Fence(), outer.Fence())
+	}
+	r.release(outer)
+	r.wantBusy(r.b, k, "outer released, inner not")
+	if err := inner.Err(); err != nil {
+		r.t.Fatalf("inner lease after the outer's release: %v", err)
+	}
+	r.release(inner)
+	r.release(r.wantFreed(r.b, k, "both released"))
+	r.wantEnded(k, 2, lockcore.ErrReleased) // the re-entered hold, and wantFreed's
+}
+
+// wantEnded fails the check unless Events.Ended was told, by now or within
+// awaitBound, exactly n times for k, each with a cause matching cause.
+func (r *rig) wantEnded(k lockcore.Key, n int, cause error) {
+	r.t.Helper()
+	_ = r.ev.await(r.ctx, func(c map[lockcore.Key]*tally) bool { return c[k] != nil && len(c[k].ended) >= n })
+	got := r.ev.tally(k).ended
+	if len(got) != n {
+		r.t.Fatalf("Events.Ended told %d times for %v (%v), want %d", len(got), k, got, n)
+	}
+	for _, c := range got {
+		if !errors.Is(c, cause) {
+			r.t.Fatalf("Events.Ended with cause %v, want %v", c, cause)
+		}
+	}
+}
+
+// checkTokenReentry: the owner token of a hold, propagated to another
+// engine (another process), re-enters the hold there with the same fence,
+// as a hold of its own for Events; the key is free only when both are
+// released.
+func checkTokenReentry(r *rig) {
+	k := r.key("k")
+	first := r.acquire(r.a, r.ctx, k, failFast)
+	ctx2 := r.carried(first.Context())
+	second := r.acquire(r.b, ctx2, k, failFast)
+	if second.Fence() != first.Fence() || second.Token() != first.Token() || second.Reentered() {
+		r.t.Fatalf("token re-entry: fence %d, reentered %v; want fence %d, not reentered", second.Fence(), second.Reentered(), first.Fence())
+	}
+	r.release(first)
+	r.wantBusy(r.a, k, "first released, token re-entry not")
+	r.release(second)
+	r.release(r.wantFreed(r.a, k, "both released"))
+	r.wantEnded(k, 3, lockcore.ErrReleased)
+}
+
+// checkTokenGrantsNothing: a token nobody holds with gets nothing: not a
+// held key, not its own name on a free key, and after a release the old
+// owner's token re-enters nothing; requests sharing a made-up token still
+// exclude each other.
+func checkTokenGrantsNothing(r *rig) {
+	k := r.key("k")
+	madeUp := lockcore.WithToken(r.ctx, lockcore.NewToken())
+	holder := r.acquire(r.a, r.ctx, k, failFast)
+	if ls, err := r.b.Acquire(madeUp, k, failFast); err == nil {
+		_ = ls.Release(context.Background())
+		r.t.Fatal("a made-up token entered a held key")
+	} else if !errors.Is(err, lockcore.ErrNotAcquired) {
+		r.t.Fatalf("a made-up token on a held key: %v, want ErrNotAcquired", err)
+	}
+	stale := r.carried(holder.Context())
+	r.release(holder)
+
+	free := r.key("free")
+	ls := r.acquire(r.b, madeUp, free, failFast)
+	if tok, _ := lockcore.TokenFrom(madeUp); ls.Token() == tok {
+		r.t.Fatal("a free key was taken under the caller's made-up token, not a fresh one")
+	}
+	r.wantBusy(r.a, free, "a hold taken with a made-up token")
+	r.release(ls)
+
+	other := r.acquire(r.a, r.ctx, k, failFast)
+	if ls, err := r.b.Acquire(stale, k, failFast); err == nil {
+		_ = ls.Release(context.Background())
+		r.t.Fatal("the token of a released hold re-entered the key's next hold")
+	}
+	r.release(other)
+
+	var s sections
+	s.run(r, r.key("shared"), 10, 1, func() context.Context { return madeUp }, lockcore.Policy{Wait: checkBound})
+	s.verify(r.t, 10)
+}
+
+// checkPolicy: a zero key and a TTL below lockcore.MinTTL are refused and
+// hold nothing; a Wait of 0 fails at once; a Wait runs out when it says,
+// and the context's deadline ends a wait first.
+func checkPolicy(r *rig) {
+	k := r.key("k")
+	if _, err := r.a.Acquire(r.ctx, lockcore.Key{}, failFast); !errors.Is(err, lockcore.ErrInvalidKey) {
+		r.t.Fatalf("zero Key: %v, want ErrInvalidKey", err)
+	}
+	if ls, err := r.a.Acquire(r.ctx, k, lockcore.Policy{TTL: time.Millisecond}); err == nil {
+		_ = ls.Release(context.Background())
+		r.t.Fatal("a TTL of 1ms was accepted")
+	}
+	holder := r.acquire(r.a, r.ctx, k, failFast) // nothing was held by the refusals
+
+	start := time.Now()
+	_, err := r.b.Acquire(r.ctx, k, failFast)
+	var ce *lockcore.ContentionError
+	if !errors.As(err, &ce) || ce.TimedOut || errors.Is(err, lockcore.ErrWaitTimeout) {
+		r.t.Fatalf("Wait 0 on a held key: %v, want a ContentionError that did not time out", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		r.t.Errorf("Wait 0 took %v to fail", d)
+	}
+
+	const wait = 200 * time.Millisecond
+	start = time.Now()
+	_, err = r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: wait})
+	d := time.Since(start)
+	if !errors.As(err, &ce) || !ce.TimedOut || !errors.Is(err, lockcore.ErrWaitTimeout) {
+		r.t.Fatalf("Wait %v on a held key: %v, want a ContentionError that timed out", wait, err)
+	}
+	if d < wait || d > wait+time.Second {
+		r.t.Errorf("Wait %v ran out after %v", wait, d)
+	}
+
+	ctx, cancel := context.WithTimeout(r.ctx, 100*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	_, err = r.b.Acquire(ctx, k, lockcore.Policy{Wait: 10 * time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lockcore.ErrNotAcquired) {
+		r.t.Fatalf("a deadline before the Wait: %v, want DeadlineExceeded and ErrNotAcquired", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		r.t.Errorf("a 100ms deadline ended the wait after %v", d)
+	}
+	r.release(holder)
+}
+
+// checkWithdrawal: a waiter whose context ends returns its error, holds
+// nothing and leaves the line: after the holder's release the key is free
+// for others (a grant to the departed waiter passes on).
+func checkWithdrawal(r *rig) {
+	k := r.key("k")
+	holder := r.acquire(r.a, r.ctx, k, failFast)
+	ctx, cancel := context.WithCancel(r.ctx)
+	res := make(chan error, 1)
+	go func() {
+		ls, err := r.b.Acquire(ctx, k, lockcore.Policy{Wait: checkBound})
+		if err == nil {
+			_ = ls.Release(context.Background())
+		}
+		res <- err
+	}()
+	r.queued(k, 1)
+	cancel()
+	select {
+	case err := <-res:
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, lockcore.ErrNotAcquired) {
+			r.t.Fatalf("a waiter whose context was cancelled: %v, want Canceled and ErrNotAcquired", err)
+		}
+	case <-time.After(awaitBound):
+		r.t.Fatal("a waiter whose context was cancelled did not return")
+	}
+	if op, ok := r.a.(lockcore.Operator); ok {
+		var info lockcore.Info
+		if !r.eventually(func() bool { info, _ = op.Inspect(r.ctx, k); return len(info.Waiters) == 0 }) {
+			r.t.Fatalf("the departed waiter is still in line: %+v", info.Waiters)
+		}
+	}
+	r.release(holder)
+	r.release(r.wantFreed(r.a, k, "holder released after its waiter left"))
+}
+
+// checkLossThroughContext: a hold taken away (Operator.Revoke) ends its
+// lease's context, and those derived from it, with cause ErrRevoked; the
+// lease reports the loss; Events is told once, with that cause, by the time
+// Release returns ErrLockLost.
+func checkLossThroughContext(r *rig) {
+	k := r.key("k")
+	ls := r.acquire(r.a, r.ctx, k, failFast)
+	nested, cancel := context.WithCancel(ls.Context())
+	defer cancel()
+	if _, err := r.b.(lockcore.Operator).Revoke(r.ctx, k, "locktest: taken away"); err != nil {
+		r.t.Fatalf("Revoke: %v", err)
+	}
+	r.done(ls.Context(), "revoked lease")
+	for _, c := range []context.Context{ls.Context(), nested} {
+		if cause := context.Cause(c); !errors.Is(cause, lockcore.ErrRevoked) || !errors.Is(cause, lockcore.ErrLockLost) {
+			r.t.Fatalf("cause %v, want ErrRevoked", cause)
+		}
+	}
+	if err := ls.Err(); !errors.Is(err, lockcore.ErrLockLost) {
+		r.t.Fatalf("Err of a revoked lease: %v, want ErrLockLost", err)
+	}
+	for _, h := range lockcore.HeldFrom(nested) {
+		if h.Key == k {
+			r.t.Fatal("a context derived from a revoked lease still holds its key")
+		}
+	}
+	if err := ls.Release(context.Background()); !errors.Is(err, lockcore.ErrLockLost) {
+		r.t.Fatalf("Release of a revoked lease: %v, want ErrLockLost", err)
+	}
+	if got := r.ev.tally(k).ended; len(got) != 1 || !errors.Is(got[0], lockcore.ErrRevoked) {
+		r.t.Fatalf("Events.Ended by the return of Release: %v, want once with ErrRevoked", got)
+	}
+}
+
+// checkFencingOrder: fences rise across fresh holds of a key on either
+// engine, also after it was free, and past a revocation's NewFence; a
+// re-entry shares the fence of its hold.
+func checkFencingOrder(r *rig) {
+	k := r.key("k")
+	var last int64
+	next := func(ls *lockcore.Lease, what string) {
+		r.t.Helper()
+		if ls.Fence() <= last {
+			r.t.Fatalf("%s: fence %d, not above the earlier %d", what, ls.Fence(), last)
+		}
+		last = ls.Fence()
+	}
+	for i := range 6 {
+		e := []lockcore.Engine{r.a, r.b}[i%2]
+		ls := r.acquire(e, r.ctx, k, failFast)
+		next(ls, fmt.Sprintf("hold %d", i+1))
+		in := r.acquire(e, ls.Context(), k, failFast)
+		if in.Fence() != ls.Fence() {
+			r.t.Fatalf("re-entry fence %d, want its hold's %d", in.Fence(), ls.Fence())
+		}
+		r.release(in)
+		r.release(ls)
+	}
+	op, ok := r.a.(lockcore.Operator)
+	if !ok {
+		return
+	}
+	ls := r.acquire(r.b, r.ctx, k, failFast)
+	next(ls, "before the revocation")
+	rev, err := op.Revoke(r.ctx, k, "locktest: fencing")
+	if err != nil {
+		r.t.Fatalf("Revoke: %v", err)
+	}
+	if rev.Fence != ls.Fence() || rev.NewFence <= rev.Fence {
+		r.t.Fatalf("Revocation fences %d → %d for the hold of fence %d; want NewFence above it", rev.Fence, rev.NewFence, ls.Fence())
+	}
+	_ = ls.Release(context.Background())
+	after := r.wantFreed(r.a, k, "after the revocation")
+	if after.Fence() <= rev.NewFence {
+		r.t.Fatalf("fence %d after a revocation to %d", after.Fence(), rev.NewFence)
+	}
+	r.release(after)
+}
+
+// checkRelease: a lease is released once; after that its Err and its
+// context's cause say ErrReleased, and a second Release returns it.
+func checkRelease(r *rig) {
+	k := r.key("k")
+	ls := r.acquire(r.a, r.ctx, k, failFast)
+	r.release(ls)
+	if err := ls.Release(context.Background()); !errors.Is(err, lockcore.ErrReleased) {
+		r.t.Fatalf("second Release: %v, want ErrReleased", err)
+	}
+	if err := ls.Err(); !errors.Is(err, lockcore.ErrReleased) {
+		r.t.Fatalf("Err after Release: %v, want ErrReleased", err)
+	}
+	if cause := context.Cause(ls.Context()); !errors.Is(cause, lockcore.ErrReleased) {
+		r.t.Fatalf("the lease's context after Release: cause %v, want ErrReleased", cause)
+	}
+	r.release(r.wantFreed(r.b, k, "released"))
+}
+
+// checkEvents: Waiting is told +1 and -1 once per wait, Woken at least
+// once for a wait granted or run out, and Ended once per fresh hold, with
+// cause ErrReleased, not for an in-memory re-entry.
+func checkEvents(r *rig) {
+	k := r.key("k")
+	holder := r.acquire(r.a, r.ctx, k, failFast)
+	granted := make(chan *lockcore.Lease, 1)
+	go func() {
+		ls, err := r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
+		if err != nil {
+			r.t.Errorf("waiter: %v", err)
+		}
+		granted <- ls
+	}()
+	r.queued(k, 1)
+	if _, err := r.a.Acquire(r.ctx, k, lockcore.Policy{Wait: 50 * time.Millisecond}); !errors.Is(err, lockcore.ErrWaitTimeout) {
+		r.t.Fatalf("a short wait: %v, want ErrWaitTimeout", err)
+	}
+	if got := r.ev.tally(k); got.queued != 2 || got.woken < 1 {
+		r.t.Fatalf("after a wait ran out: %+v, want 2 waits and a wake", got)
+	}
+	r.release(holder)
+	ls := <-granted
+	if ls == nil {
+		r.t.FailNow()
+	}
+	in := r.acquire(r.b, ls.Context(), k, failFast)
+	r.release(in)
+	r.release(ls)
+	r.wantEnded(k, 2, lockcore.ErrReleased)
+	got := r.ev.tally(k)
+	if got.queued != 2 || got.waiting != 0 || got.negative || got.woken < 2 {
+		r.t.Fatalf("events %+v; want Waiting +1 and -1 twice and a wake per wait", got)
+	}
+}
+
+// checkOperator: Inspect shows a free key as free and a held one with one
+// holder named without its token; List lists in key order up to a limit;
+// Revoke refuses a free key and a bad reason, grants the next waiter past
+// NewFence and is in the audit.
+func checkOperator(r *rig) {
+	opA, opB := r.a.(lockcore.Operator), r.b.(lockcore.Operator)
+	k := r.key("k")
+	info, err := opA.Inspect(r.ctx, k)
+	if err != nil || info.Key != k.String() || info.Held() || info.Fence != 0 || len(info.Waiters) != 0 {
+		r.t.Fatalf("Inspect of a free key: %+v, %v", info, err)
+	}
+	holder := r.acquire(r.a, r.ctx, k, failFast)
+	entry := r.acquire(r.b, r.carried(holder.Context()), k, failFast)
+	var owner string
+	for _, op := range []lockcore.Operator{opA, opB} {
+		info, err := op.Inspect(r.ctx, k)
+		if err != nil || len(info.Holders) != 1 || info.Fence != holder.Fence() || info.Holders[0].Count != 2 {
+			r.t.Fatalf("Inspect of a key held twice by one owner: %+v, %v", info, err)
+		}
+		if owner == "" {
+			owner = info.Holders[0].Owner
+		}
+		if o := info.Holders[0].Owner; o == "" || o != owner {
+			r.t.Fatalf("owner %q, want one non-empty name for one owner (%q)", o, owner)
+		}
+		if strings.Contains(fmt.Sprintf("%#v", info), holder.Token()) {
+			r.t.Fatal("Inspect shows the owner token")
+		}
+	}
+	r.release(entry)
+
+	names := []string{"l1", "l2", "l3"}
+	for _, n := range names {
+		ls := r.acquire(r.a, r.ctx, r.key(n), failFast)
+		defer func() {
+			if err := ls.Release(context.Background()); err != nil {
+				r.t.Errorf("Release of %v: %v", ls.Key(), err)
+			}
+		}()
+	}
+	prefix := r.key("l").String() // the keys l1, l2 and l3 only
+	all, more, err := opB.List(r.ctx, prefix, 0)
+	if err != nil || more || len(all) != 3 {
+		r.t.Fatalf("List(%q, 0): %d locks, more %v, %v; want 3", prefix, len(all), more, err)
+	}
+	for i, n := range names {
+		if all[i].Key != r.key(n).String() || !all[i].Held() {
+			r.t.Fatalf("List: %d: %+v, want %v held, in key order", i, all[i], r.key(n))
+		}
+	}
+	two, more, err := opB.List(r.ctx, prefix, 2)
+	if err != nil || !more || len(two) != 2 || two[1].Key != all[1].Key {
+		r.t.Fatalf("List(%q, 2): %d locks, more %v, %v; want the first 2 and more", prefix, len(two), more, err)
+	}
+
+	if _, err := opA.Revoke(r.ctx, r.key("free"), "locktest"); !errors.Is(err, lockcore.ErrNotHeld) {
+		r.t.Fatalf("Revoke of a free key: %v, want ErrNotHeld", err)
+	}
+	if _, err := opA.Revoke(r.ctx, k, ""); !errors.Is(err, lockcore.ErrInvalidReason) {
+		r.t.Fatalf("Revoke with an empty reason: %v, want ErrInvalidReason", err)
+	}
+	granted := make(chan *lockcore.Lease, 1)
+	go func() {
+		ls, err := r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
+		if err != nil {
+			r.t.Errorf("waiter: %v", err)
+		}
+		granted <- ls
+	}()
+	r.queued(k, 1)
+	rev, err := opB.Revoke(r.ctx, k, "locktest: operator")
+	if err != nil {
+		r.t.Fatalf("Revoke: %v", err)
+	}
+	if rev.Key != k.String() || rev.Owner != owner || rev.Fence != holder.Fence() || rev.NewFence <= rev.Fence || rev.Reason != "locktest: operator" {
+		r.t.Fatalf("Revocation %+v; want key %v, owner %q, fence %d, NewFence above it", rev, k, owner, holder.Fence())
+	}
+	var next *lockcore.Lease
+	select {
+	case next = <-granted:
+	case <-time.After(awaitBound):
+		r.t.Fatal("the waiter was not granted the revoked lock")
+	}
+	if next == nil {
+		r.t.FailNow()
+	}
+	if next.Fence() <= rev.NewFence {
+		r.t.Fatalf("the waiter's fence %d, not above NewFence %d", next.Fence(), rev.NewFence)
+	}
+	info, err = opA.Inspect(r.ctx, k)
+	if err != nil || len(info.Audit) == 0 || info.Audit[0].Reason != rev.Reason || info.Audit[0].Fence != rev.Fence {
+		r.t.Fatalf("audit after Revoke: %+v, %v", info.Audit, err)
+	}
+	_ = holder.Release(context.Background())
+	r.release(next)
+}
+
+// checkClose: closing an engine fails its waiters with ErrClosed, ends its
+// leases, and refuses later acquisitions.
+func checkClose(r *rig) {
+	k, mine := r.key("k"), r.key("mine")
+	other := r.acquire(r.b, r.ctx, k, failFast)
+	ls := r.acquire(r.a, r.ctx, mine, failFast)
+	res := make(chan error, 1)
+	go func() {
+		ls, err := r.a.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
+		if err == nil {
+			_ = ls.Release(context.Background())
+		}
+		res <- err
+	}()
+	r.queued(k, 1)
+	if err := r.a.(interface{ Close() error }).Close(); err != nil {
+		r.t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, lockcore.ErrClosed) {
+			r.t.Fatalf("a waiter of a closed engine: %v, want ErrClosed", err)
+		}
+	case <-time.After(awaitBound):
+		r.t.Fatal("a waiter of a closed engine did not return")
+	}
+	r.done(ls.Context(), "a lease of a closed engine")
+	if cause := context.Cause(ls.Context()); !errors.Is(cause, lockcore.ErrLockLost) && !errors.Is(cause, lockcore.ErrClosed) {
+		r.t.Fatalf("a lease of a closed engine ended with %v, want ErrLockLost or ErrClosed", cause)
+	}
+	_ = ls.Release(context.Background())
+	if _, err := r.a.Acquire(r.ctx, r.key("later"), failFast); !errors.Is(err, lockcore.ErrClosed) {
+		r.t.Fatalf("Acquire after Close: %v, want ErrClosed", err)
+	}
+	r.release(other)
+}
+
+// carried is r.ctx with the owner tokens of from, as the next service gets
+// them across a hop (lockcore.Outbound, then lockcore.Intake).
+func (r *rig) carried(from context.Context) context.Context {
+	ctx, err := lockcore.Intake(r.ctx, "Routelock-Token", []string{lockcore.Outbound(from)}, nil)
+	if err != nil {
+		r.t.Fatalf("the tokens did not cross the hop: %v", err)
+	}
+	return ctx
+}

@@ -1,0 +1,58 @@
+package redisengine
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
+)
+
+// TestConformance runs the engine conformance suite on the Engine, on
+// miniredis and on a real redis-server (redistest.Run), and on a
+// redis.ClusterClient (redistest.ClusterBackends). The engines of one check
+// share a key prefix, as the processes of one service do; each check has a
+// prefix of its own.
+func TestConformance(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Client(t) }))
+	})
+	for _, b := range redistest.ClusterBackends(t) {
+		name := b.Name // redis-cluster, or miniredis as a cluster of one node
+		if !strings.Contains(name, "cluster") {
+			name += "-cluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient {
+				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{b.Addr}})
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}))
+		})
+	}
+}
+
+// conformingEngines returns the newEngine of locktest.Run: an Engine on a
+// client of its own, with the prefix of its test.
+func conformingEngines(client func(t *testing.T) redis.UniversalClient) func(t *testing.T, ev lockcore.Events) lockcore.Engine {
+	prefixes := make(map[*testing.T]string)
+	mu := make(chan struct{}, 1) // guards prefixes
+	return func(t *testing.T, ev lockcore.Events) lockcore.Engine {
+		mu <- struct{}{}
+		p, ok := prefixes[t]
+		if !ok {
+			p = redistest.Prefix(t)
+			prefixes[t] = p
+		}
+		<-mu
+		l, err := New(client(t), Options{Prefix: p, Events: ev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+}
