@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
 )
 
 // A key of two parts, a user header and an order id from the JSON body;
@@ -21,12 +22,12 @@ func ExampleJoin() {
 	r = httptest.NewRequest("POST", "/orders", strings.NewReader(`{"order": {}}`))
 	r.Header.Set("X-User-ID", "u42")
 	_, err = key.HTTP(r)
-	var kerr *keyfunc.Error
-	errors.As(err, &kerr)
-	fmt.Println(errors.Is(err, keyfunc.ErrMissing), kerr.Public())
+	var p interface{ Public() string } // what the client may be told
+	errors.As(err, &p)
+	fmt.Println(errors.Is(err, lockcore.ErrInvalidKey), errors.Is(err, keyfunc.ErrMissing), p.Public())
 	// Output:
 	// [X-User-Id u42 order.id 7] <nil>
-	// true JSON(order.id): not found
+	// true true JSON(order.id): not found
 }
 
 // As gives sources that spell one resource differently the same name, so
