@@ -31,14 +31,14 @@ type classifyAtom struct {
 // source fails with err.
 func keyError(desc string, err error) error {
 	f := keyfunc.Custom(keyfunc.Source{Name: "id", Desc: desc, HTTP: func(*http.Request) (string, error) { return "", err }})
-	_, kerr := f.HTTP(httptest.NewRequest(http.MethodGet, "/", nil))
+	_, _, kerr := f.HTTP(httptest.NewRequest(http.MethodGet, "/", nil))
 	return kerr
 }
 
 // notRouted is the error of Param for a request that no router has
 // matched.
 func notRouted() error {
-	_, err := keyfunc.Param("id").HTTP(httptest.NewRequest(http.MethodGet, "/", nil))
+	_, _, err := keyfunc.Param("id").HTTP(httptest.NewRequest(http.MethodGet, "/", nil))
 	return err
 }
 

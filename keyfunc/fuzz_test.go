@@ -80,7 +80,7 @@ func FuzzRequest(f *testing.F) {
 		r.Use(func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				for _, fn := range funcs {
-					parts, err := fn.HTTP(r)
+					parts, _, err := fn.HTTP(r)
 					checkResult(t, fn, parts, err)
 				}
 				next.ServeHTTP(w, r)
@@ -114,7 +114,7 @@ func FuzzJSON(f *testing.F) {
 		}
 		fn := keyfunc.JSONLimit(path, 1<<16)
 		req := httptest.NewRequest("POST", "/", bytes.NewReader(body))
-		parts, err := fn.HTTP(req)
+		parts, _, err := fn.HTTP(req)
 		checkResult(t, fn, parts, err)
 		if err != nil {
 			return

@@ -58,9 +58,9 @@ func Param(name string) Func {
 	checkName("Param", name)
 	names := chiroute.NewNames(name)
 	return one(source{
-		name: name,
-		desc: "Param(" + name + ")",
-		http: func(r *http.Request) (string, error) { return param(r, name, names) },
+		name:      name,
+		desc:      "Param(" + name + ")",
+		httpRoute: func(r *http.Request) (string, string, error) { return param(r, name, names) },
 	})
 }
 
@@ -72,19 +72,23 @@ var (
 	errEncoding          = invalid("not a valid percent-encoded path segment")
 )
 
-func param(r *http.Request, name string, names *chiroute.Names) (string, error) {
+// param returns the value of route parameter name of r and, when it had to
+// match r's route itself (the router has not yet), the route's template.
+func param(r *http.Request, name string, names *chiroute.Names) (v, route string, err error) {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
-		return pathValue(r, name)
+		v, err = pathValue(r, name)
+		return v, "", err
 	}
 	if v, ok := urlParam(rctx, name); ok {
 		if rctx.Routes != nil && strings.IndexByte(v, '%') >= 0 && chiroute.Raw(r, rctx) {
-			return unescape(v)
+			v, err = unescape(v)
 		}
-		return v, nil
+		return v, "", err
 	}
 	if rctx.Routes == nil {
-		return pathValue(r, name)
+		v, err = pathValue(r, name)
+		return v, "", err
 	}
 	// Not among the parameters matched so far: either the route has no such
 	// parameter, or the router has not matched the route yet (r.Use). Match
@@ -94,28 +98,28 @@ func param(r *http.Request, name string, names *chiroute.Names) (string, error) 
 	if p != "" {
 		if v, ok := urlParam(t, name); ok {
 			if raw {
-				return unescape(v)
+				v, err = unescape(v)
 			}
-			return v, nil
+			return v, p, err
 		}
 		if t.RoutePattern() == rctx.RoutePattern() {
 			// The router had matched the route already: the middleware wraps
 			// this route (r.With, r.Group), whose pattern lacks the parameter.
-			return "", errNotInRoute
+			return "", "", errNotInRoute
 		}
 	}
 	// A router-wide lock, on a route without the parameter or on a path no
 	// route matches. A router none of whose routes has the parameter can
 	// only be a misspelt name: fail closed rather than lock nothing.
 	if !names.In(rctx.Routes) {
-		return "", errNoSuchParam
+		return "", "", errNoSuchParam
 	}
 	if p == "" && !chiroute.AnyMethod(r, rctx) {
 		// Nothing matches, for any method: the router answers 404, unless
 		// middleware after the lock rewrites the path into a locked route.
-		return "", errNoRoute
+		return "", "", errNoRoute
 	}
-	return "", ErrSkip
+	return "", "", ErrSkip
 }
 
 // unescape decodes a chi URL parameter that the router took from the

@@ -139,6 +139,11 @@ type source struct {
 	http func(*http.Request) (string, error)
 	rpc  func(ctx context.Context, req any) (string, error)
 
+	// httpRoute reads an HTTP request in place of http, and also returns
+	// the template of the route it matched ahead of the router, "" if it
+	// matched none (Param).
+	httpRoute func(*http.Request) (value, route string, err error)
+
 	message bool // rpc reads the request message (interceptor.Field)
 }
 
@@ -214,7 +219,9 @@ func (f Func) parts() int {
 
 // ForHTTP reports whether every source of f can read an HTTP request.
 // It is false for the zero Func, which has no sources.
-func (f Func) ForHTTP() bool { return f.all(func(s *source) bool { return s.http != nil }) }
+func (f Func) ForHTTP() bool {
+	return f.all(func(s *source) bool { return s.http != nil || s.httpRoute != nil })
+}
 
 // ForRPC reports whether every source of f can read a gRPC call. It is
 // false for the zero Func, which has no sources.
@@ -279,13 +286,29 @@ func (f Func) String() string {
 // does not name the resource, lockcore.ErrInvalidKey for a bad value
 // (ErrMissing, ErrTooLarge), or lockcore.ErrMisconfigured for a route that
 // cannot name it.
-func (f Func) HTTP(r *http.Request) ([]string, error) {
-	return f.eval(func(s *source) (string, error) {
-		if s.http == nil {
-			return "", invalid("not available for HTTP requests")
+//
+// route is the template of r's route, such as /products/{productID}/buy,
+// when a source of f had to match the route itself because the router had
+// not yet (Param in a chi router's r.Use), so that the caller need not
+// match it again; "" when no source did, and with an error.
+func (f Func) HTTP(r *http.Request) (parts []string, route string, err error) {
+	parts, err = f.eval(func(s *source) (string, error) {
+		switch {
+		case s.httpRoute != nil:
+			v, rt, err := s.httpRoute(r)
+			if route == "" {
+				route = rt
+			}
+			return v, err
+		case s.http != nil:
+			return s.http(r)
 		}
-		return s.http(r)
+		return "", invalid("not available for HTTP requests")
 	})
+	if err != nil {
+		return nil, "", err
+	}
+	return parts, route, nil
 }
 
 // RPC returns the key parts for a gRPC call with request message req (for

@@ -34,7 +34,7 @@ type capture struct {
 func (c *capture) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.ran = true
-		c.parts, c.err = c.f.HTTP(r)
+		c.parts, _, c.err = c.f.HTTP(r)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -233,11 +233,11 @@ func TestParamValues(t *testing.T) {
 		r := httptest.NewRequest("GET", "/", nil)
 		return r.WithContext(context.WithValue(r.Context(), chi.RouteCtxKey, rctx))
 	}
-	parts, err := f.HTTP(req(""))
+	parts, _, err := f.HTTP(req(""))
 	wantErr(t, parts, err, keyfunc.ErrMissing)
-	parts, err = f.HTTP(req(strings.Repeat("x", lockcore.MaxKeyPartLen)))
+	parts, _, err = f.HTTP(req(strings.Repeat("x", lockcore.MaxKeyPartLen)))
 	wantParts(t, parts, err, "productID", strings.Repeat("x", lockcore.MaxKeyPartLen))
-	parts, err = f.HTTP(req(strings.Repeat("x", lockcore.MaxKeyPartLen+1)))
+	parts, _, err = f.HTTP(req(strings.Repeat("x", lockcore.MaxKeyPartLen+1)))
 	wantErr(t, parts, err, errInvalid)
 }
 
@@ -274,19 +274,19 @@ func TestParamServeMux(t *testing.T) {
 func TestHeader(t *testing.T) {
 	f := keyfunc.Header("x-user-id")
 	r := httptest.NewRequest("GET", "/", nil)
-	parts, err := f.HTTP(r)
+	parts, _, err := f.HTTP(r)
 	wantErr(t, parts, err, keyfunc.ErrMissing)
 
 	r.Header.Set("X-User-ID", "u7")
-	parts, err = f.HTTP(r)
+	parts, _, err = f.HTTP(r)
 	wantParts(t, parts, err, "X-User-Id", "u7")
 
 	r.Header.Add("X-User-ID", "u8")
-	parts, err = f.HTTP(r)
+	parts, _, err = f.HTTP(r)
 	wantErr(t, parts, err, errInvalid)
 
 	r.Header.Set("X-User-ID", "")
-	parts, err = f.HTTP(r)
+	parts, _, err = f.HTTP(r)
 	wantErr(t, parts, err, keyfunc.ErrMissing)
 }
 
@@ -306,7 +306,7 @@ func TestQuery(t *testing.T) {
 		{"productid=1", "", keyfunc.ErrMissing},
 		{"productID=" + strings.Repeat("9", lockcore.MaxKeyPartLen+1), "", errInvalid},
 	} {
-		parts, err := f.HTTP(httptest.NewRequest("GET", "/?"+tc.query, nil))
+		parts, _, err := f.HTTP(httptest.NewRequest("GET", "/?"+tc.query, nil))
 		if tc.err != nil {
 			wantErr(t, parts, err, tc.err)
 		} else {
@@ -325,7 +325,7 @@ func TestForm(t *testing.T) {
 	const urlenc = "application/x-www-form-urlencoded"
 
 	r := post(urlenc, "productID=42&qty=1", "")
-	parts, err := f.HTTP(r)
+	parts, _, err := f.HTTP(r)
 	wantParts(t, parts, err, "productID", "42")
 	if r.PostForm.Get("qty") != "1" {
 		t.Fatalf("handler would not find the parsed form: %v", r.PostForm)
@@ -335,24 +335,24 @@ func TestForm(t *testing.T) {
 	mw := multipart.NewWriter(&mp)
 	mw.WriteField("productID", "43")
 	mw.Close()
-	parts, err = f.HTTP(post(mw.FormDataContentType(), mp.String(), ""))
+	parts, _, err = f.HTTP(post(mw.FormDataContentType(), mp.String(), ""))
 	wantParts(t, parts, err, "productID", "43")
 
-	parts, err = f.HTTP(post(urlenc, "", "productID=44"))
+	parts, _, err = f.HTTP(post(urlenc, "", "productID=44"))
 	wantParts(t, parts, err, "productID", "44")
 
-	parts, err = f.HTTP(post(urlenc, "productID=1", "productID=2"))
+	parts, _, err = f.HTTP(post(urlenc, "productID=1", "productID=2"))
 	wantErr(t, parts, err, errInvalid)
 
-	parts, err = f.HTTP(post(urlenc, "qty=1", ""))
+	parts, _, err = f.HTTP(post(urlenc, "qty=1", ""))
 	wantErr(t, parts, err, keyfunc.ErrMissing)
 
-	parts, err = f.HTTP(post("multipart/form-data; boundary=x", "garbage", ""))
+	parts, _, err = f.HTTP(post("multipart/form-data; boundary=x", "garbage", ""))
 	wantErr(t, parts, err, errInvalid)
 
 	big := post(urlenc, "productID=1&pad="+strings.Repeat("a", 2000), "")
 	big.Body = http.MaxBytesReader(httptest.NewRecorder(), big.Body, 100)
-	parts, err = f.HTTP(big)
+	parts, _, err = f.HTTP(big)
 	wantErr(t, parts, err, keyfunc.ErrTooLarge)
 }
 
@@ -418,7 +418,7 @@ func TestJSONBody(t *testing.T) {
 	f := keyfunc.Join(keyfunc.JSON("a"), keyfunc.JSON("b"))
 	body := `{"a":"1","b":2}`
 	r := httptest.NewRequest("POST", "/", strings.NewReader(body))
-	parts, err := f.HTTP(r)
+	parts, _, err := f.HTTP(r)
 	wantParts(t, parts, err, "a", "1", "b", "2")
 	got, _ := io.ReadAll(r.Body)
 	if string(got) != body {
@@ -431,11 +431,11 @@ func TestJSONBody(t *testing.T) {
 	// The limit counts the whole body, not only the part up to the field.
 	limited := keyfunc.JSONLimit("a", 16)
 	r = httptest.NewRequest("POST", "/", strings.NewReader(`{"a":"1","pad":"xxxxxxxxxxxxxxxxx"}`))
-	parts, err = limited.HTTP(r)
+	parts, _, err = limited.HTTP(r)
 	wantErr(t, parts, err, keyfunc.ErrTooLarge)
 	r = httptest.NewRequest("POST", "/", strings.NewReader(`{"a":"1"}`))
 	r.ContentLength = -1 // unknown length: the limit is enforced while reading
-	parts, err = limited.HTTP(r)
+	parts, _, err = limited.HTTP(r)
 	wantParts(t, parts, err, "a", "1")
 }
 
@@ -468,7 +468,7 @@ func TestContext(t *testing.T) {
 			ctx = context.WithValue(ctx, userID{}, tc.v)
 		}
 		r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
-		parts, err := f.HTTP(r)
+		parts, _, err := f.HTTP(r)
 		rparts, rerr := f.RPC(ctx, nil)
 		if tc.err != nil {
 			wantErr(t, parts, err, tc.err)
@@ -486,15 +486,15 @@ func TestJoinAs(t *testing.T) {
 	r.Header.Set("X-B", "2")
 	a, b, q := keyfunc.Header("X-A"), keyfunc.Header("X-B"), keyfunc.Query("q")
 
-	parts, err := keyfunc.Join(a, b).HTTP(r)
+	parts, _, err := keyfunc.Join(a, b).HTTP(r)
 	wantParts(t, parts, err, "X-A", "1", "X-B", "2")
-	parts, err = keyfunc.Join(a, b).As("ab").HTTP(r)
+	parts, _, err = keyfunc.Join(a, b).As("ab").HTTP(r)
 	wantParts(t, parts, err, "ab", "1", "2")
-	parts, err = keyfunc.Join(a.As("first"), keyfunc.Join(b, q)).HTTP(r)
+	parts, _, err = keyfunc.Join(a.As("first"), keyfunc.Join(b, q)).HTTP(r)
 	wantParts(t, parts, err, "first", "1", "X-B", "2", "q", "3")
 
 	// The first failing source is the one named.
-	parts, err = keyfunc.Join(a, keyfunc.Header("X-Missing"), b).HTTP(r)
+	parts, _, err = keyfunc.Join(a, keyfunc.Header("X-Missing"), b).HTTP(r)
 	wantErr(t, parts, err, keyfunc.ErrMissing)
 	if !strings.Contains(err.Error(), "Header(X-Missing)") {
 		t.Fatalf("error %q does not name the source", err)
@@ -518,17 +518,17 @@ func TestProtocols(t *testing.T) {
 	case keyfunc.Join(h, c).ForRPC(), !keyfunc.Join(h, c).ForHTTP(), (keyfunc.Func{}).ForHTTP():
 		t.Fatal("ForHTTP/ForRPC of Join wrong")
 	}
-	parts, err := g.HTTP(httptest.NewRequest("GET", "/", nil))
+	parts, _, err := g.HTTP(httptest.NewRequest("GET", "/", nil))
 	wantErr(t, parts, err, errInvalid)
 	parts, err = g.RPC(context.Background(), 5)
 	wantParts(t, parts, err, "g", "5")
-	parts, err = (keyfunc.Func{}).HTTP(httptest.NewRequest("GET", "/", nil))
+	parts, _, err = (keyfunc.Func{}).HTTP(httptest.NewRequest("GET", "/", nil))
 	wantErr(t, parts, err, errInvalid)
 
 	// A custom function's error keeps its identity and its category.
 	errNoUser := fmt.Errorf("%w: no user", keyfunc.ErrMissing)
 	u := keyfunc.Custom(keyfunc.Source{Name: "user", HTTP: func(*http.Request) (string, error) { return "", errNoUser }})
-	parts, err = u.HTTP(httptest.NewRequest("GET", "/", nil))
+	parts, _, err = u.HTTP(httptest.NewRequest("GET", "/", nil))
 	wantErr(t, parts, err, errNoUser)
 	if public(err) != "Custom(user): missing" || !errors.Is(err, lockcore.ErrInvalidKey) {
 		t.Fatalf("Public() of %v wrong", err)
@@ -604,7 +604,7 @@ func TestErrorsHideValues(t *testing.T) {
 		{keyfunc.JSON("a"), httptest.NewRequest("POST", "/", strings.NewReader(`{"a":"`+secret+``))},
 	}
 	for i, tc := range cases {
-		_, err := tc.f.HTTP(tc.r)
+		_, _, err := tc.f.HTTP(tc.r)
 		pub := public(err)
 		if pub == "" {
 			t.Fatalf("case %d: err = %v, want one with Public()", i, err)
@@ -669,7 +669,7 @@ func TestKeyLimitsAgree(t *testing.T) {
 		fs = append(fs, keyfunc.Query(name))
 	}
 	f := keyfunc.Join(fs...)
-	parts, err := f.HTTP(httptest.NewRequest("GET", "/?"+q.Encode(), nil))
+	parts, _, err := f.HTTP(httptest.NewRequest("GET", "/?"+q.Encode(), nil))
 	if err != nil || len(parts) != lockcore.MaxKeyParts {
 		t.Fatalf("at the limits: %d parts, %v", len(parts), err)
 	}
@@ -678,7 +678,7 @@ func TestKeyLimitsAgree(t *testing.T) {
 	}
 
 	q.Set(fmt.Sprintf("%0*d", lockcore.MaxKeyPartLen, 0), value+"x")
-	parts, err = f.HTTP(httptest.NewRequest("GET", "/?"+q.Encode(), nil))
+	parts, _, err = f.HTTP(httptest.NewRequest("GET", "/?"+q.Encode(), nil))
 	wantErr(t, parts, err, errInvalid)
 	if _, err := lockcore.NewKey(value + "x"); !errors.Is(err, lockcore.ErrInvalidKey) {
 		t.Fatalf("lockcore: a part of %d bytes: %v", lockcore.MaxKeyPartLen+1, err)
@@ -723,5 +723,48 @@ func TestParamDecodes(t *testing.T) {
 		*c = capture{f: c.f}
 		r.ServeHTTP(httptest.NewRecorder(), req)
 		wantErr(t, c.parts, c.err, errInvalid)
+	}
+}
+
+// TestHTTPRoute: HTTP returns the template of the route a source matched
+// because the router had not (Param in a router's r.Use), and "" where the
+// router had matched it already, where no source matches routes, and with
+// an error.
+func TestHTTPRoute(t *testing.T) {
+	var route string
+	var err error
+	var f keyfunc.Func
+	mw := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, route, err = f.HTTP(r)
+			next.ServeHTTP(w, r)
+		})
+	}
+	h := func(http.ResponseWriter, *http.Request) {}
+	top := chi.NewRouter()
+	top.Use(mw)
+	top.Post("/products/{productID}/buy", h)
+	top.Get("/health", h)
+	with := chi.NewRouter()
+	with.With(mw).Post("/products/{productID}/buy", h)
+	for _, tc := range []struct {
+		name   string
+		router http.Handler
+		f      keyfunc.Func
+		method string
+		path   string
+		want   string
+	}{
+		{"Use", top, keyfunc.Param("productID"), "POST", "/products/42/buy", "/products/{productID}/buy"},
+		{"Use, joined", top, keyfunc.Join(keyfunc.Query("q"), keyfunc.Param("productID")), "POST", "/products/42/buy?q=1", "/products/{productID}/buy"},
+		{"Use, Query", top, keyfunc.Query("q"), "POST", "/products/42/buy?q=1", ""},
+		{"Use, skipped", top, keyfunc.Param("productID"), "GET", "/health", ""},
+		{"With", with, keyfunc.Param("productID"), "POST", "/products/42/buy", ""},
+	} {
+		f, route, err = tc.f, "unset", nil
+		tc.router.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(tc.method, tc.path, nil))
+		if route != tc.want {
+			t.Errorf("%s: route %q (err %v), want %q", tc.name, route, err, tc.want)
+		}
 	}
 }

@@ -147,7 +147,7 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		m.pass(w, r, next)
 		return
 	}
-	parts, err := m.key.HTTP(r)
+	parts, route, err := m.key.HTTP(r)
 	if err != nil {
 		if m.logger != nil && (errors.Is(err, lockcore.ErrMisconfigured)) {
 			once.config.Do(func() {
@@ -187,7 +187,7 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	p := m.policy
 	if m.route {
-		p.Route = routeTemplate(r)
+		p.Route = routeTemplate(r, route)
 	}
 	lease, err := m.l.Acquire(r.Context(), key, p)
 	if err != nil {
@@ -220,10 +220,11 @@ func routePattern(r *http.Request) string {
 
 // routeTemplate returns the template of the route r is for, whole even
 // where the router has not matched it yet (a router's r.Use, or that of a
-// mounted router, whose pattern so far ends in /*): there it matches the
-// route from the top as the router is about to, as keyfunc.Param does. ""
-// when no router knows r.
-func routeTemplate(r *http.Request) string {
+// mounted router, whose pattern so far ends in /*): there it is matched,
+// the template the key function matched for r, if it matched one, and
+// otherwise the route matched from the top as the router is about to, as
+// keyfunc.Param does. "" when no router knows r.
+func routeTemplate(r *http.Request, matched string) string {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
 		return r.Pattern
@@ -231,6 +232,9 @@ func routeTemplate(r *http.Request) string {
 	n := len(rctx.RoutePatterns)
 	if rctx.Routes == nil || n > 0 && !strings.HasSuffix(rctx.RoutePatterns[n-1], "/*") {
 		return rctx.RoutePattern()
+	}
+	if matched != "" {
+		return matched
 	}
 	p, t, _ := chiroute.Find(r, rctx)
 	chiroute.Release(t)
