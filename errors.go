@@ -16,10 +16,13 @@ var (
 	// lease ended while the handler ran.
 	ErrLockLost = lockcore.ErrLockLost
 	// ErrMisconfigured: Redis says the Locker is set up wrongly (a wrong
-	// password, a database out of range, a server too old). HTTP 500, gRPC
-	// Internal; Check reports it at startup.
+	// password, a database out of range, a server too old), or a lock is on
+	// a route that does not name its key. HTTP 500, gRPC Internal; Check
+	// reports Redis's at startup.
 	ErrMisconfigured = lockcore.ErrMisconfigured
-	// ErrInvalidKey: a key part is empty, too long, or there are too many.
+	// ErrInvalidKey: a key part is empty, too long, or there are too many;
+	// a request's key value is missing or invalid. HTTP 400, gRPC
+	// InvalidArgument.
 	ErrInvalidKey = lockcore.ErrInvalidKey
 	// ErrInvalidToken: a propagated owner token is malformed.
 	ErrInvalidToken = lockcore.ErrInvalidToken

@@ -868,7 +868,7 @@ func FuzzKeysDistinct(f *testing.F) {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header["X-A"] = []string{a}
 		r.Header["X-B"] = []string{b}
-		parts, err := kf.HTTP(r)
+		parts, _, err := kf.HTTP(r)
 		if err != nil {
 			return "", false
 		}

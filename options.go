@@ -131,7 +131,7 @@ func RedisOptions(o redisengine.Options) Option {
 
 // Logger makes the Locker report through l, once each and with structured
 // fields: configuration errors (a route whose pattern does not name its
-// key, answered 500, see keyfunc.ErrNotInRoute; an exact gRPC rule whose
+// key, answered 500, see keyfunc.Param; an exact gRPC rule whose
 // key its method's message lacks, answered Internal; Redis saying it is
 // set up wrongly, ErrMisconfigured); Redis becoming unreachable and
 // answering again (once per transition, not per request); a lease lost

@@ -57,7 +57,7 @@ type MethodRule struct {
 func Method(fullMethod string, key keyfunc.Func, opts ...lock.Option) MethodRule {
 	var c config.Config
 	c.ApplyAll(config.InMethod, opts)
-	if c.Name != "" && !key.IsZero() {
+	if c.Name != "" && key.ForRPC() { // otherwise Validate refuses key below
 		key = key.As(c.Name)
 	}
 	if err := (interceptor.Config{Rules: []interceptor.Rule{{Method: fullMethod, Key: key, TTL: c.TTL}}}).Validate(); err != nil {

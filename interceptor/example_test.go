@@ -52,7 +52,7 @@ func ExampleStatus() {
 	}
 	gone := errors.Join(&lockcore.ContentionError{Key: "productID:42"}, context.Canceled)
 	fmt.Println(interceptor.Code(gone))
-	missing := &keyfunc.Error{Source: "Field(product_id)", Err: keyfunc.ErrMissing}
+	_, missing := interceptor.Field("product_id").RPC(context.Background(), shop.New("ReserveRequest"))
 	fmt.Println(status.Convert(interceptor.Status(missing)).Message())
 	fmt.Println(interceptor.Code(fmt.Errorf("%w: wrong password", lockcore.ErrMisconfigured)))
 	// Output:

@@ -30,8 +30,8 @@ import (
 // cannot tell 0 or "" from "not sent"; mark the field optional, or make it
 // a wrapper such as google.protobuf.Int64Value, if zero is a valid value.
 // The field must be a string, bytes, bool, number or enum, or a wrapper of
-// one (google.protobuf.StringValue and the like); anything else fails with
-// keyfunc.ErrInvalid. Integers are written in decimal, so product_id 42
+// one (google.protobuf.StringValue and the like); anything else is invalid
+// (lockcore.ErrInvalidKey). Integers are written in decimal, so product_id 42
 // locks the same key as the JSON body {"product_id": 42}; enums by the
 // name of their value.
 //
@@ -64,8 +64,7 @@ func Field(path string) keyfunc.Func {
 // Metadata returns the key function of gRPC request metadata entry name
 // (the gRPC counterpart of keyfunc.Header), such as "x-tenant-id". The
 // name is lower-cased, as gRPC stores it, and is the resource name. An
-// entry given more than once is ambiguous and fails with
-// keyfunc.ErrInvalid.
+// entry given more than once is ambiguous: invalid (lockcore.ErrInvalidKey).
 //
 // Metadata reads gRPC calls only; for a stream it is available before the
 // first message, so the lock is taken before the handler runs.
@@ -86,7 +85,7 @@ func Metadata(name string) keyfunc.Func {
 			case 1:
 				return vs[0], nil
 			default:
-				return "", &keyError{keyfunc.ErrInvalid, fmt.Sprintf("given %d times", len(vs))}
+				return "", invalid(fmt.Sprintf("given %d times", len(vs)))
 			}
 		},
 	})
@@ -103,9 +102,10 @@ func checkName(fn, name string) {
 	}
 }
 
-// keyError is an error of Field or Metadata: a sentinel of package keyfunc
-// and words for the client, which never repeat the request's value.
-// keyfunc.Error.Public tells the client what Public returns.
+// keyError is an error of Field or Metadata: a sentinel (lockcore's, or
+// keyfunc.ErrMissing or keyfunc.ErrSkip) and words for the client, which
+// never repeat the request's value. The error of the key function that
+// wraps it tells the client what Public returns.
 type keyError struct {
 	sentinel error
 	msg      string
@@ -115,7 +115,7 @@ func (e *keyError) Error() string  { return e.msg }
 func (e *keyError) Unwrap() error  { return e.sentinel }
 func (e *keyError) Public() string { return e.msg }
 
-func invalid(msg string) error { return &keyError{keyfunc.ErrInvalid, msg} }
+func invalid(msg string) error { return &keyError{lockcore.ErrInvalidKey, msg} }
 
 // The errors with constant messages, made once so that reporting them
 // allocates nothing.

@@ -98,10 +98,9 @@ func (r Rule) validate() error {
 		return fmt.Errorf("routelock/interceptor: method %q: want /package.Service/Method, /package.Service/* or *", m)
 	}
 	switch {
-	case r.Key.IsZero():
-		return fmt.Errorf("routelock/interceptor: %s: Key is required", m)
 	case !r.Key.ForRPC():
-		return fmt.Errorf("routelock/interceptor: %s: key %v cannot read gRPC calls", m, r.Key)
+		// The zero Func, which has no sources, reads nothing.
+		return fmt.Errorf("routelock/interceptor: %s: Key %v is required and must read gRPC calls", m, r.Key)
 	case r.TTL < 0 || r.TTL > 0 && r.TTL < lockcore.MinTTL:
 		return fmt.Errorf("routelock/interceptor: %s: TTL %v is below the minimum %v", m, r.TTL, lockcore.MinTTL)
 	}

@@ -27,24 +27,24 @@ func Code(err error) codes.Code {
 	return outcome.First(outcome.Of(err, keyErrors...), codeTable, codes.Internal)
 }
 
-// keyErrors are the sentinels of the key functions that Code tells apart,
-// with the kinds they report.
+// keyErrors are the sentinels of the key functions that Code tells apart
+// from lockcore's, with the kinds they report. The other errors of key
+// functions match lockcore's sentinels: keyfunc.ErrMissing and
+// keyfunc.ErrTooLarge match lockcore.ErrInvalidKey.
 var keyErrors = []outcome.Sentinel{
 	{Err: keyfunc.ErrSkip, Kind: outcome.NotApplicable},
-	{Err: keyfunc.ErrMissing, Kind: outcome.InvalidKey},
-	{Err: keyfunc.ErrInvalid, Kind: outcome.InvalidKey},
-	{Err: keyfunc.ErrTooLarge, Kind: outcome.TooLarge},
 }
 
 // codeTable is Code's table. Its order decides for an error of several
 // kinds and is kept as it was: a key that does not apply or a
-// misconfigured engine first, then an invalid key, token or body, then the
+// misconfigured engine first, then an invalid key (a body too large
+// included) or token, then the
 // call's context (cancelled, then its deadline) before a busy lock and an
 // unavailable or closed engine: a wait cut short by the caller is
 // answered as the caller's cancellation, not as the wait's result.
 var codeTable = []outcome.Row[codes.Code]{
 	{Kinds: outcome.NotApplicable | outcome.Misconfigured, To: codes.Internal},
-	{Kinds: outcome.InvalidKey | outcome.InvalidToken | outcome.TooLarge, To: codes.InvalidArgument},
+	{Kinds: outcome.InvalidKey | outcome.InvalidToken, To: codes.InvalidArgument},
 	{Kinds: outcome.Canceled, To: codes.Canceled},
 	{Kinds: outcome.DeadlineExceeded, To: codes.DeadlineExceeded},
 	{Kinds: outcome.Busy, To: codes.Aborted},
@@ -53,14 +53,15 @@ var codeTable = []outcome.Row[codes.Code]{
 
 // Status is the default Rule.OnError: a status error with Code(err) and a
 // message that names what is wrong without repeating the call's values,
-// Redis errors, keys or owner tokens. An Aborted status carries a
+// Redis errors, keys or owner tokens: for an error of a key function, what
+// its method Public() string returns (see keyfunc.ErrSkip). An Aborted status carries a
 // google.rpc.RetryInfo detail with the engine's estimate of when the lock
 // is free (lockcore.ContentionError.RetryAfter).
 func Status(err error) error {
 	k := outcome.Of(err, keyErrors...)
 	code := outcome.First(k, codeTable, codes.Internal)
 	msg := "routelock: internal error"
-	var kerr *keyfunc.Error
+	var kerr interface{ Public() string } // an error of a key function
 	switch code {
 	case codes.InvalidArgument:
 		msg = "routelock: invalid lock key"

@@ -216,4 +216,4 @@ func canonNumber(s string) (string, error) {
 	return b.String(), nil
 }
 
-var errBigNumber error = &detail{ErrInvalid, "number exponent out of range"}
+var errBigNumber = invalid("number exponent out of range")

@@ -14,7 +14,7 @@ import (
 func headerKey(v string) (string, bool) {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header["X-K"] = []string{v}
-	parts, err := keyfunc.Header("X-K").HTTP(r)
+	parts, _, err := keyfunc.Header("X-K").HTTP(r)
 	if err != nil {
 		return "", false
 	}
@@ -24,7 +24,7 @@ func headerKey(v string) (string, bool) {
 // jsonKey returns the value part of JSON(a)'s key for the JSON text num.
 func jsonKey(num string) (string, bool) {
 	r := httptest.NewRequest("POST", "/", bytes.NewReader([]byte(`{"a":`+num+`}`)))
-	parts, err := keyfunc.JSON("a").HTTP(r)
+	parts, _, err := keyfunc.JSON("a").HTTP(r)
 	if err != nil {
 		return "", false
 	}

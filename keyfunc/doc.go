@@ -45,19 +45,24 @@
 //
 // # Validation
 //
-// A key is always stated. A value that is missing or empty fails with an
-// error matching [ErrMissing]; one longer than [lockcore.MaxKeyPartLen]
-// bytes, ambiguous (a header, query parameter or JSON field given twice) or
-// not a scalar fails with [ErrInvalid]. A key has at most
+// A key is always stated. A value that is missing or empty, longer than
+// [lockcore.MaxKeyPartLen] bytes, ambiguous (a header, query parameter or
+// JSON field given twice) or not a scalar fails with an error matching
+// [lockcore.ErrInvalidKey]; a missing or empty one matches [ErrMissing]
+// too. A key has at most
 // [lockcore.MaxKeyParts] parts, names included ([Join] panics beyond). The
 // limits are lockcore's own, so a key that passes here is accepted by every
-// engine. The middleware answers both errors with 400 and never runs the
+// engine. The middleware answers such errors with 400 and never runs the
 // handler. Values may hold any bytes: lockcore escapes them, so user input
-// cannot collide with another key or leave its namespace. Error messages name
-// the source (Header(X-User-Id)) but never repeat the value.
+// cannot collide with another key or leave its namespace. Errors name the
+// source (Header(X-User-Id)) but never repeat the value, and say what the
+// client may be told through a method Public() string (see [ErrSkip]).
 //
-// A route parameter that the matched route does not have is not an error:
-// [Func.HTTP] returns [ErrSkip] and the middleware lets the request through
-// unlocked. That is what makes a router-wide middleware lock only the routes
-// that name the resource.
+// A route parameter that a route does not have is not an error where the
+// lock sits before routing (a chi router's r.Use): [Func.HTTP] returns
+// [ErrSkip] and the middleware lets the request through unlocked. That is
+// what makes a router-wide middleware lock only the routes that name the
+// resource. A lock on one route that lacks it is a configuration error,
+// matching [lockcore.ErrMisconfigured], which the middleware answers with
+// 500.
 package keyfunc

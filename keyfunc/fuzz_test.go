@@ -23,15 +23,16 @@ import (
 
 // checkResult fails unless parts and err are a well-formed result of f:
 // either parts of the right count with every value non-empty and at most
-// lockcore.MaxKeyPartLen bytes, or an *Error matching one of the package's sentinels.
+// lockcore.MaxKeyPartLen bytes, or an error with a Public text matching
+// ErrSkip or one of lockcore's sentinels for key errors.
 func checkResult(t *testing.T, f keyfunc.Func, parts []string, err error) {
 	t.Helper()
 	if err != nil {
-		var kerr *keyfunc.Error
-		if !errors.Is(err, keyfunc.ErrSkip) && !errors.As(err, &kerr) {
-			t.Fatalf("%v: error %#v is not a *keyfunc.Error", f, err)
+		var p interface{ Public() string }
+		if !errors.Is(err, keyfunc.ErrSkip) && !errors.As(err, &p) {
+			t.Fatalf("%v: error %#v has no Public text", f, err)
 		}
-		for _, s := range []error{keyfunc.ErrSkip, keyfunc.ErrMissing, keyfunc.ErrInvalid, keyfunc.ErrTooLarge, keyfunc.ErrNotRouted, keyfunc.ErrNotInRoute, chiroute.ErrNoRoute} {
+		for _, s := range []error{keyfunc.ErrSkip, lockcore.ErrInvalidKey, lockcore.ErrMisconfigured, chiroute.ErrNoRoute} {
 			if errors.Is(err, s) {
 				return
 			}
@@ -79,7 +80,7 @@ func FuzzRequest(f *testing.F) {
 		r.Use(func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				for _, fn := range funcs {
-					parts, err := fn.HTTP(r)
+					parts, _, err := fn.HTTP(r)
 					checkResult(t, fn, parts, err)
 				}
 				next.ServeHTTP(w, r)
@@ -113,7 +114,7 @@ func FuzzJSON(f *testing.F) {
 		}
 		fn := keyfunc.JSONLimit(path, 1<<16)
 		req := httptest.NewRequest("POST", "/", bytes.NewReader(body))
-		parts, err := fn.HTTP(req)
+		parts, _, err := fn.HTTP(req)
 		checkResult(t, fn, parts, err)
 		if err != nil {
 			return

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/routelock/lock/internal/chiroute"
+	"github.com/routelock/lock/lockcore"
 )
 
 // Param returns the key function of a route parameter: resource name and
@@ -26,7 +27,8 @@ import (
 // lookup the router is about to make) and reads the parameter from the
 // result. Without chi it reads r.PathValue (Go 1.22 http.ServeMux patterns),
 // which needs the middleware around the route's handler: around the whole
-// ServeMux the request is not routed yet and Param fails with ErrNotRouted.
+// ServeMux the request is not routed yet and Param fails with an error
+// matching lockcore.ErrMisconfigured ("request not routed").
 //
 // In a router's r.Use, the path Param matches is the one the router will
 // route on: after the rewrites of chi's StripSlashes, CleanPath and
@@ -39,45 +41,54 @@ import (
 // The value is the one the handler acts on: chi hands a handler the
 // segment still percent-encoded when the client encoded more than it had
 // to (/products/%34%32), and Param decodes it (a segment that does not
-// decode fails with ErrInvalid), so that it is the same key as
+// decode is invalid), so that it is the same key as
 // /products/42. http.ServeMux's PathValue is decoded already.
 //
-// A route whose pattern has no such parameter is not locked: Param returns
-// ErrSkip. A route that has it with an empty value fails with ErrMissing.
-// In a router's r.Use, a router none of whose routes (mounted routers
-// included) has the parameter fails every request with ErrNotInRoute: the
-// name is misspelt.
+// In a router's r.Use, a route whose pattern has no such parameter is not
+// locked: Param returns ErrSkip. Where the middleware wraps one route
+// (r.With, r.Group, a handler of a ServeMux), that route lacking the
+// parameter is a configuration error ("the route has no such parameter",
+// matching lockcore.ErrMisconfigured: 500 rather than a route run
+// unlocked), and so is, in a router's r.Use, a router none of whose routes
+// (mounted routers included) has the parameter: the name is misspelt. A
+// route that has the parameter with an empty value fails with ErrMissing.
 //
 // Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
 func Param(name string) Func {
 	checkName("Param", name)
 	names := chiroute.NewNames(name)
 	return one(source{
-		name: name,
-		desc: "Param(" + name + ")",
-		http: func(r *http.Request) (string, error) { return param(r, name, names) },
+		name:      name,
+		desc:      "Param(" + name + ")",
+		httpRoute: func(r *http.Request) (string, string, error) { return param(r, name, names) },
 	})
 }
 
 var (
-	errNoSuchParam error = &detail{ErrNotInRoute, "no route of the router has such a parameter"}
-	errNoRoute     error = &detail{chiroute.ErrNoRoute, "no route matches the path"}
-	errEncoding    error = &detail{ErrInvalid, "not a valid percent-encoded path segment"}
+	errNotInRoute  error = &detail{sentinel: lockcore.ErrMisconfigured, msg: "the route has no such parameter"}
+	errNoSuchParam error = &detail{sentinel: lockcore.ErrMisconfigured, msg: "no route of the router has such a parameter"}
+	errNotRouted   error = &detail{sentinel: lockcore.ErrMisconfigured, msg: "request not routed", more: ": wrap the route's handler, not the ServeMux"}
+	errNoRoute     error = &detail{sentinel: chiroute.ErrNoRoute, msg: "no route matches the path"}
+	errEncoding          = invalid("not a valid percent-encoded path segment")
 )
 
-func param(r *http.Request, name string, names *chiroute.Names) (string, error) {
+// param returns the value of route parameter name of r and, when it had to
+// match r's route itself (the router has not yet), the route's template.
+func param(r *http.Request, name string, names *chiroute.Names) (v, route string, err error) {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
-		return pathValue(r, name)
+		v, err = pathValue(r, name)
+		return v, "", err
 	}
 	if v, ok := urlParam(rctx, name); ok {
 		if rctx.Routes != nil && strings.IndexByte(v, '%') >= 0 && chiroute.Raw(r, rctx) {
-			return unescape(v)
+			v, err = unescape(v)
 		}
-		return v, nil
+		return v, "", err
 	}
 	if rctx.Routes == nil {
-		return pathValue(r, name)
+		v, err = pathValue(r, name)
+		return v, "", err
 	}
 	// Not among the parameters matched so far: either the route has no such
 	// parameter, or the router has not matched the route yet (r.Use). Match
@@ -87,28 +98,28 @@ func param(r *http.Request, name string, names *chiroute.Names) (string, error) 
 	if p != "" {
 		if v, ok := urlParam(t, name); ok {
 			if raw {
-				return unescape(v)
+				v, err = unescape(v)
 			}
-			return v, nil
+			return v, p, err
 		}
 		if t.RoutePattern() == rctx.RoutePattern() {
 			// The router had matched the route already: the middleware wraps
 			// this route (r.With, r.Group), whose pattern lacks the parameter.
-			return "", ErrNotInRoute
+			return "", "", errNotInRoute
 		}
 	}
 	// A router-wide lock, on a route without the parameter or on a path no
 	// route matches. A router none of whose routes has the parameter can
 	// only be a misspelt name: fail closed rather than lock nothing.
 	if !names.In(rctx.Routes) {
-		return "", errNoSuchParam
+		return "", "", errNoSuchParam
 	}
 	if p == "" && !chiroute.AnyMethod(r, rctx) {
 		// Nothing matches, for any method: the router answers 404, unless
 		// middleware after the lock rewrites the path into a locked route.
-		return "", errNoRoute
+		return "", "", errNoRoute
 	}
-	return "", ErrSkip
+	return "", "", ErrSkip
 }
 
 // unescape decodes a chi URL parameter that the router took from the
@@ -139,18 +150,18 @@ func pathValue(r *http.Request, name string) (string, error) {
 		return v, nil
 	}
 	if r.Pattern == "" {
-		return "", ErrNotRouted
+		return "", errNotRouted
 	}
 	if !strings.Contains(r.Pattern, "{"+name+"}") && !strings.Contains(r.Pattern, "{"+name+"...}") {
 		// The pattern matched: the middleware wraps this route's handler.
-		return "", ErrNotInRoute
+		return "", errNotInRoute
 	}
 	return "", errEmpty
 }
 
 // Header returns the key function of request header name. The resource
 // name is the canonical header name (X-User-Id for "x-user-id"). A header
-// given more than once is ambiguous and fails with ErrInvalid.
+// given more than once is ambiguous: invalid.
 //
 // Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
 func Header(name string) Func {
@@ -164,7 +175,7 @@ func Header(name string) Func {
 }
 
 // Query returns the key function of URL query parameter name. A parameter
-// given more than once is ambiguous and fails with ErrInvalid.
+// given more than once is ambiguous: invalid.
 //
 // Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
 func Query(name string) Func {
@@ -186,8 +197,8 @@ const formMaxMemory = 32 << 20
 // the URL query and an application/x-www-form-urlencoded or
 // multipart/form-data body. It parses the form (r.ParseMultipartForm), so
 // the handler finds it in r.Form and r.PostForm rather than in r.Body. A
-// value given more than once, in the body or the query, is ambiguous and
-// fails with ErrInvalid.
+// value given more than once, in the body or the query, is ambiguous:
+// invalid. A body too large to parse fails with ErrTooLarge.
 //
 // Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
 func Form(name string) Func {

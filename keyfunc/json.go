@@ -20,15 +20,15 @@ const DefaultMaxBody = 1 << 20
 //
 // It reads the body, at most DefaultMaxBody bytes (see JSONLimit), and puts
 // it back so that the handler reads it in full. A larger body fails with
-// ErrTooLarge, a body that is not valid JSON up to the field with ErrInvalid.
+// ErrTooLarge; a body that is not valid JSON up to the field is invalid.
 // Object keys match as encoding/json matches them to struct fields, without
 // regard to case, and a key that matches twice ({"id":1,"ID":2}) is
-// ambiguous: ErrInvalid, because the handler might see the other one. The
-// field must be a string, number or boolean (ErrInvalid otherwise); null
-// counts as missing. Numbers are written in one exact canonical form, so
+// ambiguous, and invalid, because the handler might see the other one. The
+// field must be a string, number or boolean (invalid otherwise); null
+// counts as missing (ErrMissing). Numbers are written in one exact canonical form, so
 // 42, 42.0, 4.2e1 and 420e-1 lock the same key, and 9007199254740993 not
 // that of 9007199254740992; a number with an absurd exponent (1e999999999)
-// fails with ErrInvalid (see the package documentation).
+// is invalid (see the package documentation).
 //
 // Panics if path is empty or has an empty segment.
 func JSON(path string) Func { return JSONLimit(path, DefaultMaxBody) }
@@ -79,7 +79,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		return b.data, nil
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, &detail{ErrMissing, "no request body"}
+		return nil, missing("no request body")
 	}
 	if r.ContentLength > limit {
 		return nil, ErrTooLarge
@@ -104,7 +104,7 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 var (
 	errMalformed = invalid("malformed JSON body")
 	errNotScalar = invalid("not a string, number or boolean")
-	errNull      = &detail{ErrMissing, "null"}
+	errNull      = missing("null")
 )
 
 // lookupJSON finds the value at path segs in the JSON document data.

@@ -10,8 +10,29 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// Errors of key functions. Match them with errors.Is; the errors returned
-// by [Func.HTTP] and [Func.RPC] are of type [*Error] and wrap one of them.
+// The errors of key functions. Those that [Func.HTTP] and [Func.RPC]
+// return name the key function's source and match (errors.Is) one of:
+//
+//   - lockcore.ErrInvalidKey: the request's value is missing or empty
+//     ([ErrMissing]), too long, ambiguous (given more than once), not a
+//     scalar, or the request could not be parsed, or its body is too large
+//     ([ErrTooLarge]). The middleware answers 400 (413 for ErrTooLarge),
+//     the interceptor codes.InvalidArgument.
+//   - lockcore.ErrMisconfigured: the route the middleware wraps has no such
+//     parameter, or no router has matched the request yet (see [Param]): a
+//     configuration error, answered 500.
+//   - [ErrSkip]: the key does not apply to this request, which passes
+//     unlocked.
+//   - whatever a [Custom] source returned, kept as it is.
+//
+// Each of them has a method Public() string, which describes the error for
+// the client: it names the source and says what is wrong, as in
+// "Header(X-User-Id): given 2 times", and never repeats the request's
+// value. The middleware's and the interceptor's default answers include it;
+// an error handler of your own reads it with
+//
+//	var p interface{ Public() string }
+//	if errors.As(err, &p) { ... p.Public() ... }
 var (
 	// ErrSkip means the key does not apply to this request: a lock in a
 	// router's r.Use (chi's, before the router matched the route) met a
@@ -20,94 +41,79 @@ var (
 	// unlocked.
 	ErrSkip = errors.New("keyfunc: not applicable to this request")
 
-	// ErrMissing means the value is absent or empty.
-	ErrMissing = errors.New("keyfunc: missing")
+	// ErrMissing means the value is absent or empty: the client did not
+	// state the key, as opposed to stating it wrongly. It matches
+	// lockcore.ErrInvalidKey.
+	ErrMissing error = &sentinel{"keyfunc: missing", lockcore.ErrInvalidKey}
 
-	// ErrInvalid means the value is too long, ambiguous (given more than
-	// once), not a scalar, or the request could not be parsed.
-	ErrInvalid = errors.New("keyfunc: invalid")
-
-	// ErrTooLarge means a request body was larger than the limit a JSON key
-	// function reads.
-	ErrTooLarge = errors.New("keyfunc: request body too large")
-
-	// ErrNotInRoute means the route that a key function's middleware wraps
-	// has no such parameter: the lock was put on one route (chi's r.With
-	// or r.Group, a handler wrapped for http.ServeMux) whose pattern does
-	// not name it, most likely a misspelt name. It is a configuration
-	// error: the middleware answers 500 rather than run the route
-	// unlocked. A lock in a router's own r.Use passes routes without the
-	// parameter through (see ErrSkip), as long as some route of the router
-	// has it; when none has, every request fails with ErrNotInRoute.
-	ErrNotInRoute = errors.New("keyfunc: the route has no such parameter")
-
-	// ErrNotRouted means a route parameter was asked of a request that no
-	// router has matched yet, such as a middleware wrapped around a whole
-	// http.ServeMux. It is a configuration error: wrap the route's handler
-	// instead, or use chi, whose routes the key function resolves itself.
-	ErrNotRouted = errors.New("keyfunc: request not routed: wrap the route's handler, not the ServeMux")
+	// ErrTooLarge means a request body was larger than the limit a key
+	// function reads (JSON, Form). It matches lockcore.ErrInvalidKey; the
+	// middleware answers it with 413 rather than 400.
+	ErrTooLarge error = &sentinel{"keyfunc: request body too large", lockcore.ErrInvalidKey}
 )
 
-// Error is the error of one key function for one request.
-type Error struct {
-	// Source names the key function, such as "Header(X-User-Id)".
-	Source string
-	// Err says what went wrong. It matches ErrMissing, ErrInvalid,
-	// ErrTooLarge, ErrNotRouted, ErrNotInRoute or ErrSkip, or is what a custom function
-	// returned.
-	Err error
+// sentinel is an error value of this package that matches one of
+// lockcore's.
+type sentinel struct {
+	msg  string
+	kind error
 }
 
-func (e *Error) Error() string { return "keyfunc: " + e.Source + ": " + e.Err.Error() }
+func (s *sentinel) Error() string { return s.msg }
+func (s *sentinel) Unwrap() error { return s.kind }
 
-// Unwrap returns e.Err.
-func (e *Error) Unwrap() error { return e.Err }
+// keyError is the error of one key function for one request: the source
+// that failed, such as "Header(X-User-Id)", and what went wrong, an error
+// of this package or what a custom source returned.
+type keyError struct {
+	source string
+	err    error
+}
+
+func (e *keyError) Error() string { return "keyfunc: " + e.source + ": " + e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
 
 // Public returns a description of the error that is safe to show to the
 // client: it names the source and says what is wrong, and never repeats the
-// request's value. For an error of a custom function (Custom) it says what
+// request's value. For an error of a custom source (Custom) it says what
 // the error's own method Public() string returns, if it has one, and
 // otherwise only whether the value was missing or invalid.
-func (e *Error) Public() string {
-	var d *detail
-	if errors.As(e.Err, &d) {
-		return e.Source + ": " + d.msg
-	}
+func (e *keyError) Public() string {
 	var p interface{ Public() string }
-	if errors.As(e.Err, &p) {
-		return e.Source + ": " + p.Public()
+	if errors.As(e.err, &p) {
+		return e.source + ": " + p.Public()
 	}
 	switch {
-	case errors.Is(e.Err, ErrMissing):
-		return e.Source + ": missing"
-	case errors.Is(e.Err, ErrTooLarge):
-		return e.Source + ": request body too large"
-	case errors.Is(e.Err, ErrNotRouted):
-		return e.Source + ": request not routed"
-	case errors.Is(e.Err, ErrNotInRoute):
-		return e.Source + ": the route has no such parameter"
+	case errors.Is(e.err, ErrMissing):
+		return e.source + ": missing"
+	case errors.Is(e.err, ErrTooLarge):
+		return e.source + ": request body too large"
 	}
-	return e.Source + ": invalid"
+	return e.source + ": invalid"
 }
 
-// detail is an error of this package: a sentinel and words that never
-// repeat the value.
+// detail is an error of this package: a sentinel, words for the client
+// that never repeat the value, and more words for the log, if any.
 type detail struct {
 	sentinel error
 	msg      string
+	more     string
 }
 
-func (d *detail) Error() string { return d.msg }
-func (d *detail) Unwrap() error { return d.sentinel }
+func (d *detail) Error() string  { return d.msg + d.more }
+func (d *detail) Unwrap() error  { return d.sentinel }
+func (d *detail) Public() string { return d.msg }
 
 func invalid(format string, args ...any) error {
-	return &detail{ErrInvalid, fmt.Sprintf(format, args...)}
+	return &detail{sentinel: lockcore.ErrInvalidKey, msg: fmt.Sprintf(format, args...)}
 }
 
+func missing(msg string) error { return &detail{sentinel: ErrMissing, msg: msg} }
+
 var (
-	errMissing  error = &detail{ErrMissing, "missing"}
-	errEmpty    error = &detail{ErrMissing, "empty"}
-	errNotFound error = &detail{ErrMissing, "not found"}
+	errMissing  = missing("missing")
+	errEmpty    = missing("empty")
+	errNotFound = missing("not found")
 )
 
 // Func derives the parts of a lock key from a request: for each of its
@@ -132,6 +138,11 @@ type source struct {
 	desc string // for errors, e.g. "Param(productID)"
 	http func(*http.Request) (string, error)
 	rpc  func(ctx context.Context, req any) (string, error)
+
+	// httpRoute reads an HTTP request in place of http, and also returns
+	// the template of the route it matched ahead of the router, "" if it
+	// matched none (Param).
+	httpRoute func(*http.Request) (value, route string, err error)
 
 	message bool // rpc reads the request message (interceptor.Field)
 }
@@ -206,13 +217,14 @@ func (f Func) parts() int {
 	return n
 }
 
-// IsZero reports whether f is the zero Func.
-func (f Func) IsZero() bool { return len(f.groups) == 0 }
-
 // ForHTTP reports whether every source of f can read an HTTP request.
-func (f Func) ForHTTP() bool { return f.all(func(s *source) bool { return s.http != nil }) }
+// It is false for the zero Func, which has no sources.
+func (f Func) ForHTTP() bool {
+	return f.all(func(s *source) bool { return s.http != nil || s.httpRoute != nil })
+}
 
-// ForRPC reports whether every source of f can read a gRPC call.
+// ForRPC reports whether every source of f can read a gRPC call. It is
+// false for the zero Func, which has no sources.
 func (f Func) ForRPC() bool { return f.all(func(s *source) bool { return s.rpc != nil }) }
 
 func (f Func) all(ok func(*source) bool) bool {
@@ -234,7 +246,7 @@ func (f Func) all(ok func(*source) bool) bool {
 // BeforeMessage), rather than only the call's metadata and context. For a
 // stream such a key is known only once the first message arrives.
 func (f Func) ReadsMessage() bool {
-	return !f.IsZero() && !f.all(func(s *source) bool { return !s.message })
+	return len(f.groups) > 0 && !f.all(func(s *source) bool { return !s.message })
 }
 
 // String describes f, as in Join(Param(productID), Header(X-User-Id)).
@@ -269,16 +281,34 @@ func (f Func) String() string {
 	return b.String()
 }
 
-// HTTP returns the key parts for an HTTP request. The error is an *Error
-// matching ErrSkip when the route does not name the resource, ErrMissing or
-// ErrInvalid for a bad value, ErrTooLarge or ErrNotRouted.
-func (f Func) HTTP(r *http.Request) ([]string, error) {
-	return f.eval(func(s *source) (string, error) {
-		if s.http == nil {
-			return "", invalid("not available for HTTP requests")
+// HTTP returns the key parts for an HTTP request. The error, one of the
+// package's errors described at ErrSkip, matches ErrSkip when the route
+// does not name the resource, lockcore.ErrInvalidKey for a bad value
+// (ErrMissing, ErrTooLarge), or lockcore.ErrMisconfigured for a route that
+// cannot name it.
+//
+// route is the template of r's route, such as /products/{productID}/buy,
+// when a source of f had to match the route itself because the router had
+// not yet (Param in a chi router's r.Use), so that the caller need not
+// match it again; "" when no source did, and with an error.
+func (f Func) HTTP(r *http.Request) (parts []string, route string, err error) {
+	parts, err = f.eval(func(s *source) (string, error) {
+		switch {
+		case s.httpRoute != nil:
+			v, rt, err := s.httpRoute(r)
+			if route == "" {
+				route = rt
+			}
+			return v, err
+		case s.http != nil:
+			return s.http(r)
 		}
-		return s.http(r)
+		return "", invalid("not available for HTTP requests")
 	})
+	if err != nil {
+		return nil, "", err
+	}
+	return parts, route, nil
 }
 
 // RPC returns the key parts for a gRPC call with request message req (for
@@ -296,7 +326,7 @@ func (f Func) RPC(ctx context.Context, req any) ([]string, error) {
 
 func (f Func) eval(get func(*source) (string, error)) ([]string, error) {
 	if len(f.groups) == 0 {
-		return nil, &Error{Source: "Func{}", Err: invalid("zero Func")}
+		return nil, &keyError{source: "Func{}", err: invalid("zero Func")}
 	}
 	parts := make([]string, 0, f.parts())
 	for gi := range f.groups {
@@ -312,7 +342,7 @@ func (f Func) eval(get func(*source) (string, error)) ([]string, error) {
 				err = checkValue(v)
 			}
 			if err != nil {
-				return nil, &Error{Source: s.desc, Err: err}
+				return nil, &keyError{source: s.desc, err: err}
 			}
 			if g.name == "" {
 				parts = append(parts, s.name)
@@ -323,7 +353,7 @@ func (f Func) eval(get func(*source) (string, error)) ([]string, error) {
 	return parts, nil
 }
 
-var errTooLong error = &detail{ErrInvalid, fmt.Sprintf("longer than %d bytes", lockcore.MaxKeyPartLen)}
+var errTooLong = invalid("longer than %d bytes", lockcore.MaxKeyPartLen)
 
 func checkValue(v string) error {
 	switch {
@@ -363,10 +393,11 @@ type Source struct {
 }
 
 // Custom returns the key function of s. HTTP and RPC should return an
-// error matching ErrMissing or ErrInvalid for a bad request (the
-// middleware answers 400, the interceptor codes.InvalidArgument), or
-// ErrSkip for a request the key does not apply to. An empty value counts
-// as missing.
+// error matching lockcore.ErrInvalidKey for a bad request (ErrMissing for
+// a value the request lacks; the middleware answers 400, the interceptor
+// codes.InvalidArgument), or ErrSkip for a request the key does not apply
+// to. Any other error is answered 500 / codes.Internal. An empty value
+// counts as missing.
 //
 // The client is told s.Desc and, unless the error has a method
 // Public() string, only whether the value was missing or invalid; an error

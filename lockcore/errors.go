@@ -43,12 +43,15 @@ var (
 
 	// ErrMisconfigured means the backend answered that the engine is set
 	// up wrongly: a wrong password or user, a database index out of range,
-	// a server too old for the engine's commands. Unlike ErrUnavailable it
-	// does not pass by itself; the adapters answer 500 / Internal.
+	// a server too old for the engine's commands. Key functions return it
+	// for a lock on a route that does not name its key. Unlike
+	// ErrUnavailable it does not pass by itself; the adapters answer 500 /
+	// Internal.
 	ErrMisconfigured = errors.New("lock: lock service misconfigured")
 
 	// ErrInvalidKey means a key part was empty, too long, or there were too
-	// many parts.
+	// many parts. Key functions return it for a request whose value is
+	// missing or invalid; the adapters answer 400 / InvalidArgument.
 	ErrInvalidKey = errors.New("lock: invalid key")
 
 	// ErrInvalidToken means an owner token is not of the accepted form.

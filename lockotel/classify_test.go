@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +65,21 @@ type classifyAtom struct {
 	err  error
 }
 
+// keyError is the error of a key function described as desc whose
+// source fails with err.
+func keyError(desc string, err error) error {
+	f := keyfunc.Custom(keyfunc.Source{Name: "id", Desc: desc, HTTP: func(*http.Request) (string, error) { return "", err }})
+	_, _, kerr := f.HTTP(httptest.NewRequest(http.MethodGet, "/", nil))
+	return kerr
+}
+
+// notRouted is the error of Param for a request that no router has
+// matched.
+func notRouted() error {
+	_, _, err := keyfunc.Param("id").HTTP(httptest.NewRequest(http.MethodGet, "/", nil))
+	return err
+}
+
 // classifyAtoms are the errors TestOutcomeOfEveryError runs through
 // outcomeOf, alone, wrapped, and joined in pairs.
 var classifyAtoms = []classifyAtom{
@@ -84,14 +101,12 @@ var classifyAtoms = []classifyAtom{
 	{"Deadline", context.DeadlineExceeded},
 	{"Skip", keyfunc.ErrSkip},
 	{"Missing", keyfunc.ErrMissing},
-	{"Invalid", keyfunc.ErrInvalid},
+	{"Invalid", lockcore.ErrInvalidKey}, // what an invalid value matches
 	{"TooLarge", keyfunc.ErrTooLarge},
-	{"NotInRoute", keyfunc.ErrNotInRoute},
-	{"NotRouted", keyfunc.ErrNotRouted},
-	{"KeyMissing", &keyfunc.Error{Source: "Param(id)", Err: keyfunc.ErrMissing}},
-	{"KeyTooLarge", &keyfunc.Error{Source: "JSON(id)", Err: keyfunc.ErrTooLarge}},
-	{"KeyNotRouted", &keyfunc.Error{Source: "Param(id)", Err: keyfunc.ErrNotRouted}},
-	{"KeyCustom", &keyfunc.Error{Source: "Custom", Err: errors.New("bad tenant")}},
+	{"KeyMissing", keyError("Param(id)", keyfunc.ErrMissing)},
+	{"KeyTooLarge", keyError("JSON(id)", keyfunc.ErrTooLarge)},
+	{"KeyNotRouted", notRouted()},
+	{"KeyCustom", keyError("Custom", errors.New("bad tenant"))},
 	{"NoRoute", chiroute.ErrNoRoute},
 	{"Other", errors.New("something else")},
 }
@@ -193,8 +208,6 @@ Skip: error error error
 Missing: error error error
 Invalid: error error error
 TooLarge: error error error
-NotInRoute: error error error
-NotRouted: error error error
 KeyMissing: error error error
 KeyTooLarge: error error error
 KeyNotRouted: error error error
@@ -281,14 +294,6 @@ wrapped TooLarge: error error error
 twice wrapped TooLarge: error error error
 TooLarge with Canceled: error cancelled cancelled
 TooLarge with Deadline: error cancelled cancelled
-wrapped NotInRoute: error error error
-twice wrapped NotInRoute: error error error
-NotInRoute with Canceled: error cancelled cancelled
-NotInRoute with Deadline: error cancelled cancelled
-wrapped NotRouted: error error error
-twice wrapped NotRouted: error error error
-NotRouted with Canceled: error cancelled cancelled
-NotRouted with Deadline: error cancelled cancelled
 wrapped KeyMissing: error error error
 twice wrapped KeyMissing: error error error
 KeyMissing with Canceled: error cancelled cancelled
@@ -319,34 +324,32 @@ Other with Deadline: error cancelled cancelled
 // the order of the rows (classifyAtoms), each cell under a live, a
 // cancelled and an expired context.
 const outcomePairs = `
-NotAcquired   bbb www bbb www bbb bbb bbb uuu bbb bbb bbb bbb uuu bbb bcc bcc bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb
-WaitTimeout   www www www www www www www uuu www www www www uuu www wcc wcc www www www www www www www www www www www www
-Busy          bbb www bbb www bbb bbb bbb uuu bbb bbb bbb bbb uuu bbb bcc bcc bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb
-TimedOut      www www www www www www www uuu www www www www uuu www wcc wcc www www www www www www www www www www www www
-NotOwner      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-LockLost      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-Revoked       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-Unavailable   uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu
-Misconfigured bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-InvalidKey    bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-InvalidToken  bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-Released      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-Closed        uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu
-NotHeld       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-Canceled      bcc wcc bcc wcc ecc ecc ecc uuu ecc ecc ecc ecc uuu ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc
-Deadline      bcc wcc bcc wcc ecc ecc ecc uuu ecc ecc ecc ecc uuu ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc
-Skip          bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-Missing       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-Invalid       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-TooLarge      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-NotInRoute    bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-NotRouted     bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-KeyMissing    bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-KeyTooLarge   bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-KeyNotRouted  bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-KeyCustom     bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-NoRoute       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
-Other         bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee eee eee
+NotAcquired   bbb www bbb www bbb bbb bbb uuu bbb bbb bbb bbb uuu bbb bcc bcc bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb
+WaitTimeout   www www www www www www www uuu www www www www uuu www wcc wcc www www www www www www www www www www
+Busy          bbb www bbb www bbb bbb bbb uuu bbb bbb bbb bbb uuu bbb bcc bcc bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb
+TimedOut      www www www www www www www uuu www www www www uuu www wcc wcc www www www www www www www www www www
+NotOwner      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+LockLost      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Revoked       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Unavailable   uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu
+Misconfigured bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+InvalidKey    bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+InvalidToken  bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Released      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Closed        uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu
+NotHeld       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Canceled      bcc wcc bcc wcc ecc ecc ecc uuu ecc ecc ecc ecc uuu ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc
+Deadline      bcc wcc bcc wcc ecc ecc ecc uuu ecc ecc ecc ecc uuu ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc
+Skip          bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Missing       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Invalid       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+TooLarge      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+KeyMissing    bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+KeyTooLarge   bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+KeyNotRouted  bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+KeyCustom     bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+NoRoute       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Other         bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
 `
 
 // TestReasonOf: the reason of each kind of loss.

@@ -24,6 +24,21 @@ type classifyAtom struct {
 	err  error
 }
 
+// keyError is the error of a key function described as desc whose
+// source fails with err.
+func keyError(desc string, err error) error {
+	f := keyfunc.Custom(keyfunc.Source{Name: "id", Desc: desc, HTTP: func(*http.Request) (string, error) { return "", err }})
+	_, _, kerr := f.HTTP(httptest.NewRequest(http.MethodGet, "/", nil))
+	return kerr
+}
+
+// notRouted is the error of Param for a request that no router has
+// matched.
+func notRouted() error {
+	_, _, err := keyfunc.Param("id").HTTP(httptest.NewRequest(http.MethodGet, "/", nil))
+	return err
+}
+
 // classifyAtoms are the errors TestStatusOfEveryError runs through Status
 // and Error, alone, wrapped, and joined in pairs.
 var classifyAtoms = []classifyAtom{
@@ -45,14 +60,12 @@ var classifyAtoms = []classifyAtom{
 	{"Deadline", context.DeadlineExceeded},
 	{"Skip", keyfunc.ErrSkip},
 	{"Missing", keyfunc.ErrMissing},
-	{"Invalid", keyfunc.ErrInvalid},
+	{"Invalid", lockcore.ErrInvalidKey}, // what an invalid value matches
 	{"TooLarge", keyfunc.ErrTooLarge},
-	{"NotInRoute", keyfunc.ErrNotInRoute},
-	{"NotRouted", keyfunc.ErrNotRouted},
-	{"KeyMissing", &keyfunc.Error{Source: "Param(id)", Err: keyfunc.ErrMissing}},
-	{"KeyTooLarge", &keyfunc.Error{Source: "JSON(id)", Err: keyfunc.ErrTooLarge}},
-	{"KeyNotRouted", &keyfunc.Error{Source: "Param(id)", Err: keyfunc.ErrNotRouted}},
-	{"KeyCustom", &keyfunc.Error{Source: "Custom", Err: errors.New("bad tenant")}},
+	{"KeyMissing", keyError("Param(id)", keyfunc.ErrMissing)},
+	{"KeyTooLarge", keyError("JSON(id)", keyfunc.ErrTooLarge)},
+	{"KeyNotRouted", notRouted()},
+	{"KeyCustom", keyError("Custom", errors.New("bad tenant"))},
 	{"NoRoute", chiroute.ErrNoRoute},
 	{"Other", errors.New("something else")},
 }
@@ -168,8 +181,6 @@ Skip: 500 - routelock: internal error
 Missing: 400 - routelock: invalid lock key
 Invalid: 400 - routelock: invalid lock key
 TooLarge: 413 - routelock: request body too large
-NotInRoute: 500 - routelock: internal error
-NotRouted: 500 - routelock: internal error
 KeyMissing: 400 - routelock: invalid lock key: Param(id): missing
 KeyTooLarge: 413 - routelock: request body too large
 KeyNotRouted: 500 - routelock: lock key: Param(id): request not routed
@@ -256,14 +267,6 @@ wrapped TooLarge: 413 - routelock: request body too large
 twice wrapped TooLarge: 413 - routelock: request body too large
 TooLarge with Canceled: 413 - routelock: request body too large
 TooLarge with Deadline: 413 - routelock: request body too large
-wrapped NotInRoute: 500 - routelock: internal error
-twice wrapped NotInRoute: 500 - routelock: internal error
-NotInRoute with Canceled: 500 - routelock: internal error
-NotInRoute with Deadline: 500 - routelock: internal error
-wrapped NotRouted: 500 - routelock: internal error
-twice wrapped NotRouted: 500 - routelock: internal error
-NotRouted with Canceled: 500 - routelock: internal error
-NotRouted with Deadline: 500 - routelock: internal error
 wrapped KeyMissing: 400 - routelock: invalid lock key: Param(id): missing
 twice wrapped KeyMissing: 400 - routelock: invalid lock key: Param(id): missing
 KeyMissing with Canceled: 400 - routelock: invalid lock key: Param(id): missing
@@ -293,32 +296,30 @@ Other with Deadline: 500 - routelock: internal error
 // statusPairs are the answers of Error to errors.Join(row, column), the
 // columns in the order of the rows (classifyAtoms).
 const statusPairs = `
-NotAcquired   409a1 409a1 409a3 409a1 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  500f  500f  400g  413e  500h  409a1 404i  409a1
-WaitTimeout   409a1 409a1 409a3 409a1 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  500f  500f  400g  413e  500h  409a1 404i  409a1
-Busy          409a3 409a3 409a3 409a3 409a3 409a3 409a3 409a3 500b  400c  400d  409a3 409a3 409a3 409a3 409a3 409a3 400c  400c  413e  500f  500f  400g  413e  500h  409a3 404i  409a3
-TimedOut      409a1 409a1 409a1 409a1 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  500f  500f  400g  413e  500h  409a1 404i  409a1
-NotOwner      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  500f  500f  400g  413e  500h  500k  404i  500f
-LockLost      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  500f  500f  400g  413e  500h  500k  404i  500f
-Revoked       409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  500f  500f  400g  413e  500h  500k  404i  500f
-Unavailable   409a1 409a1 409a3 409a1 503j  503j  503j  503j  500b  400c  400d  503j  503j  503j  503j  503j  503j  400c  400c  413e  500f  500f  400g  413e  500h  503j  404i  503j
-Misconfigured 500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  413e  500b  500b  500l  413e  500h  500k  404i  500b
-InvalidKey    400c  400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  500f  500f  400g  413e  500h  400m  404i  400c
-InvalidToken  400d  400d  400d  400d  400d  400d  400d  400d  500b  400d  400d  400d  400d  400d  400d  400d  400d  400d  400d  413e  500f  500f  400g  413e  500h  400m  404i  400d
-Released      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  500f  500f  400g  413e  500h  500k  404i  500f
-Closed        409a1 409a1 409a3 409a1 503j  503j  503j  503j  500b  400c  400d  503j  503j  503j  503j  503j  503j  400c  400c  413e  500f  500f  400g  413e  500h  503j  404i  503j
-NotHeld       409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  500f  500f  400g  413e  500h  500k  404i  500f
-Canceled      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  500f  500f  400g  413e  500h  500k  404i  500f
-Deadline      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  500f  500f  400g  413e  500h  500k  404i  500f
-Skip          409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  500f  500f  400g  413e  500h  500k  404i  500f
-Missing       400c  400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  500f  500f  400g  413e  500h  400m  404i  400c
-Invalid       400c  400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  500f  500f  400g  413e  500h  400m  404i  400c
-TooLarge      413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e
-NotInRoute    500f  500f  500f  500f  500f  500f  500f  500f  500b  500f  500f  500f  500f  500f  500f  500f  500f  500f  500f  413e  500f  500f  500l  413e  500h  500k  404i  500f
-NotRouted     500f  500f  500f  500f  500f  500f  500f  500f  500b  500f  500f  500f  500f  500f  500f  500f  500f  500f  500f  413e  500f  500f  500l  413e  500h  500k  404i  500f
-KeyMissing    400g  400g  400g  400g  400g  400g  400g  400g  500l  400g  400g  400g  400g  400g  400g  400g  400g  400g  400g  413e  500l  500l  400g  413e  500l  400g  404i  400g
-KeyTooLarge   413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e
-KeyNotRouted  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  413e  500h  500h  500h  413e  500h  500h  404i  500h
-KeyCustom     409a1 409a1 409a3 409a1 500k  500k  500k  503j  500k  400m  400m  500k  503j  500k  500k  500k  500k  400m  400m  413e  500k  500k  400m  413e  500k  500k  404i  500k
-NoRoute       404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  413e  404i  404i  404i  413e  404i  404i  404i  404i
-Other         409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  500f  500f  400g  413e  500h  500k  404i  500f
+NotAcquired   409a1 409a1 409a3 409a1 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  400g  413e  500h  409a1 404i  409a1
+WaitTimeout   409a1 409a1 409a3 409a1 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  400g  413e  500h  409a1 404i  409a1
+Busy          409a3 409a3 409a3 409a3 409a3 409a3 409a3 409a3 500b  400c  400d  409a3 409a3 409a3 409a3 409a3 409a3 400c  400c  413e  400g  413e  500h  409a3 404i  409a3
+TimedOut      409a1 409a1 409a1 409a1 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  400g  413e  500h  409a1 404i  409a1
+NotOwner      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+LockLost      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Revoked       409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Unavailable   409a1 409a1 409a3 409a1 503j  503j  503j  503j  500b  400c  400d  503j  503j  503j  503j  503j  503j  400c  400c  413e  400g  413e  500h  503j  404i  503j
+Misconfigured 500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  413e  500l  413e  500h  500k  404i  500b
+InvalidKey    400c  400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  400g  413e  500h  400m  404i  400c
+InvalidToken  400d  400d  400d  400d  400d  400d  400d  400d  500b  400d  400d  400d  400d  400d  400d  400d  400d  400d  400d  413e  400g  413e  500h  400m  404i  400d
+Released      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Closed        409a1 409a1 409a3 409a1 503j  503j  503j  503j  500b  400c  400d  503j  503j  503j  503j  503j  503j  400c  400c  413e  400g  413e  500h  503j  404i  503j
+NotHeld       409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Canceled      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Deadline      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Skip          409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Missing       400c  400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  400g  413e  500h  400m  404i  400c
+Invalid       400c  400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  400g  413e  500h  400m  404i  400c
+TooLarge      413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e
+KeyMissing    400g  400g  400g  400g  400g  400g  400g  400g  500l  400g  400g  400g  400g  400g  400g  400g  400g  400g  400g  413e  400g  413e  500l  400g  404i  400g
+KeyTooLarge   413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e
+KeyNotRouted  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  413e  500h  413e  500h  500h  404i  500h
+KeyCustom     409a1 409a1 409a3 409a1 500k  500k  500k  503j  500k  400m  400m  500k  503j  500k  500k  500k  500k  400m  400m  413e  400m  413e  500k  500k  404i  500k
+NoRoute       404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  413e  404i  413e  404i  404i  404i  404i
+Other         409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
 `

@@ -9,7 +9,7 @@
 //     Under a router's own r.Use, a route that does not name the resource
 //     passes through unlocked; a lock on one route whose pattern does not
 //     name it, or a router-wide lock whose parameter no route of the router
-//     names, is a configuration error (keyfunc.ErrNotInRoute, 500); a
+//     names, is a configuration error (lockcore.ErrMisconfigured, 500); a
 //     missing or invalid value is answered 400 and the handler never runs.
 //     A router-wide lock matches the route the router will serve, after
 //     chi's StripSlashes, CleanPath and URLFormat, before or after it; a

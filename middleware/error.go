@@ -24,33 +24,31 @@ import (
 //	500 Internal Server Error  the engine set up wrongly (lockcore.ErrMisconfigured:
 //	                           a wrong password, a database out of range), and
 //	                           a lock on a route that does not name its key
-//	                           (keyfunc.ErrNotInRoute, keyfunc.ErrNotRouted),
+//	                           (a key error matching lockcore.ErrMisconfigured),
 //	                           and anything else
 func Status(err error) int {
 	return outcome.First(outcome.Of(err, keyErrors...), statuses, http.StatusInternalServerError)
 }
 
 // keyErrors are the sentinels of the key functions and of the route match
-// that Status tells apart, with the kinds they report.
+// that Status tells apart from lockcore's, with the kinds they report. The
+// other errors of key functions match lockcore's sentinels.
 var keyErrors = []outcome.Sentinel{
 	{Err: keyfunc.ErrTooLarge, Kind: outcome.TooLarge},
 	{Err: chiroute.ErrNoRoute, Kind: outcome.NotFound},
-	{Err: keyfunc.ErrNotRouted, Kind: outcome.NotRouted},
-	{Err: keyfunc.ErrNotInRoute, Kind: outcome.NotRouted},
-	{Err: keyfunc.ErrMissing, Kind: outcome.InvalidKey},
-	{Err: keyfunc.ErrInvalid, Kind: outcome.InvalidKey},
 }
 
 // statuses is Status's table. Its order decides for an error of several
 // kinds and is kept as it was: a body too large first, then no route, then
-// a route without its key or a misconfigured engine, then an invalid key
+// a route without its key or a misconfigured engine (both
+// lockcore.ErrMisconfigured), then an invalid key
 // or token, then a busy lock, then an unavailable or closed engine. A
 // context error is not in it: a wait cut short by the request's context
 // is answered as the wait's own error, or 500 when it has none.
 var statuses = []outcome.Row[int]{
 	{Kinds: outcome.TooLarge, To: http.StatusRequestEntityTooLarge},
 	{Kinds: outcome.NotFound, To: http.StatusNotFound},
-	{Kinds: outcome.NotRouted | outcome.Misconfigured, To: http.StatusInternalServerError},
+	{Kinds: outcome.Misconfigured, To: http.StatusInternalServerError},
 	{Kinds: outcome.InvalidKey | outcome.InvalidToken, To: http.StatusBadRequest},
 	{Kinds: outcome.Busy, To: http.StatusConflict},
 	{Kinds: outcome.Unavailable | outcome.Closed, To: http.StatusServiceUnavailable},
@@ -58,7 +56,9 @@ var statuses = []outcome.Row[int]{
 
 // Error is the default Config.OnError. It answers with Status(err) and a
 // one-line plain-text body that names what is wrong without repeating the
-// request's values, Redis errors, keys or owner tokens. A 409 carries
+// request's values, Redis errors, keys or owner tokens: for an error of a
+// key function, what its method Public() string returns (see
+// keyfunc.ErrSkip). A 409 carries
 // Retry-After: the engine's estimate of when the lock is free
 // (lockcore.ContentionError.RetryAfter) rounded up to whole seconds, the
 // header's unit, and at least 1.
@@ -66,10 +66,10 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 	k := outcome.Of(err, keyErrors...)
 	status := outcome.First(k, statuses, http.StatusInternalServerError)
 	msg := "routelock: internal error"
+	var kerr interface{ Public() string } // an error of a key function
 	switch status {
 	case http.StatusBadRequest:
 		msg = "routelock: invalid lock key"
-		var kerr *keyfunc.Error
 		switch {
 		case errors.As(err, &kerr):
 			msg += ": " + kerr.Public()
@@ -91,7 +91,6 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 	case http.StatusServiceUnavailable:
 		msg = "routelock: lock service unavailable"
 	case http.StatusInternalServerError:
-		var kerr *keyfunc.Error
 		switch {
 		case errors.As(err, &kerr):
 			msg = "routelock: lock key: " + kerr.Public()

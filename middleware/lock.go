@@ -52,15 +52,17 @@ type Config struct {
 	Methods []string
 
 	// Logger, if set, is told once per middleware when the route it wraps
-	// does not name its key (keyfunc.ErrNotInRoute, keyfunc.ErrNotRouted):
-	// a configuration error, answered 500. The line names the route's
+	// does not name its key (an error of the key function matching
+	// lockcore.ErrMisconfigured): a configuration error, answered 500. The line names the route's
 	// pattern and the key function, never a request's values. Default:
 	// nil, silent.
 	Logger *slog.Logger
 
 	// OnError answers a request that is not let through: bad key (400),
 	// lock held by another owner (409), Redis unavailable (503). err
-	// matches the sentinels of keyfunc and lockcore. Default: Error.
+	// matches the sentinels of lockcore (and keyfunc.ErrMissing,
+	// keyfunc.ErrTooLarge); an error of the key function has a method
+	// Public() string, what the client may be told. Default: Error.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 }
 
@@ -106,10 +108,9 @@ type locker struct {
 // Validate reports what is wrong with c, as Lock would panic with it.
 func (c Config) Validate() error {
 	switch {
-	case c.Key.IsZero():
-		return errors.New("routelock/middleware: Config.Key is required")
 	case !c.Key.ForHTTP():
-		return fmt.Errorf("routelock/middleware: key %v cannot read HTTP requests", c.Key)
+		// The zero Func, which has no sources, reads nothing.
+		return fmt.Errorf("routelock/middleware: Config.Key %v is required and must read HTTP requests", c.Key)
 	case c.TTL < 0 || c.TTL > 0 && c.TTL < lockcore.MinTTL:
 		return fmt.Errorf("routelock/middleware: TTL %v is below the minimum %v", c.TTL, lockcore.MinTTL)
 	}
@@ -142,9 +143,9 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		m.pass(w, r, next)
 		return
 	}
-	parts, err := m.key.HTTP(r)
+	parts, route, err := m.key.HTTP(r)
 	if err != nil {
-		if m.logger != nil && (errors.Is(err, keyfunc.ErrNotInRoute) || errors.Is(err, keyfunc.ErrNotRouted)) {
+		if m.logger != nil && (errors.Is(err, lockcore.ErrMisconfigured)) {
 			once.config.Do(func() {
 				m.logger.Error("routelock: the lock's route does not name its key (for a lock before routing: no route of its router does): every request through it is refused with 500",
 					"route", routePattern(r), "key", m.key.String(), "err", err)
@@ -182,7 +183,7 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	p := m.policy
 	if m.route {
-		p.Route = routeTemplate(r)
+		p.Route = routeTemplate(r, route)
 	}
 	lease, err := m.l.Acquire(r.Context(), key, p)
 	if err != nil {
@@ -215,10 +216,11 @@ func routePattern(r *http.Request) string {
 
 // routeTemplate returns the template of the route r is for, whole even
 // where the router has not matched it yet (a router's r.Use, or that of a
-// mounted router, whose pattern so far ends in /*): there it matches the
-// route from the top as the router is about to, as keyfunc.Param does. ""
-// when no router knows r.
-func routeTemplate(r *http.Request) string {
+// mounted router, whose pattern so far ends in /*): there it is matched,
+// the template the key function matched for r, if it matched one, and
+// otherwise the route matched from the top as the router is about to, as
+// keyfunc.Param does. "" when no router knows r.
+func routeTemplate(r *http.Request, matched string) string {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
 		return r.Pattern
@@ -226,6 +228,9 @@ func routeTemplate(r *http.Request) string {
 	n := len(rctx.RoutePatterns)
 	if rctx.Routes == nil || n > 0 && !strings.HasSuffix(rctx.RoutePatterns[n-1], "/*") {
 		return rctx.RoutePattern()
+	}
+	if matched != "" {
+		return matched
 	}
 	p, t, _ := chiroute.Find(r, rctx)
 	chiroute.Release(t)

@@ -26,12 +26,12 @@ func TestStatus(t *testing.T) {
 		status     int
 		retryAfter string
 	}{
-		{&keyfunc.Error{Source: "Param(id)", Err: keyfunc.ErrMissing}, 400, ""},
-		{&keyfunc.Error{Source: "Header(X)", Err: keyfunc.ErrInvalid}, 400, ""},
+		{keyError("Param(id)", keyfunc.ErrMissing), 400, ""},
+		{keyError("Header(X)", lockcore.ErrInvalidKey), 400, ""},
 		{fmt.Errorf("%w: too many parts", lockcore.ErrInvalidKey), 400, ""},
 		{fmt.Errorf("%w: short", lockcore.ErrInvalidToken), 400, ""},
-		{&keyfunc.Error{Source: "JSON(a)", Err: keyfunc.ErrTooLarge}, 413, ""},
-		{&keyfunc.Error{Source: "Param(id)", Err: keyfunc.ErrNotRouted}, 500, ""},
+		{keyError("JSON(a)", keyfunc.ErrTooLarge), 413, ""},
+		{notRouted(), 500, ""},
 		{&lockcore.ContentionError{Key: "k", RetryAfter: 300 * time.Millisecond}, 409, "1"},
 		{ctxErr, 409, "3"},
 		{fmt.Errorf("%w: dial tcp 127.0.0.1:6379: refused", lockcore.ErrUnavailable), 503, ""},

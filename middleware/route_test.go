@@ -23,8 +23,10 @@ func (e *routeEngine) RecordsRoute() bool { return e.records }
 // TestPolicyRoute: an engine that records routes gets the template of each
 // request's route in Policy.Route, wherever the middleware sits: r.With,
 // a router's r.Use (before the router has matched the route), the r.Use
-// of a mounted router, r.Group, and around an http.ServeMux route; an
-// engine that does not, or says it does not, gets "".
+// of a mounted router, r.Group, and around an http.ServeMux route, whether
+// the key function matched the route itself (Param in a router's r.Use)
+// or the middleware has to (Header); an engine that does not, or says it
+// does not, gets "".
 func TestPolicyRoute(t *testing.T) {
 	handler := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }
 	for _, tc := range []struct {
@@ -73,11 +75,19 @@ func TestPolicyRoute(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, records := range []bool{true, false} {
+			keys := []keyfunc.Func{
+				keyfunc.Param("productID"),
+				keyfunc.Header("X-User-ID"),
+				keyfunc.Join(keyfunc.Header("X-User-ID"), keyfunc.Param("productID")),
+			}
+			for i := range 2 * len(keys) {
+				key, records := keys[i/2], i%2 == 0
 				e := &routeEngine{fakeEngine: newFake(), records: records}
-				h := tc.router(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID")}))
+				h := tc.router(middleware.Lock(e, middleware.Config{Key: key}))
 				w := httptest.NewRecorder()
-				h.ServeHTTP(w, httptest.NewRequest("POST", tc.path, nil))
+				req := httptest.NewRequest("POST", tc.path, nil)
+				req.Header.Set("X-User-ID", "u7")
+				h.ServeHTTP(w, req)
 				if w.Code != http.StatusNoContent {
 					t.Fatalf("status %d: %s", w.Code, w.Body)
 				}
@@ -90,7 +100,7 @@ func TestPolicyRoute(t *testing.T) {
 					want = ""
 				}
 				if got := calls[0].Policy.Route; got != want {
-					t.Fatalf("RecordsRoute %v: Route %q, want %q", records, got, want)
+					t.Fatalf("key %v, RecordsRoute %v: Route %q, want %q", key, records, got, want)
 				}
 			}
 		})

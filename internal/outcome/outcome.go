@@ -47,26 +47,23 @@ const (
 	Unavailable
 	// Closed: the engine was closed (lockcore.ErrClosed).
 	Closed
-	// Misconfigured: the engine is set up wrongly
-	// (lockcore.ErrMisconfigured).
+	// Misconfigured: the engine is set up wrongly, or a lock is on a route
+	// that does not name its key (lockcore.ErrMisconfigured).
 	Misconfigured
-	// InvalidKey: a key part empty, too long or too many
-	// (lockcore.ErrInvalidKey); given by the adapters also for a key
-	// function's missing or invalid value (keyfunc.ErrMissing,
-	// keyfunc.ErrInvalid).
+	// InvalidKey: a key part empty, too long or too many, or a key
+	// function's missing or invalid value (lockcore.ErrInvalidKey, which
+	// keyfunc.ErrMissing and keyfunc.ErrTooLarge match).
 	InvalidKey
 	// InvalidToken: an owner token not of the accepted form
 	// (lockcore.ErrInvalidToken).
 	InvalidToken
 	// TooLarge: a body larger than a key function reads
-	// (keyfunc.ErrTooLarge); given by the adapters.
+	// (keyfunc.ErrTooLarge, an InvalidKey too); given by the HTTP
+	// middleware, which answers it apart.
 	TooLarge
 	// NotFound: no route of the router matches the path (the HTTP
 	// middleware's chiroute.ErrNoRoute); given by the adapter.
 	NotFound
-	// NotRouted: a lock on a route that does not name its key
-	// (keyfunc.ErrNotRouted, keyfunc.ErrNotInRoute); given by the adapter.
-	NotRouted
 	// NotApplicable: a key function that does not apply to the call
 	// (keyfunc.ErrSkip); given by the adapter.
 	NotApplicable

@@ -13,7 +13,7 @@ import (
 // and without sentinels of the caller's own.
 func TestOf(t *testing.T) {
 	mine := errors.New("mine")
-	more := []Sentinel{{mine, TooLarge}, {lockcore.ErrLockLost, NotRouted}}
+	more := []Sentinel{{mine, TooLarge}, {lockcore.ErrLockLost, NotFound}}
 	busy := &lockcore.ContentionError{Key: "k"}
 	timedOut := &lockcore.ContentionError{Key: "k", TimedOut: true}
 	for _, tc := range []struct {
@@ -47,7 +47,7 @@ func TestOf(t *testing.T) {
 		{"more", fmt.Errorf("key: %w", mine), more, TooLarge},
 		{"more, not given", mine, nil, 0},
 		{"more and own", errors.Join(mine, lockcore.ErrInvalidKey), more, TooLarge | InvalidKey},
-		{"more matches a sentinel of its own", lockcore.ErrRevoked, more, NotRouted},
+		{"more matches a sentinel of its own", lockcore.ErrRevoked, more, NotFound},
 	} {
 		if got := Of(tc.err, tc.more...); got != tc.want {
 			t.Errorf("%s: Of(%v) = %b, want %b", tc.name, tc.err, got, tc.want)
@@ -58,7 +58,7 @@ func TestOf(t *testing.T) {
 // TestKindsDistinct: each kind is its own bit.
 func TestKindsDistinct(t *testing.T) {
 	all := []Kind{Busy, WaitTimeout, Unavailable, Closed, Misconfigured, InvalidKey, InvalidToken,
-		TooLarge, NotFound, NotRouted, NotApplicable, Canceled, DeadlineExceeded}
+		TooLarge, NotFound, NotApplicable, Canceled, DeadlineExceeded}
 	var seen Kind
 	for i, k := range all {
 		if k == 0 || k&(k-1) != 0 || seen.Has(k) {
