@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,24 +20,45 @@ import (
 
 // Limits of the requests the handler accepts.
 const (
-	// DefaultLimit is how many locks a list shows when the request gives
-	// no limit, unless PageSize says otherwise.
-	DefaultLimit = 100
-	// MaxLimit is the most locks one list request may ask for.
-	MaxLimit = 1000
-	// MaxReasonLen is the longest reason a force-release accepts, in
-	// bytes: what an engine keeps in its audit record (see
-	// lockcore.ErrInvalidReason).
-	MaxReasonLen = operate.MaxReasonLen
+	// defaultLimit is how many locks a list shows when the request gives
+	// no limit and Config.PageSize is 0.
+	defaultLimit = 100
+	// maxLimit is the most locks one list request may ask for.
+	maxLimit = 1000
 	// maxBody bounds the body of a release request.
 	maxBody = 64 << 10
 	// maxPrefixLen bounds the prefix of a list request.
 	maxPrefixLen = 4096
 )
 
-// Option configures Handler.
-type Option func(*config)
+// Config configures Handler. The zero Config is the default: a page titled
+// "Locks", no logging, lists of 100 locks, and browser posts accepted from
+// the handler's own origin only.
+type Config struct {
+	// Title is the heading and title of the HTML page. Empty: "Locks".
+	Title string
 
+	// Logger, when set, makes the handler log every force-release (the
+	// resource name, such as productID, never the key's values; the
+	// revoked owner's digest, fences, reason, remote address) at level
+	// Info, and every error of the Operator at level Error. The whole key
+	// is in the lock's audit record (Inspect). Nil: silent.
+	Logger *slog.Logger
+
+	// PageSize is how many locks a list shows when the request gives no
+	// limit: 1 to 1000, the most a request may ask for. 0: 100.
+	PageSize int
+
+	// TrustedOrigins lets browser form posts from these origins (such as
+	// "https://ops.example.com") force-release locks, beside those from
+	// the handler's own origin: for a page served behind a proxy that
+	// rewrites the Host header. Each is scheme://host[:port]; see
+	// http.CrossOriginProtection.AddTrustedOrigin.
+	TrustedOrigins []string
+}
+
+// config is a Config with its defaults filled in, and the clock of the
+// page.
 type config struct {
 	now     func() time.Time
 	title   string
@@ -45,53 +67,39 @@ type config struct {
 	origins []string
 }
 
-// Title sets the heading and title of the HTML page. Default: "Locks".
-func Title(s string) Option { return func(c *config) { c.title = s } }
-
-// Logger makes the handler log every force-release (the resource name,
-// such as productID, never the key's values; the revoked owner's digest,
-// fences, reason, remote address) at level Info, and every error of the
-// Operator at level Error. The whole key is in the lock's audit record
-// (Inspect). Default: nil, silent.
-func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
-
-// PageSize sets how many locks a list shows when the request gives no
-// limit: at least 1, at most MaxLimit. Default: DefaultLimit.
-func PageSize(n int) Option { return func(c *config) { c.limit = n } }
-
-// TrustedOrigin lets browser form posts from origin (such as
-// "https://ops.example.com") force-release locks, beside those from the
-// handler's own origin: for a page served behind a proxy that rewrites the
-// Host header. See http.CrossOriginProtection.AddTrustedOrigin.
-func TrustedOrigin(origin string) Option {
-	return func(c *config) { c.origins = append(c.origins, origin) }
+// Handler returns an http.Handler that shows the locks of op and
+// force-releases them: see the package documentation for its routes and
+// its JSON. It routes on the end of the request's path, so it can be
+// mounted under any path, with or without http.StripPrefix. It reads c
+// once: changing c's TrustedOrigins afterwards changes nothing.
+//
+// Panics if op is nil or c is invalid (a PageSize out of range, an origin
+// that is not scheme://host[:port]).
+func Handler(op lockcore.Operator, c Config) http.Handler {
+	return newHandler(op, c, time.Now)
 }
 
-// Handler returns an http.Handler that shows the locks of op and
-// force-releases them: see the package documentation for its routes. It
-// routes on the end of the request's path, so it can be mounted under any
-// path, with or without http.StripPrefix.
-//
-// Panics if op is nil or an option is invalid (a page size out of range, an
-// origin that is not scheme://host[:port]).
-func Handler(op lockcore.Operator, opts ...Option) http.Handler {
+func newHandler(op lockcore.Operator, c Config, now func() time.Time) http.Handler {
 	if op == nil {
 		panic("admin: Handler(nil)")
 	}
-	c := config{now: time.Now, title: "Locks", limit: DefaultLimit}
-	for _, o := range opts {
-		o(&c)
+	cfg := config{now: now, title: c.Title, logger: c.Logger, limit: c.PageSize, origins: slices.Clone(c.TrustedOrigins)}
+	if cfg.title == "" {
+		cfg.title = "Locks"
 	}
-	if c.limit < 1 || c.limit > MaxLimit {
-		panic(fmt.Sprintf("admin: PageSize(%d) is out of range 1..%d", c.limit, MaxLimit))
+	if cfg.limit == 0 {
+		cfg.limit = defaultLimit
+	}
+	if cfg.limit < 1 || cfg.limit > maxLimit {
+		panic(fmt.Sprintf("admin: PageSize(%d) is out of range 1..%d", cfg.limit, maxLimit))
 	}
 	cop := http.NewCrossOriginProtection()
-	for _, o := range c.origins {
+	for _, o := range cfg.origins {
 		if err := cop.AddTrustedOrigin(o); err != nil {
 			panic("admin: TrustedOrigin: " + err.Error())
 		}
 	}
-	return &handler{op: op, cfg: c, cop: cop}
+	return &handler{op: op, cfg: cfg, cop: cop}
 }
 
 type handler struct {
@@ -233,8 +241,8 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, rt route, html bo
 	limit := h.cfg.limit
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxLimit {
-			h.failHTML(w, r, rt, html, http.StatusBadRequest, fmt.Sprintf("limit must be a number from 1 to %d", MaxLimit))
+		if err != nil || n < 1 || n > maxLimit {
+			h.failHTML(w, r, rt, html, http.StatusBadRequest, fmt.Sprintf("limit must be a number from 1 to %d", maxLimit))
 			return
 		}
 		limit = n
@@ -244,9 +252,9 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, rt route, html bo
 		h.opFailed(w, r, rt, html, "list", err)
 		return
 	}
-	l := List{Locks: make([]Lock, len(infos)), More: more}
+	l := operate.List{Locks: make([]operate.Lock, len(infos)), More: more}
 	for i, in := range infos {
-		l.Locks[i] = FromInfo(in)
+		l.Locks[i] = operate.FromInfo(in)
 	}
 	if html {
 		h.page(w, r, http.StatusOK, &page{Root: rt.root(), Prefix: prefix, Limit: limit, Locks: l.Locks, More: more})
@@ -270,9 +278,9 @@ func (h *handler) lock(w http.ResponseWriter, r *http.Request, rt route) {
 	if in.Key == "" {
 		in.Key = key.String()
 	}
-	l := FromInfo(in)
+	l := operate.FromInfo(in)
 	if html {
-		h.page(w, r, http.StatusOK, &page{Root: rt.root(), Single: true, Locks: []Lock{l}})
+		h.page(w, r, http.StatusOK, &page{Root: rt.root(), Single: true, Locks: []operate.Lock{l}})
 		return
 	}
 	writeJSON(w, http.StatusOK, l)
@@ -308,14 +316,14 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request, rt route) {
 			slog.Int64("fence", rev.Fence), slog.Int64("new_fence", rev.NewFence),
 			slog.String("reason", rev.Reason), slog.String("remote", r.RemoteAddr))
 	}
-	out := FromRevocation(rev)
+	out := operate.FromRevocation(rev)
 	if html {
 		p := &page{Root: rt.root(), Single: true, Released: &out}
 		if in, err := h.op.Inspect(r.Context(), key); err == nil {
 			if in.Key == "" {
 				in.Key = key.String()
 			}
-			p.Locks = []Lock{FromInfo(in)}
+			p.Locks = []operate.Lock{operate.FromInfo(in)}
 		}
 		h.page(w, r, http.StatusOK, p)
 		return
@@ -433,12 +441,12 @@ func (h *handler) failHTML(w http.ResponseWriter, r *http.Request, rt route, htm
 		h.page(w, r, code, &page{Root: rt.root(), Status: code, Error: msg})
 		return
 	}
-	writeJSON(w, code, Error{Error: msg})
+	writeJSON(w, code, operate.Error{Error: msg})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil { // the types of this package always marshal
+	if err != nil { // operate's types always marshal
 		code, b = http.StatusInternalServerError, []byte(`{"error": "internal error"}`)
 	}
 	hd := w.Header()

@@ -21,6 +21,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -149,7 +150,7 @@ func wantTime(t *testing.T, what string, v any, want time.Time) {
 func TestJSON(t *testing.T) {
 	op := newMemOp()
 	sample(op)
-	srv := mount(t, admin.Handler(op))
+	srv := mount(t, admin.Handler(op, admin.Config{}))
 	now := op.now
 
 	r := do(t, srv, "GET", "/admin/locks", "")
@@ -204,7 +205,7 @@ func TestJSON(t *testing.T) {
 
 	// One lock, and the typed form of the same answer.
 	r = do(t, srv, "GET", "/admin/locks/productID:42", "")
-	var one admin.Lock
+	var one operate.Lock
 	if r.code != 200 || json.Unmarshal([]byte(r.body), &one) != nil {
 		t.Fatalf("GET one: %d %s", r.code, r.body)
 	}
@@ -240,13 +241,13 @@ func TestJSON(t *testing.T) {
 func TestList(t *testing.T) {
 	op := newMemOp()
 	sample(op)
-	srv := mount(t, admin.Handler(op, admin.PageSize(7)))
+	srv := mount(t, admin.Handler(op, admin.Config{PageSize: 7}))
 	r := do(t, srv, "GET", "/admin/locks?prefix=product&limit=1", "")
 	if r.code != 200 || op.prefix != "product" || op.limit != 1 {
 		t.Fatalf("%d %s; operator asked for %q, %d", r.code, r.body, op.prefix, op.limit)
 	}
 	r = do(t, srv, "GET", "/admin/locks?limit=1", "")
-	var l admin.List
+	var l operate.List
 	if err := json.Unmarshal([]byte(r.body), &l); err != nil || !l.More || len(l.Locks) != 1 || l.Locks[0].Key != "orderID:7" {
 		t.Errorf("limit 1: %s (%v)", r.body, err)
 	}
@@ -256,7 +257,7 @@ func TestList(t *testing.T) {
 	}
 	for _, q := range []string{"limit=0", "limit=-1", "limit=1001", "limit=ten", "prefix=" + strings.Repeat("x", 5000)} {
 		r := do(t, srv, "GET", "/admin/locks?"+q, "")
-		var e admin.Error
+		var e operate.Error
 		if r.code != 400 || json.Unmarshal([]byte(r.body), &e) != nil || e.Error == "" {
 			t.Errorf("%s: %d %s, want 400 with an error", q, r.code, r.body)
 		}
@@ -267,7 +268,7 @@ func TestList(t *testing.T) {
 func TestRelease(t *testing.T) {
 	op := newMemOp()
 	sample(op)
-	srv := mount(t, admin.Handler(op))
+	srv := mount(t, admin.Handler(op, admin.Config{}))
 	ct := []string{"Content-Type", jsonCT}
 	cases := []struct {
 		name, method, path, body string
@@ -279,7 +280,7 @@ func TestRelease(t *testing.T) {
 		{"empty reason", "POST", "/admin/locks/orderID:7/release", `{"reason": " \t "}`, ct, 400, "reason is required"},
 		{"reason not a string", "POST", "/admin/locks/orderID:7/release", `{"reason": 5}`, ct, 400, "reason"},
 		{"control character", "POST", "/admin/locks/orderID:7/release", `{"reason": "a\u0000b"}`, ct, 400, "control"},
-		{"overlong reason", "POST", "/admin/locks/orderID:7/release", `{"reason": "` + strings.Repeat("x", admin.MaxReasonLen+1) + `"}`, ct, 400, "longer"},
+		{"overlong reason", "POST", "/admin/locks/orderID:7/release", `{"reason": "` + strings.Repeat("x", operate.MaxReasonLen+1) + `"}`, ct, 400, "longer"},
 		{"no body", "POST", "/admin/locks/orderID:7/release", ``, nil, 400, "reason is required"},
 		{"empty form", "POST", "/admin/locks/orderID:7/release", `reason=`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 400, "reason is required"},
 		{"reason in the query only", "POST", "/admin/locks/orderID:7/release?reason=x", `{}`, ct, 400, "reason is required"},
@@ -298,7 +299,7 @@ func TestRelease(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := do(t, srv, c.method, c.path, c.body, c.hdr...)
-			var e admin.Error
+			var e operate.Error
 			if r.code != c.code || json.Unmarshal([]byte(r.body), &e) != nil || !strings.Contains(e.Error, c.errPart) {
 				t.Errorf("%d %s, want %d with an error containing %q", r.code, r.body, c.code, c.errPart)
 			}
@@ -345,7 +346,7 @@ func TestUnavailable(t *testing.T) {
 	op := newMemOp()
 	sample(op)
 	var log strings.Builder
-	srv := mount(t, admin.Handler(op, admin.Logger(slog.New(slog.NewTextHandler(&log, nil)))))
+	srv := mount(t, admin.Handler(op, admin.Config{Logger: slog.New(slog.NewTextHandler(&log, nil))}))
 	op.fail(fmt.Errorf("%w: dial tcp 10.1.2.3:6379: AUTH hunter2 refused", lockcore.ErrUnavailable))
 	for _, c := range []struct{ method, path, body string }{
 		{"GET", "/admin/locks", ""},
@@ -390,7 +391,7 @@ func TestPage(t *testing.T) {
 	op := newMemOp()
 	sample(op)
 	op.set(lockcore.Info{Key: "cartID:9", Waiters: []lockcore.Waiter{{Instance: "aaaa", Since: op.now, Deadline: op.now.Add(time.Second)}}}) // awaited, not held
-	h := admin.Handler(op, admin.Title("Shop locks"), admin.Clock(func() time.Time { return op.now }))
+	h := admin.HandlerAt(op, admin.Config{Title: "Shop locks"}, func() time.Time { return op.now })
 	srv := mount(t, h)
 
 	r := do(t, srv, "GET", "/admin/", "")
@@ -488,7 +489,7 @@ func TestEscaping(t *testing.T) {
 		Fence:   1, LastFence: 1, TTL: time.Second,
 		Audit: []lockcore.Revocation{{Key: evil.String(), Owner: "o", Reason: `</td><script>alert(1)</script>`, At: op.now}},
 	})
-	srv := mount(t, admin.Handler(op, admin.Title("<b>locks</b>")))
+	srv := mount(t, admin.Handler(op, admin.Config{Title: "<b>locks</b>"}))
 	r := do(t, srv, "GET", "/admin/", "")
 	if r.code != 200 {
 		t.Fatalf("%d %s", r.code, r.body)
@@ -599,7 +600,7 @@ func TestMounts(t *testing.T) {
 			for i, k := range keys {
 				op.set(lockcore.Info{Key: mustKey(t, k).String(), Holders: []lockcore.Holder{{Owner: fmt.Sprintf("own%d", i), Count: 1}}, Fence: int64(i + 1), LastFence: int64(i + 1), TTL: time.Second})
 			}
-			srv := httptest.NewServer(c.mount(admin.Handler(op)))
+			srv := httptest.NewServer(c.mount(admin.Handler(op, admin.Config{})))
 			defer srv.Close()
 			get := func(path string, hdr ...string) resp {
 				t.Helper()
@@ -620,7 +621,7 @@ func TestMounts(t *testing.T) {
 					t.Errorf("GET %s: %d %s", bare, r.code, r.body)
 				}
 			}
-			var l admin.List
+			var l operate.List
 			if r := get(c.root + "locks"); r.code != 200 || json.Unmarshal([]byte(r.body), &l) != nil || len(l.Locks) != len(keys) {
 				t.Fatalf("GET locks: %d %s", r.code, r.body)
 			}
@@ -638,7 +639,7 @@ func TestMounts(t *testing.T) {
 				if want := c.root + "locks/" + keySegmentOf(key); u.EscapedPath() != want {
 					t.Errorf("%q: link %q goes to %s, want %s", key, link, u.EscapedPath(), want)
 				}
-				var one admin.Lock
+				var one operate.Lock
 				if r := get(u.RequestURI()); r.code != 200 || json.Unmarshal([]byte(r.body), &one) != nil || one.Key != key || one.Fence != int64(i+1) {
 					t.Errorf("GET %s: %d %s", u.RequestURI(), r.code, r.body)
 				}
@@ -715,21 +716,60 @@ func mustURL(t *testing.T, s string) *url.URL {
 	return u
 }
 
+// TestHandlerPanics: an invalid Config is refused when the handler is
+// built, not at the first request.
 func TestHandlerPanics(t *testing.T) {
-	for name, f := range map[string]func(){
-		"nil":         func() { admin.Handler(nil) },
-		"page size 0": func() { admin.Handler(newMemOp(), admin.PageSize(0)) },
-		"page size":   func() { admin.Handler(newMemOp(), admin.PageSize(admin.MaxLimit+1)) },
-		"origin":      func() { admin.Handler(newMemOp(), admin.TrustedOrigin("not an origin")) },
+	for _, c := range []struct {
+		name, want string
+		f          func()
+	}{
+		{"nil", "admin: Handler(nil)", func() { admin.Handler(nil, admin.Config{}) }},
+		{"negative page size", "admin: PageSize(-1) is out of range 1..1000", func() { admin.Handler(newMemOp(), admin.Config{PageSize: -1}) }},
+		{"page size", "admin: PageSize(1001) is out of range 1..1000", func() { admin.Handler(newMemOp(), admin.Config{PageSize: 1001}) }},
+		{"origin", "admin: TrustedOrigin: ", func() {
+			admin.Handler(newMemOp(), admin.Config{TrustedOrigins: []string{"https://ops.example.com", "not an origin"}})
+		}},
 	} {
 		func() {
 			defer func() {
-				if recover() == nil {
-					t.Errorf("%s: no panic", name)
+				got := fmt.Sprint(recover())
+				if !strings.HasPrefix(got, c.want) {
+					t.Errorf("%s: panic %q, want %q", c.name, got, c.want)
 				}
 			}()
-			f()
+			c.f()
 		}()
 	}
-	admin.Handler(newMemOp(), admin.TrustedOrigin("https://ops.example.com"))
+	admin.Handler(newMemOp(), admin.Config{PageSize: 1000, TrustedOrigins: []string{"https://ops.example.com", "http://localhost:8080"}})
+}
+
+// TestConfig: the zero Config titles the page "Locks" and lists 100 locks,
+// PageSize 1 lists one, and TrustedOrigins lets a browser post the release
+// form from those origins only.
+func TestConfig(t *testing.T) {
+	op := newMemOp()
+	sample(op)
+	srv := mount(t, admin.Handler(op, admin.Config{}))
+	if r := do(t, srv, "GET", "/admin/", ""); r.code != 200 || !strings.Contains(r.body, "<title>Locks</title>") || op.limit != 100 {
+		t.Errorf("zero Config: %d, operator asked for %d locks:\n%s", r.code, op.limit, r.body)
+	}
+	srv = mount(t, admin.Handler(op, admin.Config{PageSize: 1}))
+	if r := do(t, srv, "GET", "/admin/locks", ""); r.code != 200 || op.limit != 1 || !strings.Contains(r.body, `"more": true`) {
+		t.Errorf("PageSize 1: %d, operator asked for %d locks: %s", r.code, op.limit, r.body)
+	}
+
+	srv = mount(t, admin.Handler(op, admin.Config{TrustedOrigins: []string{"https://ops.example.com"}}))
+	post := func(origin string) resp {
+		return do(t, srv, "POST", "/admin/locks/orderID:7/release", "reason=from+the+ops+site",
+			"Content-Type", "application/x-www-form-urlencoded", "Sec-Fetch-Site", "cross-site", "Origin", origin)
+	}
+	if r := post("https://evil.example"); r.code != 403 {
+		t.Errorf("post from another origin: %d %s", r.code, r.body)
+	}
+	if in, _ := op.Inspect(t.Context(), mustKey(t, "orderID:7")); !in.Held() {
+		t.Fatal("a refused post released the lock")
+	}
+	if r := post("https://ops.example.com"); r.code != 200 || !strings.Contains(r.body, `"reason": "from the ops site"`) {
+		t.Errorf("post from a trusted origin: %d %s", r.code, r.body)
+	}
 }

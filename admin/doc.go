@@ -16,10 +16,12 @@
 //
 // {key} is the key as lockcore.Key.String prints it (productID:42),
 // escaped as a URL path segment (url.PathEscape); a key that reads locks,
-// release, "." or ".." has its first byte escaped (%6Cocks). The JSON
-// types are List, Lock and Revocation, and Error for every error; a
-// browser (Accept: text/html) gets the page for GET /locks and
-// GET /locks/{key} too, and for a release posted from the page's form.
+// release, "." or ".." has its first byte escaped (%6Cocks). The answers
+// are JSON (see below); a browser (Accept: text/html) gets the page for
+// GET /locks and GET /locks/{key} too, and for a release posted from the
+// page's form. A list shows Config.PageSize locks (100 unless set) when
+// the request gives no limit; a limit is 1 to 1000, a prefix at most 4096
+// bytes.
 //
 // The handler reads its routes from the end of the request's path, and
 // its page links relative URLs, so it works wherever it is mounted: under
@@ -30,19 +32,74 @@
 //
 // A release answers 200 with the Revocation, 404 when nobody holds the
 // lock (lockcore.ErrNotHeld), 400 for a missing reason, a reason refused
-// with lockcore.ErrInvalidReason (longer than MaxReasonLen bytes, not
-// UTF-8, or with control characters) or an invalid key, 415 for a body
+// with lockcore.ErrInvalidReason (longer than 256 bytes, not UTF-8, or
+// with control characters) or an invalid key, 415 for a body
 // that is neither JSON nor a form, 403 for a cross-origin browser post,
 // 405 for another method, and 503 when the lock service is unavailable
 // (lockcore.ErrUnavailable). The reason comes from a JSON body
-// {"reason": "..."} or the form field reason:
+// {"reason": "..."} or the form field reason, trimmed of surrounding
+// space:
 //
 //	curl -u ops -H 'Content-Type: application/json' -d '{"reason":"stuck since the 14:02 deploy"}' \
 //		https://app.example.com/admin/locks/locks/productID:42/release
 //
 // What the handler shows never contains an owner token: an Operator names
 // owners by a digest. Error responses never carry the backend's own
-// errors; Logger logs them.
+// errors; Config.Logger logs them.
+//
+// # JSON
+//
+// Every JSON answer is one object, indented by two spaces, with the fields
+// in the order below, Content-Type application/json; charset=utf-8 and
+// Cache-Control no-store. Lists are never null ([] when empty). Times are
+// strings in RFC 3339 in UTC, with as many fractional digits as needed
+// (2026-11-23T14:02:03.456789Z), and the field is left out when the
+// backend does not know the time.
+// Durations are whole milliseconds. The routelock command prints the same
+// objects with -json.
+//
+// GET /locks answers a list:
+//
+//	locks       array of lock objects, in key order
+//	more        bool: the limit left some locks out
+//
+// GET /locks/{key} answers a lock object, and a list holds them:
+//
+//	key         string: the escaped key (productID:42), as lockcore.Key.String prints it
+//	held        bool: someone holds the lock
+//	holders     array of holder objects: one for a held lock, none for a free one
+//	fence       number: the current hold's fencing token, 0 when free
+//	last_fence  number: the key's fencing counter, 0 if none is remembered
+//	ttl_ms      number: the hold's remaining lease in milliseconds, 0 when free
+//	waiters     array of waiter objects: the queued acquisitions, first in line first
+//	audit       array of revocation objects: the latest force-releases of the key, newest first
+//
+// A free key is a lock object with held false, not an error. A holder:
+//
+//	owner       string: the digest of the owner's token, never the token
+//	count       number: how many acquisitions hold it (lockcore.Holder.Count)
+//	instances   array of strings: the engine ids of the processes holding it
+//	since       time: when the hold was taken
+//
+// A waiter:
+//
+//	instance    string: the engine id of the waiting process
+//	since       time: when it queued
+//	deadline    time: when it gives up
+//
+// POST /locks/{key}/release answers a revocation, and a lock's audit holds
+// them:
+//
+//	key         string: the escaped key
+//	owner       string: the digest of the revoked owner's token
+//	fence       number: the revoked hold's fencing token
+//	new_fence   number: the key's fencing counter afterwards, greater than fence
+//	reason      string: the operator's reason, as kept in the audit record
+//	at          time: when, by the backend's clock
+//
+// Every error answer, whatever its status, is
+//
+//	error       string: what is wrong, such as "lock not held"
 //
 // # Protecting it
 //
@@ -64,7 +121,7 @@
 // of a browser. This needs no CSRF token, so the page stays stateless and
 // works behind any authentication middleware, and no custom header or
 // JSON-only rule, so the form works without script. A page served through
-// a proxy that rewrites the Host header names its public origin with
-// TrustedOrigin. The page itself runs no script, and forbids framing and
+// a proxy that rewrites the Host header names its public origin in
+// Config.TrustedOrigins. The page itself runs no script, and forbids framing and
 // form posts elsewhere in its Content-Security-Policy.
 package admin

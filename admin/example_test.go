@@ -40,7 +40,7 @@ func Example() {
 	r.Group(func(r chi.Router) {
 		// The handler authenticates nobody: only operators get in.
 		r.Use(middleware.BasicAuth("locks", map[string]string{"ops": opsPassword}))
-		r.Mount("/admin", admin.Handler(locker.Operator(), admin.Logger(slog.Default())))
+		r.Mount("/admin", admin.Handler(locker.Operator(), admin.Config{Logger: slog.Default()}))
 	})
 	srv := httptest.NewServer(r) // the page is at /admin/
 	defer srv.Close()
@@ -65,12 +65,24 @@ func Example() {
 		fmt.Print(method, " ", path, ": ", res.Status, "\n")
 		_ = json.NewDecoder(res.Body).Decode(v)
 	}
-	var list admin.List
+	// The JSON, decoded into the client's own types (see the package
+	// documentation for every field).
+	var list struct {
+		Locks []struct {
+			Key     string `json:"key"`
+			Held    bool   `json:"held"`
+			Waiters []any  `json:"waiters"`
+		} `json:"locks"`
+	}
 	call("GET", "/admin/locks?prefix=productID:", "", &list)
 	for _, l := range list.Locks {
 		fmt.Println(l.Key, "held:", l.Held, "waiters:", len(l.Waiters))
 	}
-	var rev admin.Revocation
+	var rev struct {
+		Reason   string `json:"reason"`
+		Fence    int64  `json:"fence"`
+		NewFence int64  `json:"new_fence"`
+	}
 	call("POST", "/admin/locks/productID:42/release", `{"reason": "stuck since the 14:02 deploy"}`, &rev)
 	fmt.Println("reason:", rev.Reason, "| fence moved on:", rev.NewFence > rev.Fence)
 

@@ -1,6 +1,13 @@
 package admin
 
-import "time"
+import (
+	"net/http"
+	"time"
 
-// Clock makes the page read the time from now.
-func Clock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+	"github.com/routelock/lock/lockcore"
+)
+
+// HandlerAt is Handler with the page reading the time from now.
+func HandlerAt(op lockcore.Operator, c Config, now func() time.Time) http.Handler {
+	return newHandler(op, c, now)
+}

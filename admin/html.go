@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/internal/humantime"
+	"github.com/routelock/lock/internal/operate"
 )
 
 // page is what the HTML template shows: a list of locks, one lock, a
@@ -19,10 +20,10 @@ type page struct {
 	Root     string // URL of the index relative to the page, ending in '/'
 	Prefix   string
 	Limit    int
-	Locks    []Lock
+	Locks    []operate.Lock
 	More     bool
-	Single   bool        // a page of one key
-	Released *Revocation // the force-release this page answers
+	Single   bool                // a page of one key
+	Released *operate.Revocation // the force-release this page answers
 	Status   int
 	Error    string
 	Now      time.Time

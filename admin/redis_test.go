@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -38,7 +39,7 @@ func TestRedis(t *testing.T) {
 			return e
 		}
 		holder, waiter, ops := newEngine(), newEngine(), newEngine()
-		srv := mount(t, admin.Handler(ops))
+		srv := mount(t, admin.Handler(ops, admin.Config{}))
 
 		key, err := lockcore.NewKey("productID", "42")
 		if err != nil {
@@ -61,12 +62,12 @@ func TestRedis(t *testing.T) {
 		}()
 
 		// The waiter is queued in Redis when the JSON shows it.
-		var in admin.Lock
+		var in operate.Lock
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for deadline := time.Now().Add(10 * time.Second); ; {
 			r := do(t, srv, "GET", "/admin/locks/productID:42", "")
-			in = admin.Lock{}
+			in = operate.Lock{}
 			if r.code != 200 || json.Unmarshal([]byte(r.body), &in) != nil {
 				t.Fatalf("GET: %d %s", r.code, r.body)
 			}
@@ -83,7 +84,7 @@ func TestRedis(t *testing.T) {
 		}
 		owner := in.Holders[0].Owner
 
-		var l admin.List
+		var l operate.List
 		if r := do(t, srv, "GET", "/admin/locks?prefix=productID:", ""); r.code != 200 || json.Unmarshal([]byte(r.body), &l) != nil ||
 			len(l.Locks) != 1 || l.Locks[0].Key != "productID:42" || len(l.Locks[0].Waiters) != 1 {
 			t.Errorf("list: %d %s", r.code, r.body)
@@ -128,7 +129,7 @@ func TestRedis(t *testing.T) {
 		}
 
 		r = do(t, srv, "GET", "/admin/locks/productID:42", "")
-		in = admin.Lock{}
+		in = operate.Lock{}
 		if r.code != 200 || json.Unmarshal([]byte(r.body), &in) != nil || len(in.Audit) == 0 {
 			t.Fatalf("after: %d %s", r.code, r.body)
 		}

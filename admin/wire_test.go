@@ -28,7 +28,7 @@ func TestWireFormat(t *testing.T) {
 		Waiters: []lockcore.Waiter{{Instance: "aaaa", Since: now.In(time.FixedZone("CET", 3600))}},
 		Audit:   []lockcore.Revocation{{Key: "cartID:a%3Ab", Owner: "0badc0de", Fence: 3, NewFence: 4, Reason: `<b>"held" & stuck</b> — é`}},
 	})
-	srv := mount(t, admin.Handler(op))
+	srv := mount(t, admin.Handler(op, admin.Config{}))
 	for _, c := range []struct {
 		name, method, path, body string
 		code                     int

@@ -24,7 +24,7 @@
 //
 // Flags, before or after the command:
 //
-//	-json           print JSON (admin.List, admin.Lock, admin.Revocation) instead of a table
+//	-json           print JSON instead of a table: a list, a lock or a revocation, as package admin answers them
 //	-prefix P       the engine's Redis key prefix (redisengine.Options.Prefix), default "routelock:"
 //	-timeout D      give up after D (default 10s)
 //	-limit N        ls: show at most N locks (default 1000; 0: all)
@@ -50,7 +50,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/routelock/lock/admin"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -256,9 +255,9 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 			return fail(err)
 		}
 		if o.json {
-			l := admin.List{Locks: make([]admin.Lock, len(infos)), More: more}
+			l := operate.List{Locks: make([]operate.Lock, len(infos)), More: more}
 			for i, in := range infos {
-				l.Locks[i] = admin.FromInfo(in)
+				l.Locks[i] = operate.FromInfo(in)
 			}
 			return writeJSON(stdout, stderr, l)
 		}
@@ -275,7 +274,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 			in.Key = key.String()
 		}
 		if o.json {
-			return writeJSON(stdout, stderr, admin.FromInfo(in))
+			return writeJSON(stdout, stderr, operate.FromInfo(in))
 		}
 		out.lock(in)
 	case "release":
@@ -287,7 +286,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 			rev.Key = key.String()
 		}
 		if o.json {
-			return writeJSON(stdout, stderr, admin.FromRevocation(rev))
+			return writeJSON(stdout, stderr, operate.FromRevocation(rev))
 		}
 		out.revocation(rev)
 	}

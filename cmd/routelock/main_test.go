@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -139,7 +139,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"release", "productID:42"}, 2, "release needs -reason"},
 		{[]string{"release", "productID:42", "--reason", " \t "}, 2, "release needs -reason"},
 		{[]string{"release", "productID:42", "--reason", "a\nb"}, 2, "control characters"},
-		{[]string{"release", "productID:42", "--reason", strings.Repeat("x", admin.MaxReasonLen+1)}, 2, "longer than 256"},
+		{[]string{"release", "productID:42", "--reason", strings.Repeat("x", operate.MaxReasonLen+1)}, 2, "longer than 256"},
 		{[]string{"release", "--reason", "x"}, 2, "one KEY, not 0"},
 		{[]string{"inspect"}, 2, "one KEY, not 0"},
 		{[]string{"inspect", "a", "b"}, 2, "one KEY, not 2"},
@@ -247,12 +247,12 @@ func TestOutput(t *testing.T) {
 
 	// JSON, with -json before or after the command.
 	r = runWith(t, nil, "-json", "ls")
-	var l admin.List
+	var l operate.List
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &l) != nil || len(l.Locks) != 3 || l.Locks[2].Holders[0].Owner != "3f9a1c2e" || l.Locks[2].TTLMillis != 8250 {
 		t.Errorf("-json ls: %d %s", r.code, r.stdout)
 	}
 	r = runWith(t, nil, "inspect", "productID:42", "-json")
-	var one admin.Lock
+	var one operate.Lock
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &one) != nil || one.Key != "productID:42" || len(one.Waiters) != 2 || !strings.Contains(r.stdout, `"last_fence": 1019`) {
 		t.Errorf("inspect -json: %d %s", r.code, r.stdout)
 	}
@@ -266,7 +266,7 @@ func TestOutput(t *testing.T) {
 		t.Errorf("release: %d %q %q; reasons %q", r.code, r.stdout, r.stderr, op.reasons)
 	}
 	r = runWith(t, nil, "release", "-json", "productID:42", "-reason=why")
-	var rev admin.Revocation
+	var rev operate.Revocation
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rev) != nil || rev.Key != "productID:42" || rev.NewFence != 1018 || rev.Reason != "why" {
 		t.Errorf("release -json: %d %s", r.code, r.stdout)
 	}

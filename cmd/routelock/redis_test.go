@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -59,7 +59,7 @@ func TestRedis(t *testing.T) {
 		}()
 
 		// The waiter is queued in Redis when inspect sees it.
-		var in admin.Lock
+		var in operate.Lock
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for deadline := time.Now().Add(10 * time.Second); ; {
@@ -67,7 +67,7 @@ func TestRedis(t *testing.T) {
 			if r.code != 0 {
 				t.Fatalf("inspect -json: %d %q", r.code, r.stderr)
 			}
-			in = admin.Lock{}
+			in = operate.Lock{}
 			if err := json.Unmarshal([]byte(r.stdout), &in); err != nil {
 				t.Fatal(err)
 			}
@@ -136,7 +136,7 @@ func TestRedis(t *testing.T) {
 		}
 
 		r = cli("inspect", "-json", "productID:42")
-		in = admin.Lock{}
+		in = operate.Lock{}
 		if err := json.Unmarshal([]byte(r.stdout), &in); err != nil || len(in.Audit) == 0 {
 			t.Fatalf("inspect after: %d %s", r.code, r.stdout)
 		}

@@ -1,7 +1,8 @@
 // Package operate holds what the engines and the operators' tools (package
 // admin, the routelock command) must agree on, so that each is written
-// once: which revoke reasons are accepted, and the digest by which an
-// owner is shown instead of its token.
+// once: which revoke reasons are accepted, the digest by which an owner is
+// shown instead of its token, and the JSON form in which admin and the
+// routelock command show locks (Lock, List, Revocation, Error).
 package operate
 
 import (

@@ -67,7 +67,7 @@ func run(shot, size, chromium string) error {
 	}
 
 	r := chi.NewRouter()
-	r.Mount("/admin", admin.Handler(ops, admin.Title("Locks · shop")))
+	r.Mount("/admin", admin.Handler(ops, admin.Config{Title: "Locks · shop"}))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err

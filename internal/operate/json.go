@@ -1,10 +1,16 @@
-package admin
+package operate
 
 import (
 	"time"
 
 	"github.com/routelock/lock/lockcore"
 )
+
+// The types below are the JSON that package admin answers and that the
+// routelock command prints with -json: one schema for both, which admin's
+// package documentation describes field by field for clients. Their field
+// tags, the fields' order and the value forms are the wire format; the
+// golden tests of both pin it.
 
 // Lock is the JSON form of a lockcore.Info: the state of one lock. Slices
 // are never null; times are RFC 3339 with nanoseconds in UTC, left out when
@@ -55,14 +61,14 @@ type Revocation struct {
 	At       time.Time `json:"at,omitzero"` // when, by the backend's clock
 }
 
-// List is the answer to GET locks: the locks in key order, and whether
-// the limit left some out.
+// List is the JSON form of an Operator's List: the locks in key order, and
+// whether the limit left some out.
 type List struct {
 	Locks []Lock `json:"locks"`
 	More  bool   `json:"more"`
 }
 
-// Error is the body of every JSON error response.
+// Error is the body of every JSON error response of package admin.
 type Error struct {
 	Error string `json:"error"`
 }
