@@ -83,15 +83,16 @@ func (l *Locker) Close() error {
 
 // Check verifies that the Locker's engine can work, when the engine can
 // tell (the Redis engine of New: connectivity, credentials, database,
-// scripting, notifications, server version; see redisengine.Engine.Check).
-// Call it at startup: an error matching ErrMisconfigured will not mend
+// scripting, notifications, server version; see redisengine.Engine.Check),
+// also through a wrapper of the engine given to FromEngine that has an
+// Unwrap() lockcore.Engine method (as lockotel's does). Call it at startup: an error matching ErrMisconfigured will not mend
 // itself, one matching ErrUnavailable may.
 //
 //	if err := locker.Check(ctx); err != nil {
 //		log.Fatal(err)
 //	}
 func (l *Locker) Check(ctx context.Context) error {
-	if c, ok := l.base.(interface{ Check(context.Context) error }); ok {
+	if c, ok := find[interface{ Check(context.Context) error }](l.base); ok {
 		return c.Check(ctx)
 	}
 	return nil
@@ -99,7 +100,7 @@ func (l *Locker) Check(ctx context.Context) error {
 
 // Engine returns the engine the Locker takes its locks from, for locking
 // outside a request (lockcore.Engine.Acquire). For New it is a
-// *redisengine.Engine, unless an option wraps it (package lockotel's
+// *redisengine.Engine, unless Observe wraps it (package lockotel's
 // telemetry); see Operator for the engine's operations.
 func (l *Locker) Engine() lockcore.Engine { return l.engine }
 
@@ -109,19 +110,26 @@ func (l *Locker) Engine() lockcore.Engine { return l.engine }
 // can, also when the engine given to FromEngine wraps it and has an
 // Unwrap() lockcore.Engine method (as lockotel's does).
 func (l *Locker) Operator() lockcore.Operator {
-	e := l.base
-	// Through wrappers that say what they wrap (lockotel's), a few deep.
+	op, _ := find[lockcore.Operator](l.base)
+	return op
+}
+
+// find returns e as a T, or the first engine that is one among those that
+// e wraps, through wrappers that say what they wrap with an Unwrap()
+// lockcore.Engine method (lockotel's), a few deep.
+func find[T any](e lockcore.Engine) (T, bool) {
 	for range 8 {
-		if op, ok := e.(lockcore.Operator); ok {
-			return op
+		if t, ok := e.(T); ok {
+			return t, true
 		}
 		u, ok := e.(interface{ Unwrap() lockcore.Engine })
 		if !ok {
-			return nil
+			break
 		}
 		e = u.Unwrap()
 	}
-	return nil
+	var zero T
+	return zero, false
 }
 
 // Options returns the options given to New or FromEngine, which package

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -145,4 +146,87 @@ func Logger(l *slog.Logger) Option {
 		c.Logger = l
 		c.Redis.Logger = l
 	})
+}
+
+// Observe makes o watch the Locker's locks: OpenTelemetry spans and metrics
+// with package lockotel,
+//
+//	locker := lock.New(rdb, lock.Observe(lockotel.New(lockotel.Config{})))
+//
+// The Locker locks through o.Wrap of its engine, and for New, the Redis
+// engine is told o.Events() (redisengine.Options.Events); give Observe
+// after RedisOptions, which replaces all of the engine's options. For
+// FromEngine it wraps the engine; give o.Events() to the engine's own
+// events option too. Given more than once, the observers wrap the engine
+// in the order given (the last outermost) and each is told the events; one
+// given again is counted once.
+//
+// Panics if o is nil.
+func Observe(o lockcore.Observer) Option {
+	if o == nil {
+		panic("lock: Observe(nil)")
+	}
+	return config.New("Observe", config.InNew, func(c *config.Config) {
+		if inner := c.Wrap; inner != nil {
+			c.Wrap = func(e lockcore.Engine) lockcore.Engine { return o.Wrap(inner(e)) }
+		} else {
+			c.Wrap = o.Wrap
+		}
+		c.Redis.Events = joinEvents(c.Redis.Events, o.Events())
+	})
+}
+
+// events tells each of its Events in turn.
+type events []lockcore.Events
+
+func (es events) Waiting(key lockcore.Key, delta int) {
+	for _, e := range es {
+		e.Waiting(key, delta)
+	}
+}
+
+func (es events) Woken(key lockcore.Key, by lockcore.Wake) {
+	for _, e := range es {
+		e.Woken(key, by)
+	}
+}
+
+func (es events) Renewed(key lockcore.Key, err error) {
+	for _, e := range es {
+		e.Renewed(key, err)
+	}
+}
+
+func (es events) Ended(ctx context.Context, key lockcore.Key, held, release time.Duration, cause, err error) {
+	for _, e := range es {
+		e.Ended(ctx, key, held, release, cause, err)
+	}
+}
+
+// joinEvents returns the Events that tells a and then b, either of which
+// may be nil; b is left out when a tells it already.
+func joinEvents(a, b lockcore.Events) lockcore.Events {
+	if b == nil {
+		return a
+	}
+	if a == nil {
+		return b
+	}
+	all, ok := a.(events)
+	if !ok {
+		all = events{a}
+	}
+	for _, e := range all {
+		if same(e, b) {
+			return a
+		}
+	}
+	return append(all[:len(all):len(all)], b)
+}
+
+// same reports whether a and b are one value; values that cannot be
+// compared are not.
+func same(a, b lockcore.Events) (eq bool) {
+	defer func() { _ = recover() }()
+	return a == b
 }

@@ -46,6 +46,24 @@ type Events interface {
 	Ended(ctx context.Context, key Key, held, release time.Duration, cause, err error)
 }
 
+// An Observer watches a Locker's engine from outside, for telemetry
+// (package lockotel's New returns one): it wraps the engine, to see each
+// acquisition, and is told through its Events what the engine does
+// between and after them. lock.Observe attaches one to a Locker. For an
+// engine used on its own, lock through Wrap(e) and give Events() to the
+// engine's own options (redisengine.Options.Events, locktest.Engine.Events).
+type Observer interface {
+	// Wrap returns an engine that takes its locks from e and observes
+	// each acquisition. The wrapper should have an Unwrap() Engine method
+	// returning e, through which a caller reaches e's other methods (its
+	// Check, its operations: see Operator).
+	Wrap(e Engine) Engine
+
+	// Events returns what the wrapped engine is to tell of what it does
+	// (see Events); an Observer that needs none returns nil.
+	Events() Events
+}
+
 // Wake says what made a waiting acquisition ask the backend again.
 type Wake uint8
 

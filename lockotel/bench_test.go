@@ -46,10 +46,10 @@ func cpuTime() time.Duration {
 func BenchmarkTelemetryCPU(b *testing.B) {
 	rdb := redistest.InstantClient(b)
 	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
-	router := func(b *testing.B, tel *lockotel.Telemetry) http.Handler {
+	router := func(b *testing.B, tel lockcore.Observer) http.Handler {
 		opt := redisengine.Options{Prefix: redistest.Prefix(b)}
 		if tel != nil {
-			opt.Events = tel
+			opt.Events = tel.Events()
 		}
 		e, err := redisengine.New(rdb, opt)
 		if err != nil {
@@ -64,26 +64,26 @@ func BenchmarkTelemetryCPU(b *testing.B) {
 		r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)
 		return r
 	}
-	sdk := func(b *testing.B) *lockotel.Telemetry {
+	sdk := func(b *testing.B) lockcore.Observer {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		b.Cleanup(func() {
 			_ = tp.Shutdown(b.Context())
 			_ = mp.Shutdown(b.Context())
 		})
-		return lockotel.New(lockotel.WithTracerProvider(tp), lockotel.WithMeterProvider(mp))
+		return lockotel.New(lockotel.Config{TracerProvider: tp, MeterProvider: mp})
 	}
-	sdkMetrics := func(b *testing.B) *lockotel.Telemetry {
+	sdkMetrics := func(b *testing.B) lockcore.Observer {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		b.Cleanup(func() { _ = mp.Shutdown(b.Context()) })
-		return lockotel.New(lockotel.WithTracerProvider(tracenoop.NewTracerProvider()), lockotel.WithMeterProvider(mp))
+		return lockotel.New(lockotel.Config{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: mp})
 	}
 	for _, bc := range []struct {
 		name string
-		tel  func(b *testing.B) *lockotel.Telemetry
+		tel  func(b *testing.B) lockcore.Observer
 	}{
-		{"off", func(*testing.B) *lockotel.Telemetry { return nil }},
-		{"on-global", func(*testing.B) *lockotel.Telemetry { return lockotel.New() }},
+		{"off", func(*testing.B) lockcore.Observer { return nil }},
+		{"on-global", func(*testing.B) lockcore.Observer { return lockotel.New(lockotel.Config{}) }},
 		{"on-sdk-metrics", sdkMetrics},
 		{"on-sdk", sdk},
 	} {

@@ -395,7 +395,7 @@ func TestAttrCacheBounded(t *testing.T) {
 // TestEventsAllocateNothing: on providers that record nothing, the events
 // of a steady state (attribute sets made) allocate nothing.
 func TestEventsAllocateNothing(t *testing.T) {
-	tel := New(WithTracerProvider(tracenoop.NewTracerProvider()), WithMeterProvider(noop.NewMeterProvider()))
+	tel := New(Config{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: noop.NewMeterProvider()}).(*telemetry)
 	k, _ := lockcore.NewKey("productID", "42")
 	lost := fmt.Errorf("%w: gone", lockcore.ErrLockLost)
 	ctx := context.Background()
@@ -419,7 +419,7 @@ func TestLiveCountsPastTheCache(t *testing.T) {
 	defer func(n int) { maxCached = n }(maxCached)
 	maxCached = 4
 	reader := sdkmetric.NewManualReader()
-	tel := New(WithTracerProvider(tracenoop.NewTracerProvider()), WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	tel := New(Config{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}).(*telemetry)
 	ctx := context.Background()
 	live := func() map[string][2]int64 {
 		var rm metricdata.ResourceMetrics

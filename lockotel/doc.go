@@ -3,21 +3,25 @@
 // its lock is lost or revoked, and metrics of acquisitions, holds, waits,
 // losses, renewals and wake-ups. It is opt-in, per Locker:
 //
-//	tel := lockotel.New(lockotel.WithTracerProvider(tp), lockotel.WithMeterProvider(mp))
-//	locker := lock.New(rdb, tel.Option())
+//	tel := lockotel.New(lockotel.Config{TracerProvider: tp, MeterProvider: mp})
+//	locker := lock.New(rdb, lock.Observe(tel))
 //
-// Without WithTracerProvider and WithMeterProvider it uses the global
-// providers (otel.GetTracerProvider, otel.GetMeterProvider) as they are
-// when New is called; they delegate to the providers a program sets later.
-// lockotel never sets them.
+// Without a TracerProvider or a MeterProvider in its Config it uses the
+// global providers (otel.GetTracerProvider, otel.GetMeterProvider) as they
+// are when New is called; they delegate to the providers a program sets
+// later. lockotel never sets them. Its tracer and meter have the
+// instrumentation scope github.com/routelock/lock/lockotel, its import
+// path: the name to select its instruments by, in a view for instance.
 //
-// tel.Option wraps the Locker's engine (Wrap: spans and metrics of each
-// acquisition) and makes tel the Redis engine's lockcore.Events (the rest:
-// releases, losses, waits, renewals, wake-ups). For lock.FromEngine, give
-// tel.Option to FromEngine and tel to the engine's own events option, as
-// redisengine.Options.Events; an engine used directly is tel.Wrap(e). The
-// metric routelock.held counts up in the wrapper and down in Ended, so it
-// is right only when the engine's Events reach the same Telemetry.
+// New returns a lockcore.Observer. lock.Observe(tel) wraps the Locker's
+// engine (tel.Wrap: spans and metrics of each acquisition) and, for
+// lock.New, gives tel.Events() to the Redis engine (the rest: releases,
+// losses, waits, renewals, wake-ups). For lock.FromEngine, lock.Observe
+// wraps the engine; give tel.Events() to the engine's own events option
+// too, as redisengine.Options.Events; an engine used directly is
+// tel.Wrap(e). The metric routelock.held counts up in the wrapper and down
+// in its Events' Ended, so it is right only when the engine's Events reach the same
+// telemetry.
 //
 // # Spans
 //
@@ -32,7 +36,7 @@
 //	lock.wait       seconds spent in Acquire
 //	lock.reentered  whether it re-entered, in memory, a hold of the request
 //	lock.fence      the fencing token, when acquired
-//	lock.key        the whole key (productID:42), only with WithKeyValues
+//	lock.key        the whole key (productID:42), only with Config.KeyValues
 //
 // with an event lock.granted when acquired, and status Error for
 // unavailable and error. busy is a lock held by another owner with no wait
@@ -47,7 +51,7 @@
 // lock.resource, lock.outcome (released, or unavailable when the backend
 // did not confirm the release, which then completes in the background or
 // by expiry), lock.held (seconds from grant to release), and lock.key with
-// WithKeyValues.
+// Config.KeyValues.
 //
 // When a hold is lost while its handler runs, the request's span (the
 // current span of the lease's context) gets an event lock.lost, or
@@ -85,7 +89,7 @@
 // program's configuration, such as productID and /products/{productID}/buy,
 // so that the attributes of metrics stay bounded. A key's values (42) are
 // request data and appear only as the span attribute lock.key, and only
-// with WithKeyValues; never in metrics. Owner tokens, error messages and
+// with Config.KeyValues; never in metrics. Owner tokens, error messages and
 // other request data are never recorded.
 //
 // Redis's own spans are another matter: go-redis's tracing

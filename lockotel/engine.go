@@ -11,13 +11,13 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// Engine is an engine that records to its Telemetry each acquisition it
+// engine is an engine that records to its telemetry each acquisition it
 // passes on to the engine it wraps: a span lock.acquire and the metric
 // routelock.acquire.duration, and routelock.held counting up for each fresh
-// hold. Make it with Telemetry.Wrap. The leases are the wrapped engine's
+// hold. Make it with telemetry.Wrap. The leases are the wrapped engine's
 // own: re-entry, renewal and release work as they do without telemetry.
-type Engine struct {
-	t     *Telemetry
+type engine struct {
+	t     *telemetry
 	inner lockcore.Engine
 }
 
@@ -25,7 +25,7 @@ type Engine struct {
 // Acquire with ctx itself, so that the lease's context (the handler's)
 // keeps ctx's span as its current span, and records the call in a span
 // lock.acquire, a child of ctx's span, that ends when it returns.
-func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+func (e *engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
 	t := e.t
 	_, span := t.tracer.Start(ctx, "lock.acquire")
 	start := time.Now()
@@ -70,7 +70,7 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 
 // Check calls the wrapped engine's Check(ctx) error, when it has one (the
 // Redis engine: see redisengine.Engine.Check); it returns nil otherwise.
-func (e *Engine) Check(ctx context.Context) error {
+func (e *engine) Check(ctx context.Context) error {
 	if c, ok := e.inner.(interface{ Check(context.Context) error }); ok {
 		return c.Check(ctx)
 	}
@@ -78,12 +78,12 @@ func (e *Engine) Check(ctx context.Context) error {
 }
 
 // Unwrap returns the wrapped engine.
-func (e *Engine) Unwrap() lockcore.Engine { return e.inner }
+func (e *engine) Unwrap() lockcore.Engine { return e.inner }
 
 // RecordsRoute reports true: the HTTP middleware gives the engine each
 // request's route template in lockcore.Policy.Route (see
 // middleware.RouteRecorder), which its spans and metrics carry.
-func (e *Engine) RecordsRoute() bool { return true }
+func (e *engine) RecordsRoute() bool { return true }
 
 // Outcomes of an acquisition (lock.outcome).
 const (

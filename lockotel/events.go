@@ -13,12 +13,12 @@ import (
 )
 
 // Waiting implements lockcore.Events: routelock.waiting.
-func (t *Telemetry) Waiting(key lockcore.Key, delta int) {
+func (t *telemetry) Waiting(key lockcore.Key, delta int) {
 	t.attrs.get(kindResource, key.Name(), "", "").waiting.Add(int64(delta))
 }
 
 // Woken implements lockcore.Events: routelock.wakeups.
-func (t *Telemetry) Woken(key lockcore.Key, by lockcore.Wake) {
+func (t *telemetry) Woken(key lockcore.Key, by lockcore.Wake) {
 	t.wakeups.Add(context.Background(), 1, t.attrs.get(kindWake, key.Name(), "", by.String()).add...)
 }
 
@@ -32,7 +32,7 @@ const (
 )
 
 // Renewed implements lockcore.Events: routelock.renewals.
-func (t *Telemetry) Renewed(key lockcore.Key, err error) {
+func (t *telemetry) Renewed(key lockcore.Key, err error) {
 	out := renewalError
 	switch {
 	case err == nil:
@@ -72,7 +72,7 @@ func reasonOf(cause error) string {
 // lock.release; a loss an event lock.lost or lock.revoked on ctx's span
 // and routelock.lost. Both record routelock.hold.duration and count
 // routelock.held down.
-func (t *Telemetry) Ended(ctx context.Context, key lockcore.Key, held, release time.Duration, cause, err error) {
+func (t *telemetry) Ended(ctx context.Context, key lockcore.Key, held, release time.Duration, cause, err error) {
 	res := key.Name()
 	m := t.attrs.get(kindResource, res, "", "")
 	t.holdDur.Record(ctx, held.Seconds(), m.rec...)

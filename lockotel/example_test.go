@@ -20,8 +20,8 @@ import (
 
 // Telemetry for one Locker: its locks' spans and metrics go to the
 // program's providers, here an SDK tracer that keeps its spans in memory
-// and a meter read by hand. Without the With options, lockotel uses the
-// global providers.
+// and a meter read by hand. With a zero Config, lockotel uses the global
+// providers.
 func Example() {
 	mr, err := miniredis.Run() // any Redis; embedded here
 	if err != nil {
@@ -36,8 +36,8 @@ func Example() {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 
-	tel := lockotel.New(lockotel.WithTracerProvider(tp), lockotel.WithMeterProvider(mp))
-	locker := lock.New(rdb, tel.Option())
+	tel := lockotel.New(lockotel.Config{TracerProvider: tp, MeterProvider: mp})
+	locker := lock.New(rdb, lock.Observe(tel))
 	defer locker.Close()
 
 	r := chi.NewRouter()

@@ -42,8 +42,8 @@ func (r *rig) tracedRPC(ctx context.Context, req any, info *grpc.UnaryServerInfo
 // (cancelled).
 func TestGRPC(t *testing.T) {
 	r := newRig(t)
-	fe := &locktest.Engine{Events: r.tel}
-	locker := lock.FromEngine(fe, r.tel.Option())
+	fe := &locktest.Engine{Events: r.tel.Events()}
+	locker := lock.FromEngine(fe, lock.Observe(r.tel))
 	entered := make(chan trace.SpanContext, 4)
 	proceed := make(chan struct{})
 	srv := &shop.Server{

@@ -46,10 +46,10 @@ func mustKey(t testing.TB, parts ...string) lockcore.Key {
 
 type sdkSpan = sdktrace.ReadOnlySpan
 
-// rig is a Telemetry on SDK providers that the test reads back: every ended
+// rig is telemetry on SDK providers that the test reads back: every ended
 // span in a recorder, metrics through a manual reader.
 type rig struct {
-	tel    *lockotel.Telemetry
+	tel    lockcore.Observer
 	sr     *tracetest.SpanRecorder
 	tp     *sdktrace.TracerProvider
 	reader *sdkmetric.ManualReader
@@ -58,7 +58,11 @@ type rig struct {
 	served chan trace.SpanContext
 }
 
-func newRig(t testing.TB, opts ...lockotel.Option) *rig {
+// newRig returns a rig on its own providers.
+func newRig(t testing.TB) *rig { return newRigWith(t, lockotel.Config{}) }
+
+// newRigWith is newRig with the settings of c other than its providers.
+func newRigWith(t testing.TB, c lockotel.Config) *rig {
 	r := &rig{sr: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader(), served: make(chan trace.SpanContext, 64)}
 	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.sr))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
@@ -66,7 +70,8 @@ func newRig(t testing.TB, opts ...lockotel.Option) *rig {
 		_ = r.tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	r.tel = lockotel.New(append([]lockotel.Option{lockotel.WithTracerProvider(r.tp), lockotel.WithMeterProvider(mp)}, opts...)...)
+	c.TracerProvider, c.MeterProvider = r.tp, mp
+	r.tel = lockotel.New(c)
 	return r
 }
 
@@ -184,7 +189,7 @@ func (r *rig) collect(t testing.TB) metrics {
 	}
 	m := metrics{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != lockotel.ScopeName {
+		if sm.Scope.Name != "github.com/routelock/lock/lockotel" {
 			t.Fatalf("instrumentation scope %q", sm.Scope.Name)
 		}
 		for _, x := range sm.Metrics {

@@ -66,20 +66,16 @@ func (r *rig) recorded(t *testing.T) map[string]string {
 // made-up owner token, and propagate their real ones to a nested call that
 // re-enters; a fail-fast request finds the lock held (its error names the
 // key). No token and no key value appears in any span name, attribute,
-// event, status or metric attribute; with WithKeyValues the key's value
+// event, status or metric attribute; with Config.KeyValues the key's value
 // appears, and only as the span attribute lock.key.
 func TestHostileNothingLeaks(t *testing.T) {
 	const secret = "secret-42"
 	const madeUp = "0123456789abcdef0123456789abcdef"
 	for _, withKeys := range []bool{false, true} {
-		t.Run(fmt.Sprintf("WithKeyValues=%v", withKeys), func(t *testing.T) {
-			var opts []lockotel.Option
-			if withKeys {
-				opts = append(opts, lockotel.WithKeyValues())
-			}
-			r := newRig(t, opts...)
-			fe := &locktest.Engine{Events: r.tel}
-			locker := lock.FromEngine(fe, r.tel.Option())
+		t.Run(fmt.Sprintf("KeyValues=%v", withKeys), func(t *testing.T) {
+			r := newRigWith(t, lockotel.Config{KeyValues: withKeys})
+			fe := &locktest.Engine{Events: r.tel.Events()}
+			locker := lock.FromEngine(fe, lock.Observe(r.tel))
 			var mu sync.Mutex
 			tokens := []string{madeUp}
 			saw := func(req *http.Request) {
@@ -151,7 +147,7 @@ func TestHostileNothingLeaks(t *testing.T) {
 				}
 			}
 			if withKeys && keys == 0 {
-				t.Error("WithKeyValues recorded no lock.key")
+				t.Error("KeyValues recorded no lock.key")
 			}
 		})
 	}

@@ -49,8 +49,8 @@ const quickWait = 50 * time.Millisecond
 
 func newShop(t *testing.T, r *rig) *shopRig {
 	s := &shopRig{rig: r, entered: make(chan entry, 16), proceed: make(chan struct{})}
-	s.fe = &fakeEngine{Engine: &locktest.Engine{Events: r.tel}}
-	s.locker = lock.FromEngine(s.fe, r.tel.Option())
+	s.fe = &fakeEngine{Engine: &locktest.Engine{Events: r.tel.Events()}}
+	s.locker = lock.FromEngine(s.fe, lock.Observe(r.tel))
 	h := func(w http.ResponseWriter, req *http.Request) {
 		ctx := req.Context()
 		s.entered <- entry{span: trace.SpanFromContext(ctx).SpanContext(), ctx: ctx}
@@ -358,8 +358,8 @@ func TestHTTPLost(t *testing.T) {
 // routelock.held counts the hold once.
 func TestHTTPReentered(t *testing.T) {
 	r := newRig(t)
-	fe := &locktest.Engine{Events: r.tel}
-	locker := lock.FromEngine(fe, r.tel.Option())
+	fe := &locktest.Engine{Events: r.tel.Events()}
+	locker := lock.FromEngine(fe, lock.Observe(r.tel))
 	held := make(chan int64, 1)
 	router := chi.NewRouter()
 	router.Use(r.traced, locker.ByParam("productID"))

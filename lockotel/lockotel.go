@@ -8,19 +8,35 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/routelock/lock/internal/config"
 	"github.com/routelock/lock/lockcore"
 )
 
-// ScopeName is the instrumentation scope of lockotel's tracer and meter.
-const ScopeName = "github.com/routelock/lock/lockotel"
+// scopeName is the instrumentation scope of lockotel's tracer and meter:
+// the import path, as OpenTelemetry asks of an instrumentation library.
+const scopeName = "github.com/routelock/lock/lockotel"
 
-// Telemetry turns what routelock's engines do into OpenTelemetry spans and
+// Config configures New. Its zero value records to the global providers and
+// leaves keys' values out.
+type Config struct {
+	// TracerProvider records the spans. Nil: the global provider,
+	// otel.GetTracerProvider(), as it is when New is called.
+	TracerProvider trace.TracerProvider
+
+	// MeterProvider records the metrics. Nil: the global provider,
+	// otel.GetMeterProvider(), as it is when New is called.
+	MeterProvider metric.MeterProvider
+
+	// KeyValues adds the whole key of each lock, its values included
+	// (productID:42), to its spans as the attribute lock.key. Keys are the
+	// requests' data, often user IDs or order numbers: turn it on only
+	// where your traces may hold them. Metrics never get them.
+	KeyValues bool
+}
+
+// telemetry turns what routelock's engines do into OpenTelemetry spans and
 // metrics: it wraps engines (Wrap), which record each acquisition, and is
 // the lockcore.Events of the engines it wraps, which records the rest.
-// Make one with New, per Locker or shared by several; it is safe for
-// concurrent use.
-type Telemetry struct {
+type telemetry struct {
 	tracer    trace.Tracer
 	keyValues bool
 
@@ -35,58 +51,26 @@ type Telemetry struct {
 	attrs attrCache
 }
 
-// Telemetry is the Events of the engines it wraps.
-var _ lockcore.Events = (*Telemetry)(nil)
-
-// An Option configures New.
-type Option func(*options)
-
-type options struct {
-	tp        trace.TracerProvider
-	mp        metric.MeterProvider
-	keyValues bool
-}
-
-// WithTracerProvider makes the Telemetry record its spans with tp.
-// Default: the global provider, otel.GetTracerProvider().
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tp = tp }
-}
-
-// WithMeterProvider makes the Telemetry record its metrics with mp.
-// Default: the global provider, otel.GetMeterProvider().
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.mp = mp }
-}
-
-// WithKeyValues adds the whole key of each lock, its values included
-// (productID:42), to its spans as the attribute lock.key. Keys are the
-// requests' data, often user IDs or order numbers: opt in only where your
-// traces may hold them. Metrics never get them.
-func WithKeyValues() Option {
-	return func(o *options) { o.keyValues = true }
-}
+// telemetry is the Events of the engines it wraps.
+var _ lockcore.Events = (*telemetry)(nil)
 
 // Bucket boundaries, in seconds, of the duration histograms: from a lock
 // taken on a quiet Redis (well under a millisecond) to a long wait or hold.
 var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-// New returns a Telemetry configured by opts. A provider given as nil, or
-// not given, is the global one as it is now (see the package
-// documentation).
-func New(opts ...Option) *Telemetry {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
+// New returns the telemetry that c configures, to attach to a Locker with
+// lock.Observe (see the package documentation). One may serve several
+// Lockers and engines; it is safe for concurrent use.
+func New(c Config) lockcore.Observer {
+	tp, mp := c.TracerProvider, c.MeterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
 	}
-	if o.tp == nil {
-		o.tp = otel.GetTracerProvider()
+	if mp == nil {
+		mp = otel.GetMeterProvider()
 	}
-	if o.mp == nil {
-		o.mp = otel.GetMeterProvider()
-	}
-	t := &Telemetry{tracer: o.tp.Tracer(ScopeName), keyValues: o.keyValues}
-	m := o.mp.Meter(ScopeName)
+	t := &telemetry{tracer: tp.Tracer(scopeName), keyValues: c.KeyValues}
+	m := mp.Meter(scopeName)
 	hist := func(name, desc string) metric.Float64Histogram {
 		h, err := m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"),
 			metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -139,35 +123,23 @@ func New(opts ...Option) *Telemetry {
 	return t
 }
 
-// Option returns the lock.Option that reports a Locker's locks to t:
-//
-//	locker := lock.New(rdb, tel.Option())
-//
-// It wraps the Locker's engine (Wrap) and, for lock.New, makes t the Redis
-// engine's Events (redisengine.Options.Events); give it after
-// lock.RedisOptions, which replaces all of the engine's options. For
-// lock.FromEngine it wraps the engine; give t to the engine's own events
-// option too (see the package documentation).
-func (t *Telemetry) Option() config.Option {
-	return config.New("lockotel.Telemetry.Option", config.InNew, func(c *config.Config) {
-		c.Wrap = t.Wrap
-		c.Redis.Events = t
-	})
-}
-
 // Wrap returns an engine that takes its locks from e and records each
-// acquisition to t (see Engine). An engine that t wrapped already is
+// acquisition to t (see engine). An engine that t wrapped already is
 // returned as is.
 //
 // Panics if e is nil.
-func (t *Telemetry) Wrap(e lockcore.Engine) lockcore.Engine {
+func (t *telemetry) Wrap(e lockcore.Engine) lockcore.Engine {
 	switch w := e.(type) {
 	case nil:
 		panic("lockotel: Wrap(nil)")
-	case *Engine:
+	case *engine:
 		if w.t == t {
 			return w
 		}
 	}
-	return &Engine{t: t, inner: e}
+	return &engine{t: t, inner: e}
 }
+
+// Events returns t, which records the releases, losses, waits, renewals
+// and wake-ups the engines it wraps tell of.
+func (t *telemetry) Events() lockcore.Events { return t }

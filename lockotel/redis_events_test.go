@@ -53,7 +53,7 @@ func TestRedisLeaseLost(t *testing.T) {
 		r := newRig(t)
 		prefix := redistest.Prefix(t)
 		rdb := b.Client(t)
-		locker := lock.New(rdb, lock.Prefix(prefix), lock.TTL(300*time.Millisecond), r.tel.Option())
+		locker := lock.New(rdb, lock.Prefix(prefix), lock.TTL(300*time.Millisecond), lock.Observe(r.tel))
 		t.Cleanup(func() { locker.Close() })
 		url, entered := redisShop(t, r, locker)
 
@@ -106,7 +106,7 @@ func TestRedisRevoked(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		r := newRig(t)
 		prefix := redistest.Prefix(t)
-		locker := lock.New(b.Client(t), lock.Prefix(prefix), r.tel.Option())
+		locker := lock.New(b.Client(t), lock.Prefix(prefix), lock.Observe(r.tel))
 		t.Cleanup(func() { locker.Close() })
 		op := locker.Operator()
 		if op == nil {
@@ -159,7 +159,7 @@ func TestRedisRevoked(t *testing.T) {
 func TestRedisUncontended(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		r := newRig(t)
-		locker := lock.New(b.Client(t), lock.Prefix(redistest.Prefix(t)), r.tel.Option())
+		locker := lock.New(b.Client(t), lock.Prefix(redistest.Prefix(t)), lock.Observe(r.tel))
 		t.Cleanup(func() { locker.Close() })
 		router := chi.NewRouter()
 		router.Use(r.traced)

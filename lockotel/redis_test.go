@@ -34,7 +34,7 @@ func TestRedisDown(t *testing.T) {
 	r := newRig(t)
 	rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t)})
 	t.Cleanup(func() { rdb.Close() })
-	locker := lock.New(rdb, r.tel.Option())
+	locker := lock.New(rdb, lock.Observe(r.tel))
 	t.Cleanup(func() { locker.Close() })
 	var ran atomic.Bool
 	router := chi.NewRouter()

@@ -8,11 +8,16 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
-	"github.com/routelock/lock/lockotel"
 	"github.com/routelock/lock/middleware"
 )
 
-var _ middleware.RouteRecorder = (*lockotel.Engine)(nil)
+// wrapper is what the engine Wrap returns offers beside Acquire.
+type wrapper interface {
+	lockcore.Engine
+	middleware.RouteRecorder
+	Unwrap() lockcore.Engine
+	Check(context.Context) error
+}
 
 // checked is an engine with a Check method.
 type checked struct {
@@ -24,13 +29,13 @@ func (c *checked) Check(context.Context) error { return c.err }
 
 // TestWrap: Wrap makes a comparable engine that asks for routes, passes
 // Check on when the wrapped engine has it, unwraps, and is not wrapped
-// twice by one Telemetry; a lease taken through it re-enters through it
+// twice by one telemetry; a lease taken through it re-enters through it
 // and through the wrapped engine alike.
 func TestWrap(t *testing.T) {
 	r := newRig(t)
 	fe := new(locktest.Engine)
 	w := r.tel.Wrap(fe)
-	ow, ok := w.(*lockotel.Engine)
+	ow, ok := w.(wrapper)
 	if !ok {
 		t.Fatalf("Wrap returned a %T", w)
 	}
@@ -38,17 +43,17 @@ func TestWrap(t *testing.T) {
 		t.Fatal("RecordsRoute or Unwrap")
 	}
 	if r.tel.Wrap(w) != w {
-		t.Fatal("one Telemetry wrapped its own engine again")
+		t.Fatal("one telemetry wrapped its own engine again")
 	}
-	if other := newRig(t).tel.Wrap(w); other == w || other.(*lockotel.Engine).Unwrap() != w {
-		t.Fatal("another Telemetry did not wrap the engine")
+	if other := newRig(t).tel.Wrap(w); other == w || other.(wrapper).Unwrap() != w {
+		t.Fatal("another telemetry did not wrap the engine")
 	}
 	_ = map[lockcore.Engine]bool{w: true} // comparable
 	if err := ow.Check(bounded(t)); err != nil {
 		t.Fatalf("Check of an engine without one: %v", err)
 	}
 	want := errors.New("not set up")
-	if err := r.tel.Wrap(&checked{Engine: fe, err: want}).(*lockotel.Engine).Check(bounded(t)); err != want {
+	if err := r.tel.Wrap(&checked{Engine: fe, err: want}).(wrapper).Check(bounded(t)); err != want {
 		t.Fatalf("Check = %v, want the wrapped engine's", err)
 	}
 
@@ -78,15 +83,15 @@ func TestWrap(t *testing.T) {
 	r.tel.Wrap(nil)
 }
 
-// TestOption: tel.Option wraps the engine of lock.FromEngine, leaving the
-// Locker's Check and Operator to the engine itself, and is refused on a
-// route.
-func TestOption(t *testing.T) {
+// TestObserve: lock.Observe wraps the engine of lock.FromEngine, leaving
+// the Locker's Check and Operator to the engine itself, and is refused on
+// a route.
+func TestObserve(t *testing.T) {
 	r := newRig(t)
 	want := errors.New("not set up")
 	base := &checked{Engine: new(locktest.Engine), err: want}
-	l := lock.FromEngine(base, r.tel.Option())
-	if e, ok := l.Engine().(*lockotel.Engine); !ok || e.Unwrap() != base {
+	l := lock.FromEngine(base, lock.Observe(r.tel))
+	if e, ok := l.Engine().(wrapper); !ok || e.Unwrap() != base {
 		t.Fatalf("the Locker's engine is a %T", l.Engine())
 	}
 	if err := l.Check(bounded(t)); err != want {
@@ -97,7 +102,7 @@ func TestOption(t *testing.T) {
 			t.Fatal("the option was accepted on a route")
 		}
 	}()
-	l.ByParam("productID", r.tel.Option())
+	l.ByParam("productID", lock.Observe(r.tel))
 }
 
 // operable is an engine that is also an Operator; its operations are not

@@ -1,0 +1,120 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
+)
+
+// watcher is an Observer that counts what it sees: acquisitions through
+// its wrappers, holds its Events were told ended.
+type watcher struct {
+	mu       sync.Mutex
+	acquired int
+	ended    int
+}
+
+func (w *watcher) Wrap(e lockcore.Engine) lockcore.Engine { return &watched{w: w, inner: e} }
+func (w *watcher) Events() lockcore.Events                { return w }
+
+func (w *watcher) Waiting(lockcore.Key, int)         {}
+func (w *watcher) Woken(lockcore.Key, lockcore.Wake) {}
+func (w *watcher) Renewed(lockcore.Key, error)       {}
+func (w *watcher) Ended(context.Context, lockcore.Key, time.Duration, time.Duration, error, error) {
+	w.mu.Lock()
+	w.ended++
+	w.mu.Unlock()
+}
+
+func (w *watcher) counts() (acquired, ended int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.acquired, w.ended
+}
+
+// watched is a watcher's wrapper: it says what it wraps and has no Check.
+type watched struct {
+	w     *watcher
+	inner lockcore.Engine
+}
+
+func (e *watched) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	e.w.mu.Lock()
+	e.w.acquired++
+	e.w.mu.Unlock()
+	return e.inner.Acquire(ctx, key, p)
+}
+
+func (e *watched) Unwrap() lockcore.Engine { return e.inner }
+
+// checkable is the in-memory engine with a Check method.
+type checkable struct {
+	*locktest.Engine
+	err error
+}
+
+func (c *checkable) Check(context.Context) error { return c.err }
+
+// TestObserveFromEngine: observers given to FromEngine wrap its engine in
+// the order given, the last outermost, and the Locker's Check reaches the
+// engine through wrappers that have no Check of their own.
+func TestObserveFromEngine(t *testing.T) {
+	a, b := new(watcher), new(watcher)
+	want := errors.New("not set up")
+	base := &checkable{Engine: new(locktest.Engine), err: want}
+	l := lock.FromEngine(base, lock.Observe(a), lock.Observe(b))
+	outer, ok := l.Engine().(*watched)
+	if !ok || outer.w != b {
+		t.Fatalf("the outermost engine is %T, want the last observer's wrapper", l.Engine())
+	}
+	inner, ok := outer.inner.(*watched)
+	if !ok || inner.w != a || inner.inner != lockcore.Engine(base) {
+		t.Fatalf("under the last wrapper: %T, want the first observer's wrapper of the engine", outer.inner)
+	}
+	if err := l.Check(context.Background()); err != want {
+		t.Fatalf("Check = %v, want the engine's", err)
+	}
+
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Observe(nil) did not panic")
+		}
+	}()
+	lock.Observe(nil)
+}
+
+// TestObserveNew: the Redis engine that New makes tells each observer's
+// Events of its holds, once per observer however often it was given, and
+// acquisitions go through every observer's wrapper.
+func TestObserveNew(t *testing.T) {
+	a, b := new(watcher), new(watcher)
+	l := lock.New(redistest.Mini(t).Client(t), lock.Prefix(redistest.Prefix(t)),
+		lock.Observe(a), lock.Observe(b), lock.Observe(a))
+	defer l.Close()
+	k, err := lockcore.NewKey("productID", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ls, err := l.Engine().Acquire(ctx, k, lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if acq, ended := a.counts(); acq != 2 || ended != 1 {
+		t.Errorf("observer given twice: %d acquisitions through its wrappers, %d holds ended, want 2 and 1", acq, ended)
+	}
+	if acq, ended := b.counts(); acq != 1 || ended != 1 {
+		t.Errorf("observer given once: %d acquisitions, %d holds ended, want 1 and 1", acq, ended)
+	}
+}
