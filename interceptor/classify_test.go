@@ -4,19 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
 
 	"github.com/routelock/lock/interceptor"
-	"github.com/routelock/lock/internal/chiroute"
-	"github.com/routelock/lock/keyfunc"
-	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/internal/classifytest"
 )
 
 // classifyAtom is one error the interceptors may be given: a sentinel of
@@ -27,51 +22,15 @@ type classifyAtom struct {
 	err  error
 }
 
-// keyError is the error of a key function described as desc whose
-// source fails with err.
-func keyError(desc string, err error) error {
-	f := keyfunc.Custom(keyfunc.Source{Name: "id", Desc: desc, HTTP: func(*http.Request) (string, error) { return "", err }})
-	_, _, kerr := f.HTTP(httptest.NewRequest(http.MethodGet, "/", nil))
-	return kerr
-}
-
-// notRouted is the error of Param for a request that no router has
-// matched.
-func notRouted() error {
-	_, _, err := keyfunc.Param("id").HTTP(httptest.NewRequest(http.MethodGet, "/", nil))
-	return err
-}
-
 // classifyAtoms are the errors TestCodeOfEveryError runs through Code and
 // Status, alone, wrapped, and joined in pairs.
-var classifyAtoms = []classifyAtom{
-	{"NotAcquired", lockcore.ErrNotAcquired},
-	{"WaitTimeout", lockcore.ErrWaitTimeout},
-	{"Busy", &lockcore.ContentionError{Key: "k", RetryAfter: 2500 * time.Millisecond}},
-	{"TimedOut", &lockcore.ContentionError{Key: "k", RetryAfter: 300 * time.Millisecond, TimedOut: true}},
-	{"NotOwner", lockcore.ErrNotOwner}, //lint:ignore SA1019 every sentinel is classified, the deprecated one too
-	{"LockLost", lockcore.ErrLockLost},
-	{"Revoked", lockcore.ErrRevoked},
-	{"Unavailable", lockcore.ErrUnavailable},
-	{"Misconfigured", lockcore.ErrMisconfigured},
-	{"InvalidKey", lockcore.ErrInvalidKey},
-	{"InvalidToken", lockcore.ErrInvalidToken},
-	{"Released", lockcore.ErrReleased},
-	{"Closed", lockcore.ErrClosed},
-	{"NotHeld", lockcore.ErrNotHeld},
-	{"Canceled", context.Canceled},
-	{"Deadline", context.DeadlineExceeded},
-	{"Skip", keyfunc.ErrSkip},
-	{"Missing", keyfunc.ErrMissing},
-	{"Invalid", lockcore.ErrInvalidKey}, // what an invalid value matches
-	{"TooLarge", keyfunc.ErrTooLarge},
-	{"KeyMissing", keyError("Param(id)", keyfunc.ErrMissing)},
-	{"KeyTooLarge", keyError("JSON(id)", keyfunc.ErrTooLarge)},
-	{"KeyNotRouted", notRouted()},
-	{"KeyCustom", keyError("Custom", errors.New("bad tenant"))},
-	{"NoRoute", chiroute.ErrNoRoute},
-	{"Other", errors.New("something else")},
-}
+var classifyAtoms = func() []classifyAtom {
+	var out []classifyAtom
+	for _, a := range classifytest.Atoms() {
+		out = append(out, classifyAtom{a.Name, a.Err})
+	}
+	return out
+}()
 
 // rpcAnswer is what Status answers for err: its code, its message and the
 // delay of its RetryInfo detail (- when there is none).

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/classifytest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -26,11 +27,11 @@ func TestStatus(t *testing.T) {
 		msg   string
 		retry time.Duration
 	}{
-		{keyError("Field(id)", keyfunc.ErrMissing), codes.InvalidArgument, "routelock: invalid lock key: Field(id): missing", 0},
-		{keyError("Metadata(x)", lockcore.ErrInvalidKey), codes.InvalidArgument, "routelock: invalid lock key: Metadata(x): invalid", 0},
+		{classifytest.KeyError("Field(id)", keyfunc.ErrMissing), codes.InvalidArgument, "routelock: invalid lock key: Field(id): missing", 0},
+		{classifytest.KeyError("Metadata(x)", lockcore.ErrInvalidKey), codes.InvalidArgument, "routelock: invalid lock key: Metadata(x): invalid", 0},
 		{fmt.Errorf("%w: too many parts", lockcore.ErrInvalidKey), codes.InvalidArgument, "routelock: invalid lock key", 0},
 		{fmt.Errorf("%w: short", lockcore.ErrInvalidToken), codes.InvalidArgument, "routelock: invalid routelock-token metadata", 0},
-		{keyError("Field(id)", keyfunc.ErrSkip), codes.Internal, "routelock: lock key: Field(id): invalid", 0},
+		{classifytest.KeyError("Field(id)", keyfunc.ErrSkip), codes.Internal, "routelock: lock key: Field(id): invalid", 0},
 		{&lockcore.ContentionError{Key: "k", RetryAfter: 1500 * time.Millisecond}, codes.Aborted, "routelock: resource busy, retry later", 1500 * time.Millisecond},
 		{&lockcore.ContentionError{Key: "k"}, codes.Aborted, "routelock: resource busy, retry later", 0},
 		{errors.Join(&lockcore.ContentionError{Key: "k"}, context.Canceled), codes.Canceled, "routelock: call cancelled while waiting for the lock", 0},

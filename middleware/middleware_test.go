@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/classifytest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -26,12 +27,12 @@ func TestStatus(t *testing.T) {
 		status     int
 		retryAfter string
 	}{
-		{keyError("Param(id)", keyfunc.ErrMissing), 400, ""},
-		{keyError("Header(X)", lockcore.ErrInvalidKey), 400, ""},
+		{classifytest.KeyError("Param(id)", keyfunc.ErrMissing), 400, ""},
+		{classifytest.KeyError("Header(X)", lockcore.ErrInvalidKey), 400, ""},
 		{fmt.Errorf("%w: too many parts", lockcore.ErrInvalidKey), 400, ""},
 		{fmt.Errorf("%w: short", lockcore.ErrInvalidToken), 400, ""},
-		{keyError("JSON(a)", keyfunc.ErrTooLarge), 413, ""},
-		{notRouted(), 500, ""},
+		{classifytest.KeyError("JSON(a)", keyfunc.ErrTooLarge), 413, ""},
+		{classifytest.NotRouted(), 500, ""},
 		{&lockcore.ContentionError{Key: "k", RetryAfter: 300 * time.Millisecond}, 409, "1"},
 		{ctxErr, 409, "3"},
 		{fmt.Errorf("%w: dial tcp 127.0.0.1:6379: refused", lockcore.ErrUnavailable), 503, ""},
