@@ -26,12 +26,13 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
 )
 
 // madeUp is a token no hold was ever given: any caller can send it.
@@ -118,7 +119,7 @@ type shopPair struct {
 }
 
 func newShopPair(t *testing.T, addr, prefix string, g *gate) *shopPair {
-	hl := lock.New(defaultClient(t, addr), lock.Prefix(prefix))
+	hl := lock.NewRedis(defaultClient(t, addr), redisengine.Options{Prefix: prefix})
 	t.Cleanup(func() { hl.Close() })
 	r := chi.NewRouter()
 	r.Use(hl.ByParam("productID"))
@@ -129,15 +130,15 @@ func newShopPair(t *testing.T, addr, prefix string, g *gate) *shopPair {
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 
-	gl := lock.New(defaultClient(t, addr), lock.Prefix(prefix))
+	gl := lock.NewRedis(defaultClient(t, addr), redisengine.Options{Prefix: prefix})
 	t.Cleanup(func() { gl.Close() })
 	gaddr := serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		md, _ := metadata.FromIncomingContext(ctx)
 		seq, _ := strconv.Atoi(md.Get("x-seq")[0])
 		g.run(ctx, seq)
 		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(gl,
-		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID")))))
+	}}, grpc.ChainUnaryInterceptor(unaryServer(gl,
+		interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID")))))
 	// Cleanups run last first: the handlers are let go before the servers
 	// wait for them.
 	t.Cleanup(func() { close(g.done) })
@@ -234,11 +235,11 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 	b := redistest.Best(t)
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
-	holder := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix))
+	holder := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix})
 	defer holder.Close()
 
 	// An expired hold: its key vanished from Redis, and the lease knew.
-	old, err := holder.Engine().Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{TTL: 200 * time.Millisecond})
+	old, err := holder.Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast, TTL: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,12 +251,12 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the vanished hold was not declared lost")
 	}
-	live42, err := holder.Engine().Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{})
+	live42, err := holder.Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live42.Release(ctx)
-	live7, err := holder.Engine().Acquire(ctx, key(t, "productID", "7"), lockcore.Policy{})
+	live7, err := holder.Acquire(ctx, key(t, "productID", "7"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +266,7 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 	}
 
 	var ran atomic.Int32
-	l := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix), lock.FailFast())
+	l := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 	defer l.Close()
 	r := chi.NewRouter()
 	r.Use(l.ByParam("productID"))
@@ -282,8 +283,8 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 		tok, _ := lockcore.TokenFrom(ctx)
 		seen <- tok
 		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"))))))
+	}}, grpc.ChainUnaryInterceptor(unaryServer(l,
+		interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"))))))
 	hc := httpClient(t, nil)
 
 	for _, c := range []struct {
@@ -336,10 +337,10 @@ func TestChainReentersEveryLock(t *testing.T) {
 		counts [2]int
 	}
 	cView := make(chan view, 1)
-	cl := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix))
+	cl := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix})
 	defer cl.Close()
 	cr := chi.NewRouter()
-	cr.With(cl.By(keyfunc.Header("X-User-ID"), lock.Name("userID")), cl.ByParam("productID")).
+	cr.With(cl.By(keyfunc.Header("X-User-ID").As("userID")), cl.ByParam("productID")).
 		Post("/products/{productID}/ship", func(w http.ResponseWriter, r *http.Request) {
 			var v view
 			for i, k := range []lockcore.Key{product, user} {
@@ -359,9 +360,9 @@ func TestChainReentersEveryLock(t *testing.T) {
 	defer c.Close()
 
 	var bFence atomic.Int64
-	bl := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix))
+	bl := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix})
 	defer bl.Close()
-	hc := httpClient(t, bl.Transport(nil))
+	hc := httpClient(t, middleware.Transport(nil))
 	baddr := serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		f, _ := lock.FencingToken(ctx)
 		bFence.Store(f)
@@ -373,12 +374,12 @@ func TestChainReentersEveryLock(t *testing.T) {
 			return nil, status.Errorf(codes.FailedPrecondition, "C answered %d", code)
 		}
 		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(bl,
-		grpclock.Method(shop.Reserve, interceptor.Metadata("x-user-id"), lock.Name("userID")))))
-	cc := dial(t, baddr, grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
+	}}, grpc.ChainUnaryInterceptor(unaryServer(bl,
+		interceptor.Method(shop.Reserve, interceptor.Metadata("x-user-id").As("userID")))))
+	cc := dial(t, baddr, grpc.WithChainUnaryInterceptor(interceptor.UnaryClient()))
 
 	var aFence atomic.Int64
-	al := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix))
+	al := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix})
 	defer al.Close()
 	ar := chi.NewRouter()
 	ar.Use(al.ByParam("productID"))
@@ -427,28 +428,28 @@ func TestHostileTokens(t *testing.T) {
 	log.SetOutput(&logs)
 	defer log.SetOutput(os.Stderr)
 
-	holder := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix))
+	holder := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix})
 	defer holder.Close()
-	old, err := holder.Engine().Acquire(ctx, key(t, "productID", "41"), lockcore.Policy{})
+	old, err := holder.Acquire(ctx, key(t, "productID", "41"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := old.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	held, err := holder.Engine().Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{})
+	held, err := holder.Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Release(ctx)
-	other, err := holder.Engine().Acquire(ctx, key(t, "productID", "7"), lockcore.Policy{})
+	other, err := holder.Acquire(ctx, key(t, "productID", "7"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Release(ctx)
 
 	var ran atomic.Int32
-	l := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix), lock.FailFast())
+	l := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 	defer l.Close()
 	r := chi.NewRouter()
 	r.Use(l.ByParam("productID"))
@@ -458,8 +459,8 @@ func TestHostileTokens(t *testing.T) {
 	cc := dial(t, serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		ran.Add(1)
 		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"))))))
+	}}, grpc.ChainUnaryInterceptor(unaryServer(l,
+		interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"))))))
 	hc := httpClient(t, nil)
 
 	const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"

@@ -26,12 +26,12 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 const testBound = 5 * time.Second
@@ -58,7 +58,7 @@ func printings(ctx context.Context) map[string]string {
 func TestPrintedContextLeaksNoToken(t *testing.T) {
 	b := redistest.Mini(t)
 	prefix := redistest.Prefix(t)
-	l := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix))
+	l := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix})
 	defer l.Close()
 
 	type seen struct {
@@ -97,8 +97,8 @@ func TestPrintedContextLeaksNoToken(t *testing.T) {
 		},
 	}
 	cc := dial(t, serveGRPC(t, gsrv,
-		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, interceptor.Field("product_id")))),
-		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l, grpclock.Method(shop.Restock, interceptor.Field("product_id"))))))
+		grpc.ChainUnaryInterceptor(unaryServer(l, interceptor.Method(shop.Reserve, interceptor.Field("product_id")))),
+		grpc.ChainStreamInterceptor(streamServer(l, interceptor.Method(shop.Restock, interceptor.Field("product_id"))))))
 	ctx, cancel := context.WithTimeout(context.Background(), testBound)
 	defer cancel()
 	if _, err := reserve(ctx, cc, 42); err != nil {
@@ -141,7 +141,7 @@ func TestPrintedContextLeaksNoToken(t *testing.T) {
 //     with lock.FromEngine on the same engine (an HTTP route called in
 //     process);
 //   - a nested unary gRPC call on the same key, with the owner tokens
-//     propagated by grpclock.UnaryClientInterceptor, re-enters;
+//     propagated by interceptor.UnaryClient, re-enters;
 //   - when the lease is lost (its key deleted behind the holder's back),
 //     the handler's context and the one derived before the lock are
 //     cancelled with cause ErrLockLost.
@@ -149,9 +149,9 @@ func TestStreamReentryAndLoss(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		rdb := defaultClient(t, b.Addr)
-		l := lock.New(rdb, lock.Prefix(prefix), lock.TTL(300*time.Millisecond))
+		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix}, lock.Defaults(lock.TTL(300*time.Millisecond)))
 		defer l.Close()
-		other := lock.FromEngine(l.Engine(), lock.FailFast())
+		other := lock.FromEngine(l, lock.Defaults(lock.FailFast()))
 		k := key(t, "product_id", "42")
 
 		var unaryFence atomic.Int64
@@ -196,7 +196,7 @@ func TestStreamReentryAndLoss(t *testing.T) {
 				// In memory, through the Locker's own engine.
 				dctx, cancelD := context.WithTimeout(ss.Context(), testBound)
 				defer cancelD()
-				inner, err := l.Engine().Acquire(dctx, k, lockcore.Policy{})
+				inner, err := l.Acquire(dctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 				switch {
 				case err != nil:
 					p = append(p, "engine re-entry from a derived context: "+err.Error())
@@ -215,7 +215,7 @@ func TestStreamReentryAndLoss(t *testing.T) {
 				}
 				// A nested unary call, tokens propagated.
 				ncc, err := grpc.NewClient(selfAddr.Load().(string), grpc.WithTransportCredentials(insecure.NewCredentials()),
-					grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
+					grpc.WithChainUnaryInterceptor(interceptor.UnaryClient()))
 				if err != nil {
 					p = append(p, err.Error())
 				} else {
@@ -237,7 +237,7 @@ func TestStreamReentryAndLoss(t *testing.T) {
 				for name, c := range map[string]context.Context{"handler's": ss.Context(), "derived before the lock": pre} {
 					select {
 					case <-c.Done():
-						if cause := context.Cause(c); !errors.Is(cause, lock.ErrLockLost) {
+						if cause := context.Cause(c); !errors.Is(cause, lockcore.ErrLockLost) {
 							p = append(p, fmt.Sprintf("%s context cancelled with cause %v, want ErrLockLost", name, cause))
 						}
 					case <-time.After(testBound):
@@ -248,8 +248,8 @@ func TestStreamReentryAndLoss(t *testing.T) {
 			},
 		}
 		addr := serveGRPC(t, gsrv,
-			grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.FailFast()))),
-			grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l, grpclock.Method(shop.Restock, interceptor.Field("product_id"), lock.FailFast()))))
+			grpc.ChainUnaryInterceptor(unaryServer(l, interceptor.Method(shop.Reserve, interceptor.Field("product_id"), lock.FailFast()))),
+			grpc.ChainStreamInterceptor(streamServer(l, interceptor.Method(shop.Restock, interceptor.Field("product_id"), lock.FailFast()))))
 		selfAddr.Store(addr)
 		cc := dial(t, addr)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*testBound)
@@ -292,7 +292,7 @@ func TestOOMKeepsHeldLocks(t *testing.T) {
 	rdb := defaultClient(t, srv.Addr)
 	admin := defaultClient(t, srv.Addr)
 	const ttl = 300 * time.Millisecond
-	l := lock.New(rdb, lock.Prefix(prefix), lock.TTL(ttl), lock.FailFast())
+	l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix}, lock.Defaults(lock.TTL(ttl), lock.FailFast()))
 	defer l.Close()
 
 	ctx := context.Background()
@@ -383,10 +383,10 @@ func TestOOMKeepsHeldLocks(t *testing.T) {
 func TestSameEngineReentryAcrossLockers(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		a := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix), lock.FailFast())
+		a := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 		defer a.Close()
-		same := lock.FromEngine(a.Engine(), lock.FailFast())
-		c := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix), lock.FailFast())
+		same := lock.FromEngine(a, lock.Defaults(lock.FailFast()))
+		c := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 		defer c.Close()
 		k := key(t, "productID", "42")
 
@@ -429,7 +429,7 @@ func TestSameEngineReentryAcrossLockers(t *testing.T) {
 			return n
 		}
 		if viaSame.code != http.StatusOK || viaSame.fence != outerFence || count(viaSame.holders) != 1 {
-			t.Errorf("FromEngine(a.Engine()) nested: %d fence %s (outer %s), entries %v: want 200, same fence, one entry (in memory)",
+			t.Errorf("FromEngine(a) nested: %d fence %s (outer %s), entries %v: want 200, same fence, one entry (in memory)",
 				viaSame.code, viaSame.fence, outerFence, viaSame.holders)
 		}
 		if viaOther.code != http.StatusOK || viaOther.fence != outerFence || count(viaOther.holders) != 2 {
@@ -442,19 +442,14 @@ func TestSameEngineReentryAcrossLockers(t *testing.T) {
 	})
 }
 
-// TestGRPCOptionsFromLockerDefaults: grpclock applies the Locker's
-// options as the defaults of its methods: OnRPCError and FailFast given to
-// lock.New shape a refused call of a method that names neither; a Method's
-// own OnRPCError and Wait override them.
-func TestGRPCOptionsFromLockerDefaults(t *testing.T) {
+// TestGRPCDefaultsAndOverrides: the Locker's Defaults (FailFast) and the
+// server's Config.OnError shape a refused call of a method that names
+// neither; a rule's own OnError and Wait override them.
+func TestGRPCDefaultsAndOverrides(t *testing.T) {
 	b := redistest.Mini(t)
 	prefix := redistest.Prefix(t)
 	var lockerErr, methodErr atomic.Int32
-	l := lock.New(defaultClient(t, b.Addr), lock.Prefix(prefix), lock.FailFast(),
-		grpclock.OnRPCError(func(ctx context.Context, m string, err error) error {
-			lockerErr.Add(1)
-			return status.Error(codes.ResourceExhausted, "locker default")
-		}))
+	l := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 	defer l.Close()
 	gsrv := &shop.Server{
 		Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
@@ -464,14 +459,19 @@ func TestGRPCOptionsFromLockerDefaults(t *testing.T) {
 			return shop.New("CreateOrderReply"), nil
 		},
 	}
-	cc := dial(t, serveGRPC(t, gsrv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-		grpclock.Method(shop.Reserve, interceptor.Field("product_id")),
-		grpclock.Method(shop.Create, interceptor.Field("order.product_id").As("product_id"), lock.Wait(200*time.Millisecond),
-			grpclock.OnRPCError(func(ctx context.Context, m string, err error) error {
-				methodErr.Add(1)
-				return status.Error(codes.FailedPrecondition, "method's own")
-			}))))))
-	held, err := l.Engine().Acquire(context.Background(), key(t, "product_id", "42"), lockcore.Policy{})
+	create := interceptor.Method(shop.Create, interceptor.Field("order.product_id").As("product_id"), lock.Wait(200*time.Millisecond))
+	create.OnError = func(ctx context.Context, m string, err error) error {
+		methodErr.Add(1)
+		return status.Error(codes.FailedPrecondition, "method's own")
+	}
+	cc := dial(t, serveGRPC(t, gsrv, grpc.ChainUnaryInterceptor(interceptor.UnaryServer(l, interceptor.Config{
+		Rules: []interceptor.Rule{interceptor.Method(shop.Reserve, interceptor.Field("product_id")), create},
+		OnError: func(ctx context.Context, m string, err error) error {
+			lockerErr.Add(1)
+			return status.Error(codes.ResourceExhausted, "server default")
+		},
+	}))))
+	held, err := l.Acquire(context.Background(), key(t, "product_id", "42"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +481,7 @@ func TestGRPCOptionsFromLockerDefaults(t *testing.T) {
 	start := time.Now()
 	_, err = reserve(ctx, cc, 42)
 	if status.Code(err) != codes.ResourceExhausted || lockerErr.Load() != 1 {
-		t.Errorf("Reserve on a held key: %v (locker's OnRPCError ran %d times), want the Locker's OnRPCError", err, lockerErr.Load())
+		t.Errorf("Reserve on a held key: %v (Config.OnError ran %d times), want the server's OnError", err, lockerErr.Load())
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("Reserve took %v: the Locker's FailFast was not applied", d)
@@ -489,7 +489,7 @@ func TestGRPCOptionsFromLockerDefaults(t *testing.T) {
 	start = time.Now()
 	err = cc.Invoke(ctx, shop.Create, shop.Set(shop.New("CreateOrderRequest"), "order", shop.Set(shop.New("Order"), "user_id", "u", "product_id", int64(42))), shop.New("CreateOrderReply"))
 	if status.Code(err) != codes.FailedPrecondition || methodErr.Load() != 1 {
-		t.Errorf("Create on a held key: %v, want the Method's own OnRPCError", err)
+		t.Errorf("Create on a held key: %v, want the rule's own OnError", err)
 	}
 	if d := time.Since(start); d < 150*time.Millisecond {
 		t.Errorf("Create refused after %v: the Method's Wait(200ms) did not override the Locker's FailFast", d)

@@ -36,7 +36,7 @@ func TestReleaseTimeoutBoundsResponse(t *testing.T) {
 		p := faultproxy.Start(t, b.Addr)
 		rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
 		t.Cleanup(func() { _ = rdb.Close() })
-		locker := lock.New(rdb, lock.RedisOptions(redisengine.Options{ReleaseTimeout: releaseTimeout}), lock.Prefix(redistest.Prefix(t)))
+		locker := lock.NewRedis(rdb, redisengine.Options{ReleaseTimeout: releaseTimeout, Prefix: redistest.Prefix(t)})
 		entered, finish := make(chan struct{}), make(chan struct{})
 		r := chi.NewRouter()
 		r.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
@@ -140,12 +140,18 @@ func TestBoundsWithRedisDown(t *testing.T) {
 	const timeout, releaseTimeout = 500 * time.Millisecond, 500 * time.Millisecond
 	for _, cl := range downClients {
 		t.Run(cl.name, func(t *testing.T) {
-			// locker returns a Locker with opts and the test's prefix whose
-			// client reaches b through a proxy, and the proxy.
-			locker := func(t *testing.T, opts ...lock.Option) (*lock.Locker, *faultproxy.Proxy) {
+			// locker returns a Locker on a Redis engine with the options of
+			// o, if given, and the test's prefix, whose client reaches b
+			// through a proxy, and the proxy.
+			locker := func(t *testing.T, o ...redisengine.Options) (*lock.Locker, *faultproxy.Proxy) {
 				p := faultproxy.Start(t, b.Addr)
 				rdb := redis.NewClient(cl.opt(p.Addr))
-				l := lock.New(rdb, append(opts, lock.Prefix(redistest.Prefix(t)))...)
+				var opt redisengine.Options
+				if len(o) > 0 {
+					opt = o[0]
+				}
+				opt.Prefix = redistest.Prefix(t)
+				l := lock.NewRedis(rdb, opt)
 				t.Cleanup(func() {
 					_ = l.Close()
 					_ = rdb.Close()
@@ -153,10 +159,10 @@ func TestBoundsWithRedisDown(t *testing.T) {
 				t.Cleanup(p.Close)
 				return l, p
 			}
-			engineOpts := lock.RedisOptions(redisengine.Options{Timeout: timeout, ReleaseTimeout: releaseTimeout})
+			engineOpts := redisengine.Options{Timeout: timeout, ReleaseTimeout: releaseTimeout}
 			unavailable := func(t *testing.T, what string, err error) {
 				t.Helper()
-				if !errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
+				if !errors.Is(err, lockcore.ErrUnavailable) || errors.Is(err, lockcore.ErrNotAcquired) {
 					t.Errorf("%s with Redis down: %v; want ErrUnavailable, not ErrNotAcquired", what, err)
 				}
 			}
@@ -169,7 +175,7 @@ func TestBoundsWithRedisDown(t *testing.T) {
 				l, p := locker(t, engineOpts)
 				down(t, p)
 				_, err := within(t, "Acquire", timeout+downSlack, func() error {
-					_, err := l.Engine().Acquire(context.Background(), key, lockcore.Policy{})
+					_, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
 					return err
 				})
 				unavailable(t, "fail-fast Acquire", err)
@@ -184,7 +190,7 @@ func TestBoundsWithRedisDown(t *testing.T) {
 				_, err := within(t, "Acquire", deadline+downSlack, func() error {
 					ctx, cancel := context.WithTimeout(context.Background(), deadline)
 					defer cancel()
-					_, err := l.Engine().Acquire(ctx, key, lockcore.Policy{Wait: 5 * time.Second})
+					_, err := l.Acquire(ctx, key, lockcore.Policy{Wait: 5 * time.Second})
 					return err
 				})
 				unavailable(t, "Acquire with a deadline", err)
@@ -195,7 +201,7 @@ func TestBoundsWithRedisDown(t *testing.T) {
 			t.Run("release", func(t *testing.T) {
 				l, p := locker(t, engineOpts)
 				ctx := context.Background()
-				ls, err := l.Engine().Acquire(ctx, key, lockcore.Policy{})
+				ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -210,8 +216,8 @@ func TestBoundsWithRedisDown(t *testing.T) {
 				unavailable(t, "Check", err)
 			})
 			t.Run("http", func(t *testing.T) {
-				l, p := locker(t) // the README's: lock.New's defaults
-				bound := l.Engine().(*redisengine.Engine).Options().Timeout + downSlack
+				l, p := locker(t)                // the README's: lock.New's defaults
+				bound := time.Second + downSlack // redisengine.Options.Timeout's default
 				r := chi.NewRouter()
 				r.With(l.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 					t.Error("the handler ran with Redis down")

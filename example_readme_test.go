@@ -64,7 +64,7 @@ func buy(w http.ResponseWriter, r *http.Request) {
 	fence, _ := lock.FencingToken(r.Context()) // pass it to the store you write
 	// … read, change and write product {productID}; nested calls made with
 	// r.Context() through an http.Client whose Transport is
-	// lock.Transport(nil) re-enter this lock.
+	// middleware.Transport(nil) re-enter this lock.
 	fmt.Fprintln(w, "bought", chi.URLParam(r, "productID"), "with fence", fence > 0)
 }
 

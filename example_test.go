@@ -14,6 +14,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/middleware"
 )
 
 func get(c *http.Client, method, url string) string {
@@ -137,7 +138,7 @@ func ExampleLocker_By() {
 // A handler that holds productID:42 calls another service that locks
 // productID:42 too. The client's Transport carries the owner token, so the
 // nested call re-enters the lock instead of waiting for it.
-func ExampleLocker_Transport() {
+func ExampleTransport() {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		panic(err)
@@ -145,7 +146,7 @@ func ExampleLocker_Transport() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	locker := lock.New(rdb, lock.Wait(time.Second))
+	locker := lock.New(rdb, lock.Defaults(lock.Wait(time.Second)))
 	defer locker.Close()
 
 	inventory := chi.NewRouter()
@@ -155,7 +156,7 @@ func ExampleLocker_Transport() {
 	inv := httptest.NewServer(inventory)
 	defer inv.Close()
 
-	client := &http.Client{Transport: locker.Transport(http.DefaultTransport)}
+	client := &http.Client{Transport: middleware.Transport(http.DefaultTransport)}
 	shop := chi.NewRouter()
 	shop.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		req, _ := http.NewRequestWithContext(r.Context(), "POST", inv.URL+"/products/42/reserve", nil)

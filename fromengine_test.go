@@ -4,18 +4,22 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
-	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
 )
 
 // recording is the in-memory engine that writes down the Policy of every
@@ -35,15 +39,15 @@ func (r *recording) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Po
 
 // TestFromEngine checks the promise of lock.FromEngine: a Locker on any
 // engine gets the Locker's options (here fail fast) on its routes, its
-// nested calls re-enter through lock.Transport, its Close leaves the engine
-// alone, and the Redis engine's own options are refused there.
+// nested calls re-enter through middleware.Transport, and its Close leaves the
+// engine alone.
 func TestFromEngine(t *testing.T) {
 	e := &recording{Engine: new(locktest.Engine)}
-	locker := lock.FromEngine(e, lock.FailFast(), lock.TTL(time.Minute))
-	if locker.Engine() != lockcore.Engine(e) {
+	locker := lock.FromEngine(e, lock.Defaults(lock.FailFast(), lock.TTL(time.Minute)))
+	if locker.Wrapped() != lockcore.Engine(e) {
 		t.Fatal("Engine() is not the engine given")
 	}
-	hc := &http.Client{Transport: lock.Transport(nil), Timeout: 10 * time.Second}
+	hc := &http.Client{Transport: middleware.Transport(nil), Timeout: 10 * time.Second}
 	var srvURL atomic.Value
 	var nested atomic.Int32
 	r := chi.NewRouter()
@@ -70,12 +74,12 @@ func TestFromEngine(t *testing.T) {
 	e.mu.Lock()
 	calls := e.policies
 	e.mu.Unlock()
-	if len(calls) != 2 || calls[0] != (lockcore.Policy{TTL: time.Minute}) {
+	if len(calls) != 2 || calls[0] != (lockcore.Policy{Wait: lockcore.FailFast, TTL: time.Minute}) {
 		t.Fatalf("engine calls %+v, want two with the Locker's fail-fast policy and TTL", calls)
 	}
 
 	key, _ := lockcore.NewKey("productID", "42")
-	held, err := e.Acquire(ctx, key, lockcore.Policy{})
+	held, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,18 +94,52 @@ func TestFromEngine(t *testing.T) {
 	}
 	_ = held.Release(ctx)
 
-	for name, opt := range map[string]lock.Option{
-		"Prefix":       lock.Prefix("x:"),
-		"RedisOptions": lock.RedisOptions(redisengine.Options{}),
-	} {
-		func() {
-			defer func() {
-				r := recover()
-				if s, _ := r.(string); !strings.Contains(s, name) {
-					t.Errorf("FromEngine with %s: panic %v, want one naming it", name, r)
-				}
-			}()
-			lock.FromEngine(e, opt)
-		}()
+}
+
+// TestPolicyCrossesUnchanged: the Policy a route or gRPC method is given
+// (lock.Wait, lock.TTL) is the Policy the engine's Acquire receives: one
+// shape from the option to the engine, with only the zero fields filled in
+// from the Locker's Defaults, and Route set for gRPC (the method) and for
+// an engine that records routes.
+func TestPolicyCrossesUnchanged(t *testing.T) {
+	e := &recording{Engine: new(locktest.Engine)}
+	locker := lock.FromEngine(e, lock.Defaults(lock.TTL(30*time.Second)))
+	plain := lock.FromEngine(e)
+
+	r := chi.NewRouter()
+	r.With(plain.ByParam("productID", lock.Wait(2*time.Second))).Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {})
+	r.With(locker.ByParam("productID", lock.Wait(2*time.Second))).Post("/products/{productID}/refund", func(http.ResponseWriter, *http.Request) {})
+	r.With(locker.ByParam("productID", lock.FailFast(), lock.TTL(time.Minute))).Post("/products/{productID}/reserve", func(http.ResponseWriter, *http.Request) {})
+	r.With(locker.ByParam("productID", lock.Wait(time.Second), lock.Wait(3*time.Second))).Post("/products/{productID}/hold", func(http.ResponseWriter, *http.Request) {})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for _, path := range []string{"buy", "refund", "reserve", "hold"} {
+		if code, err := post(context.Background(), hc, srv.URL+"/products/42/"+path); err != nil || code != http.StatusOK {
+			t.Fatalf("POST %s: %d %v", path, code, err)
+		}
+	}
+
+	gsrv := &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+		return shop.New("ReserveReply"), nil
+	}}
+	cc := dial(t, serveGRPC(t, gsrv, grpc.ChainUnaryInterceptor(unaryServer(locker,
+		interceptor.Method(shop.Reserve, interceptor.Field("product_id"), lock.Wait(2*time.Second))))))
+	if _, err := reserve(context.Background(), cc, 42); err != nil {
+		t.Fatal(err)
+	}
+
+	want := []lockcore.Policy{
+		{Wait: 2 * time.Second},
+		{Wait: 2 * time.Second, TTL: 30 * time.Second},
+		{Wait: lockcore.FailFast, TTL: time.Minute},
+		{Wait: 3 * time.Second, TTL: 30 * time.Second},
+		{Wait: 2 * time.Second, TTL: 30 * time.Second, Route: shop.Reserve},
+	}
+	e.mu.Lock()
+	got := slices.Clone(e.policies)
+	e.mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Fatalf("the engine received\n%+v\nwant\n%+v", got, want)
 	}
 }

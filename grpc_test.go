@@ -24,17 +24,27 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
 )
 
 // serveGRPC serves srv on a loopback port with opts and returns the
 // address.
+// unaryServer is interceptor.UnaryServer with rules and nothing else set.
+func unaryServer(e lockcore.Engine, rules ...interceptor.Rule) grpc.UnaryServerInterceptor {
+	return interceptor.UnaryServer(e, interceptor.Config{Rules: rules})
+}
+
+// streamServer is interceptor.StreamServer with rules and nothing else set.
+func streamServer(e lockcore.Engine, rules ...interceptor.Rule) grpc.StreamServerInterceptor {
+	return interceptor.StreamServer(e, interceptor.Config{Rules: rules})
+}
+
 func serveGRPC(t *testing.T, srv *shop.Server, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -108,7 +118,7 @@ func grpcSeckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 	var rdb *redis.Client
 	for range 3 {
 		rdb = client(t, addr)
-		l := lock.New(rdb, lock.Prefix(prefix))
+		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
 		t.Cleanup(func() { l.Close() })
 		rc := rdb
 		srv := &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
@@ -128,8 +138,8 @@ func grpcSeckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 		}}
 		var opts []grpc.ServerOption
 		if locked {
-			opts = append(opts, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-				grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Wait(30*time.Second)))))
+			opts = append(opts, grpc.ChainUnaryInterceptor(unaryServer(l,
+				interceptor.Method(shop.Reserve, interceptor.Field("product_id"), lock.Wait(30*time.Second)))))
 		}
 		addrs = append(addrs, serveGRPC(t, srv, opts...))
 	}
@@ -182,9 +192,9 @@ type grpcShop struct {
 	release chan struct{}
 }
 
-func newGRPCShop(t *testing.T, addr, prefix string, rule grpclock.MethodRule, opts ...lock.Option) *grpcShop {
+func newGRPCShop(t *testing.T, addr, prefix string, rule interceptor.Rule, opts ...lock.Option) *grpcShop {
 	g := &grpcShop{rdb: client(t, addr), entered: make(chan struct{}, 16)}
-	g.locker = lock.New(g.rdb, append([]lock.Option{lock.Prefix(prefix)}, opts...)...)
+	g.locker = lock.NewRedis(g.rdb, redisengine.Options{Prefix: prefix}, opts...)
 	t.Cleanup(func() { g.locker.Close() })
 	srv := &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		g.ran.Add(1)
@@ -199,7 +209,7 @@ func newGRPCShop(t *testing.T, addr, prefix string, rule grpclock.MethodRule, op
 		fence, _ := lock.FencingToken(ctx)
 		return shop.Set(shop.New("ReserveReply"), "fence", fence), nil
 	}}
-	g.addr = serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(g.locker, rule)))
+	g.addr = serveGRPC(t, srv, grpc.ChainUnaryInterceptor(unaryServer(g.locker, rule)))
 	return g
 }
 
@@ -209,10 +219,10 @@ func newGRPCShop(t *testing.T, addr, prefix string, rule grpclock.MethodRule, op
 func TestGRPCContention(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		holder := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID")))
+		holder := newGRPCShop(t, b.Addr, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID")))
 		holder.release = make(chan struct{})
-		fast := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"), lock.FailFast()))
-		blocking := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"), lock.Wait(20*time.Second)))
+		fast := newGRPCShop(t, b.Addr, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.FailFast()))
+		blocking := newGRPCShop(t, b.Addr, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.Wait(20*time.Second)))
 		ctx := context.Background()
 
 		held := make(chan error, 1)
@@ -263,7 +273,7 @@ func TestGRPCContention(t *testing.T) {
 		holder.release = make(chan struct{})
 		go func() { _, err := reserve(ctx, dial(t, holder.addr), 42); held <- err }()
 		<-holder.entered
-		short := newGRPCShop(t, b.Addr, prefix, grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"), lock.Wait(50*time.Millisecond)))
+		short := newGRPCShop(t, b.Addr, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.Wait(50*time.Millisecond)))
 		_, err = reserve(ctx, dial(t, short.addr), 42)
 		wantCode(t, err, codes.Aborted)
 		close(holder.release)
@@ -280,7 +290,7 @@ func TestGRPCBadKey(t *testing.T) {
 		prefix := redistest.Prefix(t)
 		var ran atomic.Int32
 		rdb := client(t, b.Addr)
-		l := lock.New(rdb, lock.Prefix(prefix))
+		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
 		defer l.Close()
 		srv := &shop.Server{
 			Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
@@ -292,9 +302,9 @@ func TestGRPCBadKey(t *testing.T) {
 				return shop.New("CreateOrderReply"), nil
 			},
 		}
-		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-			grpclock.Method(shop.Reserve, interceptor.Field("product_id")),
-			grpclock.Method(shop.Create, interceptor.Field("order.user_id"), lock.FailFast()),
+		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(unaryServer(l,
+			interceptor.Method(shop.Reserve, interceptor.Field("product_id")),
+			interceptor.Method(shop.Create, interceptor.Field("order.user_id"), lock.FailFast()),
 		))))
 		ctx := context.Background()
 
@@ -341,7 +351,7 @@ func TestGRPCBadKey(t *testing.T) {
 func TestGRPCRedisDown(t *testing.T) {
 	redistest.Own(t, func(t *testing.T, addr string, stop func()) {
 		var ran atomic.Int32
-		l := lock.New(client(t, addr), lock.Prefix(redistest.Prefix(t)))
+		l := lock.NewRedis(client(t, addr), redisengine.Options{Prefix: redistest.Prefix(t)})
 		defer l.Close()
 		srv := &shop.Server{
 			Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
@@ -352,8 +362,8 @@ func TestGRPCRedisDown(t *testing.T) {
 				return shop.New("CreateOrderReply"), nil
 			},
 		}
-		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-			grpclock.Method(shop.Reserve, interceptor.Field("product_id"))))))
+		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(unaryServer(l,
+			interceptor.Method(shop.Reserve, interceptor.Field("product_id"))))))
 		ctx := context.Background()
 		if _, err := reserve(ctx, cc, 42); err != nil || ran.Load() != 1 {
 			t.Fatalf("with Redis up: %v", err)
@@ -392,7 +402,7 @@ func TestCrossProtocolReentry(t *testing.T) {
 			r.Post("/products/{productID}/audit", func(w http.ResponseWriter, r *http.Request) {
 				f, _ := lock.FencingToken(r.Context())
 				cFence.Store(f)
-				info, err := a.locker.Engine().(*redisengine.Engine).Inspect(r.Context(), k)
+				info, err := a.locker.Operator().Inspect(r.Context(), k)
 				if err != nil {
 					http.Error(w, err.Error(), 500)
 					return
@@ -405,9 +415,9 @@ func TestCrossProtocolReentry(t *testing.T) {
 		// Service B: gRPC, calls C with the token.
 		for _, propagate := range []bool{true, false} {
 			t.Run(fmt.Sprintf("propagate=%v", propagate), func(t *testing.T) {
-				bLocker := lock.New(client(t, b.Addr), lock.Prefix(prefix))
+				bLocker := lock.NewRedis(client(t, b.Addr), redisengine.Options{Prefix: prefix})
 				defer bLocker.Close()
-				hc := httpClient(t, lock.Transport(nil))
+				hc := httpClient(t, middleware.Transport(nil))
 				var bFence atomic.Int64
 				srv := &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 					f, _ := lock.FencingToken(ctx)
@@ -422,11 +432,11 @@ func TestCrossProtocolReentry(t *testing.T) {
 					}
 					return shop.New("ReserveReply"), nil
 				}}
-				bAddr := serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(bLocker,
-					grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"), lock.FailFast()))))
+				bAddr := serveGRPC(t, srv, grpc.ChainUnaryInterceptor(unaryServer(bLocker,
+					interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.FailFast()))))
 				var copts []grpc.DialOption
 				if propagate {
-					copts = append(copts, grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()))
+					copts = append(copts, grpc.WithChainUnaryInterceptor(interceptor.UnaryClient()))
 				}
 				cc := dial(t, bAddr, copts...)
 
@@ -486,7 +496,7 @@ func TestGRPCStream(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		rdb := client(t, b.Addr)
-		l := lock.New(rdb, lock.Prefix(prefix))
+		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
 		defer l.Close()
 		type seen struct {
 			fenceBefore, fenceAfter int64
@@ -518,8 +528,8 @@ func TestGRPCStream(t *testing.T) {
 			}
 			return ss.SendMsg(shop.Set(shop.New("ReserveReply"), "left", total))
 		}}
-		cc := dial(t, serveGRPC(t, srv, grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l,
-			grpclock.Method(shop.Restock, interceptor.Field("product_id"), lock.FailFast())))))
+		cc := dial(t, serveGRPC(t, srv, grpc.ChainStreamInterceptor(streamServer(l,
+			interceptor.Method(shop.Restock, interceptor.Field("product_id"), lock.FailFast())))))
 		ctx := context.Background()
 		open := func(productID int64) (grpc.ClientStream, error) {
 			st, err := cc.NewStream(ctx, shop.RestockDesc, shop.Restock)
@@ -580,8 +590,8 @@ func TestGRPCStream(t *testing.T) {
 				}
 			}
 		}}
-		cc2 := dial(t, serveGRPC(t, srv2, grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(l,
-			grpclock.Method("/shop.Inventory/*", interceptor.Metadata("x-warehouse"))))))
+		cc2 := dial(t, serveGRPC(t, srv2, grpc.ChainStreamInterceptor(streamServer(l,
+			interceptor.Method("/shop.Inventory/*", interceptor.Metadata("x-warehouse"))))))
 		st3, err := cc2.NewStream(metadata.AppendToOutgoingContext(ctx, "x-warehouse", "w1"), shop.RestockDesc, shop.Restock)
 		if err != nil {
 			t.Fatal(err)
@@ -605,7 +615,7 @@ func TestGRPCPanicAndLoss(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		rdb := client(t, b.Addr)
-		l := lock.New(rdb, lock.Prefix(prefix), lock.TTL(300*time.Millisecond))
+		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix}, lock.Defaults(lock.TTL(300*time.Millisecond)))
 		defer l.Close()
 		recovered := make(chan any, 1)
 		recovery := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (_ any, err error) {
@@ -636,9 +646,9 @@ func TestGRPCPanicAndLoss(t *testing.T) {
 				return nil, ctx.Err()
 			},
 		}
-		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(recovery, grpclock.UnaryServerInterceptor(l,
-			grpclock.Method(shop.Reserve, interceptor.Field("product_id")),
-			grpclock.Method(shop.Create, interceptor.Field("order.user_id"))))))
+		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(recovery, unaryServer(l,
+			interceptor.Method(shop.Reserve, interceptor.Field("product_id")),
+			interceptor.Method(shop.Create, interceptor.Field("order.user_id"))))))
 		ctx := context.Background()
 		_, err := reserve(ctx, cc, 42)
 		wantCode(t, err, codes.Internal)
@@ -650,7 +660,7 @@ func TestGRPCPanicAndLoss(t *testing.T) {
 		}
 		req := shop.Set(shop.New("CreateOrderRequest"), "order", shop.Set(shop.New("Order"), "user_id", "u1"))
 		_ = cc.Invoke(ctx, shop.Create, req, shop.New("CreateOrderReply"))
-		if err := <-cause; !errors.Is(err, lock.ErrLockLost) {
+		if err := <-cause; !errors.Is(err, lockcore.ErrLockLost) {
 			t.Fatalf("cause %v, want ErrLockLost", err)
 		}
 	})
@@ -662,12 +672,14 @@ func TestGRPCPanicAndLoss(t *testing.T) {
 func TestGRPCRules(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		l := lock.New(client(t, b.Addr), lock.Prefix(prefix), lock.FailFast(),
-			grpclock.TrustRPCToken(func(ctx context.Context, method string) bool {
+		l := lock.NewRedis(client(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
+		defer l.Close()
+		unaryServer := func(e lockcore.Engine, rules ...interceptor.Rule) grpc.UnaryServerInterceptor {
+			return interceptor.UnaryServer(e, interceptor.Config{Rules: rules, TrustToken: func(ctx context.Context, method string) bool {
 				md, _ := metadata.FromIncomingContext(ctx)
 				return len(md["x-internal"]) == 1
-			}))
-		defer l.Close()
+			}})
+		}
 		keys := make(chan []string, 4)
 		handler := func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 			md, _ := metadata.FromIncomingContext(ctx)
@@ -694,8 +706,8 @@ func TestGRPCRules(t *testing.T) {
 		ctx := context.Background()
 
 		// Catch-all on product_id: Reserve locks, Create (no such field) passes.
-		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-			grpclock.Method("*", interceptor.Field("product_id"))))))
+		cc := dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(unaryServer(l,
+			interceptor.Method("*", interceptor.Field("product_id"))))))
 		if k, err := call(cc, ctx, shop.Reserve); err != nil || len(k) != 1 || k[0] != "product_id:7" {
 			t.Fatalf("catch-all Reserve: %v %v", k, err)
 		}
@@ -704,23 +716,23 @@ func TestGRPCRules(t *testing.T) {
 		}
 		// Exact beats service beats catch-all; an exact rule on a field the
 		// message lacks is Internal.
-		cc = dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-			grpclock.Method("*", interceptor.Field("order.user_id")),
-			grpclock.Method("/shop.Inventory/*", interceptor.Field("product_id").As("inv")),
-			grpclock.Method(shop.Reserve, interceptor.Field("order.user_id"))))))
+		cc = dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(unaryServer(l,
+			interceptor.Method("*", interceptor.Field("order.user_id")),
+			interceptor.Method("/shop.Inventory/*", interceptor.Field("product_id").As("inv")),
+			interceptor.Method(shop.Reserve, interceptor.Field("order.user_id"))))))
 		_, err := call(cc, ctx, shop.Reserve)
 		wantCode(t, err, codes.Internal)
 		if k, err := call(cc, ctx, shop.Create); err != nil || len(k) != 1 || k[0] != "order.user_id:u" {
 			t.Fatalf("catch-all Create: %v %v", k, err)
 		}
-		cc = dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-			grpclock.Method("/shop.Inventory/*", interceptor.Field("product_id").As("inv"))))))
+		cc = dial(t, serveGRPC(t, srv, grpc.ChainUnaryInterceptor(unaryServer(l,
+			interceptor.Method("/shop.Inventory/*", interceptor.Field("product_id").As("inv"))))))
 		if k, err := call(cc, ctx, shop.Reserve); err != nil || len(k) != 1 || k[0] != "inv:7" {
 			t.Fatalf("service rule: %v %v", k, err)
 		}
 
 		// Trust: hold inv:7 and re-enter with the token only from a trusted caller.
-		lease, err := l.Engine().Acquire(ctx, key(t, "inv", "7"), lockcore.Policy{})
+		lease, err := l.Acquire(ctx, key(t, "inv", "7"), lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -738,29 +750,28 @@ func TestGRPCRules(t *testing.T) {
 // TestMethodPanics: configuration errors panic when the rule is made.
 func TestMethodPanics(t *testing.T) {
 	for name, f := range map[string]func(){
-		"no slash":      func() { grpclock.Method("shop.Inventory/Reserve", interceptor.Field("id")) },
-		"no method":     func() { grpclock.Method("/shop.Inventory/", interceptor.Field("id")) },
-		"bad wildcard":  func() { grpclock.Method("/shop.*/Reserve", interceptor.Field("id")) },
-		"zero key":      func() { grpclock.Method(shop.Reserve, keyfunc.Func{}) },
-		"HTTP-only key": func() { grpclock.Method(shop.Reserve, keyfunc.Param("id")) },
-		"route option": func() {
-			grpclock.Method(shop.Reserve, interceptor.Field("id"), lock.OnError(func(http.ResponseWriter, *http.Request, error) {}))
+		"no slash":      func() { interceptor.Method("shop.Inventory/Reserve", interceptor.Field("id")) },
+		"no method":     func() { interceptor.Method("/shop.Inventory/", interceptor.Field("id")) },
+		"bad wildcard":  func() { interceptor.Method("/shop.*/Reserve", interceptor.Field("id")) },
+		"zero key":      func() { interceptor.Method(shop.Reserve, keyfunc.Func{}) },
+		"HTTP-only key": func() { interceptor.Method(shop.Reserve, keyfunc.Param("id")) },
+		"bad Policy": func() {
+			interceptor.Method(shop.Reserve, interceptor.Field("id"), lockcore.Policy{TTL: time.Millisecond})
 		},
-		"New option":    func() { grpclock.Method(shop.Reserve, interceptor.Field("id"), lock.Prefix("x:")) },
 		"RPC key in By": func() { (&lock.Locker{}).By(interceptor.Field("id")) },
 		"duplicate": func() {
 			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 			defer rdb.Close()
 			l := lock.New(rdb)
 			defer l.Close()
-			grpclock.UnaryServerInterceptor(l, grpclock.Method(shop.Reserve, interceptor.Field("a")), grpclock.Method(shop.Reserve, interceptor.Field("b")))
+			unaryServer(l, interceptor.Method(shop.Reserve, interceptor.Field("a")), interceptor.Method(shop.Reserve, interceptor.Field("b")))
 		},
 		"zero rule": func() {
 			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 			defer rdb.Close()
 			l := lock.New(rdb)
 			defer l.Close()
-			grpclock.UnaryServerInterceptor(l, grpclock.MethodRule{})
+			unaryServer(l, interceptor.Rule{})
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // TestLogLinesShowNoKeyValueOrToken: with lock.Logger on and a go-redis
@@ -29,7 +30,7 @@ func TestLogLinesShowNoKeyValueOrToken(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
 		t.Cleanup(func() { _ = rdb.Close() })
 		prefix := redistest.Prefix(t)
-		locker := lock.New(rdb, lock.Prefix(prefix), lock.TTL(300*time.Millisecond),
+		locker := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix}, lock.Defaults(lock.TTL(300*time.Millisecond)),
 			lock.Logger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 		t.Cleanup(func() { locker.Close() })
 

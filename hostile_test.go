@@ -17,12 +17,13 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
 )
 
 // TestTokensNeverLeak: whatever a caller sends — the holder's token when it
@@ -38,15 +39,15 @@ func TestTokensNeverLeak(t *testing.T) {
 	log.SetOutput(&logs)
 	defer log.SetOutput(os.Stderr)
 
+	never := func(r *http.Request) bool { return false }
 	build := func(a *app) http.Handler {
 		r := chi.NewRouter()
-		r.Use(a.locker.ByParam("productID", lock.FailFast()))
-		r.With(a.locker.By(keyfunc.Header("X-Tenant"), lock.FailFast())).Post("/tenant", func(http.ResponseWriter, *http.Request) {})
+		r.Use(middleware.Lock(a.locker, middleware.Config{Key: keyfunc.Param("productID"), Policy: lock.FailFast(), TrustToken: never}))
+		r.With(middleware.Lock(a.locker, middleware.Config{Key: keyfunc.Header("X-Tenant"), Policy: lock.FailFast(), TrustToken: never})).Post("/tenant", func(http.ResponseWriter, *http.Request) {})
 		r.Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {})
 		return r
 	}
-	never := func(r *http.Request) bool { return false }
-	a := newApp(t, b.Addr, prefix, build, lock.TrustToken(never))
+	a := newApp(t, b.Addr, prefix, build)
 	hc := httpClient(t, nil)
 	secrets := []string{tok, lockcore.NewToken(), "not a token \x00\r\n", strings.Repeat("Z", 300), "\xff\xfe-bad-utf8"}
 	var seen []string
@@ -74,14 +75,17 @@ func TestTokensNeverLeak(t *testing.T) {
 
 	// gRPC: the holder's token from an untrusted caller, forged and
 	// malformed tokens, and hostile metadata keys.
-	l := lock.New(client(t, b.Addr), lock.Prefix(prefix), lock.FailFast(),
-		grpclock.TrustRPCToken(func(context.Context, string) bool { return false }))
+	l := lock.NewRedis(client(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 	defer l.Close()
 	cc := dial(t, serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID")),
-		grpclock.Method(shop.Create, interceptor.Metadata("x-tenant"))))))
+	}}, grpc.ChainUnaryInterceptor(interceptor.UnaryServer(l, interceptor.Config{
+		Rules: []interceptor.Rule{
+			interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID")),
+			interceptor.Method(shop.Create, interceptor.Metadata("x-tenant")),
+		},
+		TrustToken: func(context.Context, string) bool { return false },
+	}))))
 	for _, s := range secrets {
 		for _, md := range [][]string{{"routelock-token", s}, {"x-tenant", s}} {
 			ctx := metadata.AppendToOutgoingContext(context.Background(), md...)

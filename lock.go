@@ -8,13 +8,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/routelock/lock/internal/config"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -23,56 +21,94 @@ import (
 
 // Locker guards routes and methods with locks from one engine: by
 // default the Redis engine, which New makes. Create it once per process and
-// share it; it is safe for concurrent use.
+// share it; it is safe for concurrent use. A Locker is a lockcore.Engine
+// itself: give it to package interceptor's server interceptors, or to
+// middleware.Lock, to lock with its engine and Defaults.
 type Locker struct {
-	engine lockcore.Engine     // what requests lock through: base, or a wrapper of it
-	base   lockcore.Engine     // the engine of New or FromEngine
-	owned  *redisengine.Engine // the engine New made, closed by Close
-	opts   []Option            // as given to New or FromEngine
-	cfg    config.Config       // defaults of its routes
+	engine   lockcore.Engine     // what requests lock through: base, or a wrapper of it
+	base     lockcore.Engine     // the engine of New or FromEngine
+	owned    *redisengine.Engine // the engine New made, closed by Close
+	defaults lockcore.Policy     // Defaults
+	logger   *slog.Logger        // Logger
+
+	// Set by options, read while the Locker is made.
+	redis redisengine.Options                   // New's engine
+	wrap  func(lockcore.Engine) lockcore.Engine // Observe
 }
 
-// New returns a Locker on a Redis engine (package redisengine) on rdb,
-// configured by opts (see Option). The Locker does not own rdb: Close leaves
-// it open.
+// New returns a Locker on a Redis engine (package redisengine, with its
+// default options: keys under "routelock:") on rdb, configured by opts.
+// The Locker does not own rdb: Close leaves it open. For other engine
+// options, such as a key prefix of your own, make the engine with
+// redisengine.New and give it to FromEngine.
 //
 // Panics if rdb is nil or a *redis.Ring (see redisengine.New), or an
 // option is invalid.
 func New(rdb redis.UniversalClient, opts ...Option) *Locker {
+	return newRedis(rdb, redisengine.Options{}, opts)
+}
+
+// newRedis is New with the Redis engine's options o, over which opts
+// (Logger, Observe) set theirs.
+func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *Locker {
 	if rdb == nil {
 		panic("lock: New(nil)")
 	}
-	l := &Locker{opts: slices.Clone(opts)}
-	l.cfg.ApplyAll(config.InNew|config.InRedis, opts)
-	e, err := redisengine.New(rdb, l.cfg.Redis)
+	l := &Locker{redis: o}
+	l.apply(opts)
+	e, err := redisengine.New(rdb, l.redis)
 	if err != nil {
 		panic("lock: New: " + err.Error())
 	}
 	l.base, l.owned = e, e
-	l.engine = l.cfg.WrapEngine(e)
+	l.engine = l.wrapped(e)
 	return l
 }
 
-// FromEngine returns a Locker that takes its locks from e: another backend,
-// or a wrapper around one (telemetry, a test double). Its options are those
-// of New less the Redis engine's own (Prefix, RedisOptions). Close does not
-// close e.
+// FromEngine returns a Locker that takes its locks from e: the Redis engine
+// made with options of your own (redisengine.New), another backend, or a
+// wrapper around one (telemetry, a test double such as
+// locktest.Engine). Close does not close e.
 //
-// Panics if e is nil or an option is invalid here.
+// Panics if e is nil or an option is invalid.
 func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
 	if e == nil {
 		panic("lock: FromEngine(nil)")
 	}
-	l := &Locker{base: e, opts: slices.Clone(opts)}
-	l.cfg.ApplyAll(config.InNew, opts)
-	l.engine = l.cfg.WrapEngine(e)
+	l := &Locker{base: e}
+	l.apply(opts)
+	l.engine = l.wrapped(e)
 	return l
+}
+
+func (l *Locker) apply(opts []Option) {
+	for _, o := range opts {
+		if o.apply == nil {
+			panic("lock: zero Option")
+		}
+		o.apply(l)
+	}
+	l.redis.Logger = l.logger
+}
+
+func (l *Locker) wrapped(e lockcore.Engine) lockcore.Engine {
+	if l.wrap == nil {
+		return e
+	}
+	return l.wrap(e)
+}
+
+// Acquire implements lockcore.Engine: it takes the lock on key from the
+// Locker's engine (through its observers), with p's zero fields taken from
+// the Locker's Defaults.
+func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	return l.engine.Acquire(ctx, key, p.Or(l.defaults))
 }
 
 // Close stops the background work of the Redis engine that New made (lease
 // renewal and the release notifications). Locks still held are no longer
 // renewed and expire with their TTL; handlers still running see their
-// context cancelled with cause ErrLockLost. Close is idempotent. It does
+// context cancelled with cause lockcore.ErrLockLost. Close is idempotent. It does
 // nothing to the engine of FromEngine.
 func (l *Locker) Close() error {
 	if l.owned == nil {
@@ -82,11 +118,12 @@ func (l *Locker) Close() error {
 }
 
 // Check verifies that the Locker's engine can work, when the engine can
-// tell (the Redis engine of New: connectivity, credentials, database,
-// scripting, notifications, server version; see redisengine.Engine.Check),
-// also through a wrapper of the engine given to FromEngine that has an
-// Unwrap() lockcore.Engine method (as lockotel's does). Call it at startup: an error matching ErrMisconfigured will not mend
-// itself, one matching ErrUnavailable may.
+// tell (the Redis engine: connectivity, credentials, database, scripting,
+// notifications, server version; see redisengine.Engine.Check), also
+// through a wrapper of the engine given to FromEngine that has an Unwrap()
+// lockcore.Engine method (as lockotel's does). Call it at startup: an
+// error matching lockcore.ErrMisconfigured will not mend itself, one
+// matching lockcore.ErrUnavailable may.
 //
 //	if err := locker.Check(ctx); err != nil {
 //		log.Fatal(err)
@@ -98,17 +135,11 @@ func (l *Locker) Check(ctx context.Context) error {
 	return nil
 }
 
-// Engine returns the engine the Locker takes its locks from, for locking
-// outside a request (lockcore.Engine.Acquire). For New it is a
-// *redisengine.Engine, unless Observe wraps it (package lockotel's
-// telemetry); see Operator for the engine's operations.
-func (l *Locker) Engine() lockcore.Engine { return l.engine }
-
 // Operator returns the Locker's engine as a lockcore.Operator, for listing,
 // inspecting and force-releasing its locks (package admin, the routelock
-// command), or nil when the engine cannot do that. The Redis engine of New
-// can, also when the engine given to FromEngine wraps it and has an
-// Unwrap() lockcore.Engine method (as lockotel's does).
+// command), or nil when the engine cannot do that. The Redis engine can,
+// also when the engine given to FromEngine wraps it and has an Unwrap()
+// lockcore.Engine method (as lockotel's does).
 func (l *Locker) Operator() lockcore.Operator {
 	op, _ := find[lockcore.Operator](l.base)
 	return op
@@ -132,12 +163,9 @@ func find[T any](e lockcore.Engine) (T, bool) {
 	return zero, false
 }
 
-// Options returns the options given to New or FromEngine, which package
-// grpclock applies to its methods as the Locker's defaults.
-func (l *Locker) Options() []Option { return slices.Clone(l.opts) }
-
 // By returns middleware that locks the resource key names while the next
-// handler runs:
+// handler runs, acquired with the Policy of ps over the Locker's Defaults
+// (each field the last non-zero one given):
 //
 //	r.With(locker.By(keyfunc.Join(keyfunc.Param("productID"), keyfunc.Header("X-User-ID")))).Post(...)
 //
@@ -146,28 +174,21 @@ func (l *Locker) Options() []Option { return slices.Clone(l.opts) }
 // runs before the router matched the route, such a route passes through
 // unlocked. A request with a missing or invalid value gets 400. In each
 // case the handler does not run unlocked. See package middleware for the
-// whole flow.
+// whole flow, and middleware.Lock for what else a route may set (the HTTP
+// methods that lock, which callers may bring tokens, the refusal's
+// response).
 //
 // Panics if key is zero or cannot read HTTP requests (interceptor.Field),
-// or an option is invalid here.
-func (l *Locker) By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
-	c := l.cfg
-	c.ApplyAll(config.InRoute, opts)
-	if c.Name != "" {
-		key = key.As(c.Name)
-	}
+// or the Policy is invalid.
+func (l *Locker) By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) http.Handler {
 	return middleware.Lock(l.engine, middleware.Config{
-		Key:        key,
-		Wait:       c.Wait,
-		TTL:        c.TTL,
-		TrustToken: c.Trust,
-		OnError:    c.OnError,
-		Logger:     c.Logger,
-		Methods:    c.Methods,
+		Key:    key,
+		Policy: policy(ps).Or(l.defaults),
+		Logger: l.logger,
 	})
 }
 
-// ByParam is By(keyfunc.Param(name), opts...): it locks the resource named
+// ByParam is By(keyfunc.Param(name), ps...): it locks the resource named
 // by route parameter name, such as {productID} in /products/{productID}/buy.
 // With chi it works in r.With, in r.Group and r.Route, and in the router's
 // own r.Use, where it locks exactly the routes that have the parameter; on
@@ -177,31 +198,33 @@ func (l *Locker) By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Ha
 // the rewrites of chi's StripSlashes, CleanPath and URLFormat wherever they
 // are in the router's stack; put other middleware that rewrites the path
 // before the lock: a path that no route matches, for any method, gets the
-// router's 404 from the lock, without the rest of the chain.
-func (l *Locker) ByParam(name string, opts ...Option) func(http.Handler) http.Handler {
-	return l.By(keyfunc.Param(name), opts...)
-}
-
-// Transport returns a RoundTripper that propagates the owner tokens of the
-// request's context to the services it calls, so that they re-enter the
-// locks this request holds (see middleware.Transport). base nil means
-// http.DefaultTransport.
-func (l *Locker) Transport(base http.RoundTripper) http.RoundTripper {
-	return middleware.Transport(base)
+// router's 404 from the lock, without the rest of the chain. Routes that
+// lock the same resource under different parameter names share the lock
+// when their keys are renamed alike: By(keyfunc.Param("id").As("productID")).
+func (l *Locker) ByParam(name string, ps ...lockcore.Policy) func(http.Handler) http.Handler {
+	return l.By(keyfunc.Param(name), ps...)
 }
 
 // The default Locker.
 var (
 	defaultMu   sync.Mutex
 	defaultL    atomic.Pointer[Locker]
-	defaultOwns *redis.Client // the client Default opened itself
+	defaultOwns *redis.Client // the client defaultLocker opened itself
 )
 
 // SetDefault makes l the Locker that the package-level helpers (ByParam,
 // By) use. They look it up on every request, so SetDefault may come after
-// the routes are built, as long as it comes before the first request. If
-// Default had connected on its own, SetDefault closes that Locker and its
-// client. SetDefault(nil) undoes SetDefault.
+// the routes are built, as long as it comes before the first request.
+//
+// When SetDefault was not called, the helpers use a Locker of their own on
+// a client of their own, on the Redis that the REDIS_URL environment
+// variable names (redis.ParseURL syntax, such as
+// redis://:password@host:6379/0), or localhost:6379 when REDIS_URL is
+// empty, made at the first locked request. It connects lazily: an
+// unreachable Redis shows as 503 responses. Making it logs once, with
+// slog.Default, the address and database of the Redis it uses (never the
+// password) and that SetDefault was not called. SetDefault closes that
+// Locker and its client. SetDefault(nil) undoes SetDefault.
 func SetDefault(l *Locker) {
 	defaultMu.Lock()
 	defer defaultMu.Unlock()
@@ -213,7 +236,7 @@ func SetDefault(l *Locker) {
 	}
 }
 
-// Default returns the Locker set by SetDefault. When none was set, it
+// defaultLocker returns the Locker set by SetDefault. When none was set, it
 // creates one on a client of its own, on the Redis that the REDIS_URL
 // environment variable names (redis.ParseURL syntax, such as
 // redis://:password@host:6379/0), or localhost:6379 when REDIS_URL is
@@ -224,7 +247,7 @@ func SetDefault(l *Locker) {
 // Panics if REDIS_URL cannot be parsed. The package-level By and ByParam
 // check REDIS_URL when they build a route, unless a Locker is set, so that
 // a malformed one stops the program at startup rather than at a request.
-func Default() *Locker {
+func defaultLocker() *Locker {
 	if l := defaultL.Load(); l != nil {
 		return l
 	}
@@ -252,7 +275,7 @@ func Default() *Locker {
 	return l
 }
 
-// defaultSource says where Default's Redis comes from.
+// defaultSource says where the default Locker's Redis comes from.
 func defaultSource() string {
 	if os.Getenv("REDIS_URL") == "" {
 		return "localhost:6379, REDIS_URL being empty"
@@ -279,20 +302,14 @@ func defaultOptions() (*redis.Options, error) {
 	return opt, nil
 }
 
-// By is Default().By(key, opts...), with Default looked up at each request
-// (see SetDefault).
+// By is By of the default Locker (see SetDefault), looked up at each
+// request.
 //
-// Panics if key or an option is invalid, as Locker.By does, when called;
+// Panics if key or the Policy is invalid, as Locker.By does, when called;
 // and, when no Locker is set (SetDefault), if REDIS_URL cannot be parsed.
-func By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
-	var c config.Config
-	c.ApplyAll(config.InRoute, opts)
-	if c.Name != "" {
-		key = key.As(c.Name)
-	}
-	if err := (middleware.Config{Key: key, TTL: c.TTL}).Validate(); err != nil {
-		panic(err.Error())
-	}
+func By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) http.Handler {
+	// Lock panics now, at startup, on what any Locker would refuse.
+	middleware.Lock(unbuilt{}, middleware.Config{Key: key, Policy: policy(ps)})
 	if defaultL.Load() == nil {
 		if _, err := defaultOptions(); err != nil {
 			panic(err.Error())
@@ -301,15 +318,23 @@ func By(key keyfunc.Func, opts ...Option) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		var cur atomic.Pointer[bound]
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			l := Default()
+			l := defaultLocker()
 			b := cur.Load()
 			if b == nil || b.l != l {
-				b = &bound{l: l, h: l.By(key, opts...)(next)}
+				b = &bound{l: l, h: l.By(key, ps...)(next)}
 				cur.Store(b)
 			}
 			b.h.ServeHTTP(w, r)
 		})
 	}
+}
+
+// unbuilt is the engine that a package-level route is checked against
+// while the Locker it will use is not known yet; it is never called.
+type unbuilt struct{}
+
+func (unbuilt) Acquire(context.Context, lockcore.Key, lockcore.Policy) (*lockcore.Lease, error) {
+	return nil, lockcore.ErrClosed
 }
 
 // bound is a package-level route's middleware built for one Locker.
@@ -318,16 +343,13 @@ type bound struct {
 	h http.Handler
 }
 
-// ByParam is Default().ByParam(name, opts...), with Default looked up at
+// ByParam is ByParam of the default Locker (see SetDefault), looked up at
 // each request:
 //
 //	r.Use(lock.ByParam("productID"))
-func ByParam(name string, opts ...Option) func(http.Handler) http.Handler {
-	return By(keyfunc.Param(name), opts...)
+func ByParam(name string, ps ...lockcore.Policy) func(http.Handler) http.Handler {
+	return By(keyfunc.Param(name), ps...)
 }
-
-// Transport is middleware.Transport: see Locker.Transport.
-func Transport(base http.RoundTripper) http.RoundTripper { return middleware.Transport(base) }
 
 // FencingToken returns the fencing token of the innermost lock that ctx
 // (a handler's r.Context()) holds: strictly greater than that of every

@@ -26,6 +26,7 @@ import (
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
 )
 
 // app is one instance of a service: its own Redis client, Locker and HTTP
@@ -47,7 +48,7 @@ func newApp(t *testing.T, addr, prefix string, build func(a *app) http.Handler, 
 func newAppOn(t *testing.T, rdb *redis.Client, prefix string, build func(a *app) http.Handler, opts ...lock.Option) *app {
 	t.Helper()
 	a := &app{rdb: rdb}
-	a.locker = lock.New(a.rdb, append([]lock.Option{lock.Prefix(prefix)}, opts...)...)
+	a.locker = lock.NewRedis(a.rdb, redisengine.Options{Prefix: prefix}, opts...)
 	a.srv = httptest.NewServer(build(a))
 	t.Cleanup(func() {
 		a.srv.Close()
@@ -119,7 +120,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 
 func inspect(t *testing.T, l *lock.Locker, k lockcore.Key) lockcore.Info {
 	t.Helper()
-	info, err := l.Engine().(*redisengine.Engine).Inspect(context.Background(), k)
+	info, err := l.Operator().Inspect(context.Background(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,9 +276,9 @@ func seckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 // holdFor takes productID:42 with another Locker, as another service would.
 func holdFor(t *testing.T, addr, prefix string) (*lockcore.Lease, *lock.Locker) {
 	t.Helper()
-	other := lock.New(client(t, addr), lock.Prefix(prefix))
+	other := lock.NewRedis(client(t, addr), redisengine.Options{Prefix: prefix})
 	t.Cleanup(func() { other.Close() })
-	ls, err := other.Engine().Acquire(context.Background(), key(t, "productID", "42"), lockcore.Policy{})
+	ls, err := other.Acquire(context.Background(), key(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +487,7 @@ func TestRedisDown(t *testing.T) {
 func TestPanic(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		locker := lock.New(client(t, b.Addr), lock.Prefix(prefix))
+		locker := lock.NewRedis(client(t, b.Addr), redisengine.Options{Prefix: prefix})
 		defer locker.Close()
 		k := key(t, "productID", "42")
 		boom := func(w http.ResponseWriter, r *http.Request) {
@@ -541,7 +542,7 @@ func TestLeaseLost(t *testing.T) {
 					}
 					select {
 					case <-r.Context().Done():
-						fmt.Fprint(w, errors.Is(context.Cause(r.Context()), lock.ErrLockLost))
+						fmt.Fprint(w, errors.Is(context.Cause(r.Context()), lockcore.ErrLockLost))
 					case <-time.After(5 * time.Second):
 						fmt.Fprint(w, "not cancelled")
 					}
@@ -603,7 +604,7 @@ func TestNestedReentry(t *testing.T) {
 					svcA = a
 					hc := httpClient(t, nil)
 					if propagate {
-						hc.Transport = a.locker.Transport(hc.Transport)
+						hc.Transport = middleware.Transport(hc.Transport)
 					}
 					r := chi.NewRouter()
 					r.Use(a.locker.ByParam("productID", lock.Wait(200*time.Millisecond)))
@@ -654,9 +655,10 @@ func TestTokenTrust(t *testing.T) {
 	b := redistest.Mini(t)
 	prefix := redistest.Prefix(t)
 	lease, _ := holdFor(t, b.Addr, prefix)
+	internal := func(r *http.Request) bool { return r.Header.Get("X-Internal") == "yes" }
 	build := func(a *app) http.Handler {
 		r := chi.NewRouter()
-		r.Use(a.locker.ByParam("productID", lock.FailFast()))
+		r.Use(middleware.Lock(a.locker, middleware.Config{Key: keyfunc.Param("productID"), Policy: lock.FailFast(), TrustToken: internal}))
 		r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get("Routelock-Token") != "" {
 				t.Error("the token header reached the handler")
@@ -664,8 +666,7 @@ func TestTokenTrust(t *testing.T) {
 		})
 		return r
 	}
-	internal := func(r *http.Request) bool { return r.Header.Get("X-Internal") == "yes" }
-	a := newApp(t, b.Addr, prefix, build, lock.TrustToken(internal))
+	a := newApp(t, b.Addr, prefix, build)
 	hc := httpClient(t, nil)
 	tok := lease.Token()
 	if res := do(t, hc, "POST", a.srv.URL+"/products/42/buy", nil, "Routelock-Token", tok); res.status != 409 {
@@ -693,7 +694,7 @@ func TestTopLevelUse(t *testing.T) {
 		rdb := client(t, b.Addr)
 		var commands atomic.Int64
 		rdb.AddHook(counter{&commands})
-		locker := lock.New(rdb, lock.Prefix(redistest.Prefix(t)))
+		locker := lock.NewRedis(rdb, redisengine.Options{Prefix: redistest.Prefix(t)})
 		lock.SetDefault(locker)
 		t.Cleanup(func() {
 			lock.SetDefault(nil)
@@ -737,7 +738,7 @@ func (c counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // TestServeMux: per-route middleware on a Go 1.22 ServeMux.
 func TestServeMux(t *testing.T) {
 	b := redistest.Mini(t)
-	locker := lock.New(client(t, b.Addr), lock.Prefix(redistest.Prefix(t)))
+	locker := lock.NewRedis(client(t, b.Addr), redisengine.Options{Prefix: redistest.Prefix(t)})
 	defer locker.Close()
 	var got []string
 	mux := http.NewServeMux()
@@ -767,7 +768,7 @@ func TestNameSharesLock(t *testing.T) {
 	lease, _ := holdFor(t, b.Addr, prefix) // productID:42
 	a := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
 		r := chi.NewRouter()
-		r.With(a.locker.ByParam("pid", lock.Name("productID"), lock.FailFast())).Post("/p/{pid}", func(http.ResponseWriter, *http.Request) {})
+		r.With(a.locker.By(keyfunc.Param("pid").As("productID"), lock.FailFast())).Post("/p/{pid}", func(http.ResponseWriter, *http.Request) {})
 		r.With(a.locker.ByParam("pid", lock.FailFast())).Post("/q/{pid}", func(http.ResponseWriter, *http.Request) {})
 		return r
 	})
@@ -788,13 +789,13 @@ func TestOnError(t *testing.T) {
 	holdFor(t, b.Addr, prefix)
 	a := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
 		r := chi.NewRouter()
-		r.With(a.locker.ByParam("productID", lock.FailFast(), lock.OnError(func(w http.ResponseWriter, r *http.Request, err error) {
-			if errors.Is(err, lock.ErrNotAcquired) {
+		r.With(middleware.Lock(a.locker, middleware.Config{Key: keyfunc.Param("productID"), Policy: lock.FailFast(), OnError: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, lockcore.ErrNotAcquired) {
 				http.Error(w, "come back later", http.StatusTooManyRequests)
 				return
 			}
 			http.Error(w, "other", 500)
-		}))).Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {})
+		}})).Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {})
 		return r
 	})
 	if res := do(t, httpClient(t, nil), "POST", a.srv.URL+"/products/42/buy", nil); res.status != 429 || res.body != "come back later\n" {
@@ -832,16 +833,13 @@ func TestOptionPanics(t *testing.T) {
 	for name, fn := range map[string]func(){
 		"Wait(0)":             func() { lock.Wait(0) },
 		"TTL(1ms)":            func() { lock.TTL(time.Millisecond) },
-		"Name empty":          func() { lock.Name("") },
-		"Name at New":         func() { lock.New(rdb, lock.Name("x")) },
-		"Prefix at a route":   func() { lock.ByParam("id", lock.Prefix("x:")) },
-		"bad Prefix":          func() { lock.New(rdb, lock.Prefix("a{b")) },
+		"bad Defaults":        func() { lock.Defaults(lockcore.Policy{Wait: -2}) },
+		"bad route Policy":    func() { lock.ByParam("id", lockcore.Policy{TTL: -time.Second}) },
+		"bad Prefix":          func() { lock.NewRedis(rdb, redisengine.Options{Prefix: "a{b"}) },
 		"New(nil)":            func() { lock.New(nil) },
 		"zero key":            func() { lock.By(keyfunc.Func{}) },
 		"key not for HTTP":    func() { lock.By(rpcOnly) },
-		"TrustToken(nil)":     func() { lock.TrustToken(nil) },
-		"OnError(nil)":        func() { lock.OnError(nil) },
-		"zero Option":         func() { lock.ByParam("id", lock.Option{}) },
+		"zero Option":         func() { lock.New(rdb, lock.Option{}) },
 		"ByParam empty param": func() { lock.ByParam("") },
 	} {
 		func() {

@@ -11,6 +11,7 @@ import (
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // watcher is an Observer that counts what it sees: acquisitions through
@@ -70,9 +71,9 @@ func TestObserveFromEngine(t *testing.T) {
 	want := errors.New("not set up")
 	base := &checkable{Engine: new(locktest.Engine), err: want}
 	l := lock.FromEngine(base, lock.Observe(a), lock.Observe(b))
-	outer, ok := l.Engine().(*watched)
+	outer, ok := l.Wrapped().(*watched)
 	if !ok || outer.w != b {
-		t.Fatalf("the outermost engine is %T, want the last observer's wrapper", l.Engine())
+		t.Fatalf("the outermost engine is %T, want the last observer's wrapper", l.Wrapped())
 	}
 	inner, ok := outer.inner.(*watched)
 	if !ok || inner.w != a || inner.inner != lockcore.Engine(base) {
@@ -95,7 +96,7 @@ func TestObserveFromEngine(t *testing.T) {
 // acquisitions go through every observer's wrapper.
 func TestObserveNew(t *testing.T) {
 	a, b := new(watcher), new(watcher)
-	l := lock.New(redistest.Mini(t).Client(t), lock.Prefix(redistest.Prefix(t)),
+	l := lock.NewRedis(redistest.Mini(t).Client(t), redisengine.Options{Prefix: redistest.Prefix(t)},
 		lock.Observe(a), lock.Observe(b), lock.Observe(a))
 	defer l.Close()
 	k, err := lockcore.NewKey("productID", "42")
@@ -104,7 +105,7 @@ func TestObserveNew(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ls, err := l.Engine().Acquire(ctx, k, lockcore.Policy{})
+	ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,148 +4,94 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"slices"
 	"time"
 
-	"github.com/routelock/lock/internal/config"
 	"github.com/routelock/lock/lockcore"
-	"github.com/routelock/lock/lockcore/redisengine"
 )
 
-// Option configures a Locker, when given to New or FromEngine, one route,
-// when given to By or ByParam, or one gRPC method, when given to
-// grpclock.Method. A Locker's options are the defaults of its routes and
-// methods; theirs override them. An option given where it means nothing
-// (Prefix to a route or to FromEngine, Name to New) panics. Package
-// grpclock adds the options of gRPC (grpclock.TrustRPCToken,
-// grpclock.OnRPCError).
-type Option = config.Option
+// Option configures a Locker: give it to New or FromEngine. How a route
+// or gRPC method locks is a lockcore.Policy instead (Wait, FailFast, TTL),
+// given to the route or method; Defaults sets the Locker's.
+type Option struct{ apply func(*Locker) }
 
 // Wait makes a request wait up to d for a lock held by another owner, and
 // never past the request's own deadline; then it is refused with 409
-// Conflict (codes.Aborted for gRPC). The default is blocking with a wait of 5 seconds
-// (lockcore.DefaultWait).
+// Conflict (codes.Aborted for gRPC). The default, the zero Policy, waits
+// up to 5 seconds. Give it to a route or method, or to Defaults:
+//
+//	r.With(locker.ByParam("productID", lock.Wait(2*time.Second))).Post("/products/{productID}/buy", buy)
 //
 // Panics if d is not positive; use FailFast for no wait.
-func Wait(d time.Duration) Option {
+func Wait(d time.Duration) lockcore.Policy {
 	if d <= 0 {
 		panic(fmt.Sprintf("lock: Wait(%v): must be positive; use FailFast for no wait", d))
 	}
-	return config.New("Wait", config.Anywhere, func(c *config.Config) { c.Wait = d })
+	return lockcore.Policy{Wait: d}
 }
 
 // FailFast makes one attempt at the lock: a request that finds it held by
 // another owner is refused at once with 409 Conflict and Retry-After
-// (codes.Aborted with a RetryInfo detail for gRPC).
-func FailFast() Option {
-	return config.New("FailFast", config.Anywhere, func(c *config.Config) { c.Wait = -1 })
-}
+// (codes.Aborted with a RetryInfo detail for gRPC). It is
+// lockcore.Policy{Wait: lockcore.FailFast}.
+func FailFast() lockcore.Policy { return lockcore.Policy{Wait: lockcore.FailFast} }
 
 // TTL sets the lease length: how long the lock outlives a process that
-// crashed while holding it. While the handler runs the watchdog renews the
-// lease about every d/3, so a long handler keeps its lock. Default: 10s.
+// crashed while holding it. While the handler runs the engine renews the
+// lease about every d/3, so a long handler keeps its lock. Default: the
+// engine's, 10 seconds for the Redis engine. Combine it with a wait:
 //
-// Panics if d is below lockcore.MinTTL (30ms).
-func TTL(d time.Duration) Option {
-	if d < lockcore.MinTTL {
-		panic(fmt.Sprintf("lock: TTL(%v): below the minimum %v", d, lockcore.MinTTL))
+//	locker.ByParam("productID", lock.Wait(time.Second), lock.TTL(30*time.Second))
+//
+// Panics if d is below 30ms.
+func TTL(d time.Duration) lockcore.Policy {
+	p := lockcore.Policy{TTL: d}
+	if err := p.Validate(); err != nil || d == 0 {
+		panic(fmt.Sprintf("lock: TTL(%v): below the minimum 30ms", d))
 	}
-	return config.New("TTL", config.Anywhere, func(c *config.Config) {
-		c.TTL = d
-		c.Redis.TTL = d
-	})
+	return p
 }
 
-// Name names the resource a route locks in place of the names of its key
-// functions: ByParam("productID", Name("product")) locks product:42. Routes
-// (and gRPC methods) with the same name and values share a lock; give
-// routes different names to give them separate locks.
-//
-// Panics if name is empty or longer than 256 bytes.
-func Name(name string) Option {
-	if name == "" || len(name) > lockcore.MaxKeyPartLen {
-		panic(fmt.Sprintf("lock: Name(%q): must be 1 to %d bytes", name, lockcore.MaxKeyPartLen))
+// policy returns ps as one Policy: each field is the last non-zero one
+// given.
+func policy(ps []lockcore.Policy) lockcore.Policy {
+	var p lockcore.Policy
+	for _, q := range ps {
+		p = q.Or(p)
 	}
-	return config.New("Name", config.InRoute|config.InMethod, func(c *config.Config) { c.Name = name })
+	return p
 }
 
-// Methods makes a lock apply to requests of the given HTTP methods only;
-// requests of other methods pass through unlocked. On a router-wide lock it
-// keeps reads from queueing behind writes:
+// Defaults sets the Policy of the Locker's routes (By, ByParam) and of the
+// gRPC methods locked through it (as a lockcore.Engine): each field a route
+// or method leaves zero is taken from ps, the last non-zero one given.
 //
-//	r.Use(lock.ByParam("productID", lock.Methods("POST", "PUT", "PATCH", "DELETE")))
+//	locker := lock.New(rdb, lock.Defaults(lock.FailFast(), lock.TTL(30*time.Second)))
 //
-// Default: every method. Panics if none is given.
-func Methods(methods ...string) Option {
-	if len(methods) == 0 {
-		panic("lock: Methods(): name at least one HTTP method")
+// Panics if the Policy is invalid (lockcore.Policy.Validate).
+func Defaults(ps ...lockcore.Policy) Option {
+	p := policy(ps)
+	if err := p.Validate(); err != nil {
+		panic("lock: Defaults: " + err.Error())
 	}
-	ms := slices.Clone(methods)
-	return config.New("Methods", config.InNew|config.InRoute, func(c *config.Config) { c.Methods = ms })
-}
-
-// TrustToken decides which requests may carry propagated owner tokens (the
-// Routelock-Token header that Transport writes). The header of a request
-// for which trust returns false is ignored: the request re-enters nothing.
-// The default trusts every request, which is safe against made-up tokens (a
-// token only re-enters the live hold it was minted for); a service
-// reachable from outside should still trust only its own callers, so that
-// a token that leaked cannot be used there.
-//
-// Panics if trust is nil.
-func TrustToken(trust func(*http.Request) bool) Option {
-	if trust == nil {
-		panic("lock: TrustToken(nil)")
-	}
-	return config.New("TrustToken", config.InNew|config.InRoute, func(c *config.Config) { c.Trust = trust })
-}
-
-// OnError replaces the response to a request that is refused: bad key
-// (err matches ErrInvalidKey or a keyfunc error), lock held by another owner
-// (ErrNotAcquired), Redis unreachable (ErrUnavailable). The default is
-// middleware.Error; middleware.Status maps err to the default status.
-//
-// Panics if fn is nil.
-func OnError(fn func(w http.ResponseWriter, r *http.Request, err error)) Option {
-	if fn == nil {
-		panic("lock: OnError(nil)")
-	}
-	return config.New("OnError", config.InNew|config.InRoute, func(c *config.Config) { c.OnError = fn })
-}
-
-// Prefix starts every Redis key and channel of the Locker that New makes.
-// Default: "routelock:". Lockers that share a prefix and a Redis share their
-// locks.
-//
-// New panics if p contains '{', '}' or a space.
-func Prefix(p string) Option {
-	return config.New("Prefix", config.InRedis, func(c *config.Config) { c.Redis.Prefix = p })
-}
-
-// RedisOptions sets all of the options of the Redis engine that New makes
-// at once (see redisengine.Options); options given after it override its
-// fields.
-func RedisOptions(o redisengine.Options) Option {
-	return config.New("RedisOptions", config.InRedis, func(c *config.Config) { c.Redis = o })
+	return Option{func(l *Locker) { l.defaults = p.Or(l.defaults) }}
 }
 
 // Logger makes the Locker report through l, once each and with structured
 // fields: configuration errors (a route whose pattern does not name its
-// key, answered 500, see keyfunc.Param; an exact gRPC rule whose
-// key its method's message lacks, answered Internal; Redis saying it is
-// set up wrongly, ErrMisconfigured); Redis becoming unreachable and
-// answering again (once per transition, not per request); a lease lost
-// while its handler ran, and why; a release that failed and is retried in
-// the background. Lines name routes, methods and resources (productID),
-// never a request's values or a token. Default: silent.
+// key, answered 500, see keyfunc.Param; Redis saying it is set up wrongly,
+// lockcore.ErrMisconfigured); Redis becoming unreachable and answering again (once
+// per transition, not per request); a lease lost while its handler ran,
+// and why; a release that failed and is retried in the background. Lines
+// name routes and resources (productID), never a request's values or a
+// token. Default: silent. gRPC servers report their configuration errors
+// through interceptor.Config.Logger.
 //
 //	locker := lock.New(rdb, lock.Logger(slog.Default()))
 func Logger(l *slog.Logger) Option {
-	return config.New("Logger", config.InNew, func(c *config.Config) {
-		c.Logger = l
-		c.Redis.Logger = l
-	})
+	return Option{func(k *Locker) {
+		k.logger = l
+		k.redis.Logger = l
+	}}
 }
 
 // Observe makes o watch the Locker's locks: OpenTelemetry spans and metrics
@@ -154,26 +100,25 @@ func Logger(l *slog.Logger) Option {
 //	locker := lock.New(rdb, lock.Observe(lockotel.New(lockotel.Config{})))
 //
 // The Locker locks through o.Wrap of its engine, and for New, the Redis
-// engine is told o.Events() (redisengine.Options.Events); give Observe
-// after RedisOptions, which replaces all of the engine's options. For
-// FromEngine it wraps the engine; give o.Events() to the engine's own
-// events option too. Given more than once, the observers wrap the engine
-// in the order given (the last outermost) and each is told the events; one
-// given again is counted once.
+// engine is told o.Events() (redisengine.Options.Events). For FromEngine
+// it wraps the engine; give o.Events() to the engine's own events option
+// too. Given more than once, the observers wrap the engine in the order
+// given (the last outermost) and each is told the events; one given again
+// is counted once.
 //
 // Panics if o is nil.
 func Observe(o lockcore.Observer) Option {
 	if o == nil {
 		panic("lock: Observe(nil)")
 	}
-	return config.New("Observe", config.InNew, func(c *config.Config) {
-		if inner := c.Wrap; inner != nil {
-			c.Wrap = func(e lockcore.Engine) lockcore.Engine { return o.Wrap(inner(e)) }
+	return Option{func(l *Locker) {
+		if inner := l.wrap; inner != nil {
+			l.wrap = func(e lockcore.Engine) lockcore.Engine { return o.Wrap(inner(e)) }
 		} else {
-			c.Wrap = o.Wrap
+			l.wrap = o.Wrap
 		}
-		c.Redis.Events = joinEvents(c.Redis.Events, o.Events())
-	})
+		l.redis.Events = joinEvents(l.redis.Events, o.Events())
+	}}
 }
 
 // events tells each of its Events in turn.

@@ -11,7 +11,7 @@ import (
 // TestReadmeMatchesExamples keeps the README's code from rotting: every code
 // block that README.md marks with "<!-- readme: NAME -->" must be, line for
 // line, the code between "// readme:begin NAME" and "// readme:end" in the
-// Examples of this package or of grpclock, which compile and run with checked output. A block
+// Examples of this package or of interceptor, which compile and run with checked output. A block
 // changed on one side only fails here.
 func TestReadmeMatchesExamples(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
@@ -23,7 +23,7 @@ func TestReadmeMatchesExamples(t *testing.T) {
 		blocks[m[1]] = m[2]
 	}
 	var files []string
-	for _, pattern := range []string{"*_test.go", "grpclock/*_test.go"} {
+	for _, pattern := range []string{"*_test.go", "interceptor/*_test.go"} {
 		fs, err := filepath.Glob(pattern)
 		if err != nil {
 			t.Fatal(err)

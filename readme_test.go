@@ -12,6 +12,9 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
 )
 
 // TestNestedLocksOuterDecides checks the README's HTTP snippet and the rule
@@ -22,7 +25,7 @@ import (
 // instead of getting 409.
 func TestNestedLocksOuterDecides(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		locker := lock.New(defaultClient(t, b.Addr), lock.Prefix(redistest.Prefix(t)))
+		locker := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: redistest.Prefix(t)})
 		t.Cleanup(func() { _ = locker.Close() })
 		lock.SetDefault(locker)
 		t.Cleanup(func() { lock.SetDefault(nil) })
@@ -111,18 +114,21 @@ func TestNestedLocksOuterDecides(t *testing.T) {
 }
 
 // TestMethodsLetReadsThrough: a router-wide lock that takes only writes
-// (lock.Methods) lets GET /products/42 run while a purchase holds product
+// (middleware.Config.Methods) lets GET /products/42 run while a purchase holds product
 // 42, where before every read queued behind it; a second purchase still
 // waits for the first.
 func TestMethodsLetReadsThrough(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		locker := lock.New(defaultClient(t, b.Addr), lock.Prefix(redistest.Prefix(t)))
+		locker := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: redistest.Prefix(t)})
 		t.Cleanup(func() { _ = locker.Close() })
 		entered := make(chan struct{}, 2)
 		release := make(chan struct{})
 		var reads atomic.Int32
 		r := chi.NewRouter()
-		r.Use(locker.ByParam("productID", lock.Methods("POST", "PUT", "PATCH", "DELETE"), lock.Wait(5*time.Second)))
+		r.Use(middleware.Lock(locker, middleware.Config{
+			Key:     keyfunc.Param("productID"),
+			Methods: []string{"POST", "PUT", "PATCH", "DELETE"},
+		}))
 		r.Post("/products/{productID}", func(w http.ResponseWriter, r *http.Request) {
 			entered <- struct{}{}
 			<-release

@@ -14,11 +14,11 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // handled is what one handler saw: its fencing token and, once its context
@@ -38,7 +38,7 @@ func TestForceReleaseEndToEnd(t *testing.T) {
 		prefix := redistest.Prefix(t)
 		newLocker := func() *lock.Locker {
 			rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
-			l := lock.New(rdb, lock.Prefix(prefix))
+			l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
 			t.Cleanup(func() { l.Close(); rdb.Close() })
 			return l
 		}
@@ -84,7 +84,7 @@ func TestForceReleaseEndToEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			first := <-out
-			if !errors.Is(first.cause, lockcore.ErrRevoked) || !errors.Is(first.cause, lock.ErrLockLost) {
+			if !errors.Is(first.cause, lockcore.ErrRevoked) || !errors.Is(first.cause, lockcore.ErrLockLost) {
 				t.Errorf("holder's context ended with %v, want ErrRevoked", first.cause)
 			}
 			if first.fence != rev.Fence {
@@ -146,8 +146,8 @@ func TestForceReleaseEndToEnd(t *testing.T) {
 				addr := serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 					h(ctx, req.Get(req.Descriptor().Fields().ByName("quantity")).Int() == 1)
 					return shop.New("ReserveReply"), nil
-				}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
-					grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID")))))
+				}}, grpc.ChainUnaryInterceptor(unaryServer(l,
+					interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID")))))
 				return dial(t, addr)
 			}
 			a, bl := newLocker(), newLocker()

@@ -17,6 +17,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // inside counts the handlers running at once and the most there ever were.
@@ -246,8 +247,8 @@ func TestOneResourceOneKey(t *testing.T) {
 			{"42", []string{"%34%32", "042", "%2B42", "+42", "0%342", "-0%342"}},
 			{id, []string{strings.ToUpper(id), "3F2504E0-4f89-11d3-9a0c-0305e82c3301", "%33f2504e0-4f89-11d3-9a0c-0305e82c3301"}},
 		} {
-			other := lock.New(mk(b.Addr), lock.Prefix(prefix))
-			lease, err := other.Engine().Acquire(context.Background(), key(t, "productID", held.value), lockcore.Policy{})
+			other := lock.NewRedis(mk(b.Addr), redisengine.Options{Prefix: prefix})
+			lease, err := other.Acquire(context.Background(), key(t, "productID", held.value), lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}

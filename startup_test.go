@@ -18,6 +18,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
 // TestMalformedRedisURLFailsAtStartup: with no Locker set, a REDIS_URL that
@@ -84,9 +85,9 @@ func TestMisconfigurationIsNotAnOutage(t *testing.T) {
 		want   error
 		status int
 	}{
-		{"wrong password", redis.Options{Addr: srv.Addr, Password: "wrong"}, lock.ErrMisconfigured, http.StatusInternalServerError},
-		{"database out of range", redis.Options{Addr: srv.Addr, Password: "right", DB: 99}, lock.ErrMisconfigured, http.StatusInternalServerError},
-		{"nobody there", redis.Options{Addr: deadAddr}, lock.ErrUnavailable, http.StatusServiceUnavailable},
+		{"wrong password", redis.Options{Addr: srv.Addr, Password: "wrong"}, lockcore.ErrMisconfigured, http.StatusInternalServerError},
+		{"database out of range", redis.Options{Addr: srv.Addr, Password: "right", DB: 99}, lockcore.ErrMisconfigured, http.StatusInternalServerError},
+		{"nobody there", redis.Options{Addr: deadAddr}, lockcore.ErrUnavailable, http.StatusServiceUnavailable},
 		{"right", redis.Options{Addr: srv.Addr, Password: "right"}, nil, http.StatusOK},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -112,7 +113,7 @@ func TestMisconfigurationIsNotAnOutage(t *testing.T) {
 				t.Fatalf("Check: %v", err)
 			case c.want != nil && !errors.Is(err, c.want):
 				t.Fatalf("Check: %v, want %v", err, c.want)
-			case c.want == lock.ErrMisconfigured && errors.Is(err, lock.ErrUnavailable):
+			case c.want == lockcore.ErrMisconfigured && errors.Is(err, lockcore.ErrUnavailable):
 				t.Fatalf("Check: %v matches ErrUnavailable too", err)
 			}
 			t.Logf("Check: %v", err)
@@ -131,9 +132,9 @@ func TestMisconfigurationIsNotAnOutage(t *testing.T) {
 			misconfig, down := strings.Count(logged.String(), "set up wrongly"), strings.Count(logged.String(), "Redis unreachable")
 			wantMisconfig, wantDown := 0, 0
 			switch c.want {
-			case lock.ErrMisconfigured:
+			case lockcore.ErrMisconfigured:
 				wantMisconfig = 1
-			case lock.ErrUnavailable:
+			case lockcore.ErrUnavailable:
 				wantDown = 1 // once for the outage, however many requests
 			}
 			if misconfig != wantMisconfig || down != wantDown {

@@ -12,6 +12,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // TestUUIDSpellings: a handler that parses its ID with
@@ -38,9 +39,9 @@ func TestUUIDSpellings(t *testing.T) {
 			})
 			return r
 		})
-		other := lock.New(mk(b.Addr), lock.Prefix(prefix))
+		other := lock.NewRedis(mk(b.Addr), redisengine.Options{Prefix: prefix})
 		defer other.Close()
-		lease, err := other.Engine().Acquire(context.Background(), key(t, "orderID", id), lockcore.Policy{})
+		lease, err := other.Acquire(context.Background(), key(t, "orderID", id), lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

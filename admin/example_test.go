@@ -47,7 +47,7 @@ func Example() {
 
 	// A request holds productID:42 (taken here with the engine itself).
 	key, _ := lockcore.NewKey("productID", "42")
-	lease, err := locker.Engine().Acquire(ctx, key, lockcore.Policy{})
+	lease, err := locker.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		panic(err)
 	}

@@ -144,7 +144,7 @@ func (r *routelock) Lock(ctx context.Context, key string, wait bool) (func(), er
 	if err != nil {
 		return nil, err
 	}
-	p := lockcore.Policy{}
+	p := lockcore.Policy{Wait: lockcore.FailFast}
 	if wait {
 		p.Wait = time.Hour // bounded by ctx
 	}

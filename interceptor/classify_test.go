@@ -39,9 +39,6 @@ func rpcAnswer(err error) (code int, msg, retry string) {
 	if !ok {
 		return -1, "not a status", "-"
 	}
-	if c := interceptor.Code(err); c != st.Code() {
-		return -1, fmt.Sprintf("Code %v but Status %v", c, st.Code()), "-"
-	}
 	retry = "-"
 	for _, d := range st.Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok {

@@ -10,7 +10,7 @@ import (
 )
 
 // UnaryClient returns a unary client interceptor that sends the owner tokens
-// of the call's context (lockcore.Outbound) in TokenKey metadata, so that a
+// of the call's context (lockcore.Outbound) in tokenKey metadata, so that a
 // server that locks the same resource with this package (or an HTTP service
 // with package middleware) re-enters the caller's lock instead of waiting
 // for it:
@@ -34,7 +34,7 @@ func StreamClient() grpc.StreamClientInterceptor {
 	}
 }
 
-// outgoing returns ctx with its owner tokens, if any, as the one TokenKey
+// outgoing returns ctx with its owner tokens, if any, as the one tokenKey
 // entry of its outgoing metadata.
 func outgoing(ctx context.Context) context.Context {
 	tok := lockcore.Outbound(ctx)
@@ -43,11 +43,11 @@ func outgoing(ctx context.Context) context.Context {
 	}
 	md, ok := metadata.FromOutgoingContext(ctx)
 	if !ok {
-		return metadata.AppendToOutgoingContext(ctx, TokenKey, tok)
+		return metadata.AppendToOutgoingContext(ctx, tokenKey, tok)
 	}
-	if vs := md[TokenKey]; len(vs) == 1 && vs[0] == tok {
+	if vs := md[tokenKey]; len(vs) == 1 && vs[0] == tok {
 		return ctx
 	}
-	md.Set(TokenKey, tok) // md is a copy
+	md.Set(tokenKey, tok) // md is a copy
 	return metadata.NewOutgoingContext(ctx, md)
 }

@@ -3,11 +3,12 @@
 // the resource a call names while its handler runs, and client interceptors that carry the caller's owner token
 // to the next service, so that nested calls re-enter instead of deadlocking.
 //
-// Rules map methods to keys and policies:
+// Rules map methods to keys and policies (lockcore.Policy, which package
+// lock's Wait, FailFast and TTL return):
 //
 //	c := interceptor.Config{Rules: []interceptor.Rule{
-//		{Method: "/shop.Inventory/Reserve", Key: interceptor.Field("product_id").As("productID"), Wait: time.Second},
-//		{Method: "/shop.Orders/Create", Key: interceptor.Field("order.user_id"), Wait: -1},
+//		interceptor.Method("/shop.Inventory/Reserve", interceptor.Field("product_id").As("productID"), lock.Wait(time.Second)),
+//		interceptor.Method("/shop.Orders/Create", interceptor.Field("order.user_id"), lock.FailFast()),
 //	}}
 //	srv := grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(l, c)),
@@ -16,13 +17,13 @@
 //
 // For each call of a method with a rule, the server interceptor:
 //
-//  1. takes a propagated owner token from TokenKey metadata, if the call
+//  1. takes a propagated owner token from routelock-token metadata, if the call
 //     may carry one (Config.TrustToken), and removes it from the metadata
 //     the handler sees;
 //  2. derives the key from the request (Field, Metadata, keyfunc.Context,
 //     keyfunc.Join); a bad key ends the call with codes.InvalidArgument
 //     and the handler does not run;
-//  3. acquires the lock, waiting up to Rule.Wait (and never past the call's
+//  3. acquires the lock with the rule's Policy, waiting up to its Wait (and never past the call's
 //     deadline) or failing fast: codes.Aborted when it stays held by
 //     another owner, codes.Unavailable when Redis cannot be reached;
 //  4. runs the handler with the lease's context: it carries the owner

@@ -51,10 +51,10 @@ func ExampleStatus() {
 		}
 	}
 	gone := errors.Join(&lockcore.ContentionError{Key: "productID:42"}, context.Canceled)
-	fmt.Println(interceptor.Code(gone))
+	fmt.Println(status.Code(interceptor.Status(gone)))
 	_, missing := interceptor.Field("product_id").RPC(context.Background(), shop.New("ReserveRequest"))
 	fmt.Println(status.Convert(interceptor.Status(missing)).Message())
-	fmt.Println(interceptor.Code(fmt.Errorf("%w: wrong password", lockcore.ErrMisconfigured)))
+	fmt.Println(status.Code(interceptor.Status(fmt.Errorf("%w: wrong password", lockcore.ErrMisconfigured))))
 	// Output:
 	// Aborted routelock: resource busy, retry later retry in 300ms
 	// Canceled

@@ -42,7 +42,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 	k := fakeKey(t, "product_id", "42")
 	reports := make(chan streamReport, 1)
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Restock, Key: interceptor.Field("product_id"), Wait: -1},
+		{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 		var rep streamReport
 		defer func() { reports <- rep }()
@@ -138,7 +138,7 @@ func TestFakeStreamRefused(t *testing.T) {
 	k := fakeKey(t, "product_id", "42")
 	recvErrs := make(chan error, 2)
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Restock, Key: interceptor.Field("product_id"), Wait: -1},
+		{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 		err := ss.RecvMsg(shop.New("ReserveRequest"))
 		recvErrs <- err
@@ -147,7 +147,7 @@ func TestFakeStreamRefused(t *testing.T) {
 		}
 		return ss.SendMsg(shop.New("ReserveReply"))
 	}})
-	holder, err := e.Acquire(fakeCtx(t), k, lockcore.Policy{})
+	holder, err := e.Acquire(fakeCtx(t), k, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,8 +196,7 @@ func fencedReserve(runs *atomic.Int32) func(context.Context, *dynamicpb.Message)
 	}
 }
 
-// TestFakeRulePolicies: Rule.Wait and Rule.TTL reach the engine as the
-// lockcore.Policy of WaitPolicy (0: DefaultWait, negative: fail fast),
+// TestFakeRulePolicies: Rule.Policy reaches the engine as it was given,
 // with the call's full method as its Route, for unary calls and for a
 // stream whose key is in its first message.
 func TestFakeRulePolicies(t *testing.T) {
@@ -205,8 +204,8 @@ func TestFakeRulePolicies(t *testing.T) {
 	var runs atomic.Int32
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
 		{Method: shop.Reserve, Key: interceptor.Field("product_id")},
-		{Method: shop.Create, Key: interceptor.Field("order.user_id"), Wait: -1, TTL: 2 * time.Second},
-		{Method: shop.Restock, Key: interceptor.Field("product_id"), Wait: 3 * time.Second, TTL: lockcore.MinTTL},
+		{Method: shop.Create, Key: interceptor.Field("order.user_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast, TTL: 2 * time.Second}},
+		{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: 3 * time.Second, TTL: 30 * time.Millisecond}},
 	}}, &shop.Server{
 		Reserve: fencedReserve(&runs),
 		Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
@@ -229,9 +228,9 @@ func TestFakeRulePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []call{
-		{Key: fakeKey(t, "product_id", "1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, Route: shop.Reserve}},
-		{Key: fakeKey(t, "order.user_id", "u7"), Policy: lockcore.Policy{TTL: 2 * time.Second, Route: shop.Create}},
-		{Key: fakeKey(t, "product_id", "3"), Policy: lockcore.Policy{Wait: 3 * time.Second, TTL: lockcore.MinTTL, Route: shop.Restock}},
+		{Key: fakeKey(t, "product_id", "1"), Policy: lockcore.Policy{Route: shop.Reserve}},
+		{Key: fakeKey(t, "order.user_id", "u7"), Policy: lockcore.Policy{Wait: lockcore.FailFast, TTL: 2 * time.Second, Route: shop.Create}},
+		{Key: fakeKey(t, "product_id", "3"), Policy: lockcore.Policy{Wait: 3 * time.Second, TTL: 30 * time.Millisecond, Route: shop.Restock}},
 	}
 	if got := e.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the engine was called with\n%+v\nwant\n%+v", got, want)
@@ -259,8 +258,8 @@ func TestFakeRulePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = []call{
-		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, Route: shop.Reserve}},
-		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, Route: shop.Restock}},
+		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Route: shop.Reserve}},
+		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Route: shop.Restock}},
 	}
 	if got := e.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("under a wildcard rule the engine was called with\n%+v\nwant\n%+v", got, want)
@@ -284,11 +283,11 @@ func TestFakeCodes(t *testing.T) {
 		},
 	}
 	failFast := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Wait: -1},
-		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Wait: 50 * time.Millisecond},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
+		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Policy: lockcore.Policy{Wait: 50 * time.Millisecond}},
 	}}, srv)
 	waiting := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Wait: time.Hour},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: time.Hour}},
 		{Method: shop.Create, Key: interceptor.Field("product_id")}, // CreateOrderRequest has no product_id
 	}}, srv)
 	k := fakeKey(t, "product_id", "42")
@@ -300,7 +299,7 @@ func TestFakeCodes(t *testing.T) {
 		t.Errorf("exact rule whose key does not apply: %v, want Internal", err)
 	}
 
-	holder, err := e.Acquire(fakeCtx(t), k, lockcore.Policy{TTL: 1500 * time.Millisecond})
+	holder, err := e.Acquire(fakeCtx(t), k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,11 +391,11 @@ func TestFakeUnaryPropagation(t *testing.T) {
 		_, entries := e.Held(k)
 		return shop.Set(shop.New("ReserveReply"), "fence", f, "left", int64(entries)), nil
 	}}
-	rule := interceptor.Rule{Method: shop.Reserve, Key: interceptor.Field("product_id"), Wait: -1}
+	rule := interceptor.Rule{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}}
 	trusting := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{rule}}, inner)
 	never := func(context.Context, string) bool { return false }
 	untrusting := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{rule}, TrustToken: never}, inner)
-	rule.Wait = time.Hour
+	rule.Policy.Wait = time.Hour
 	untrustingWait := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{rule}, TrustToken: never}, inner)
 
 	// The outer service: Create on order.product_id, calling Reserve on the
@@ -406,7 +405,7 @@ func TestFakeUnaryPropagation(t *testing.T) {
 	cancels := make(chan context.CancelFunc, 1)
 	proceed := make(chan struct{})
 	outer := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Wait: -1},
+		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		order := req.Get(req.Descriptor().Fields().ByName("order")).Message().Interface()
 		f, _ := lockcore.FencingToken(ctx)
@@ -487,7 +486,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 	e := newFake()
 	k := fakeKey(t, "productID", "42")
 	rpc := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: interceptor.Field("product_id").As("productID"), Wait: -1},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id").As("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		f, _ := lockcore.FencingToken(ctx)
 		_, entries := e.Held(k)
@@ -497,7 +496,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	hc := &http.Client{Transport: middleware.Transport(tr), Timeout: fakeBound}
-	lockHTTP := middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Wait: -1})
+	lockHTTP := middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})
 	r := chi.NewRouter()
 	r.With(lockHTTP).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		f, _ := lockcore.FencingToken(r.Context())
@@ -531,7 +530,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 
 	// gRPC → HTTP.
 	rpc2 := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("productID"), Wait: -1},
+		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		f, _ := lockcore.FencingToken(ctx)
 		hreq, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/products/42/stock", nil)
@@ -563,7 +562,7 @@ func TestFakeUnaryLeaseLost(t *testing.T) {
 	k := fakeKey(t, "product_id", "5")
 	started := make(chan struct{})
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Wait: -1},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		close(started)
 		select {
@@ -605,7 +604,7 @@ func TestFakeUnaryPanicReleases(t *testing.T) {
 	k := fakeKey(t, "product_id", "9")
 	var runs atomic.Int32
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Wait: -1},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		if runs.Add(1) == 1 {
 			panic("boom")

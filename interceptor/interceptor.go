@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -16,11 +15,11 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// TokenKey is the metadata key that carries propagated owner tokens from
+// tokenKey is the metadata key that carries propagated owner tokens from
 // one service to the next, in one value as the HTTP header Routelock-Token
 // does (its name in gRPC's lower case), so tokens cross between HTTP and
 // gRPC unchanged.
-const TokenKey = "routelock-token"
+const tokenKey = "routelock-token"
 
 // Rule says which methods lock what, and how.
 type Rule struct {
@@ -37,19 +36,43 @@ type Rule struct {
 	// the call fails with codes.Internal.
 	Key keyfunc.Func
 
-	// Wait is how long a call waits for a lock held by another owner, never
-	// past the call's deadline. Negative: one attempt, then codes.Aborted
-	// (fail fast). Default: lockcore.DefaultWait.
-	Wait time.Duration
-
-	// TTL is the lease length, which the engine renews while the
-	// handler runs. At least lockcore.MinTTL. Default: the engine's.
-	TTL time.Duration
+	// Policy is how the lock is acquired: how long a call waits for a lock
+	// held by another owner (never past the call's deadline;
+	// lockcore.FailFast: one attempt, then codes.Aborted) and the lease's
+	// TTL. It reaches the engine as it is, with Route set to the method.
+	// Default: the zero Policy, a wait of 5 seconds and the engine's TTL.
+	Policy lockcore.Policy
 
 	// OnError returns the error a refused call ends with: bad key, lock
 	// held by another owner, Redis unavailable. err matches the sentinels
-	// of keyfunc and lockcore. Default: Status.
+	// of keyfunc and lockcore. Default: Config.OnError.
 	OnError func(ctx context.Context, fullMethod string, err error) error
+}
+
+// Method returns the Rule of the gRPC method fullMethod, such as
+// "/shop.Inventory/Reserve" ("/shop.Inventory/*" for every method of the
+// service, "*" for every method): its calls lock the resource key names,
+// acquired with the Policy of ps (each field the last non-zero one given;
+// package lock's Wait, FailFast and TTL make them).
+//
+//	interceptor.Method("/shop.Inventory/Reserve", interceptor.Field("product_id").As("productID"), lock.Wait(time.Second))
+//
+// Renaming the key As("productID") makes the method share the lock of HTTP
+// routes on {productID}: the key is productID:42 on both, and the owner
+// token carried between them re-enters it.
+//
+// Panics if fullMethod is malformed, key is zero or cannot read gRPC calls
+// (keyfunc.Param and other HTTP-only functions), or the Policy is invalid.
+func Method(fullMethod string, key keyfunc.Func, ps ...lockcore.Policy) Rule {
+	var p lockcore.Policy
+	for _, q := range ps {
+		p = q.Or(p)
+	}
+	r := Rule{Method: fullMethod, Key: key, Policy: p}
+	if err := r.validate(); err != nil {
+		panic(err.Error())
+	}
+	return r
 }
 
 // Config configures the server interceptors.
@@ -59,7 +82,7 @@ type Config struct {
 	Rules []Rule
 
 	// TrustToken reports whether a call may carry a propagated owner token
-	// in TokenKey metadata; the token of any other call is ignored and the
+	// in tokenKey metadata; the token of any other call is ignored and the
 	// call gets a fresh one. A token lets its bearer re-enter the locks of
 	// the call that minted it, so restrict it to callers you trust when the
 	// service is reachable from outside. Default: every call may.
@@ -71,11 +94,15 @@ type Config struct {
 	// The line names the method and the key function, never a call's
 	// values. Default: nil, silent.
 	Logger *slog.Logger
+
+	// OnError returns the error a refused call ends with, for rules whose
+	// own OnError is nil. Default: Status.
+	OnError func(ctx context.Context, fullMethod string, err error) error
 }
 
-// Validate reports what is wrong with c, as UnaryServer and StreamServer
-// would panic with it.
-func (c Config) Validate() error {
+// validate reports what is wrong with c, as UnaryServer and StreamServer
+// panic with it.
+func (c Config) validate() error {
 	seen := make(map[string]bool, len(c.Rules))
 	for _, r := range c.Rules {
 		if err := r.validate(); err != nil {
@@ -101,8 +128,9 @@ func (r Rule) validate() error {
 	case !r.Key.ForRPC():
 		// The zero Func, which has no sources, reads nothing.
 		return fmt.Errorf("routelock/interceptor: %s: Key %v is required and must read gRPC calls", m, r.Key)
-	case r.TTL < 0 || r.TTL > 0 && r.TTL < lockcore.MinTTL:
-		return fmt.Errorf("routelock/interceptor: %s: TTL %v is below the minimum %v", m, r.TTL, lockcore.MinTTL)
+	}
+	if err := r.Policy.Validate(); err != nil {
+		return fmt.Errorf("routelock/interceptor: %s: %w", m, err)
 	}
 	return nil
 }
@@ -132,12 +160,15 @@ func newServer(l lockcore.Engine, c Config) *server {
 	if l == nil {
 		panic("routelock/interceptor: nil Engine")
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		panic(err.Error())
 	}
 	s := &server{l: l, exact: map[string]*rule{}, service: map[string]*rule{}, trust: c.TrustToken, logger: c.Logger}
 	for _, r := range c.Rules {
-		ru := &rule{method: r.Method, key: r.Key, policy: lockcore.WaitPolicy(r.Wait, r.TTL), onError: r.OnError, stream: r.Key.ReadsMessage()}
+		ru := &rule{method: r.Method, key: r.Key, policy: r.Policy, onError: r.OnError, stream: r.Key.ReadsMessage()}
+		if ru.onError == nil {
+			ru.onError = c.OnError
+		}
 		if ru.onError == nil {
 			ru.onError = func(_ context.Context, _ string, err error) error { return Status(err) }
 		}
@@ -173,18 +204,18 @@ func (s *server) match(fullMethod string) *rule {
 // may carry them (lockcore.Intake), and the tokens removed from the
 // incoming metadata that the handler sees.
 func (s *server) withToken(ctx context.Context, fullMethod string) (context.Context, error) {
-	vs := metadata.ValueFromIncomingContext(ctx, TokenKey) // copies only these values
+	vs := metadata.ValueFromIncomingContext(ctx, tokenKey) // copies only these values
 	if len(vs) == 0 {
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	md.Delete(TokenKey) // md is a copy
+	md.Delete(tokenKey) // md is a copy
 	stripped := metadata.NewIncomingContext(ctx, md)
 	var trust func() bool
 	if s.trust != nil {
 		trust = func() bool { return s.trust(ctx, fullMethod) }
 	}
-	return lockcore.Intake(stripped, TokenKey, vs, trust)
+	return lockcore.Intake(stripped, tokenKey, vs, trust)
 }
 
 // UnaryServer returns a unary server interceptor that holds the lock of
@@ -200,7 +231,8 @@ func (s *server) withToken(ctx context.Context, fullMethod string) (context.Cont
 // lost, and holds the owner token and fencing token. The lock is released
 // when the handler returns or panics; a panic goes on up the chain.
 //
-// Panics if c is invalid (see Config.Validate).
+// Panics if c is invalid: a malformed method name, a zero key or one that
+// cannot read gRPC calls, an invalid Policy, two rules for one method.
 func UnaryServer(l lockcore.Engine, c Config) grpc.UnaryServerInterceptor {
 	s := newServer(l, c)
 	return s.unary

@@ -18,6 +18,7 @@ import (
 	"github.com/routelock/lock/internal/classifytest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 )
 
 func TestStatus(t *testing.T) {
@@ -40,9 +41,6 @@ func TestStatus(t *testing.T) {
 		{lockcore.ErrClosed, codes.Unavailable, "routelock: lock service unavailable", 0},
 		{errors.New("something else"), codes.Internal, "routelock: internal error", 0},
 	} {
-		if got := interceptor.Code(tc.err); got != tc.code {
-			t.Errorf("Code(%v) = %v, want %v", tc.err, got, tc.code)
-		}
 		s, ok := status.FromError(interceptor.Status(tc.err))
 		if !ok || s.Code() != tc.code || s.Message() != tc.msg {
 			t.Errorf("Status(%v) = %v %q, want %v %q", tc.err, s.Code(), s.Message(), tc.code, tc.msg)
@@ -83,15 +81,15 @@ func TestUnaryClient(t *testing.T) {
 		{"no token", context.Background(), nil},
 		{"token", ctx, []string{tok}},
 		{"other metadata kept", metadata.AppendToOutgoingContext(ctx, "x-a", "1"), []string{tok}},
-		{"stale token replaced", metadata.AppendToOutgoingContext(ctx, interceptor.TokenKey, "old", interceptor.TokenKey, "older"), []string{tok}},
-		{"same token once", metadata.AppendToOutgoingContext(ctx, interceptor.TokenKey, tok), []string{tok}},
+		{"stale token replaced", metadata.AppendToOutgoingContext(ctx, "routelock-token", "old", "routelock-token", "older"), []string{tok}},
+		{"same token once", metadata.AppendToOutgoingContext(ctx, "routelock-token", tok), []string{tok}},
 	} {
 		got = nil
 		if err := ic(tc.ctx, "/s/M", nil, nil, nil, invoker); err != nil {
 			t.Fatal(err)
 		}
-		if fmt.Sprint(got[interceptor.TokenKey]) != fmt.Sprint(tc.want) {
-			t.Errorf("%s: sent %q, want %q", tc.name, got[interceptor.TokenKey], tc.want)
+		if fmt.Sprint(got["routelock-token"]) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: sent %q, want %q", tc.name, got["routelock-token"], tc.want)
 		}
 		if tc.name == "other metadata kept" && len(got["x-a"]) != 1 {
 			t.Errorf("%s: lost x-a", tc.name)
@@ -102,7 +100,7 @@ func TestUnaryClient(t *testing.T) {
 		streamed, _ = metadata.FromOutgoingContext(ctx)
 		return nil, nil
 	}
-	if _, err := interceptor.StreamClient()(ctx, nil, nil, "/s/M", streamer); err != nil || len(streamed[interceptor.TokenKey]) != 1 {
+	if _, err := interceptor.StreamClient()(ctx, nil, nil, "/s/M", streamer); err != nil || len(streamed["routelock-token"]) != 1 {
 		t.Fatalf("StreamClient sent %v", streamed)
 	}
 }
@@ -124,11 +122,16 @@ func TestConfigValidate(t *testing.T) {
 		{interceptor.Config{Rules: []interceptor.Rule{{Method: "", Key: key}}}, false},
 		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C"}}}, false},
 		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C", Key: keyfunc.Header("x")}}}, false},
-		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C", Key: key, TTL: time.Millisecond}}}, false},
-		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C", Key: key, TTL: -1}}}, false},
+		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C", Key: key, Policy: lockcore.Policy{TTL: time.Millisecond}}}}, false},
+		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C", Key: key, Policy: lockcore.Policy{TTL: -1}}}}, false},
 	} {
-		if err := tc.c.Validate(); (err == nil) != tc.ok {
-			t.Errorf("Validate(%+v) = %v, want ok=%v", tc.c.Rules, err, tc.ok)
+		panicked := func() (p bool) {
+			defer func() { p = recover() != nil }()
+			interceptor.UnaryServer(new(locktest.Engine), tc.c)
+			return false
+		}()
+		if panicked == tc.ok {
+			t.Errorf("UnaryServer(%+v): panicked %v, want %v", tc.c.Rules, panicked, !tc.ok)
 		}
 	}
 }

@@ -13,21 +13,7 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// Code returns the gRPC code for an error of the interceptors:
-//
-//	InvalidArgument   key missing or invalid, malformed owner token
-//	Aborted           lock held by another owner (fail fast, or the wait ran out)
-//	Unavailable       the engine (Redis) unreachable, or closed
-//	Canceled          the caller went away while waiting
-//	DeadlineExceeded  the call's deadline passed while waiting
-//	Internal          the engine set up wrongly (lockcore.ErrMisconfigured),
-//	                  and anything else, e.g. an exact rule whose key does
-//	                  not apply to its method (keyfunc.ErrSkip)
-func Code(err error) codes.Code {
-	return outcome.First(outcome.Of(err, keyErrors...), codeTable, codes.Internal)
-}
-
-// keyErrors are the sentinels of the key functions that Code tells apart
+// keyErrors are the sentinels of the key functions that Status tells apart
 // from lockcore's, with the kinds they report. The other errors of key
 // functions match lockcore's sentinels: keyfunc.ErrMissing and
 // keyfunc.ErrTooLarge match lockcore.ErrInvalidKey.
@@ -35,7 +21,7 @@ var keyErrors = []outcome.Sentinel{
 	{Err: keyfunc.ErrSkip, Kind: outcome.NotApplicable},
 }
 
-// codeTable is Code's table. Its order decides for an error of several
+// codeTable is Status's table of codes. Its order decides for an error of several
 // kinds and is kept as it was: a key that does not apply or a
 // misconfigured engine first, then an invalid key (a body too large
 // included) or token, then the
@@ -51,7 +37,19 @@ var codeTable = []outcome.Row[codes.Code]{
 	{Kinds: outcome.Unavailable | outcome.Closed, To: codes.Unavailable},
 }
 
-// Status is the default Rule.OnError: a status error with Code(err) and a
+// Status is the default Config.OnError: a status error with the code of
+// err (status.Code reads it),
+//
+//	InvalidArgument   key missing or invalid, malformed owner token
+//	Aborted           lock held by another owner (fail fast, or the wait ran out)
+//	Unavailable       the engine (Redis) unreachable, or closed
+//	Canceled          the caller went away while waiting
+//	DeadlineExceeded  the call's deadline passed while waiting
+//	Internal          the engine set up wrongly (lockcore.ErrMisconfigured),
+//	                  and anything else, e.g. an exact rule whose key does
+//	                  not apply to its method (keyfunc.ErrSkip)
+//
+// and a
 // message that names what is wrong without repeating the call's values,
 // Redis errors, keys or owner tokens: for an error of a key function, what
 // its method Public() string returns (see keyfunc.ErrSkip). An Aborted status carries a
@@ -69,7 +67,7 @@ func Status(err error) error {
 		case errors.As(err, &kerr):
 			msg += ": " + kerr.Public()
 		case k.Has(outcome.InvalidToken):
-			msg = "routelock: invalid " + TokenKey + " metadata"
+			msg = "routelock: invalid " + tokenKey + " metadata"
 		}
 	case codes.Aborted:
 		st := status.New(code, "routelock: resource busy, retry later")

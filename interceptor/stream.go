@@ -21,7 +21,7 @@ import (
 // returns. Until then the stream's context carries neither the lock's owner
 // token nor a fencing token.
 //
-// Panics if c is invalid (see Config.Validate).
+// Panics if c is invalid, as UnaryServer does.
 func StreamServer(l lockcore.Engine, c Config) grpc.StreamServerInterceptor {
 	s := newServer(l, c)
 	return s.stream

@@ -43,7 +43,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		defer e.Close()
 		k, _ := lockcore.NewKey("product_id", "42")
 		ctx := context.Background()
-		holder, err := e.Acquire(ctx, k, lockcore.Policy{})
+		holder, err := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		}
 		reports := make(chan report, 1)
 		srv := grpc.NewServer(grpc.ChainStreamInterceptor(interceptor.StreamServer(e, interceptor.Config{Rules: []interceptor.Rule{
-			{Method: shop.Restock, Key: interceptor.Field("product_id"), Wait: 30 * time.Second},
+			{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: 30 * time.Second}},
 		}})))
 		shop.Register(srv, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 			var r report
@@ -117,7 +117,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		next, err := e.Acquire(ctx, k, lockcore.Policy{}) // fail fast
+		next, err := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast}) // fail fast
 		if err != nil {
 			info, _ := e.Inspect(ctx, k)
 			t.Fatalf("after the holder released, a fail-fast acquire: %v (lock state %s)", err, fmt.Sprintf("held=%v waiters=%d ttl=%v", info.Held(), len(info.Waiters), info.TTL))

@@ -21,7 +21,7 @@
 // (Intake reads them from the header or metadata value that Outbound
 // wrote upstream); an acquisition re-enters a hold owned by one of them
 // instead of waiting for it, in memory when the context descends from the
-// lease (Reenter), in the backend otherwise. A token never takes a free lock, so
+// lease (Begin), in the backend otherwise. A token never takes a free lock, so
 // one that holds nothing grants nothing. FencingToken and HeldFrom read the
 // locks a context holds.
 //

@@ -51,13 +51,13 @@ func ExampleEngine() {
 
 	ctx := context.Background()
 	key, _ := lockcore.NewKey("productID", "42")
-	outer, err := e.Acquire(ctx, key, lockcore.Policy{})
+	outer, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		panic(err)
 	}
-	inner, err := e.Acquire(outer.Context(), key, lockcore.Policy{}) // re-enters
+	inner, err := e.Acquire(outer.Context(), key, lockcore.Policy{Wait: lockcore.FailFast}) // re-enters
 	fmt.Println("nested:", err, inner.Fence() == outer.Fence())
-	_, err = e.Acquire(ctx, key, lockcore.Policy{}) // another owner, failing fast
+	_, err = e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}) // another owner, failing fast
 	fmt.Println("another owner:", errors.Is(err, lockcore.ErrNotAcquired))
 	_ = inner.Release(ctx)
 	_ = outer.Release(ctx)

@@ -17,20 +17,23 @@ import (
 //
 // # Adding an engine
 //
-// An engine's Acquire validates key and p, and then:
+// An engine's Acquire:
 //
-//  1. calls Reenter(ctx, e, key) and returns the lease it gives, if any: a
-//     context that already holds the lock through this engine re-enters it
-//     in memory;
-//  2. otherwise takes the lock in its backend for a fresh hold owned by a
-//     token from NewToken, unless the hold there is owned by one of
+//  1. calls Begin(ctx, e, key, p), which checks key and p, and returns
+//     what it returns when it gives a lease or an error: a context that
+//     already holds the lock through this engine re-enters it in memory;
+//  2. otherwise takes the lock in its backend, with the Policy Begin
+//     returned (TTL 0 being the engine's default), for a fresh hold owned
+//     by a token from NewToken, unless the hold there is owned by one of
 //     TokensFrom(ctx) (propagated from another process), which it re-enters
-//     under that token; it waits up to p.Wait, and never past ctx;
+//     under that token; it waits up to p.Wait (FailFast: not at all), and
+//     never past ctx;
 //  3. wraps its hold with NewLease, which makes the lease's context, and
 //     from then on keeps the hold alive (renewing it as the backend needs)
 //     and calls Lose the moment it can no longer be sure the hold is held.
 //
-// Errors match ErrInvalidKey (a zero Key), ErrNotAcquired (a
+// Errors match ErrInvalidKey (a zero Key), ErrMisconfigured (an invalid
+// Policy), ErrNotAcquired (a
 // *ContentionError: held by another owner, ErrWaitTimeout when a wait ran
 // out), ErrUnavailable (the backend did not answer) or ErrClosed, and, when
 // ctx ended while waiting, ctx.Err() too; on error nothing is held.
@@ -61,37 +64,89 @@ type Hold interface {
 	Release(ctx context.Context) error
 }
 
-// DefaultWait is how long the HTTP middleware and the gRPC interceptors
-// wait for a busy lock when their configuration says nothing.
-const DefaultWait = 5 * time.Second
+// defaultWait is the wait of a Policy whose Wait is 0.
+const defaultWait = 5 * time.Second
 
-// MinTTL is the shortest lease an engine or Policy accepts.
-const MinTTL = 30 * time.Millisecond
+// minTTL is the shortest lease a Policy may ask for.
+const minTTL = 30 * time.Millisecond
 
-// WaitPolicy returns the Policy of an adapter's configuration, where a
-// wait of 0 means DefaultWait and a negative one fails fast.
-func WaitPolicy(wait, ttl time.Duration) Policy {
-	switch {
-	case wait == 0:
-		wait = DefaultWait
-	case wait < 0:
-		wait = 0
-	}
-	return Policy{Wait: wait, TTL: ttl}
-}
+// FailFast, as Policy.Wait, makes one attempt: a lock held by another
+// owner fails at once, with a ContentionError that did not time out. It
+// is the one negative Wait a Policy may have.
+const FailFast time.Duration = -1
 
-// Policy says how to acquire one lock.
+// Policy says how to acquire one lock. Its zero value is the default: wait
+// up to 5 seconds, a lease of the engine's default length. The same Policy
+// travels unchanged from the option a route or gRPC method is given (in
+// package lock, Wait, FailFast and TTL return one) through the HTTP
+// middleware or gRPC interceptor to the engine's Acquire.
 type Policy struct {
-	// Wait is how long to wait for a lock held by another owner; 0 fails at
-	// once. The wait also ends with the context given to Acquire.
+	// Wait is how long to wait for a lock held by another owner; the wait
+	// also ends with the context given to Acquire. 0 means 5 seconds;
+	// FailFast makes one attempt.
 	Wait time.Duration
-	// TTL is the lease length; 0 means the engine's default. Minimum
-	// MinTTL.
+	// TTL is the lease length, which the engine renews while the lock is
+	// held; it bounds how long the lock outlives a process that crashed
+	// holding it. 0 means the engine's default (the Redis engine's is 10
+	// seconds); at least 30ms.
 	TTL time.Duration
 	// Route names what the acquisition is for, for telemetry: the route
-	// template or gRPC method whose request takes the lock, as the
-	// adapters set it; engines ignore it.
+	// template or gRPC method whose request takes the lock. The HTTP
+	// middleware sets it only for an engine with a method RecordsRoute()
+	// bool that reports true (package lockotel's), because finding chi's
+	// route template costs a request an allocation; engines ignore it.
 	Route string
+}
+
+// Or returns p with each of its zero fields taken from d: a route's policy
+// over its Locker's defaults.
+func (p Policy) Or(d Policy) Policy {
+	if p.Wait == 0 {
+		p.Wait = d.Wait
+	}
+	if p.TTL == 0 {
+		p.TTL = d.TTL
+	}
+	if p.Route == "" {
+		p.Route = d.Route
+	}
+	return p
+}
+
+// Validate returns an error matching ErrMisconfigured when p cannot be
+// acquired with: a negative Wait other than FailFast, or a TTL that is
+// negative or below 30ms.
+func (p Policy) Validate() error {
+	switch {
+	case p.Wait < 0 && p.Wait != FailFast:
+		return fmt.Errorf("%w: wait %v is negative; use FailFast for no wait", ErrMisconfigured, p.Wait)
+	case p.TTL < 0 || p.TTL > 0 && p.TTL < minTTL:
+		return fmt.Errorf("%w: TTL %v is below the minimum %v", ErrMisconfigured, p.TTL, minTTL)
+	}
+	return nil
+}
+
+// Begin is the start of an engine's Acquire (see Engine). It returns an
+// error matching ErrInvalidKey for a zero key and the error of
+// p.Validate; then a new lease on the live hold of key that engine e made
+// and ctx descends from, if there is one (re-entry in memory, without a
+// call to the backend); otherwise p with its default wait filled in, so
+// that Wait is either positive or FailFast. A TTL of 0 is left for the
+// engine to fill in with its own default.
+func Begin(ctx context.Context, e Engine, key Key, p Policy) (*Lease, Policy, error) {
+	if key.IsZero() {
+		return nil, p, fmt.Errorf("%w: zero Key", ErrInvalidKey)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, p, err
+	}
+	if ls := reenter(ctx, e, key); ls != nil {
+		return ls, p, nil
+	}
+	if p.Wait == 0 {
+		p.Wait = defaultWait
+	}
+	return nil, p, nil
 }
 
 // hold states
@@ -194,7 +249,7 @@ func (h *held) lost() error {
 // with fencing token fence, which engine e has just taken for an
 // acquisition with context ctx. The lease's context derives from ctx and
 // carries the hold (FencingToken, HeldFrom, TokensFrom) and ctx's lock
-// state; Reenter(ctx', e, key) finds it from any context derived from it.
+// state; Begin(ctx', e, key, p) re-enters it from any context derived from it.
 //
 // Panics if e's dynamic type is not comparable.
 func NewLease(ctx context.Context, e Engine, key Key, token string, fence int64, hold Hold) *Lease {
@@ -209,12 +264,12 @@ func NewLease(ctx context.Context, e Engine, key Key, token string, fence int64,
 	return &h.first
 }
 
-// Reenter returns a new lease on the live hold of key that engine e made
+// reenter returns a new lease on the live hold of key that engine e made
 // and ctx descends from, or nil when there is none: an acquisition by a
 // context that already holds the lock re-enters it in memory, without a
 // call to the backend. The hold is released in the backend when its last
 // lease is.
-func Reenter(ctx context.Context, e Engine, key Key) *Lease {
+func reenter(ctx context.Context, e Engine, key Key) *Lease {
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		if h := s.held; h != nil && h.e == e && h.key == key && h.retain() {
 			return &Lease{h: h, ctx: ctx}

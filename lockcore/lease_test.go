@@ -2,7 +2,7 @@ package lockcore_test
 
 // Tests of the backend-neutral lease: the lease's context is lockcore's
 // held struct (a cancelable context with a Value override), and engines
-// plug in through Engine, Hold, NewLease, Reenter and Lose.
+// plug in through Engine, Hold, Begin, NewLease and Lose.
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func (h *testHold) Release(context.Context) error {
 	return nil
 }
 
-// testEngine follows the steps of lockcore.Engine's doc: Reenter, else a
+// testEngine follows the steps of lockcore.Engine's doc: Begin, else a
 // fresh hold wrapped by NewLease. It never contends: tests use one owner.
 type testEngine struct {
 	mu    sync.Mutex
@@ -49,8 +49,8 @@ type testEngine struct {
 }
 
 func (e *testEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	if ls := lockcore.Reenter(ctx, e, key); ls != nil {
-		return ls, nil
+	if ls, _, err := lockcore.Begin(ctx, e, key, p); ls != nil || err != nil {
+		return ls, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -89,7 +89,7 @@ func TestHeldContextDerivations(t *testing.T) {
 	k := testKey(t)
 	parent, cancelParent := context.WithCancel(context.Background())
 	defer cancelParent()
-	ls, err := e.Acquire(parent, k, lockcore.Policy{})
+	ls, err := e.Acquire(parent, k, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,9 +191,9 @@ func TestCheckLosesAndReentry(t *testing.T) {
 	k := testKey(t)
 	ctx := context.Background()
 
-	outer, _ := e.Acquire(ctx, k, lockcore.Policy{})
+	outer, _ := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 	hold := e.last
-	inner, _ := e.Acquire(outer.Context(), k, lockcore.Policy{})
+	inner, _ := e.Acquire(outer.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
 	if e.last != hold || inner.Fence() != outer.Fence() {
 		t.Fatal("nested acquisition did not re-enter in memory")
 	}
@@ -214,13 +214,13 @@ func TestCheckLosesAndReentry(t *testing.T) {
 		t.Errorf("second Release: %v", err)
 	}
 
-	ls, _ := e.Acquire(ctx, k, lockcore.Policy{})
+	ls, _ := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 	hold = e.last
 	d, cancel := context.WithCancel(ls.Context())
 	defer cancel()
 	hold.lost.Store(true)
 	// Re-entry asks the engine (Check) and, finding it unsure, loses the hold.
-	again, _ := e.Acquire(d, k, lockcore.Policy{})
+	again, _ := e.Acquire(d, k, lockcore.Policy{Wait: lockcore.FailFast})
 	if e.last == hold {
 		t.Error("re-entered a hold whose Check fails")
 	}
@@ -244,8 +244,8 @@ type mapEngine struct {
 }
 
 func (e mapEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	if ls := lockcore.Reenter(ctx, e, key); ls != nil {
-		return ls, nil
+	if ls, _, err := lockcore.Begin(ctx, e, key, p); ls != nil || err != nil {
+		return ls, err
 	}
 	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence.Add(1), &testHold{}), nil
 }
@@ -262,5 +262,5 @@ func TestEngineMustBeComparable(t *testing.T) {
 			t.Fatalf("Acquire on a non-comparable engine: panic %v, want one naming the type", r)
 		}
 	}()
-	_, _ = e.Acquire(context.Background(), testKey(t), lockcore.Policy{})
+	_, _ = e.Acquire(context.Background(), testKey(t), lockcore.Policy{Wait: lockcore.FailFast})
 }

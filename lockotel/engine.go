@@ -41,7 +41,7 @@ func (e *engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 			attrs = append(attrs, attribute.String(attrRoute, p.Route))
 		}
 		mode := modeWait
-		if p.Wait <= 0 {
+		if p.Wait < 0 {
 			mode = modeFailFast
 		}
 		attrs = append(attrs, mode, attribute.String(attrOutcome, out), attribute.Float64(attrWait, wait.Seconds()))

@@ -1,6 +1,6 @@
 package lockotel_test
 
-// Telemetry of gRPC calls through a real server on loopback with grpclock's
+// Telemetry of gRPC calls through a real server on loopback with package interceptor's
 // interceptors, on the in-memory engine.
 
 import (
@@ -17,7 +17,6 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore/locktest"
@@ -66,10 +65,10 @@ func TestGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(r.tracedRPC, grpclock.UnaryServerInterceptor(locker,
-		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"), lock.FailFast()),
-		grpclock.Method(shop.Create, interceptor.Field("order.product_id"), lock.Name("productID")),
-	)))
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(r.tracedRPC, interceptor.UnaryServer(locker, interceptor.Config{Rules: []interceptor.Rule{
+		interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.FailFast()),
+		interceptor.Method(shop.Create, interceptor.Field("order.product_id").As("productID")),
+	}})))
 	shop.Register(s, srv)
 	served := make(chan struct{})
 	go func() {

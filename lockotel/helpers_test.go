@@ -313,7 +313,7 @@ func post(c *http.Client, ctx context.Context, url string, hdr ...string) (int, 
 }
 
 // client returns an HTTP client on a transport of its own, closed when the
-// test ends; wrap, if set, wraps the transport (lock.Transport).
+// test ends; wrap, if set, wraps the transport (middleware.Transport).
 func client(t testing.TB, wrap func(http.RoundTripper) http.RoundTripper) *http.Client {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)

@@ -83,7 +83,7 @@ func TestHostileNothingLeaks(t *testing.T) {
 				defer mu.Unlock()
 				tokens = append(tokens, lockcore.TokensFrom(req.Context())...)
 			}
-			nested := client(t, lock.Transport)
+			nested := client(t, middleware.Transport)
 			hold, proceed := make(chan struct{}), make(chan struct{})
 			var url string
 			router := chi.NewRouter()
@@ -109,7 +109,7 @@ func TestHostileNothingLeaks(t *testing.T) {
 			url = serve(t, router).URL
 			c := client(t, nil)
 
-			if code, body := post(c, bounded(t), url+"/products/"+secret+"/buy", middleware.TokenHeader, madeUp); code != http.StatusOK || body != "refunded" {
+			if code, body := post(c, bounded(t), url+"/products/"+secret+"/buy", "Routelock-Token", madeUp); code != http.StatusOK || body != "refunded" {
 				t.Fatalf("buy: %d %s", code, body)
 			}
 			done := make(chan int, 1)
@@ -118,7 +118,7 @@ func TestHostileNothingLeaks(t *testing.T) {
 				done <- code
 			}()
 			<-hold
-			if code, _ := post(c, bounded(t), url+"/products/"+secret+"/reserve", middleware.TokenHeader, madeUp); code != http.StatusConflict {
+			if code, _ := post(c, bounded(t), url+"/products/"+secret+"/reserve", "Routelock-Token", madeUp); code != http.StatusConflict {
 				t.Fatalf("reserve while held: %d, want 409", code)
 			}
 			close(proceed)

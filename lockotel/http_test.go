@@ -323,7 +323,7 @@ func TestHTTPLost(t *testing.T) {
 			}
 			wantStatus(t, aDone, http.StatusGone)
 			<-a.ctx.Done()
-			if cause := context.Cause(a.ctx); !errors.Is(cause, lock.ErrLockLost) || !errors.Is(cause, tc.cause) {
+			if cause := context.Cause(a.ctx); !errors.Is(cause, lockcore.ErrLockLost) || !errors.Is(cause, tc.cause) {
 				t.Fatalf("the handler's context ended with %v", cause)
 			}
 			s.wait(t)

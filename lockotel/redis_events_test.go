@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // redisShop serves POST /products/{productID}/buy behind r.traced and a
@@ -53,8 +55,7 @@ func TestRedisLeaseLost(t *testing.T) {
 		r := newRig(t)
 		prefix := redistest.Prefix(t)
 		rdb := b.Client(t)
-		locker := lock.New(rdb, lock.Prefix(prefix), lock.TTL(300*time.Millisecond), lock.Observe(r.tel))
-		t.Cleanup(func() { locker.Close() })
+		locker := observed(t, rdb, prefix, r.tel, lock.Defaults(lock.TTL(300*time.Millisecond)))
 		url, entered := redisShop(t, r, locker)
 
 		done := make(chan int, 1)
@@ -106,8 +107,7 @@ func TestRedisRevoked(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		r := newRig(t)
 		prefix := redistest.Prefix(t)
-		locker := lock.New(b.Client(t), lock.Prefix(prefix), lock.Observe(r.tel))
-		t.Cleanup(func() { locker.Close() })
+		locker := observed(t, b.Client(t), prefix, r.tel)
 		op := locker.Operator()
 		if op == nil {
 			t.Fatal("the Redis engine is no lockcore.Operator")
@@ -159,8 +159,7 @@ func TestRedisRevoked(t *testing.T) {
 func TestRedisUncontended(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		r := newRig(t)
-		locker := lock.New(b.Client(t), lock.Prefix(redistest.Prefix(t)), lock.Observe(r.tel))
-		t.Cleanup(func() { locker.Close() })
+		locker := observed(t, b.Client(t), redistest.Prefix(t), r.tel)
 		router := chi.NewRouter()
 		router.Use(r.traced)
 		router.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, req *http.Request) {
@@ -182,4 +181,17 @@ func TestRedisUncontended(t *testing.T) {
 		m.wantCount(t, "routelock.hold.duration", 1, "lock.resource", "productID")
 		m.wantSum(t, "routelock.held", 0, "lock.resource", "productID")
 	})
+}
+
+// observed returns a Locker on a Redis engine of its own under prefix,
+// which tells tel its events, watched by tel: what lock.New with
+// lock.Observe(tel) makes, with a key prefix of the test's.
+func observed(t *testing.T, rdb redis.UniversalClient, prefix string, tel lockcore.Observer, opts ...lock.Option) *lock.Locker {
+	t.Helper()
+	e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix, Events: tel.Events()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return lock.FromEngine(e, append(opts, lock.Observe(tel))...)
 }

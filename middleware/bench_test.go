@@ -111,7 +111,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	key, _ := lockcore.NewKey("productID", "42")
 	b.Run("engine", func(b *testing.B) {
 		measure(b, func() {
-			ls, err := rs.l.Acquire(ctx, key, lockcore.Policy{})
+			ls, err := rs.l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -141,7 +141,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 	b.Run("engine-ctxdeadline", func(b *testing.B) {
 		measure(b, func() {
-			ls, err := dls.l.Acquire(ctx, key, lockcore.Policy{})
+			ls, err := dls.l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				b.Fatal(err)
 			}

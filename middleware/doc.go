@@ -17,7 +17,7 @@
 //     handler from the lock itself, so other middleware that rewrites the
 //     path must come before the lock.
 //  2. The owner token: a nested request carries its caller's token in the
-//     [TokenHeader] header (see [Transport]); the middleware accepts it from
+//     Routelock-Token header (see [Transport]); the middleware accepts it from
 //     requests that Config.TrustToken allows, and otherwise the engine mints
 //     a fresh one.
 //  3. The lock is taken by the engine ([lockcore.Engine], the Redis engine

@@ -74,7 +74,7 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 		case errors.As(err, &kerr):
 			msg += ": " + kerr.Public()
 		case k.Has(outcome.InvalidToken):
-			msg = "routelock: invalid " + TokenHeader + " header"
+			msg = "routelock: invalid " + tokenHeader + " header"
 		}
 	case http.StatusConflict:
 		msg = "routelock: resource busy, retry later"

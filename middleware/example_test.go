@@ -33,7 +33,7 @@ func ExampleLock() {
 	defer engine.Close()
 
 	r := chi.NewRouter()
-	r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productID"), Wait: -1})).
+	r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).
 		Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 			fence, _ := lockcore.FencingToken(r.Context())
 			fmt.Fprintln(w, "bought, fence > 0:", fence > 0)
@@ -44,7 +44,7 @@ func ExampleLock() {
 	fmt.Print(w.Code, " ", w.Body.String())
 
 	key, _ := lockcore.NewKey("productID", "42") // as the route names it
-	held, err := engine.Acquire(context.Background(), key, lockcore.Policy{})
+	held, err := engine.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		panic(err)
 	}

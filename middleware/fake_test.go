@@ -98,9 +98,8 @@ func okHandler(runs *atomic.Int32) http.HandlerFunc {
 	}
 }
 
-// TestFakePolicies: Config.Wait and Config.TTL reach the engine as the
-// lockcore.Policy of WaitPolicy: 0 is DefaultWait, negative fails fast
-// (Wait 0), and the TTL is passed through (0: the engine's).
+// TestFakePolicies: Config.Policy reaches the engine as it was given: the
+// zero Policy (the engine's defaults), a wait and a TTL, fail fast.
 func TestFakePolicies(t *testing.T) {
 	e := newFake()
 	var runs atomic.Int32
@@ -110,9 +109,9 @@ func TestFakePolicies(t *testing.T) {
 		c    middleware.Config
 	}{
 		{"/default/{id}", middleware.Config{}},
-		{"/wait/{id}", middleware.Config{Wait: 2 * time.Second, TTL: 3 * time.Second}},
-		{"/failfast/{id}", middleware.Config{Wait: -1}},
-		{"/ttl/{id}", middleware.Config{TTL: lockcore.MinTTL}},
+		{"/wait/{id}", middleware.Config{Policy: lockcore.Policy{Wait: 2 * time.Second, TTL: 3 * time.Second}}},
+		{"/failfast/{id}", middleware.Config{Policy: lockcore.Policy{Wait: lockcore.FailFast}}},
+		{"/ttl/{id}", middleware.Config{Policy: lockcore.Policy{TTL: 30 * time.Millisecond}}},
 	} {
 		rt.c.Key = keyfunc.Param("id")
 		r.With(middleware.Lock(e, rt.c)).Post(rt.path, okHandler(&runs))
@@ -125,10 +124,10 @@ func TestFakePolicies(t *testing.T) {
 		}
 	}
 	want := []call{
-		{Key: fakeKey(t, "id", "1"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait}},
+		{Key: fakeKey(t, "id", "1"), Policy: lockcore.Policy{}},
 		{Key: fakeKey(t, "id", "2"), Policy: lockcore.Policy{Wait: 2 * time.Second, TTL: 3 * time.Second}},
-		{Key: fakeKey(t, "id", "3"), Policy: lockcore.Policy{}},
-		{Key: fakeKey(t, "id", "4"), Policy: lockcore.Policy{Wait: lockcore.DefaultWait, TTL: lockcore.MinTTL}},
+		{Key: fakeKey(t, "id", "3"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
+		{Key: fakeKey(t, "id", "4"), Policy: lockcore.Policy{TTL: 30 * time.Millisecond}},
 	}
 	got := e.Calls()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -145,9 +144,9 @@ func TestFakeStatuses(t *testing.T) {
 	e := newFake()
 	var runs atomic.Int32
 	r := chi.NewRouter()
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Wait: -1})).Post("/ff/{productID}", okHandler(&runs))
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Wait: 50 * time.Millisecond})).Post("/wait/{productID}", okHandler(&runs))
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Wait: time.Hour})).Post("/long/{productID}", okHandler(&runs))
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/ff/{productID}", okHandler(&runs))
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: 50 * time.Millisecond}})).Post("/wait/{productID}", okHandler(&runs))
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: time.Hour}})).Post("/long/{productID}", okHandler(&runs))
 	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Header("X-User-ID")})).Post("/user", okHandler(&runs))
 	srv := fakeServe(t, r)
 	c := fakeClient(t)
@@ -161,14 +160,14 @@ func TestFakeStatuses(t *testing.T) {
 		{"missing header", "/user", nil},
 		{"empty header", "/user", []string{"X-User-ID", ""}},
 		{"key too long", "/ff/" + strings.Repeat("x", lockcore.MaxKeyPartLen+1), nil},
-		{"malformed token", "/user", []string{"X-User-ID", "u7", middleware.TokenHeader, "short"}},
+		{"malformed token", "/user", []string{"X-User-ID", "u7", "Routelock-Token", "short"}},
 	} {
 		if resp, body := do(t, c, fakeCtx(t), "POST", srv.URL+tc.path, tc.hdr...); resp.StatusCode != 400 {
 			t.Errorf("%s: %d %q, want 400", tc.name, resp.StatusCode, body)
 		}
 	}
 
-	holder, err := e.Acquire(fakeCtx(t), k, lockcore.Policy{TTL: 2500 * time.Millisecond})
+	holder, err := e.Acquire(fakeCtx(t), k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 2500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +286,7 @@ func TestFakePropagation(t *testing.T) {
 		innerRuns.Add(1)
 		f, _ := lockcore.FencingToken(r.Context())
 		_, entries := e.Held(k)
-		if r.Header.Get(middleware.TokenHeader) != "" {
+		if r.Header.Get("Routelock-Token") != "" {
 			http.Error(w, "token header reached the handler", 500)
 			return
 		}
@@ -295,10 +294,10 @@ func TestFakePropagation(t *testing.T) {
 		w.Header().Set("X-Entries", strconv.Itoa(entries))
 	}
 	inner := chi.NewRouter()
-	inner.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Wait: -1})).Get("/products/{productID}/stock", stock)
-	untrusting := middleware.Config{Key: keyfunc.Param("productID"), Wait: -1, TrustToken: func(*http.Request) bool { return false }}
+	inner.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Get("/products/{productID}/stock", stock)
+	untrusting := middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}, TrustToken: func(*http.Request) bool { return false }}
 	inner.With(middleware.Lock(e, untrusting)).Get("/untrusted/{productID}/stock", stock)
-	untrusting.Wait = time.Hour
+	untrusting.Policy.Wait = time.Hour
 	inner.With(middleware.Lock(e, untrusting)).Get("/untrusted-wait/{productID}/stock", stock)
 	in := fakeServe(t, inner)
 
@@ -306,8 +305,8 @@ func TestFakePropagation(t *testing.T) {
 	cancels := make(chan context.CancelFunc, 1)
 	proceed := make(chan struct{})
 	outer := chi.NewRouter()
-	outer.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Wait: -1})).Post("/products/{productID}/buy", outerHandler(c, nil, nil))
-	outer.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Wait: -1})).Post("/products/{productID}/buy-cancellable", outerHandler(c, cancels, proceed))
+	outer.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/products/{productID}/buy", outerHandler(c, nil, nil))
+	outer.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/products/{productID}/buy-cancellable", outerHandler(c, cancels, proceed))
 	out := fakeServe(t, outer)
 
 	resp, body := do(t, c, fakeCtx(t), "POST", out.URL+"/products/42/buy?inner="+in.URL+"/products/42/stock")
@@ -382,7 +381,7 @@ func TestFakeLeaseLost(t *testing.T) {
 	k := fakeKey(t, "id", "7")
 	started := make(chan struct{})
 	r := chi.NewRouter()
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("id"), Wait: -1})).Post("/work/{id}", func(w http.ResponseWriter, r *http.Request) {
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/work/{id}", func(w http.ResponseWriter, r *http.Request) {
 		f, _ := lockcore.FencingToken(r.Context())
 		w.Header().Set("X-Fence", strconv.FormatInt(f, 10))
 		if r.URL.Query().Get("block") == "" {
@@ -456,7 +455,7 @@ func TestFakePanicReleases(t *testing.T) {
 		})
 	})
 	var runs atomic.Int32
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("id"), Wait: -1})).Post("/boom/{id}", func(w http.ResponseWriter, r *http.Request) {
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/boom/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
 			panic("boom")
 		}
@@ -482,7 +481,7 @@ func TestTokenHeaderNeverReachesHandler(t *testing.T) {
 	e := newFake()
 	var leaked atomic.Int32
 	h := func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := r.Header[middleware.TokenHeader]; ok {
+		if _, ok := r.Header["Routelock-Token"]; ok {
 			leaked.Add(1)
 		}
 	}
@@ -509,7 +508,7 @@ func TestTokenHeaderNeverReachesHandler(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, v := range vs {
-				req.Header.Add(middleware.TokenHeader, v)
+				req.Header.Add("Routelock-Token", v)
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {

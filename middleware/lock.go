@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -17,27 +16,25 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// TokenHeader carries propagated owner tokens from one service to the next:
+// tokenHeader carries propagated owner tokens from one service to the next:
 // one field line, 1 to 16 tokens separated by commas (lockcore.Intake).
-const TokenHeader = "Routelock-Token"
+const tokenHeader = "Routelock-Token"
 
 // Config configures Lock.
 type Config struct {
 	// Key names the resource a request locks. Required.
 	Key keyfunc.Func
 
-	// Wait is how long a request waits for a lock held by another owner,
-	// never past the request context's deadline. Negative: one attempt,
-	// then 409 (fail fast). Default: lockcore.DefaultWait.
-	Wait time.Duration
-
-	// TTL is the lease length, which the engine keeps renewing while the
-	// handler runs; it bounds how long the lock outlives a crashed process.
-	// At least lockcore.MinTTL. Default: the engine's.
-	TTL time.Duration
+	// Policy is how the lock is acquired: how long a request waits for a
+	// lock held by another owner (never past the request context's
+	// deadline; lockcore.FailFast: one attempt, then 409) and the lease's
+	// TTL. It reaches the engine as it is, with Route set for an engine
+	// that records routes. Default: the zero Policy, a wait of 5 seconds
+	// and the engine's TTL.
+	Policy lockcore.Policy
 
 	// TrustToken reports whether a request may carry a propagated owner
-	// token in TokenHeader; the header of any other request is ignored, and
+	// token in tokenHeader; the header of any other request is ignored, and
 	// the request gets a fresh token. A token lets its bearer re-enter the
 	// locks of the request that minted it, so restrict it to callers you
 	// trust when the service is reachable from outside (e.g. by a shared
@@ -70,8 +67,8 @@ type Config struct {
 // from engine l, while the next handler runs, as the package documentation
 // describes.
 //
-// Panics if c.Key is zero or cannot read HTTP requests, or c.TTL is
-// negative or below lockcore.MinTTL.
+// Panics if c.Key is zero or cannot read HTTP requests, or c.Policy is
+// invalid (lockcore.Policy.Validate).
 func Lock(l lockcore.Engine, c Config) func(http.Handler) http.Handler {
 	m := newLocker(l, c)
 	return func(next http.Handler) http.Handler {
@@ -105,14 +102,15 @@ type locker struct {
 	methods []string // nil: every method
 }
 
-// Validate reports what is wrong with c, as Lock would panic with it.
-func (c Config) Validate() error {
+// validate reports what is wrong with c, as Lock panics with it.
+func (c Config) validate() error {
 	switch {
 	case !c.Key.ForHTTP():
 		// The zero Func, which has no sources, reads nothing.
 		return fmt.Errorf("routelock/middleware: Config.Key %v is required and must read HTTP requests", c.Key)
-	case c.TTL < 0 || c.TTL > 0 && c.TTL < lockcore.MinTTL:
-		return fmt.Errorf("routelock/middleware: TTL %v is below the minimum %v", c.TTL, lockcore.MinTTL)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("routelock/middleware: %w", err)
 	}
 	return nil
 }
@@ -121,10 +119,10 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 	if l == nil {
 		panic("routelock/middleware: nil Engine")
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		panic(err.Error())
 	}
-	m := &locker{l: l, key: c.Key, policy: lockcore.WaitPolicy(c.Wait, c.TTL), trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
+	m := &locker{l: l, key: c.Key, policy: c.Policy, trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
 	if m.onError == nil {
 		m.onError = Error
 	}
@@ -254,16 +252,16 @@ func notFound(r *http.Request) http.Handler {
 // it may carry them (lockcore.Intake), and the header removed, whatever it
 // holds, so that the handler cannot log it.
 func (m *locker) withToken(r *http.Request) (*http.Request, error) {
-	vs := r.Header[TokenHeader]
+	vs := r.Header[tokenHeader]
 	if len(vs) == 0 {
 		return r, nil
 	}
-	r.Header.Del(TokenHeader)
+	r.Header.Del(tokenHeader)
 	var trust func() bool
 	if m.trust != nil {
 		trust = func() bool { return m.trust(r) }
 	}
-	ctx, err := lockcore.Intake(r.Context(), TokenHeader, vs, trust)
+	ctx, err := lockcore.Intake(r.Context(), tokenHeader, vs, trust)
 	if err != nil {
 		return r, err
 	}

@@ -71,10 +71,10 @@ func TestTransport(t *testing.T) {
 	if _, err := tr.RoundTrip(req); err != nil {
 		t.Fatal(err)
 	}
-	if got := rec.got.Header.Get(middleware.TokenHeader); got != tok {
+	if got := rec.got.Header.Get("Routelock-Token"); got != tok {
 		t.Fatalf("sent token %q, want %q", got, tok)
 	}
-	if req.Header.Get(middleware.TokenHeader) != "" {
+	if req.Header.Get("Routelock-Token") != "" {
 		t.Fatal("Transport changed the caller's request")
 	}
 
@@ -82,7 +82,7 @@ func TestTransport(t *testing.T) {
 	if _, err := tr.RoundTrip(plain); err != nil {
 		t.Fatal(err)
 	}
-	if rec.got != plain || plain.Header.Get(middleware.TokenHeader) != "" {
+	if rec.got != plain || plain.Header.Get("Routelock-Token") != "" {
 		t.Fatal("a request without a token was changed")
 	}
 }
@@ -97,12 +97,9 @@ func TestConfigPanics(t *testing.T) {
 	for name, c := range map[string]middleware.Config{
 		"zero key":     {},
 		"rpc key":      {Key: rpcOnly},
-		"TTL too low":  {Key: keyfunc.Param("id"), TTL: time.Millisecond},
-		"negative TTL": {Key: keyfunc.Param("id"), TTL: -time.Second},
+		"TTL too low":  {Key: keyfunc.Param("id"), Policy: lockcore.Policy{TTL: time.Millisecond}},
+		"negative TTL": {Key: keyfunc.Param("id"), Policy: lockcore.Policy{TTL: -time.Second}},
 	} {
-		if c.Validate() == nil {
-			t.Errorf("%s: Validate passed", name)
-		}
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -127,7 +124,7 @@ func redisClientNowhere(t *testing.T) *redis.Client {
 func TestTransportRedirect(t *testing.T) {
 	var got sync.Map // path → the token header it received
 	record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got.Store(r.URL.Path, r.Header.Get(middleware.TokenHeader))
+		got.Store(r.URL.Path, r.Header.Get("Routelock-Token"))
 	})
 	other := httptest.NewServer(record)
 	t.Cleanup(other.Close)

@@ -43,7 +43,7 @@ func TestRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := t.Context()
-		lease, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: 600 * time.Millisecond})
+		lease, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: 600 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

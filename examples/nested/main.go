@@ -1,7 +1,7 @@
 // Command nested shows why the owner token travels between services. An
 // order service locks product 42 while it places an order and calls the
 // inventory service, which locks product 42 too (it is also called on its
-// own, and must not race with itself). With lock.Transport on the order
+// own, and must not race with itself). With middleware.Transport on the order
 // service's HTTP client the inventory call carries the order's owner token
 // and re-enters the lock the order holds; without it, the inventory waits
 // for a lock that its own caller holds until it gives up with 409.
@@ -24,7 +24,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/examples/internal/redisenv"
 	"github.com/routelock/lock/lockcore"
-	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
 )
 
 func main() {
@@ -55,7 +55,7 @@ func run(out io.Writer) error {
 			fence, _ := lock.FencingToken(r.Context())
 			held := lockcore.HeldFrom(r.Context()) // the locks this request holds, innermost first
 			// lock.New made a Redis engine, which can read a key's state.
-			info, err := invLocker.Engine().(*redisengine.Engine).Inspect(r.Context(), held[0].Key)
+			info, err := invLocker.Operator().Inspect(r.Context(), held[0].Key)
 			if err != nil {
 				http.Error(w, "inventory: "+err.Error(), http.StatusInternalServerError)
 				return
@@ -75,10 +75,10 @@ func run(out io.Writer) error {
 	ordLocker := lock.New(ordRedis)
 	defer ordLocker.Close()
 	for _, propagate := range []bool{true, false} {
-		// The order service, with or without lock.Transport on its client.
+		// The order service, with or without middleware.Transport on its client.
 		client := &http.Client{Timeout: 10 * time.Second}
 		if propagate {
-			client.Transport = ordLocker.Transport(http.DefaultTransport)
+			client.Transport = middleware.Transport(http.DefaultTransport)
 		}
 		ord := chi.NewRouter()
 		ord.With(ordLocker.ByParam("productID")).Post("/orders/{productID}", func(w http.ResponseWriter, r *http.Request) {
@@ -114,7 +114,7 @@ func run(out io.Writer) error {
 		took := time.Since(t0)
 		stopOrd()
 
-		name := "with lock.Transport"
+		name := "with middleware.Transport"
 		if !propagate {
 			name = "without it"
 		}

@@ -33,6 +33,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/examples/internal/redisenv"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // config is what the flags set.
@@ -242,7 +243,11 @@ func sale(out io.Writer, env *redisenv.Redis, c config, locked bool) (result, er
 // own Redis client and Locker, and a chi router with the buy route, locked
 // or not.
 func startInstance(rdb *redis.Client, prefix string, c config, locked bool, stockKey, soldKey string) (url string, stop func(), err error) {
-	locker := lock.New(rdb, lock.Prefix(prefix+"lock:"))
+	engine, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix + "lock:"})
+	if err != nil {
+		return "", nil, err
+	}
+	locker := lock.FromEngine(engine)
 
 	r := chi.NewRouter()
 	if locked {
@@ -274,7 +279,7 @@ func startInstance(rdb *redis.Client, prefix string, c config, locked bool, stoc
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		locker.Close()
+		engine.Close()
 		rdb.Close()
 		return "", nil, err
 	}
@@ -282,7 +287,7 @@ func startInstance(rdb *redis.Client, prefix string, c config, locked bool, stoc
 	go srv.Serve(lis)
 	return "http://" + lis.Addr().String(), func() {
 		srv.Close()
-		locker.Close()
+		engine.Close()
 		rdb.Close()
 	}, nil
 }

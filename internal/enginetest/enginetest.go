@@ -42,8 +42,9 @@ func (f *Fake) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy)
 	down := f.down
 	f.mu.Unlock()
 	if down {
-		if ls := lockcore.Reenter(ctx, f.Engine, key); ls != nil {
-			return ls, nil
+		ls, _, err := lockcore.Begin(ctx, f.Engine, key, p)
+		if ls != nil || err != nil {
+			return ls, err
 		}
 		return nil, ErrDown
 	}

@@ -4,7 +4,7 @@
 // of the key functions), and returns the set of kinds it matches.
 //
 // The adapters answer with a table over that set: the HTTP status
-// (middleware.Status), the gRPC code (interceptor.Code) and the telemetry
+// (middleware.Status), the gRPC code (interceptor.Status) and the telemetry
 // outcome (lockotel). A table is a list of rows in the adapter's order of
 // precedence; First picks the first row that shares a kind with the set.
 // The set holds every kind an error matches, not only the first one, so

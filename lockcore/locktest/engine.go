@@ -94,33 +94,28 @@ type waiter struct {
 }
 
 // Acquire implements lockcore.Engine. A zero key fails with
-// lockcore.ErrInvalidKey, a TTL below lockcore.MinTTL with an error; a
-// TTL of 0 is 10 seconds. A context
+// lockcore.ErrInvalidKey, an invalid Policy with lockcore.ErrMisconfigured
+// (lockcore.Begin); a TTL of 0 is 10 seconds. A context
 // that holds the key through this engine re-enters it in memory.
 // Otherwise a free key is taken for a fresh hold; a hold owned by one of
 // lockcore.TokensFrom(ctx) gets one more entry under its token; and a hold
 // of another owner fails at once with a *lockcore.ContentionError when
-// p.Wait is 0, or is waited for in arrival order up to p.Wait (then a
+// p.Wait is lockcore.FailFast, or is waited for in arrival order up to p.Wait (then a
 // ContentionError with TimedOut) or until ctx ends (then errors.Join of a
 // ContentionError, TimedOut for a deadline, and ctx.Err()). RetryAfter is
 // the holder's TTL: the engine renews perfectly. On error nothing is held
 // or queued.
 func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	if key.IsZero() {
-		return nil, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
+	ls, p, err := lockcore.Begin(ctx, e, key, p)
+	if ls != nil || err != nil {
+		return ls, err
 	}
 	ttl := p.TTL
-	switch {
-	case ttl == 0:
+	if ttl == 0 {
 		ttl = defaultTTL
-	case ttl < lockcore.MinTTL:
-		return nil, fmt.Errorf("locktest: TTL %v is below the minimum %v", ttl, lockcore.MinTTL)
 	}
 	if e.defects.waitIgnored {
-		p.Wait = 0
-	}
-	if ls := lockcore.Reenter(ctx, e, key); ls != nil {
-		return ls, nil
+		p.Wait = lockcore.FailFast
 	}
 
 	e.mu.Lock()

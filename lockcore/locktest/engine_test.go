@@ -126,7 +126,7 @@ func TestFIFO(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "fifo", "1")
 	ctx := bounded(t)
-	first := acquire(t, e, ctx, k, lockcore.Policy{})
+	first := acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 	order := make(chan int, n)
 	fences := make(chan int64, n)
 	errs := make(chan error, n)
@@ -179,8 +179,8 @@ func TestFIFO(t *testing.T) {
 func TestFailFast(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "ff", "1")
-	holder := acquire(t, e, bounded(t), k, lockcore.Policy{TTL: 3 * time.Second})
-	_, err := e.Acquire(bounded(t), k, lockcore.Policy{})
+	holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 3 * time.Second})
+	_, err := e.Acquire(bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
 	var ce *lockcore.ContentionError
 	if !errors.As(err, &ce) || !errors.Is(err, lockcore.ErrNotAcquired) || errors.Is(err, lockcore.ErrWaitTimeout) {
 		t.Fatalf("fail fast: %v", err)
@@ -200,7 +200,7 @@ func TestFailFast(t *testing.T) {
 func TestWaitTimeout(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "wt", "1")
-	holder := acquire(t, e, bounded(t), k, lockcore.Policy{})
+	holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
 	_, err := e.Acquire(bounded(t), k, lockcore.Policy{Wait: 30 * time.Millisecond})
 	var ce *lockcore.ContentionError
 	if !errors.As(err, &ce) || !ce.TimedOut || !errors.Is(err, lockcore.ErrWaitTimeout) || ce.RetryAfter != 10*time.Second {
@@ -224,7 +224,7 @@ func TestWaitTimeout(t *testing.T) {
 func TestCancelLeavesNothing(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "cancel", "1")
-	holder := acquire(t, e, bounded(t), k, lockcore.Policy{})
+	holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
 
 	ctx, cancel := context.WithCancel(bounded(t))
 	done := make(chan error, 1)
@@ -263,7 +263,7 @@ func TestCancelLeavesNothing(t *testing.T) {
 	// Release and cancellation at the same moment: whichever wins, the
 	// waiter either holds the lock or nothing is left.
 	for range 200 {
-		holder := acquire(t, e, bounded(t), k, lockcore.Policy{})
+		holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
 		ctx, cancel := context.WithCancel(bounded(t))
 		done := make(chan *lockcore.Lease, 1)
 		go func() {
@@ -292,7 +292,7 @@ func TestReenter(t *testing.T) {
 	ctx := bounded(t)
 	outer := acquire(t, e, ctx, k, lockcore.Policy{Wait: -1})
 
-	inner := acquire(t, e, outer.Context(), k, lockcore.Policy{})
+	inner := acquire(t, e, outer.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
 	if inner.Fence() != outer.Fence() || inner.Token() != outer.Token() {
 		t.Fatal("in-memory re-entry got another hold")
 	}
@@ -304,7 +304,7 @@ func TestReenter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byToken := acquire(t, e, remote, k, lockcore.Policy{})
+	byToken := acquire(t, e, remote, k, lockcore.Policy{Wait: lockcore.FailFast})
 	if byToken.Fence() != outer.Fence() || byToken.Token() != outer.Token() {
 		t.Fatal("token re-entry got another hold")
 	}
@@ -316,7 +316,7 @@ func TestReenter(t *testing.T) {
 	}
 
 	stranger := lockcore.WithToken(ctx, lockcore.NewToken())
-	if _, err := e.Acquire(stranger, k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+	if _, err := e.Acquire(stranger, k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("a made-up token entered: %v", err)
 	}
 
@@ -325,14 +325,14 @@ func TestReenter(t *testing.T) {
 	if _, entries := e.Held(k); entries != 1 {
 		t.Fatalf("after the outer release: %d entries, want 1 (the token re-entry)", entries)
 	}
-	if _, err := e.Acquire(ctx, k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+	if _, err := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("the key was freed while a token entry held it: %v", err)
 	}
 	release(t, byToken)
 	wantFree(t, e, k)
 
 	// A token never takes a free lock: the fresh hold has a token of its own.
-	ls := acquire(t, e, remote, k, lockcore.Policy{})
+	ls := acquire(t, e, remote, k, lockcore.Policy{Wait: lockcore.FailFast})
 	if ls.Token() == outer.Token() || ls.Fence() <= outer.Fence() {
 		t.Fatalf("a stale token took a free key under its own name: fence %d", ls.Fence())
 	}
@@ -348,8 +348,8 @@ func TestLose(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "lose", "1")
 	ctx := bounded(t)
-	ls := acquire(t, e, ctx, k, lockcore.Policy{})
-	byToken := acquire(t, e, lockcore.WithToken(ctx, ls.Token()), k, lockcore.Policy{})
+	ls := acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+	byToken := acquire(t, e, lockcore.WithToken(ctx, ls.Token()), k, lockcore.Policy{Wait: lockcore.FailFast})
 	derived, cancel := context.WithCancel(ls.Context())
 	defer cancel()
 
@@ -402,7 +402,7 @@ func TestLose(t *testing.T) {
 		t.Fatalf("the new hold was touched: fence %d, %d entries", fence, entries)
 	}
 	// A lost hold is not re-entered in memory.
-	if _, err := e.Acquire(ls.Context(), k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+	if _, err := e.Acquire(ls.Context(), k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("re-entry of a lost hold: %v", err)
 	}
 	release(t, next)
@@ -412,22 +412,23 @@ func TestLose(t *testing.T) {
 	}
 }
 
-// TestValidation: a zero key and a TTL below MinTTL are refused, and hold
-// nothing.
+// TestValidation: a zero key, a TTL below 30ms and a negative wait other
+// than FailFast are refused, matching ErrInvalidKey and ErrMisconfigured,
+// and hold nothing.
 func TestValidation(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "v", "1")
 	ctx := bounded(t)
-	if _, err := e.Acquire(ctx, lockcore.Key{}, lockcore.Policy{}); !errors.Is(err, lockcore.ErrInvalidKey) {
+	if _, err := e.Acquire(ctx, lockcore.Key{}, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrInvalidKey) {
 		t.Fatalf("zero key: %v", err)
 	}
-	for _, ttl := range []time.Duration{time.Millisecond, -time.Second} {
-		if _, err := e.Acquire(ctx, k, lockcore.Policy{TTL: ttl}); err == nil {
-			t.Fatalf("TTL %v accepted", ttl)
+	for _, p := range []lockcore.Policy{{TTL: time.Millisecond}, {TTL: -time.Second}, {Wait: -2}, {Wait: -time.Second}} {
+		if _, err := e.Acquire(ctx, k, p); !errors.Is(err, lockcore.ErrMisconfigured) {
+			t.Fatalf("%+v: %v, want ErrMisconfigured", p, err)
 		}
 	}
 	wantFree(t, e, k)
-	release(t, acquire(t, e, ctx, k, lockcore.Policy{Wait: time.Second, TTL: lockcore.MinTTL}))
+	release(t, acquire(t, e, ctx, k, lockcore.Policy{Wait: time.Second, TTL: 30 * time.Millisecond}))
 	wantFree(t, e, k)
 }
 
@@ -445,7 +446,7 @@ func TestAwait(t *testing.T) {
 	go func() {
 		done <- e.Await(bounded(t), func() bool { _, n := e.Held(k); return n == 1 })
 	}()
-	ls := acquire(t, e, bounded(t), k, lockcore.Policy{})
+	ls := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

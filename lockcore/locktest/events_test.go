@@ -96,8 +96,8 @@ func TestEvents(t *testing.T) {
 	k := key(t, "ev", "1")
 	ctx := bounded(t)
 
-	ls := acquire(t, e, ctx, k, lockcore.Policy{})
-	inner := acquire(t, e, ls.Context(), k, lockcore.Policy{})
+	ls := acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+	inner := acquire(t, e, ls.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
 	release(t, inner)
 	wantCalls(t, &r)
 	if err := ls.Release(ctx); err != nil {
@@ -109,7 +109,7 @@ func TestEvents(t *testing.T) {
 	}
 
 	// Granted by a release.
-	ls = acquire(t, e, ctx, k, lockcore.Policy{})
+	ls = acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 	got := make(chan *lockcore.Lease, 1)
 	go func() {
 		next, err := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Hour})
@@ -129,7 +129,7 @@ func TestEvents(t *testing.T) {
 	wantUnordered(t, &r, "ended ev:1 released err=<nil>", "woken ev:1 message", "waiting ev:1 -1")
 
 	// A wait that runs out, and one given up by its context.
-	if _, err := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.MinTTL}); !errors.Is(err, lockcore.ErrWaitTimeout) {
+	if _, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 30 * time.Millisecond}); !errors.Is(err, lockcore.ErrWaitTimeout) {
 		t.Fatalf("wait: %v", err)
 	}
 	wantCalls(t, &r, "waiting ev:1 +1", "woken ev:1 timer", "waiting ev:1 -1")
@@ -147,7 +147,7 @@ func TestEvents(t *testing.T) {
 	wantCalls(t, &r, "waiting ev:1 +1", "waiting ev:1 -1")
 
 	// A token re-entry is a hold of its own: both entries end with the loss.
-	byToken := acquire(t, e, lockcore.WithToken(ctx, next.Token()), k, lockcore.Policy{})
+	byToken := acquire(t, e, lockcore.WithToken(ctx, next.Token()), k, lockcore.Policy{Wait: lockcore.FailFast})
 	if !e.Lose(k) {
 		t.Fatal("Lose found no hold")
 	}
@@ -163,7 +163,7 @@ func TestEvents(t *testing.T) {
 	}
 	wantCalls(t, &r)
 
-	ls = acquire(t, e, ctx, k, lockcore.Policy{})
+	ls = acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 	if _, err := e.Revoke(bounded(t), k, "by a test"); err != nil {
 		t.Fatal(err)
 	}

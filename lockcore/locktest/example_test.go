@@ -18,7 +18,7 @@ func Example() {
 	ctx := context.Background()
 	key, _ := lockcore.NewKey("productID", "42")
 
-	first, _ := e.Acquire(ctx, key, lockcore.Policy{})
+	first, _ := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 	got := make(chan *lockcore.Lease)
 	go func() {
 		second, _ := e.Acquire(ctx, key, lockcore.Policy{Wait: time.Minute})

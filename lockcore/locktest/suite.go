@@ -29,7 +29,7 @@ const (
 
 // failFast is a Policy that fails at once on a lock held by another owner:
 // a Wait of 0 (see lockcore.Policy).
-var failFast = lockcore.Policy{}
+var failFast = lockcore.Policy{Wait: lockcore.FailFast}
 
 // Run checks that the engines newEngine makes keep lockcore.Engine's
 // contract, and lockcore.Operator's when they implement it. Each check is a
@@ -447,22 +447,37 @@ func checkTokenGrantsNothing(r *rig) {
 	s.verify(r.t, 10)
 }
 
-// checkPolicy: a zero key and a TTL below lockcore.MinTTL are refused and
-// hold nothing; a Wait of 0 fails at once; a Wait runs out when it says,
+// checkPolicy: a zero key and a TTL below 30ms are refused and hold
+// nothing, matching ErrMisconfigured, as a negative wait other than
+// FailFast is; the zero Policy waits; a Wait of lockcore.FailFast fails at
+// once; a Wait runs out when it says,
 // and the context's deadline ends a wait first.
 func checkPolicy(r *rig) {
 	k := r.key("k")
 	if _, err := r.a.Acquire(r.ctx, lockcore.Key{}, failFast); !errors.Is(err, lockcore.ErrInvalidKey) {
 		r.t.Fatalf("zero Key: %v, want ErrInvalidKey", err)
 	}
-	if ls, err := r.a.Acquire(r.ctx, k, lockcore.Policy{TTL: time.Millisecond}); err == nil {
-		_ = ls.Release(context.Background())
-		r.t.Fatal("a TTL of 1ms was accepted")
+	for _, p := range []lockcore.Policy{{Wait: lockcore.FailFast, TTL: time.Millisecond}, {Wait: -2 * time.Second}} {
+		if ls, err := r.a.Acquire(r.ctx, k, p); !errors.Is(err, lockcore.ErrMisconfigured) {
+			if err == nil {
+				_ = ls.Release(context.Background())
+			}
+			r.t.Fatalf("Policy %+v: %v, want ErrMisconfigured (lockcore.Begin)", p, err)
+		}
 	}
 	holder := r.acquire(r.a, r.ctx, k, failFast) // nothing was held by the refusals
 
+	// The zero Policy waits (5 seconds): here until the context's deadline.
+	zctx, zcancel := context.WithTimeout(r.ctx, 150*time.Millisecond)
 	start := time.Now()
-	_, err := r.b.Acquire(r.ctx, k, failFast)
+	_, err := r.b.Acquire(zctx, k, lockcore.Policy{})
+	zcancel()
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) < 100*time.Millisecond {
+		r.t.Fatalf("the zero Policy on a held key: %v after %v, want a wait ended by the context's deadline", err, time.Since(start))
+	}
+
+	start = time.Now()
+	_, err = r.b.Acquire(r.ctx, k, failFast)
 	var ce *lockcore.ContentionError
 	if !errors.As(err, &ce) || ce.TimedOut || errors.Is(err, lockcore.ErrWaitTimeout) {
 		r.t.Fatalf("Wait 0 on a held key: %v, want a ContentionError that did not time out", err)

@@ -37,19 +37,15 @@ import (
 // an attempt whose call may have reached Redis is withdrawn (in the
 // background when Redis is not answering).
 func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	if key.IsZero() {
-		return nil, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
-	}
-	if p.TTL == 0 {
-		p.TTL = l.opt.TTL
-	} else if p.TTL < lockcore.MinTTL {
-		return nil, fmt.Errorf("redisengine: TTL %v is below the minimum %v", p.TTL, lockcore.MinTTL)
+	ls, p, err := lockcore.Begin(ctx, l, key, p)
+	if ls != nil || err != nil {
+		return ls, err // Close lost every hold: no lease re-enters after it
 	}
 	if l.closed.Load() {
 		return nil, lockcore.ErrClosed
 	}
-	if ls := lockcore.Reenter(ctx, l, key); ls != nil {
-		return ls, nil
+	if p.TTL == 0 {
+		p.TTL = l.opt.TTL
 	}
 	var read <-chan struct{} // the settings' first read, while it has not landed
 	if !l.settled.Load() {
@@ -68,7 +64,7 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if toks := lockcore.TokensFrom(ctx); len(toks) > 0 {
 		h.others = strings.Join(toks, " ")
 	}
-	sent, length, err := l.acquire(ctx, h, p.Wait)
+	sent, length, err := l.acquire(ctx, h, max(p.Wait, 0))
 	if err != nil {
 		return nil, err
 	}

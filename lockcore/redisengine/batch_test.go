@@ -61,14 +61,14 @@ func TestBatching(t *testing.T) {
 				defer wg.Done()
 				key := mustKey(t, "b", strconv.Itoa(g))
 				for range 20 {
-					ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+					ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 					if err != nil {
 						t.Error(err)
 						return
 					}
 					// The same token through another Engine re-enters in
 					// Redis: the count there must be this goroutine's.
-					inner, err := other.Acquire(lockcore.WithToken(ctx, ls.Token()), key, lockcore.Policy{})
+					inner, err := other.Acquire(lockcore.WithToken(ctx, ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 					if err != nil {
 						t.Error(err)
 						return
@@ -121,7 +121,7 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				ls, err := l.Acquire(ctx, mustKey(t, "f", strconv.Itoa(g)), lockcore.Policy{})
+				ls, err := l.Acquire(ctx, mustKey(t, "f", strconv.Itoa(g)), lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Error(err)
 					return
@@ -157,7 +157,7 @@ func TestQueuedCallFailsWithItsFlight(t *testing.T) {
 		ctx := context.Background()
 		// Warm the pool so that the calls below need no dial.
 		for i := range maxFlights {
-			ls, err := l.Acquire(ctx, mustKey(t, "warm", strconv.Itoa(i)), lockcore.Policy{})
+			ls, err := l.Acquire(ctx, mustKey(t, "warm", strconv.Itoa(i)), lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,7 +168,7 @@ func TestQueuedCallFailsWithItsFlight(t *testing.T) {
 		errs := make(chan error, maxFlights+1)
 		for i := range maxFlights {
 			go func() {
-				_, err := l.Acquire(ctx, mustKey(t, "on-wire", strconv.Itoa(i)), lockcore.Policy{})
+				_, err := l.Acquire(ctx, mustKey(t, "on-wire", strconv.Itoa(i)), lockcore.Policy{Wait: lockcore.FailFast})
 				errs <- err
 			}()
 		}
@@ -178,7 +178,7 @@ func TestQueuedCallFailsWithItsFlight(t *testing.T) {
 			return l.batch.flights == maxFlights
 		})
 		start := time.Now()
-		_, err = l.Acquire(ctx, mustKey(t, "queued"), lockcore.Policy{})
+		_, err = l.Acquire(ctx, mustKey(t, "queued"), lockcore.Policy{Wait: lockcore.FailFast})
 		took := time.Since(start)
 		if !errors.Is(err, lockcore.ErrUnavailable) {
 			t.Fatalf("queued call: %v, want ErrUnavailable", err)

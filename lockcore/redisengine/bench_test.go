@@ -39,7 +39,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					if par == 1 {
 						k := mustKey(b, "serial")
 						for b.Loop() {
-							ls, err := l.Acquire(ctx, k, lockcore.Policy{})
+							ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 							if err != nil {
 								b.Fatal(err)
 							}
@@ -53,7 +53,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					b.RunParallel(func(pb *testing.PB) {
 						k := mustKey(b, "p", strconv.Itoa(int(n.Add(1))))
 						for pb.Next() {
-							ls, err := l.Acquire(ctx, k, lockcore.Policy{})
+							ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 							if err != nil {
 								b.Error(err)
 								return

@@ -218,12 +218,12 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	// The returned cancel ends the caller's context: a caller with a
 	// deadline keeps it for its whole section, as a request does.
 	acquire := func(rng *rand.Rand, parent context.Context, l *Engine, k int) (*lockcore.Lease, context.CancelFunc, error) {
-		p := lockcore.Policy{}
+		p := lockcore.Policy{Wait: lockcore.FailFast}
 		if rng.IntN(3) > 0 {
-			p.Wait = time.Duration(rng.IntN(300)) * time.Millisecond
+			p.Wait = time.Duration(1+rng.IntN(300)) * time.Millisecond
 		}
 		actx, acancel := parent, context.CancelFunc(func() {})
-		budget := p.Wait
+		budget := max(p.Wait, 0)
 		if rng.IntN(4) == 0 { // a caller that gives up
 			d := time.Duration(rng.IntN(200)) * time.Millisecond
 			actx, acancel = context.WithTimeout(parent, d)
@@ -276,7 +276,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				fresh := false         // the nested acquisition found the hold gone and took a fresh one
 				switch rng.IntN(4) {
 				case 0:
-					if in, err := lockers[rng.IntN(len(lockers))].Acquire(ls.Context(), mustKey(t, "k", strconv.Itoa(k)), lockcore.Policy{}); err == nil {
+					if in, err := lockers[rng.IntN(len(lockers))].Acquire(ls.Context(), mustKey(t, "k", strconv.Itoa(k)), lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
 						if in.Token() != ls.Token() {
 							// Not a re-entry: the outer hold was revoked (or
 							// lost) before its Engine heard, and the lock was

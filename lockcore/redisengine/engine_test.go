@@ -156,9 +156,9 @@ func TestExclusion(t *testing.T) {
 					var nested *lockcore.Lease
 					switch i % 8 {
 					case 0:
-						nested, err = l.Acquire(ls.Context(), key, lockcore.Policy{})
+						nested, err = l.Acquire(ls.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
 					case 1:
-						nested, err = peer.Acquire(lockcore.WithToken(context.Background(), ls.Token()), key, lockcore.Policy{})
+						nested, err = peer.Acquire(lockcore.WithToken(context.Background(), ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 					}
 					if err != nil {
 						errs <- fmt.Errorf("nested: %w", err)
@@ -212,13 +212,13 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		key := mustKey(t, "productID", "42")
 		ctx := context.Background()
 
-		outer, err := a.Acquire(ctx, key, lockcore.Policy{})
+		outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Another process that received the token re-enters.
 		tok := outer.Token()
-		inner, err := bl.Acquire(lockcore.WithToken(ctx, tok), key, lockcore.Policy{})
+		inner, err := bl.Acquire(lockcore.WithToken(ctx, tok), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatalf("re-entry with the holder's token: %v", err)
 		}
@@ -229,11 +229,11 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 			t.Fatalf("holders = %v, want {token: 2}", info.Holders)
 		}
 		// A third owner does not get in.
-		if _, err := c.Acquire(ctx, key, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := c.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("other owner: err = %v, want ErrNotAcquired", err)
 		}
 		// A token that holds nothing grants nothing.
-		if _, err := c.Acquire(lockcore.WithToken(ctx, lockcore.NewToken()), key, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := c.Acquire(lockcore.WithToken(ctx, lockcore.NewToken()), key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("foreign token: err = %v, want ErrNotAcquired", err)
 		}
 		if err := outer.Release(ctx); err != nil {
@@ -242,7 +242,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		if info := inspect(t, a, key); holdCount(info, tok) != 1 {
 			t.Fatalf("after outer release: holders = %v, want {token: 1}", info.Holders)
 		}
-		if _, err := c.Acquire(ctx, key, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := c.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("while inner holds: err = %v, want ErrNotAcquired", err)
 		}
 		if err := inner.Release(ctx); err != nil {
@@ -251,7 +251,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		if info := inspect(t, a, key); info.Held() {
 			t.Fatalf("after both releases: %+v", info)
 		}
-		ls, err := c.Acquire(ctx, key, lockcore.Policy{})
+		ls, err := c.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatalf("after release: %v", err)
 		}
@@ -274,12 +274,12 @@ func TestReentrancyInProcessSkipsRedis(t *testing.T) {
 	defer l.Close()
 	key := mustKey(t, "k")
 	ctx := context.Background()
-	outer, err := l.Acquire(ctx, key, lockcore.Policy{})
+	outer, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := n.Load()
-	inner, err := l.Acquire(outer.Context(), key, lockcore.Policy{})
+	inner, err := l.Acquire(outer.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
 		l := newLocker(t, b, redistest.Prefix(t), Options{})
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +355,7 @@ func TestExpiryFreesCrashedHolder(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 300 * time.Millisecond
-		held, err := crashed.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+		held, err := crashed.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,7 +388,7 @@ func TestWatchdogKeepsLease(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 100 * time.Millisecond
-		ls, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+		ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -396,7 +396,7 @@ func TestWatchdogKeepsLease(t *testing.T) {
 		attempts := 0
 		for time.Now().Before(end) {
 			attempts++
-			got, err := other.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+			got, err := other.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 			if err == nil {
 				_ = got.Release(ctx)
 				t.Fatalf("another owner got in after %v", time.Since(end.Add(-5*ttl)))
@@ -431,7 +431,7 @@ func TestLostLeaseCancelsContext(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 300 * time.Millisecond
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -500,7 +500,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 		key := mustKey(t, "k")
 		bg := context.Background()
 
-		ls, err := holder.Acquire(bg, key, lockcore.Policy{})
+		ls, err := holder.Acquire(bg, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -528,7 +528,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 
 		// The race: release and cancellation at the same moment, many times.
 		for i := range 100 {
-			ls, err := holder.Acquire(bg, key, lockcore.Policy{})
+			ls, err := holder.Acquire(bg, key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -564,12 +564,12 @@ func TestFailFastAndWaitTimeout(t *testing.T) {
 		o := newLocker(t, b, prefix, Options{})
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		ls, err := a.Acquire(ctx, key, lockcore.Policy{TTL: 5 * time.Second})
+		ls, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ls.Release(ctx)
-		_, err = o.Acquire(ctx, key, lockcore.Policy{})
+		_, err = o.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		var ce *lockcore.ContentionError
 		if !errors.As(err, &ce) || !errors.Is(err, lockcore.ErrNotAcquired) || errors.Is(err, lockcore.ErrWaitTimeout) {
 			t.Fatalf("fail fast: %v", err)
@@ -600,7 +600,7 @@ func TestHandOffOrder(t *testing.T) {
 		lockers := []*Engine{newLocker(t, b, prefix, Options{}), newLocker(t, b, prefix, Options{})}
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		ls, err := lockers[0].Acquire(ctx, key, lockcore.Policy{})
+		ls, err := lockers[0].Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -647,7 +647,7 @@ func TestQueueOutlivesHolder(t *testing.T) {
 		a, c := newLocker(t, b, prefix, Options{}), newLocker(t, b, prefix, Options{})
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		first, err := crashed.Acquire(ctx, key, lockcore.Policy{TTL: 300 * time.Millisecond})
+		first, err := crashed.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -733,7 +733,7 @@ func TestRoundTrips(t *testing.T) {
 		defer l.Close()
 		ctx := context.Background()
 		// Warm up: the first use loads the scripts (EVALSHA, NOSCRIPT, EVAL).
-		ls, err := l.Acquire(ctx, mustKey(t, "warm"), lockcore.Policy{})
+		ls, err := l.Acquire(ctx, mustKey(t, "warm"), lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -772,7 +772,7 @@ func TestRoundTrips(t *testing.T) {
 func TestErrReadsTheClock(t *testing.T) {
 	b := redistest.Mini(t)
 	l := newLocker(t, b, redistest.Prefix(t), Options{TTL: time.Minute})
-	ls, err := l.Acquire(context.Background(), mustKey(t, "clock"), lockcore.Policy{})
+	ls, err := l.Acquire(context.Background(), mustKey(t, "clock"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -253,7 +253,7 @@ func TestEventsWake(t *testing.T) {
 					}
 				}
 				key := mustKey(t, "wake", c.name)
-				ls, err := holderEng.Acquire(ctx, key, lockcore.Policy{})
+				ls, err := holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -296,7 +296,7 @@ func TestEventsWaitEnds(t *testing.T) {
 		ctx := context.Background()
 		holder := newLocker(t, b, prefix, Options{})
 		key := mustKey(t, "waitends", "1")
-		ls, err := holder.Acquire(ctx, key, lockcore.Policy{})
+		ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -393,7 +393,7 @@ func TestEventsRenewalsAndEnds(t *testing.T) {
 
 		// Renewed while held; lost when deleted.
 		key := mustKey(t, "ends", "deleted")
-		ls, err := l.Acquire(context.WithValue(ctx, ctxKey{}, "acquire"), key, lockcore.Policy{})
+		ls, err := l.Acquire(context.WithValue(ctx, ctxKey{}, "acquire"), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -424,7 +424,7 @@ func TestEventsRenewalsAndEnds(t *testing.T) {
 
 		// Revoked while held.
 		key = mustKey(t, "ends", "revoked")
-		ls, err = l.Acquire(ctx, key, lockcore.Policy{})
+		ls, err = l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -447,7 +447,7 @@ func TestEventsRenewalsAndEnds(t *testing.T) {
 		// Revoked, found at release.
 		slow := newLocker(t, b, prefix, Options{TTL: 10 * time.Second, Events: rec})
 		key = mustKey(t, "ends", "revoked-at-release")
-		ls, err = slow.Acquire(ctx, key, lockcore.Policy{})
+		ls, err = slow.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -467,7 +467,7 @@ func TestEventsRenewalsAndEnds(t *testing.T) {
 		crec := newRecorder()
 		cut, p := cutOffLocker(t, b, tightKind(150*time.Millisecond), prefix, Options{TTL: 600 * time.Millisecond, Events: crec})
 		key = mustKey(t, "ends", "ran-out")
-		ls, err = cut.Acquire(ctx, key, lockcore.Policy{})
+		ls, err = cut.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,12 +41,12 @@ func Example() {
 	fmt.Println("locked", lease.Key())
 
 	// A nested call on behalf of the same request re-enters.
-	nested, err := locker.Acquire(lease.Context(), key, lockcore.Policy{})
+	nested, err := locker.Acquire(lease.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
 	fmt.Println("nested call re-entered:", err == nil, nested.Fence() == lease.Fence())
 	_ = nested.Release(ctx)
 
 	// Another request (another owner token) is refused while it is held.
-	_, err = locker.Acquire(ctx, key, lockcore.Policy{})
+	_, err = locker.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 	fmt.Println("other owner refused:", errors.Is(err, lockcore.ErrNotAcquired))
 
 	if err := lease.Release(ctx); err != nil {

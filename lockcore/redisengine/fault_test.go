@@ -33,7 +33,7 @@ func TestUnavailable(t *testing.T) {
 		defer l.Close()
 		ctx := context.Background()
 		const ttl = 400 * time.Millisecond
-		ls, err := l.Acquire(ctx, mustKey(t, "held"), lockcore.Policy{TTL: ttl})
+		ls, err := l.Acquire(ctx, mustKey(t, "held"), lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestLostHandOverNotification(t *testing.T) {
 		}
 		key := mustKey(t, "k")
 		const ttl = 10 * time.Second
-		ls, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+		ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestResubscribeAsksAgain(t *testing.T) {
 		})
 		w.channel = prefix + "nobody-listens"
 		key := mustKey(t, "k")
-		h, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: 10 * time.Second})
+		h, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ func TestGrantSurvivesOneLostRenewal(t *testing.T) {
 					t.Fatal(err)
 				}
 				key := mustKey(t, "grant", "renewal")
-				h1, err := a.Acquire(ctx, key, lockcore.Policy{})
+				h1, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -39,7 +39,7 @@ func TestLocalHandOverPublishesNothing(t *testing.T) {
 		}
 		key := mustKey(t, "k")
 		const ttl = 10 * time.Second // a waiter not woken would sleep this long
-		h, err := a.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+		h, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +120,7 @@ func TestLostReleaseReply(t *testing.T) {
 		t.Cleanup(func() { _ = l.Close() })
 		ctx := context.Background()
 		key := mustKey(t, "k")
-		h, err := l.Acquire(ctx, key, lockcore.Policy{TTL: 10 * time.Second})
+		h, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

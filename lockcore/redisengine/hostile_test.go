@@ -23,7 +23,7 @@ func TestForgedTokens(t *testing.T) {
 		thief := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		k := mustKey(t, "victim", "1")
-		ls, err := owner.Acquire(ctx, k, lockcore.Policy{})
+		ls, err := owner.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,7 @@ func TestForgedTokens(t *testing.T) {
 			if err != nil || f == real {
 				continue // the transports refuse it before any engine sees it
 			}
-			_, err = thief.Acquire(fctx, k, lockcore.Policy{})
+			_, err = thief.Acquire(fctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 			if !errors.Is(err, lockcore.ErrNotAcquired) {
 				t.Fatalf("forged token %q: %v, want ErrNotAcquired", f, err)
 			}
@@ -71,15 +71,15 @@ func TestForgedTokens(t *testing.T) {
 
 		// The owner's valid token grants nothing on a key someone else holds.
 		other := mustKey(t, "victim", "2")
-		ls2, err := thief.Acquire(ctx, other, lockcore.Policy{})
+		ls2, err := thief.Acquire(ctx, other, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ls2.Release(ctx)
-		if _, err := owner.Acquire(ls.Context(), other, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := owner.Acquire(ls.Context(), other, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("token of %v on %v held by another: %v", k, other, err)
 		}
-		if _, err := thief.Acquire(lockcore.WithToken(ctx, real), other, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := thief.Acquire(lockcore.WithToken(ctx, real), other, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("token of %v, through Redis, on %v: %v", k, other, err)
 		}
 	})

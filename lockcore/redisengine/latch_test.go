@@ -40,7 +40,7 @@ func testReleaseLatch(t *testing.T, k clientKind) {
 		warmScripts(t, l)
 		ctx := context.Background()
 		key := mustKey(t, "latch", "1")
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -61,7 +61,7 @@ type Options struct {
 	// again at least every 3/10 of the window, so a live waiter whose
 	// notification was lost still claims its grant in time. When Redis is one
 	// server (a *redis.Client, not a Cluster), a waiter whose process is gone
-	// is skipped at once. At least lockcore.MinTTL. Default: 1s.
+	// is skipped at once. At least 30ms. Default: 1s.
 	ClaimWindow time.Duration
 
 	// OnReleaseError, if set, is called when a release fails or goes
@@ -138,8 +138,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.TTL == 0 {
 		o.TTL = defaultTTL
 	}
-	if o.TTL < lockcore.MinTTL {
-		return o, fmt.Errorf("redisengine: TTL %v is below the minimum %v", o.TTL, lockcore.MinTTL)
+	if err := (lockcore.Policy{TTL: o.TTL}).Validate(); err != nil {
+		return o, fmt.Errorf("redisengine: Options.TTL: %w", err)
 	}
 	for _, d := range []struct {
 		v    *time.Duration
@@ -161,8 +161,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ClaimWindow == 0 {
 		o.ClaimWindow = defaultClaimWindow
 	}
-	if o.ClaimWindow < lockcore.MinTTL {
-		return o, fmt.Errorf("redisengine: ClaimWindow %v is below the minimum %v", o.ClaimWindow, lockcore.MinTTL)
+	if err := (lockcore.Policy{TTL: o.ClaimWindow}).Validate(); err != nil {
+		return o, fmt.Errorf("redisengine: Options.ClaimWindow (as a TTL): %w", err)
 	}
 	return o, nil
 }

@@ -49,12 +49,12 @@ func TestLogsTransitionsAndLosses(t *testing.T) {
 		p.Refuse(true)
 		p.ResetAll()
 		for i := 0; i < 5; i++ {
-			if _, err := l.Acquire(ctx, key, lockcore.Policy{}); err == nil {
+			if _, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
 				t.Fatal("acquired with Redis refusing connections")
 			}
 		}
 		p.Heal()
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,7 +91,7 @@ func TestLossLeadTime(t *testing.T) {
 		defer holder.Close()
 		key := mustKey(t, "lead", strconv.Itoa(i))
 		ctx := context.Background()
-		ls, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+		ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Error(err)
 			return 0
@@ -106,7 +106,7 @@ func TestLossLeadTime(t *testing.T) {
 		defer tick.Stop()
 		for deadline := time.Now().Add(3 * ttl); time.Now().Before(deadline); <-tick.C {
 			sent := time.Now()
-			if other, err := prober.Acquire(ctx, key, lockcore.Policy{}); err == nil {
+			if other, err := prober.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
 				got = sent
 				_ = other.Release(ctx)
 				break
@@ -172,7 +172,7 @@ func TestDeadWaiterCost(t *testing.T) {
 				ok := eventuallyOK(5*time.Second, func() bool {
 					return rdb.PubSubNumSub(ctx, ghost.channel).Val()[ghost.channel] == 1
 				})
-				h, err := holder.Acquire(ctx, key, lockcore.Policy{})
+				h, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil || !ok {
 					t.Errorf("trial %d: holder: %v, ghost subscribed: %v", i, err, ok)
 					return 0

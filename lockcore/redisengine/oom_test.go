@@ -45,7 +45,7 @@ func TestOOMRenewAndRelease(t *testing.T) {
 				l.run.plain.Store(true)
 			}
 			key := mustKey(t, "oom", variant)
-			ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+			ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +57,7 @@ func TestOOMRenewAndRelease(t *testing.T) {
 			}
 			// A fresh lock cannot be taken: nothing of it is written.
 			fresh := mustKey(t, "oom", variant, "fresh")
-			if _, err := l.Acquire(ctx, fresh, lockcore.Policy{}); !errors.Is(err, lockcore.ErrUnavailable) {
+			if _, err := l.Acquire(ctx, fresh, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrUnavailable) {
 				t.Errorf("acquire under maxmemory: %v, want ErrUnavailable", err)
 			}
 			ks := l.redisKeys(fresh)
@@ -116,7 +116,7 @@ func TestScriptFlushDuringPipelinedRenewals(t *testing.T) {
 		l := lockerOn(t, rdb, redistest.Prefix(t), Options{TTL: ttl})
 		var leases []*lockcore.Lease
 		for i := range 16 {
-			ls, err := l.Acquire(ctx, mustKey(t, "flush", strconv.Itoa(i)), lockcore.Policy{})
+			ls, err := l.Acquire(ctx, mustKey(t, "flush", strconv.Itoa(i)), lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}

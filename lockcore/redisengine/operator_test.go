@@ -61,7 +61,7 @@ func TestRevoke(t *testing.T) {
 		ctx := context.Background()
 		key := mustKey(t, "productID", "42")
 
-		holder, err := holderEng.Acquire(ctx, key, lockcore.Policy{})
+		holder, err := holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestRevoke(t *testing.T) {
 		if len(info.Holders) != 1 || holdCount(info, w.Token()) != 1 || info.Fence != w.Fence() {
 			t.Fatalf("after the revoked holder's release: %+v; want the waiter's hold (fence %d)", info, w.Fence())
 		}
-		if ls, err := third.Acquire(ctx, key, lockcore.Policy{}); err == nil {
+		if ls, err := third.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
 			_ = ls.Release(ctx)
 			t.Fatal("another owner took the lock the waiter holds")
 		}
@@ -173,11 +173,11 @@ func TestRevokeReentered(t *testing.T) {
 		bl := newLocker(t, b, prefix, Options{TTL: 600 * time.Millisecond})
 		ctx := context.Background()
 		key := mustKey(t, "reentered", "1")
-		outer, err := a.Acquire(ctx, key, lockcore.Policy{})
+		outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
-		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
+		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +220,7 @@ func TestRevokeFoundByRenewal(t *testing.T) {
 		op := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		key := mustKey(t, "renewal", "1")
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +253,7 @@ func TestReleaseFindsRevocation(t *testing.T) {
 		other := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		key := mustKey(t, "release", "1")
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +263,7 @@ func TestReleaseFindsRevocation(t *testing.T) {
 		if err := ls.Context().Err(); err != nil {
 			t.Fatalf("the holder was told: %v; this case is about a holder not yet told", context.Cause(ls.Context()))
 		}
-		newer, err := other.Acquire(lockcore.WithToken(ctx, ls.Token()), key, lockcore.Policy{})
+		newer, err := other.Acquire(lockcore.WithToken(ctx, ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -295,7 +295,7 @@ func TestRevokeSentTwice(t *testing.T) {
 		if err := op.run.load(ctx, revokeScript); err != nil {
 			t.Fatal(err)
 		}
-		holder, err := holderEng.Acquire(ctx, key, lockcore.Policy{})
+		holder, err := holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,7 +353,7 @@ func revokeSentTwiceFindsNothing(t *testing.T, b *redistest.Backend, k clientKin
 	// takes the lock.
 	var holder *lockcore.Lease
 	var herr error
-	p.AfterLoss(func() { holder, herr = holderEng.Acquire(ctx, key, lockcore.Policy{}) })
+	p.AfterLoss(func() { holder, herr = holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}) })
 	p.LoseReplyTo([]byte(op.run.sha(revokeScript)), 1)
 	rev, err := op.Revoke(ctx, key, "sent twice")
 	if p.LostReplies() != 1 {
@@ -396,12 +396,12 @@ func TestInspect(t *testing.T) {
 			t.Fatalf("a key never locked: %+v", info)
 		}
 		before := time.Now()
-		outer, err := a.Acquire(ctx, key, lockcore.Policy{})
+		outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
 		after := time.Now()
-		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
+		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -490,7 +490,7 @@ func TestList(t *testing.T) {
 		held := map[string]*lockcore.Lease{}
 		for _, parts := range [][]string{{"productID", "1"}, {"productID", "2"}, {"productID", "10"}, {"order", "7"}, {"w*d", "1"}, {"wxd", "1"}} {
 			k := mustKey(t, parts...)
-			ls, err := l.Acquire(ctx, k, lockcore.Policy{})
+			ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -499,7 +499,7 @@ func TestList(t *testing.T) {
 		}
 		// A lock taken and released: its fencing counter stays, unlisted.
 		free := mustKey(t, "productID", "3")
-		ls, err := l.Acquire(ctx, free, lockcore.Policy{})
+		ls, err := l.Acquire(ctx, free, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -573,7 +573,7 @@ func TestOperatorOnCluster(t *testing.T) {
 			var leases []*lockcore.Lease
 			for i := range 40 {
 				k := mustKey(t, "sku", fmt.Sprint(i))
-				ls, err := l.Acquire(ctx, k, lockcore.Policy{})
+				ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -640,7 +640,7 @@ func TestOOMRevoke(t *testing.T) {
 				l.run.plain.Store(true)
 			}
 			key := mustKey(t, "oom", variant)
-			ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+			ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -687,7 +687,7 @@ func TestInspectSinceOnTheFastPath(t *testing.T) {
 		l := newLocker(t, b, redistest.Prefix(t), Options{})
 		ctx := context.Background()
 		key := mustKey(t, "since", "1")
-		first, err := l.Acquire(ctx, key, lockcore.Policy{}) // seeds the fencing counter
+		first, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}) // seeds the fencing counter
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -695,7 +695,7 @@ func TestInspectSinceOnTheFastPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := time.Now()
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -739,7 +739,7 @@ func TestRevokedAfterCallerLeftSaysRevoked(t *testing.T) {
 				key := mustKey(t, "revoke", "after-deadline")
 				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 				defer cancel()
-				ls, err := l.Acquire(ctx, key, lockcore.Policy{})
+				ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}

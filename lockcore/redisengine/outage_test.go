@@ -50,7 +50,7 @@ func TestLostAcquireReplyThenRefusedIsWithdrawn(t *testing.T) {
 				// every try after the first fails to dial.
 				p.AfterLoss(func() { _ = p.Down(true) })
 				p.LoseReplyTo(scriptSHA(t, a, "acquire"), 1)
-				ls, err := a.Acquire(context.Background(), key, lockcore.Policy{})
+				ls, err := a.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err == nil {
 					_ = ls.Release(context.Background())
 					t.Fatal("Acquire succeeded although its reply was lost")
@@ -100,7 +100,7 @@ func TestReturnedWaiterNotGrantedPastClaimWindow(t *testing.T) {
 				key := mustKey(t, "departed", "1")
 				ctx := context.Background()
 
-				holder, err := a.Acquire(ctx, key, lockcore.Policy{})
+				holder, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}

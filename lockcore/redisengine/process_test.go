@@ -59,7 +59,7 @@ func childMain() int {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, childKey(key), lockcore.Policy{TTL: ttl})
+	ls, err := l.Acquire(ctx, childKey(key), lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -153,7 +153,7 @@ func TestCrashedHolder(t *testing.T) {
 		k := mustKey(t, "crash", "1")
 		c := startChild(t, b.Addr, prefix, k, ttl)
 		l := newLocker(t, b, prefix, Options{})
-		if _, err := l.Acquire(context.Background(), k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := l.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("while the child holds: %v", err)
 		}
 		got := make(chan time.Time, 1)
@@ -247,7 +247,7 @@ func TestRedisRestart(t *testing.T) {
 		// A server that has just started may have lost held locks: its
 		// restart guard lets nobody in for a TTL.
 		eventually(t, 5*time.Second, "acquire once the server's restart guard ended", func() bool {
-			ls, err := l.Acquire(ctx, mustKey(t, "restart", "first"), lockcore.Policy{})
+			ls, err := l.Acquire(ctx, mustKey(t, "restart", "first"), lockcore.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				_ = ls.Release(ctx)
 			}
@@ -256,14 +256,14 @@ func TestRedisRestart(t *testing.T) {
 		for i := range 8 {
 			k := mustKey(t, "restart", strconv.Itoa(i))
 			for range 20 { // many fresh holds, so that fences run ahead of the clock
-				ls, err := l.Acquire(ctx, k, lockcore.Policy{})
+				ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}
 				before = max(before, ls.Fence())
 				_ = ls.Release(ctx)
 			}
-			ls, err := l.Acquire(ctx, k, lockcore.Policy{})
+			ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -284,7 +284,7 @@ func TestRedisRestart(t *testing.T) {
 		}
 		var after int64
 		eventually(t, 5*time.Second, "acquire after the restart", func() bool {
-			ls, err := l.Acquire(ctx, mustKey(t, "restart", "0"), lockcore.Policy{})
+			ls, err := l.Acquire(ctx, mustKey(t, "restart", "0"), lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				return false
 			}

@@ -116,7 +116,7 @@ func cutOffLocker(t *testing.T, b *redistest.Backend, k clientKind, prefix strin
 func warmScripts(t *testing.T, l *Engine) {
 	t.Helper()
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, mustKey(t, "warm-up"), lockcore.Policy{})
+	ls, err := l.Acquire(ctx, mustKey(t, "warm-up"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func checkSoleHolder(t *testing.T, l, intruder *Engine, key lockcore.Key, outer 
 	if info := inspect(t, l, key); len(info.Holders) != 1 || holdCount(info, outer.Token()) != 1 {
 		t.Errorf("Redis: %+v; want the outer holder's token alone with count 1", info)
 	}
-	if ls, err := intruder.Acquire(ctx, key, lockcore.Policy{}); err == nil {
+	if ls, err := intruder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
 		_ = ls.Release(ctx)
 		t.Errorf("another owner acquired the key while the outer lease's context is live (%v)", outer.Context().Err())
 	} else if !errors.Is(err, lockcore.ErrNotAcquired) {
@@ -187,12 +187,12 @@ func stallRedis(t *testing.T, addr string, d time.Duration) <-chan error {
 func reenter(t *testing.T, a, bl *Engine, key lockcore.Key) (outer, inner *lockcore.Lease) {
 	t.Helper()
 	ctx := context.Background()
-	outer, err := a.Acquire(ctx, key, lockcore.Policy{})
+	outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = outer.Release(ctx) })
-	inner, err = bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
+	inner, err = bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 			key := mustKey(t, "k")
 			ctx := context.Background()
 			const ttl = 5 * time.Second // a waiter not woken sleeps this long
-			h, err := l.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+			h, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -331,7 +331,7 @@ func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
 		})
 		deaf.channel = prefix + "nobody-listens" // see TestLostHandOverNotification
 		key := mustKey(t, "k")
-		h, err := holder.Acquire(ctx, key, lockcore.Policy{})
+		h, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,7 +356,7 @@ func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
 		end := time.Now().Add(ttl + ttl/2)
 		attempts := 0
 		for ; attempts < 5000 && time.Now().Before(end) && w.Context().Err() == nil; attempts++ {
-			ls, err := prober.Acquire(ctx, key, lockcore.Policy{})
+			ls, err := prober.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				live := w.Context().Err() == nil
 				in := time.Since(granted)
@@ -397,7 +397,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 300 * time.Millisecond
-		a, err := l1.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+		a, err := l1.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -409,7 +409,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		case <-time.After(ttl + time.Second):
 			t.Fatal("the deleted lease was not declared lost")
 		}
-		newer, err := l2.Acquire(lockcore.WithToken(ctx, a.Token()), key, lockcore.Policy{})
+		newer, err := l2.Acquire(lockcore.WithToken(ctx, a.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -424,7 +424,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		if len(info.Holders) != 1 || holdCount(info, newer.Token()) != 1 || info.Fence != newer.Fence() {
 			t.Errorf("Redis after the lost lease's release: %+v; want the newer hold (fence %d, count 1)", info, newer.Fence())
 		}
-		if ls, err := third.Acquire(ctx, key, lockcore.Policy{}); err == nil {
+		if ls, err := third.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
 			_ = ls.Release(ctx)
 			t.Errorf("another owner acquired the key while the newer lease's context is live (%v)", newer.Context().Err())
 		} else if !errors.Is(err, lockcore.ErrNotAcquired) {
@@ -459,12 +459,12 @@ func TestRetriedReentryLeaksNoCount(t *testing.T) {
 				key := mustKey(t, "k")
 				ctx := context.Background()
 				const ttl = 5 * time.Second
-				outer, err := a.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+				outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 				if err != nil {
 					t.Fatal(err)
 				}
 				p.LoseReplyTo(scriptSHA(t, bl, "acquire"), 1)
-				inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{TTL: ttl})
+				inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 				if p.LostReplies() != 1 {
 					t.Fatalf("the re-entry's reply was not lost (%d lost): the fault did not happen", p.LostReplies())
 				}
@@ -565,7 +565,7 @@ func TestKilledWaiterGrantReclaimed(t *testing.T) {
 		// Waiters sleep until the holder's lease would end unless handed the
 		// lock: a short one bounds how long the live waiter sleeps.
 		const childTTL = 3 * time.Second
-		h, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: childTTL})
+		h, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: childTTL})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -610,7 +610,7 @@ func TestExpiredWaitersDoNotStrandLock(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 5 * time.Second // a waiter not handed the lock sleeps this long
-		h, err := holder.Acquire(ctx, key, lockcore.Policy{TTL: ttl})
+		h, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -670,7 +670,7 @@ func TestLossDeclaredBeforeExpiry(t *testing.T) {
 				key := mustKey(t, "k")
 				ctx := context.Background()
 				// Not released: cut off, it is lost, and its key expires.
-				ls, err := holder.Acquire(ctx, key, lockcore.Policy{})
+				ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -683,7 +683,7 @@ func TestLossDeclaredBeforeExpiry(t *testing.T) {
 				cut := time.Now()
 				var in time.Time
 				for i := 0; i < 10000 && time.Since(cut) < 10*time.Second; i++ {
-					pl, err := prober.Acquire(ctx, key, lockcore.Policy{})
+					pl, err := prober.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 					if err == nil {
 						in = time.Now()
 						_ = pl.Release(ctx)
@@ -748,7 +748,7 @@ func TestDeadlinesKept(t *testing.T) {
 			for _, pol := range []struct {
 				name string
 				p    lockcore.Policy
-			}{{"acquire-fail-fast", lockcore.Policy{}}, {"acquire-wait", lockcore.Policy{Wait: 5 * time.Second}}} {
+			}{{"acquire-fail-fast", lockcore.Policy{Wait: lockcore.FailFast}}, {"acquire-wait", lockcore.Policy{Wait: 5 * time.Second}}} {
 				t.Run(pol.name, func(t *testing.T) {
 					// The proxy works on both backends.
 					redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
@@ -776,7 +776,7 @@ func TestDeadlinesKept(t *testing.T) {
 				redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 					l, p := cutOffLocker(t, b, k, redistest.Prefix(t), Options{ReleaseTimeout: releaseTimeout})
 					ctx := context.Background()
-					ls, err := l.Acquire(ctx, mustKey(t, "k"), lockcore.Policy{})
+					ls, err := l.Acquire(ctx, mustKey(t, "k"), lockcore.Policy{Wait: lockcore.FailFast})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -806,7 +806,7 @@ func childRingMain() int {
 	defer l.Close()
 	fmt.Println("accepted")
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, childKey("ring"), lockcore.Policy{})
+	ls, err := l.Acquire(ctx, childKey("ring"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		fmt.Println("acquire:", err)
 		return 0
@@ -877,7 +877,7 @@ func TestEveryUniversalClientWorksOrIsRefused(t *testing.T) {
 				l2 := lockerOn(t, cluster(), prefix, Options{})
 				key := mustKey(t, "k")
 				ctx := context.Background()
-				h, err := l1.Acquire(ctx, key, lockcore.Policy{})
+				h, err := l1.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatalf("acquire on a ClusterClient: %v", err)
 				}

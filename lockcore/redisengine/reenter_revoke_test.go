@@ -23,11 +23,11 @@ func TestRevokedReenteredLeaseRelease(t *testing.T) {
 		op := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		key := mustKey(t, "nested", "1")
-		outer, err := l.Acquire(ctx, key, lockcore.Policy{})
+		outer, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
-		inner, err := l.Acquire(outer.Context(), key, lockcore.Policy{})
+		inner, err := l.Acquire(outer.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

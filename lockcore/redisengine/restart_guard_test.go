@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -42,7 +43,7 @@ func TestRestartGuardOtherPrefix(t *testing.T) {
 			var holder *lockcore.Lease
 			var err error
 			eventually(t, 2*ttl, "the holder's acquire (the guard of the server's start lets it in at ttl)", func() bool {
-				holder, err = holderEng.Acquire(ctx, key, lockcore.Policy{})
+				holder, err = holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				return err == nil
 			})
 			defer holder.Release(ctx)
@@ -54,7 +55,7 @@ func TestRestartGuardOtherPrefix(t *testing.T) {
 			if err := other.Check(ctx); err != nil {
 				t.Logf("other prefix's Check: %v", err)
 			}
-			ls, err := secondEng.Acquire(ctx, key, lockcore.Policy{})
+			ls, err := secondEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Logf("second acquire refused (%v): the guard held", err)
 				return
@@ -96,7 +97,7 @@ func TestRestartGuardPerRouteTTL(t *testing.T) {
 			var holder *lockcore.Lease
 			var err error
 			eventually(t, 2*long, "the holder's acquire (the guard of the server's start lets it in at its TTL)", func() bool {
-				holder, err = a.Acquire(ctx, key, lockcore.Policy{TTL: long})
+				holder, err = a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: long})
 				return err == nil
 			})
 			defer holder.Release(ctx)
@@ -105,7 +106,7 @@ func TestRestartGuardPerRouteTTL(t *testing.T) {
 			}
 			restarted := time.Now()
 			// B's first call after the restart: a default-TTL route.
-			if ls, err := b.Acquire(ctx, other, lockcore.Policy{}); err == nil {
+			if ls, err := b.Acquire(ctx, other, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
 				_ = ls.Release(ctx)
 			}
 			ls, err := b.Acquire(ctx, key, lockcore.Policy{TTL: long, Wait: 2 * long})
@@ -147,7 +148,7 @@ func TestRestartGuardUptimeRounding(t *testing.T) {
 			key := mustKey(t, "restart", "uptime")
 			// The server's start guard lets a hold in once it is ttl old.
 			eventually(t, 3*ttl, "a first hold on the server", func() bool {
-				l, err := a.Acquire(ctx, key, lockcore.Policy{})
+				l, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err == nil {
 					_ = l.Release(ctx)
 				}
@@ -160,7 +161,7 @@ func TestRestartGuardUptimeRounding(t *testing.T) {
 				d += time.Second
 			}
 			time.Sleep(d)
-			holder, err := a.Acquire(ctx, key, lockcore.Policy{})
+			holder, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +176,7 @@ func TestRestartGuardUptimeRounding(t *testing.T) {
 			})
 			var ls *lockcore.Lease
 			eventually(t, 3*ttl, "process B's fail-fast acquire", func() bool {
-				ls, err = b.Acquire(ctx, key, lockcore.Policy{})
+				ls, err = b.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				return err == nil
 			})
 			defer ls.Release(ctx)

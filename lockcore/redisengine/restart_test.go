@@ -35,7 +35,7 @@ func TestRestartWithoutDataLetsNobodyIn(t *testing.T) {
 				var holder *lockcore.Lease
 				var err error
 				eventually(t, 3*ttl, "the holder's acquire (a guard from the last start may be up)", func() bool {
-					holder, err = holderEng.Acquire(ctx, key, lockcore.Policy{})
+					holder, err = holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 					return err == nil
 				})
 				got, errc := acquireAsync(waiterEng, key, 4*ttl)

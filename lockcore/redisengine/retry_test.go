@@ -43,7 +43,7 @@ func TestRetryAfterTracksHolds(t *testing.T) {
 				time.Sleep(work) // the holder's work
 				_ = ls.Release(ctx)
 			}()
-			_, err := l.Acquire(ctx, key, lockcore.Policy{})
+			_, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 			var ce *lockcore.ContentionError
 			if !errors.As(err, &ce) {
 				t.Fatalf("fail-fast acquire of a held key: %v", err)

@@ -49,11 +49,11 @@ func TestScriptsDeclareEveryKey(t *testing.T) {
 			l := lockerOn(t, rdb, prefix, Options{})
 			other := lockerOn(t, rdb, prefix, Options{})
 			key := mustKey(t, "declared", "1")
-			outer, err := l.Acquire(ctx, key, lockcore.Policy{})
+			outer, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
-			inner, err := other.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
+			inner, err := other.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil || inner.Fence() != outer.Fence() {
 				t.Fatalf("re-entry from another Engine: %v, fence %d of %d", err, inner.Fence(), outer.Fence())
 			}

@@ -20,19 +20,19 @@ func TestInspectSinceOutlivesFirstEntry(t *testing.T) {
 		bl := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		key := mustKey(t, "since", "2")
-		seed, err := a.Acquire(ctx, key, lockcore.Policy{}) // seeds the fencing counter
+		seed, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}) // seeds the fencing counter
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := seed.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		outer, err := a.Acquire(ctx, key, lockcore.Policy{}) // the fast path: since is 0 in Redis
+		outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}) // the fast path: since is 0 in Redis
 		if err != nil {
 			t.Fatal(err)
 		}
 		taken := inspect(t, a, key).Holders[0].Since
-		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
+		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

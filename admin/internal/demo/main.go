@@ -104,7 +104,7 @@ func populate(ctx context.Context, a, b, c, ops *redisengine.Engine) error {
 		return k
 	}
 	hold := func(e *redisengine.Engine, ctx context.Context, k lockcore.Key) (*lockcore.Lease, error) {
-		return e.Acquire(ctx, k, lockcore.Policy{TTL: 10 * time.Second})
+		return e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second})
 	}
 	wait := func(e *redisengine.Engine, k lockcore.Key, d time.Duration) {
 		go e.Acquire(ctx, k, lockcore.Policy{Wait: d, TTL: 10 * time.Second})

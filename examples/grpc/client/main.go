@@ -24,7 +24,7 @@ import (
 	"github.com/routelock/lock/examples/grpc/shoppb"
 	"github.com/routelock/lock/examples/grpc/shopsvc"
 	"github.com/routelock/lock/examples/internal/redisenv"
-	"github.com/routelock/lock/grpclock"
+	"github.com/routelock/lock/interceptor"
 )
 
 func main() {
@@ -50,7 +50,7 @@ func run(addr string, buyers int, product, stock int64) error {
 	}
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor()), // carries the owner token of nested calls
+		grpc.WithChainUnaryInterceptor(interceptor.UnaryClient()), // carries the owner token of nested calls
 	)
 	if err != nil {
 		return err

@@ -20,7 +20,6 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/examples/grpc/shoppb"
-	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/interceptor"
 )
 
@@ -34,21 +33,21 @@ import (
 //
 // Server reflection is on, so grpcurl can call it.
 func NewServer(locker *lock.Locker, rdb *redis.Client, initial int64) *grpc.Server {
-	unary := []grpclock.MethodRule{
-		grpclock.Method(shoppb.Inventory_Reserve_FullMethodName, interceptor.Field("product_id"), lock.Name("productID"), lock.Wait(2*time.Second)),
-		grpclock.Method(shoppb.Orders_Create_FullMethodName, interceptor.Field("order.user_id"), lock.FailFast()),
-	}
-	stream := []grpclock.MethodRule{
-		grpclock.Method(shoppb.Inventory_Restock_FullMethodName, interceptor.Field("product_id"), lock.Name("productID")),
-	}
+	unary := interceptor.Config{Rules: []interceptor.Rule{
+		interceptor.Method(shoppb.Inventory_Reserve_FullMethodName, interceptor.Field("product_id").As("productID"), lock.Wait(2*time.Second)),
+		interceptor.Method(shoppb.Orders_Create_FullMethodName, interceptor.Field("order.user_id"), lock.FailFast()),
+	}}
+	stream := interceptor.Config{Rules: []interceptor.Rule{
+		interceptor.Method(shoppb.Inventory_Restock_FullMethodName, interceptor.Field("product_id").As("productID")),
+	}}
 	s := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker, unary...)),
-		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(locker, stream...)),
+		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(locker, unary)),
+		grpc.ChainStreamInterceptor(interceptor.StreamServer(locker, stream)),
 	)
 	shoppb.RegisterInventoryServer(s, &inventory{rdb: rdb, initial: initial})
 	shoppb.RegisterOrdersServer(s, &orders{rdb: rdb})
 	// A rule whose method is misspelt would leave that method unlocked.
-	if err := grpclock.Check(s, append(unary, stream...)...); err != nil {
+	if err := interceptor.Check(s, append(unary.Rules, stream.Rules...)...); err != nil {
 		panic(err)
 	}
 	reflection.Register(s)

@@ -1,4 +1,4 @@
-package grpclock_test
+package interceptor_test
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/shop"
 )
@@ -24,7 +23,7 @@ import (
 // the "readme" marks are the README's gRPC block. The shop service here is
 // defined without protoc (see internal/shop); generated services are
 // configured the same way (see examples/grpc).
-func ExampleUnaryServerInterceptor() {
+func ExampleUnaryServer() {
 	mr, err := miniredis.Run() // any Redis; embedded here
 	if err != nil {
 		panic(err)
@@ -41,16 +40,17 @@ func ExampleUnaryServerInterceptor() {
 	addr := lis.Addr().String()
 
 	// readme:begin grpc
+	rules := interceptor.Config{Rules: []interceptor.Rule{
+		interceptor.Method("/shop.Inventory/Reserve", interceptor.Field("product_id").As("productID"), lock.Wait(time.Second)),
+		interceptor.Method("/shop.Orders/Create", interceptor.Field("order.user_id"), lock.FailFast()),
+		interceptor.Method("/shop.Admin/*", interceptor.Metadata("x-tenant-id")), // every method of a service; "*" for all
+	}}
 	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
-			grpclock.Method("/shop.Inventory/Reserve", interceptor.Field("product_id"), lock.Name("productID"), lock.Wait(time.Second)),
-			grpclock.Method("/shop.Orders/Create", interceptor.Field("order.user_id"), lock.FailFast()),
-			grpclock.Method("/shop.Admin/*", interceptor.Metadata("x-tenant-id")), // every method of a service; "*" for all
-		)),
-		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(locker /* rules */)),
+		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(locker, rules)),
+		grpc.ChainStreamInterceptor(interceptor.StreamServer(locker, interceptor.Config{ /* rules */ })),
 	)
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(grpclock.UnaryClientInterceptor())) // nested calls re-enter
+		grpc.WithChainUnaryInterceptor(interceptor.UnaryClient())) // nested calls re-enter
 	// readme:end
 	if err != nil {
 		panic(err)

@@ -1,4 +1,4 @@
-package grpclock_test
+package interceptor_test
 
 import (
 	"bytes"
@@ -23,40 +23,40 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/grpclock"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/shop"
+	"github.com/routelock/lock/lockcore"
 )
 
 // TestCheckFindsRulesThatMatchNothing: a rule for a misspelt method
 // ("/grpc.health.v1.Health/Chek") would leave Check unlocked without a
-// word; grpclock.Check names it, and a service that is not registered,
+// word; interceptor.Check names it, and a service that is not registered,
 // at startup, and passes rules that match.
 func TestCheckFindsRulesThatMatchNothing(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	locker := lock.New(rdb)
 	t.Cleanup(func() { _ = locker.Close() })
-	good := []grpclock.MethodRule{
-		grpclock.Method("/shop.Inventory/Reserve", interceptor.Field("product_id")),
-		grpclock.Method("/grpc.health.v1.Health/Check", interceptor.Metadata("x-tenant")),
-		grpclock.Method("/shop.Orders/*", interceptor.Field("order.user_id")),
-		grpclock.Method("*", interceptor.Metadata("x-tenant")),
+	good := []interceptor.Rule{
+		interceptor.Method("/shop.Inventory/Reserve", interceptor.Field("product_id")),
+		interceptor.Method("/grpc.health.v1.Health/Check", interceptor.Metadata("x-tenant")),
+		interceptor.Method("/shop.Orders/*", interceptor.Field("order.user_id")),
+		interceptor.Method("*", interceptor.Metadata("x-tenant")),
 	}
-	bad := []grpclock.MethodRule{
-		grpclock.Method("/grpc.health.v1.Health/Chek", interceptor.Metadata("x-tenant")),
-		grpclock.Method("/shop.Nope/*", interceptor.Field("product_id")),
+	bad := []interceptor.Rule{
+		interceptor.Method("/grpc.health.v1.Health/Chek", interceptor.Metadata("x-tenant")),
+		interceptor.Method("/shop.Nope/*", interceptor.Field("product_id")),
 	}
-	rules := append(append([]grpclock.MethodRule{}, good...), bad...)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker, rules...)))
+	rules := append(append([]interceptor.Rule{}, good...), bad...)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.UnaryServer(locker, interceptor.Config{Rules: rules})))
 	shop.Register(srv, &shop.Server{})
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 
-	if err := grpclock.Check(srv, good...); err != nil {
+	if err := interceptor.Check(srv, good...); err != nil {
 		t.Fatalf("Check of rules that match: %v", err)
 	}
-	err := grpclock.Check(srv, rules...)
-	if !errors.Is(err, lock.ErrMisconfigured) {
+	err := interceptor.Check(srv, rules...)
+	if !errors.Is(err, lockcore.ErrMisconfigured) {
 		t.Fatalf("Check: %v, want ErrMisconfigured", err)
 	}
 	for _, m := range []string{"/grpc.health.v1.Health/Chek", "/shop.Nope/*"} {
@@ -71,17 +71,19 @@ func TestCheckFindsRulesThatMatchNothing(t *testing.T) {
 
 // TestExactRuleWithoutItsKeyIsLogged: an exact rule whose key the method's
 // message lacks answers Internal without running the handler, and the
-// Locker's logger hears of it once, with the method and the key function.
+// configured logger hears of it once, with the method and the key function.
 func TestExactRuleWithoutItsKeyIsLogged(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	var logged bytes.Buffer
 	var mu sync.Mutex
-	locker := lock.New(rdb, lock.Logger(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))))
+	locker := lock.New(rdb)
 	t.Cleanup(func() { _ = locker.Close() })
 	var ran atomic.Int32
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(locker,
-		grpclock.Method(shop.Reserve, interceptor.Field("sku")))))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.UnaryServer(locker, interceptor.Config{
+		Rules:  []interceptor.Rule{interceptor.Method(shop.Reserve, interceptor.Field("sku"))},
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil)),
+	})))
 	shop.Register(srv, &shop.Server{Reserve: func(context.Context, *dynamicpb.Message) (*dynamicpb.Message, error) {
 		ran.Add(1)
 		return shop.New("ReserveReply"), nil
