@@ -26,11 +26,6 @@ var (
 	ErrInvalidKey = lockcore.ErrInvalidKey
 	// ErrInvalidToken: a propagated owner token is malformed.
 	ErrInvalidToken = lockcore.ErrInvalidToken
-	// ErrNotOwner: a release or renewal by a token that does not hold the
-	// lock.
-	//
-	// Deprecated: nothing returns it (see lockcore.ErrNotOwner).
-	ErrNotOwner = lockcore.ErrNotOwner //lint:ignore SA1019 re-exported, deprecated here too
 	// ErrClosed: the Locker was closed.
 	ErrClosed = lockcore.ErrClosed
 )
