@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
@@ -407,7 +408,7 @@ func TestBadKey(t *testing.T) {
 			return r
 		})
 		hc := httpClient(t, nil)
-		long := strings.Repeat("9", lockcore.MaxKeyPartLen+1)
+		long := strings.Repeat("9", keylimit.PartLen+1)
 		for _, tc := range []struct {
 			name, path, body string
 			hdr              []string

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/internal/config"
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
@@ -64,8 +65,8 @@ func TTL(d time.Duration) Option {
 //
 // Panics if name is empty or longer than 256 bytes.
 func Name(name string) Option {
-	if name == "" || len(name) > lockcore.MaxKeyPartLen {
-		panic(fmt.Sprintf("lock: Name(%q): must be 1 to %d bytes", name, lockcore.MaxKeyPartLen))
+	if name == "" || len(name) > keylimit.PartLen {
+		panic(fmt.Sprintf("lock: Name(%q): must be 1 to %d bytes", name, keylimit.PartLen))
 	}
 	return config.New("Name", config.InRoute|config.InMethod, func(c *config.Config) { c.Name = name })
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/middleware"
@@ -160,7 +161,7 @@ func TestFakeStatuses(t *testing.T) {
 	}{
 		{"missing header", "/user", nil},
 		{"empty header", "/user", []string{"X-User-ID", ""}},
-		{"key too long", "/ff/" + strings.Repeat("x", lockcore.MaxKeyPartLen+1), nil},
+		{"key too long", "/ff/" + strings.Repeat("x", keylimit.PartLen+1), nil},
 		{"malformed token", "/user", []string{"X-User-ID", "u7", middleware.TokenHeader, "short"}},
 	} {
 		if resp, body := do(t, c, fakeCtx(t), "POST", srv.URL+tc.path, tc.hdr...); resp.StatusCode != 400 {

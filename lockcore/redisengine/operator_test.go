@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/faultproxy"
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -664,7 +665,7 @@ func TestOOMRevoke(t *testing.T) {
 // which takes exactly what NewKey writes.
 func TestParseKeyRoundTrip(t *testing.T) {
 	for _, parts := range [][]string{{"productID", "42"}, {"a:b", "c"}, {"100%", "{x}", "a b", "\x00\xff"}, {"w*d?[x]\\"},
-		{strings.Repeat(":", lockcore.MaxKeyPartLen)}, {"1", "2", "3", "4", "5", "6", "7", "8"}} {
+		{strings.Repeat(":", keylimit.PartLen)}, {"1", "2", "3", "4", "5", "6", "7", "8"}} {
 		k := mustKey(t, parts...)
 		got, err := lockcore.ParseKey(k.String())
 		if err != nil || got != k {
@@ -672,7 +673,7 @@ func TestParseKeyRoundTrip(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"", "a::b", ":a", "a:", "a%3a", "a%41", "a b", "a{b", "a%", "a%4", "a%G0",
-		"1:2:3:4:5:6:7:8:9", strings.Repeat("x", lockcore.MaxKeyPartLen+1), strings.Repeat("%3A", lockcore.MaxKeyPartLen+1)} {
+		"1:2:3:4:5:6:7:8:9", strings.Repeat("x", keylimit.PartLen+1), strings.Repeat("%3A", keylimit.PartLen+1)} {
 		if k, err := lockcore.ParseKey(s); !errors.Is(err, lockcore.ErrInvalidKey) {
 			t.Errorf("ParseKey(%q) = %q, %v; want ErrInvalidKey", s, k, err)
 		}
