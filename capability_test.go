@@ -88,7 +88,7 @@ func (g *gate) run(ctx context.Context, seq int) {
 	}
 	defer g.in.Add(-1)
 	f, _ := lock.FencingToken(ctx)
-	tok, _ := lockcore.TokenFrom(ctx)
+	tok := innermostToken(ctx)
 	g.entered <- entered{seq, f, tok}
 	select {
 	case <-g.proceed:
@@ -272,15 +272,13 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 	seen := make(chan string, 2)
 	r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1)
-		tok, _ := lockcore.TokenFrom(r.Context())
-		seen <- tok
+		seen <- innermostToken(r.Context())
 	})
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 	cc := dial(t, serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		ran.Add(1)
-		tok, _ := lockcore.TokenFrom(ctx)
-		seen <- tok
+		seen <- innermostToken(ctx)
 		return shop.New("ReserveReply"), nil
 	}}, grpc.ChainUnaryInterceptor(grpclock.UnaryServerInterceptor(l,
 		grpclock.Method(shop.Reserve, interceptor.Field("product_id"), lock.Name("productID"))))))
@@ -599,4 +597,13 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// innermostToken returns the innermost owner token ctx carries (the first
+// of lockcore.TokensFrom), or "" when it carries none.
+func innermostToken(ctx context.Context) string {
+	if toks := lockcore.TokensFrom(ctx); len(toks) > 0 {
+		return toks[0]
+	}
+	return ""
 }

@@ -67,7 +67,7 @@ func TestPrintedContextLeaksNoToken(t *testing.T) {
 	}
 	seenc := make(chan seen, 3)
 	report := func(where string, ctx context.Context) {
-		tok, _ := lockcore.TokenFrom(ctx)
+		tok := innermostToken(ctx)
 		seenc <- seen{where, tok, printings(ctx)}
 	}
 

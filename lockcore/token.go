@@ -54,7 +54,7 @@ func Intake(ctx context.Context, name string, vals []string, trust func() bool) 
 	if len(vals) == 0 {
 		return ctx, nil
 	}
-	if _, ok := TokenFrom(ctx); ok || (trust != nil && !trust()) {
+	if _, ok := tokenFrom(ctx); ok || (trust != nil && !trust()) {
 		return ctx, nil
 	}
 	if len(vals) > 1 {
@@ -198,11 +198,10 @@ func withTokens(ctx context.Context, toks []string) context.Context {
 	return context.WithValue(ctx, ctxKey{}, st)
 }
 
-// TokenFrom returns the innermost owner token ctx carries, if any: that of
+// tokenFrom returns the innermost owner token ctx carries, if any: that of
 // the innermost lock it holds, or the last one given to WithToken or
-// Intake. Pass Outbound on to other services: a request may hold several
-// locks.
-func TokenFrom(ctx context.Context) (string, bool) {
+// Intake; it is the first of TokensFrom.
+func tokenFrom(ctx context.Context) (string, bool) {
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		if s.held == nil || s.held.live() {
 			return s.token, true

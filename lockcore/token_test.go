@@ -155,8 +155,8 @@ func TestIntake(t *testing.T) {
 			if toks := TokensFrom(got); !slices.Equal(toks, c.want) {
 				t.Fatalf("carries %q, want %q", toks, c.want)
 			}
-			if first, ok := TokenFrom(got); !ok || first != c.want[0] {
-				t.Fatalf("TokenFrom = %q, %v; want %q", first, ok, c.want[0])
+			if first, ok := tokenFrom(got); !ok || first != c.want[0] {
+				t.Fatalf("tokenFrom = %q, %v; want %q", first, ok, c.want[0])
 			}
 			if back := Outbound(got); back != strings.Join(c.want, ",") {
 				t.Fatalf("Outbound = %q", back)
