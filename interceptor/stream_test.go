@@ -60,7 +60,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		shop.Register(srv, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 			var r report
 			r.recvErr = ss.RecvMsg(shop.New("ReserveRequest"))
-			_, r.fenced = lockcore.FencingToken(ss.Context())
+			_, r.fenced = innermostFence(ss.Context())
 			select {
 			case <-ss.Context().Done():
 				r.cause = context.Cause(ss.Context())

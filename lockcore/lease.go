@@ -193,7 +193,7 @@ func (h *held) lost() error {
 // NewLease returns the lease of hold, a fresh hold of key owned by token
 // with fencing token fence, which engine e has just taken for an
 // acquisition with context ctx. The lease's context derives from ctx and
-// carries the hold (FencingToken, HeldFrom, TokensFrom) and ctx's lock
+// carries the hold (HeldFrom, TokensFrom) and ctx's lock
 // state; Reenter(ctx', e, key) finds it from any context derived from it.
 //
 // Panics if e's dynamic type is not comparable.
@@ -259,7 +259,7 @@ func (ls *Lease) Reentered() bool { return ls != &ls.h.first }
 func (ls *Lease) Hold() Hold { return ls.h.hold }
 
 // Context returns a context derived from the one given to Acquire that
-// carries the owner token and this hold (see FencingToken and HeldFrom) and
+// carries the owner token and this hold (see HeldFrom) and
 // is cancelled with cause ErrLockLost when the lease is lost, or with
 // ErrReleased once the hold is released.
 func (ls *Lease) Context() context.Context { return ls.ctx }

@@ -154,8 +154,8 @@ func (s *ctxState) next() *ctxState { return s.parent.first() }
 
 // WithHoldSlot returns a context that carries ctx's lock state, and a
 // function that fills it in with a lease: from then on the context and
-// every context derived from it carry the lease's hold too (FencingToken,
-// HeldFrom, TokensFrom and re-entry see it), as the lease's own context
+// every context derived from it carry the lease's hold too (HeldFrom,
+// TokensFrom and re-entry see it), as the lease's own context
 // does. It is for a handler that gets its context before its lock is
 // taken, such as a gRPC stream whose key is in its first message. The
 // lease must have been acquired with ctx or a context above it, not with
@@ -235,7 +235,9 @@ type Held struct {
 }
 
 // HeldFrom returns the locks ctx holds (those of leases whose context ctx
-// descends from and that are not released or lost), innermost first.
+// descends from and that are not released or lost), innermost first: the
+// first one's Fence is the fencing token to pass to a store (what
+// lock.FencingToken returns).
 func HeldFrom(ctx context.Context) []Held {
 	var out []Held
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
@@ -244,14 +246,4 @@ func HeldFrom(ctx context.Context) []Held {
 		}
 	}
 	return out
-}
-
-// FencingToken returns the fencing token of the innermost lock ctx holds.
-func FencingToken(ctx context.Context) (int64, bool) {
-	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
-		if h := s.held; h != nil && h.live() {
-			return h.fence, true
-		}
-	}
-	return 0, false
 }

@@ -94,7 +94,7 @@ func fenceOf(resp *http.Response) int64 {
 func okHandler(runs *atomic.Int32) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
-		f, _ := lockcore.FencingToken(r.Context())
+		f, _ := innermostFence(r.Context())
 		w.Header().Set("X-Fence", strconv.FormatInt(f, 10))
 	}
 }
@@ -240,7 +240,7 @@ func TestFakeStatuses(t *testing.T) {
 // not nil, it waits for proceed to close before it returns.
 func outerHandler(c *http.Client, cancels chan<- context.CancelFunc, proceed <-chan struct{}) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		f, _ := lockcore.FencingToken(r.Context())
+		f, _ := innermostFence(r.Context())
 		w.Header().Set("X-Fence", strconv.FormatInt(f, 10))
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
@@ -286,7 +286,7 @@ func TestFakePropagation(t *testing.T) {
 	var innerRuns atomic.Int32
 	stock := func(w http.ResponseWriter, r *http.Request) {
 		innerRuns.Add(1)
-		f, _ := lockcore.FencingToken(r.Context())
+		f, _ := innermostFence(r.Context())
 		_, entries := e.Held(k)
 		if r.Header.Get(middleware.TokenHeader) != "" {
 			http.Error(w, "token header reached the handler", 500)
@@ -384,7 +384,7 @@ func TestFakeLeaseLost(t *testing.T) {
 	started := make(chan struct{})
 	r := chi.NewRouter()
 	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("id"), Wait: -1})).Post("/work/{id}", func(w http.ResponseWriter, r *http.Request) {
-		f, _ := lockcore.FencingToken(r.Context())
+		f, _ := innermostFence(r.Context())
 		w.Header().Set("X-Fence", strconv.FormatInt(f, 10))
 		if r.URL.Query().Get("block") == "" {
 			return
@@ -394,7 +394,7 @@ func TestFakeLeaseLost(t *testing.T) {
 		case <-r.Context().Done():
 			w.Header().Set("X-Cause", fmt.Sprint(context.Cause(r.Context())))
 			w.Header().Set("X-Lost", strconv.FormatBool(errors.Is(context.Cause(r.Context()), lockcore.ErrLockLost)))
-			_, held := lockcore.FencingToken(r.Context())
+			_, held := innermostFence(r.Context())
 			w.Header().Set("X-Still-Held", strconv.FormatBool(held))
 		case <-time.After(fakeBound):
 			w.Header().Set("X-Lost", "not cancelled")
@@ -523,4 +523,13 @@ func TestTokenHeaderNeverReachesHandler(t *testing.T) {
 	if n := leaked.Load(); n != 0 {
 		t.Fatalf("the token header reached the handler %d times", n)
 	}
+}
+
+// innermostFence returns the fencing token of the innermost lock ctx holds,
+// the first of lockcore.HeldFrom, as lock.FencingToken does.
+func innermostFence(ctx context.Context) (int64, bool) {
+	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
+		return held[0].Fence, true
+	}
+	return 0, false
 }
