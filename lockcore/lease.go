@@ -264,9 +264,6 @@ func (ls *Lease) Hold() Hold { return ls.h.hold }
 // ErrReleased once the hold is released.
 func (ls *Lease) Context() context.Context { return ls.ctx }
 
-// Done returns a channel closed when the hold ends: lost or released.
-func (ls *Lease) Done() <-chan struct{} { return ls.h.Done() }
-
 // Err returns nil while the lease is certainly held, ErrLockLost (possibly
 // wrapped) once lost, and ErrReleased once released. It asks the engine,
 // which judges by its own clock: a lease whose renewals have failed until

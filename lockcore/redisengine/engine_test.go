@@ -405,7 +405,7 @@ func TestWatchdogKeepsLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			select {
-			case <-ls.Done():
+			case <-ls.Context().Done():
 				t.Fatalf("lease ended: %v", ls.Err())
 			case <-time.After(5 * time.Millisecond): // pacing of the intruder
 			}

@@ -40,7 +40,7 @@ func TestUnavailable(t *testing.T) {
 		confirmed := time.Now() // the acquire was sent before this
 		lost := make(chan time.Time, 1)
 		go func() {
-			<-ls.Done()
+			<-ls.Context().Done()
 			lost <- time.Now()
 		}()
 		stop()

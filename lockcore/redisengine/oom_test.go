@@ -202,7 +202,7 @@ func TestExclusionWhileScriptsFlushed(t *testing.T) {
 					}
 					if i%4 == 0 { // a longer holder, renewed by the watchdog
 						select {
-						case <-ls.Done():
+						case <-ls.Context().Done():
 						case <-time.After(ttl / 2):
 						}
 					}
