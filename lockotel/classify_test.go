@@ -356,7 +356,7 @@ func TestEventsAllocateNothing(t *testing.T) {
 	ctx := context.Background()
 	run := func() {
 		tel.Waiting(k, 1)
-		tel.Woken(k, lockcore.WakeMessage)
+		tel.Woken(k, "message")
 		tel.Waiting(k, -1)
 		tel.Renewed(k, nil)
 		tel.Ended(ctx, k, 1, 0, lost, nil)

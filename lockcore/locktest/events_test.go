@@ -29,7 +29,7 @@ func (r *recorder) add(s string) {
 func (r *recorder) Waiting(key lockcore.Key, delta int) {
 	r.add(fmt.Sprintf("waiting %v %+d", key, delta))
 }
-func (r *recorder) Woken(key lockcore.Key, by lockcore.Wake) {
+func (r *recorder) Woken(key lockcore.Key, by string) {
 	r.add(fmt.Sprintf("woken %v %v", key, by))
 }
 func (r *recorder) Renewed(key lockcore.Key, err error) {
