@@ -315,7 +315,7 @@ func TestReenter(t *testing.T) {
 		t.Fatalf("fence of the token re-entry = %d, %v", f, ok)
 	}
 
-	stranger := lockcore.WithToken(ctx, lockcore.NewToken())
+	stranger := withToken(ctx, lockcore.NewToken())
 	if _, err := e.Acquire(stranger, k, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("a made-up token entered: %v", err)
 	}
@@ -349,7 +349,7 @@ func TestLose(t *testing.T) {
 	k := key(t, "lose", "1")
 	ctx := bounded(t)
 	ls := acquire(t, e, ctx, k, lockcore.Policy{})
-	byToken := acquire(t, e, lockcore.WithToken(ctx, ls.Token()), k, lockcore.Policy{})
+	byToken := acquire(t, e, withToken(ctx, ls.Token()), k, lockcore.Policy{})
 	derived, cancel := context.WithCancel(ls.Context())
 	defer cancel()
 
@@ -459,4 +459,15 @@ func innermostFence(ctx context.Context) (int64, bool) {
 		return held[0].Fence, true
 	}
 	return 0, false
+}
+
+// withToken returns ctx carrying tok, an owner token from NewToken or a
+// lease, as a call propagated from another process brings it
+// (lockcore.Intake).
+func withToken(ctx context.Context, tok string) context.Context {
+	ctx, err := lockcore.Intake(ctx, "token", []string{tok}, nil)
+	if err != nil {
+		panic(err) // such a token is always accepted
+	}
+	return ctx
 }

@@ -147,7 +147,7 @@ func TestEvents(t *testing.T) {
 	wantCalls(t, &r, "waiting ev:1 +1", "waiting ev:1 -1")
 
 	// A token re-entry is a hold of its own: both entries end with the loss.
-	byToken := acquire(t, e, lockcore.WithToken(ctx, next.Token()), k, lockcore.Policy{})
+	byToken := acquire(t, e, withToken(ctx, next.Token()), k, lockcore.Policy{})
 	if !e.Lose(k) {
 		t.Fatal("Lose found no hold")
 	}

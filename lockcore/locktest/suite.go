@@ -417,7 +417,10 @@ func checkTokenReentry(r *rig) {
 func checkTokenGrantsNothing(r *rig) {
 	k := r.key("k")
 	made := lockcore.NewToken()
-	madeUp := lockcore.WithToken(r.ctx, made)
+	madeUp, err := lockcore.Intake(r.ctx, "made-up token", []string{made}, nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
 	holder := r.acquire(r.a, r.ctx, k, failFast)
 	if ls, err := r.b.Acquire(madeUp, k, failFast); err == nil {
 		_ = ls.Release(context.Background())

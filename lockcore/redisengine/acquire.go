@@ -21,7 +21,7 @@ import (
 // When ctx already holds key, Acquire re-enters: if ctx descends from a
 // live lease on key from this Engine, in memory without a Redis call; if
 // the hold in Redis is owned by one of the tokens ctx carries (those of its
-// other locks and those given to lockcore.WithToken, as a propagated call
+// other locks and those given to lockcore.Intake, as a propagated call
 // brings them), by adding this attempt to the hold's entries. Otherwise it
 // takes the lock, if free, with a freshly minted owner token
 // (lockcore.NewToken), which the lease's context carries on; or fails with

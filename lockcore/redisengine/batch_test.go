@@ -68,7 +68,7 @@ func TestBatching(t *testing.T) {
 					}
 					// The same token through another Engine re-enters in
 					// Redis: the count there must be this goroutine's.
-					inner, err := other.Acquire(lockcore.WithToken(ctx, ls.Token()), key, lockcore.Policy{})
+					inner, err := other.Acquire(withToken(ctx, ls.Token()), key, lockcore.Policy{})
 					if err != nil {
 						t.Error(err)
 						return

@@ -158,7 +158,7 @@ func TestExclusion(t *testing.T) {
 					case 0:
 						nested, err = l.Acquire(ls.Context(), key, lockcore.Policy{})
 					case 1:
-						nested, err = peer.Acquire(lockcore.WithToken(context.Background(), ls.Token()), key, lockcore.Policy{})
+						nested, err = peer.Acquire(withToken(context.Background(), ls.Token()), key, lockcore.Policy{})
 					}
 					if err != nil {
 						errs <- fmt.Errorf("nested: %w", err)
@@ -218,7 +218,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		}
 		// Another process that received the token re-enters.
 		tok := outer.Token()
-		inner, err := bl.Acquire(lockcore.WithToken(ctx, tok), key, lockcore.Policy{})
+		inner, err := bl.Acquire(withToken(ctx, tok), key, lockcore.Policy{})
 		if err != nil {
 			t.Fatalf("re-entry with the holder's token: %v", err)
 		}
@@ -233,7 +233,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 			t.Fatalf("other owner: err = %v, want ErrNotAcquired", err)
 		}
 		// A token that holds nothing grants nothing.
-		if _, err := c.Acquire(lockcore.WithToken(ctx, lockcore.NewToken()), key, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := c.Acquire(withToken(ctx, lockcore.NewToken()), key, lockcore.Policy{}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("foreign token: err = %v, want ErrNotAcquired", err)
 		}
 		if err := outer.Release(ctx); err != nil {
@@ -801,4 +801,15 @@ func innermostFence(ctx context.Context) (int64, bool) {
 		return held[0].Fence, true
 	}
 	return 0, false
+}
+
+// withToken returns ctx carrying tok, an owner token from NewToken or a
+// lease, as a call propagated from another process brings it
+// (lockcore.Intake).
+func withToken(ctx context.Context, tok string) context.Context {
+	ctx, err := lockcore.Intake(ctx, "token", []string{tok}, nil)
+	if err != nil {
+		panic(err) // such a token is always accepted
+	}
+	return ctx
 }

@@ -178,7 +178,7 @@ func TestRevokeReentered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
+		inner, err := bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +264,7 @@ func TestReleaseFindsRevocation(t *testing.T) {
 		if err := ls.Context().Err(); err != nil {
 			t.Fatalf("the holder was told: %v; this case is about a holder not yet told", context.Cause(ls.Context()))
 		}
-		newer, err := other.Acquire(lockcore.WithToken(ctx, ls.Token()), key, lockcore.Policy{})
+		newer, err := other.Acquire(withToken(ctx, ls.Token()), key, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -402,7 +402,7 @@ func TestInspect(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := time.Now()
-		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
+		inner, err := bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,7 +53,7 @@ func TestScriptsDeclareEveryKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inner, err := other.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{})
+			inner, err := other.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{})
 			if err != nil || inner.Fence() != outer.Fence() {
 				t.Fatalf("re-entry from another Engine: %v, fence %d of %d", err, inner.Fence(), outer.Fence())
 			}
