@@ -153,7 +153,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		}
 		lockers[i] = l
 	}
-	eng := lockers[0].Options()
+	eng := lockers[0].opt
 	// The same for every client: the engine keeps its bounds whatever the
 	// client's options.
 	const grace = 50 * time.Millisecond

@@ -303,9 +303,6 @@ func (l *Engine) claimPX() time.Duration { return l.opt.ClaimWindow * 3 / 5 }
 // recheck is how long a waiter sleeps at most before asking Redis again.
 func (l *Engine) recheck() time.Duration { return l.opt.ClaimWindow * 3 / 10 }
 
-// Options returns the Engine's options with defaults filled in.
-func (l *Engine) Options() Options { return l.opt }
-
 // Close stops the watchdog and the notification receiver. Leases still held
 // are no longer renewed: their contexts are cancelled with ErrLockLost (and
 // ErrClosed), and their keys expire in Redis at the end of their TTL unless

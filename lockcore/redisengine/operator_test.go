@@ -432,7 +432,7 @@ func TestInspect(t *testing.T) {
 		if h.Since.IsZero() || h.Since.Before(before.Add(-time.Second)) || h.Since.After(after.Add(time.Second)) {
 			t.Errorf("holder since %v, want between %v and %v (same host's clock, ±1s)", h.Since, before, after)
 		}
-		if info.Fence != outer.Fence() || info.LastFence < info.Fence || info.TTL <= 0 || info.TTL > a.Options().TTL {
+		if info.Fence != outer.Fence() || info.LastFence < info.Fence || info.TTL <= 0 || info.TTL > a.opt.TTL {
 			t.Errorf("fence %d (lease %d), last fence %d, TTL %v", info.Fence, outer.Fence(), info.LastFence, info.TTL)
 		}
 		if len(info.Waiters) != len(ws) {
