@@ -90,7 +90,11 @@ type Policy struct {
 	TTL time.Duration
 	// Route names what the acquisition is for, for telemetry: the route
 	// template or gRPC method whose request takes the lock, as the
-	// adapters set it; engines ignore it.
+	// adapters set it; engines ignore it. The gRPC interceptors always set
+	// it; the HTTP middleware only for an engine with a method
+	// RecordsRoute() bool that reports true (package lockotel's wrapper,
+	// which labels its spans and metrics with it), since finding a
+	// request's route template costs an allocation.
 	Route string
 }
 
