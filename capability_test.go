@@ -89,7 +89,7 @@ func (g *gate) run(ctx context.Context, seq int) {
 	}
 	defer g.in.Add(-1)
 	f, _ := lock.FencingToken(ctx)
-	tok, _ := lockcore.TokenFrom(ctx)
+	tok := innermostToken(ctx)
 	g.entered <- entered{seq, f, tok}
 	select {
 	case <-g.proceed:
@@ -220,7 +220,7 @@ func TestMadeUpTokenSerialises(t *testing.T) {
 				}
 				toks[e.tok] = true
 			}
-			if info := inspect(t, p.l, k); info.Held() || len(info.Waiters) != 0 {
+			if info := inspect(t, p.l, k); (len(info.Holders) > 0) || len(info.Waiters) != 0 {
 				t.Fatalf("left in Redis: %+v", info)
 			}
 		})
@@ -273,15 +273,13 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 	seen := make(chan string, 2)
 	r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1)
-		tok, _ := lockcore.TokenFrom(r.Context())
-		seen <- tok
+		seen <- innermostToken(r.Context())
 	})
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 	cc := dial(t, serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		ran.Add(1)
-		tok, _ := lockcore.TokenFrom(ctx)
-		seen <- tok
+		seen <- innermostToken(ctx)
 		return shop.New("ReserveReply"), nil
 	}}, grpc.ChainUnaryInterceptor(unaryServer(l,
 		interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"))))))
@@ -406,7 +404,7 @@ func TestChainReentersEveryLock(t *testing.T) {
 		t.Errorf("counts in C: product %d, user %d; want 2 and 2", v.counts[0], v.counts[1])
 	}
 	for _, k := range []lockcore.Key{product, user} {
-		if info := inspect(t, al, k); info.Held() {
+		if info := inspect(t, al, k); len(info.Holders) > 0 {
 			t.Errorf("%v still held after A's request: %+v", k, info)
 		}
 	}
@@ -600,4 +598,13 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// innermostToken returns the innermost owner token ctx carries (the first
+// of lockcore.TokensFrom), or "" when it carries none.
+func innermostToken(ctx context.Context) string {
+	if toks := lockcore.TokensFrom(ctx); len(toks) > 0 {
+		return toks[0]
+	}
+	return ""
 }

@@ -216,8 +216,9 @@ func TestBoundsWithRedisDown(t *testing.T) {
 				unavailable(t, "Check", err)
 			})
 			t.Run("http", func(t *testing.T) {
-				l, p := locker(t)                // the README's: lock.New's defaults
-				bound := time.Second + downSlack // redisengine.Options.Timeout's default
+				l, p := locker(t) // the README's: lock.New's defaults
+				// redisengine.Options.Timeout's default (1s), which lock.New keeps.
+				bound := time.Second + downSlack
 				r := chi.NewRouter()
 				r.With(l.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 					t.Error("the handler ran with Redis down")

@@ -265,7 +265,7 @@ func TestGRPCContention(t *testing.T) {
 		if err := <-waited; err != nil {
 			t.Fatalf("blocking call after release: %v", err)
 		}
-		if info := inspect(t, holder.locker, key(t, "productID", "42")); info.Held() {
+		if info := inspect(t, holder.locker, key(t, "productID", "42")); len(info.Holders) > 0 {
 			t.Fatalf("key still held: %+v", info)
 		}
 
@@ -481,7 +481,7 @@ func TestCrossProtocolReentry(t *testing.T) {
 						}
 					}
 				}
-				if info := inspect(t, bLocker, k); info.Held() {
+				if info := inspect(t, bLocker, k); len(info.Holders) > 0 {
 					t.Fatalf("key still held after the outermost call: %+v", info)
 				}
 			})
@@ -555,7 +555,7 @@ func TestGRPCStream(t *testing.T) {
 		if s.fenceBefore != 0 || s.fenceAfter == 0 || s.err != nil {
 			t.Fatalf("stream saw fence %d before its first message and %d after (%v)", s.fenceBefore, s.fenceAfter, s.err)
 		}
-		if !inspect(t, l, key(t, "product_id", "42")).Held() {
+		if len(inspect(t, l, key(t, "product_id", "42")).Holders) == 0 {
 			t.Fatal("not locked after the first message")
 		}
 		// A second stream on the same product is refused at its first message.
@@ -574,7 +574,7 @@ func TestGRPCStream(t *testing.T) {
 			t.Fatalf("first stream: %v, total %d", err, shop.Int(reply, "left"))
 		}
 		eventually(t, 5*time.Second, "stream's lock released", func() bool {
-			return !inspect(t, l, key(t, "product_id", "42")).Held()
+			return len(inspect(t, l, key(t, "product_id", "42")).Holders) == 0
 		})
 
 		// Keyed by metadata: locked before the handler runs.
@@ -655,7 +655,7 @@ func TestGRPCPanicAndLoss(t *testing.T) {
 		if p := <-recovered; p != "boom" {
 			t.Fatalf("recovered %v", p)
 		}
-		if info := inspect(t, l, key(t, "product_id", "42")); info.Held() {
+		if info := inspect(t, l, key(t, "product_id", "42")); len(info.Holders) > 0 {
 			t.Fatalf("lock held after panic: %+v", info)
 		}
 		req := shop.Set(shop.New("CreateOrderRequest"), "order", shop.Set(shop.New("Order"), "user_id", "u1"))

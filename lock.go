@@ -355,7 +355,12 @@ func ByParam(name string, ps ...lockcore.Policy) func(http.Handler) http.Handler
 // (a handler's r.Context()) holds: strictly greater than that of every
 // earlier hold of the key. Pass it to the store you write, so that it can
 // refuse writes from a holder whose lease has ended.
-func FencingToken(ctx context.Context) (int64, bool) { return lockcore.FencingToken(ctx) }
+func FencingToken(ctx context.Context) (int64, bool) {
+	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
+		return held[0].Fence, true
+	}
+	return 0, false
+}
 
 // Keys returns the keys of the locks ctx holds, innermost first, such as
 // ["productID:42"].

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
@@ -266,7 +267,7 @@ func seckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 		if count[200] != initial || count[http.StatusGone] != buyers-initial {
 			t.Fatalf("statuses %v, want %d × 200 and %d × 410", count, initial, buyers-initial)
 		}
-		if info := inspect(t, apps[0].locker, key(t, "productID", "42")); info.Held() || len(info.Waiters) != 0 {
+		if info := inspect(t, apps[0].locker, key(t, "productID", "42")); (len(info.Holders) > 0) || len(info.Waiters) != 0 {
 			t.Fatalf("lock left behind: %+v", info)
 		}
 	}
@@ -347,7 +348,7 @@ func TestContention(t *testing.T) {
 		if n := ran.Load(); n != 1 {
 			t.Fatalf("handler ran %d times, want 1", n)
 		}
-		if info := inspect(t, other, k); info.Held() {
+		if info := inspect(t, other, k); len(info.Holders) > 0 {
 			t.Fatalf("lock left behind: %+v", info)
 		}
 		if res := do(t, hc, "POST", a.srv.URL+"/products/42/buy", nil); res.status != http.StatusOK {
@@ -388,7 +389,7 @@ func TestCallerGoesAway(t *testing.T) {
 		if err := lease.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if info := inspect(t, other, lease.Key()); info.Held() || ran.Load() {
+		if info := inspect(t, other, lease.Key()); (len(info.Holders) > 0) || ran.Load() {
 			t.Fatalf("after the caller left: %+v, handler ran %v", info, ran.Load())
 		}
 	})
@@ -408,7 +409,7 @@ func TestBadKey(t *testing.T) {
 			return r
 		})
 		hc := httpClient(t, nil)
-		long := strings.Repeat("9", lockcore.MaxKeyPartLen+1)
+		long := strings.Repeat("9", keylimit.PartLen+1)
 		for _, tc := range []struct {
 			name, path, body string
 			hdr              []string
@@ -505,7 +506,7 @@ func TestPanic(t *testing.T) {
 		if w.Code != 500 {
 			t.Fatalf("Recoverer answered %d", w.Code)
 		}
-		if info := inspect(t, locker, k); info.Held() {
+		if info := inspect(t, locker, k); len(info.Holders) > 0 {
 			t.Fatalf("lock held after the panic: %+v", info)
 		}
 
@@ -521,7 +522,7 @@ func TestPanic(t *testing.T) {
 			mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/42/buy", nil))
 			t.Fatal("panic did not go on")
 		}()
-		if info := inspect(t, locker, k); info.Held() {
+		if info := inspect(t, locker, k); len(info.Holders) > 0 {
 			t.Fatalf("lock held after the panic: %+v", info)
 		}
 	})
@@ -641,7 +642,7 @@ func TestNestedReentry(t *testing.T) {
 						t.Errorf("nested call %d without the token: %d %q, want 409", i, c.Status, c.Body)
 					}
 				}
-				if info := inspect(t, svcA.locker, k); info.Held() {
+				if info := inspect(t, svcA.locker, k); len(info.Holders) > 0 {
 					t.Fatalf("key left after the outermost request: %+v", info)
 				}
 			})

@@ -25,9 +25,9 @@ type watcher struct {
 func (w *watcher) Wrap(e lockcore.Engine) lockcore.Engine { return &watched{w: w, inner: e} }
 func (w *watcher) Events() lockcore.Events                { return w }
 
-func (w *watcher) Waiting(lockcore.Key, int)         {}
-func (w *watcher) Woken(lockcore.Key, lockcore.Wake) {}
-func (w *watcher) Renewed(lockcore.Key, error)       {}
+func (w *watcher) Waiting(lockcore.Key, int)   {}
+func (w *watcher) Woken(lockcore.Key, string)  {}
+func (w *watcher) Renewed(lockcore.Key, error) {}
 func (w *watcher) Ended(context.Context, lockcore.Key, time.Duration, time.Duration, error, error) {
 	w.mu.Lock()
 	w.ended++

@@ -130,7 +130,7 @@ func (es events) Waiting(key lockcore.Key, delta int) {
 	}
 }
 
-func (es events) Woken(key lockcore.Key, by lockcore.Wake) {
+func (es events) Woken(key lockcore.Key, by string) {
 	for _, e := range es {
 		e.Woken(key, by)
 	}

@@ -86,7 +86,7 @@ func Example() {
 	call("POST", "/admin/locks/productID:42/release", `{"reason": "stuck since the 14:02 deploy"}`, &rev)
 	fmt.Println("reason:", rev.Reason, "| fence moved on:", rev.NewFence > rev.Fence)
 
-	<-lease.Done() // the holder's context ends, with the cause ErrRevoked
+	<-lease.Context().Done() // the holder's context ends, with the cause ErrRevoked
 	fmt.Println(context.Cause(lease.Context()))
 
 	res, err := http.Get(srv.URL + "/admin/")

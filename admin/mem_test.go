@@ -50,7 +50,7 @@ func (m *memOp) List(_ context.Context, prefix string, limit int) ([]lockcore.In
 	}
 	var keys []string
 	for k, in := range m.locks {
-		if strings.HasPrefix(k, prefix) && (in.Held() || len(in.Waiters) > 0) {
+		if strings.HasPrefix(k, prefix) && ((len(in.Holders) > 0) || len(in.Waiters) > 0) {
 			keys = append(keys, k)
 		}
 	}
@@ -86,7 +86,7 @@ func (m *memOp) Revoke(_ context.Context, key lockcore.Key, reason string) (lock
 		return lockcore.Revocation{}, m.err
 	}
 	in, ok := m.locks[key.String()]
-	if !ok || !in.Held() {
+	if !ok || len(in.Holders) == 0 {
 		return lockcore.Revocation{}, lockcore.ErrNotHeld
 	}
 	in.LastFence++

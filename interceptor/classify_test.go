@@ -140,7 +140,6 @@ NotAcquired: 10 - routelock: resource busy, retry later
 WaitTimeout: 10 - routelock: resource busy, retry later
 Busy: 10 2.5s routelock: resource busy, retry later
 TimedOut: 10 300ms routelock: resource busy, retry later
-NotOwner: 13 - routelock: internal error
 LockLost: 13 - routelock: internal error
 Revoked: 13 - routelock: internal error
 Unavailable: 14 - routelock: lock service unavailable
@@ -178,10 +177,6 @@ wrapped TimedOut: 10 300ms routelock: resource busy, retry later
 twice wrapped TimedOut: 10 300ms routelock: resource busy, retry later
 TimedOut with Canceled: 1 - routelock: call cancelled while waiting for the lock
 TimedOut with Deadline: 4 - routelock: deadline exceeded while waiting for the lock
-wrapped NotOwner: 13 - routelock: internal error
-twice wrapped NotOwner: 13 - routelock: internal error
-NotOwner with Canceled: 1 - routelock: call cancelled while waiting for the lock
-NotOwner with Deadline: 4 - routelock: deadline exceeded while waiting for the lock
 wrapped LockLost: 13 - routelock: internal error
 twice wrapped LockLost: 13 - routelock: internal error
 LockLost with Canceled: 1 - routelock: call cancelled while waiting for the lock
@@ -273,30 +268,29 @@ Other with Deadline: 4 - routelock: deadline exceeded while waiting for the lock
 // (1 Canceled, 3 InvalidArgument, 4 DeadlineExceeded, 10 Aborted,
 // 13 Internal, 14 Unavailable).
 const codePairs = `
-NotAcquired   10a  10a  10ar 10ar 10a  10a  10a  10a  13b   3c   3d  10a  10a  10a   1e   4f  13g   3c   3c   3c   3h   3i  13k  10a  10a  10a
-WaitTimeout   10a  10a  10ar 10ar 10a  10a  10a  10a  13b   3c   3d  10a  10a  10a   1e   4f  13g   3c   3c   3c   3h   3i  13k  10a  10a  10a
-Busy          10ar 10ar 10ar 10ar 10ar 10ar 10ar 10ar 13b   3c   3d  10ar 10ar 10ar  1e   4f  13g   3c   3c   3c   3h   3i  13k  10ar 10ar 10ar
-TimedOut      10ar 10ar 10ar 10ar 10ar 10ar 10ar 10ar 13b   3c   3d  10ar 10ar 10ar  1e   4f  13g   3c   3c   3c   3h   3i  13k  10ar 10ar 10ar
-NotOwner      10a  10a  10ar 10ar 13g  13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
-LockLost      10a  10a  10ar 10ar 13g  13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
-Revoked       10a  10a  10ar 10ar 13g  13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
-Unavailable   10a  10a  10ar 10ar 14j  14j  14j  14j  13b   3c   3d  14j  14j  14j   1e   4f  13g   3c   3c   3c   3h   3i  13k  14j  14j  14j
-Misconfigured 13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13m  13n  13k  13l  13b  13b
-InvalidKey     3c   3c   3c   3c   3c   3c   3c   3c  13b   3c   3d   3c   3c   3c   3c   3c  13g   3c   3c   3c   3h   3i  13k   3p   3c   3c
-InvalidToken   3d   3d   3d   3d   3d   3d   3d   3d  13b   3d   3d   3d   3d   3d   3d   3d  13g   3d   3d   3d   3h   3i  13k   3p   3d   3d
-Released      10a  10a  10ar 10ar 13g  13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
-Closed        10a  10a  10ar 10ar 14j  14j  14j  14j  13b   3c   3d  14j  14j  14j   1e   4f  13g   3c   3c   3c   3h   3i  13k  14j  14j  14j
-NotHeld       10a  10a  10ar 10ar 13g  13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
-Canceled       1e   1e   1e   1e   1e   1e   1e   1e  13b   3c   3d   1e   1e   1e   1e   1e  13g   3c   3c   3c   3h   3i  13k   1e   1e   1e
-Deadline       4f   4f   4f   4f   4f   4f   4f   4f  13b   3c   3d   4f   4f   4f   1e   4f  13g   3c   3c   3c   3h   3i  13k   4f   4f   4f
-Skip          13g  13g  13g  13g  13g  13g  13g  13g  13b  13g  13g  13g  13g  13g  13g  13g  13g  13g  13g  13g  13m  13n  13k  13l  13g  13g
-Missing        3c   3c   3c   3c   3c   3c   3c   3c  13b   3c   3d   3c   3c   3c   3c   3c  13g   3c   3c   3c   3h   3i  13k   3p   3c   3c
-Invalid        3c   3c   3c   3c   3c   3c   3c   3c  13b   3c   3d   3c   3c   3c   3c   3c  13g   3c   3c   3c   3h   3i  13k   3p   3c   3c
-TooLarge       3c   3c   3c   3c   3c   3c   3c   3c  13b   3c   3d   3c   3c   3c   3c   3c  13g   3c   3c   3c   3h   3i  13k   3p   3c   3c
-KeyMissing     3h   3h   3h   3h   3h   3h   3h   3h  13m   3h   3h   3h   3h   3h   3h   3h  13m   3h   3h   3h   3h   3h  13m   3h   3h   3h
-KeyTooLarge    3i   3i   3i   3i   3i   3i   3i   3i  13n   3i   3i   3i   3i   3i   3i   3i  13n   3i   3i   3i   3i   3i  13n   3i   3i   3i
-KeyNotRouted  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k
-KeyCustom     10a  10a  10ar 10ar 13l  13l  13l  14j  13l   3p   3p  13l  14j  13l   1e   4f  13l   3p   3p   3p   3p   3p  13l  13l  13l  13l
-NoRoute       10a  10a  10ar 10ar 13g  13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
-Other         10a  10a  10ar 10ar 13g  13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
+NotAcquired   10a  10a  10ar 10ar 10a  10a  10a  13b   3c   3d  10a  10a  10a   1e   4f  13g   3c   3c   3c   3h   3i  13k  10a  10a  10a
+WaitTimeout   10a  10a  10ar 10ar 10a  10a  10a  13b   3c   3d  10a  10a  10a   1e   4f  13g   3c   3c   3c   3h   3i  13k  10a  10a  10a
+Busy          10ar 10ar 10ar 10ar 10ar 10ar 10ar 13b   3c   3d  10ar 10ar 10ar  1e   4f  13g   3c   3c   3c   3h   3i  13k  10ar 10ar 10ar
+TimedOut      10ar 10ar 10ar 10ar 10ar 10ar 10ar 13b   3c   3d  10ar 10ar 10ar  1e   4f  13g   3c   3c   3c   3h   3i  13k  10ar 10ar 10ar
+LockLost      10a  10a  10ar 10ar 13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
+Revoked       10a  10a  10ar 10ar 13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
+Unavailable   10a  10a  10ar 10ar 14j  14j  14j  13b   3c   3d  14j  14j  14j   1e   4f  13g   3c   3c   3c   3h   3i  13k  14j  14j  14j
+Misconfigured 13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13b  13m  13n  13k  13l  13b  13b
+InvalidKey     3c   3c   3c   3c   3c   3c   3c  13b   3c   3d   3c   3c   3c   3c   3c  13g   3c   3c   3c   3h   3i  13k   3p   3c   3c
+InvalidToken   3d   3d   3d   3d   3d   3d   3d  13b   3d   3d   3d   3d   3d   3d   3d  13g   3d   3d   3d   3h   3i  13k   3p   3d   3d
+Released      10a  10a  10ar 10ar 13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
+Closed        10a  10a  10ar 10ar 14j  14j  14j  13b   3c   3d  14j  14j  14j   1e   4f  13g   3c   3c   3c   3h   3i  13k  14j  14j  14j
+NotHeld       10a  10a  10ar 10ar 13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
+Canceled       1e   1e   1e   1e   1e   1e   1e  13b   3c   3d   1e   1e   1e   1e   1e  13g   3c   3c   3c   3h   3i  13k   1e   1e   1e
+Deadline       4f   4f   4f   4f   4f   4f   4f  13b   3c   3d   4f   4f   4f   1e   4f  13g   3c   3c   3c   3h   3i  13k   4f   4f   4f
+Skip          13g  13g  13g  13g  13g  13g  13g  13b  13g  13g  13g  13g  13g  13g  13g  13g  13g  13g  13g  13m  13n  13k  13l  13g  13g
+Missing        3c   3c   3c   3c   3c   3c   3c  13b   3c   3d   3c   3c   3c   3c   3c  13g   3c   3c   3c   3h   3i  13k   3p   3c   3c
+Invalid        3c   3c   3c   3c   3c   3c   3c  13b   3c   3d   3c   3c   3c   3c   3c  13g   3c   3c   3c   3h   3i  13k   3p   3c   3c
+TooLarge       3c   3c   3c   3c   3c   3c   3c  13b   3c   3d   3c   3c   3c   3c   3c  13g   3c   3c   3c   3h   3i  13k   3p   3c   3c
+KeyMissing     3h   3h   3h   3h   3h   3h   3h  13m   3h   3h   3h   3h   3h   3h   3h  13m   3h   3h   3h   3h   3h  13m   3h   3h   3h
+KeyTooLarge    3i   3i   3i   3i   3i   3i   3i  13n   3i   3i   3i   3i   3i   3i   3i  13n   3i   3i   3i   3i   3i  13n   3i   3i   3i
+KeyNotRouted  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k  13k
+KeyCustom     10a  10a  10ar 10ar 13l  13l  14j  13l   3p   3p  13l  14j  13l   1e   4f  13l   3p   3p   3p   3p   3p  13l  13l  13l  13l
+NoRoute       10a  10a  10ar 10ar 13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
+Other         10a  10a  10ar 10ar 13g  13g  14j  13b   3c   3d  13g  14j  13g   1e   4f  13g   3c   3c   3c   3h   3i  13k  13l  13g  13g
 `

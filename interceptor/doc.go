@@ -28,7 +28,7 @@
 //     another owner, codes.Unavailable when Redis cannot be reached;
 //  4. runs the handler with the lease's context: it carries the owner
 //     token (UnaryClient forwards it), the fencing token
-//     (lockcore.FencingToken), and is cancelled with cause
+//     (lock.FencingToken, lockcore.HeldFrom), and is cancelled with cause
 //     lockcore.ErrLockLost if the lease is lost;
 //  5. releases the lock when the handler returns or panics, and lets the
 //     panic go on up the chain.

@@ -34,7 +34,7 @@ type streamReport struct {
 // derives contexts as an ordinary context does: 50 WithCancel and 50
 // WithTimeout start no goroutine (runtime.NumGoroutine, read inside the
 // handler before and after). The derived contexts carry the lock
-// (FencingToken, HeldFrom), and a lost lease cancels them with a cause
+// (lockcore.HeldFrom), and a lost lease cancels them with a cause
 // matching lockcore.ErrLockLost.
 func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 	const derive = 100
@@ -46,7 +46,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 	}}, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 		var rep streamReport
 		defer func() { reports <- rep }()
-		_, rep.tokenFirst = lockcore.FencingToken(ss.Context())
+		_, rep.tokenFirst = innermostFence(ss.Context())
 		if err := ss.RecvMsg(shop.New("ReserveRequest")); err != nil {
 			return err
 		}
@@ -75,7 +75,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 		}()
 
 		some := derived[derive/2+1] // a WithTimeout one
-		rep.fence, _ = lockcore.FencingToken(some)
+		rep.fence, _ = innermostFence(some)
 		rep.held = lockcore.HeldFrom(some)
 
 		if !e.Lose(k) {
@@ -90,7 +90,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 			}
 		}
 		rep.cause = context.Cause(derived[derive-1])
-		if _, ok := lockcore.FencingToken(derived[0]); ok {
+		if _, ok := innermostFence(derived[0]); ok {
 			rep.problems = append(rep.problems, "a derived context still has a fencing token after the loss")
 		}
 		return ss.SendMsg(shop.New("ReserveReply"))

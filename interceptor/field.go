@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -38,7 +39,7 @@ import (
 // Field reads gRPC calls only. For a stream, the key comes from the
 // stream's first message.
 //
-// Panics if path is empty, longer than lockcore.MaxKeyPartLen or has an empty
+// Panics if path is empty, longer than 256 bytes or has an empty
 // segment.
 func Field(path string) keyfunc.Func {
 	checkName("Field", path)
@@ -69,7 +70,7 @@ func Field(path string) keyfunc.Func {
 // Metadata reads gRPC calls only; for a stream it is available before the
 // first message, so the lock is taken before the handler runs.
 //
-// Panics if name is empty or longer than lockcore.MaxKeyPartLen.
+// Panics if name is empty or longer than 256 bytes.
 func Metadata(name string) keyfunc.Func {
 	checkName("Metadata", name)
 	name = strings.ToLower(name)
@@ -97,8 +98,8 @@ func checkName(fn, name string) {
 	if name == "" {
 		panic("interceptor: " + fn + ": empty name")
 	}
-	if len(name) > lockcore.MaxKeyPartLen {
-		panic(fmt.Sprintf("interceptor: %s: name longer than %d bytes", fn, lockcore.MaxKeyPartLen))
+	if len(name) > keylimit.PartLen {
+		panic(fmt.Sprintf("interceptor: %s: name longer than %d bytes", fn, keylimit.PartLen))
 	}
 }
 

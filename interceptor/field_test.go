@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -168,7 +169,7 @@ func TestField(t *testing.T) {
 		{"f64", kind(func(put func(string, any)) { put("f64", math.Inf(1)) }), "", errInvalid},
 		{"w", kind(func(put func(string, any)) { put("w", &wrapperspb.Int64Value{}) }), "0", nil},
 		{"e", kind(func(put func(string, any)) { put("e", protoreflect.EnumNumber(9)) }), "9", nil},
-		{"s", kind(func(put func(string, any)) { put("s", strings.Repeat("x", lockcore.MaxKeyPartLen+1)) }), "", errInvalid},
+		{"s", kind(func(put func(string, any)) { put("s", strings.Repeat("x", keylimit.PartLen+1)) }), "", errInvalid},
 
 		// proto3 without presence: zero is "not sent".
 		{"product_id", shop.Set(shop.New("ReserveRequest"), "product_id", int64(0)), "", keyfunc.ErrMissing},
@@ -199,7 +200,7 @@ func TestFieldIsRPCOnly(t *testing.T) {
 	case !keyfunc.Join(interceptor.Metadata("x"), f).ReadsMessage():
 		t.Fatal("Join with a Field must read the message")
 	}
-	for _, p := range []string{"", "a..b", ".a", "a.", strings.Repeat("a", lockcore.MaxKeyPartLen+1)} {
+	for _, p := range []string{"", "a..b", ".a", "a.", strings.Repeat("a", keylimit.PartLen+1)} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -209,7 +210,7 @@ func TestFieldIsRPCOnly(t *testing.T) {
 			interceptor.Field(p)
 		}()
 	}
-	for _, n := range []string{"", strings.Repeat("x", lockcore.MaxKeyPartLen+1)} {
+	for _, n := range []string{"", strings.Repeat("x", keylimit.PartLen+1)} {
 		func() {
 			defer func() {
 				if recover() == nil {
@@ -276,7 +277,7 @@ func FuzzField(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			if len(parts) != 2 || parts[0] != p || parts[1] == "" || len(parts[1]) > lockcore.MaxKeyPartLen {
+			if len(parts) != 2 || parts[0] != p || parts[1] == "" || len(parts[1]) > keylimit.PartLen {
 				t.Fatalf("Field(%s) = %q", p, parts)
 			}
 			if p == "s" && parts[1] != m.Get(kinds.Fields().ByName("s")).String() {

@@ -72,7 +72,10 @@ func TestUnaryClient(t *testing.T) {
 	}
 	ic := interceptor.UnaryClient()
 	tok := lockcore.NewToken()
-	ctx := lockcore.WithToken(context.Background(), tok)
+	ctx, err := lockcore.Intake(context.Background(), "routelock-token", []string{tok}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		ctx  context.Context

@@ -3,7 +3,7 @@ package keyfunc
 import (
 	"strings"
 
-	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/internal/keylimit"
 )
 
 // canonical returns the one spelling of a key value that names the same
@@ -117,7 +117,7 @@ func isUUID(v string) bool {
 }
 
 // maxExp bounds the exponent of a JSON number: anything larger cannot be
-// written in lockcore.MaxKeyPartLen bytes, and is refused before any work
+// written in keylimit.PartLen bytes, and is refused before any work
 // that grows with it.
 const maxExp = 10000
 
@@ -126,7 +126,7 @@ const maxExp = 10000
 // its size: an integer value in canonical decimal (42, 42.0, 4.2e1 and
 // 420e-1 are "42"), any other in plain decimal notation without trailing
 // zeros (0.5, -1.25). A number whose exponent is absurd, or whose canonical
-// form is longer than lockcore.MaxKeyPartLen bytes, is invalid.
+// form is longer than keylimit.PartLen bytes, is invalid.
 func canonNumber(s string) (string, error) {
 	if c, ok := canonInt(s); ok {
 		return c, nil // the common case: an integer, most often canonical already
@@ -187,7 +187,7 @@ func canonNumber(s string) (string, error) {
 	if neg {
 		size++
 	}
-	if size > lockcore.MaxKeyPartLen {
+	if size > keylimit.PartLen {
 		return "", errTooLong
 	}
 	var b strings.Builder

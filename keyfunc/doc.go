@@ -35,7 +35,7 @@
 //   - a JSON number is written exactly, whatever its notation: 42, 42.0,
 //     4.2e1 and 420e-1 are "42", 0.50 and 5e-1 are "0.5"; a number with an
 //     absurd exponent, or whose canonical form is longer than
-//     [lockcore.MaxKeyPartLen] bytes, is invalid;
+//     256 bytes, is invalid;
 //   - anything else is used as it is, byte for byte.
 //
 // Two spellings of one resource share a lock; two values that could name
@@ -46,11 +46,11 @@
 // # Validation
 //
 // A key is always stated. A value that is missing or empty, longer than
-// [lockcore.MaxKeyPartLen] bytes, ambiguous (a header, query parameter or
+// 256 bytes, ambiguous (a header, query parameter or
 // JSON field given twice) or not a scalar fails with an error matching
 // [lockcore.ErrInvalidKey]; a missing or empty one matches [ErrMissing]
 // too. A key has at most
-// [lockcore.MaxKeyParts] parts, names included ([Join] panics beyond). The
+// 8 parts, names included ([Join] panics beyond). The
 // limits are lockcore's own, so a key that passes here is accepted by every
 // engine. The middleware answers such errors with 400 and never runs the
 // handler. Values may hold any bytes: lockcore escapes them, so user input

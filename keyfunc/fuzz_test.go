@@ -17,13 +17,14 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/routelock/lock/internal/chiroute"
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
 
 // checkResult fails unless parts and err are a well-formed result of f:
 // either parts of the right count with every value non-empty and at most
-// lockcore.MaxKeyPartLen bytes, or an error with a Public text matching
+// keylimit.PartLen bytes, or an error with a Public text matching
 // ErrSkip or one of lockcore's sentinels for key errors.
 func checkResult(t *testing.T, f keyfunc.Func, parts []string, err error) {
 	t.Helper()
@@ -43,7 +44,7 @@ func checkResult(t *testing.T, f keyfunc.Func, parts []string, err error) {
 		t.Fatalf("%v: no parts and no error", f)
 	}
 	for _, p := range parts {
-		if p == "" || len(p) > lockcore.MaxKeyPartLen {
+		if p == "" || len(p) > keylimit.PartLen {
 			t.Fatalf("%v: bad part %q in %q", f, p, parts)
 		}
 	}
@@ -109,7 +110,7 @@ func FuzzJSON(f *testing.F) {
 		f.Add([]byte(seed[0]), seed[1])
 	}
 	f.Fuzz(func(t *testing.T, body []byte, path string) {
-		if path == "" || strings.Contains(path, "..") || strings.HasPrefix(path, ".") || strings.HasSuffix(path, ".") || len(path) > lockcore.MaxKeyPartLen {
+		if path == "" || strings.Contains(path, "..") || strings.HasPrefix(path, ".") || strings.HasSuffix(path, ".") || len(path) > keylimit.PartLen {
 			return
 		}
 		fn := keyfunc.JSONLimit(path, 1<<16)

@@ -53,7 +53,7 @@ import (
 // (mounted routers included) has the parameter: the name is misspelt. A
 // route that has the parameter with an empty value fails with ErrMissing.
 //
-// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
+// Panics if name is empty or longer than 256 bytes.
 func Param(name string) Func {
 	checkName("Param", name)
 	names := chiroute.NewNames(name)
@@ -163,7 +163,7 @@ func pathValue(r *http.Request, name string) (string, error) {
 // name is the canonical header name (X-User-Id for "x-user-id"). A header
 // given more than once is ambiguous: invalid.
 //
-// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
+// Panics if name is empty or longer than 256 bytes.
 func Header(name string) Func {
 	checkName("Header", name)
 	canon := http.CanonicalHeaderKey(name)
@@ -177,7 +177,7 @@ func Header(name string) Func {
 // Query returns the key function of URL query parameter name. A parameter
 // given more than once is ambiguous: invalid.
 //
-// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
+// Panics if name is empty or longer than 256 bytes.
 func Query(name string) Func {
 	checkName("Query", name)
 	return one(source{
@@ -200,7 +200,7 @@ const formMaxMemory = 32 << 20
 // value given more than once, in the body or the query, is ambiguous:
 // invalid. A body too large to parse fails with ErrTooLarge.
 //
-// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes.
+// Panics if name is empty or longer than 256 bytes.
 func Form(name string) Func {
 	checkName("Form", name)
 	return one(source{
@@ -245,7 +245,7 @@ func single(vs []string) (string, error) {
 // string, an integer, a []byte or a fmt.Stringer; it is missing when the
 // context has no value under key or the value is a nil pointer.
 //
-// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes, or
+// Panics if name is empty or longer than 256 bytes, or
 // key is nil.
 func Context(name string, key any) Func {
 	checkName("Context", name)

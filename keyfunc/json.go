@@ -11,14 +11,14 @@ import (
 	"strings"
 )
 
-// DefaultMaxBody is how much of a request body JSON reads at most.
-const DefaultMaxBody = 1 << 20
+// defaultMaxBody is how much of a request body JSON reads at most.
+const defaultMaxBody = 1 << 20
 
 // JSON returns the key function of a field of a JSON request body, named by
 // a dot-separated path such as "order.user_id"; a segment that is a number
 // indexes an array ("items.0.sku"). The resource name is the path.
 //
-// It reads the body, at most DefaultMaxBody bytes (see JSONLimit), and puts
+// It reads the body, at most 1 MiB (see JSONLimit), and puts
 // it back so that the handler reads it in full. A larger body fails with
 // ErrTooLarge; a body that is not valid JSON up to the field is invalid.
 // Object keys match as encoding/json matches them to struct fields, without
@@ -31,7 +31,7 @@ const DefaultMaxBody = 1 << 20
 // is invalid (see the package documentation).
 //
 // Panics if path is empty or has an empty segment.
-func JSON(path string) Func { return JSONLimit(path, DefaultMaxBody) }
+func JSON(path string) Func { return JSONLimit(path, defaultMaxBody) }
 
 // JSONLimit is JSON with a body limit of maxBytes.
 //

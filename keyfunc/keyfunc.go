@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -154,8 +155,8 @@ func checkName(fn, name string) {
 	if name == "" {
 		panic("keyfunc: " + fn + ": empty name")
 	}
-	if len(name) > lockcore.MaxKeyPartLen {
-		panic(fmt.Sprintf("keyfunc: %s: name longer than %d bytes", fn, lockcore.MaxKeyPartLen))
+	if len(name) > keylimit.PartLen {
+		panic(fmt.Sprintf("keyfunc: %s: name longer than %d bytes", fn, keylimit.PartLen))
 	}
 }
 
@@ -166,7 +167,7 @@ func checkName(fn, name string) {
 // key.
 //
 // Panics if fs is empty or the key would have more than
-// lockcore.MaxKeyParts parts, names included.
+// 8 parts, names included.
 func Join(fs ...Func) Func {
 	if len(fs) == 0 {
 		panic("keyfunc: Join of nothing")
@@ -178,8 +179,8 @@ func Join(fs ...Func) Func {
 		}
 		j.groups = append(j.groups, f.groups...)
 	}
-	if n := j.parts(); n > lockcore.MaxKeyParts {
-		panic(fmt.Sprintf("keyfunc: Join: %d key parts, more than %d", n, lockcore.MaxKeyParts))
+	if n := j.parts(); n > keylimit.Parts {
+		panic(fmt.Sprintf("keyfunc: Join: %d key parts, more than %d", n, keylimit.Parts))
 	}
 	return j
 }
@@ -190,7 +191,7 @@ func Join(fs ...Func) Func {
 // and methods that spell it differently, or separate keys to routes that
 // should not exclude each other.
 //
-// Panics if name is empty or longer than lockcore.MaxKeyPartLen bytes, or
+// Panics if name is empty or longer than 256 bytes, or
 // if f is the zero Func.
 func (f Func) As(name string) Func {
 	checkName("As", name)
@@ -353,13 +354,13 @@ func (f Func) eval(get func(*source) (string, error)) ([]string, error) {
 	return parts, nil
 }
 
-var errTooLong = invalid("longer than %d bytes", lockcore.MaxKeyPartLen)
+var errTooLong = invalid("longer than %d bytes", keylimit.PartLen)
 
 func checkValue(v string) error {
 	switch {
 	case v == "":
 		return errEmpty
-	case len(v) > lockcore.MaxKeyPartLen:
+	case len(v) > keylimit.PartLen:
 		return errTooLong
 	}
 	return nil
@@ -404,7 +405,7 @@ type Source struct {
 // with that method is told as s.Desc, ": " and what Public returns, which
 // must never repeat the request's value.
 //
-// Panics if s.Name is empty or longer than lockcore.MaxKeyPartLen bytes,
+// Panics if s.Name is empty or longer than 256 bytes,
 // or s has neither HTTP nor RPC.
 func Custom(s Source) Func {
 	checkName("Custom", s.Name)

@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/routelock/lock/internal/chiroute"
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -235,9 +236,9 @@ func TestParamValues(t *testing.T) {
 	}
 	parts, _, err := f.HTTP(req(""))
 	wantErr(t, parts, err, keyfunc.ErrMissing)
-	parts, _, err = f.HTTP(req(strings.Repeat("x", lockcore.MaxKeyPartLen)))
-	wantParts(t, parts, err, "productID", strings.Repeat("x", lockcore.MaxKeyPartLen))
-	parts, _, err = f.HTTP(req(strings.Repeat("x", lockcore.MaxKeyPartLen+1)))
+	parts, _, err = f.HTTP(req(strings.Repeat("x", keylimit.PartLen)))
+	wantParts(t, parts, err, "productID", strings.Repeat("x", keylimit.PartLen))
+	parts, _, err = f.HTTP(req(strings.Repeat("x", keylimit.PartLen+1)))
 	wantErr(t, parts, err, errInvalid)
 }
 
@@ -304,7 +305,7 @@ func TestQuery(t *testing.T) {
 		{"productID=1&productID=2", "", errInvalid},
 		{"productID=1&%70roductID=2", "", errInvalid}, // the same name, escaped
 		{"productid=1", "", keyfunc.ErrMissing},
-		{"productID=" + strings.Repeat("9", lockcore.MaxKeyPartLen+1), "", errInvalid},
+		{"productID=" + strings.Repeat("9", keylimit.PartLen+1), "", errInvalid},
 	} {
 		parts, _, err := f.HTTP(httptest.NewRequest("GET", "/?"+tc.query, nil))
 		if tc.err != nil {
@@ -388,7 +389,7 @@ func TestJSON(t *testing.T) {
 		{"product_id", `{"product_id":"42"`, "", errInvalid},
 		{"product_id", `{"product_id" "42"}`, "", errInvalid},
 		{"product_id", `not json`, "", errInvalid},
-		{"product_id", `{"product_id":"` + strings.Repeat("x", lockcore.MaxKeyPartLen+1) + `"}`, "", errInvalid},
+		{"product_id", `{"product_id":"` + strings.Repeat("x", keylimit.PartLen+1) + `"}`, "", errInvalid},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
 			c := &capture{f: keyfunc.JSON(tc.path)}
@@ -583,7 +584,7 @@ func TestCustom(t *testing.T) {
 // request's value.
 func TestErrorsHideValues(t *testing.T) {
 	const secret = "SECRET-VALUE-7f3a"
-	long := secret + strings.Repeat("x", lockcore.MaxKeyPartLen)
+	long := secret + strings.Repeat("x", keylimit.PartLen)
 	cases := []struct {
 		f keyfunc.Func
 		r *http.Request
@@ -616,7 +617,7 @@ func TestErrorsHideValues(t *testing.T) {
 }
 
 func TestConstructionPanics(t *testing.T) {
-	long := strings.Repeat("n", lockcore.MaxKeyPartLen+1)
+	long := strings.Repeat("n", keylimit.PartLen+1)
 	for name, fn := range map[string]func(){
 		"Param empty":     func() { keyfunc.Param("") },
 		"Header long":     func() { keyfunc.Header(long) },
@@ -649,46 +650,46 @@ func TestConstructionPanics(t *testing.T) {
 			fn()
 		}()
 	}
-	// Four sources fit lockcore.MaxKeyParts.
+	// Four sources fit keylimit.Parts.
 	q := keyfunc.Query("q")
 	keyfunc.Join(q, q, q, q)
 }
 
 // TestKeyLimitsAgree: keyfunc's limits are lockcore's. The largest key a
-// key function yields, lockcore.MaxKeyParts parts of
-// lockcore.MaxKeyPartLen bytes each (bytes that escaping triples), is a
+// key function yields, keylimit.Parts parts of
+// keylimit.PartLen bytes each (bytes that escaping triples), is a
 // valid lockcore.Key; a value one byte longer, or a source more, is refused
 // by keyfunc itself, as lockcore would refuse it.
 func TestKeyLimitsAgree(t *testing.T) {
-	value := strings.Repeat(":", lockcore.MaxKeyPartLen)
+	value := strings.Repeat(":", keylimit.PartLen)
 	q := url.Values{}
 	var fs []keyfunc.Func
-	for i := 0; i < lockcore.MaxKeyParts/2; i++ {
-		name := fmt.Sprintf("%0*d", lockcore.MaxKeyPartLen, i)
+	for i := 0; i < keylimit.Parts/2; i++ {
+		name := fmt.Sprintf("%0*d", keylimit.PartLen, i)
 		q.Set(name, value)
 		fs = append(fs, keyfunc.Query(name))
 	}
 	f := keyfunc.Join(fs...)
 	parts, _, err := f.HTTP(httptest.NewRequest("GET", "/?"+q.Encode(), nil))
-	if err != nil || len(parts) != lockcore.MaxKeyParts {
+	if err != nil || len(parts) != keylimit.Parts {
 		t.Fatalf("at the limits: %d parts, %v", len(parts), err)
 	}
 	if _, err := lockcore.NewKey(parts...); err != nil {
 		t.Fatalf("lockcore refuses the largest key keyfunc yields: %v", err)
 	}
 
-	q.Set(fmt.Sprintf("%0*d", lockcore.MaxKeyPartLen, 0), value+"x")
+	q.Set(fmt.Sprintf("%0*d", keylimit.PartLen, 0), value+"x")
 	parts, _, err = f.HTTP(httptest.NewRequest("GET", "/?"+q.Encode(), nil))
 	wantErr(t, parts, err, errInvalid)
 	if _, err := lockcore.NewKey(value + "x"); !errors.Is(err, lockcore.ErrInvalidKey) {
-		t.Fatalf("lockcore: a part of %d bytes: %v", lockcore.MaxKeyPartLen+1, err)
+		t.Fatalf("lockcore: a part of %d bytes: %v", keylimit.PartLen+1, err)
 	}
-	if _, err := lockcore.NewKey(strings.Split(strings.Repeat("x", lockcore.MaxKeyParts+1), "")...); !errors.Is(err, lockcore.ErrInvalidKey) {
-		t.Fatalf("lockcore: %d parts: %v", lockcore.MaxKeyParts+1, err)
+	if _, err := lockcore.NewKey(strings.Split(strings.Repeat("x", keylimit.Parts+1), "")...); !errors.Is(err, lockcore.ErrInvalidKey) {
+		t.Fatalf("lockcore: %d parts: %v", keylimit.Parts+1, err)
 	}
 	defer func() {
 		if recover() == nil {
-			t.Errorf("Join to %d parts: no panic", lockcore.MaxKeyParts+2)
+			t.Errorf("Join to %d parts: no panic", keylimit.Parts+2)
 		}
 	}()
 	keyfunc.Join(f, keyfunc.Query("one more"))

@@ -22,8 +22,8 @@
 // wrote upstream); an acquisition re-enters a hold owned by one of them
 // instead of waiting for it, in memory when the context descends from the
 // lease (Begin), in the backend otherwise. A token never takes a free lock, so
-// one that holds nothing grants nothing. FencingToken and HeldFrom read the
-// locks a context holds.
+// one that holds nothing grants nothing. HeldFrom reads the locks a context
+// holds, innermost first, each with its fencing token.
 //
 // # Leases
 //

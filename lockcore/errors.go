@@ -17,15 +17,6 @@ var (
 	// reached the caller's deadline. It matches ErrNotAcquired as well.
 	ErrWaitTimeout = fmt.Errorf("lock: wait timed out: %w", ErrNotAcquired)
 
-	// ErrNotOwner means a release or renewal was made with a token that does
-	// not hold the lock.
-	//
-	// Deprecated: nothing returns it. A release that finds its hold gone
-	// while the lease was valid was answered by an earlier run of the same
-	// call (a client re-sends a call whose reply was lost), so Release
-	// reports success; a lease that ran out reports ErrLockLost.
-	ErrNotOwner = errors.New("lock: not held by this owner")
-
 	// ErrLockLost is the cancellation cause of a lease's context when the
 	// lease ended while it was meant to be held: it expired, was deleted or
 	// taken over, Redis restarted, or renewals failed for too long.

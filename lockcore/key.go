@@ -3,13 +3,8 @@ package lockcore
 import (
 	"fmt"
 	"strings"
-)
 
-// Limits on key parts. A key names one resource; anything longer is far more
-// likely to be a mistake or an attack than a real identifier.
-const (
-	MaxKeyParts   = 8   // parts in one key
-	MaxKeyPartLen = 256 // bytes in one part, before escaping
+	"github.com/routelock/lock/internal/keylimit"
 )
 
 // Key is a validated, escaped lock key: the resource a lock protects, such as
@@ -17,7 +12,7 @@ const (
 type Key struct{ s string }
 
 // NewKey joins parts into a Key. Every part must be non-empty and at most
-// MaxKeyPartLen bytes; there may be at most MaxKeyParts parts. Parts are
+// 256 bytes; there may be at most 8 parts. Parts are
 // joined with ':' after escaping, so distinct part lists never produce the
 // same key: '%', ':', '{', '}', space, control bytes and bytes outside
 // printable ASCII are written as %XX. The result never contains a '{' or '}',
@@ -27,16 +22,16 @@ func NewKey(parts ...string) (Key, error) {
 	if len(parts) == 0 {
 		return Key{}, fmt.Errorf("%w: no parts", ErrInvalidKey)
 	}
-	if len(parts) > MaxKeyParts {
-		return Key{}, fmt.Errorf("%w: %d parts, at most %d", ErrInvalidKey, len(parts), MaxKeyParts)
+	if len(parts) > keylimit.Parts {
+		return Key{}, fmt.Errorf("%w: %d parts, at most %d", ErrInvalidKey, len(parts), keylimit.Parts)
 	}
 	n := len(parts) - 1
 	for i, p := range parts {
 		if p == "" {
 			return Key{}, fmt.Errorf("%w: part %d is empty", ErrInvalidKey, i)
 		}
-		if len(p) > MaxKeyPartLen {
-			return Key{}, fmt.Errorf("%w: part %d is %d bytes, at most %d", ErrInvalidKey, i, len(p), MaxKeyPartLen)
+		if len(p) > keylimit.PartLen {
+			return Key{}, fmt.Errorf("%w: part %d is %d bytes, at most %d", ErrInvalidKey, i, len(p), keylimit.PartLen)
 		}
 		n += escapedLen(p)
 	}
@@ -64,8 +59,8 @@ func (k Key) Name() string {
 	return k.s
 }
 
-// IsZero reports whether k is the zero Key.
-func (k Key) IsZero() bool { return k.s == "" }
+// isZero reports whether k is the zero Key.
+func (k Key) isZero() bool { return k.s == "" }
 
 func needsEscape(c byte) bool {
 	return c <= ' ' || c >= 0x7f || c == '%' || c == ':' || c == '{' || c == '}'
@@ -106,8 +101,8 @@ func ParseKey(s string) (Key, error) {
 		return Key{}, fmt.Errorf("%w: empty", ErrInvalidKey)
 	}
 	parts := strings.Split(s, ":")
-	if len(parts) > MaxKeyParts {
-		return Key{}, fmt.Errorf("%w: %d parts, at most %d", ErrInvalidKey, len(parts), MaxKeyParts)
+	if len(parts) > keylimit.Parts {
+		return Key{}, fmt.Errorf("%w: %d parts, at most %d", ErrInvalidKey, len(parts), keylimit.Parts)
 	}
 	for i, p := range parts {
 		if p == "" {
@@ -130,8 +125,8 @@ func ParseKey(s string) (Key, error) {
 			}
 			j += 2
 		}
-		if n > MaxKeyPartLen {
-			return Key{}, fmt.Errorf("%w: part %d is %d bytes, at most %d", ErrInvalidKey, i, n, MaxKeyPartLen)
+		if n > keylimit.PartLen {
+			return Key{}, fmt.Errorf("%w: part %d is %d bytes, at most %d", ErrInvalidKey, i, n, keylimit.PartLen)
 		}
 	}
 	return Key{s: s}, nil

@@ -6,10 +6,12 @@ import (
 	"testing"
 
 	"encoding/hex"
+
+	"github.com/routelock/lock/internal/keylimit"
 )
 
 func TestNewKey(t *testing.T) {
-	long := strings.Repeat("x", MaxKeyPartLen)
+	long := strings.Repeat("x", keylimit.PartLen)
 	tests := []struct {
 		parts []string
 		want  string
@@ -27,7 +29,7 @@ func TestNewKey(t *testing.T) {
 		{[]string{""}, "", true},
 		{[]string{"a", ""}, "", true},
 		{nil, "", true},
-		{make([]string, MaxKeyParts+1), "", true},
+		{make([]string, keylimit.Parts+1), "", true},
 	}
 	for _, tt := range tests {
 		k, err := NewKey(tt.parts...)

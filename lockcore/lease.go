@@ -91,10 +91,12 @@ type Policy struct {
 	// seconds); at least 30ms.
 	TTL time.Duration
 	// Route names what the acquisition is for, for telemetry: the route
-	// template or gRPC method whose request takes the lock. The HTTP
-	// middleware sets it only for an engine with a method RecordsRoute()
-	// bool that reports true (package lockotel's), because finding chi's
-	// route template costs a request an allocation; engines ignore it.
+	// template or gRPC method whose request takes the lock, as the
+	// adapters set it; engines ignore it. The gRPC interceptors always set
+	// it; the HTTP middleware only for an engine with a method
+	// RecordsRoute() bool that reports true (package lockotel's wrapper,
+	// which labels its spans and metrics with it), since finding a
+	// request's route template costs an allocation.
 	Route string
 }
 
@@ -134,7 +136,7 @@ func (p Policy) Validate() error {
 // that Wait is either positive or FailFast. A TTL of 0 is left for the
 // engine to fill in with its own default.
 func Begin(ctx context.Context, e Engine, key Key, p Policy) (*Lease, Policy, error) {
-	if key.IsZero() {
+	if key.isZero() {
 		return nil, p, fmt.Errorf("%w: zero Key", ErrInvalidKey)
 	}
 	if err := p.Validate(); err != nil {
@@ -248,7 +250,7 @@ func (h *held) lost() error {
 // NewLease returns the lease of hold, a fresh hold of key owned by token
 // with fencing token fence, which engine e has just taken for an
 // acquisition with context ctx. The lease's context derives from ctx and
-// carries the hold (FencingToken, HeldFrom, TokensFrom) and ctx's lock
+// carries the hold (HeldFrom, TokensFrom) and ctx's lock
 // state; Begin(ctx', e, key, p) re-enters it from any context derived from it.
 //
 // Panics if e's dynamic type is not comparable.
@@ -314,13 +316,10 @@ func (ls *Lease) Reentered() bool { return ls != &ls.h.first }
 func (ls *Lease) Hold() Hold { return ls.h.hold }
 
 // Context returns a context derived from the one given to Acquire that
-// carries the owner token and this hold (see FencingToken and HeldFrom) and
+// carries the owner token and this hold (see HeldFrom) and
 // is cancelled with cause ErrLockLost when the lease is lost, or with
 // ErrReleased once the hold is released.
 func (ls *Lease) Context() context.Context { return ls.ctx }
-
-// Done returns a channel closed when the hold ends: lost or released.
-func (ls *Lease) Done() <-chan struct{} { return ls.h.Done() }
 
 // Err returns nil while the lease is certainly held, ErrLockLost (possibly
 // wrapped) once lost, and ErrReleased once released. It asks the engine,

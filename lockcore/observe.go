@@ -22,8 +22,13 @@ type Events interface {
 
 	// Woken is called each time a waiting acquisition of key wakes to ask
 	// the backend again or to take a grant it was handed, saying what woke
-	// it.
-	Woken(key Key, by Wake)
+	// it; by is one of:
+	//   - "message": a notification that the lock was released or granted;
+	//   - "reply": the backend's answer to an earlier call (a retry after a
+	//     refused or unanswered call, or a grant found in a reply);
+	//   - "timer": the waiter's own timer, set by the holder's remaining
+	//     lease or the engine's polling interval, ran out.
+	Woken(key Key, by string)
 
 	// Renewed is called with the outcome of each renewal of a hold of key:
 	// nil when the lease was extended, an error matching ErrLockLost when
@@ -62,32 +67,4 @@ type Observer interface {
 	// Events returns what the wrapped engine is to tell of what it does
 	// (see Events); an Observer that needs none returns nil.
 	Events() Events
-}
-
-// Wake says what made a waiting acquisition ask the backend again.
-type Wake uint8
-
-// What can wake a waiter.
-const (
-	// WakeMessage: a notification that the lock was released or granted.
-	WakeMessage Wake = iota + 1
-	// WakeReply: the backend's answer to an earlier call (a retry after a
-	// refused or unanswered call, or a grant found in a reply).
-	WakeReply
-	// WakeTimer: the waiter's own timer, set by the holder's remaining
-	// lease or the engine's polling interval, ran out.
-	WakeTimer
-)
-
-// String returns "message", "reply" or "timer".
-func (w Wake) String() string {
-	switch w {
-	case WakeMessage:
-		return "message"
-	case WakeReply:
-		return "reply"
-	case WakeTimer:
-		return "timer"
-	}
-	return "unknown"
 }

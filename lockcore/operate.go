@@ -62,9 +62,6 @@ type Info struct {
 	Audit []Revocation
 }
 
-// Held reports whether anyone holds the lock.
-func (i Info) Held() bool { return len(i.Holders) > 0 }
-
 // Holder is one owner of a hold. It names the owner by where it is, never
 // by its token.
 type Holder struct {

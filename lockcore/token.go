@@ -47,14 +47,21 @@ func NewToken() string {
 // Otherwise vals must be one value: 1 to 16 tokens separated by commas
 // (spaces and tabs around a comma are allowed), each 16 to 64 bytes of
 // ASCII letters, digits, '-' and '_', as Outbound writes them. The returned
-// context carries them, innermost first, as WithToken carries one. Any
-// other vals fail with an error that wraps ErrInvalidToken, names name and
-// never repeats a value; ctx is returned with it.
+// context carries them, innermost first. Any other vals fail with an error
+// that wraps ErrInvalidToken, names name and never repeats a value; ctx is
+// returned with it.
+//
+// An acquisition under the returned context re-enters a lock that one of
+// its tokens holds, in this or another process, instead of waiting for it.
+// A token never takes a free lock: every fresh hold gets a token of its own
+// (NewToken), which the lease's context then carries too. So a token grants
+// nothing but re-entry into the holds it names, and only while they are
+// live.
 func Intake(ctx context.Context, name string, vals []string, trust func() bool) (context.Context, error) {
 	if len(vals) == 0 {
 		return ctx, nil
 	}
-	if _, ok := TokenFrom(ctx); ok || (trust != nil && !trust()) {
+	if _, ok := tokenFrom(ctx); ok || (trust != nil && !trust()) {
 		return ctx, nil
 	}
 	if len(vals) > 1 {
@@ -154,8 +161,8 @@ func (s *ctxState) next() *ctxState { return s.parent.first() }
 
 // WithHoldSlot returns a context that carries ctx's lock state, and a
 // function that fills it in with a lease: from then on the context and
-// every context derived from it carry the lease's hold too (FencingToken,
-// HeldFrom, TokensFrom and re-entry see it), as the lease's own context
+// every context derived from it carry the lease's hold too (HeldFrom,
+// TokensFrom and re-entry see it), as the lease's own context
 // does. It is for a handler that gets its context before its lock is
 // taken, such as a gRPC stream whose key is in its first message. The
 // lease must have been acquired with ctx or a context above it, not with
@@ -173,20 +180,8 @@ func WithHoldSlot(ctx context.Context) (context.Context, func(*Lease)) {
 	}
 }
 
-// WithToken returns a context that carries tok, an owner token propagated
-// from an upstream caller. It does not check tok: take a token that comes
-// from outside the process with Intake, which does. An acquisition under
-// the context re-enters a lock that tok holds, in this or another process,
-// instead of waiting for it. A token never takes a free lock: every fresh
-// hold gets a token of its own (NewToken), which the lease's context then
-// carries too. So a token grants nothing but re-entry into the holds it
-// names, and only while they are live.
-func WithToken(ctx context.Context, tok string) context.Context {
-	return context.WithValue(ctx, ctxKey{}, &ctxState{token: tok, parent: stateFrom(ctx)})
-}
-
 // withTokens returns a context that carries toks, a propagated list as
-// parseTokens returns it (innermost first), as WithToken does one token.
+// parseTokens returns it (innermost first).
 func withTokens(ctx context.Context, toks []string) context.Context {
 	st := stateFrom(ctx)
 	for i := len(toks) - 1; i >= 0; i-- {
@@ -198,11 +193,10 @@ func withTokens(ctx context.Context, toks []string) context.Context {
 	return context.WithValue(ctx, ctxKey{}, st)
 }
 
-// TokenFrom returns the innermost owner token ctx carries, if any: that of
-// the innermost lock it holds, or the last one given to WithToken or
-// Intake. Pass Outbound on to other services: a request may hold several
-// locks.
-func TokenFrom(ctx context.Context) (string, bool) {
+// tokenFrom returns the innermost owner token ctx carries, if any: that of
+// the innermost lock it holds, or the innermost one given to Intake; it is
+// the first of TokensFrom.
+func tokenFrom(ctx context.Context) (string, bool) {
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		if s.held == nil || s.held.live() {
 			return s.token, true
@@ -213,7 +207,7 @@ func TokenFrom(ctx context.Context) (string, bool) {
 
 // TokensFrom returns the owner tokens ctx carries, innermost first and at
 // most 16 of them: those of the live locks it holds and those given to
-// WithToken or Intake. They are what a call to another service carries
+// Intake. They are what a call to another service carries
 // (see Outbound), so that the callee re-enters any lock of the chain.
 func TokensFrom(ctx context.Context) []string { return stateFrom(ctx).tokens() }
 
@@ -236,7 +230,9 @@ type Held struct {
 }
 
 // HeldFrom returns the locks ctx holds (those of leases whose context ctx
-// descends from and that are not released or lost), innermost first.
+// descends from and that are not released or lost), innermost first: the
+// first one's Fence is the fencing token to pass to a store (what
+// lock.FencingToken returns).
 func HeldFrom(ctx context.Context) []Held {
 	var out []Held
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
@@ -245,14 +241,4 @@ func HeldFrom(ctx context.Context) []Held {
 		}
 	}
 	return out
-}
-
-// FencingToken returns the fencing token of the innermost lock ctx holds.
-func FencingToken(ctx context.Context) (int64, bool) {
-	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
-		if h := s.held; h != nil && h.live() {
-			return h.fence, true
-		}
-	}
-	return 0, false
 }

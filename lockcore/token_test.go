@@ -118,7 +118,7 @@ func TestIntake(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.WithValue(context.Background(), parentKey{}, c.name) // a context of its own
 			if c.own {
-				ctx = WithToken(ctx, own)
+				ctx = withToken(ctx, own)
 			}
 			calls := 0
 			var trust func() bool
@@ -155,8 +155,8 @@ func TestIntake(t *testing.T) {
 			if toks := TokensFrom(got); !slices.Equal(toks, c.want) {
 				t.Fatalf("carries %q, want %q", toks, c.want)
 			}
-			if first, ok := TokenFrom(got); !ok || first != c.want[0] {
-				t.Fatalf("TokenFrom = %q, %v; want %q", first, ok, c.want[0])
+			if first, ok := tokenFrom(got); !ok || first != c.want[0] {
+				t.Fatalf("tokenFrom = %q, %v; want %q", first, ok, c.want[0])
 			}
 			if back := Outbound(got); back != strings.Join(c.want, ",") {
 				t.Fatalf("Outbound = %q", back)
@@ -176,7 +176,7 @@ func TestOutbound(t *testing.T) {
 		t.Fatalf("Outbound of a context without tokens = %q, want \"\"", v)
 	}
 	a, b := NewToken(), NewToken()
-	ctx = WithToken(WithToken(ctx, a), b)
+	ctx = withToken(withToken(ctx, a), b)
 	v := Outbound(ctx)
 	if v != b+","+a {
 		t.Fatalf("Outbound = %q, want the innermost first", v)
@@ -189,7 +189,7 @@ func TestOutbound(t *testing.T) {
 		t.Fatalf("after Intake: %q, want %q", back, v)
 	}
 	for i := range 20 { // more than a list may hold: the innermost 16 go
-		ctx = WithToken(ctx, fmt.Sprintf("token-%011d", i))
+		ctx = withToken(ctx, fmt.Sprintf("token-%011d", i))
 	}
 	v = Outbound(ctx)
 	if n := strings.Count(v, ",") + 1; n != maxTokens || !strings.HasPrefix(v, "token-00000000019,") {
@@ -198,4 +198,10 @@ func TestOutbound(t *testing.T) {
 	if _, err := Intake(context.Background(), "routelock-token", []string{v}, nil); err != nil {
 		t.Fatalf("Intake refuses what Outbound wrote: %v", err)
 	}
+}
+
+// withToken returns ctx carrying tok as its innermost owner token, whatever
+// ctx carries already, unchecked: a context Intake could not make.
+func withToken(ctx context.Context, tok string) context.Context {
+	return withTokens(ctx, []string{tok})
 }

@@ -153,7 +153,6 @@ NotAcquired: busy busy busy
 WaitTimeout: wait_timeout wait_timeout wait_timeout
 Busy: busy busy busy
 TimedOut: wait_timeout wait_timeout wait_timeout
-NotOwner: error error error
 LockLost: error error error
 Revoked: error error error
 Unavailable: unavailable unavailable unavailable
@@ -191,10 +190,6 @@ wrapped TimedOut: wait_timeout wait_timeout wait_timeout
 twice wrapped TimedOut: wait_timeout wait_timeout wait_timeout
 TimedOut with Canceled: wait_timeout cancelled cancelled
 TimedOut with Deadline: wait_timeout cancelled cancelled
-wrapped NotOwner: error error error
-twice wrapped NotOwner: error error error
-NotOwner with Canceled: error cancelled cancelled
-NotOwner with Deadline: error cancelled cancelled
 wrapped LockLost: error error error
 twice wrapped LockLost: error error error
 LockLost with Canceled: error cancelled cancelled
@@ -285,32 +280,31 @@ Other with Deadline: error cancelled cancelled
 // the order of the rows (classifyAtoms), each cell under a live, a
 // cancelled and an expired context.
 const outcomePairs = `
-NotAcquired   bbb www bbb www bbb bbb bbb uuu bbb bbb bbb bbb uuu bbb bcc bcc bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb
-WaitTimeout   www www www www www www www uuu www www www www uuu www wcc wcc www www www www www www www www www www
-Busy          bbb www bbb www bbb bbb bbb uuu bbb bbb bbb bbb uuu bbb bcc bcc bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb
-TimedOut      www www www www www www www uuu www www www www uuu www wcc wcc www www www www www www www www www www
-NotOwner      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-LockLost      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-Revoked       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-Unavailable   uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu
-Misconfigured bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-InvalidKey    bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-InvalidToken  bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-Released      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-Closed        uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu
-NotHeld       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-Canceled      bcc wcc bcc wcc ecc ecc ecc uuu ecc ecc ecc ecc uuu ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc
-Deadline      bcc wcc bcc wcc ecc ecc ecc uuu ecc ecc ecc ecc uuu ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc
-Skip          bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-Missing       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-Invalid       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-TooLarge      bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-KeyMissing    bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-KeyTooLarge   bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-KeyNotRouted  bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-KeyCustom     bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-NoRoute       bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
-Other         bbb www bbb www eee eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+NotAcquired   bbb www bbb www bbb bbb uuu bbb bbb bbb bbb uuu bbb bcc bcc bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb
+WaitTimeout   www www www www www www uuu www www www www uuu www wcc wcc www www www www www www www www www www
+Busy          bbb www bbb www bbb bbb uuu bbb bbb bbb bbb uuu bbb bcc bcc bbb bbb bbb bbb bbb bbb bbb bbb bbb bbb
+TimedOut      www www www www www www uuu www www www www uuu www wcc wcc www www www www www www www www www www
+LockLost      bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Revoked       bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Unavailable   uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu
+Misconfigured bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+InvalidKey    bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+InvalidToken  bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Released      bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Closed        uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu uuu
+NotHeld       bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Canceled      bcc wcc bcc wcc ecc ecc uuu ecc ecc ecc ecc uuu ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc
+Deadline      bcc wcc bcc wcc ecc ecc uuu ecc ecc ecc ecc uuu ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc ecc
+Skip          bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Missing       bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Invalid       bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+TooLarge      bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+KeyMissing    bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+KeyTooLarge   bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+KeyNotRouted  bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+KeyCustom     bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+NoRoute       bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
+Other         bbb www bbb www eee eee uuu eee eee eee eee uuu eee ecc ecc eee eee eee eee eee eee eee eee eee eee
 `
 
 // TestReasonOf: the reason of each kind of loss.
@@ -362,7 +356,7 @@ func TestEventsAllocateNothing(t *testing.T) {
 	ctx := context.Background()
 	run := func() {
 		tel.Waiting(k, 1)
-		tel.Woken(k, lockcore.WakeMessage)
+		tel.Woken(k, "message")
 		tel.Waiting(k, -1)
 		tel.Renewed(k, nil)
 		tel.Ended(ctx, k, 1, 0, lost, nil)

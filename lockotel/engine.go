@@ -81,8 +81,8 @@ func (e *engine) Check(ctx context.Context) error {
 func (e *engine) Unwrap() lockcore.Engine { return e.inner }
 
 // RecordsRoute reports true: the HTTP middleware gives the engine each
-// request's route template in lockcore.Policy.Route (see
-// middleware.RouteRecorder), which its spans and metrics carry.
+// request's route template in lockcore.Policy.Route (see middleware.Lock),
+// which its spans and metrics carry.
 func (e *engine) RecordsRoute() bool { return true }
 
 // Outcomes of an acquisition (lock.outcome).

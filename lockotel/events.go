@@ -18,8 +18,8 @@ func (t *telemetry) Waiting(key lockcore.Key, delta int) {
 }
 
 // Woken implements lockcore.Events: routelock.wakeups.
-func (t *telemetry) Woken(key lockcore.Key, by lockcore.Wake) {
-	t.wakeups.Add(context.Background(), 1, t.attrs.get(kindWake, key.Name(), "", by.String()).add...)
+func (t *telemetry) Woken(key lockcore.Key, by string) {
+	t.wakeups.Add(context.Background(), 1, t.attrs.get(kindWake, key.Name(), "", by).add...)
 }
 
 // Outcomes of a renewal.

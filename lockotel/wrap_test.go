@@ -8,13 +8,12 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
-	"github.com/routelock/lock/middleware"
 )
 
 // wrapper is what the engine Wrap returns offers beside Acquire.
 type wrapper interface {
 	lockcore.Engine
-	middleware.RouteRecorder
+	RecordsRoute() bool
 	Unwrap() lockcore.Engine
 	Check(context.Context) error
 }

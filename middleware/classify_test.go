@@ -126,7 +126,6 @@ NotAcquired: 409 1 routelock: resource busy, retry later
 WaitTimeout: 409 1 routelock: resource busy, retry later
 Busy: 409 3 routelock: resource busy, retry later
 TimedOut: 409 1 routelock: resource busy, retry later
-NotOwner: 500 - routelock: internal error
 LockLost: 500 - routelock: internal error
 Revoked: 500 - routelock: internal error
 Unavailable: 503 - routelock: lock service unavailable
@@ -164,10 +163,6 @@ wrapped TimedOut: 409 1 routelock: resource busy, retry later
 twice wrapped TimedOut: 409 1 routelock: resource busy, retry later
 TimedOut with Canceled: 409 1 routelock: resource busy, retry later
 TimedOut with Deadline: 409 1 routelock: resource busy, retry later
-wrapped NotOwner: 500 - routelock: internal error
-twice wrapped NotOwner: 500 - routelock: internal error
-NotOwner with Canceled: 500 - routelock: internal error
-NotOwner with Deadline: 500 - routelock: internal error
 wrapped LockLost: 500 - routelock: internal error
 twice wrapped LockLost: 500 - routelock: internal error
 LockLost with Canceled: 500 - routelock: internal error
@@ -257,30 +252,29 @@ Other with Deadline: 500 - routelock: internal error
 // statusPairs are the answers of Error to errors.Join(row, column), the
 // columns in the order of the rows (classifyAtoms).
 const statusPairs = `
-NotAcquired   409a1 409a1 409a3 409a1 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  400g  413e  500h  409a1 404i  409a1
-WaitTimeout   409a1 409a1 409a3 409a1 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  400g  413e  500h  409a1 404i  409a1
-Busy          409a3 409a3 409a3 409a3 409a3 409a3 409a3 409a3 500b  400c  400d  409a3 409a3 409a3 409a3 409a3 409a3 400c  400c  413e  400g  413e  500h  409a3 404i  409a3
-TimedOut      409a1 409a1 409a1 409a1 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  400g  413e  500h  409a1 404i  409a1
-NotOwner      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
-LockLost      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
-Revoked       409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
-Unavailable   409a1 409a1 409a3 409a1 503j  503j  503j  503j  500b  400c  400d  503j  503j  503j  503j  503j  503j  400c  400c  413e  400g  413e  500h  503j  404i  503j
-Misconfigured 500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  413e  500l  413e  500h  500k  404i  500b
-InvalidKey    400c  400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  400g  413e  500h  400m  404i  400c
-InvalidToken  400d  400d  400d  400d  400d  400d  400d  400d  500b  400d  400d  400d  400d  400d  400d  400d  400d  400d  400d  413e  400g  413e  500h  400m  404i  400d
-Released      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
-Closed        409a1 409a1 409a3 409a1 503j  503j  503j  503j  500b  400c  400d  503j  503j  503j  503j  503j  503j  400c  400c  413e  400g  413e  500h  503j  404i  503j
-NotHeld       409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
-Canceled      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
-Deadline      409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
-Skip          409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
-Missing       400c  400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  400g  413e  500h  400m  404i  400c
-Invalid       400c  400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  400g  413e  500h  400m  404i  400c
-TooLarge      413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e
-KeyMissing    400g  400g  400g  400g  400g  400g  400g  400g  500l  400g  400g  400g  400g  400g  400g  400g  400g  400g  400g  413e  400g  413e  500l  400g  404i  400g
-KeyTooLarge   413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e
-KeyNotRouted  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  413e  500h  413e  500h  500h  404i  500h
-KeyCustom     409a1 409a1 409a3 409a1 500k  500k  500k  503j  500k  400m  400m  500k  503j  500k  500k  500k  500k  400m  400m  413e  400m  413e  500k  500k  404i  500k
-NoRoute       404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  413e  404i  413e  404i  404i  404i  404i
-Other         409a1 409a1 409a3 409a1 500f  500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+NotAcquired   409a1 409a1 409a3 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  400g  413e  500h  409a1 404i  409a1
+WaitTimeout   409a1 409a1 409a3 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  400g  413e  500h  409a1 404i  409a1
+Busy          409a3 409a3 409a3 409a3 409a3 409a3 409a3 500b  400c  400d  409a3 409a3 409a3 409a3 409a3 409a3 400c  400c  413e  400g  413e  500h  409a3 404i  409a3
+TimedOut      409a1 409a1 409a1 409a1 409a1 409a1 409a1 500b  400c  400d  409a1 409a1 409a1 409a1 409a1 409a1 400c  400c  413e  400g  413e  500h  409a1 404i  409a1
+LockLost      409a1 409a1 409a3 409a1 500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Revoked       409a1 409a1 409a3 409a1 500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Unavailable   409a1 409a1 409a3 409a1 503j  503j  503j  500b  400c  400d  503j  503j  503j  503j  503j  503j  400c  400c  413e  400g  413e  500h  503j  404i  503j
+Misconfigured 500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  500b  413e  500l  413e  500h  500k  404i  500b
+InvalidKey    400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  400g  413e  500h  400m  404i  400c
+InvalidToken  400d  400d  400d  400d  400d  400d  400d  500b  400d  400d  400d  400d  400d  400d  400d  400d  400d  400d  413e  400g  413e  500h  400m  404i  400d
+Released      409a1 409a1 409a3 409a1 500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Closed        409a1 409a1 409a3 409a1 503j  503j  503j  500b  400c  400d  503j  503j  503j  503j  503j  503j  400c  400c  413e  400g  413e  500h  503j  404i  503j
+NotHeld       409a1 409a1 409a3 409a1 500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Canceled      409a1 409a1 409a3 409a1 500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Deadline      409a1 409a1 409a3 409a1 500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Skip          409a1 409a1 409a3 409a1 500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
+Missing       400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  400g  413e  500h  400m  404i  400c
+Invalid       400c  400c  400c  400c  400c  400c  400c  500b  400c  400d  400c  400c  400c  400c  400c  400c  400c  400c  413e  400g  413e  500h  400m  404i  400c
+TooLarge      413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e
+KeyMissing    400g  400g  400g  400g  400g  400g  400g  500l  400g  400g  400g  400g  400g  400g  400g  400g  400g  400g  413e  400g  413e  500l  400g  404i  400g
+KeyTooLarge   413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e  413e
+KeyNotRouted  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  500h  413e  500h  413e  500h  500h  404i  500h
+KeyCustom     409a1 409a1 409a3 409a1 500k  500k  503j  500k  400m  400m  500k  503j  500k  500k  500k  500k  400m  400m  413e  400m  413e  500k  500k  404i  500k
+NoRoute       404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  404i  413e  404i  413e  404i  404i  404i  404i
+Other         409a1 409a1 409a3 409a1 500f  500f  503j  500b  400c  400d  500f  503j  500f  500f  500f  500f  400c  400c  413e  400g  413e  500h  500k  404i  500f
 `

@@ -35,8 +35,8 @@ func ExampleLock() {
 	r := chi.NewRouter()
 	r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).
 		Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
-			fence, _ := lockcore.FencingToken(r.Context())
-			fmt.Fprintln(w, "bought, fence > 0:", fence > 0)
+			held := lockcore.HeldFrom(r.Context()) // innermost first, with fencing tokens
+			fmt.Fprintln(w, "bought, fence > 0:", len(held) > 0 && held[0].Fence > 0)
 		})
 
 	w := httptest.NewRecorder()

@@ -67,6 +67,14 @@ type Config struct {
 // from engine l, while the next handler runs, as the package documentation
 // describes.
 //
+// An engine that reads lockcore.Policy.Route (package lockotel's, which
+// labels its spans and metrics with it) says so with a method
+// RecordsRoute() bool. Lock asks l once, when it is made, and for an
+// engine whose RecordsRoute reports true sets Route to the template of
+// each request's route (chi's pattern, such as /products/{productID}/buy,
+// or http.ServeMux's Request.Pattern). For other engines Route stays
+// empty: finding chi's pattern costs a request an allocation.
+//
 // Panics if c.Key is zero or cannot read HTTP requests, or c.Policy is
 // invalid (lockcore.Policy.Validate).
 func Lock(l lockcore.Engine, c Config) func(http.Handler) http.Handler {
@@ -79,14 +87,8 @@ func Lock(l lockcore.Engine, c Config) func(http.Handler) http.Handler {
 	}
 }
 
-// RouteRecorder is implemented by an engine that reads lockcore.Policy.Route:
-// package lockotel's, which labels its spans and metrics with it. Lock
-// asks an engine once, when it is made, and for one whose RecordsRoute
-// reports true sets Route to the template of each request's route (chi's
-// pattern, such as /products/{productID}/buy, or http.ServeMux's
-// Request.Pattern). For other engines Route stays empty: finding chi's
-// pattern costs a request an allocation.
-type RouteRecorder interface {
+// routeRecorder is an engine that reads lockcore.Policy.Route (see Lock).
+type routeRecorder interface {
 	RecordsRoute() bool
 }
 
@@ -126,7 +128,7 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 	if m.onError == nil {
 		m.onError = Error
 	}
-	if rr, ok := l.(RouteRecorder); ok && rr.RecordsRoute() {
+	if rr, ok := l.(routeRecorder); ok && rr.RecordsRoute() {
 		m.route = true
 	}
 	return m

@@ -66,8 +66,12 @@ func TestTransport(t *testing.T) {
 	rec := &recordTransport{}
 	tr := middleware.Transport(rec)
 	tok := lockcore.NewToken()
+	ctx, err := lockcore.Intake(context.Background(), "Routelock-Token", []string{tok}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 
-	req := httptest.NewRequest("GET", "http://svc/x", nil).WithContext(lockcore.WithToken(context.Background(), tok))
+	req := httptest.NewRequest("GET", "http://svc/x", nil).WithContext(ctx)
 	if _, err := tr.RoundTrip(req); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +144,10 @@ func TestTransportRedirect(t *testing.T) {
 	t.Cleanup(home.Close)
 
 	tok := lockcore.NewToken()
-	ctx := lockcore.WithToken(context.Background(), tok)
+	ctx, err := lockcore.Intake(context.Background(), "Routelock-Token", []string{tok}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hc := &http.Client{Transport: middleware.Transport(nil), Timeout: 10 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
 	for _, path := range []string{"/to-other", "/to-same"} {

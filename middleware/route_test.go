@@ -11,8 +11,8 @@ import (
 	"github.com/routelock/lock/middleware"
 )
 
-// routeEngine is the fake engine as one that records routes
-// (middleware.RouteRecorder), or not.
+// routeEngine is the fake engine as one that records routes (a method
+// RecordsRoute reporting true, see middleware.Lock), or not.
 type routeEngine struct {
 	*fakeEngine
 	records bool
@@ -105,7 +105,7 @@ func TestPolicyRoute(t *testing.T) {
 			}
 		})
 	}
-	// An engine that is no RouteRecorder at all.
+	// An engine with no RecordsRoute method at all.
 	e := newFake()
 	r := chi.NewRouter()
 	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)

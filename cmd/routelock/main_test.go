@@ -69,7 +69,7 @@ func (f *fakeOp) Revoke(_ context.Context, key lockcore.Key, reason string) (loc
 		return lockcore.Revocation{}, f.err
 	}
 	in, ok := f.locks[key.String()]
-	if !ok || !in.Held() {
+	if !ok || len(in.Holders) == 0 {
 		return lockcore.Revocation{}, fmt.Errorf("fake: %w", lockcore.ErrNotHeld)
 	}
 	delete(f.locks, key.String())

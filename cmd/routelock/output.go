@@ -52,7 +52,7 @@ func (p *printer) list(infos []lockcore.Info) {
 	tw := p.table()
 	fmt.Fprintln(tw, "KEY\tHOLDER\tCOUNT\tFENCE\tTTL\tHELD FOR\tWAITERS")
 	for _, in := range infos {
-		if !in.Held() {
+		if len(in.Holders) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d\n", clean(in.Key), len(in.Waiters))
 			continue
 		}
@@ -66,7 +66,7 @@ func (p *printer) list(infos []lockcore.Info) {
 func (p *printer) lock(in lockcore.Info) {
 	tw := p.table()
 	fmt.Fprintf(tw, "key:\t%s\n", clean(in.Key))
-	if !in.Held() {
+	if len(in.Holders) == 0 {
 		fmt.Fprintf(tw, "state:\tfree\n")
 	} else {
 		fmt.Fprintf(tw, "state:\theld\n")

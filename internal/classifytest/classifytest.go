@@ -50,7 +50,6 @@ var atoms = []Atom{
 	{"WaitTimeout", lockcore.ErrWaitTimeout},
 	{"Busy", &lockcore.ContentionError{Key: "k", RetryAfter: 2500 * time.Millisecond}},
 	{"TimedOut", &lockcore.ContentionError{Key: "k", RetryAfter: 300 * time.Millisecond, TimedOut: true}},
-	{"NotOwner", lockcore.ErrNotOwner}, //lint:ignore SA1019 every sentinel is classified, the deprecated one too
 	{"LockLost", lockcore.ErrLockLost},
 	{"Revoked", lockcore.ErrRevoked},
 	{"Unavailable", lockcore.ErrUnavailable},

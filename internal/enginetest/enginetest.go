@@ -69,7 +69,7 @@ func (f *Fake) SetUnavailable(down bool) {
 // entries (its fresh acquisition and token re-entries), or 0, 0 when free.
 func (f *Fake) Held(key lockcore.Key) (fence int64, entries int) {
 	info, err := f.Inspect(context.Background(), key)
-	if err != nil || !info.Held() {
+	if err != nil || len(info.Holders) == 0 {
 		return 0, 0
 	}
 	return info.Fence, info.Holders[0].Count

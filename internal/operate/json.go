@@ -77,7 +77,7 @@ type Error struct {
 func FromInfo(in lockcore.Info) Lock {
 	l := Lock{
 		Key:       in.Key,
-		Held:      in.Held(),
+		Held:      (len(in.Holders) > 0),
 		Holders:   make([]Holder, len(in.Holders)),
 		Fence:     in.Fence,
 		LastFence: in.LastFence,

@@ -28,8 +28,8 @@ import (
 // kinds with |. The zero Kind is the empty set: nil, or an error that
 // matches no sentinel below, which each table answers with its default.
 // So are the errors of a hold that has ended (lockcore.ErrLockLost,
-// lockcore.ErrRevoked, lockcore.ErrReleased, lockcore.ErrNotOwner) and
-// lockcore.ErrNotHeld: no table tells them apart from an unknown error.
+// lockcore.ErrRevoked, lockcore.ErrReleased) and lockcore.ErrNotHeld: no
+// table tells them apart from an unknown error.
 type Kind uint32
 
 // The kinds. Those of lockcore's sentinels and the context errors are

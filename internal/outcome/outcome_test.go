@@ -39,7 +39,6 @@ func TestOf(t *testing.T) {
 		{"LockLost", lockcore.ErrLockLost, nil, 0},
 		{"Revoked", lockcore.ErrRevoked, nil, 0},
 		{"Released", lockcore.ErrReleased, nil, 0},
-		{"NotOwner", lockcore.ErrNotOwner, nil, 0}, //lint:ignore SA1019 it has no kind, like any unknown error
 		{"NotHeld", lockcore.ErrNotHeld, nil, 0},
 		{"wrapped", fmt.Errorf("acquire: %w", fmt.Errorf("%w: dial", lockcore.ErrUnavailable)), nil, Unavailable},
 		{"engine error with deadline", fmt.Errorf("%w: %w", lockcore.ErrUnavailable, context.DeadlineExceeded), nil, Unavailable | DeadlineExceeded},

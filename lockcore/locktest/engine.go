@@ -42,8 +42,8 @@ const instance = "locktest"
 type Engine struct {
 	// Events, if set, is told what the engine does, as lockcore.Events
 	// describes: Waiting when an acquisition starts and stops waiting;
-	// Woken when a waiter is handed the lock (WakeMessage) or its wait ran
-	// out (WakeTimer); Ended when a fresh hold (a fresh acquisition, or a
+	// Woken when a waiter is handed the lock ("message") or its wait ran
+	// out ("timer"); Ended when a fresh hold (a fresh acquisition, or a
 	// token re-entry, which is a hold of its own) is released or revoked.
 	// The engine never renews, so Renewed is never called. Waiting(key,
 	// +1) is called with the engine's lock held, so that a waiter is
@@ -159,10 +159,10 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	defer timer.Stop()
 	select {
 	case <-w.ready:
-		e.woken(key, lockcore.WakeMessage)
+		e.woken(key, wokenByMessage)
 		return w.ls, nil
 	case <-timer.C:
-		e.woken(key, lockcore.WakeTimer)
+		e.woken(key, wokenByTimer)
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if w.ls != nil {
@@ -192,8 +192,14 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	}
 }
 
+// What woke a waiter, as Events.Woken is told.
+const (
+	wokenByMessage = "message"
+	wokenByTimer   = "timer"
+)
+
 // woken tells Events that a waiter of key woke, by what.
-func (e *Engine) woken(key lockcore.Key, by lockcore.Wake) {
+func (e *Engine) woken(key lockcore.Key, by string) {
 	if ev := e.Events; ev != nil {
 		ev.Woken(key, by)
 	}
@@ -333,7 +339,7 @@ func (e *Engine) lose(ks *keyState, cause error) {
 // (Count: the hold's fresh acquisition and token re-entries) while held,
 // its waiters in line, and its latest revocations.
 func (e *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, error) {
-	if key.IsZero() {
+	if key == (lockcore.Key{}) {
 		return lockcore.Info{}, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
 	e.mu.Lock()
@@ -392,7 +398,7 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore
 // that is empty, longer than 256 bytes, not UTF-8, or has control
 // characters. Tests use it to play a lock lost while its handler runs.
 func (e *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (lockcore.Revocation, error) {
-	if key.IsZero() {
+	if key == (lockcore.Key{}) {
 		return lockcore.Revocation{}, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
 	if err := operate.CheckReason(reason); err != nil {

@@ -29,7 +29,7 @@ func (r *recorder) add(s string) {
 func (r *recorder) Waiting(key lockcore.Key, delta int) {
 	r.add(fmt.Sprintf("waiting %v %+d", key, delta))
 }
-func (r *recorder) Woken(key lockcore.Key, by lockcore.Wake) {
+func (r *recorder) Woken(key lockcore.Key, by string) {
 	r.add(fmt.Sprintf("woken %v %v", key, by))
 }
 func (r *recorder) Renewed(key lockcore.Key, err error) {
@@ -147,7 +147,7 @@ func TestEvents(t *testing.T) {
 	wantCalls(t, &r, "waiting ev:1 +1", "waiting ev:1 -1")
 
 	// A token re-entry is a hold of its own: both entries end with the loss.
-	byToken := acquire(t, e, lockcore.WithToken(ctx, next.Token()), k, lockcore.Policy{Wait: lockcore.FailFast})
+	byToken := acquire(t, e, withToken(ctx, next.Token()), k, lockcore.Policy{Wait: lockcore.FailFast})
 	if !e.Lose(k) {
 		t.Fatal("Lose found no hold")
 	}

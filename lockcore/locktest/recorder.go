@@ -53,7 +53,7 @@ func (r *recorder) Waiting(key lockcore.Key, delta int) {
 	})
 }
 
-func (r *recorder) Woken(key lockcore.Key, _ lockcore.Wake) {
+func (r *recorder) Woken(key lockcore.Key, _ string) {
 	r.update(key, func(c *tally) { c.woken++ })
 }
 

@@ -21,7 +21,7 @@ import (
 // When ctx already holds key, Acquire re-enters: if ctx descends from a
 // live lease on key from this Engine, in memory without a Redis call; if
 // the hold in Redis is owned by one of the tokens ctx carries (those of its
-// other locks and those given to lockcore.WithToken, as a propagated call
+// other locks and those given to lockcore.Intake, as a propagated call
 // brings them), by adding this attempt to the hold's entries. Otherwise it
 // takes the lock, if free, with a freshly minted owner token
 // (lockcore.NewToken), which the lease's context carries on; or fails with
@@ -105,6 +105,13 @@ var (
 	errUnsent = errors.New("call not sent in time")
 )
 
+// What woke a waiting acquisition, as Events.Woken is told.
+const (
+	wokenByMessage = "message"
+	wokenByReply   = "reply"
+	wokenByTimer   = "timer"
+)
+
 // acquire takes h's key in Redis for h.token as a new attempt, h.entry,
 // and sets h.fence. It returns when and for how long the lease was
 // confirmed: Redis keeps it at least length from sent.
@@ -137,17 +144,17 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	w := l.nf.register(h.entry, h.keys[0])
 	defer l.nf.unregister(w)
 	ev := l.opt.Events
-	var queued bool        // told Events the attempt waits
-	var woke lockcore.Wake // what woke the attempt, for Events
+	var queued bool // told Events the attempt waits
+	var woke string // what woke the attempt, for Events
 	if ev != nil {
 		defer l.waited(h.key, &queued)
 	}
 	var timer *time.Timer // made when first needed: most acquisitions find the lock free
 	var pttl int64
 	for {
-		if woke != 0 {
+		if woke != "" {
 			ev.Woken(h.key, woke)
-			woke = 0
+			woke = ""
 		}
 		sent := time.Now()
 		left := deadline.Sub(sent)
@@ -185,7 +192,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 				// whose reply was lost may have handed the lock to this
 				// attempt; the next call says.
 				if ev != nil {
-					woke = lockcore.WakeReply
+					woke = wokenByReply
 				}
 				continue
 			}
@@ -195,7 +202,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 				// until claimed, as to any waiter, in a call sent at w.from:
 				// the watchdog claims it for the whole TTL well before then.
 				if ev != nil {
-					ev.Woken(h.key, lockcore.WakeReply)
+					ev.Woken(h.key, wokenByReply)
 				}
 				return w.from, min(l.claimPX(), h.ttl), nil
 			}
@@ -204,7 +211,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			// runs on it (the watchdog claims the lock soon); else it claims
 			// the lock first: the next call finds it granted and extends it.
 			if ev != nil {
-				woke = lockcore.WakeMessage
+				woke = wokenByMessage
 			}
 			if time.Since(sent) < w.px/2 {
 				if ev != nil {
@@ -214,7 +221,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			}
 		case <-timer.C:
 			if ev != nil {
-				woke = lockcore.WakeTimer
+				woke = wokenByTimer
 			}
 		case <-ctx.Done():
 			return sent, 0, l.giveUp(h, member, pttl, ctx.Err())

@@ -21,7 +21,7 @@ type recorder struct {
 	waiting  map[string]int // key → current sum of Waiting deltas
 	peak     int            // the highest sum of any key
 	negative []string       // keys whose sum went below 0
-	woken    map[lockcore.Wake]int
+	woken    map[string]int
 	renewed  []renewal
 	ended    []ending
 }
@@ -39,7 +39,7 @@ type ending struct {
 }
 
 func newRecorder() *recorder {
-	return &recorder{waiting: map[string]int{}, woken: map[lockcore.Wake]int{}}
+	return &recorder{waiting: map[string]int{}, woken: map[string]int{}}
 }
 
 func (r *recorder) Waiting(key lockcore.Key, delta int) {
@@ -56,7 +56,7 @@ func (r *recorder) Waiting(key lockcore.Key, delta int) {
 	}
 }
 
-func (r *recorder) Woken(_ lockcore.Key, by lockcore.Wake) {
+func (r *recorder) Woken(_ lockcore.Key, by string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.woken[by]++
@@ -75,7 +75,7 @@ func (r *recorder) Ended(ctx context.Context, key lockcore.Key, held, release ti
 }
 
 // wokenBy returns how many wakes by w were told.
-func (r *recorder) wokenBy(w lockcore.Wake) int {
+func (r *recorder) wokenBy(w string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.woken[w]
@@ -197,7 +197,7 @@ func TestEventsUnderContention(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%d grants, %d refused; peak wait %d; woken by message %d, reply %d, timer %d",
-			grants.Load(), refused.Load(), rec.peak, rec.wokenBy(lockcore.WakeMessage), rec.wokenBy(lockcore.WakeReply), rec.wokenBy(lockcore.WakeTimer))
+			grants.Load(), refused.Load(), rec.peak, rec.wokenBy(wokenByMessage), rec.wokenBy(wokenByReply), rec.wokenBy(wokenByTimer))
 		rec.balanced(t)
 		if rec.peak < 1 {
 			t.Error("no acquisition ever waited: the test did not contend")
@@ -214,7 +214,7 @@ func TestEventsUnderContention(t *testing.T) {
 				t.Fatalf("ending %+v; want cause ErrReleased, no error, durations, the release's context", e)
 			}
 		}
-		if rec.wokenBy(lockcore.WakeMessage) == 0 || rec.wokenBy(lockcore.WakeReply) == 0 {
+		if rec.wokenBy(wokenByMessage) == 0 || rec.wokenBy(wokenByReply) == 0 {
 			t.Error("want waiters woken by message (between Engines) and by reply (within one)")
 		}
 	})
@@ -232,11 +232,11 @@ func TestEventsWake(t *testing.T) {
 			name string
 			same bool // the waiter is on the holder's Engine
 			hold bool // the holder keeps the lock until the waiter's timer woke it
-			want lockcore.Wake
+			want string
 		}{
-			{"message", false, false, lockcore.WakeMessage},
-			{"reply", true, false, lockcore.WakeReply},
-			{"timer", false, true, lockcore.WakeTimer},
+			{"message", false, false, wokenByMessage},
+			{"reply", true, false, wokenByReply},
+			{"timer", false, true, wokenByTimer},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				holderRec, waiterRec := newRecorder(), newRecorder()
@@ -264,7 +264,7 @@ func TestEventsWake(t *testing.T) {
 					return waiterRec.waiting[key.String()] == 1
 				})
 				if c.hold {
-					eventually(t, 5*time.Second, "woken by its timer", func() bool { return waiterRec.wokenBy(lockcore.WakeTimer) > 0 })
+					eventually(t, 5*time.Second, "woken by its timer", func() bool { return waiterRec.wokenBy(wokenByTimer) > 0 })
 				} else if n := waiterRec.wokenBy(c.want); n != 0 {
 					t.Fatalf("woken by %v %d times before the release", c.want, n)
 				}
@@ -339,7 +339,7 @@ func TestEventsWaitEnds(t *testing.T) {
 			if rec.peak != 1 {
 				t.Fatalf("peak wait %d, want 1", rec.peak)
 			}
-			if rec.wokenBy(lockcore.WakeTimer) == 0 {
+			if rec.wokenBy(wokenByTimer) == 0 {
 				t.Error("the wait ran out without its timer waking it")
 			}
 			rec.balanced(t)

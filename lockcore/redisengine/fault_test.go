@@ -40,7 +40,7 @@ func TestUnavailable(t *testing.T) {
 		confirmed := time.Now() // the acquire was sent before this
 		lost := make(chan time.Time, 1)
 		go func() {
-			<-ls.Done()
+			<-ls.Context().Done()
 			lost <- time.Now()
 		}()
 		stop()
@@ -124,7 +124,7 @@ func TestLostHandOverNotification(t *testing.T) {
 		if err := w.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if inspect(t, holder, key).Held() {
+		if len(inspect(t, holder, key).Holders) > 0 {
 			t.Fatal("held after the waiter released")
 		}
 	})

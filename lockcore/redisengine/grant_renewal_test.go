@@ -50,7 +50,7 @@ func TestGrantSurvivesOneLostRenewal(t *testing.T) {
 				defer w.Release(ctx)
 				granted := time.Now()
 				select {
-				case <-w.Done():
+				case <-w.Context().Done():
 					info, _ := a.Inspect(ctx, key)
 					t.Fatalf("the waiter's lease ended %v after it was handed the lock: %v (lost replies %d); Redis: held=%v, holder count %d, pttl %v",
 						time.Since(granted).Round(time.Millisecond), context.Cause(w.Context()), p.LostReplies(),

@@ -79,7 +79,7 @@ func TestForgedTokens(t *testing.T) {
 		if _, err := owner.Acquire(ls.Context(), other, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("token of %v on %v held by another: %v", k, other, err)
 		}
-		if _, err := thief.Acquire(lockcore.WithToken(ctx, real), other, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := thief.Acquire(withToken(ctx, real), other, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("token of %v, through Redis, on %v: %v", k, other, err)
 		}
 	})

@@ -29,7 +29,7 @@ const auditShown = 10
 // empty, and Fence and TTL 0; LastFence and Audit say what Redis still
 // remembers of the key. Nothing in the Info contains an owner token.
 func (l *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, error) {
-	if key.IsZero() {
+	if key == (lockcore.Key{}) {
 		return lockcore.Info{}, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
 	p := l.rdb.Pipeline()
@@ -206,7 +206,7 @@ func (l *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore
 			if err != nil {
 				return nil, false, unavailable("list", err)
 			}
-			if info.Held() || len(info.Waiters) > 0 {
+			if (len(info.Holders) > 0) || len(info.Waiters) > 0 {
 				out = append(out, info)
 			}
 		}

@@ -94,11 +94,11 @@ type Options struct {
 	//     returns;
 	//   - Woken each time a queued acquisition wakes, other than by its
 	//     context or Close: to ask Redis again, to take the lock handed to
-	//     it, or to give up when its wait ran out. WakeMessage for a
+	//     it, or to give up when its wait ran out. "message" for a
 	//     hand-over published to this Engine (by another Engine's release,
-	//     or a revocation); WakeReply for one found in the reply to a
+	//     or a revocation); "reply" for one found in the reply to a
 	//     release by this Engine, and for a release or subscription whose
-	//     reply says that a hand-over may have been missed; WakeTimer when
+	//     reply says that a hand-over may have been missed; "timer" when
 	//     its own timer (the holder's remaining lease, the polling interval
 	//     of 3/10 of ClaimWindow, or its deadline) ran out;
 	//   - Renewed for each renewal: nil when it extended the lease, an
@@ -302,9 +302,6 @@ func (l *Engine) claimPX() time.Duration { return l.opt.ClaimWindow * 3 / 5 }
 
 // recheck is how long a waiter sleeps at most before asking Redis again.
 func (l *Engine) recheck() time.Duration { return l.opt.ClaimWindow * 3 / 10 }
-
-// Options returns the Engine's options with defaults filled in.
-func (l *Engine) Options() Options { return l.opt }
 
 // Close stops the watchdog and the notification receiver. Leases still held
 // are no longer renewed: their contexts are cancelled with ErrLockLost (and

@@ -157,7 +157,7 @@ func TestDeadWaiterCost(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = live.Close() })
-			window := live.Options().ClaimWindow
+			window := live.opt.ClaimWindow
 			costs := parallel(t, bareCount(b, *deadTrials, "dead.trials", 4), 4, func(t *testing.T, i int) time.Duration {
 				ctx := context.Background()
 				key := mustKey(t, "dead", strconv.Itoa(i))

@@ -67,7 +67,7 @@ func TestOOMRenewAndRelease(t *testing.T) {
 			if err := ls.Release(ctx); err != nil {
 				t.Errorf("release under maxmemory: %v", err)
 			}
-			if info := inspect(t, l, key); info.Held() {
+			if info := inspect(t, l, key); len(info.Holders) > 0 {
 				t.Errorf("key still held after its release (TTL %v)", info.TTL)
 			}
 		})
@@ -138,7 +138,7 @@ func TestScriptFlushDuringPipelinedRenewals(t *testing.T) {
 			}
 		}
 		for i := range 16 {
-			if info := inspect(t, l, mustKey(t, "flush", strconv.Itoa(i))); info.Held() {
+			if info := inspect(t, l, mustKey(t, "flush", strconv.Itoa(i))); len(info.Holders) > 0 {
 				t.Errorf("key %d still held after its release: %+v", i, info)
 			}
 		}
@@ -202,7 +202,7 @@ func TestExclusionWhileScriptsFlushed(t *testing.T) {
 					}
 					if i%4 == 0 { // a longer holder, renewed by the watchdog
 						select {
-						case <-ls.Done():
+						case <-ls.Context().Done():
 						case <-time.After(ttl / 2):
 						}
 					}
@@ -231,7 +231,7 @@ func TestExclusionWhileScriptsFlushed(t *testing.T) {
 		if overlaps.Load() != 0 {
 			t.Errorf("%d overlapping holders", overlaps.Load())
 		}
-		if info := inspect(t, engines[0], key); info.Held() {
+		if info := inspect(t, engines[0], key); len(info.Holders) > 0 {
 			t.Errorf("key still held at the end: %+v", info)
 		}
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/faultproxy"
+	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -177,7 +178,7 @@ func TestRevokeReentered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +202,7 @@ func TestRevokeReentered(t *testing.T) {
 				t.Errorf("release of a revoked lease: %v", err)
 			}
 		}
-		if info := inspect(t, a, key); info.Held() {
+		if info := inspect(t, a, key); len(info.Holders) > 0 {
 			t.Fatalf("held after its revocation: %+v", info)
 		}
 	})
@@ -263,7 +264,7 @@ func TestReleaseFindsRevocation(t *testing.T) {
 		if err := ls.Context().Err(); err != nil {
 			t.Fatalf("the holder was told: %v; this case is about a holder not yet told", context.Cause(ls.Context()))
 		}
-		newer, err := other.Acquire(lockcore.WithToken(ctx, ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		newer, err := other.Acquire(withToken(ctx, ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -392,7 +393,7 @@ func TestInspect(t *testing.T) {
 		ctx := context.Background()
 		key := mustKey(t, "inspect", "1")
 
-		if info := inspect(t, a, key); info.Key != key.String() || info.Held() || len(info.Waiters) != 0 || info.TTL != 0 || info.Fence != 0 {
+		if info := inspect(t, a, key); info.Key != key.String() || (len(info.Holders) > 0) || len(info.Waiters) != 0 || info.TTL != 0 || info.Fence != 0 {
 			t.Fatalf("a key never locked: %+v", info)
 		}
 		before := time.Now()
@@ -401,7 +402,7 @@ func TestInspect(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := time.Now()
-		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -431,7 +432,7 @@ func TestInspect(t *testing.T) {
 		if h.Since.IsZero() || h.Since.Before(before.Add(-time.Second)) || h.Since.After(after.Add(time.Second)) {
 			t.Errorf("holder since %v, want between %v and %v (same host's clock, ±1s)", h.Since, before, after)
 		}
-		if info.Fence != outer.Fence() || info.LastFence < info.Fence || info.TTL <= 0 || info.TTL > a.Options().TTL {
+		if info.Fence != outer.Fence() || info.LastFence < info.Fence || info.TTL <= 0 || info.TTL > a.opt.TTL {
 			t.Errorf("fence %d (lease %d), last fence %d, TTL %v", info.Fence, outer.Fence(), info.LastFence, info.TTL)
 		}
 		if len(info.Waiters) != len(ws) {
@@ -472,7 +473,7 @@ func TestInspect(t *testing.T) {
 			}
 		}
 		noTokens(t, info, tokens...)
-		if info := inspect(t, a, key); info.Held() || len(info.Waiters) != 0 || info.LastFence == 0 {
+		if info := inspect(t, a, key); (len(info.Holders) > 0) || len(info.Waiters) != 0 || info.LastFence == 0 {
 			t.Errorf("after every release: %+v; want free, with its last fence", info)
 		}
 	})
@@ -664,7 +665,7 @@ func TestOOMRevoke(t *testing.T) {
 // which takes exactly what NewKey writes.
 func TestParseKeyRoundTrip(t *testing.T) {
 	for _, parts := range [][]string{{"productID", "42"}, {"a:b", "c"}, {"100%", "{x}", "a b", "\x00\xff"}, {"w*d?[x]\\"},
-		{strings.Repeat(":", lockcore.MaxKeyPartLen)}, {"1", "2", "3", "4", "5", "6", "7", "8"}} {
+		{strings.Repeat(":", keylimit.PartLen)}, {"1", "2", "3", "4", "5", "6", "7", "8"}} {
 		k := mustKey(t, parts...)
 		got, err := lockcore.ParseKey(k.String())
 		if err != nil || got != k {
@@ -672,7 +673,7 @@ func TestParseKeyRoundTrip(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"", "a::b", ":a", "a:", "a%3a", "a%41", "a b", "a{b", "a%", "a%4", "a%G0",
-		"1:2:3:4:5:6:7:8:9", strings.Repeat("x", lockcore.MaxKeyPartLen+1), strings.Repeat("%3A", lockcore.MaxKeyPartLen+1)} {
+		"1:2:3:4:5:6:7:8:9", strings.Repeat("x", keylimit.PartLen+1), strings.Repeat("%3A", keylimit.PartLen+1)} {
 		if k, err := lockcore.ParseKey(s); !errors.Is(err, lockcore.ErrInvalidKey) {
 			t.Errorf("ParseKey(%q) = %q, %v; want ErrInvalidKey", s, k, err)
 		}

@@ -273,7 +273,7 @@ func TestRedisRestart(t *testing.T) {
 		restart()
 		for i, ls := range leases {
 			select {
-			case <-ls.Done():
+			case <-ls.Context().Done():
 			case <-time.After(5 * time.Second):
 				t.Fatalf("lease %d not lost 5s after the restart", i)
 			}

@@ -192,7 +192,7 @@ func reenter(t *testing.T, a, bl *Engine, key lockcore.Key) (outer, inner *lockc
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = outer.Release(ctx) })
-	inner, err = bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+	inner, err = bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +409,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		case <-time.After(ttl + time.Second):
 			t.Fatal("the deleted lease was not declared lost")
 		}
-		newer, err := l2.Acquire(lockcore.WithToken(ctx, a.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		newer, err := l2.Acquire(withToken(ctx, a.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -464,7 +464,7 @@ func TestRetriedReentryLeaksNoCount(t *testing.T) {
 					t.Fatal(err)
 				}
 				p.LoseReplyTo(scriptSHA(t, bl, "acquire"), 1)
-				inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+				inner, err := bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 				if p.LostReplies() != 1 {
 					t.Fatalf("the re-entry's reply was not lost (%d lost): the fault did not happen", p.LostReplies())
 				}
@@ -483,7 +483,7 @@ func TestRetriedReentryLeaksNoCount(t *testing.T) {
 				if err := outer.Release(ctx); err != nil {
 					t.Errorf("outer release: %v", err)
 				}
-				if info := inspect(t, a, key); info.Held() {
+				if info := inspect(t, a, key); len(info.Holders) > 0 {
 					t.Errorf("after every lease was released: %+v, want free", info)
 				}
 				start := time.Now()
@@ -893,7 +893,7 @@ func TestEveryUniversalClientWorksOrIsRefused(t *testing.T) {
 				if err := w.Release(ctx); err != nil {
 					t.Fatalf("waiter's release: %v", err)
 				}
-				if info := inspect(t, l1, key); info.Held() {
+				if info := inspect(t, l1, key); len(info.Holders) > 0 {
 					t.Errorf("held after every release: %+v", info)
 				}
 			})

@@ -42,7 +42,7 @@ func TestRestartWithoutDataLetsNobodyIn(t *testing.T) {
 				eventually(t, time.Second, "the waiter queued", func() bool { return len(inspect(t, waiterEng, key).Waiters) == 1 })
 				if into > 0 {
 					select {
-					case <-holder.Done():
+					case <-holder.Context().Done():
 						t.Fatalf("the holder lost its lease before the restart: %v", holder.Err())
 					case <-time.After(into): // the point of the lease the restart comes at
 					}

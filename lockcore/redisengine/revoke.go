@@ -54,7 +54,7 @@ func (l *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (l
 // revoke is Revoke; tell says whether the holding Engines are told at
 // once, or find out at their next renewal.
 func (l *Engine) revoke(ctx context.Context, key lockcore.Key, reason string, tell bool) (lockcore.Revocation, error) {
-	if key.IsZero() {
+	if key == (lockcore.Key{}) {
 		return lockcore.Revocation{}, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
 	if err := operate.CheckReason(reason); err != nil {

@@ -32,7 +32,7 @@ func TestInspectSinceOutlivesFirstEntry(t *testing.T) {
 			t.Fatal(err)
 		}
 		taken := inspect(t, a, key).Holders[0].Since
-		inner, err := bl.Acquire(lockcore.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -133,7 +133,11 @@ func populate(ctx context.Context, a, b, c, ops *redisengine.Engine) error {
 	if err != nil {
 		return err
 	}
-	if _, err := hold(c, lockcore.WithToken(ctx, outer.Token()), user); err != nil {
+	propagated, err := lockcore.Intake(ctx, "token", []string{outer.Token()}, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := hold(c, propagated, user); err != nil {
 		return err
 	}
 
