@@ -143,3 +143,29 @@ func TestPolicyCrossesUnchanged(t *testing.T) {
 		t.Fatalf("the engine received\n%+v\nwant\n%+v", got, want)
 	}
 }
+
+// TestLockerAsEngine: a Locker given to FromEngine (to add Defaults or
+// observers over another Locker's engine) still finds the engine's
+// Operator, and its routes lock through the inner Locker's Defaults too.
+func TestLockerAsEngine(t *testing.T) {
+	e := &recording{Engine: new(locktest.Engine)}
+	inner := lock.FromEngine(e, lock.Defaults(lock.TTL(30*time.Second)))
+	outer := lock.FromEngine(inner, lock.Defaults(lock.FailFast()))
+	if outer.Operator() == nil {
+		t.Fatal("Operator() through a Locker is nil")
+	}
+	k, err := lockcore.NewKey("productID", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := outer.Acquire(context.Background(), k, lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(context.Background())
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if want := (lockcore.Policy{Wait: lockcore.FailFast, TTL: 30 * time.Second}); len(e.policies) != 1 || e.policies[0] != want {
+		t.Fatalf("the engine received %+v, want [%+v]", e.policies, want)
+	}
+}

@@ -153,11 +153,15 @@ func find[T any](e lockcore.Engine) (T, bool) {
 		if t, ok := e.(T); ok {
 			return t, true
 		}
-		u, ok := e.(interface{ Unwrap() lockcore.Engine })
-		if !ok {
-			break
+		switch u := e.(type) {
+		case *Locker: // a Locker given to FromEngine
+			e = u.base
+		case interface{ Unwrap() lockcore.Engine }:
+			e = u.Unwrap()
+		default:
+			var zero T
+			return zero, false
 		}
-		e = u.Unwrap()
 	}
 	var zero T
 	return zero, false
