@@ -21,7 +21,7 @@
 //     requests that Config.TrustToken allows, and otherwise the engine mints
 //     a fresh one.
 //  3. The lock is taken by the engine ([lockcore.Engine], the Redis engine
-//     of lock.New or any other) with the route's policy: wait up to Config.Wait (never past the request's own
+//     of lock.New or any other) with the route's Config.Policy: wait up to its Wait (never past the request's own
 //     deadline) or fail at once. A lock held by another owner is answered
 //     409 with Retry-After; Redis out of reach, 503. The handler runs only
 //     with the lock held.
