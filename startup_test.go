@@ -242,3 +242,32 @@ func TestDefaultSaysWhichRedis(t *testing.T) {
 		t.Errorf("the log repeats the password: %s", log)
 	}
 }
+
+// TestRestartGuardWaitsForDefaultsTTL: after a server without an
+// append-only file starts, a fresh lock waits until the server is as old
+// as the acquiring Locker's longest lease, "the lock's own TTL, or a
+// longer one that Locker has granted" (README, What Redis must promise).
+// A Locker of lock.New whose Defaults set a TTL of 1 s, and which has
+// granted nothing longer, takes its first lock on a brand-new server once
+// the server is about 1 s old, as lock.New(rdb, lock.TTL(time.Second))
+// did before Defaults replaced it; not once it is 10 s old, the Redis
+// engine's own default TTL, which no lease of this Locker has.
+func TestRestartGuardWaitsForDefaultsTTL(t *testing.T) {
+	srv := redistest.OwnVolatile(t)
+	if srv == nil {
+		return
+	}
+	locker := lock.New(client(t, srv.Addr), lock.Defaults(lock.TTL(time.Second)))
+	t.Cleanup(func() { _ = locker.Close() })
+	r := chi.NewRouter()
+	r.With(locker.ByParam("productID", lock.Wait(6*time.Second))).Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {})
+	hs := httptest.NewServer(r)
+	t.Cleanup(hs.Close)
+	start := time.Now()
+	res := do(t, httpClient(t, nil), "POST", hs.URL+"/products/42/buy", nil)
+	if res.status != http.StatusOK {
+		t.Fatalf("the first buy on a fresh server: %d %q after %v, want 200 once the server is as old as the Locker's 1 s TTL",
+			res.status, res.body, time.Since(start).Round(time.Millisecond))
+	}
+	t.Logf("the first buy was let in after %v", time.Since(start).Round(time.Millisecond))
+}
