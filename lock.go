@@ -37,10 +37,11 @@ type Locker struct {
 }
 
 // New returns a Locker on a Redis engine (package redisengine, with its
-// default options: keys under "routelock:") on rdb, configured by opts.
-// The Locker does not own rdb: Close leaves it open. For other engine
-// options, such as a key prefix of your own, make the engine with
-// redisengine.New and give it to FromEngine.
+// default options: keys under "routelock:"; a TTL given to Defaults is
+// also the engine's Options.TTL, the lease its restart guard starts from)
+// on rdb, configured by opts. The Locker does not own rdb: Close leaves it
+// open. For other engine options, such as a key prefix of your own, make
+// the engine with redisengine.New and give it to FromEngine.
 //
 // Panics if rdb is nil or a *redis.Ring (see redisengine.New), or an
 // option is invalid.
@@ -56,6 +57,13 @@ func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *
 	}
 	l := &Locker{redis: o}
 	l.apply(opts)
+	if l.redis.TTL == 0 {
+		// The engine's default lease is the Locker's: the restart guard
+		// waits for the longest lease the engine may have granted, which
+		// starts at its default, and a shorter one of Defaults would
+		// otherwise wait the engine's 10 s.
+		l.redis.TTL = l.defaults.TTL
+	}
 	e, err := redisengine.New(rdb, l.redis)
 	if err != nil {
 		panic("lock: New: " + err.Error())
