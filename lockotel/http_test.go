@@ -20,8 +20,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
+	"github.com/routelock/lock/middleware"
 )
 
 // entry is what a handler saw when it ran.
@@ -396,4 +398,33 @@ func TestHTTPReentered(t *testing.T) {
 	m.wantSum(t, "routelock.held", 0, "lock.resource", "productID")
 	m.wantCount(t, "routelock.hold.duration", 1, "lock.resource", "productID")
 	m.wantCount(t, "routelock.acquire.duration", 2, "lock.resource", "productID", "lock.route", "/products/{productID}/buy", "lock.outcome", "acquired")
+}
+
+// TestHTTPRouteThroughLocker: a Locker is a lockcore.Engine to give to
+// middleware.Lock "to lock with its engine and Defaults" (lock.Locker), as
+// the README's Configuration does for a router-wide lock on writes only.
+// Through a Locker with lock.Observe, that route's lock.acquire carries
+// lock.route, the route template, as a route of locker.ByParam does, and
+// its metrics are counted by route.
+func TestHTTPRouteThroughLocker(t *testing.T) {
+	r := newRig(t)
+	fe := &locktest.Engine{Events: r.tel.Events()}
+	locker := lock.FromEngine(fe, lock.Observe(r.tel))
+	router := chi.NewRouter()
+	router.Use(r.traced)
+	router.Use(middleware.Lock(locker, middleware.Config{
+		Key:     keyfunc.Param("productID"),
+		Methods: []string{"POST", "PUT", "PATCH", "DELETE"},
+	}))
+	router.Post("/products/{productID}/buy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	srv := serve(t, router)
+	if code, body := post(client(t, nil), bounded(t), srv.URL+"/products/42/buy"); code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	acq := r.only(t, "lock.acquire", r.wait(t))
+	wantAttrs(t, "lock.acquire", acq.Attributes(), map[string]any{
+		"lock.resource": "productID", "lock.route": "/products/{productID}/buy", "lock.mode": "wait",
+		"lock.outcome": "acquired", "lock.wait": nil, "lock.reentered": false, "lock.fence": int64(1),
+	})
+	r.collect(t).wantCount(t, "routelock.acquire.duration", 1, "lock.resource", "productID", "lock.route", "/products/{productID}/buy", "lock.outcome", "acquired")
 }
