@@ -428,3 +428,33 @@ func TestHTTPRouteThroughLocker(t *testing.T) {
 	})
 	r.collect(t).wantCount(t, "routelock.acquire.duration", 1, "lock.resource", "productID", "lock.route", "/products/{productID}/buy", "lock.outcome", "acquired")
 }
+
+// TestHTTPModeOverLockerDefaults: a Locker given to FromEngine adds
+// observers over another Locker's engine (lock.FromEngine,
+// TestLockerAsEngine). When the inner Locker's Defaults fail fast, a route
+// of the outer one that sets no wait fails fast, and its lock.acquire says
+// so: lock.mode fail_fast beside outcome busy, not wait, which would claim
+// a wait that never happened.
+func TestHTTPModeOverLockerDefaults(t *testing.T) {
+	r := newRig(t)
+	fe := &locktest.Engine{Events: r.tel.Events()}
+	inner := lock.FromEngine(fe, lock.Defaults(lock.FailFast()))
+	outer := lock.FromEngine(inner, lock.Observe(r.tel))
+	router := chi.NewRouter()
+	router.Use(r.traced)
+	router.With(outer.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	srv := serve(t, router)
+	held, err := fe.Acquire(bounded(t), mustKey(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	if code, body := post(client(t, nil), bounded(t), srv.URL+"/products/42/buy"); code != http.StatusConflict {
+		t.Fatalf("status %d: %s, want 409", code, body)
+	}
+	acq := r.only(t, "lock.acquire", r.wait(t))
+	wantAttrs(t, "lock.acquire", acq.Attributes(), map[string]any{
+		"lock.resource": "productID", "lock.route": "/products/{productID}/buy", "lock.mode": "fail_fast",
+		"lock.outcome": "busy", "lock.wait": nil,
+	})
+}
