@@ -76,7 +76,9 @@ func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *
 // FromEngine returns a Locker that takes its locks from e: the Redis engine
 // made with options of your own (redisengine.New), another backend, or a
 // wrapper around one (telemetry, a test double such as
-// locktest.Engine). Close does not close e.
+// locktest.Engine). Close does not close e. When e is a Locker, its
+// Defaults fill in what the new Locker's leave zero, so that the new
+// Locker's observers see the Policy that e's engine gets.
 //
 // Panics if e is nil or an option is invalid.
 func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
@@ -85,6 +87,9 @@ func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
 	}
 	l := &Locker{base: e}
 	l.apply(opts)
+	if inner, ok := e.(*Locker); ok {
+		l.defaults = l.defaults.Or(inner.defaults)
+	}
 	l.engine = l.wrapped(e)
 	return l
 }
