@@ -39,3 +39,30 @@ func TestBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitFlagOnlyForWaitPolicy: -wait is "how long a buyer waits for the
+// lock with -policy wait"; a fail-fast sale runs whatever -wait says, and
+// a waiting sale with a -wait that is not positive is a bad flag, refused
+// with an error rather than a panic.
+func TestWaitFlagOnlyForWaitPolicy(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	for _, c := range []struct {
+		config
+		ok bool
+	}{
+		{config{buyers: 20, items: 5, instances: 2, policy: "failfast", wait: 0, payment: time.Millisecond}, true},
+		{config{buyers: 20, items: 5, instances: 2, policy: "wait", wait: 0, payment: time.Millisecond}, false},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("run(-policy %s -wait %v) panicked: %v", c.policy, c.wait, r)
+				}
+			}()
+			var out bytes.Buffer
+			if err := run(&out, c.config); (err == nil) != c.ok {
+				t.Errorf("run(-policy %s -wait %v) = %v, want ok %v\n%s", c.policy, c.wait, err, c.ok, out.String())
+			}
+		}()
+	}
+}
