@@ -72,6 +72,8 @@ func run(out io.Writer, c config) error {
 		return errors.New("need at least one buyer and one instance, and no negative stock")
 	case c.policy != "wait" && c.policy != "failfast":
 		return fmt.Errorf("unknown -policy %q: want wait or failfast", c.policy)
+	case c.policy == "wait" && c.wait <= 0:
+		return fmt.Errorf("-wait %v: want a positive wait with -policy wait (or -policy failfast)", c.wait)
 	}
 	env, err := redisenv.Open()
 	if err != nil {
@@ -251,9 +253,9 @@ func startInstance(rdb *redis.Client, prefix string, c config, locked bool, stoc
 
 	r := chi.NewRouter()
 	if locked {
-		policy := lock.Wait(c.wait)
-		if c.policy == "failfast" {
-			policy = lock.FailFast()
+		policy := lock.FailFast()
+		if c.policy == "wait" {
+			policy = lock.Wait(c.wait)
 		}
 		r.Use(locker.ByParam("productID", policy))
 	}
