@@ -374,8 +374,8 @@ func TestOOMKeepsHeldLocks(t *testing.T) {
 }
 
 // TestSameEngineReentryAcrossLockers: in-memory re-entry is keyed by
-// the engine: two Lockers on one engine (lock.New and lock.FromEngine of its
-// Engine()) re-enter each other in memory (the hold keeps one entry in
+// the engine: two Lockers on one engine (lock.New and lock.FromEngine of that
+// Locker) re-enter each other in memory (the hold keeps one entry in
 // Redis), while a Locker from a second lock.New (same Redis, same prefix)
 // re-enters through Redis with the owner token the context carries (two
 // entries). All see the same fencing token, and the key is gone after the

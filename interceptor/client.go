@@ -10,7 +10,7 @@ import (
 )
 
 // UnaryClient returns a unary client interceptor that sends the owner tokens
-// of the call's context (lockcore.Outbound) in tokenKey metadata, so that a
+// of the call's context (lockcore.Outbound) in routelock-token metadata, so that a
 // server that locks the same resource with this package (or an HTTP service
 // with package middleware) re-enters the caller's lock instead of waiting
 // for it:

@@ -40,7 +40,9 @@ type Rule struct {
 	// held by another owner (never past the call's deadline;
 	// lockcore.FailFast: one attempt, then codes.Aborted) and the lease's
 	// TTL. It reaches the engine as it is, with Route set to the method.
-	// Default: the zero Policy, a wait of 5 seconds and the engine's TTL.
+	// Default: the zero Policy, the engine's defaults: a wait of 5 seconds
+	// and the engine's TTL, or a Locker's Defaults (lock.Defaults) when the
+	// engine is a Locker.
 	Policy lockcore.Policy
 
 	// OnError returns the error a refused call ends with: bad key, lock
@@ -82,7 +84,7 @@ type Config struct {
 	Rules []Rule
 
 	// TrustToken reports whether a call may carry a propagated owner token
-	// in tokenKey metadata; the token of any other call is ignored and the
+	// in routelock-token metadata; the token of any other call is ignored and the
 	// call gets a fresh one. A token lets its bearer re-enter the locks of
 	// the call that minted it, so restrict it to callers you trust when the
 	// service is reachable from outside. Default: every call may.

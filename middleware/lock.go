@@ -29,12 +29,13 @@ type Config struct {
 	// lock held by another owner (never past the request context's
 	// deadline; lockcore.FailFast: one attempt, then 409) and the lease's
 	// TTL. It reaches the engine as it is, with Route set for an engine
-	// that records routes. Default: the zero Policy, a wait of 5 seconds
-	// and the engine's TTL.
+	// that records routes. Default: the zero Policy, the engine's
+	// defaults: a wait of 5 seconds and the engine's TTL, or a Locker's
+	// Defaults (lock.Defaults) when the engine is a Locker.
 	Policy lockcore.Policy
 
 	// TrustToken reports whether a request may carry a propagated owner
-	// token in tokenHeader; the header of any other request is ignored, and
+	// token in the Routelock-Token header; the header of any other request is ignored, and
 	// the request gets a fresh token. A token lets its bearer re-enter the
 	// locks of the request that minted it, so restrict it to callers you
 	// trust when the service is reachable from outside (e.g. by a shared

@@ -10,7 +10,7 @@ import (
 // Transport returns an http.RoundTripper that adds the owner tokens of the
 // request's context, if it has any (lockcore.Outbound: those of every
 // live lock the request holds and those it was given), to outgoing requests
-// in tokenHeader, and sends them with base (http.DefaultTransport if nil).
+// in the Routelock-Token header, and sends them with base (http.DefaultTransport if nil).
 // A service that holds productID:42 and calls another service, or itself,
 // with a client built on it re-enters the lock there instead of waiting for
 // itself.

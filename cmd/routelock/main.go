@@ -19,8 +19,8 @@
 //
 // The Redis is the one REDIS_URL names, in redis.ParseURL syntax
 // (redis://[user:password@]host:6379/0, rediss:// for TLS,
-// unix:///path/to/redis.sock), as for lock.Default; redis://localhost:6379/0
-// when it is unset. No message repeats the URL's password.
+// unix:///path/to/redis.sock), as for the package-level lock.ByParam without
+// lock.SetDefault; redis://localhost:6379/0 when it is unset. No message repeats the URL's password.
 //
 // Flags, before or after the command:
 //

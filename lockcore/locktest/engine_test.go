@@ -173,7 +173,7 @@ func TestFIFO(t *testing.T) {
 	wantFree(t, e, k)
 }
 
-// TestFailFast: Wait 0 on a held key fails at once with a ContentionError
+// TestFailFast: lockcore.FailFast on a held key fails at once with a ContentionError
 // that matches ErrNotAcquired but not ErrWaitTimeout, with the holder's TTL
 // as RetryAfter, and queues nothing.
 func TestFailFast(t *testing.T) {

@@ -28,7 +28,7 @@ const (
 )
 
 // failFast is a Policy that fails at once on a lock held by another owner:
-// a Wait of 0 (see lockcore.Policy).
+// a Wait of lockcore.FailFast (see lockcore.Policy).
 var failFast = lockcore.Policy{Wait: lockcore.FailFast}
 
 // Run checks that the engines newEngine makes keep lockcore.Engine's
@@ -484,10 +484,10 @@ func checkPolicy(r *rig) {
 	_, err = r.b.Acquire(r.ctx, k, failFast)
 	var ce *lockcore.ContentionError
 	if !errors.As(err, &ce) || ce.TimedOut || errors.Is(err, lockcore.ErrWaitTimeout) {
-		r.t.Fatalf("Wait 0 on a held key: %v, want a ContentionError that did not time out", err)
+		r.t.Fatalf("FailFast on a held key: %v, want a ContentionError that did not time out", err)
 	}
 	if d := time.Since(start); d > time.Second {
-		r.t.Errorf("Wait 0 took %v to fail", d)
+		r.t.Errorf("FailFast took %v to fail", d)
 	}
 
 	const wait = 200 * time.Millisecond
