@@ -118,6 +118,15 @@ func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	return l.engine.Acquire(ctx, key, p.Or(l.defaults))
 }
 
+// RecordsRoute reports whether the Locker's engine, through its
+// observers, labels each acquisition with its route (lockcore.Policy.Route,
+// as package lockotel's does): middleware.Lock asks, to find each
+// request's route template only when it will be recorded.
+func (l *Locker) RecordsRoute() bool {
+	rr, ok := l.engine.(interface{ RecordsRoute() bool })
+	return ok && rr.RecordsRoute()
+}
+
 // Close stops the background work of the Redis engine that New made (lease
 // renewal and the release notifications). Locks still held are no longer
 // renewed and expire with their TTL; handlers still running see their

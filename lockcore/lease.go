@@ -311,10 +311,6 @@ func (ls *Lease) Fence() int64 { return ls.h.fence }
 // reports false.
 func (ls *Lease) Reentered() bool { return ls != &ls.h.first }
 
-// Hold returns the engine's hold that the lease wraps, for the engine and
-// for wrappers of it.
-func (ls *Lease) Hold() Hold { return ls.h.hold }
-
 // Context returns a context derived from the one given to Acquire that
 // carries the owner token and this hold (see HeldFrom) and
 // is cancelled with cause ErrLockLost when the lease is lost, or with

@@ -181,7 +181,11 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 			}
 			ce.RetryAfter = ks.retryAfter()
 		} else {
-			ls.Hold().(*hold).quiet = true // never handed out: not a hold to report
+			for _, h := range ks.entries {
+				if h.ls == ls {
+					h.quiet = true // never handed out: not a hold to report
+				}
+			}
 		}
 		e.mu.Unlock()
 		if ls != nil {

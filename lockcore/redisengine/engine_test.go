@@ -668,8 +668,8 @@ func TestQueueOutlivesHolder(t *testing.T) {
 		if r1.err != nil {
 			t.Fatal(r1.err)
 		}
-		if r1.ls.Hold().(*hold).l != a || r1.ls.Fence() <= first.Fence() {
-			t.Fatalf("first after the crash: locker a %v, fence %d after %d", r1.ls.Hold().(*hold).l == a, r1.ls.Fence(), first.Fence())
+		if holdOf(a, r1.ls) == nil || r1.ls.Fence() <= first.Fence() {
+			t.Fatalf("first after the crash: locker a %v, fence %d after %d", holdOf(a, r1.ls) != nil, r1.ls.Fence(), first.Fence())
 		}
 		if err := r1.ls.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -780,7 +780,7 @@ func TestErrReadsTheClock(t *testing.T) {
 	if ls.Err() != nil {
 		t.Fatalf("fresh lease: %v", ls.Err())
 	}
-	ls.Hold().(*hold).valid.Store(mono() - 1) // validity ran out; the watchdog is not due for 15s
+	holdOf(l, ls).valid.Store(mono() - 1) // validity ran out; the watchdog is not due for 15s
 	if err := ls.Err(); !errors.Is(err, lockcore.ErrLockLost) {
 		t.Fatalf("Err after the validity ran out: %v, want ErrLockLost", err)
 	}
@@ -812,4 +812,16 @@ func withToken(ctx context.Context, tok string) context.Context {
 		panic(err) // such a token is always accepted
 	}
 	return ctx
+}
+
+// holdOf returns l's live hold that ls wraps, or nil when l has none.
+func holdOf(l *Engine, ls *lockcore.Lease) *hold {
+	l.wd.mu.Lock()
+	defer l.wd.mu.Unlock()
+	for _, h := range l.wd.holds {
+		if h.ls == ls {
+			return h
+		}
+	}
+	return nil
 }
