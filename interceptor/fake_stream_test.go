@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
 )
@@ -46,7 +47,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 	}}, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 		var rep streamReport
 		defer func() { reports <- rep }()
-		_, rep.tokenFirst = innermostFence(ss.Context())
+		_, rep.tokenFirst = enginetest.Fence(ss.Context())
 		if err := ss.RecvMsg(shop.New("ReserveRequest")); err != nil {
 			return err
 		}
@@ -75,7 +76,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 		}()
 
 		some := derived[derive/2+1] // a WithTimeout one
-		rep.fence, _ = innermostFence(some)
+		rep.fence, _ = enginetest.Fence(some)
 		rep.held = lockcore.HeldFrom(some)
 
 		if !e.Lose(k) {
@@ -90,7 +91,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 			}
 		}
 		rep.cause = context.Cause(derived[derive-1])
-		if _, ok := innermostFence(derived[0]); ok {
+		if _, ok := enginetest.Fence(derived[0]); ok {
 			rep.problems = append(rep.problems, "a derived context still has a fencing token after the loss")
 		}
 		return ss.SendMsg(shop.New("ReserveReply"))

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -191,7 +192,7 @@ func codeOf(err error) codes.Code { return status.Code(err) }
 func fencedReserve(runs *atomic.Int32) func(context.Context, *dynamicpb.Message) (*dynamicpb.Message, error) {
 	return func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		runs.Add(1)
-		f, _ := innermostFence(ctx)
+		f, _ := enginetest.Fence(ctx)
 		return shop.Set(shop.New("ReserveReply"), "fence", f), nil
 	}
 }
@@ -387,7 +388,7 @@ func TestFakeUnaryPropagation(t *testing.T) {
 	var innerRuns atomic.Int32
 	inner := &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		innerRuns.Add(1)
-		f, _ := innermostFence(ctx)
+		f, _ := enginetest.Fence(ctx)
 		_, entries := e.Held(k)
 		return shop.Set(shop.New("ReserveReply"), "fence", f, "left", int64(entries)), nil
 	}}
@@ -408,7 +409,7 @@ func TestFakeUnaryPropagation(t *testing.T) {
 		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		order := req.Get(req.Descriptor().Fields().ByName("order")).Message().Interface()
-		f, _ := innermostFence(ctx)
+		f, _ := enginetest.Fence(ctx)
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		if shop.String(order, "user_id") == "untrusting-wait" {
@@ -488,7 +489,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 	rpc := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
 		{Method: shop.Reserve, Key: interceptor.Field("product_id").As("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
-		f, _ := innermostFence(ctx)
+		f, _ := enginetest.Fence(ctx)
 		_, entries := e.Held(k)
 		return shop.Set(shop.New("ReserveReply"), "fence", f, "left", int64(entries)), nil
 	}})
@@ -499,12 +500,12 @@ func TestFakeCrossProtocol(t *testing.T) {
 	lockHTTP := middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})
 	r := chi.NewRouter()
 	r.With(lockHTTP).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
-		f, _ := innermostFence(r.Context())
+		f, _ := enginetest.Fence(r.Context())
 		reply, err := callReserve(r.Context(), rpc.cc, 42)
 		fmt.Fprintf(w, "%d %v %d %d", f, codeOf(err), shop.Int(reply, "fence"), shop.Int(reply, "left"))
 	})
 	r.With(lockHTTP).Get("/products/{productID}/stock", func(w http.ResponseWriter, r *http.Request) {
-		f, _ := innermostFence(r.Context())
+		f, _ := enginetest.Fence(r.Context())
 		_, entries := e.Held(k)
 		fmt.Fprintf(w, "%d %d", f, entries)
 	})
@@ -532,7 +533,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 	rpc2 := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
 		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
-		f, _ := innermostFence(ctx)
+		f, _ := enginetest.Fence(ctx)
 		hreq, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/products/42/stock", nil)
 		resp, err := hc.Do(hreq)
 		if err != nil {
@@ -573,7 +574,7 @@ func TestFakeUnaryLeaseLost(t *testing.T) {
 		if cause := context.Cause(ctx); !errors.Is(cause, lockcore.ErrLockLost) {
 			return nil, status.Errorf(codes.Internal, "cause %v", cause)
 		}
-		if _, ok := innermostFence(ctx); ok {
+		if _, ok := enginetest.Fence(ctx); ok {
 			return nil, status.Error(codes.Internal, "a lost lock still has a fencing token")
 		}
 		return shop.New("ReserveReply"), nil
@@ -623,13 +624,4 @@ func TestFakeUnaryPanicReleases(t *testing.T) {
 	if _, err := callReserve(fakeCtx(t), rig.cc, 9); err != nil {
 		t.Fatalf("after the panic: %v", err)
 	}
-}
-
-// innermostFence returns the fencing token of the innermost lock ctx holds,
-// the first of lockcore.HeldFrom, as lock.FencingToken does.
-func innermostFence(ctx context.Context) (int64, bool) {
-	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
-		return held[0].Fence, true
-	}
-	return 0, false
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
@@ -60,7 +61,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		shop.Register(srv, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 			var r report
 			r.recvErr = ss.RecvMsg(shop.New("ReserveRequest"))
-			_, r.fenced = innermostFence(ss.Context())
+			_, r.fenced = enginetest.Fence(ss.Context())
 			select {
 			case <-ss.Context().Done():
 				r.cause = context.Cause(ss.Context())

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -134,12 +135,12 @@ func TestHeldContextDerivations(t *testing.T) {
 		}
 	}()
 	for i, c := range derived {
-		if f, ok := innermostFence(c); !ok || f != ls.Fence() {
+		if f, ok := enginetest.Fence(c); !ok || f != ls.Fence() {
 			t.Fatalf("derived context %d: fence %d %v, want %d", i, f, ok, ls.Fence())
 		}
 	}
 	detached := context.WithoutCancel(lctx)
-	if f, ok := innermostFence(detached); !ok || f != ls.Fence() {
+	if f, ok := enginetest.Fence(detached); !ok || f != ls.Fence() {
 		t.Errorf("WithoutCancel of the lease's context while held: fence %d %v", f, ok)
 	}
 
@@ -162,7 +163,7 @@ func TestHeldContextDerivations(t *testing.T) {
 	if detached.Err() != nil {
 		t.Errorf("WithoutCancel of the lease's context was cancelled: %v", detached.Err())
 	}
-	if _, ok := innermostFence(detached); ok {
+	if _, ok := enginetest.Fence(detached); ok {
 		t.Error("WithoutCancel of a lost lease's context still has a fencing token")
 	}
 	if h := lockcore.HeldFrom(detached); len(h) != 0 {
@@ -263,13 +264,4 @@ func TestEngineMustBeComparable(t *testing.T) {
 		}
 	}()
 	_, _ = e.Acquire(context.Background(), testKey(t), lockcore.Policy{Wait: lockcore.FailFast})
-}
-
-// innermostFence returns the fencing token of the innermost lock ctx holds,
-// the first of lockcore.HeldFrom, as lock.FencingToken does.
-func innermostFence(ctx context.Context) (int64, bool) {
-	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
-		return held[0].Fence, true
-	}
-	return 0, false
 }

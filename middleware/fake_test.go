@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -94,7 +95,7 @@ func fenceOf(resp *http.Response) int64 {
 func okHandler(runs *atomic.Int32) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
-		f, _ := innermostFence(r.Context())
+		f, _ := enginetest.Fence(r.Context())
 		w.Header().Set("X-Fence", strconv.FormatInt(f, 10))
 	}
 }
@@ -239,7 +240,7 @@ func TestFakeStatuses(t *testing.T) {
 // not nil, it waits for proceed to close before it returns.
 func outerHandler(c *http.Client, cancels chan<- context.CancelFunc, proceed <-chan struct{}) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		f, _ := innermostFence(r.Context())
+		f, _ := enginetest.Fence(r.Context())
 		w.Header().Set("X-Fence", strconv.FormatInt(f, 10))
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
@@ -285,7 +286,7 @@ func TestFakePropagation(t *testing.T) {
 	var innerRuns atomic.Int32
 	stock := func(w http.ResponseWriter, r *http.Request) {
 		innerRuns.Add(1)
-		f, _ := innermostFence(r.Context())
+		f, _ := enginetest.Fence(r.Context())
 		_, entries := e.Held(k)
 		if r.Header.Get("Routelock-Token") != "" {
 			http.Error(w, "token header reached the handler", 500)
@@ -383,7 +384,7 @@ func TestFakeLeaseLost(t *testing.T) {
 	started := make(chan struct{})
 	r := chi.NewRouter()
 	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/work/{id}", func(w http.ResponseWriter, r *http.Request) {
-		f, _ := innermostFence(r.Context())
+		f, _ := enginetest.Fence(r.Context())
 		w.Header().Set("X-Fence", strconv.FormatInt(f, 10))
 		if r.URL.Query().Get("block") == "" {
 			return
@@ -393,7 +394,7 @@ func TestFakeLeaseLost(t *testing.T) {
 		case <-r.Context().Done():
 			w.Header().Set("X-Cause", fmt.Sprint(context.Cause(r.Context())))
 			w.Header().Set("X-Lost", strconv.FormatBool(errors.Is(context.Cause(r.Context()), lockcore.ErrLockLost)))
-			_, held := innermostFence(r.Context())
+			_, held := enginetest.Fence(r.Context())
 			w.Header().Set("X-Still-Held", strconv.FormatBool(held))
 		case <-time.After(fakeBound):
 			w.Header().Set("X-Lost", "not cancelled")
@@ -522,13 +523,4 @@ func TestTokenHeaderNeverReachesHandler(t *testing.T) {
 	if n := leaked.Load(); n != 0 {
 		t.Fatalf("the token header reached the handler %d times", n)
 	}
-}
-
-// innermostFence returns the fencing token of the innermost lock ctx holds,
-// the first of lockcore.HeldFrom, as lock.FencingToken does.
-func innermostFence(ctx context.Context) (int64, bool) {
-	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
-		return held[0].Fence, true
-	}
-	return 0, false
 }

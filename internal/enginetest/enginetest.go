@@ -87,3 +87,24 @@ func (f *Fake) Lose(key lockcore.Key) bool {
 	_, err := f.Revoke(context.Background(), key, "taken away by the test")
 	return err == nil
 }
+
+// Fence returns the fencing token of the innermost lock ctx holds, the
+// first of lockcore.HeldFrom, as lock.FencingToken does.
+func Fence(ctx context.Context) (int64, bool) {
+	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
+		return held[0].Fence, true
+	}
+	return 0, false
+}
+
+// WithToken returns ctx carrying tok, an owner token from
+// lockcore.NewToken or a lease, as a call propagated from another process
+// brings it (lockcore.Intake). It panics if Intake refuses tok, which a
+// token of NewToken never is.
+func WithToken(ctx context.Context, tok string) context.Context {
+	ctx, err := lockcore.Intake(ctx, "token", []string{tok}, nil)
+	if err != nil {
+		panic(err)
+	}
+	return ctx
+}

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -311,11 +312,11 @@ func TestReenter(t *testing.T) {
 	if fence, entries := e.Held(k); entries != 2 || fence != outer.Fence() {
 		t.Fatalf("token re-entry: fence %d, %d entries; want %d, 2", fence, entries, outer.Fence())
 	}
-	if f, ok := innermostFence(byToken.Context()); !ok || f != outer.Fence() {
+	if f, ok := enginetest.Fence(byToken.Context()); !ok || f != outer.Fence() {
 		t.Fatalf("fence of the token re-entry = %d, %v", f, ok)
 	}
 
-	stranger := withToken(ctx, lockcore.NewToken())
+	stranger := enginetest.WithToken(ctx, lockcore.NewToken())
 	if _, err := e.Acquire(stranger, k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("a made-up token entered: %v", err)
 	}
@@ -349,7 +350,7 @@ func TestLose(t *testing.T) {
 	k := key(t, "lose", "1")
 	ctx := bounded(t)
 	ls := acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
-	byToken := acquire(t, e, withToken(ctx, ls.Token()), k, lockcore.Policy{Wait: lockcore.FailFast})
+	byToken := acquire(t, e, enginetest.WithToken(ctx, ls.Token()), k, lockcore.Policy{Wait: lockcore.FailFast})
 	derived, cancel := context.WithCancel(ls.Context())
 	defer cancel()
 
@@ -382,7 +383,7 @@ func TestLose(t *testing.T) {
 	if !errors.Is(ls.Err(), lockcore.ErrLockLost) {
 		t.Fatalf("Err after Lose: %v", ls.Err())
 	}
-	if _, ok := innermostFence(ls.Context()); ok {
+	if _, ok := enginetest.Fence(ls.Context()); ok {
 		t.Fatal("a lost lease's context still reports a fencing token")
 	}
 	next := <-got
@@ -451,24 +452,4 @@ func TestAwait(t *testing.T) {
 		t.Fatal(err)
 	}
 	release(t, ls)
-}
-
-// innermostFence returns the fencing token of the innermost lock ctx holds,
-// the first of lockcore.HeldFrom, as lock.FencingToken does.
-func innermostFence(ctx context.Context) (int64, bool) {
-	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
-		return held[0].Fence, true
-	}
-	return 0, false
-}
-
-// withToken returns ctx carrying tok, an owner token from NewToken or a
-// lease, as a call propagated from another process brings it
-// (lockcore.Intake).
-func withToken(ctx context.Context, tok string) context.Context {
-	ctx, err := lockcore.Intake(ctx, "token", []string{tok}, nil)
-	if err != nil {
-		panic(err) // such a token is always accepted
-	}
-	return ctx
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -147,7 +148,7 @@ func TestEvents(t *testing.T) {
 	wantCalls(t, &r, "waiting ev:1 +1", "waiting ev:1 -1")
 
 	// A token re-entry is a hold of its own: both entries end with the loss.
-	byToken := acquire(t, e, withToken(ctx, next.Token()), k, lockcore.Policy{Wait: lockcore.FailFast})
+	byToken := acquire(t, e, enginetest.WithToken(ctx, next.Token()), k, lockcore.Policy{Wait: lockcore.FailFast})
 	if !e.Lose(k) {
 		t.Fatal("Lose found no hold")
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -68,7 +69,7 @@ func TestBatching(t *testing.T) {
 					}
 					// The same token through another Engine re-enters in
 					// Redis: the count there must be this goroutine's.
-					inner, err := other.Acquire(withToken(ctx, ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+					inner, err := other.Acquire(enginetest.WithToken(ctx, ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 					if err != nil {
 						t.Error(err)
 						return

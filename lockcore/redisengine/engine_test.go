@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -158,7 +159,7 @@ func TestExclusion(t *testing.T) {
 					case 0:
 						nested, err = l.Acquire(ls.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
 					case 1:
-						nested, err = peer.Acquire(withToken(context.Background(), ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+						nested, err = peer.Acquire(enginetest.WithToken(context.Background(), ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 					}
 					if err != nil {
 						errs <- fmt.Errorf("nested: %w", err)
@@ -218,7 +219,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		}
 		// Another process that received the token re-enters.
 		tok := outer.Token()
-		inner, err := bl.Acquire(withToken(ctx, tok), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(enginetest.WithToken(ctx, tok), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatalf("re-entry with the holder's token: %v", err)
 		}
@@ -233,7 +234,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 			t.Fatalf("other owner: err = %v, want ErrNotAcquired", err)
 		}
 		// A token that holds nothing grants nothing.
-		if _, err := c.Acquire(withToken(ctx, lockcore.NewToken()), key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := c.Acquire(enginetest.WithToken(ctx, lockcore.NewToken()), key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("foreign token: err = %v, want ErrNotAcquired", err)
 		}
 		if err := outer.Release(ctx); err != nil {
@@ -295,7 +296,7 @@ func TestReentrancyInProcessSkipsRedis(t *testing.T) {
 	if len(inspect(t, l, key).Holders) == 0 {
 		t.Fatal("inner release freed the outer hold")
 	}
-	if f, ok := innermostFence(inner.Context()); !ok || f != outer.Fence() {
+	if f, ok := enginetest.Fence(inner.Context()); !ok || f != outer.Fence() {
 		t.Fatalf("fence = %d, %v; want %d", f, ok, outer.Fence())
 	}
 	if err := outer.Release(ctx); err != nil {
@@ -304,7 +305,7 @@ func TestReentrancyInProcessSkipsRedis(t *testing.T) {
 	if len(inspect(t, l, key).Holders) > 0 {
 		t.Fatal("still held after the outer release")
 	}
-	if _, ok := innermostFence(outer.Context()); ok {
+	if _, ok := enginetest.Fence(outer.Context()); ok {
 		t.Fatal("released context still reports a fencing token")
 	}
 }
@@ -792,26 +793,6 @@ func TestErrReadsTheClock(t *testing.T) {
 	if !errors.Is(context.Cause(ls.Context()), lockcore.ErrLockLost) {
 		t.Fatalf("cause %v", context.Cause(ls.Context()))
 	}
-}
-
-// innermostFence returns the fencing token of the innermost lock ctx holds,
-// the first of lockcore.HeldFrom, as lock.FencingToken does.
-func innermostFence(ctx context.Context) (int64, bool) {
-	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
-		return held[0].Fence, true
-	}
-	return 0, false
-}
-
-// withToken returns ctx carrying tok, an owner token from NewToken or a
-// lease, as a call propagated from another process brings it
-// (lockcore.Intake).
-func withToken(ctx context.Context, tok string) context.Context {
-	ctx, err := lockcore.Intake(ctx, "token", []string{tok}, nil)
-	if err != nil {
-		panic(err) // such a token is always accepted
-	}
-	return ctx
 }
 
 // holdOf returns l's live hold that ls wraps, or nil when l has none.

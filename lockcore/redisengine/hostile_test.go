@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -79,7 +80,7 @@ func TestForgedTokens(t *testing.T) {
 		if _, err := owner.Acquire(ls.Context(), other, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("token of %v on %v held by another: %v", k, other, err)
 		}
-		if _, err := thief.Acquire(withToken(ctx, real), other, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := thief.Acquire(enginetest.WithToken(ctx, real), other, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("token of %v, through Redis, on %v: %v", k, other, err)
 		}
 	})

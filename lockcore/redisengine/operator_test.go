@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/internal/operate"
@@ -178,7 +179,7 @@ func TestRevokeReentered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inner, err := bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +265,7 @@ func TestReleaseFindsRevocation(t *testing.T) {
 		if err := ls.Context().Err(); err != nil {
 			t.Fatalf("the holder was told: %v; this case is about a holder not yet told", context.Cause(ls.Context()))
 		}
-		newer, err := other.Acquire(withToken(ctx, ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		newer, err := other.Acquire(enginetest.WithToken(ctx, ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -402,7 +403,7 @@ func TestInspect(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := time.Now()
-		inner, err := bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -192,7 +193,7 @@ func reenter(t *testing.T, a, bl *Engine, key lockcore.Key) (outer, inner *lockc
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = outer.Release(ctx) })
-	inner, err = bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+	inner, err = bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +410,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		case <-time.After(ttl + time.Second):
 			t.Fatal("the deleted lease was not declared lost")
 		}
-		newer, err := l2.Acquire(withToken(ctx, a.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		newer, err := l2.Acquire(enginetest.WithToken(ctx, a.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -464,7 +465,7 @@ func TestRetriedReentryLeaksNoCount(t *testing.T) {
 					t.Fatal(err)
 				}
 				p.LoseReplyTo(scriptSHA(t, bl, "acquire"), 1)
-				inner, err := bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+				inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 				if p.LostReplies() != 1 {
 					t.Fatalf("the re-entry's reply was not lost (%d lost): the fault did not happen", p.LostReplies())
 				}

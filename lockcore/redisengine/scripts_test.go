@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -53,7 +54,7 @@ func TestScriptsDeclareEveryKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inner, err := other.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+			inner, err := other.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil || inner.Fence() != outer.Fence() {
 				t.Fatalf("re-entry from another Engine: %v, fence %d of %d", err, inner.Fence(), outer.Fence())
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -32,7 +33,7 @@ func TestInspectSinceOutlivesFirstEntry(t *testing.T) {
 			t.Fatal(err)
 		}
 		taken := inspect(t, a, key).Holders[0].Since
-		inner, err := bl.Acquire(withToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
