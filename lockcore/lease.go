@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -28,9 +29,11 @@ import (
 //     TokensFrom(ctx) (propagated from another process), which it re-enters
 //     under that token; it waits up to p.Wait (FailFast: not at all), and
 //     never past ctx;
-//  3. wraps its hold with NewLease, which makes the lease's context, and
-//     from then on keeps the hold alive (renewing it as the backend needs)
-//     and calls Lose the moment it can no longer be sure the hold is held.
+//  3. wraps its hold with NewLease, giving it the engine's Events, which
+//     makes the lease's context and tells Events.Ended of the hold's end;
+//     from then on it keeps the hold alive (renewing it as the backend
+//     needs) and calls Lose the moment it can no longer be sure the hold
+//     is held.
 //
 // Errors match ErrInvalidKey (a zero Key), ErrMisconfigured (an invalid
 // Policy), ErrNotAcquired (a
@@ -56,11 +59,13 @@ type Hold interface {
 	// the last lease of the hold is released, after the lease's context
 	// was cancelled with cause ErrReleased (or the hold was lost); it
 	// returns an error matching ErrUnavailable when the backend did not
-	// confirm the release, which then happens by expiry. ctx is often
-	// cancelled already (the adapters release with the request's context
-	// after the handler returned, and a client that went away cancels it):
-	// the release must go ahead anyway, bounded by a timeout of the
-	// engine's own; ctx is for its values.
+	// confirm the release, which then happens by expiry, and one matching
+	// ErrRevoked when it found the hold force-released before the release
+	// reached the backend (Events.Ended then hears of a loss, with that
+	// cause). ctx is often cancelled already (the adapters release with
+	// the request's context after the handler returned, and a client that
+	// went away cancels it): the release must go ahead anyway, bounded by
+	// a timeout of the engine's own; ctx is for its values.
 	Release(ctx context.Context) error
 }
 
@@ -176,8 +181,15 @@ type held struct {
 	refs  atomic.Int32 // outstanding leases; the backend release runs at 0
 	state atomic.Int32
 	why   atomic.Pointer[error] // the cause of the loss, once lost
+	ev    Events                // told of the hold's end; may be nil
+	start time.Time             // when the hold was made; set only with ev
 	st    ctxState              // what the context carries
 	first Lease                 // the lease of the acquisition that made the hold
+
+	// losing is held by lose from before its state change until its loss
+	// was told and the context cancelled: a Release that found the hold
+	// lost waits on it, so that it returns only once the loss was told.
+	losing sync.Mutex
 }
 
 // String describes the context as the context package does its own, with
@@ -226,15 +238,36 @@ func (h *held) retain() bool {
 	}
 }
 
-// lose marks the hold lost and cancels its context; it reports whether this
-// call did it.
+// lose marks the hold lost, tells Events.Ended of the loss and then
+// cancels its context; it reports whether this call did it. A cause that
+// does not match ErrLockLost is a hold given back before its lease was
+// handed out: Events hears nothing of it.
 func (h *held) lose(cause error) bool {
+	if !h.live() {
+		return false
+	}
+	h.losing.Lock()
+	defer h.losing.Unlock()
 	if !h.state.CompareAndSwap(holdLive, holdLost) {
 		return false
 	}
 	h.why.Store(&cause)
+	if h.ev != nil && errors.Is(cause, ErrLockLost) {
+		// Before the context is cancelled: a handler that returns when
+		// its context ends has not yet returned, and the request's span
+		// is still open for what Events records on it.
+		h.ev.Ended(h, h.key, time.Since(h.start), 0, cause, nil)
+	}
 	h.cancel(cause)
 	return true
+}
+
+// settled returns once a loss of the hold, if one is under way, was told
+// and its context cancelled.
+func (h *held) settled() {
+	h.losing.Lock()
+	//lint:ignore SA2001 an empty critical section: waiting for lose is the point
+	h.losing.Unlock()
 }
 
 // lost is the error a lost hold reports: the cause it was lost with (say
@@ -253,12 +286,24 @@ func (h *held) lost() error {
 // carries the hold (HeldFrom, TokensFrom) and ctx's lock
 // state; Begin(ctx', e, key, p) re-enters it from any context derived from it.
 //
+// ev, the engine's Events (nil for none), is told of the hold's end once,
+// as Events.Ended describes: when it is lost (Lose, or a Check that
+// fails), before its context is cancelled; or when the Release of its last
+// lease returns from the backend release (Hold.Release). The engine tells
+// Ended nothing itself. A hold that the engine gives back before handing
+// its lease out is ended with Lose and a cause that does not match
+// ErrLockLost (ErrClosed, or the acquisition's ctx.Err()) and then
+// released: Events hears nothing of it.
+//
 // Panics if e's dynamic type is not comparable.
-func NewLease(ctx context.Context, e Engine, key Key, token string, fence int64, hold Hold) *Lease {
+func NewLease(ctx context.Context, e Engine, key Key, token string, fence int64, hold Hold, ev Events) *Lease {
 	if t := reflect.TypeOf(e); t == nil || !t.Comparable() {
 		panic(fmt.Sprintf("lockcore: NewLease: engine of type %v is not comparable; use a pointer", t))
 	}
-	h := &held{e: e, hold: hold, key: key, token: token, fence: fence}
+	h := &held{e: e, hold: hold, key: key, token: token, fence: fence, ev: ev}
+	if ev != nil {
+		h.start = time.Now()
+	}
 	h.Context, h.cancel = context.WithCancelCause(ctx)
 	h.refs.Store(1)
 	h.st = ctxState{token: token, held: h, parent: stateFrom(ctx)}
@@ -280,11 +325,12 @@ func reenter(ctx context.Context, e Engine, key Key) *Lease {
 	return nil
 }
 
-// Lose ends the hold of ls as lost: its context is cancelled with cause,
-// which should match ErrLockLost (or ErrClosed, for a hold given back
-// before its lease was handed out). An engine calls it when it finds the
-// hold gone, taken over, or no longer certain. It reports whether the hold
-// was live until this call.
+// Lose ends the hold of ls as lost: Events.Ended is told of it (see
+// NewLease) and then its context is cancelled with cause, which should
+// match ErrLockLost; a cause that does not (ErrClosed, say) is for a hold
+// given back before its lease was handed out, of which Events hears
+// nothing. An engine calls it when it finds the hold gone, taken over, or
+// no longer certain. It reports whether the hold was live until this call.
 func Lose(ls *Lease, cause error) bool { return ls.h.lose(cause) }
 
 // Lease is a held lock. Its Context is cancelled, with cause ErrLockLost,
@@ -364,6 +410,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 		if h.certain() || h.state.Load() != holdLost {
 			return nil // or the other lease has just released it
 		}
+		h.settled()
 		if err := context.Cause(h); errors.Is(err, ErrLockLost) {
 			return err
 		}
@@ -371,15 +418,25 @@ func (ls *Lease) Release(ctx context.Context) error {
 	}
 	h.certain() // a lease that ran out is lost, not released
 	wasLive := h.state.CompareAndSwap(holdLive, holdReleased)
-	if wasLive {
-		h.cancel(ErrReleased)
+	if !wasLive {
+		_ = h.hold.Release(ctx)
+		h.settled() // the loss was told before this returns
+		return h.lost()
+	}
+	h.cancel(ErrReleased)
+	var began time.Time
+	if h.ev != nil {
+		began = time.Now()
 	}
 	err := h.hold.Release(ctx)
-	switch {
-	case !wasLive:
-		return h.lost()
-	case err != nil:
-		return err
+	if h.ev != nil {
+		held, release := began.Sub(h.start), time.Since(began)
+		if errors.Is(err, ErrRevoked) {
+			// Force-released before the release reached the backend.
+			h.ev.Ended(ctx, h.key, held, release, err, nil)
+		} else {
+			h.ev.Ended(ctx, h.key, held, release, ErrReleased, err)
+		}
 	}
-	return nil
+	return err
 }

@@ -25,6 +25,7 @@ const testBound = 5 * time.Second
 type testHold struct {
 	lost     atomic.Bool
 	releases atomic.Int32
+	err      error // what Release returns
 }
 
 var errTestGone = fmt.Errorf("%w: test: gone", lockcore.ErrLockLost)
@@ -38,12 +39,13 @@ func (h *testHold) Check() error {
 
 func (h *testHold) Release(context.Context) error {
 	h.releases.Add(1)
-	return nil
+	return h.err
 }
 
 // testEngine follows the steps of lockcore.Engine's doc: Begin, else a
 // fresh hold wrapped by NewLease. It never contends: tests use one owner.
 type testEngine struct {
+	ev    lockcore.Events // given to NewLease
 	mu    sync.Mutex
 	fence int64
 	last  *testHold
@@ -57,7 +59,7 @@ func (e *testEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.P
 	defer e.mu.Unlock()
 	e.fence++
 	e.last = &testHold{}
-	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence, e.last), nil
+	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence, e.last, e.ev), nil
 }
 
 func testKey(t *testing.T) lockcore.Key {
@@ -248,7 +250,7 @@ func (e mapEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Pol
 	if ls, _, err := lockcore.Begin(ctx, e, key, p); ls != nil || err != nil {
 		return ls, err
 	}
-	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence.Add(1), &testHold{}), nil
+	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence.Add(1), &testHold{}, nil), nil
 }
 
 // TestEngineMustBeComparable: an engine whose dynamic type is not
@@ -264,4 +266,225 @@ func TestEngineMustBeComparable(t *testing.T) {
 		}
 	}()
 	_, _ = e.Acquire(context.Background(), testKey(t), lockcore.Policy{Wait: lockcore.FailFast})
+}
+
+// ending is one call of Events.Ended.
+type ending struct {
+	ctx           context.Context
+	done          bool // ctx had ended when Ended was called
+	held, release time.Duration
+	cause, err    error
+}
+
+// endings is a lockcore.Events that keeps what Ended is told.
+type endings struct {
+	mu   sync.Mutex
+	got  []ending
+	slow bool // Ended sleeps a little, to widen races
+	// If set, Ended of a loss sends on entered and then waits for proceed
+	// to be closed.
+	entered, proceed chan struct{}
+}
+
+func (r *endings) Waiting(lockcore.Key, int)   {}
+func (r *endings) Woken(lockcore.Key, string)  {}
+func (r *endings) Renewed(lockcore.Key, error) {}
+func (r *endings) take() []ending {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.got
+	r.got = nil
+	return g
+}
+func (r *endings) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.got) }
+func (r *endings) Ended(ctx context.Context, _ lockcore.Key, held, release time.Duration, cause, err error) {
+	if r.slow {
+		time.Sleep(20 * time.Microsecond)
+	}
+	if r.entered != nil && cause != lockcore.ErrReleased {
+		r.entered <- struct{}{}
+		<-r.proceed
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, ending{ctx, ctx.Err() != nil, held, release, cause, err})
+}
+
+// TestEndedOncePerHold: the Events given to NewLease hear of each fresh
+// hold's end once, from lockcore: a release after its backend release
+// returned (the release's context, ErrReleased), not an in-memory
+// re-entry's; a loss before the lease's context is cancelled (the lease's
+// context, no release time), and nothing more at its Release; a hold
+// whose backend release found it revoked as a loss with that cause; and
+// nothing of a hold given back before its lease was handed out (Lose with
+// a cause that is no loss).
+func TestEndedOncePerHold(t *testing.T) {
+	ev := &endings{}
+	e := &testEngine{ev: ev}
+	k := testKey(t)
+	type rctxKey struct{}
+	rctx := context.WithValue(context.Background(), rctxKey{}, "release")
+
+	ls, _ := e.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	in, _ := e.Acquire(ls.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	if err := in.Release(rctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.take(); len(got) != 0 {
+		t.Fatalf("Ended of an in-memory re-entry's release: %+v", got)
+	}
+	if err := ls.Release(rctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.take(); len(got) != 1 || got[0].cause != lockcore.ErrReleased || got[0].err != nil || got[0].ctx != rctx || got[0].held < 0 || got[0].release < 0 {
+		t.Fatalf("Ended of a release: %+v, want once, ErrReleased, the release's context", got)
+	}
+
+	ls, _ = e.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	if !lockcore.Lose(ls, errTestGone) {
+		t.Fatal("Lose: not live")
+	}
+	if got := ev.take(); len(got) != 1 || got[0].cause != errTestGone || got[0].err != nil || got[0].ctx != ls.Context() || got[0].done || got[0].release != 0 {
+		t.Fatalf("Ended of a loss: %+v, want once, the cause, the lease's live context", got)
+	}
+	if err := ls.Release(rctx); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Fatalf("Release of a lost lease: %v", err)
+	}
+	if got := ev.take(); len(got) != 0 {
+		t.Fatalf("Ended at the release of a lost lease: %+v", got)
+	}
+
+	// Lost by a failing Check, found by Err.
+	ls, _ = e.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	e.last.lost.Store(true)
+	if err := ls.Err(); !errors.Is(err, errTestGone) {
+		t.Fatalf("Err: %v", err)
+	}
+	_ = ls.Release(rctx)
+	if got := ev.take(); len(got) != 1 || got[0].cause != errTestGone || got[0].done {
+		t.Fatalf("Ended of a hold whose Check failed: %+v", got)
+	}
+
+	ls, _ = e.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	revoked := fmt.Errorf("%w: test", lockcore.ErrRevoked)
+	e.last.err = revoked
+	if err := ls.Release(rctx); err != revoked {
+		t.Fatalf("Release: %v, want the hold's", err)
+	}
+	if got := ev.take(); len(got) != 1 || got[0].cause != revoked || got[0].err != nil || got[0].ctx != rctx {
+		t.Fatalf("Ended of a hold found revoked at its release: %+v", got)
+	}
+
+	ls, _ = e.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	if !lockcore.Lose(ls, lockcore.ErrClosed) {
+		t.Fatal("Lose: not live")
+	}
+	_ = ls.Release(context.Background())
+	if got := ev.take(); len(got) != 0 {
+		t.Fatalf("Ended of a hold given back before it was handed out: %+v", got)
+	}
+	if n := e.last.releases.Load(); n != 1 {
+		t.Fatalf("a hold given back was released %d times in the backend, want 1", n)
+	}
+}
+
+// TestEndedLoseRacesRelease: a loss races the Release of the hold's last
+// lease, or of an in-memory re-entry while the outer lease still holds it;
+// Events hears of the hold's end exactly once, and a Release has returned
+// only once the end was told (the loss, when it returns the loss).
+func TestEndedLoseRacesRelease(t *testing.T) {
+	ev := &endings{slow: true}
+	e := &testEngine{ev: ev}
+	k := testKey(t)
+	ctx := context.Background()
+	var lost, released int
+	for i := range 400 {
+		ls, _ := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+		racer := ls
+		if i%2 == 1 {
+			racer, _ = e.Acquire(ls.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			lockcore.Lose(ls, errTestGone)
+		}()
+		var err error
+		var told int
+		go func() {
+			defer wg.Done()
+			<-start
+			err = racer.Release(ctx)
+			told = ev.count()
+		}()
+		close(start)
+		wg.Wait()
+		if errors.Is(err, lockcore.ErrLockLost) && told != 1 {
+			t.Fatalf("Release returned %v with Ended told %d times", err, told)
+		}
+		if racer != ls {
+			if err != nil && !errors.Is(err, lockcore.ErrLockLost) {
+				t.Fatalf("Release of the re-entry: %v", err)
+			}
+			err = ls.Release(ctx)
+			told = ev.count()
+		}
+		got := ev.take()
+		if len(got) != 1 || told != 1 {
+			t.Fatalf("Ended %d times for one hold (%d when its Release returned): %+v", len(got), told, got)
+		}
+		switch {
+		case errors.Is(err, lockcore.ErrLockLost):
+			lost++
+			if got[0].cause != errTestGone || got[0].done || got[0].release != 0 {
+				t.Fatalf("Ended of a loss %+v", got[0])
+			}
+		case err == nil:
+			released++
+			if got[0].cause != lockcore.ErrReleased || got[0].err != nil {
+				t.Fatalf("Ended of a release %+v", got[0])
+			}
+		default:
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	t.Logf("%d lost, %d released", lost, released)
+}
+
+// TestEndedLossBeforeRelease: a Release that finds its hold lost by a
+// loss still being told (Events.Ended has not returned) waits for it,
+// whether it is the hold's last lease or an in-memory re-entry's.
+func TestEndedLossBeforeRelease(t *testing.T) {
+	for _, reentry := range []bool{false, true} {
+		ev := &endings{entered: make(chan struct{}), proceed: make(chan struct{})}
+		e := &testEngine{ev: ev}
+		ctx := context.Background()
+		ls, _ := e.Acquire(ctx, testKey(t), lockcore.Policy{Wait: lockcore.FailFast})
+		racer := ls
+		if reentry {
+			racer, _ = e.Acquire(ls.Context(), testKey(t), lockcore.Policy{Wait: lockcore.FailFast})
+		}
+		go lockcore.Lose(ls, errTestGone)
+		<-ev.entered
+		returned := make(chan error, 1)
+		go func() { returned <- racer.Release(ctx) }()
+		select {
+		case err := <-returned:
+			t.Fatalf("re-entry %v: Release returned %v while its loss was being told", reentry, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(ev.proceed)
+		if err := <-returned; !errors.Is(err, errTestGone) {
+			t.Fatalf("re-entry %v: Release: %v, want the loss", reentry, err)
+		}
+		if reentry {
+			_ = ls.Release(ctx)
+		}
+		if got := ev.take(); len(got) != 1 || got[0].cause != errTestGone {
+			t.Fatalf("re-entry %v: Ended %+v, want once, the loss", reentry, got)
+		}
+	}
 }

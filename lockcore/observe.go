@@ -41,13 +41,18 @@ type Events interface {
 	// ErrReleased and the release's error (nil, or matching
 	// ErrUnavailable when the release goes on in the background), or when
 	// it was lost, with the cause of its loss (matching ErrLockLost;
-	// ErrRevoked when it was force-released) and a nil err. held is how
-	// long the hold lasted, release how long its backend release took (0
-	// for a loss). ctx is the release's context, or for a loss the lease's
-	// own: the request's values, such as its trace span, are in it. A loss
-	// is reported before the Release of the lost hold returns, so that
-	// what an implementation records on the request's span lands before
-	// the request ends.
+	// ErrRevoked when it was force-released, also when its backend release
+	// found that) and a nil err. held is how long the hold lasted, release
+	// how long its backend release took (0 for a loss found before a
+	// release). ctx is the release's context, or for a loss found before a
+	// release the lease's own: the request's values, such as its trace
+	// span, are in it. A loss is reported before the lease's context is
+	// cancelled, and so before the Release of the lost hold returns, so
+	// that what an implementation records on the request's span lands
+	// before the request ends.
+	//
+	// lockcore makes these calls, for every engine: an engine gives its
+	// Events to NewLease and tells Ended nothing itself.
 	Ended(ctx context.Context, key Key, held, release time.Duration, cause, err error)
 }
 

@@ -32,8 +32,8 @@ var caughtBy = map[string][]string{
 	// Every hold has fence 1: fences stop rising wherever they are watched.
 	"fenceReset": {"Exclusion", "FencingOrder", "Operator", "TokenGrantsNothing"},
 	"keepWaiter": {"Withdrawal"},
-	// Every check that counts Ended of a release.
-	"endedTwice":   {"Events", "InMemoryReentry", "TokenReentry"},
+	// Every check that counts Ended.
+	"endsUntold":   {"Events", "InMemoryReentry", "LossThroughContext", "TokenReentry"},
 	"revokeNoBump": {"FencingOrder", "Operator"},
 	// Every check that waits for a held key.
 	"waitIgnored": {"Events", "Exclusion", "FIFO", "Operator", "Policy", "TokenGrantsNothing", "Withdrawal"},

@@ -43,13 +43,14 @@ type Engine struct {
 	// Events, if set, is told what the engine does, as lockcore.Events
 	// describes: Waiting when an acquisition starts and stops waiting;
 	// Woken when a waiter is handed the lock ("message") or its wait ran
-	// out ("timer"); Ended when a fresh hold (a fresh acquisition, or a
-	// token re-entry, which is a hold of its own) is released or revoked.
-	// The engine never renews, so Renewed is never called. Waiting(key,
-	// +1) is called with the engine's lock held, so that a waiter is
-	// counted before Inspect or Await can see it, and so is Ended of a
-	// revocation, before the lease's context is cancelled; the other calls
-	// are made without it. Set it before the first Acquire.
+	// out ("timer"); Ended (by lockcore, which is given it with each
+	// lease) when a fresh hold (a fresh acquisition, or a token re-entry,
+	// which is a hold of its own) is released or revoked. The engine never
+	// renews, so Renewed is never called. Waiting(key, +1) is called with
+	// the engine's lock held, so that a waiter is counted before Inspect or
+	// Await can see it, and so is Ended of a revocation, before the lease's
+	// context is cancelled; the other calls are made without it. Set it
+	// before the first Acquire.
 	Events lockcore.Events
 
 	mu      sync.Mutex
@@ -74,13 +75,11 @@ type keyState struct {
 
 // hold is one entry of a key's hold: what a lease wraps.
 type hold struct {
-	e     *Engine
-	ks    *keyState
-	ls    *lockcore.Lease
-	start time.Time             // when it was taken, for Events.Ended
-	lost  atomic.Pointer[error] // the cause of its loss; read by Check without the mutex
-	done  bool                  // released or lost; guarded by e.mu
-	quiet bool                  // given back before Acquire returned it: no Events.Ended; guarded by e.mu
+	e    *Engine
+	ks   *keyState
+	ls   *lockcore.Lease
+	lost atomic.Pointer[error] // the cause of its loss; read by Check without the mutex
+	done bool                  // released or lost; guarded by e.mu
 }
 
 // waiter is one blocked acquisition.
@@ -131,8 +130,8 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		e.mu.Unlock()
 		return ls, nil
 	case !e.defects.ignoreTokens && slices.Contains(lockcore.TokensFrom(ctx), ks.token):
-		h := &hold{e: e, ks: ks, start: time.Now()}
-		h.ls = lockcore.NewLease(ctx, e, key, ks.token, ks.fence, h)
+		h := &hold{e: e, ks: ks}
+		h.ls = lockcore.NewLease(ctx, e, key, ks.token, ks.fence, h, e.events())
 		ks.entries = append(ks.entries, h)
 		e.notify()
 		e.mu.Unlock()
@@ -181,11 +180,8 @@ func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 			}
 			ce.RetryAfter = ks.retryAfter()
 		} else {
-			for _, h := range ks.entries {
-				if h.ls == ls {
-					h.quiet = true // never handed out: not a hold to report
-				}
-			}
+			// Never handed out: not a hold to report.
+			lockcore.Lose(ls, err)
 		}
 		e.mu.Unlock()
 		if ls != nil {
@@ -242,11 +238,19 @@ func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration) *loc
 	if toks := lockcore.TokensFrom(ctx); e.defects.tokenTakesFree && len(toks) > 0 {
 		ks.token = toks[0]
 	}
-	h := &hold{e: e, ks: ks, start: ks.since}
-	h.ls = lockcore.NewLease(ctx, e, ks.key, ks.token, ks.fence, h)
+	h := &hold{e: e, ks: ks}
+	h.ls = lockcore.NewLease(ctx, e, ks.key, ks.token, ks.fence, h, e.events())
 	ks.entries = append(ks.entries, h)
 	e.notify()
 	return h.ls
+}
+
+// events is what the leases of the engine's holds tell of their ends.
+func (e *Engine) events() lockcore.Events {
+	if e.defects.endsUntold {
+		return nil
+	}
+	return e.Events
 }
 
 // free frees ks and hands it to its oldest waiter, if any. e.mu is held.
@@ -289,12 +293,10 @@ func (h *hold) Check() error {
 }
 
 // Release implements lockcore.Hold: it drops this entry of the hold and
-// frees the key, for its oldest waiter, when none is left, and then tells
-// Events that the hold ended (lockcore.ErrReleased). Releasing an entry
-// that was taken away changes nothing. It never fails.
+// frees the key, for its oldest waiter, when none is left. Releasing an
+// entry that was taken away changes nothing. It never fails.
 func (h *hold) Release(ctx context.Context) error {
 	e := h.e
-	begin := time.Now()
 	e.mu.Lock()
 	if h.done {
 		e.mu.Unlock()
@@ -307,30 +309,16 @@ func (h *hold) Release(ctx context.Context) error {
 		e.free(ks)
 	}
 	e.notify()
-	quiet := h.quiet
 	e.mu.Unlock()
-	if ev := e.Events; ev != nil && !quiet {
-		end := time.Now()
-		ev.Ended(ctx, ks.key, end.Sub(h.start), end.Sub(begin), lockcore.ErrReleased, nil)
-		if e.defects.endedTwice {
-			ev.Ended(ctx, ks.key, end.Sub(h.start), end.Sub(begin), lockcore.ErrReleased, nil)
-		}
-	}
 	return nil
 }
 
 // lose ends the live hold of ks as lost with cause, which matches
-// lockcore.ErrLockLost: Events is told of each entry's end, with the
-// engine's lock held and before the entry's lease contexts are cancelled
-// (a handler that returns when its context ends has not yet returned, so
-// the request's span is still open for what Events records on it). The
-// key is not freed. e.mu is held.
+// lockcore.ErrLockLost: each entry's lease is lost (lockcore.Lose, which
+// tells Events of the entry's end before it cancels the lease's context),
+// with the engine's lock held. The key is not freed. e.mu is held.
 func (e *Engine) lose(ks *keyState, cause error) {
-	end := time.Now()
 	for _, h := range ks.entries {
-		if ev := e.Events; ev != nil {
-			ev.Ended(h.ls.Context(), ks.key, end.Sub(h.start), 0, cause, nil)
-		}
 		h.done = true
 		if !e.defects.silentLoss {
 			h.lost.Store(&cause)
@@ -471,7 +459,7 @@ type defects struct {
 	silentLoss     bool // a revoked hold's leases are not told
 	fenceReset     bool // a key's fencing counter restarts when it is freed
 	keepWaiter     bool // a waiter that gave up stays in line, and is granted
-	endedTwice     bool // Events.Ended is told twice of a release
+	endsUntold     bool // leases are given no Events: no hold's end is told
 	revokeNoBump   bool // Revoke does not move the fencing counter on
 	waitIgnored    bool // every acquisition fails fast
 }

@@ -48,7 +48,7 @@ func (e *Engine) Waiters(key lockcore.Key) int {
 // Defects names the deliberate faults a broken Engine can have.
 var Defects = []string{
 	"grantTwice", "lifo", "ignoreTokens", "tokenTakesFree", "silentLoss",
-	"fenceReset", "keepWaiter", "endedTwice", "revokeNoBump", "waitIgnored",
+	"fenceReset", "keepWaiter", "endsUntold", "revokeNoBump", "waitIgnored",
 }
 
 // Broken returns an Engine with the named defect, reporting to ev.
@@ -70,8 +70,8 @@ func Broken(defect string, ev lockcore.Events) *Engine {
 		d.fenceReset = true
 	case "keepWaiter":
 		d.keepWaiter = true
-	case "endedTwice":
-		d.endedTwice = true
+	case "endsUntold":
+		d.endsUntold = true
 	case "revokeNoBump":
 		d.revokeNoBump = true
 	case "waitIgnored":

@@ -69,11 +69,10 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		return nil, err
 	}
 	h.start = time.Now()
-	h.ls = lockcore.NewLease(ctx, l, key, h.token, h.fence, h)
+	h.ls = lockcore.NewLease(ctx, l, key, h.token, h.fence, h, l.opt.Events)
 	if !l.wd.add(h, sent, length) {
 		// Closed while acquiring: give it back. Its lease was never handed
-		// out: Events hears nothing of it.
-		h.told.Store(told)
+		// out: lost with ErrClosed, Events hears nothing of it.
 		h.lose(lockcore.ErrClosed)
 		l.withdraw(h, "")
 		return nil, lockcore.ErrClosed

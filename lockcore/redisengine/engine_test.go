@@ -326,7 +326,7 @@ func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
 			forged := l.newHold(key, tok, 0)
 			forged.setEntry(l.nextID(time.Now()))
 			forged.setValidUntil(time.Now().Add(time.Minute))
-			forged.ls = lockcore.NewLease(ctx, l, key, tok, 0, forged)
+			forged.ls = lockcore.NewLease(ctx, l, key, tok, 0, forged, l.opt.Events)
 			if n, err := l.release(ctx, forged, ""); n != -1 || err != nil {
 				t.Fatalf("release script by a stranger: %d %v, want -1", n, err)
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +29,6 @@ type hold struct {
 	ls      *lockcore.Lease // set once held
 	start   time.Time       // when it was held, for holdStats
 	ended   atomic.Bool     // released or lost: the watchdog drops it
-	told    atomic.Int32    // what Options.Events was told of its end: untold, telling, told
 
 	// Watchdog bookkeeping, guarded by the watchdog's mutex.
 	index int           // in the watchdog heap; -1 when not scheduled
@@ -64,17 +62,13 @@ var errRanOut = fmt.Errorf("%w: renewals failed until the lease ran out (%w)", l
 func (h *hold) live() bool { return !h.ended.Load() }
 
 // Check implements lockcore.Hold: nil while the local validity lasts. A
-// hold that fails it is lost (lockcore loses it), so the watchdog stops
-// renewing it.
+// hold that fails it is lost (lockcore loses it, and tells Options.Events),
+// so the watchdog stops renewing it.
 func (h *hold) Check() error {
 	if mono() < h.valid.Load() {
 		return nil
 	}
 	first := !h.ended.Swap(true)
-	if ev := h.l.opt.Events; ev != nil && h.told.CompareAndSwap(untold, told) {
-		// lockcore loses it with this cause.
-		ev.Ended(h.ls.Context(), h.key, time.Since(h.start), 0, errRanOut, nil)
-	}
 	if lg := h.l.opt.Logger; lg != nil && first {
 		// lockcore loses it here, before the watchdog would: the log hears
 		// of it as from lose.
@@ -83,72 +77,19 @@ func (h *hold) Check() error {
 	return errRanOut
 }
 
-// What Options.Events was told of a hold's end (hold.told).
-const (
-	untold  int32 = iota
-	telling       // a loss is being settled: Release waits for it
-	told
-)
-
-// lose ends the hold as lost and cancels its lease's context; it reports
-// whether this call did it.
+// lose ends the hold as lost and cancels its lease's context (lockcore
+// tells Options.Events first); it reports whether this call did it. A
+// hold given back before its lease was handed out is lost with
+// lockcore.ErrClosed, of which Options.Events hears nothing.
 func (h *hold) lose(cause error) bool {
 	h.ended.Store(true)
-	// Options.Events hears of the loss once the lease is lost, and so
-	// after its context was cancelled: Release, which the holder may call
-	// at once, waits until then rather than tell of a release.
-	claimed := h.l.opt.Events != nil && h.told.CompareAndSwap(untold, telling)
-	lost := lockcore.Lose(h.ls, cause)
-	if claimed {
-		h.settleLoss(lost, cause)
-	}
-	if !lost {
+	if !lockcore.Lose(h.ls, cause) {
 		return false
 	}
 	if lg := h.l.opt.Logger; lg != nil && !errors.Is(cause, lockcore.ErrClosed) {
 		lg.Warn("routelock: a lease was lost while its holder ran", "resource", resourceName(h.key), "cause", cause)
 	}
 	return true
-}
-
-// settleLoss tells Options.Events that the hold was lost, with cause when
-// lost (this call lost the lease) and otherwise with the cause of a loss
-// that came first; a lease released first is left for Release to tell.
-func (h *hold) settleLoss(lost bool, cause error) {
-	if !lost {
-		err := h.ls.Err()
-		if !errors.Is(err, lockcore.ErrLockLost) {
-			h.told.Store(untold)
-			return
-		}
-		cause = err
-	}
-	h.l.opt.Events.Ended(h.ls.Context(), h.key, time.Since(h.start), 0, cause, nil)
-	h.told.Store(told)
-}
-
-// tellReleased tells ev, Options.Events, that the hold's release began at
-// began and returned err, unless it was told of a loss: the release's
-// end. A release that found the hold revoked (err lockcore.ErrRevoked)
-// ends it with that cause.
-func (h *hold) tellReleased(ctx context.Context, ev lockcore.Events, began time.Time, err error) {
-	for {
-		switch h.told.Load() {
-		case told:
-			return
-		case telling:
-			runtime.Gosched() // a loss is being settled, without blocking
-			continue
-		}
-		if h.told.CompareAndSwap(untold, told) {
-			break
-		}
-	}
-	if err == lockcore.ErrRevoked {
-		ev.Ended(ctx, h.key, began.Sub(h.start), time.Since(began), err, nil)
-		return
-	}
-	ev.Ended(ctx, h.key, began.Sub(h.start), time.Since(began), lockcore.ErrReleased, err)
 }
 
 // setEntry makes id the hold's entry in Redis.
@@ -163,15 +104,11 @@ func (h *hold) setEntry(id string) {
 // Options.ReleaseTimeout; a release not answered by then goes on in the
 // background.
 //
-// It returns an error matching lockcore.ErrRevoked when an operator
-// revoked the hold (Revoke) before the release reached Redis.
+// It returns lockcore.ErrRevoked when an operator revoked the hold
+// (Revoke) before the release reached Redis: lockcore then tells
+// Options.Events of a loss with that cause.
 func (h *hold) Release(ctx context.Context) error {
 	l := h.l
-	ev := l.opt.Events
-	var began time.Time
-	if ev != nil {
-		began = time.Now()
-	}
 	if !h.ended.Swap(true) {
 		l.stats.record(h.key, time.Since(h.start))
 	}
@@ -186,9 +123,6 @@ func (h *hold) Release(ctx context.Context) error {
 		l.latch(h, err)
 	case n == -3:
 		err = lockcore.ErrRevoked
-	}
-	if ev != nil {
-		h.tellReleased(ctx, ev, began, err)
 	}
 	return err
 }

@@ -125,6 +125,9 @@ func (l *Engine) settle(ctx context.Context) <-chan struct{} {
 func (l *Engine) firstLock(ls *lockcore.Lease, read <-chan struct{}) error {
 	<-read // bounded by settle
 	if bad := l.refuse.Load(); bad != nil {
+		// Given back, its lease never handed out: lost with a cause that
+		// is no loss, Events hears nothing of it.
+		lockcore.Lose(ls, *bad)
 		_ = ls.Release(context.Background())
 		return l.report(*bad)
 	}
