@@ -3,8 +3,16 @@ package lockcore
 import (
 	"fmt"
 	"strings"
+)
 
-	"github.com/routelock/lock/internal/keylimit"
+// Limits on key parts, which NewKey and ParseKey enforce: a key names one
+// resource, and anything longer is far more likely a mistake or an attack
+// than a real identifier. The key functions check against the same numbers
+// in internal/keylimit, which a test holds equal to these: lockcore links
+// nothing but the standard library.
+const (
+	maxParts   = 8   // parts in one key
+	maxPartLen = 256 // bytes in one part, before escaping
 )
 
 // Key is a validated, escaped lock key: the resource a lock protects, such as
@@ -22,16 +30,16 @@ func NewKey(parts ...string) (Key, error) {
 	if len(parts) == 0 {
 		return Key{}, fmt.Errorf("%w: no parts", ErrInvalidKey)
 	}
-	if len(parts) > keylimit.Parts {
-		return Key{}, fmt.Errorf("%w: %d parts, at most %d", ErrInvalidKey, len(parts), keylimit.Parts)
+	if len(parts) > maxParts {
+		return Key{}, fmt.Errorf("%w: %d parts, at most %d", ErrInvalidKey, len(parts), maxParts)
 	}
 	n := len(parts) - 1
 	for i, p := range parts {
 		if p == "" {
 			return Key{}, fmt.Errorf("%w: part %d is empty", ErrInvalidKey, i)
 		}
-		if len(p) > keylimit.PartLen {
-			return Key{}, fmt.Errorf("%w: part %d is %d bytes, at most %d", ErrInvalidKey, i, len(p), keylimit.PartLen)
+		if len(p) > maxPartLen {
+			return Key{}, fmt.Errorf("%w: part %d is %d bytes, at most %d", ErrInvalidKey, i, len(p), maxPartLen)
 		}
 		n += escapedLen(p)
 	}
@@ -101,8 +109,8 @@ func ParseKey(s string) (Key, error) {
 		return Key{}, fmt.Errorf("%w: empty", ErrInvalidKey)
 	}
 	parts := strings.Split(s, ":")
-	if len(parts) > keylimit.Parts {
-		return Key{}, fmt.Errorf("%w: %d parts, at most %d", ErrInvalidKey, len(parts), keylimit.Parts)
+	if len(parts) > maxParts {
+		return Key{}, fmt.Errorf("%w: %d parts, at most %d", ErrInvalidKey, len(parts), maxParts)
 	}
 	for i, p := range parts {
 		if p == "" {
@@ -125,8 +133,8 @@ func ParseKey(s string) (Key, error) {
 			}
 			j += 2
 		}
-		if n > keylimit.PartLen {
-			return Key{}, fmt.Errorf("%w: part %d is %d bytes, at most %d", ErrInvalidKey, i, n, keylimit.PartLen)
+		if n > maxPartLen {
+			return Key{}, fmt.Errorf("%w: part %d is %d bytes, at most %d", ErrInvalidKey, i, n, maxPartLen)
 		}
 	}
 	return Key{s: s}, nil
