@@ -101,7 +101,7 @@ func (l *Locker) apply(opts []Option) {
 		}
 		o.apply(l)
 	}
-	l.redis.Logger = l.logger
+	l.redis.Logger = l.logger // New's engine logs where the Locker does
 }
 
 func (l *Locker) wrapped(e lockcore.Engine) lockcore.Engine {

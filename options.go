@@ -88,10 +88,7 @@ func Defaults(ps ...lockcore.Policy) Option {
 //
 //	locker := lock.New(rdb, lock.Logger(slog.Default()))
 func Logger(l *slog.Logger) Option {
-	return Option{func(k *Locker) {
-		k.logger = l
-		k.redis.Logger = l
-	}}
+	return Option{func(k *Locker) { k.logger = l }}
 }
 
 // Observe makes o watch the Locker's locks: OpenTelemetry spans and metrics
