@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -80,25 +78,14 @@ func TestExactRuleWithoutItsKeyIsLogged(t *testing.T) {
 	locker := lock.New(rdb)
 	t.Cleanup(func() { _ = locker.Close() })
 	var ran atomic.Int32
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.UnaryServer(locker, interceptor.Config{
+	rig := newFakeRig(t, locker, interceptor.Config{
 		Rules:  []interceptor.Rule{interceptor.Method(shop.Reserve, interceptor.Field("sku"))},
 		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil)),
-	})))
-	shop.Register(srv, &shop.Server{Reserve: func(context.Context, *dynamicpb.Message) (*dynamicpb.Message, error) {
+	}, &shop.Server{Reserve: func(context.Context, *dynamicpb.Message) (*dynamicpb.Message, error) {
 		ran.Add(1)
 		return shop.New("ReserveReply"), nil
 	}})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
+	cc := rig.cc
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := 0; i < 3; i++ {
