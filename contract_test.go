@@ -146,9 +146,9 @@ func TestPrintedContextLeaksNoToken(t *testing.T) {
 //     the handler's context and the one derived before the lock are
 //     cancelled with cause ErrLockLost.
 func TestStreamReentryAndLoss(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		rdb := defaultClient(t, b.Addr)
+		rdb := b.Universal(t)
 		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix}, lock.Defaults(lock.TTL(300*time.Millisecond)))
 		defer l.Close()
 		other := lock.FromEngine(l, lock.Defaults(lock.FailFast()))
@@ -381,12 +381,12 @@ func TestOOMKeepsHeldLocks(t *testing.T) {
 // entries). All see the same fencing token, and the key is gone after the
 // outermost handler.
 func TestSameEngineReentryAcrossLockers(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		a := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
+		a := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 		defer a.Close()
 		same := lock.FromEngine(a, lock.Defaults(lock.FailFast()))
-		c := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
+		c := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 		defer c.Close()
 		k := key(t, "productID", "42")
 

@@ -81,7 +81,8 @@
 //
 // The package-level ByParam and By use the Locker that SetDefault sets.
 // Without SetDefault, they connect to the Redis named by the REDIS_URL
-// environment variable, or to localhost:6379.
+// (one server), REDIS_CLUSTER_URL (a Redis Cluster) or REDIS_SENTINEL_URL
+// (a master behind Sentinel) environment variable, or to localhost:6379.
 //
 // # Packages
 //

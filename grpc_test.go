@@ -93,10 +93,10 @@ func wantCode(t *testing.T, err error, code codes.Code) {
 // clients with a racy read-modify-write Reserve. With the lock exactly 10
 // are sold; without it the same handler oversells.
 func TestGRPCSeckill(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		for _, locked := range []bool{true, false} {
 			t.Run(fmt.Sprintf("locked=%v", locked), func(t *testing.T) {
-				sold, stock := grpcSeckill(t, b.Addr, locked)
+				sold, stock := grpcSeckill(t, b, locked)
 				t.Logf("sold %d, stock %d", sold, stock)
 				if locked && (sold != 10 || stock != 0) {
 					t.Fatalf("with the lock: sold %d, stock %d; want 10 and 0", sold, stock)
@@ -109,15 +109,15 @@ func TestGRPCSeckill(t *testing.T) {
 	})
 }
 
-func grpcSeckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
+func grpcSeckill(t *testing.T, b *redistest.Backend, locked bool) (sold, stock int64) {
 	const clients, initial = 100, 10
 	prefix := redistest.Prefix(t)
 	stockKey, soldKey := prefix+"stock", prefix+"sold"
 	meet := meetSecond()
 	var addrs []string
-	var rdb *redis.Client
+	var rdb redis.UniversalClient
 	for range 3 {
-		rdb = client(t, addr)
+		rdb = clientOf(t, b)
 		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
 		t.Cleanup(func() { l.Close() })
 		rc := rdb
@@ -185,15 +185,15 @@ func grpcSeckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 // not nil).
 type grpcShop struct {
 	locker  *lock.Locker
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	addr    string
 	ran     atomic.Int32
 	entered chan struct{}
 	release chan struct{}
 }
 
-func newGRPCShop(t *testing.T, addr, prefix string, rule interceptor.Rule, opts ...lock.Option) *grpcShop {
-	g := &grpcShop{rdb: client(t, addr), entered: make(chan struct{}, 16)}
+func newGRPCShop(t *testing.T, b *redistest.Backend, prefix string, rule interceptor.Rule, opts ...lock.Option) *grpcShop {
+	g := &grpcShop{rdb: clientOf(t, b), entered: make(chan struct{}, 16)}
 	g.locker = lock.NewRedis(g.rdb, redisengine.Options{Prefix: prefix}, opts...)
 	t.Cleanup(func() { g.locker.Close() })
 	srv := &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
@@ -217,12 +217,12 @@ func newGRPCShop(t *testing.T, addr, prefix string, rule interceptor.Rule, opts 
 // with Aborted and a RetryInfo at once, and a blocking call gets in when
 // the holder finishes.
 func TestGRPCContention(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		holder := newGRPCShop(t, b.Addr, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID")))
+		holder := newGRPCShop(t, b, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID")))
 		holder.release = make(chan struct{})
-		fast := newGRPCShop(t, b.Addr, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.FailFast()))
-		blocking := newGRPCShop(t, b.Addr, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.Wait(20*time.Second)))
+		fast := newGRPCShop(t, b, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.FailFast()))
+		blocking := newGRPCShop(t, b, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.Wait(20*time.Second)))
 		ctx := context.Background()
 
 		held := make(chan error, 1)
@@ -273,7 +273,7 @@ func TestGRPCContention(t *testing.T) {
 		holder.release = make(chan struct{})
 		go func() { _, err := reserve(ctx, dial(t, holder.addr), 42); held <- err }()
 		<-holder.entered
-		short := newGRPCShop(t, b.Addr, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.Wait(50*time.Millisecond)))
+		short := newGRPCShop(t, b, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.Wait(50*time.Millisecond)))
 		_, err = reserve(ctx, dial(t, short.addr), 42)
 		wantCode(t, err, codes.Aborted)
 		close(holder.release)
@@ -286,10 +286,10 @@ func TestGRPCContention(t *testing.T) {
 // TestGRPCBadKey: a missing or invalid key ends the call with
 // InvalidArgument, the handler never runs and nothing is locked.
 func TestGRPCBadKey(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		var ran atomic.Int32
-		rdb := client(t, b.Addr)
+		rdb := clientOf(t, b)
 		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
 		defer l.Close()
 		srv := &shop.Server{
@@ -389,14 +389,14 @@ func TestGRPCRedisDown(t *testing.T) {
 // fencing token, the count reaches 3, and the key is gone when the
 // outermost call returns. Without propagation the gRPC call is refused.
 func TestCrossProtocolReentry(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		k := key(t, "productID", "42")
 
 		// Service C: HTTP, the innermost.
 		var cInfo atomic.Value
 		var cFence atomic.Int64
-		c := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
+		c := newApp(t, b, prefix, func(a *app) http.Handler {
 			r := chi.NewRouter()
 			r.Use(a.locker.ByParam("productID", lock.FailFast()))
 			r.Post("/products/{productID}/audit", func(w http.ResponseWriter, r *http.Request) {
@@ -415,7 +415,7 @@ func TestCrossProtocolReentry(t *testing.T) {
 		// Service B: gRPC, calls C with the token.
 		for _, propagate := range []bool{true, false} {
 			t.Run(fmt.Sprintf("propagate=%v", propagate), func(t *testing.T) {
-				bLocker := lock.NewRedis(client(t, b.Addr), redisengine.Options{Prefix: prefix})
+				bLocker := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix})
 				defer bLocker.Close()
 				hc := httpClient(t, middleware.Transport(nil))
 				var bFence atomic.Int64
@@ -442,7 +442,7 @@ func TestCrossProtocolReentry(t *testing.T) {
 
 				// Service A: HTTP, the outermost, calls B.
 				var aFence atomic.Int64
-				a := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
+				a := newApp(t, b, prefix, func(a *app) http.Handler {
 					r := chi.NewRouter()
 					r.Use(a.locker.ByParam("productID"))
 					r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
@@ -493,9 +493,9 @@ func TestCrossProtocolReentry(t *testing.T) {
 // handler's first RecvMsg and held until the handler returns; a key from
 // metadata is locked before the handler runs.
 func TestGRPCStream(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		rdb := client(t, b.Addr)
+		rdb := clientOf(t, b)
 		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
 		defer l.Close()
 		type seen struct {
@@ -612,9 +612,9 @@ func TestGRPCStream(t *testing.T) {
 // reaches the recovery interceptor outside; a lease deleted behind the
 // handler's back cancels its context with cause ErrLockLost.
 func TestGRPCPanicAndLoss(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		rdb := client(t, b.Addr)
+		rdb := clientOf(t, b)
 		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix}, lock.Defaults(lock.TTL(300*time.Millisecond)))
 		defer l.Close()
 		recovered := make(chan any, 1)
@@ -670,9 +670,9 @@ func TestGRPCPanicAndLoss(t *testing.T) {
 // field a method lacks passes it through; an exact one is a configuration
 // error (Internal); untrusted tokens are ignored.
 func TestGRPCRules(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		l := lock.NewRedis(client(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
+		l := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 		defer l.Close()
 		unaryServer := func(e lockcore.Engine, rules ...interceptor.Rule) grpc.UnaryServerInterceptor {
 			return interceptor.UnaryServer(e, interceptor.Config{Rules: rules, TrustToken: func(ctx context.Context, method string) bool {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/redis/go-redis/v9"
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
@@ -25,9 +24,9 @@ import (
 // lost while its handler runs and a lease force-released by an operator are
 // each logged, and no line carries a key's value or an owner token.
 func TestLogLinesShowNoKeyValueOrToken(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		var logs syncBuffer
-		rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
+		rdb := b.Universal(t)
 		t.Cleanup(func() { _ = rdb.Close() })
 		prefix := redistest.Prefix(t)
 		locker := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix}, lock.Defaults(lock.TTL(300*time.Millisecond)),

@@ -33,7 +33,7 @@ import (
 func TestTokensNeverLeak(t *testing.T) {
 	b := redistest.Mini(t)
 	prefix := redistest.Prefix(t)
-	lease, _ := holdFor(t, b.Addr, prefix)
+	lease, _ := holdFor(t, b, prefix)
 	tok := lease.Token()
 	var logs bytes.Buffer
 	log.SetOutput(&logs)
@@ -47,7 +47,7 @@ func TestTokensNeverLeak(t *testing.T) {
 		r.Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {})
 		return r
 	}
-	a := newApp(t, b.Addr, prefix, build)
+	a := newApp(t, b, prefix, build)
 	hc := httpClient(t, nil)
 	secrets := []string{tok, lockcore.NewToken(), "not a token \x00\r\n", strings.Repeat("Z", 300), "\xff\xfe-bad-utf8"}
 	var seen []string
@@ -75,7 +75,7 @@ func TestTokensNeverLeak(t *testing.T) {
 
 	// gRPC: the holder's token from an untrusted caller, forged and
 	// malformed tokens, and hostile metadata keys.
-	l := lock.NewRedis(client(t, b.Addr), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
+	l := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 	defer l.Close()
 	cc := dial(t, serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		return shop.New("ReserveReply"), nil

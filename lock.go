@@ -2,17 +2,16 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -235,7 +234,7 @@ func (l *Locker) ByParam(name string, ps ...lockcore.Policy) func(http.Handler) 
 var (
 	defaultMu   sync.Mutex
 	defaultL    atomic.Pointer[Locker]
-	defaultOwns *redis.Client // the client defaultLocker opened itself
+	defaultOwns redis.UniversalClient // the client defaultLocker opened itself
 )
 
 // SetDefault makes l the Locker that the package-level helpers (ByParam,
@@ -243,12 +242,19 @@ var (
 // the routes are built, as long as it comes before the first request.
 //
 // When SetDefault was not called, the helpers use a Locker of their own on
-// a client of their own, on the Redis that the REDIS_URL environment
-// variable names (redis.ParseURL syntax, such as
-// redis://:password@host:6379/0), or localhost:6379 when REDIS_URL is
-// empty, made at the first locked request. It connects lazily: an
-// unreachable Redis shows as 503 responses. Making it logs once, with
-// slog.Default, the address and database of the Redis it uses (never the
+// a client of their own, made at the first locked request, on the Redis
+// that one of these environment variables names:
+//   - REDIS_URL, one server, in redis.ParseURL syntax, such as
+//     redis://:password@host:6379/0;
+//   - REDIS_CLUSTER_URL, a Redis Cluster, in redis.ParseClusterURL syntax,
+//     such as redis://:password@node1:6379?addr=node2:6379&addr=node3:6379;
+//   - REDIS_SENTINEL_URL, a master behind Sentinel, in
+//     redis.ParseFailoverURL syntax, such as
+//     redis://sentinel1:26379?addr=sentinel2:26379&master_name=mymaster&password=...;
+//
+// or localhost:6379 when none is set; setting more than one is an error.
+// It connects lazily: an unreachable Redis shows as 503 responses. Making
+// it logs once, with slog.Default, which Redis it uses (never the
 // password) and that SetDefault was not called. SetDefault closes that
 // Locker and its client. SetDefault(nil) undoes SetDefault.
 func SetDefault(l *Locker) {
@@ -263,16 +269,12 @@ func SetDefault(l *Locker) {
 }
 
 // defaultLocker returns the Locker set by SetDefault. When none was set, it
-// creates one on a client of its own, on the Redis that the REDIS_URL
-// environment variable names (redis.ParseURL syntax, such as
-// redis://:password@host:6379/0), or localhost:6379 when REDIS_URL is
-// empty. It connects lazily: an unreachable Redis shows as 503 responses.
-// Creating it logs once, with slog.Default, the address and database of the
-// Redis it uses (never the password) and that SetDefault was not called.
+// creates one on a client of its own, on the Redis the environment names
+// (see SetDefault).
 //
-// Panics if REDIS_URL cannot be parsed. The package-level By and ByParam
-// check REDIS_URL when they build a route, unless a Locker is set, so that
-// a malformed one stops the program at startup rather than at a request.
+// Panics if that cannot be parsed. The package-level By and ByParam check
+// the environment when they build a route, unless a Locker is set, so that
+// a malformed URL stops the program at startup rather than at a request.
 func defaultLocker() *Locker {
 	if l := defaultL.Load(); l != nil {
 		return l
@@ -282,62 +284,50 @@ func defaultLocker() *Locker {
 	if l := defaultL.Load(); l != nil {
 		return l
 	}
-	opt, err := defaultOptions()
+	conf, err := defaultConf()
 	if err != nil {
 		panic(err.Error())
 	}
 	// This client is the package's own: it applies context deadlines, so
 	// the engine's calls need no goroutine of their own to keep them.
-	opt.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(opt)
+	rdb := conf.Open(func(o *redisconf.Common) { *o.ContextTimeoutEnabled = true })
 	l := New(rdb)
 	// Say which Redis, never the password or the URL that may hold one:
 	// instances that each fall back to their own localhost:6379 exclude
 	// nothing from each other.
+	from := conf.Var
+	if from == "" {
+		from = "localhost:6379, " + redisconf.Server + ", " + redisconf.Cluster + " and " + redisconf.Sentinel + " being empty"
+	}
 	slog.Default().Warn("routelock: lock.SetDefault was not called: the package-level helpers use a Locker of their own",
-		"addr", opt.Addr, "db", opt.DB, "from", defaultSource())
+		"redis", conf.Where, "from", from)
 	defaultOwns = rdb
 	defaultL.Store(l)
 	return l
 }
 
-// defaultSource says where the default Locker's Redis comes from.
-func defaultSource() string {
-	if os.Getenv("REDIS_URL") == "" {
-		return "localhost:6379, REDIS_URL being empty"
-	}
-	return "REDIS_URL"
-}
-
-// defaultOptions returns the client options of REDIS_URL, or of
-// localhost:6379 when it is empty. The error shows the expected form and
-// never the value, which may hold a password.
-func defaultOptions() (*redis.Options, error) {
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		return &redis.Options{Addr: "localhost:6379"}, nil
-	}
-	opt, err := redis.ParseURL(u)
+// defaultConf reads the default Locker's Redis from the environment. The
+// error shows the expected form and never the value, which may hold a
+// password.
+func defaultConf() (redisconf.Config, error) {
+	c, err := redisconf.FromEnv(os.Getenv)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the URL, password and all
-		}
-		return nil, fmt.Errorf("lock: REDIS_URL is not a Redis URL (%v): want redis://[user:password@]host:6379/0, rediss:// for TLS, or unix:///path/to/redis.sock; or call lock.SetDefault before building routes", err)
+		return c, fmt.Errorf("lock: %w; or call lock.SetDefault before building routes", err)
 	}
-	return opt, nil
+	return c, nil
 }
 
 // By is By of the default Locker (see SetDefault), looked up at each
 // request.
 //
 // Panics if key or the Policy is invalid, as Locker.By does, when called;
-// and, when no Locker is set (SetDefault), if REDIS_URL cannot be parsed.
+// and, when no Locker is set (SetDefault), if the Redis URL of the
+// environment cannot be parsed.
 func By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) http.Handler {
 	// Lock panics now, at startup, on what any Locker would refuse.
 	middleware.Lock(unbuilt{}, middleware.Config{Key: key, Policy: policy(ps)})
 	if defaultL.Load() == nil {
-		if _, err := defaultOptions(); err != nil {
+		if _, err := defaultConf(); err != nil {
 			panic(err.Error())
 		}
 	}

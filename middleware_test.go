@@ -23,6 +23,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/internal/operate"
+	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -33,20 +34,20 @@ import (
 // app is one instance of a service: its own Redis client, Locker and HTTP
 // server on loopback.
 type app struct {
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	locker *lock.Locker
 	srv    *httptest.Server
 }
 
 // newApp starts an instance whose routes build makes. Lockers of one test
 // share prefix, so instances of a test share their locks.
-func newApp(t *testing.T, addr, prefix string, build func(a *app) http.Handler, opts ...lock.Option) *app {
+func newApp(t *testing.T, b *redistest.Backend, prefix string, build func(a *app) http.Handler, opts ...lock.Option) *app {
 	t.Helper()
-	return newAppOn(t, client(t, addr), prefix, build, opts...)
+	return newAppOn(t, clientOf(t, b), prefix, build, opts...)
 }
 
 // newAppOn is newApp on client rdb.
-func newAppOn(t *testing.T, rdb *redis.Client, prefix string, build func(a *app) http.Handler, opts ...lock.Option) *app {
+func newAppOn(t *testing.T, rdb redis.UniversalClient, prefix string, build func(a *app) http.Handler, opts ...lock.Option) *app {
 	t.Helper()
 	a := &app{rdb: rdb}
 	a.locker = lock.NewRedis(a.rdb, redisengine.Options{Prefix: prefix}, opts...)
@@ -63,6 +64,14 @@ func client(t *testing.T, addr string) *redis.Client {
 		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// clientOf is client for any deployment of redistest.
+func clientOf(t *testing.T, b *redistest.Backend) redis.UniversalClient {
+	return b.UniversalWith(t, func(o *redisconf.Common) {
+		*o.PoolSize, *o.MaxRetries = 64, -1
+		*o.DialTimeout, *o.ReadTimeout, *o.WriteTimeout = 500*time.Millisecond, time.Second, time.Second
+	})
 }
 
 // httpClient is a client for many concurrent requests to loopback servers.
@@ -135,10 +144,10 @@ func inspect(t *testing.T, l *lock.Locker, k lockcore.Key) lockcore.Info {
 // The three instances put the middleware in the three places chi allows: the
 // router's Use, With on the route, and Use inside Route.
 func TestSeckill(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		for _, locked := range []bool{true, false} {
 			t.Run(fmt.Sprintf("locked=%v", locked), func(t *testing.T) {
-				sold, stock := seckill(t, b.Addr, locked)
+				sold, stock := seckill(t, b, locked)
 				t.Logf("sold %d, stock %d", sold, stock)
 				if locked && (sold != 10 || stock != 0) {
 					t.Fatalf("with the lock: sold %d, stock %d; want 10 and 0", sold, stock)
@@ -170,12 +179,12 @@ func meetSecond() func() {
 	}
 }
 
-func seckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
+func seckill(t *testing.T, b *redistest.Backend, locked bool) (sold, stock int64) {
 	const buyers, initial = 200, 10
 	prefix := redistest.Prefix(t)
 	stockKey, soldKey, workKey := prefix+"stock", prefix+"sold", prefix+"work"
 	meet := meetSecond()
-	buy := func(rdb *redis.Client) http.HandlerFunc {
+	buy := func(rdb redis.UniversalClient) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			ctx := r.Context()
 			n, err := rdb.Get(ctx, stockKey).Int64()
@@ -228,7 +237,7 @@ func seckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 	}
 	var apps []*app
 	for _, build := range builds {
-		apps = append(apps, newApp(t, addr, prefix, build))
+		apps = append(apps, newApp(t, b, prefix, build))
 	}
 	if err := apps[0].rdb.Set(context.Background(), stockKey, initial, 0).Err(); err != nil {
 		t.Fatal(err)
@@ -275,9 +284,9 @@ func seckill(t *testing.T, addr string, locked bool) (sold, stock int64) {
 }
 
 // holdFor takes productID:42 with another Locker, as another service would.
-func holdFor(t *testing.T, addr, prefix string) (*lockcore.Lease, *lock.Locker) {
+func holdFor(t *testing.T, b *redistest.Backend, prefix string) (*lockcore.Lease, *lock.Locker) {
 	t.Helper()
-	other := lock.NewRedis(client(t, addr), redisengine.Options{Prefix: prefix})
+	other := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix})
 	t.Cleanup(func() { other.Close() })
 	ls, err := other.Acquire(context.Background(), key(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
@@ -290,7 +299,7 @@ func holdFor(t *testing.T, addr, prefix string) (*lockcore.Lease, *lock.Locker) 
 // still held; a blocking route waits and runs once the holder releases; a
 // wait that runs out is a 409 too. The handler never runs without the lock.
 func TestContention(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		var ran atomic.Int32
 		var holderDone atomic.Bool
@@ -300,7 +309,7 @@ func TestContention(t *testing.T) {
 				t.Error("handler ran while another owner held the lock")
 			}
 		}
-		a := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
+		a := newApp(t, b, prefix, func(a *app) http.Handler {
 			r := chi.NewRouter()
 			r.With(a.locker.ByParam("productID", lock.FailFast())).Post("/products/{productID}/buy", handler)
 			r.With(a.locker.ByParam("productID", lock.Wait(20*time.Second))).Post("/products/{productID}/wait", handler)
@@ -308,7 +317,7 @@ func TestContention(t *testing.T) {
 			return r
 		})
 		hc := httpClient(t, nil)
-		lease, other := holdFor(t, b.Addr, prefix)
+		lease, other := holdFor(t, b, prefix)
 		k := lease.Key()
 
 		res := do(t, hc, "POST", a.srv.URL+"/products/42/buy", nil)
@@ -360,16 +369,16 @@ func TestContention(t *testing.T) {
 // TestCallerGoesAway: a client that gives up while its request waits leaves
 // nothing behind: no waiter, and no hold once the holder releases.
 func TestCallerGoesAway(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		var ran atomic.Bool
-		a := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
+		a := newApp(t, b, prefix, func(a *app) http.Handler {
 			r := chi.NewRouter()
 			r.With(a.locker.ByParam("productID", lock.Wait(20*time.Second))).Post("/products/{productID}/buy",
 				func(http.ResponseWriter, *http.Request) { ran.Store(true) })
 			return r
 		})
-		lease, other := holdFor(t, b.Addr, prefix)
+		lease, other := holdFor(t, b, prefix)
 		ctx, cancel := context.WithCancel(context.Background())
 		req, _ := http.NewRequestWithContext(ctx, "POST", a.srv.URL+"/products/42/buy", nil)
 		errc := make(chan error, 1)
@@ -401,7 +410,7 @@ func TestBadKey(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		var ran atomic.Int32
 		h := func(w http.ResponseWriter, r *http.Request) { ran.Add(1) }
-		a := newApp(t, b.Addr, redistest.Prefix(t), func(a *app) http.Handler {
+		a := newApp(t, b, redistest.Prefix(t), func(a *app) http.Handler {
 			r := chi.NewRouter()
 			r.With(a.locker.ByParam("productID")).Post("/products/{productID}/buy", h)
 			r.With(a.locker.By(keyfunc.Join(keyfunc.Param("productID"), keyfunc.Header("X-User-ID")))).Post("/products/{productID}/cart", h)
@@ -457,7 +466,7 @@ func TestBadKey(t *testing.T) {
 func TestRedisDown(t *testing.T) {
 	redistest.Own(t, func(t *testing.T, addr string, stop func()) {
 		var ran atomic.Int32
-		a := newApp(t, addr, redistest.Prefix(t), func(a *app) http.Handler {
+		a := newApp(t, redistest.At(addr), redistest.Prefix(t), func(a *app) http.Handler {
 			r := chi.NewRouter()
 			r.Use(a.locker.ByParam("productID"))
 			r.Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) { ran.Add(1) })
@@ -486,9 +495,9 @@ func TestRedisDown(t *testing.T) {
 // TestPanic: a panicking handler releases its lock and the panic goes on,
 // to chi's Recoverer or to the caller of ServeHTTP.
 func TestPanic(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		locker := lock.NewRedis(client(t, b.Addr), redisengine.Options{Prefix: prefix})
+		locker := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix})
 		defer locker.Close()
 		k := key(t, "productID", "42")
 		boom := func(w http.ResponseWriter, r *http.Request) {
@@ -531,9 +540,9 @@ func TestPanic(t *testing.T) {
 // TestLeaseLost: a lease that is lost while the handler runs cancels the
 // handler's context with cause ErrLockLost.
 func TestLeaseLost(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		a := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
+		a := newApp(t, b, prefix, func(a *app) http.Handler {
 			r := chi.NewRouter()
 			r.With(a.locker.ByParam("productID", lock.TTL(300*time.Millisecond))).Post("/products/{productID}/buy",
 				func(w http.ResponseWriter, r *http.Request) {
@@ -563,7 +572,7 @@ func TestLeaseLost(t *testing.T) {
 // same fencing token); without it they wait and time out with 409. Either
 // way the key is gone when the outermost request returns.
 func TestNestedReentry(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		k := key(t, "productID", "42")
 		reserve := func(a **app) http.HandlerFunc {
@@ -587,7 +596,7 @@ func TestNestedReentry(t *testing.T) {
 			}
 		}
 		var svcB *app
-		newApp(t, b.Addr, prefix, route(&svcB))
+		newApp(t, b, prefix, route(&svcB))
 
 		for _, propagate := range []bool{true, false} {
 			t.Run(fmt.Sprintf("propagate=%v", propagate), func(t *testing.T) {
@@ -601,7 +610,7 @@ func TestNestedReentry(t *testing.T) {
 					nested []call
 				}
 				done := make(chan outcome, 1)
-				newApp(t, b.Addr, prefix, func(a *app) http.Handler {
+				newApp(t, b, prefix, func(a *app) http.Handler {
 					svcA = a
 					hc := httpClient(t, nil)
 					if propagate {
@@ -655,7 +664,7 @@ func TestNestedReentry(t *testing.T) {
 func TestTokenTrust(t *testing.T) {
 	b := redistest.Mini(t)
 	prefix := redistest.Prefix(t)
-	lease, _ := holdFor(t, b.Addr, prefix)
+	lease, _ := holdFor(t, b, prefix)
 	internal := func(r *http.Request) bool { return r.Header.Get("X-Internal") == "yes" }
 	build := func(a *app) http.Handler {
 		r := chi.NewRouter()
@@ -667,7 +676,7 @@ func TestTokenTrust(t *testing.T) {
 		})
 		return r
 	}
-	a := newApp(t, b.Addr, prefix, build)
+	a := newApp(t, b, prefix, build)
 	hc := httpClient(t, nil)
 	tok := lease.Token()
 	if res := do(t, hc, "POST", a.srv.URL+"/products/42/buy", nil, "Routelock-Token", tok); res.status != 409 {
@@ -685,14 +694,14 @@ func TestTokenTrust(t *testing.T) {
 // the router's Use, the default Locker set after the routes are built.
 // /health passes unlocked (and needs no Redis), the product route is locked.
 func TestTopLevelUse(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		var keys [2][]string
 		r := chi.NewRouter()
 		r.Use(lock.ByParam("productID"))
 		r.Get("/health", func(w http.ResponseWriter, r *http.Request) { keys[0] = lock.Keys(r.Context()) })
 		r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) { keys[1] = lock.Keys(r.Context()) })
 
-		rdb := client(t, b.Addr)
+		rdb := clientOf(t, b)
 		var commands atomic.Int64
 		rdb.AddHook(counter{&commands})
 		locker := lock.NewRedis(rdb, redisengine.Options{Prefix: redistest.Prefix(t)})
@@ -739,7 +748,7 @@ func (c counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // TestServeMux: per-route middleware on a Go 1.22 ServeMux.
 func TestServeMux(t *testing.T) {
 	b := redistest.Mini(t)
-	locker := lock.NewRedis(client(t, b.Addr), redisengine.Options{Prefix: redistest.Prefix(t)})
+	locker := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: redistest.Prefix(t)})
 	defer locker.Close()
 	var got []string
 	mux := http.NewServeMux()
@@ -766,8 +775,8 @@ func TestServeMux(t *testing.T) {
 func TestNameSharesLock(t *testing.T) {
 	b := redistest.Mini(t)
 	prefix := redistest.Prefix(t)
-	lease, _ := holdFor(t, b.Addr, prefix) // productID:42
-	a := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
+	lease, _ := holdFor(t, b, prefix) // productID:42
+	a := newApp(t, b, prefix, func(a *app) http.Handler {
 		r := chi.NewRouter()
 		r.With(a.locker.By(keyfunc.Param("pid").As("productID"), lock.FailFast())).Post("/p/{pid}", func(http.ResponseWriter, *http.Request) {})
 		r.With(a.locker.ByParam("pid", lock.FailFast())).Post("/q/{pid}", func(http.ResponseWriter, *http.Request) {})
@@ -787,8 +796,8 @@ func TestNameSharesLock(t *testing.T) {
 func TestOnError(t *testing.T) {
 	b := redistest.Mini(t)
 	prefix := redistest.Prefix(t)
-	holdFor(t, b.Addr, prefix)
-	a := newApp(t, b.Addr, prefix, func(a *app) http.Handler {
+	holdFor(t, b, prefix)
+	a := newApp(t, b, prefix, func(a *app) http.Handler {
 		r := chi.NewRouter()
 		r.With(middleware.Lock(a.locker, middleware.Config{Key: keyfunc.Param("productID"), Policy: lock.FailFast(), OnError: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, lockcore.ErrNotAcquired) {

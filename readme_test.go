@@ -24,8 +24,8 @@ import (
 // name one resource, the outer one decides: the second request waits
 // instead of getting 409.
 func TestNestedLocksOuterDecides(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		locker := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: redistest.Prefix(t)})
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		locker := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
 		t.Cleanup(func() { _ = locker.Close() })
 		lock.SetDefault(locker)
 		t.Cleanup(func() { lock.SetDefault(nil) })
@@ -118,8 +118,8 @@ func TestNestedLocksOuterDecides(t *testing.T) {
 // 42, where before every read queued behind it; a second purchase still
 // waits for the first.
 func TestMethodsLetReadsThrough(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		locker := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: redistest.Prefix(t)})
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		locker := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
 		t.Cleanup(func() { _ = locker.Close() })
 		entered := make(chan struct{}, 2)
 		release := make(chan struct{})

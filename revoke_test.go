@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/dynamicpb"
 
@@ -34,10 +33,10 @@ type handled struct {
 // ErrRevoked, lets the next waiter, another instance's request, in with a
 // greater fencing token, and leaves an audit record.
 func TestForceReleaseEndToEnd(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		newLocker := func() *lock.Locker {
-			rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
+			rdb := b.Universal(t)
 			l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
 			t.Cleanup(func() { l.Close(); rdb.Close() })
 			return l

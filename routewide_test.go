@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -84,7 +85,7 @@ func concurrently(t *testing.T, hc *http.Client, n int, method, url string) map[
 // run one at a time, each with a fencing token. They all ran at once,
 // unlocked, when the rewriter came after the lock.
 func TestRouterWideLockAfterRewrites(t *testing.T) {
-	runUserClients(t, func(t *testing.T, b *redistest.Backend, mk func(addr string) *redis.Client) {
+	runUserClients(t, func(t *testing.T, b *redistest.Backend, mk func() redis.UniversalClient) {
 		for _, c := range []struct {
 			name string
 			mw   func(http.Handler) http.Handler
@@ -97,7 +98,7 @@ func TestRouterWideLockAfterRewrites(t *testing.T) {
 			for _, after := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/after=%v", c.name, after), func(t *testing.T) {
 					var in inside
-					a := newAppOn(t, mk(b.Addr), redistest.Prefix(t), func(a *app) http.Handler {
+					a := newAppOn(t, mk(), redistest.Prefix(t), func(a *app) http.Handler {
 						r := chi.NewRouter()
 						if !after {
 							r.Use(c.mw)
@@ -138,7 +139,7 @@ func TestRouterWideLockNoRoute(t *testing.T) {
 	var logged syncBuffer
 	var in inside
 	var rewrote atomic.Int32
-	a := newApp(t, b.Addr, redistest.Prefix(t), func(a *app) http.Handler {
+	a := newApp(t, b, redistest.Prefix(t), func(a *app) http.Handler {
 		r := chi.NewRouter()
 		r.NotFound(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "custom not found", http.StatusNotFound) })
 		r.Use(a.locker.ByParam("productID", lock.FailFast()))
@@ -185,10 +186,10 @@ func TestRouterWideLockNoRoute(t *testing.T) {
 // through it now answers 500, no handler runs, and the logger is told once,
 // naming the parameter and never a request's value.
 func TestRouterWideMisspeltParam(t *testing.T) {
-	runUserClients(t, func(t *testing.T, b *redistest.Backend, mk func(addr string) *redis.Client) {
+	runUserClients(t, func(t *testing.T, b *redistest.Backend, mk func() redis.UniversalClient) {
 		var logged syncBuffer
 		var in inside
-		a := newAppOn(t, mk(b.Addr), redistest.Prefix(t), func(a *app) http.Handler {
+		a := newAppOn(t, mk(), redistest.Prefix(t), func(a *app) http.Handler {
 			r := chi.NewRouter()
 			r.Use(a.locker.ByParam("productId"))
 			r.Get("/health", in.handler(func() {}))
@@ -224,15 +225,15 @@ func TestRouterWideMisspeltParam(t *testing.T) {
 // the handler does not run. A UUID held in lower case is the same lock in
 // upper case.
 func TestOneResourceOneKey(t *testing.T) {
-	runUserClients(t, func(t *testing.T, b *redistest.Backend, mk func(addr string) *redis.Client) {
+	runUserClients(t, func(t *testing.T, b *redistest.Backend, mk func() redis.UniversalClient) {
 		prefix := redistest.Prefix(t)
 		var in inside
-		routeLock := newAppOn(t, mk(b.Addr), prefix, func(a *app) http.Handler {
+		routeLock := newAppOn(t, mk(), prefix, func(a *app) http.Handler {
 			r := chi.NewRouter()
 			r.With(a.locker.ByParam("productID", lock.FailFast())).Post("/products/{productID}/reserve", in.handler(func() {}))
 			return r
 		})
-		routerWide := newAppOn(t, mk(b.Addr), prefix, func(a *app) http.Handler {
+		routerWide := newAppOn(t, mk(), prefix, func(a *app) http.Handler {
 			r := chi.NewRouter()
 			r.Use(a.locker.ByParam("productID", lock.FailFast()))
 			r.Post("/products/{productID}/reserve", in.handler(func() {}))
@@ -247,7 +248,7 @@ func TestOneResourceOneKey(t *testing.T) {
 			{"42", []string{"%34%32", "042", "%2B42", "+42", "0%342", "-0%342"}},
 			{id, []string{strings.ToUpper(id), "3F2504E0-4f89-11d3-9a0c-0305e82c3301", "%33f2504e0-4f89-11d3-9a0c-0305e82c3301"}},
 		} {
-			other := lock.NewRedis(mk(b.Addr), redisengine.Options{Prefix: prefix})
+			other := lock.NewRedis(mk(), redisengine.Options{Prefix: prefix})
 			lease, err := other.Acquire(context.Background(), key(t, "productID", held.value), lockcore.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
@@ -284,21 +285,18 @@ func TestOneResourceOneKey(t *testing.T) {
 // as the README's quick start does.
 var userClients = []struct {
 	name string
-	opt  redis.Options
-}{{"defaults", redis.Options{}}, {"ctx", redis.Options{ContextTimeoutEnabled: true}}}
+	ctx  bool // ContextTimeoutEnabled
+}{{"defaults", false}, {"ctx", true}}
 
-// runUserClients runs f once per backend and user client configuration;
-// mk makes a client of that configuration, closed when the test ends.
-func runUserClients(t *testing.T, f func(t *testing.T, b *redistest.Backend, mk func(addr string) *redis.Client)) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+// runUserClients runs f once per deployment (redistest.Deployments) and
+// user client configuration; mk makes a client of that configuration,
+// closed when the test ends.
+func runUserClients(t *testing.T, f func(t *testing.T, b *redistest.Backend, mk func() redis.UniversalClient)) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		for _, uc := range userClients {
 			t.Run(uc.name, func(t *testing.T) {
-				f(t, b, func(addr string) *redis.Client {
-					o := uc.opt
-					o.Addr = addr
-					c := redis.NewClient(&o)
-					t.Cleanup(func() { _ = c.Close() })
-					return c
+				f(t, b, func() redis.UniversalClient {
+					return b.UniversalWith(t, func(o *redisconf.Common) { *o.ContextTimeoutEnabled = uc.ctx })
 				})
 			})
 		}

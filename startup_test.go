@@ -19,6 +19,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 // TestMalformedRedisURLFailsAtStartup: with no Locker set, a REDIS_URL that
@@ -235,7 +236,7 @@ func TestDefaultSaysWhichRedis(t *testing.T) {
 	if n := strings.Count(log, "SetDefault was not called"); n != 1 {
 		t.Fatalf("logged %d times that SetDefault was not called, want once: %s", n, log)
 	}
-	if !strings.Contains(log, "addr="+mr.Addr()) || !strings.Contains(log, "db=3") {
+	if !strings.Contains(log, `redis="`+mr.Addr()+` db 3"`) {
 		t.Errorf("the log does not say which Redis (%s, database 3): %s", mr.Addr(), log)
 	}
 	if strings.Contains(log, "s3cretpw") {
@@ -270,4 +271,85 @@ func TestRestartGuardWaitsForDefaultsTTL(t *testing.T) {
 			res.status, res.body, time.Since(start).Round(time.Millisecond))
 	}
 	t.Logf("the first buy was let in after %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestDefaultLockerOnEveryDeployment: the package-level helpers reach a
+// Redis Cluster through REDIS_CLUSTER_URL and a master behind Sentinel
+// through REDIS_SENTINEL_URL as they reach one server through REDIS_URL:
+// a request's lock is held in that deployment (another Locker on it finds
+// the key taken) while its handler runs, and gone after.
+func TestDefaultLockerOnEveryDeployment(t *testing.T) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		if !b.Real() {
+			return // REDIS_URL on miniredis: TestDefaultSaysWhichRedis
+		}
+		for _, v := range []string{"REDIS_URL", "REDIS_CLUSTER_URL", "REDIS_SENTINEL_URL"} {
+			t.Setenv(v, "")
+		}
+		name, value := b.Env()
+		t.Setenv(name, value)
+		lock.SetDefault(nil)
+		t.Cleanup(func() { lock.SetDefault(nil) })
+		other := lock.NewRedis(b.Universal(t), redisengine.Options{}, lock.Defaults(lock.FailFast()))
+		t.Cleanup(func() { other.Close() })
+		id := strings.ReplaceAll(redistest.Prefix(t), ":", "-")
+		k, err := lockcore.NewKey("productID", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := make(chan error, 1)
+		r := chi.NewRouter()
+		r.With(lock.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+			// Not the request's context, whose owner token would re-enter.
+			ls, err := other.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
+			if err == nil {
+				_ = ls.Release(context.Background())
+			}
+			held <- err
+		})
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest("POST", "/products/"+id+"/buy", nil))
+		if w.Code != http.StatusOK {
+			t.Fatalf("%s: %d %s", name, w.Code, w.Body.String())
+		}
+		if err := <-held; !errors.Is(err, lockcore.ErrNotAcquired) {
+			t.Fatalf("%s: another Locker on the deployment took the key while the handler ran: %v", name, err)
+		}
+		ls, err := other.Acquire(context.Background(), k, lockcore.Policy{Wait: time.Second})
+		if err != nil {
+			t.Fatalf("%s: the key is still held after the request: %v", name, err)
+		}
+		_ = ls.Release(context.Background())
+	})
+}
+
+// TestMalformedDeploymentURLs: a REDIS_CLUSTER_URL or REDIS_SENTINEL_URL
+// that cannot be parsed, one without a master name, and two variables set
+// at once stop the program where the route is built, with the expected
+// forms and never the password.
+func TestMalformedDeploymentURLs(t *testing.T) {
+	lock.SetDefault(nil)
+	t.Cleanup(func() { lock.SetDefault(nil) })
+	for _, c := range []struct{ env map[string]string }{
+		{map[string]string{"REDIS_CLUSTER_URL": "redis://:s3cret@h1:6379?addr=h2:6379&nosuch=1"}},
+		{map[string]string{"REDIS_SENTINEL_URL": "redis://:s3cret@s1:26379?addr=s2:26379"}},
+		{map[string]string{"REDIS_SENTINEL_URL": "redis://s1:26379?master_name=m&password=s3cret&nosuch=1"}},
+		{map[string]string{"REDIS_URL": "redis://:s3cret@h:6379/0", "REDIS_CLUSTER_URL": "redis://:s3cret@h1:6379"}},
+	} {
+		for _, v := range []string{"REDIS_URL", "REDIS_CLUSTER_URL", "REDIS_SENTINEL_URL"} {
+			t.Setenv(v, c.env[v])
+		}
+		func() {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.Contains(msg, "REDIS_SENTINEL_URL=redis://") || !strings.Contains(msg, "master_name=") {
+					t.Errorf("%v: building a route panicked with %q, want the expected forms", c.env, msg)
+				}
+				if strings.Contains(msg, "s3cret") {
+					t.Errorf("%v: the message repeats the password: %s", c.env, msg)
+				}
+			}()
+			lock.ByParam("productID")
+		}()
+	}
 }

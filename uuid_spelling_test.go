@@ -23,11 +23,11 @@ import (
 // must not run (each was a key of its own, and the handler ran beside the
 // holder, on the same order).
 func TestUUIDSpellings(t *testing.T) {
-	runUserClients(t, func(t *testing.T, b *redistest.Backend, mk func(addr string) *redis.Client) {
+	runUserClients(t, func(t *testing.T, b *redistest.Backend, mk func() redis.UniversalClient) {
 		prefix := redistest.Prefix(t)
 		const id = "3f2504e0-4f89-11d3-9a0c-0305e82c3301"
 		ran := map[string]bool{}
-		a := newAppOn(t, mk(b.Addr), prefix, func(a *app) http.Handler {
+		a := newAppOn(t, mk(), prefix, func(a *app) http.Handler {
 			r := chi.NewRouter()
 			r.With(a.locker.ByParam("orderID", lock.FailFast())).Post("/orders/{orderID}/cancel", func(w http.ResponseWriter, r *http.Request) {
 				u, err := uuid.Parse(chi.URLParam(r, "orderID"))
@@ -39,7 +39,7 @@ func TestUUIDSpellings(t *testing.T) {
 			})
 			return r
 		})
-		other := lock.NewRedis(mk(b.Addr), redisengine.Options{Prefix: prefix})
+		other := lock.NewRedis(mk(), redisengine.Options{Prefix: prefix})
 		defer other.Close()
 		lease, err := other.Acquire(context.Background(), key(t, "orderID", id), lockcore.Policy{Wait: lockcore.FailFast})
 		if err != nil {

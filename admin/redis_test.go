@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/routelock/lock/admin"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
@@ -26,10 +24,10 @@ import (
 // waiter holding with a greater fence, and the audit record in the JSON
 // afterwards. No answer shows an owner token.
 func TestRedis(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		newEngine := func() *redisengine.Engine {
-			rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
+			rdb := b.Universal(t)
 			t.Cleanup(func() { rdb.Close() })
 			e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix})
 			if err != nil {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -34,8 +33,8 @@ const streamBound = 5 * time.Second
 // waiter, and once the holder releases, the key is free rather than handed
 // to the departed stream. A second holder can then take it at once.
 func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Universal(t)
 		t.Cleanup(func() { _ = rdb.Close() })
 		e, err := redisengine.New(rdb, redisengine.Options{Prefix: redistest.Prefix(t)})
 		if err != nil {

@@ -51,10 +51,10 @@ func redisShop(t *testing.T, r *rig, locker *lock.Locker) (url string, entered c
 // gets lock.lost (reason gone), routelock.lost and routelock.renewals count
 // it, and the hold is no longer counted as held.
 func TestRedisLeaseLost(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		r := newRig(t)
 		prefix := redistest.Prefix(t)
-		rdb := b.Client(t)
+		rdb := b.Universal(t)
 		locker := observed(t, rdb, prefix, r.tel, lock.Defaults(lock.TTL(300*time.Millisecond)))
 		url, entered := redisShop(t, r, locker)
 
@@ -104,10 +104,10 @@ func TestRedisLeaseLost(t *testing.T) {
 // with ErrRevoked, the request's span gets lock.revoked, and routelock.lost
 // counts it with reason revoked.
 func TestRedisRevoked(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		r := newRig(t)
 		prefix := redistest.Prefix(t)
-		locker := observed(t, b.Client(t), prefix, r.tel)
+		locker := observed(t, b.Universal(t), prefix, r.tel)
 		op := locker.Operator()
 		if op == nil {
 			t.Fatal("the Redis engine is no lockcore.Operator")
@@ -157,9 +157,9 @@ func TestRedisRevoked(t *testing.T) {
 // takes a free lock gets its lock.acquire and, from the engine's Events,
 // its lock.release under its span; the hold is counted and uncounted.
 func TestRedisUncontended(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		r := newRig(t)
-		locker := observed(t, b.Client(t), redistest.Prefix(t), r.tel)
+		locker := observed(t, b.Universal(t), redistest.Prefix(t), r.tel)
 		router := chi.NewRouter()
 		router.Use(r.traced)
 		router.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, req *http.Request) {

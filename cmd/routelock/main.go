@@ -17,10 +17,15 @@
 // token. KEY is a key as ls prints it, such as productID:42; its parts
 // are escaped as lockcore.NewKey escapes them (%3A for ':').
 //
-// The Redis is the one REDIS_URL names, in redis.ParseURL syntax
+// The Redis is the one the environment names, as for the package-level
+// lock.ByParam without lock.SetDefault: REDIS_URL for one server
 // (redis://[user:password@]host:6379/0, rediss:// for TLS,
-// unix:///path/to/redis.sock), as for the package-level lock.ByParam without
-// lock.SetDefault; redis://localhost:6379/0 when it is unset. No message repeats the URL's password.
+// unix:///path/to/redis.sock), REDIS_CLUSTER_URL for a Redis Cluster
+// (redis://[user:password@]node1:6379?addr=node2:6379&addr=node3:6379; ls
+// lists the locks of every master), or REDIS_SENTINEL_URL for a master
+// behind Sentinel
+// (redis://sentinel1:26379?addr=sentinel2:26379&master_name=mymaster&password=...);
+// localhost:6379 when none is set. No message repeats a password.
 //
 // Flags, before or after the command:
 //
@@ -41,7 +46,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -51,6 +55,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/operate"
+	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
@@ -77,7 +82,6 @@ const (
 )
 
 const (
-	defaultURL    = "redis://localhost:6379/0"
 	defaultPrefix = "routelock:" // redisengine's default Prefix
 	defaultLimit  = 1000
 )
@@ -87,8 +91,10 @@ const usage = `usage: routelock [flags] ls [PREFIX]
        routelock [flags] release KEY -reason TEXT
 
 Lists, inspects and force-releases routelock's locks in the Redis that
-REDIS_URL names (redis://[user:password@]host:6379/0; default
-redis://localhost:6379/0). KEY is a key as ls prints it, such as
+REDIS_URL (one server: redis://[user:password@]host:6379/0),
+REDIS_CLUSTER_URL (a Cluster: redis://node1:6379?addr=node2:6379) or
+REDIS_SENTINEL_URL (Sentinel: redis://sentinel1:26379?master_name=mymaster)
+names; localhost:6379 when none is set. KEY is a key as ls prints it, such as
 productID:42. Flags may come before or after the command.
 
 Exit status: 0 done, 1 error, 2 usage, 3 release of a lock nobody holds.
@@ -234,7 +240,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 			fmt.Fprintf(stderr, "routelock: %s is not held\n", key)
 			return exitNotHeld
 		case errors.Is(err, lockcore.ErrMisconfigured):
-			fmt.Fprintf(stderr, "routelock: Redis at %s refuses the engine (check REDIS_URL's password and database): %v\n", where, err)
+			fmt.Fprintf(stderr, "routelock: Redis at %s refuses the engine (check the password and database of its URL): %v\n", where, err)
 		case errors.Is(err, lockcore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 			fmt.Fprintf(stderr, "routelock: Redis at %s is unavailable: %v\n", where, err)
 		default:
@@ -312,67 +318,25 @@ func writeJSON(stdout, stderr io.Writer, v any) int {
 var timeNow = time.Now
 
 // open returns the Operator of a Redis engine with the given key prefix on
-// the Redis of REDIS_URL, a description of that Redis without its password,
+// the Redis the environment names (see redisconf), a description of that Redis without its password,
 // and a function that closes both. Tests replace it.
 var open = openRedis
 
 func openRedis(env func(string) string, prefix string) (lockcore.Operator, string, func(), error) {
-	raw := env("REDIS_URL")
-	if raw == "" {
-		raw = defaultURL
-	}
-	opt, err := redis.ParseURL(raw)
+	conf, err := redisconf.FromEnv(env)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the URL, password and all
-		}
-		msg := scrub(err.Error(), raw)
-		return nil, "", nil, fmt.Errorf("REDIS_URL is not a Redis URL (%s): want redis://[user:password@]host:6379/0, rediss:// for TLS, or unix:///path/to/redis.sock", msg)
+		return nil, "", nil, err
 	}
 	// Calls stop at the context's deadline (-timeout), not after the
 	// client's own retries.
-	opt.ContextTimeoutEnabled = true
-	where := opt.Addr
-	if opt.Network == "unix" {
-		where = "unix:" + opt.Addr
-	}
-	rdb := redis.NewClient(opt)
+	rdb := conf.Open(func(o *redisconf.Common) { *o.ContextTimeoutEnabled = true })
 	e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix})
 	if err != nil {
 		_ = rdb.Close()
-		return nil, "", nil, fmt.Errorf("-prefix: %s", scrub(err.Error(), raw))
+		return nil, "", nil, fmt.Errorf("-prefix: %w", err)
 	}
-	return e, where, func() {
+	return e, conf.Where, func() {
 		_ = e.Close()
 		_ = rdb.Close()
 	}, nil
-}
-
-// scrub removes the user information of the URL raw from msg: a message
-// built from a Redis URL must not show its password.
-func scrub(msg, raw string) string {
-	i := strings.Index(raw, "://")
-	if i < 0 {
-		return msg
-	}
-	rest := raw[i+3:]
-	at := strings.LastIndexByte(rest, '@')
-	if at < 0 {
-		return msg
-	}
-	userinfo := rest[:at]
-	secrets := []string{userinfo}
-	if _, pw, ok := strings.Cut(userinfo, ":"); ok && len(pw) >= 3 {
-		secrets = append(secrets, pw)
-		if u, err := url.PathUnescape(pw); err == nil && u != pw {
-			secrets = append(secrets, u)
-		}
-	}
-	for _, s := range secrets {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-		}
-	}
-	return msg
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/internal/operate"
+	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -304,8 +305,10 @@ func TestScrub(t *testing.T) {
 		{"x hunter2 y", "redis://u:hunter%32@h:1/0", "x xxxxx y"},
 		{"x y", "redis://h:1/0", "x y"},
 		{"x y", "not a url", "x y"},
+		{"x hunter2 y", "redis://s1:26379?master_name=m&password=hunter2", "x xxxxx y"},
+		{"x u:hunter2 y", "redis://u:hunter2@h1:1?addr=h2:1", "x xxxxx y"},
 	} {
-		if got := scrub(c.msg, c.raw); got != c.want {
+		if got := redisconf.Scrub(c.msg, c.raw); got != c.want {
 			t.Errorf("scrub(%q, %q) = %q, want %q", c.msg, c.raw, got, c.want)
 		}
 	}

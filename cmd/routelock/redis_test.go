@@ -22,15 +22,16 @@ import (
 // and a waiter in another engine queues for it; ls and inspect show them,
 // release revokes the hold.
 func TestRedis(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		env := map[string]string{"REDIS_URL": "redis://" + b.Addr + "/0"}
+		name, value := b.Env()
+		env := map[string]string{name: value}
 		cli := func(args ...string) result {
 			t.Helper()
 			return runWith(t, env, append([]string{"-prefix", prefix}, args...)...)
 		}
 		newEngine := func() *redisengine.Engine {
-			e, err := redisengine.New(b.Client(t), redisengine.Options{Prefix: prefix})
+			e, err := redisengine.New(b.Universal(t), redisengine.Options{Prefix: prefix})
 			if err != nil {
 				t.Fatal(err)
 			}

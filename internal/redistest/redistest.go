@@ -23,19 +23,30 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/routelock/lock/internal/redisconf"
 )
 
 // Backend is one Redis to run a test against.
 type Backend struct {
-	Name string // "miniredis" or "redis"
+	Name string // "miniredis", "redis", "cluster" or "sentinel"
+	// Addr is one server's address; "" for a Cluster or Sentinel set-up,
+	// which only Universal reaches.
 	Addr string
 	// Mini is the embedded server, nil for a real one.
 	Mini *miniredis.Miniredis
+
+	conf *redisconf.Config // a Cluster's or Sentinel's; nil for one server
+	url  string            // conf's
 }
 
-// Client returns a new client of b, closed when the test ends.
+// Client returns a new client of b, one server, closed when the test
+// ends. It fails the test on a Cluster or Sentinel set-up: use Universal.
 func (b *Backend) Client(t testing.TB) *redis.Client {
 	t.Helper()
+	if b.MultiNode() {
+		t.Fatalf("%s: Client reaches one server; use Universal", b.Name)
+	}
 	c := redis.NewClient(&redis.Options{Addr: b.Addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -147,6 +158,7 @@ func StopShared() {
 	if shared.srv != nil {
 		shared.srv.Stop()
 	}
+	stopSharedSets()
 }
 
 // Server is a redis-server process started by a test.
@@ -156,6 +168,8 @@ type Server struct {
 	cmd  *exec.Cmd
 	dir  string   // its append-only file's, or "" for none
 	args []string // beyond the common ones
+
+	sentinel string // a sentinel's config file; "" for a server
 }
 
 // Start starts redis-server on a free loopback port, with an append-only
@@ -193,11 +207,15 @@ func startWith(dir string, args ...string) (*Server, error) {
 }
 
 func (s *Server) start() error {
-	s.cmd = exec.Command("redis-server", append([]string{
-		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--enable-debug-command", "local",
-		"--loglevel", "warning", "--logfile", ""}, s.args...)...)
+	if s.sentinel != "" {
+		s.cmd = exec.Command("redis-server", s.sentinel, "--sentinel", "--loglevel", "warning", "--logfile", "")
+	} else {
+		s.cmd = exec.Command("redis-server", append([]string{
+			"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--daemonize", "no",
+			"--enable-debug-command", "local",
+			"--loglevel", "warning", "--logfile", ""}, s.args...)...)
+	}
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}

@@ -38,8 +38,8 @@ func (h *pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // caller still gets its own answer: 64 goroutines re-enter and release keys
 // of their own and must see their own counts and fences.
 func TestBatching(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		rdb := b.Client(t)
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Universal(t)
 		hook := &pipeHook{}
 		rdb.AddHook(hook)
 		prefix := redistest.Prefix(t)
@@ -102,8 +102,8 @@ func TestBatching(t *testing.T) {
 // TestBatchAfterScriptFlush: calls that leave in a pipeline after Redis
 // forgot the scripts are run again with EVAL, each getting its answer.
 func TestBatchAfterScriptFlush(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		rdb := b.Client(t)
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Universal(t)
 		hook := &pipeHook{}
 		rdb.AddHook(hook)
 		l, err := New(rdb, Options{Prefix: redistest.Prefix(t)})

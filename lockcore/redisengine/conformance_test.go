@@ -1,7 +1,6 @@
 package redisengine
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -12,27 +11,23 @@ import (
 )
 
 // TestConformance runs the engine conformance suite on the Engine, on
-// miniredis and on a real redis-server (redistest.Run), and on a
-// redis.ClusterClient (redistest.ClusterBackends). The engines of one check
-// share a key prefix, as the processes of one service do; each check has a
-// prefix of its own.
+// every deployment of redistest.Deployments: miniredis, a real
+// redis-server, a Cluster of 3 masters with replicas, and a master with
+// replicas under Sentinel; and on miniredis as a cluster of one node. The
+// engines of one check share a key prefix, as the processes of one service
+// do; each check has a prefix of its own.
 func TestConformance(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Client(t) }))
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }))
 	})
-	for _, b := range redistest.ClusterBackends(t) {
-		name := b.Name // redis-cluster, or miniredis as a cluster of one node
-		if !strings.Contains(name, "cluster") {
-			name += "-cluster"
-		}
-		t.Run(name, func(t *testing.T) {
-			locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient {
-				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{b.Addr}})
-				t.Cleanup(func() { _ = c.Close() })
-				return c
-			}))
-		})
-	}
+	t.Run("miniredis-cluster", func(t *testing.T) {
+		b := redistest.Mini(t)
+		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{b.Addr}})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		}))
+	})
 }
 
 // conformingEngines returns the newEngine of locktest.Run: an Engine on a

@@ -22,7 +22,7 @@ import (
 func newLocker(t *testing.T, b *redistest.Backend, prefix string, opt Options) *Engine {
 	t.Helper()
 	opt.Prefix = prefix
-	l, err := New(b.Client(t), opt)
+	l, err := New(b.Universal(t), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func eventuallyOK(bound time.Duration, cond func() bool) bool {
 // key. Inside each section a racy read-modify-write and an occupancy counter
 // would expose any overlap; fencing tokens must grow in hold order.
 func TestExclusion(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		lockers := make([]*Engine, 4)
 		for i := range lockers {
@@ -205,7 +205,7 @@ func TestExclusion(t *testing.T) {
 }
 
 func TestReentrancyAcrossLockers(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		a := newLocker(t, b, prefix, Options{})
 		bl := newLocker(t, b, prefix, Options{})
@@ -311,7 +311,7 @@ func TestReentrancyInProcessSkipsRedis(t *testing.T) {
 }
 
 func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		l := newLocker(t, b, redistest.Prefix(t), Options{})
 		key := mustKey(t, "k")
 		ctx := context.Background()
@@ -349,7 +349,7 @@ func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
 // renewing and never releases) frees the key when the TTL runs out, and a
 // waiter then proceeds.
 func TestExpiryFreesCrashedHolder(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		crashed := newLocker(t, b, prefix, Options{})
 		l := newLocker(t, b, prefix, Options{})
@@ -382,7 +382,7 @@ func TestExpiryFreesCrashedHolder(t *testing.T) {
 // TestWatchdogKeepsLease holds a lease with a short TTL for 5×TTL while
 // another owner keeps trying to get in.
 func TestWatchdogKeepsLease(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		holder := newLocker(t, b, prefix, Options{})
 		other := newLocker(t, b, prefix, Options{})
@@ -426,7 +426,7 @@ func TestWatchdogKeepsLease(t *testing.T) {
 // TestLostLeaseCancelsContext deletes a held key behind the holder's back;
 // the holder must learn within one renewal interval.
 func TestLostLeaseCancelsContext(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		l := newLocker(t, b, prefix, Options{})
 		key := mustKey(t, "k")
@@ -436,7 +436,7 @@ func TestLostLeaseCancelsContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Client(t).Del(ctx, l.redisKeys(key)[0]).Err(); err != nil {
+		if err := b.Universal(t).Del(ctx, l.redisKeys(key)[0]).Err(); err != nil {
 			t.Fatal(err)
 		}
 		deleted := time.Now()
@@ -462,11 +462,11 @@ func TestLostLeaseCancelsContext(t *testing.T) {
 // and after the fencing counter itself was lost (a restart without
 // persistence).
 func TestFencingAcrossExpiry(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		rdb := b.Client(t)
+		rdb := b.Universal(t)
 		var last int64
 		for i := range 6 {
 			l := newLocker(t, b, prefix, Options{})
@@ -494,7 +494,7 @@ func TestFencingAcrossExpiry(t *testing.T) {
 // TestCancelWhileWaiting: a waiter whose context ends leaves nothing held or
 // queued, including when the hand-over races with the cancellation.
 func TestCancelWhileWaiting(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		holder := newLocker(t, b, prefix, Options{})
 		waiter := newLocker(t, b, prefix, Options{})
@@ -559,7 +559,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 }
 
 func TestFailFastAndWaitTimeout(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		a := newLocker(t, b, prefix, Options{})
 		o := newLocker(t, b, prefix, Options{})
@@ -596,7 +596,7 @@ func TestFailFastAndWaitTimeout(t *testing.T) {
 
 // TestHandOffOrder: waiters get the lock in arrival order.
 func TestHandOffOrder(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		lockers := []*Engine{newLocker(t, b, prefix, Options{}), newLocker(t, b, prefix, Options{})}
 		key := mustKey(t, "k")
@@ -642,7 +642,7 @@ func TestHandOffOrder(t *testing.T) {
 // to the second at release (the second would otherwise sleep past its wait,
 // the first holder's lease being long).
 func TestQueueOutlivesHolder(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		crashed := newLocker(t, b, prefix, Options{})
 		a, c := newLocker(t, b, prefix, Options{}), newLocker(t, b, prefix, Options{})
@@ -722,8 +722,8 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // TestRoundTrips: an uncontended acquire is one command and so is a release.
 func TestRoundTrips(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		c := b.Client(t)
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		c := b.Universal(t)
 		var n atomic.Int64
 		hook := &countHook{n: &n}
 		c.AddHook(hook)

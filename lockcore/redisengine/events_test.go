@@ -140,7 +140,7 @@ type ctxKey struct{}
 // waiters were woken both by messages (hand-overs between Engines) and by
 // replies (hand-overs within one).
 func TestEventsUnderContention(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		rec := newRecorder()
 		var engines []*Engine
@@ -148,7 +148,7 @@ func TestEventsUnderContention(t *testing.T) {
 			engines = append(engines, newLocker(t, b, prefix, Options{TTL: 2 * time.Second, Events: rec}))
 		}
 		keys := []lockcore.Key{mustKey(t, "contended", "a"), mustKey(t, "contended", "b")}
-		rdb := b.Client(t)
+		rdb := b.Universal(t)
 		const workers, rounds = 16, 12
 		var grants, refused atomic.Int64
 		var wg sync.WaitGroup
@@ -225,7 +225,7 @@ func TestEventsUnderContention(t *testing.T) {
 // whose holder keeps the lock by its own timer (every 3/10 of the claim
 // window); each wait is told +1 and then -1.
 func TestEventsWake(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		ctx := context.Background()
 		for _, c := range []struct {

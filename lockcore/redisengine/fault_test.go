@@ -76,7 +76,7 @@ func TestUnavailable(t *testing.T) {
 // on the way still claims its grant, by asking Redis again well within the
 // claim window, long before the holder's lease would have ended.
 func TestLostHandOverNotification(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		holder := newLocker(t, b, prefix, Options{})
 		deaf := newLocker(t, b, prefix, Options{})
@@ -85,7 +85,7 @@ func TestLostHandOverNotification(t *testing.T) {
 		// its waiters now name another in the queue, which a bystander
 		// reads, so Redis counts the message delivered and the waiter never
 		// sees it.
-		rdb := b.Client(t)
+		rdb := b.Universal(t)
 		ctx := context.Background()
 		eventually(t, 5*time.Second, "deaf Engine subscribed", func() bool {
 			return rdb.PubSubNumSub(ctx, deaf.channel).Val()[deaf.channel] == 1

@@ -22,12 +22,12 @@ import (
 // channel. An observer subscribed to every Engine channel must see the
 // second hand-over's message first.
 func TestLocalHandOverPublishesNothing(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		a := newLocker(t, b, prefix, Options{})
 		other := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
-		rdb := b.Client(t)
+		rdb := b.Universal(t)
 		// The other Engine's waiter learns of its hand-over by message.
 		eventually(t, 5*time.Second, "other Engine subscribed", func() bool {
 			return rdb.PubSubNumSub(ctx, other.channel).Val()[other.channel] == 1
@@ -109,9 +109,9 @@ func (h loseReleaseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 // Engine's waiters on the key ask Redis again at once; the waiter learns it
 // holds the lock well before the holder's 10 s lease would have ended.
 func TestLostReleaseReply(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		var armed atomic.Bool
-		rdb := b.Client(t)
+		rdb := b.Universal(t)
 		rdb.AddHook(loseReleaseReply{&armed})
 		l, err := New(rdb, Options{Prefix: redistest.Prefix(t)})
 		if err != nil {

@@ -18,7 +18,7 @@ import (
 // no error repeats a token. A valid token that holds key A grants nothing
 // on key B.
 func TestForgedTokens(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		owner := newLocker(t, b, prefix, Options{})
 		thief := newLocker(t, b, prefix, Options{})

@@ -53,7 +53,7 @@ func near(a, b time.Time, d time.Duration) bool { return a.Sub(b).Abs() <= d }
 // Revoking a free key says ErrNotHeld; a bad reason or the zero Key is
 // refused and revokes nothing.
 func TestRevoke(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 600 * time.Millisecond
 		prefix := redistest.Prefix(t)
 		holderEng := newLocker(t, b, prefix, Options{TTL: ttl})
@@ -169,7 +169,7 @@ func TestRevoke(t *testing.T) {
 // under the holder's token ends both leases, each with ErrRevoked, and
 // frees the key.
 func TestRevokeReentered(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		a := newLocker(t, b, prefix, Options{TTL: 600 * time.Millisecond})
 		bl := newLocker(t, b, prefix, Options{TTL: 600 * time.Millisecond})
@@ -215,7 +215,7 @@ func TestRevokeReentered(t *testing.T) {
 // of a lease that ran out, whose validity lasts 0.9 TTL) within a renewal
 // interval, TTL/3, plus the renewal's round trip.
 func TestRevokeFoundByRenewal(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		const ttl = 600 * time.Millisecond
 		prefix := redistest.Prefix(t)
 		l := newLocker(t, b, prefix, Options{TTL: ttl})
@@ -249,7 +249,7 @@ func TestRevokeFoundByRenewal(t *testing.T) {
 // success), and its release leaves alone the hold that another owner took
 // since, even with the revoked hold's own token.
 func TestReleaseFindsRevocation(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		l := newLocker(t, b, prefix, Options{TTL: 10 * time.Second}) // no renewal for 2.5 s
 		other := newLocker(t, b, prefix, Options{})
@@ -385,7 +385,7 @@ func revokeSentTwiceFindsNothing(t *testing.T, b *redistest.Backend, k clientKin
 // and three waiters in arrival order with their Engines and deadlines; no
 // owner token is in its JSON, neither the holder's nor the waiters'.
 func TestInspect(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		a := newLocker(t, b, prefix, Options{})
 		bl := newLocker(t, b, prefix, Options{})
@@ -485,7 +485,7 @@ func TestInspect(t *testing.T) {
 // keys, keys whose name is not a lock's and a lock's other keys are not
 // listed; no owner token is in its JSON.
 func TestList(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		l := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
@@ -507,7 +507,7 @@ func TestList(t *testing.T) {
 		}
 		_ = ls.Release(ctx)
 		// Keys under the engine's prefix that are not locks.
-		rdb := b.Client(t)
+		rdb := b.Universal(t)
 		for _, k := range []string{prefix + "{productID:bad%zz}", prefix + "{productID:9}:x", prefix + "productID:8"} {
 			if err := rdb.Set(ctx, k, "x", time.Minute).Err(); err != nil {
 				t.Fatal(err)
@@ -685,7 +685,7 @@ func TestParseKeyRoundTrip(t *testing.T) {
 // is taken without asking Redis for the time; Inspect then reads when it
 // was taken from the attempt id, by the taking engine's clock.
 func TestInspectSinceOnTheFastPath(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		l := newLocker(t, b, redistest.Prefix(t), Options{})
 		ctx := context.Background()
 		key := mustKey(t, "since", "1")

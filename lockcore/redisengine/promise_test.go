@@ -319,13 +319,13 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
 	t.Parallel() // it mostly waits on timers; its keys are its own
 	// Pub/sub and scripts work on both backends.
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		const ttl = 3 * time.Second
 		holder := newLocker(t, b, prefix, Options{TTL: ttl})
 		deaf := newLocker(t, b, prefix, Options{TTL: ttl})
 		prober := newLocker(t, b, prefix, Options{TTL: ttl})
-		rdb := b.Client(t)
+		rdb := b.Universal(t)
 		ctx := context.Background()
 		eventually(t, 5*time.Second, "deaf Engine subscribed", func() bool {
 			return rdb.PubSubNumSub(ctx, deaf.channel).Val()[deaf.channel] == 1
@@ -390,7 +390,7 @@ func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
 // lease that was already lost changes nothing in Redis: not even a newer
 // hold of the same owner token, taken afresh after the loss.
 func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		l1 := newLocker(t, b, prefix, Options{})
 		l2 := newLocker(t, b, prefix, Options{})
@@ -402,7 +402,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Client(t).Del(ctx, l1.redisKeys(key)[0]).Err(); err != nil {
+		if err := b.Universal(t).Del(ctx, l1.redisKeys(key)[0]).Err(); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -603,11 +603,11 @@ func TestKilledWaiterGrantReclaimed(t *testing.T) {
 // 1s of the release.
 func TestExpiredWaitersDoNotStrandLock(t *testing.T) {
 	// The queue is written directly; works on both backends.
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		holder := newLocker(t, b, prefix, Options{})
 		waiter := newLocker(t, b, prefix, Options{})
-		rdb := b.Client(t)
+		rdb := b.Universal(t)
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 5 * time.Second // a waiter not handed the lock sleeps this long

@@ -17,7 +17,7 @@ import (
 // first, as Lease.Release promises ("ErrLockLost if the lease was lost
 // before"); neither reports success.
 func TestRevokedReenteredLeaseRelease(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		l := newLocker(t, b, prefix, Options{TTL: 600 * time.Millisecond})
 		op := newLocker(t, b, prefix, Options{})

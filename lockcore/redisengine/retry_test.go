@@ -16,8 +16,8 @@ import (
 // (what it was told before).
 func TestRetryAfterTracksHolds(t *testing.T) {
 	t.Parallel() // it mostly waits on timers; its keys are its own
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		l := lockerOn(t, b.Client(t), redistest.Prefix(t), Options{})
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		l := lockerOn(t, b.Universal(t), redistest.Prefix(t), Options{})
 		ctx := context.Background()
 		key := mustKey(t, "productID", "42")
 		const work = 300 * time.Millisecond

@@ -15,7 +15,7 @@ import (
 // entry leaves, Inspect still says it was taken when it was, not when the
 // re-entry began.
 func TestInspectSinceOutlivesFirstEntry(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		a := newLocker(t, b, prefix, Options{})
 		bl := newLocker(t, b, prefix, Options{})
