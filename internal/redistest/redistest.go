@@ -246,6 +246,10 @@ func (s *Server) Stop() {
 	}
 }
 
+// Kill kills the server (SIGKILL) and waits for it to exit; its files
+// stay.
+func (s *Server) Kill() { s.kill() }
+
 func (s *Server) kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()

@@ -150,6 +150,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	}
 	var timer *time.Timer // made when first needed: most acquisitions find the lock free
 	var pttl int64
+	polled := false // woken by the recheck interval, not by the holder's lease running out
 	for {
 		if woke != "" {
 			ev.Woken(h.key, woke)
@@ -166,6 +167,11 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		}
 		if v > 0 {
 			h.fence = v
+			if polled {
+				// Handed the lock while asleep, with no word of it: the
+				// subscription may be on another server.
+				l.nf.check()
+			}
 			return sent, h.ttl, nil
 		}
 		pttl = -v
@@ -184,6 +190,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		} else {
 			timer.Reset(sleep)
 		}
+		polled = false
 		select {
 		case f := <-w.ch:
 			if f <= 0 {
@@ -196,6 +203,17 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 				continue
 			}
 			h.fence = f
+			if l.run.ack > 0 {
+				// Handed the lock: claimed with a call of its own, which
+				// the replicas must acknowledge (Options.Replicas).
+				if ev != nil {
+					woke = wokenByMessage
+					if !w.from.IsZero() {
+						woke = wokenByReply
+					}
+				}
+				continue
+			}
 			if !w.from.IsZero() {
 				// Woken by a release of this Engine, which granted the lock
 				// until claimed, as to any waiter, in a call sent at w.from:
@@ -222,6 +240,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			if ev != nil {
 				woke = wokenByTimer
 			}
+			polled = sleep == l.recheck()
 		case <-ctx.Done():
 			return sent, 0, l.giveUp(h, member, pttl, ctx.Err())
 		case <-l.ctx.Done():

@@ -112,6 +112,27 @@ type Options struct {
 	//     cause ErrRevoked and a nil err.
 	Events lockcore.Events
 
+	// Replicas, when > 0, makes an acquisition count only once that many
+	// replicas of the lock's master acknowledged it (Redis WAIT, sent after
+	// the acquisition on its connection, within ReplicaTimeout). An
+	// acquisition acknowledged by fewer gives its hold back and fails with
+	// an error matching lockcore.ErrUnavailable (503 over HTTP, Unavailable
+	// over gRPC). A waiter handed the lock claims it with a call of its own,
+	// which is acknowledged the same way. With Replicas at least 1, a master
+	// cut off from its replicas, or demoted in a failover while clients
+	// still reach it, grants nothing; and a hold survives the failover of
+	// its master as long as an acknowledging replica is the one promoted
+	// (WAIT cannot say which replica acknowledged). Renewals are not
+	// acknowledged. It costs one WAIT per pipeline of acquisitions: the
+	// time the slowest of the counted replicas takes to acknowledge.
+	// Not supported on a *redis.ClusterClient yet: New refuses it there.
+	// Default: 0, off.
+	Replicas int
+
+	// ReplicaTimeout bounds how long an acquisition waits for the
+	// acknowledgements of Replicas. Default: 100ms.
+	ReplicaTimeout time.Duration
+
 	// AuditRetention is how long a key's audit records of revocations
 	// (Revoke) are kept after the latest one; at most about the latest 100
 	// are kept anyway. Default: 7 days.
@@ -126,6 +147,7 @@ const (
 	defaultTimeout        = time.Second
 	defaultClaimWindow    = time.Second
 	defaultAuditRetention = 7 * 24 * time.Hour
+	defaultReplicaTimeout = 100 * time.Millisecond
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -150,6 +172,7 @@ func (o Options) withDefaults() (Options, error) {
 		{&o.ReleaseTimeout, defaultReleaseTimeout, "ReleaseTimeout"},
 		{&o.Timeout, defaultTimeout, "Timeout"},
 		{&o.AuditRetention, defaultAuditRetention, "AuditRetention"},
+		{&o.ReplicaTimeout, defaultReplicaTimeout, "ReplicaTimeout"},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -157,6 +180,9 @@ func (o Options) withDefaults() (Options, error) {
 		if *d.v < 0 {
 			return o, fmt.Errorf("redisengine: negative %s %v", d.name, *d.v)
 		}
+	}
+	if o.Replicas < 0 {
+		return o, fmt.Errorf("redisengine: negative Replicas %d", o.Replicas)
 	}
 	if o.ClaimWindow == 0 {
 		o.ClaimWindow = defaultClaimWindow
@@ -195,7 +221,9 @@ type Engine struct {
 
 	// Script arguments boxed once: the default TTL, the fence retention
 	// and the claim window in ms, the channel, and whether PUBLISH counts
-	// every subscriber ("1": one server) or only a node's ("0": a Cluster).
+	// every subscriber ("1": one server) or may not ("0": a Cluster, whose
+	// PUBLISH counts one node's; Sentinel, whose subscription may be on
+	// the old master for a while after a switch).
 	ttlBoxed, retArg, chanArg, claimArg, trustArg any
 
 	// refuse, when set, is why Acquire refuses to take locks: the server
@@ -243,6 +271,9 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := rdb.(*redis.ClusterClient); ok && opt.Replicas > 0 {
+		return nil, fmt.Errorf("redisengine: Options.Replicas is not supported on a *redis.ClusterClient yet")
+	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	l := &Engine{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
@@ -254,6 +285,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 		return nil, err
 	}
 	l.run.rdb = rdb
+	l.run.ack, l.run.ackMS = opt.Replicas, max(ms(opt.ReplicaTimeout), 1)
 	l.lengthen(opt.TTL)
 	if _, ok := rdb.(*redis.ClusterClient); !ok {
 		l.guarded = true
@@ -263,7 +295,13 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	l.ttlBoxed, l.retArg, l.chanArg, l.claimArg = ms(opt.TTL), ms(opt.FenceRetention), l.channel, ms(l.claimPX())
 	l.trustArg = "0"
 	if c, ok := rdb.(*redis.Client); ok {
-		l.trustArg = "1"
+		// A failover client (Sentinel) may subscribe on another server
+		// than the one it sends commands to, for a while after a master
+		// switch: PUBLISH then counts no subscriber of a live waiter.
+		if c.Options().Addr != failoverAddr {
+			l.trustArg = "1"
+		}
+		l.nf.probe = true
 		l.noRetries = c.Options().MaxRetries < 0
 	}
 	l.lateAcquire, l.afterRelease = l.withdrawLate, l.released
@@ -271,6 +309,10 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	l.nf.start(l, ps)
 	return l, nil
 }
+
+// failoverAddr is the Addr of the options of a client made by
+// redis.NewFailoverClient.
+const failoverAddr = "FailoverClient"
 
 // subscribe returns a subscription with no channels yet. A client of a type
 // this package does not know may panic here (a Ring does); that is an error

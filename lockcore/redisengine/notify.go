@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,15 @@ type notifier struct {
 	done    chan struct{}
 	up      chan struct{} // closed when the subscription is first established
 	upOnce  sync.Once
+
+	// probe: a PUBLISH through the command connections counts this
+	// subscription when it is on the same server (not a Cluster), so a
+	// count of 0 says it is not (see check).
+	probe    bool
+	checking atomic.Bool   // a check is on the wire
+	checked  atomic.Int64  // when the last check was sent, unix ns
+	live     atomic.Bool   // the subscription is established
+	current  *redis.PubSub // the established one, for check to replace
 }
 
 type waiter struct {
@@ -52,6 +62,39 @@ func (n *notifier) start(l *Engine, ps *redis.PubSub) {
 	n.up = make(chan struct{})
 	n.ps = ps
 	go n.run(l.channel, ps)
+}
+
+// check makes sure, when it can (probe), that the subscription is on the
+// server the commands go to, and replaces it at once when it is not: a
+// failover client (Sentinel) keeps its subscription on the old master after
+// a switch, where no hand-over reaches it. A waiter calls it when it found
+// the lock its own after sleeping a whole recheck interval, as a missed
+// hand-over leaves it. At most one check is on the wire, and one is sent
+// per recheck interval at most.
+func (n *notifier) check() {
+	if !n.probe || !n.live.Load() || n.l.closed.Load() {
+		return
+	}
+	now := time.Now().UnixNano()
+	if now-n.checked.Load() < int64(n.l.recheck()) || !n.checking.CompareAndSwap(false, true) {
+		return
+	}
+	n.checked.Store(now)
+	n.l.bg.do(func() {
+		defer n.checking.Store(false)
+		ctx, cancel := context.WithTimeout(n.l.ctx, n.l.opt.Timeout)
+		defer cancel()
+		got, err := n.l.rdb.Publish(ctx, n.l.channel, "probe").Result()
+		if err != nil || got > 0 {
+			return
+		}
+		n.mu.Lock()
+		ps := n.current
+		n.mu.Unlock()
+		if ps != nil && n.live.Load() {
+			_ = ps.Close() // run subscribes again, through the client's dialer
+		}
+	})
 }
 
 func (n *notifier) stop() {
@@ -185,6 +228,10 @@ func (n *notifier) run(channel string, ps *redis.PubSub) {
 		if n.session(ctx, ps, channel) {
 			backoff = 10 * time.Millisecond
 		}
+		n.live.Store(false)
+		n.mu.Lock()
+		n.current = nil
+		n.mu.Unlock()
 		_ = ps.Close()
 		ps = nil
 		t := time.NewTimer(backoff)
@@ -220,6 +267,10 @@ func (n *notifier) session(ctx context.Context, ps *redis.PubSub, channel string
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			ok = true
+			n.mu.Lock()
+			n.current = ps
+			n.mu.Unlock()
+			n.live.Store(true)
 			n.upOnce.Do(func() { close(n.up) })
 			n.subscribed()
 		case *redis.Message:

@@ -5,6 +5,8 @@ import (
 	"crypto/sha1"
 	_ "embed" // the Lua sources
 	"encoding/hex"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -96,6 +98,89 @@ type runner struct {
 	// noScript, if set, runs when Redis does not know a script, before it
 	// is sent with EVAL (and so cached again); its error is the call's.
 	noScript func(context.Context) error
+	// ack, when > 0, is how many replicas must acknowledge an acquisition
+	// within ackMS: a pipeline with acquire calls ends with WAIT, which
+	// counts the replicas that have every write of the pipeline's
+	// connection, and a grant it finds short is failed (see confirm).
+	ack   int
+	ackMS int64
+}
+
+// replicaError is the error of an acquisition that fewer replicas
+// acknowledged than Options.Replicas asked for: the hold it took is given
+// back, and the caller is told lockcore.ErrUnavailable.
+type replicaError struct {
+	acked, want int   // replicas that acknowledged it, and that were asked for
+	err         error // WAIT's own error, if it failed
+}
+
+func (e *replicaError) Error() string {
+	if e.err != nil {
+		return fmt.Sprintf("no replica acknowledgement: %v", e.err)
+	}
+	return fmt.Sprintf("acknowledged by %d of %d replicas", e.acked, e.want)
+}
+
+func (e *replicaError) Unwrap() error { return e.err }
+
+// isAcquire reports whether cmd runs the acquire script.
+func isAcquire(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	if len(a) < 2 {
+		return false
+	}
+	s, _ := scriptOf(a[1])
+	if s == nil {
+		s = scriptOfSource(a[1])
+	}
+	return s == acquireScript || s == reenterScript
+}
+
+// scriptOfSource returns the script whose source src is, or nil.
+func scriptOfSource(src any) *script {
+	for _, s := range scripts {
+		for v := range s.src {
+			if s.src[v] == src {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+// confirm fails each acquire call of cmds that took or re-entered a hold
+// when wait, the WAIT that followed them on their connection, counted
+// fewer than r.ack replicas: the caller gives the hold back (a failed
+// acquisition is withdrawn) and is told ErrUnavailable.
+func (r *runner) confirm(cmds []redis.Cmder, wait *redis.IntCmd) {
+	n, err := wait.Result()
+	if err == nil && n >= int64(r.ack) {
+		return
+	}
+	if err != nil && unreachable(err) {
+		return // the calls failed on the network too
+	}
+	short := &replicaError{acked: int(n), want: r.ack}
+	if err != nil {
+		short = &replicaError{want: r.ack, err: err}
+	}
+	for _, c := range cmds {
+		if c.Err() != nil || !isAcquire(c) {
+			continue
+		}
+		switch c := c.(type) {
+		case *redis.IntCmd:
+			if c.Val() > 0 {
+				c.SetErr(short)
+			}
+		case *redis.Cmd:
+			if _, ok := c.Val().([]any); ok {
+				c.SetErr(short) // a re-entry of another token's hold
+			} else if v, ok := c.Val().(int64); ok && v > 0 {
+				c.SetErr(short)
+			}
+		}
+	}
 }
 
 func (r *runner) variant() int {
@@ -130,14 +215,24 @@ func (s *script) newCmd(ctx context.Context, args []any) redis.Cmder {
 // returns the pipeline's network error, if any.
 func (r *runner) run(ctx context.Context, cmds []redis.Cmder) error {
 	var err error
-	if len(cmds) == 1 {
+	var wait *redis.IntCmd
+	if r.ack > 0 && slices.ContainsFunc(cmds, isAcquire) {
+		wait = redis.NewIntCmd(ctx, "wait", r.ack, r.ackMS)
+	}
+	if len(cmds) == 1 && wait == nil {
 		err = r.rdb.Process(ctx, cmds[0])
 	} else {
 		p := r.rdb.Pipeline()
 		for _, c := range cmds {
 			_ = p.Process(ctx, c)
 		}
+		if wait != nil {
+			_ = p.Process(ctx, wait)
+		}
 		_, err = p.Exec(ctx)
+		if wait != nil {
+			r.confirm(cmds, wait)
+		}
 	}
 	checked := false // noScript ran for this run
 	for i, c := range cmds {
@@ -174,6 +269,7 @@ func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *bool) redi
 		*checked = true
 	}
 	_, array := cmd.(*redis.Cmd)
+	acks := r.ack > 0 && isAcquire(cmd)
 	eval := func(src any) redis.Cmder {
 		args[0], args[1] = "eval", src
 		if array {
@@ -181,7 +277,16 @@ func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *bool) redi
 		} else {
 			cmd = redis.NewIntCmd(ctx, args...)
 		}
-		_ = r.rdb.Process(ctx, cmd)
+		if !acks {
+			_ = r.rdb.Process(ctx, cmd)
+			return cmd
+		}
+		wait := redis.NewIntCmd(ctx, "wait", r.ack, r.ackMS)
+		p := r.rdb.Pipeline()
+		_ = p.Process(ctx, cmd)
+		_ = p.Process(ctx, wait)
+		_, _ = p.Exec(ctx)
+		r.confirm([]redis.Cmder{cmd}, wait)
 		return cmd
 	}
 	cmd = eval(s.src[v])

@@ -29,20 +29,20 @@ end
 -- The fence is drawn before the lock is tried, so that a free lock is taken
 -- by the SET itself; a draw that finds the lock held is skipped. A waiting
 -- acquisition that took a free lock keeps it unless others queue for it.
-local f, fs, v = redis.call('INCR', F), nil, nil
-if f > 1 then
-  fs = string.format('%.0f', f)
-  v = redis.call('SET', L, hold_make(tok, fs, '0', false, id), 'NX', 'PX', ttl, 'GET')
-  if not v and (member == '' or redis.call('EXISTS', Q) == 0) then
-    return f
-  end
+-- The fence is next_fence's (see common.lua), inline.
+local c = redis.call('TIME')
+local f = (tonumber(redis.call('GET', F)) or 0) + 1
+local now = tonumber(c[1]) * 1000000 + tonumber(c[2])
+if f < now then
+  f = now
+end
+local fs = string.format('%.0f', f)
+redis.call('SET', F, fs, 'PX', ret)
+local v = redis.call('SET', L, hold_make(tok, fs, '0', false, id), 'NX', 'PX', ttl, 'GET')
+if not v and (member == '' or redis.call('EXISTS', Q) == 0) then
+  return f
 end
 -- @common
-if f == 1 then
-  -- The seed is the server clock: the hold's since too.
-  f, fs = seed_fence(ret)
-  v = redis.call('SET', L, hold_make(tok, fs, fs, false, id), 'NX', 'PX', ttl, 'GET')
-end
 
 if not v then
   if member == '' or redis.call('EXISTS', Q) == 0 then

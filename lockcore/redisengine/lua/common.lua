@@ -5,7 +5,7 @@
 --   L  string  the hold (see hold.lua)
 --   Q  zset    waiters, scored by arrival (server clock, microseconds); member
 --              "<deadline ms> <ttl ms> <channel> <attempt id> <token>"
---   F  string  the fencing counter, seeded from the server clock
+--   F  string  the last fencing token (see next_fence)
 --   R  string  the revoked entries (see hold.lua), which live as long as
 --              the revoked hold would have; only revoke writes it
 --   A  stream  the audit records of revocations; only revoke writes it
@@ -16,26 +16,23 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2]), t[1] .. string.sub('00000' .. t[2], -6)
 end
 
--- Seeds the fencing counter F, just found missing (INCR gave 1), with the
--- server clock in microseconds, and returns it as a number and a string.
--- F is missing for a new key, after its retention ran out and after a
--- restart that lost it. Tokens stay increasing across a re-seed because F
--- grows by at most one per script run, and no Redis runs a script per
--- microsecond: the clock has moved on further than the counter since the
--- last seed.
-local function seed_fence(retention)
-  local now, nows = now_us()
-  redis.call('SET', F, nows, 'PX', retention)
-  return now, nows
-end
-
--- The next fencing token, as a number and a decimal string: one INCR of F.
+-- The next fencing token of the lock, as a number and a decimal string:
+-- the server clock in microseconds, or one more than the last token (F)
+-- when that is greater (more than one token in a microsecond, or a clock
+-- stepped back). The clock keeps tokens increasing where a counter alone
+-- would not: a replica promoted by a failover may have missed the old
+-- master's last tokens, but not the time that passed since it issued
+-- them. The acquire script's fast path does the same inline.
 local function next_fence(retention)
-  local f = redis.call('INCR', F)
-  if f > 1 then
-    return f, string.format('%.0f', f)
+  local now, nows = now_us()
+  local f = (tonumber(redis.call('GET', F)) or 0) + 1
+  if f <= now then
+    f, nows = now, nows
+  else
+    nows = string.format('%.0f', f)
   end
-  return seed_fence(retention)
+  redis.call('SET', F, nows, 'PX', retention)
+  return f, nows
 end
 
 -- Make tok the sole holder for attempt id for ttl ms, taken at since (the
