@@ -29,11 +29,13 @@ type Options struct {
 	// lease is lost after about 0.9×TTL. Minimum 30ms. Default: 10s.
 	TTL time.Duration
 
-	// FenceRetention is how long a key's fencing counter lives once seeded.
-	// The counter is seeded with the Redis server's clock (microseconds
-	// since the epoch) and then counts up by one per acquisition attempt, so
-	// order survives its expiry as long as that clock does not step back by
-	// more than this. Default: 1h.
+	// FenceRetention is how long a key's last fencing token is kept after
+	// it was handed out. A token is the Redis server's clock (microseconds
+	// since the epoch), or one more than the last token when that is
+	// greater, so tokens increase as long as that clock does not step back
+	// by more than this, and across a failover as long as the new master's
+	// clock is not behind the old one's by more than the failover took.
+	// Default: 1h.
 	FenceRetention time.Duration
 
 	// ReleaseTimeout bounds how long a release, and the withdrawal of a
