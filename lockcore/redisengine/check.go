@@ -136,6 +136,13 @@ func serverVersion(ctx context.Context, rdb redis.UniversalClient) (string, bool
 // report logs err once per kind (misconfiguration, unavailability) through
 // the engine's logger, if any, and returns it.
 func (l *Engine) report(err error) error {
+	if c, ok := l.rdb.(*redis.ClusterClient); ok && errors.Is(err, lockcore.ErrUnavailable) {
+		// A node that stopped answering may have been failed over: go-redis
+		// reloads the slots' owners on a MOVED, which a dead node never
+		// sends, or once a minute. LazyReload returns at once and
+		// coalesces.
+		c.ReloadState(l.ctx)
+	}
 	if lg := l.opt.Logger; lg != nil {
 		switch {
 		case errors.Is(err, lockcore.ErrMisconfigured):

@@ -150,15 +150,6 @@ func median(ds []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-func pct(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(int(q*float64(len(s))), len(s)-1)]
-}
-
 // masterOf returns the address the sentinels of set give for its master.
 func masterOf(t *testing.T, set *redistest.Set) string {
 	t.Helper()
