@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,17 +84,21 @@ func (c *lossChecker) leave(p string, s *heldSection, told time.Time) {
 // may be granted again while its holder runs: every such holder is told
 // (its context ends with ErrLockLost) before it leaves, and the log says
 // how long after the second holder entered. No fencing token repeats or
-// goes backwards either way.
+// goes backwards either way. Each runs with Options.Replicas 0 and 1;
+// with 1, the promoted replica of a killed master has no replica of its own
+// and grants nothing (503) until the killed node is back as its replica.
 func TestClusterFailover(t *testing.T) {
 	if redistest.OwnReal(t) == nil { // redis-server is not on PATH
 		return
 	}
-	for _, how := range []string{"cluster-failover", "kill-master"} {
-		t.Run(how, func(t *testing.T) { testClusterFailover(t, how) })
+	for _, replicas := range []int{0, 1} {
+		for _, how := range []string{"cluster-failover", "kill-master"} {
+			t.Run(fmt.Sprintf("replicas=%d/%s", replicas, how), func(t *testing.T) { testClusterFailover(t, replicas, how) })
+		}
 	}
 }
 
-func testClusterFailover(t *testing.T, how string) {
+func testClusterFailover(t *testing.T, replicas int, how string) {
 	set, err := redistest.StartClusterSet()
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +158,7 @@ func testClusterFailover(t *testing.T, how string) {
 	for range 3 {
 		rdb := conf.Open(nil)
 		t.Cleanup(func() { _ = rdb.Close() })
-		e, err := New(rdb, Options{Prefix: prefix, TTL: 300 * time.Millisecond})
+		e, err := New(rdb, Options{Prefix: prefix, TTL: 300 * time.Millisecond, Replicas: replicas})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,6 +238,17 @@ func testClusterFailover(t *testing.T, how string) {
 		return err == nil && strings.Contains(info, "role:master")
 	})
 	promoted := time.Since(switched)
+	if how == "kill-master" && replicas > 0 {
+		// The new master has no replica left to acknowledge: its slots
+		// grant nothing until the old master is back, as its replica.
+		for _, s := range set.Servers {
+			if s.Addr == masterAddr {
+				if err := s.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 	at := ops.Load()
 	waitFor(t, 60*time.Second, "100 sections after the failover", func() bool { return ops.Load() >= at+100 })
 	resumed := time.Since(switched) - promoted
@@ -273,6 +290,15 @@ func TestClusterLostHoldIsSignalled(t *testing.T) {
 	if redistest.OwnReal(t) == nil { // redis-server is not on PATH
 		return
 	}
+	for _, replicas := range []int{0, 1} {
+		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) { testClusterLostHold(t, replicas) })
+	}
+}
+
+// testClusterLostHold is TestClusterLostHoldIsSignalled with
+// Options.Replicas replicas: with 1, the master cut off from its replica
+// grants nothing, so there is no hold to lose.
+func testClusterLostHold(t *testing.T, replicas int) {
 	set, err := redistest.StartClusterSet()
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +311,7 @@ func TestClusterLostHoldIsSignalled(t *testing.T) {
 	newEngine := func() *Engine {
 		rdb := conf.Open(nil)
 		t.Cleanup(func() { _ = rdb.Close() })
-		e, err := New(rdb, Options{Prefix: prefix, TTL: ttl})
+		e, err := New(rdb, Options{Prefix: prefix, TTL: ttl, Replicas: replicas})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,11 +344,38 @@ func TestClusterLostHoldIsSignalled(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = replica.Close() })
 
-		// Cut the replica off, take the hold, promote the replica.
+		// Cut the replica off (a wrong masterauth keeps it from
+		// reconnecting), take the hold, promote the replica.
+		if err := replica.ConfigSet(ctx, "masterauth", "not-the-password").Err(); err != nil {
+			t.Fatal(err)
+		}
 		if err := replica.Do(ctx, "CLIENT", "KILL", "TYPE", "master").Err(); err != nil {
 			t.Fatal(err)
 		}
 		a, err := first.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+		if replicas > 0 {
+			// The replica did not acknowledge: no hold. (The link may
+			// have come back first, as in the attempts below.)
+			if err := replica.ConfigSet(ctx, "masterauth", "").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err == nil {
+				t.Logf("attempt %d: the replica acknowledged the hold; again", attempt)
+				_ = a.Release(ctx)
+				continue
+			}
+			if !errors.Is(err, lockcore.ErrUnavailable) || !strings.Contains(err.Error(), "acknowledged by 0 of 1 replicas") {
+				t.Fatalf("a master cut off from its replica: %v, want ErrUnavailable, acknowledged by 0 of 1", err)
+			}
+			waitFor(t, 10*time.Second, "the lock free", func() bool {
+				b, err := second.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+				if err == nil {
+					_ = b.Release(ctx)
+				}
+				return err == nil
+			})
+			return
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,6 +386,9 @@ func TestClusterLostHoldIsSignalled(t *testing.T) {
 			info, err := replica.Info(ctx, "replication").Result()
 			return err == nil && strings.Contains(info, "role:master")
 		})
+		if err := replica.ConfigSet(ctx, "masterauth", "").Err(); err != nil {
+			t.Fatal(err)
+		}
 		if n, err := replica.Exists(ctx, redisKey).Result(); err != nil || n != 0 {
 			// The link came back before the takeover: the hold survived.
 			t.Logf("attempt %d: the promoted replica has the hold (%d, %v); again", attempt, n, err)
@@ -363,4 +419,171 @@ func TestClusterLostHoldIsSignalled(t *testing.T) {
 		return
 	}
 	t.Fatal("the promoted replica had the hold in 10 attempts")
+}
+
+// TestClusterResharding: 12 workers on 3 Engines, each on a ClusterClient
+// at go-redis's defaults, lock 4 products on slots 0 to 3 while redis-cli
+// --cluster reshard moves those slots from their master to another and
+// back, six times (IMPORTING and MIGRATING, MIGRATE of the keys, SETSLOT
+// NODE). No two holders of a product overlap, no fencing token repeats or
+// goes backwards, and sections go on while the slots move. It runs with
+// Options.Replicas 0 and 1 (with 1, an acquisition whose slot is moving
+// fails, 503, and is tried again).
+func TestClusterResharding(t *testing.T) {
+	if redistest.OwnReal(t) == nil { // redis-server is not on PATH
+		return
+	}
+	for _, replicas := range []int{0, 1} {
+		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) { testClusterResharding(t, replicas) })
+	}
+}
+
+func testClusterResharding(t *testing.T, replicas int) {
+	set, err := redistest.StartClusterSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Stop)
+	conf := set.Conf()
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+
+	// Products whose keys hash to slots 0-3: redis-cli moves a master's
+	// lowest slots, so moving 4 slots moves these, there and back.
+	products := make([]string, 4)
+	for i := 0; i < 1_000_000; i++ {
+		p := fmt.Sprint("p", i)
+		if slot := keySlot(mustKey(t, "reshard", p).String()); slot < 4 && products[slot] == "" {
+			products[slot] = p
+		}
+		if !slices.Contains(products, "") {
+			break
+		}
+	}
+	// The master of slot 0 and another.
+	admin := conf.Open(nil).(*redis.ClusterClient)
+	t.Cleanup(func() { _ = admin.Close() })
+	var ids []string
+	var home string
+	waitFor(t, 10*time.Second, "the masters' ids", func() bool {
+		ids, home = nil, ""
+		shards, err := admin.ClusterShards(ctx).Result()
+		if err != nil {
+			return false
+		}
+		for _, sh := range shards {
+			for _, n := range sh.Nodes {
+				if n.Role != "master" {
+					continue
+				}
+				ids = append(ids, n.ID)
+				if len(sh.Slots) > 0 && sh.Slots[0].Start == 0 {
+					home = n.ID
+				}
+			}
+		}
+		return len(ids) == 3 && home != ""
+	})
+	away := ids[0]
+	if away == home {
+		away = ids[1]
+	}
+
+	var engines []*Engine
+	for range 3 {
+		rdb := conf.Open(nil)
+		t.Cleanup(func() { _ = rdb.Close() })
+		e, err := New(rdb, Options{Prefix: prefix, TTL: time.Second, Replicas: replicas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		engines = append(engines, e)
+	}
+	c := newFenceChecker()
+	var ops, errs atomic.Int64
+	var lastErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(90 * time.Second)
+	for w := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := engines[w%3]
+			p := products[w%4]
+			k := mustKey(t, "reshard", p)
+			for i := 0; i < 100000 && time.Now().Before(deadline); i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				ls, err := e.Acquire(actx, k, lockcore.Policy{Wait: 2 * time.Second})
+				cancel()
+				if err != nil {
+					errs.Add(1)
+					lastErr.Store(err.Error())
+					continue
+				}
+				c.enter(p, ls.Fence())
+				ops.Add(1)
+				work := time.NewTimer(time.Duration(i%3) * time.Millisecond) // the handler's work
+				select {
+				case <-work.C:
+				case <-ls.Context().Done():
+				}
+				work.Stop()
+				c.leave(p)
+				_ = ls.Release(context.Background())
+			}
+		}()
+	}
+	end := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer end()
+
+	waitFor(t, 20*time.Second, "100 sections before the resharding", func() bool { return ops.Load() >= 100 })
+	from, to := home, away
+	for round := range 6 {
+		// redis-cli refuses to reshard until every node agrees on the
+		// last move.
+		waitFor(t, 20*time.Second, "the nodes agreeing", func() bool {
+			return exec.Command("redis-cli", "--cluster", "check", set.Servers[0].Addr).Run() == nil
+		})
+		out, err := exec.Command("redis-cli", "--cluster", "reshard", set.Servers[0].Addr,
+			"--cluster-from", from, "--cluster-to", to, "--cluster-slots", "4", "--cluster-yes").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Moving slot 0 from") || !strings.Contains(string(out), "Moving slot 3 from") {
+			t.Fatalf("round %d: redis-cli --cluster reshard did not move slots 0-3: %v: %s", round, err, out)
+		}
+		from, to = to, from
+		at := ops.Load()
+		waitFor(t, 20*time.Second, "sections after the slots moved", func() bool { return ops.Load() >= at+50 })
+	}
+	end()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	le, _ := lastErr.Load().(string)
+	t.Logf("6 moves of slots 0-3; %d sections, %d failed acquisitions (last: %s); %d overlaps, %d tokens repeated, %d backwards",
+		c.entries, errs.Load(), le, c.overlaps, c.repeats, c.backwards)
+	if c.overlaps > 0 || c.repeats > 0 || c.backwards > 0 {
+		t.Errorf("while the slots moved: %d overlaps, %d tokens repeated, %d backwards", c.overlaps, c.repeats, c.backwards)
+	}
+}
+
+// keySlot is the Cluster slot of a lock on key, an escaped key: CRC16
+// (XMODEM) of its hash tag, modulo 16384.
+func keySlot(key string) int {
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
 }

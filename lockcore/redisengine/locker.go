@@ -126,9 +126,10 @@ type Options struct {
 	// its master as long as an acknowledging replica is the one promoted
 	// (WAIT cannot say which replica acknowledged). Renewals are not
 	// acknowledged. It costs one WAIT per pipeline of acquisitions: the
-	// time the slowest of the counted replicas takes to acknowledge.
-	// Not supported on a *redis.ClusterClient yet: New refuses it there.
-	// Default: 0, off.
+	// time the slowest of the counted replicas takes to acknowledge. On a
+	// Cluster each master's acquisitions go to that master's own
+	// connection, with WAIT, and an acquisition whose slot is moving
+	// (resharding) fails until it has moved. Default: 0, off.
 	Replicas int
 
 	// ReplicaTimeout bounds how long an acquisition waits for the
@@ -273,9 +274,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := rdb.(*redis.ClusterClient); ok && opt.Replicas > 0 {
-		return nil, fmt.Errorf("redisengine: Options.Replicas is not supported on a *redis.ClusterClient yet")
-	}
+
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	l := &Engine{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
@@ -288,6 +287,9 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	}
 	l.run.rdb = rdb
 	l.run.ack, l.run.ackMS = opt.Replicas, max(ms(opt.ReplicaTimeout), 1)
+	if c, ok := rdb.(*redis.ClusterClient); ok && opt.Replicas > 0 {
+		l.run.node = c.MasterForKey
+	}
 	l.lengthen(opt.TTL)
 	if _, ok := rdb.(*redis.ClusterClient); !ok {
 		l.guarded = true

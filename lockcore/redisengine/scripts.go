@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -104,6 +105,9 @@ type runner struct {
 	// connection, and a grant it finds short is failed (see confirm).
 	ack   int
 	ackMS int64
+	// node, set on a Cluster when ack > 0, returns the client of the
+	// master that owns a key's slot (see runOnMasters).
+	node func(ctx context.Context, key string) (*redis.Client, error)
 }
 
 // replicaError is the error of an acquisition that fewer replicas
@@ -215,24 +219,14 @@ func (s *script) newCmd(ctx context.Context, args []any) redis.Cmder {
 // returns the pipeline's network error, if any.
 func (r *runner) run(ctx context.Context, cmds []redis.Cmder) error {
 	var err error
-	var wait *redis.IntCmd
-	if r.ack > 0 && slices.ContainsFunc(cmds, isAcquire) {
-		wait = redis.NewIntCmd(ctx, "wait", r.ack, r.ackMS)
-	}
-	if len(cmds) == 1 && wait == nil {
+	acks := r.ack > 0 && slices.ContainsFunc(cmds, isAcquire)
+	switch {
+	case acks && r.node != nil:
+		err = r.runOnMasters(ctx, cmds)
+	case len(cmds) == 1 && !acks:
 		err = r.rdb.Process(ctx, cmds[0])
-	} else {
-		p := r.rdb.Pipeline()
-		for _, c := range cmds {
-			_ = p.Process(ctx, c)
-		}
-		if wait != nil {
-			_ = p.Process(ctx, wait)
-		}
-		_, err = p.Exec(ctx)
-		if wait != nil {
-			r.confirm(cmds, wait)
-		}
+	default:
+		err = r.acked(ctx, r.rdb, cmds, acks)
 	}
 	checked := false // noScript ran for this run
 	for i, c := range cmds {
@@ -245,6 +239,128 @@ func (r *runner) run(ctx context.Context, cmds []redis.Cmder) error {
 		return err
 	}
 	return nil
+}
+
+// acked sends cmds to c as one pipeline, followed, when acks is set, by
+// WAIT, and fails the acquisitions that too few replicas acknowledged
+// (confirm). It returns the pipeline's error.
+func (r *runner) acked(ctx context.Context, c redis.Cmdable, cmds []redis.Cmder, acks bool) error {
+	p := c.Pipeline()
+	for _, cmd := range cmds {
+		_ = p.Process(ctx, cmd)
+	}
+	var wait *redis.IntCmd
+	if acks {
+		wait = redis.NewIntCmd(ctx, "wait", r.ack, r.ackMS)
+		_ = p.Process(ctx, wait)
+	}
+	_, err := p.Exec(ctx)
+	if acks {
+		r.confirm(cmds, wait)
+	}
+	return err
+}
+
+// runOnMasters sends cmds on a Cluster whose acquisitions replicas must
+// acknowledge: WAIT counts the replicas of the master it is sent to, for
+// the writes of its connection, so each master's acquisitions go to that
+// master's own client as one pipeline with WAIT (a ClusterClient would
+// send WAIT to any node); the other calls go through the ClusterClient.
+// An acquisition that a master answers MOVED or ASK (its slot moved, or is
+// moving) fails, and the client reloads the slots' owners. It returns the
+// first network error.
+func (r *runner) runOnMasters(ctx context.Context, cmds []redis.Cmder) error {
+	var first error
+	note := func(err error) {
+		if first == nil && unreachable(err) {
+			first = err
+		}
+	}
+	byNode := make(map[*redis.Client][]redis.Cmder)
+	var rest []redis.Cmder
+	for _, cmd := range cmds {
+		if !isAcquire(cmd) {
+			rest = append(rest, cmd)
+			continue
+		}
+		node, err := r.node(ctx, keyArg(cmd))
+		if err != nil {
+			cmd.SetErr(err)
+			note(err)
+			continue
+		}
+		byNode[node] = append(byNode[node], cmd)
+	}
+	if len(rest) > 0 {
+		note(r.acked(ctx, r.rdb, rest, false))
+	}
+	for node, cmds := range byNode {
+		note(r.acked(ctx, node, cmds, true))
+		for _, cmd := range cmds {
+			r.redirect(ctx, cmd)
+		}
+	}
+	return first
+}
+
+// keyArg returns the first key of a script call.
+func keyArg(cmd redis.Cmder) string {
+	switch k := cmd.Args()[3].(type) {
+	case string:
+		return k
+	case *string:
+		return *k
+	}
+	return fmt.Sprint(cmd.Args()[3])
+}
+
+// redirect follows, once, a MOVED or ASK answer to cmd, an acquisition sent
+// to the master runOnMasters chose: the slot moved, or is moving, to the
+// master the answer names. cmd is sent there again, after ASKING for an
+// ASK, with WAIT; and for a MOVED the Cluster reloads its slots' owners.
+func (r *runner) redirect(ctx context.Context, cmd redis.Cmder) {
+	err := cmd.Err()
+	if err == nil {
+		return
+	}
+	ask := redis.HasErrorPrefix(err, "ASK")
+	if !ask && !redis.HasErrorPrefix(err, "MOVED") {
+		return
+	}
+	c, ok := r.rdb.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	if !ask {
+		c.ReloadState(ctx)
+	}
+	f := strings.Fields(err.Error())
+	if len(f) < 3 {
+		return
+	}
+	var node *redis.Client
+	var mu sync.Mutex
+	_ = c.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error {
+		if n.Options().Addr == f[2] {
+			mu.Lock()
+			node = n
+			mu.Unlock()
+		}
+		return nil
+	})
+	if node == nil {
+		return // not known yet: the call fails, and a later one finds it
+	}
+	cmd.SetErr(nil)
+	p := node.Pipeline()
+	if ask {
+		_ = p.Process(ctx, redis.NewStatusCmd(ctx, "asking"))
+	}
+	_ = p.Process(ctx, cmd)
+	wait := redis.NewIntCmd(ctx, "wait", r.ack, r.ackMS)
+	_ = p.Process(ctx, wait)
+	_, _ = p.Exec(ctx)
+	r.confirm([]redis.Cmder{cmd}, wait)
 }
 
 // known returns cmd, which has run, or, when Redis did not know its script,
@@ -281,12 +397,17 @@ func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *bool) redi
 			_ = r.rdb.Process(ctx, cmd)
 			return cmd
 		}
-		wait := redis.NewIntCmd(ctx, "wait", r.ack, r.ackMS)
-		p := r.rdb.Pipeline()
-		_ = p.Process(ctx, cmd)
-		_ = p.Process(ctx, wait)
-		_, _ = p.Exec(ctx)
-		r.confirm([]redis.Cmder{cmd}, wait)
+		var c redis.Cmdable = r.rdb
+		if r.node != nil {
+			node, err := r.node(ctx, keyArg(cmd))
+			if err != nil {
+				cmd.SetErr(err)
+				return cmd
+			}
+			c = node
+		}
+		_ = r.acked(ctx, c, []redis.Cmder{cmd}, true)
+		r.redirect(ctx, cmd)
 		return cmd
 	}
 	cmd = eval(s.src[v])
