@@ -405,7 +405,7 @@ func TestPage(t *testing.T) {
 		`<code title="owner digest">3f9a1c2e</code> <b title="acquisitions holding it">×2</b>`,
 		"held 1.5s",
 		"<code>e1a2b3c4d5e6f708</code>",
-		"<code>1017</code><div>8.25s left</div>", "counter 1019",
+		"<code>1017</code><div>8.25s left</div>", "last 1019",
 		"2 waiting<ol><li><code>9b8c7d6e5f403122</code>", "waited 1s, 4s left",
 		"stuck after the 14:02 deploy",
 		`<form class="release" method="post" action="./locks/productID:42/release"><input type="text" name="reason" required`,

@@ -69,7 +69,7 @@
 //	held        bool: someone holds the lock
 //	holders     array of holder objects: one for a held lock, none for a free one
 //	fence       number: the current hold's fencing token, 0 when free
-//	last_fence  number: the key's fencing counter, 0 if none is remembered
+//	last_fence  number: the key's last fencing token, 0 if none is remembered
 //	ttl_ms      number: the hold's remaining lease in milliseconds, 0 when free
 //	waiters     array of waiter objects: the queued acquisitions, first in line first
 //	audit       array of revocation objects: the latest force-releases of the key, newest first
@@ -93,7 +93,7 @@
 //	key         string: the escaped key
 //	owner       string: the digest of the revoked owner's token
 //	fence       number: the revoked hold's fencing token
-//	new_fence   number: the key's fencing counter afterwards, greater than fence
+//	new_fence   number: the key's last fencing token afterwards, greater than fence
 //	reason      string: the operator's reason, as kept in the audit record
 //	at          time: when, by the backend's clock
 //

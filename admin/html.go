@@ -191,7 +191,7 @@ footer{margin-top:14px;font-size:12px}
 {{if or .Prefix .Single .Error}}<a href="{{.Root}}">all locks</a>{{end}}
 </form>
 {{with .Error}}<p class="error" role="alert">{{$.Status}} {{$.StatusText}}: {{.}}</p>{{end}}
-{{with .Released}}<p class="flash" role="status">Force-released <code>{{.Key}}</code>, held by owner <code>{{.Owner}}</code> with fence {{.Fence}}; the key's fencing counter is now {{.NewFence}}. Reason: {{.Reason}}</p>{{end}}
+{{with .Released}}<p class="flash" role="status">Force-released <code>{{.Key}}</code>, held by owner <code>{{.Owner}}</code> with fence {{.Fence}}; the key's last fencing token is now {{.NewFence}}. Reason: {{.Reason}}</p>{{end}}
 {{if .Locks}}{{if not .Single}}<p class="mute">{{.Summary}}</p>{{end}}
 <table>
 <thead><tr><th>Key</th><th>Holder</th><th class="num">Fence, lease</th><th>Waiters, in order</th><th>Force-releases</th><th>Release</th></tr></thead>
@@ -201,7 +201,7 @@ footer{margin-top:14px;font-size:12px}
 <td>{{range .Holders}}<code title="owner digest">{{.Owner}}</code>{{if gt .Count 1}} <b title="acquisitions holding it">×{{.Count}}</b>{{end}}
 {{range .Instances}}<div class="small nowrap" title="engine (process) id">on <code>{{.}}</code></div>{{end}}
 {{if not .Since.IsZero}}<div class="small" title="since {{$.Stamp .Since}}">held {{$.For .Since}}</div>{{end}}{{else}}<span class="mute">free</span>{{end}}</td>
-<td class="num">{{if .Held}}<code>{{.Fence}}</code><div>{{$.Millis .TTLMillis}} left</div>{{else}}–{{end}}<div class="small" title="the key's fencing counter">counter {{.LastFence}}</div></td>
+<td class="num">{{if .Held}}<code>{{.Fence}}</code><div>{{$.Millis .TTLMillis}} left</div>{{else}}–{{end}}<div class="small" title="the key's last fencing token">last {{.LastFence}}</div></td>
 <td>{{with .Waiters}}{{len .}} waiting<ol>{{range .}}<li><code>{{.Instance}}</code> <span class="small nowrap" title="queued {{$.Stamp .Since}}, deadline {{$.Stamp .Deadline}}">waited {{$.For .Since}}, {{$.Left .Deadline}}</span></li>{{end}}</ol>{{else}}<span class="mute">none</span>{{end}}</td>
 <td class="audit">{{with .Audit}}<ul>{{range .}}<li>{{.Reason}}<div class="small" title="{{$.Stamp .At}}">{{$.Ago .At}}, owner <code>{{.Owner}}</code>, fence {{.Fence}} → {{.NewFence}}</div></li>{{end}}</ul>{{else}}<span class="mute">none</span>{{end}}</td>
 <td>{{if .Held}}<form class="release" method="post" action="{{$.Root}}locks/{{$.Path .Key}}/release"><input type="text" name="reason" required maxlength="256" placeholder="reason" aria-label="reason to release {{.Key}}"><button class="danger" type="submit">Release</button></form>{{end}}</td>

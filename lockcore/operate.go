@@ -51,8 +51,8 @@ type Info struct {
 	Holders []Holder
 	// Fence is the fencing token of the current hold, 0 when free.
 	Fence int64
-	// LastFence is the key's fencing counter: no fencing token issued for
-	// the key is above it. 0 if none is remembered.
+	// LastFence is the key's last fencing token: no fencing token issued
+	// for the key is above it. 0 if none is remembered.
 	LastFence int64
 	// TTL is the hold's remaining lease; 0 when free.
 	TTL time.Duration
@@ -97,8 +97,8 @@ type Revocation struct {
 	Key string
 	// Owner is the revoked hold's owner digest (Holder.Owner).
 	Owner string
-	// Fence is the revoked hold's fencing token; NewFence the key's
-	// fencing counter after the revocation, above every token the revoked
+	// Fence is the revoked hold's fencing token; NewFence the key's last
+	// fencing token after the revocation, above every token the revoked
 	// hold could show.
 	Fence, NewFence int64
 	// Reason is the operator's reason.

@@ -263,7 +263,7 @@ func TestOutput(t *testing.T) {
 	}
 
 	r = runWith(t, nil, "release", "--reason", "  wedged on payments ", "orderID:1234567")
-	if r.code != 0 || r.stdout != "released orderID:1234567: it was held by owner c0ffee11 with fence 5; the key's fencing counter is now 6\n" || op.reasons[0] != "wedged on payments" {
+	if r.code != 0 || r.stdout != "released orderID:1234567: it was held by owner c0ffee11 with fence 5; the key's last fencing token is now 6\n" || op.reasons[0] != "wedged on payments" {
 		t.Errorf("release: %d %q %q; reasons %q", r.code, r.stdout, r.stderr, op.reasons)
 	}
 	r = runWith(t, nil, "release", "-json", "productID:42", "-reason=why")

@@ -100,7 +100,7 @@ func (p *printer) lock(in lockcore.Info) {
 
 // revocation prints what a force-release did.
 func (p *printer) revocation(r lockcore.Revocation) {
-	p.printf("released %s: it was held by owner %s with fence %d; the key's fencing counter is now %d\n",
+	p.printf("released %s: it was held by owner %s with fence %d; the key's last fencing token is now %d\n",
 		clean(r.Key), clean(r.Owner), r.Fence, r.NewFence)
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -150,32 +151,37 @@ func unwrapURL(err error) error {
 	return err
 }
 
-// Scrub removes from msg the user information of the URL raw, its
-// password alone (as written and unescaped), and the value of a password
-// parameter: a message built from a Redis URL must not show a password.
+// Scrub removes from msg every piece of the URL raw but its scheme: the
+// user information, the password as written and unescaped, and every piece
+// of the host, path and query between the URL's separators. A password
+// with a '/', '?', '#' or '&' in it splits where url.Parse or go-redis
+// reads it, and their errors quote a fragment; a message built from a
+// Redis URL must show none.
 func Scrub(msg, raw string) string {
-	var secrets []string
+	rest := raw
 	if i := strings.Index(raw, "://"); i >= 0 {
-		rest := raw[i+3:]
-		if end := strings.IndexAny(rest, "/?"); end >= 0 && strings.LastIndexByte(rest[:end], '@') >= 0 {
-			rest = rest[:end]
-		}
-		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-			userinfo := rest[:at]
-			secrets = append(secrets, userinfo)
-			if _, pw, ok := strings.Cut(userinfo, ":"); ok && len(pw) >= 3 {
-				secrets = append(secrets, pw)
-				if u, err := url.PathUnescape(pw); err == nil && u != pw {
-					secrets = append(secrets, u)
-				}
+		rest = raw[i+3:]
+	}
+	secrets := strings.FieldsFunc(rest, func(r rune) bool { return strings.ContainsRune(":/@?&=#;", r) })
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		secrets = append(secrets, rest[:at])
+		if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+			secrets = append(secrets, pw)
+			if u, err := url.PathUnescape(pw); err == nil {
+				secrets = append(secrets, u)
 			}
 		}
 	}
 	if u, err := url.Parse(raw); err == nil {
-		secrets = append(secrets, u.Query()["password"]...)
+		for _, vs := range u.Query() {
+			secrets = append(secrets, vs...)
+		}
 	}
+	// The longest first, so that a piece inside another is not replaced
+	// before it.
+	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
 	for _, s := range secrets {
-		if s != "" {
+		if len(s) >= 3 {
 			msg = strings.ReplaceAll(msg, s, "xxxxx")
 		}
 	}

@@ -2,9 +2,11 @@ package redisengine
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -69,3 +71,76 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDeployments times one uncontended lock cycle on each real
+// deployment of redistest.Deployments (one server, a Cluster of 3 masters
+// with a replica each, a master with 2 replicas under Sentinel), with
+// go-redis at its defaults: raw, a SET NX PX and a Lua compare-and-delete,
+// the floor of any Redis lock; the Engine; and, where the deployment has
+// replicas, the Engine with Options.Replicas 1. par=P runs P goroutines
+// per CPU (b.SetParallelism), each on a key of its own.
+func BenchmarkDeployments(b *testing.B) {
+	for _, be := range redistest.Deployments(b) {
+		if !be.Real() {
+			continue
+		}
+		kinds := []string{"raw", "engine"}
+		if be.MultiNode() {
+			kinds = append(kinds, "engine-replicas=1")
+		}
+		for _, kind := range kinds {
+			for _, par := range []int{1, 16} {
+				b.Run(be.Name+"/"+kind+"/par="+strconv.Itoa(par), func(b *testing.B) {
+					rdb := be.Universal(b)
+					prefix := redistest.Prefix(b)
+					var l *Engine
+					if kind != "raw" {
+						opt := Options{Prefix: prefix}
+						if kind == "engine-replicas=1" {
+							opt.Replicas = 1
+						}
+						var err error
+						if l, err = New(rdb, opt); err != nil {
+							b.Fatal(err)
+						}
+						defer l.Close()
+					}
+					ctx := context.Background()
+					var n atomic.Int64
+					cycle := func(k string, key lockcore.Key) error {
+						if l == nil {
+							tok := strconv.FormatInt(n.Add(1), 36)
+							ok, err := rdb.SetNX(ctx, prefix+k, tok, ttlForBench).Result()
+							if err != nil || !ok {
+								return fmt.Errorf("SET NX: %v %v", ok, err)
+							}
+							return rawDel.Run(ctx, rdb, []string{prefix + k}, tok).Err()
+						}
+						ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+						if err != nil {
+							return err
+						}
+						return ls.Release(ctx)
+					}
+					b.ReportAllocs()
+					b.SetParallelism(par)
+					b.RunParallel(func(pb *testing.PB) {
+						k := "d" + strconv.FormatInt(n.Add(1), 10)
+						key := mustKey(b, k)
+						for pb.Next() {
+							if err := cycle(k, key); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				})
+			}
+		}
+	}
+}
+
+// ttlForBench is the raw lock's TTL in BenchmarkDeployments.
+const ttlForBench = 10 * time.Second
+
+var rawDel = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)

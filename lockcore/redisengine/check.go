@@ -136,6 +136,10 @@ func serverVersion(ctx context.Context, rdb redis.UniversalClient) (string, bool
 // report logs err once per kind (misconfiguration, unavailability) through
 // the engine's logger, if any, and returns it.
 func (l *Engine) report(err error) error {
+	var short *replicaError
+	if errors.As(err, &short) {
+		return err // Redis answered: too few replicas is no outage
+	}
 	if c, ok := l.rdb.(*redis.ClusterClient); ok && errors.Is(err, lockcore.ErrUnavailable) {
 		// A node that stopped answering may have been failed over: go-redis
 		// reloads the slots' owners on a MOVED, which a dead node never

@@ -49,8 +49,8 @@
 // (Redis 7 then checks that it touches only the keys it declares), or
 // without it for a server that does not read one. The hold is a string because
 // that is what Redis sets and deletes fastest: an uncontended acquire is
-// one INCR of the counter and one SET NX of the hold, a release one GET and
-// one DEL. Shared locks and permits (several holders) will keep a hash of
+// a TIME, a GET and a SET of the last fencing token and one SET NX of the
+// hold, a release one GET and one DEL. Shared locks and permits (several holders) will keep a hash of
 // holders under the same name, which an exclusive acquire meets as a
 // WRONGTYPE reply; the queue leaves room for FIFO-fair waiting and for
 // multi-key locks.
@@ -139,7 +139,7 @@
 // of revocations); List scans with SCAN, on every master of a Cluster.
 // Revoke force-releases a hold in one script: it deletes the hold,
 // remembers its entries so that the holders' renewals and releases answer
-// "revoked", moves the fencing counter past the hold's fence, grants the
+// "revoked", draws a fencing token past the hold's fence, grants the
 // next waiter, records an audit entry, and tells the holding Engines on
 // their notification channels, which renew at once and cancel the lease
 // contexts with cause lockcore.ErrRevoked.

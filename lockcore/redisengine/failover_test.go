@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -331,4 +332,59 @@ func TestReplicaAcknowledgement(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestReplicaShortfallIsNoOutage: too few replicas is an answer from
+// Redis, not a network failure. Fifty acquisitions at once on a server
+// without replicas, with Replicas 1, each fail with ErrUnavailable saying
+// "acknowledged by 0 of 1 replicas"; none fails the calls that flew with
+// it as if Redis were unreachable (before, a shortfall failed every call
+// queued behind it unsent, withdrawals included, which left the holds
+// until a background retry); every hold is given back at once; and
+// nothing logs Redis as unreachable. An Options.ReplicaTimeout not shorter
+// than Timeout is refused.
+func TestReplicaShortfallIsNoOutage(t *testing.T) {
+	if unreachable(&replicaError{acked: 0, want: 1}) {
+		t.Fatal("a replica shortfall counts as Redis unreachable")
+	}
+	if _, err := New(redistest.InstantClient(t), Options{Replicas: 1, ReplicaTimeout: time.Second}); err == nil {
+		t.Fatal("New took a ReplicaTimeout as long as Timeout")
+	}
+	b := redistest.Best(t)
+	if !b.Real() {
+		return // miniredis has no WAIT
+	}
+	var logged logBuffer
+	prefix := redistest.Prefix(t)
+	l := lockerOn(t, b.Universal(t), prefix, Options{Replicas: 1, ReplicaTimeout: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	rdb := b.Universal(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := l.Acquire(context.Background(), mustKey(t, "short", fmt.Sprint(i)), lockcore.Policy{Wait: lockcore.FailFast})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, lockcore.ErrUnavailable) || !strings.Contains(err.Error(), "acknowledged by 0 of 1 replicas") {
+			t.Fatalf("an acquisition on a server without replicas: %v", err)
+		}
+	}
+	waitFor(t, 500*time.Millisecond, "every hold given back", func() bool {
+		for i := range 50 {
+			if n, err := rdb.Exists(context.Background(), prefix+"{short:"+fmt.Sprint(i)+"}").Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if strings.Contains(logged.String(), "unreachable") {
+		t.Errorf("a shortfall was logged as an outage: %s", logged.String())
+	}
 }

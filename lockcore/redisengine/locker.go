@@ -129,11 +129,14 @@ type Options struct {
 	// time the slowest of the counted replicas takes to acknowledge. On a
 	// Cluster each master's acquisitions go to that master's own
 	// connection, with WAIT, and an acquisition whose slot is moving
-	// (resharding) fails until it has moved. Default: 0, off.
+	// (resharding) fails until it has moved. A shortfall is not an
+	// outage: it is not logged as Redis unreachable. Default: 0, off.
 	Replicas int
 
 	// ReplicaTimeout bounds how long an acquisition waits for the
-	// acknowledgements of Replicas. Default: 100ms.
+	// acknowledgements of Replicas. It must be shorter than Timeout, and
+	// should be shorter than the client's ReadTimeout (go-redis: 3 s),
+	// which a WAIT that blocks past it would hit. Default: 100ms.
 	ReplicaTimeout time.Duration
 
 	// AuditRetention is how long a key's audit records of revocations
@@ -186,6 +189,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Replicas < 0 {
 		return o, fmt.Errorf("redisengine: negative Replicas %d", o.Replicas)
+	}
+	if o.Replicas > 0 && o.ReplicaTimeout >= o.Timeout {
+		return o, fmt.Errorf("redisengine: ReplicaTimeout %v must be shorter than Timeout %v, which bounds the acquisition's call, WAIT included", o.ReplicaTimeout, o.Timeout)
 	}
 	if o.ClaimWindow == 0 {
 		o.ClaimWindow = defaultClaimWindow

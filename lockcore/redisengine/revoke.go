@@ -30,7 +30,7 @@ const revokeRecordTTL = time.Hour
 // that it was revoked: their lease contexts are cancelled with cause
 // lockcore.ErrRevoked, at once when the holding Engine hears the
 // revocation on its notification channel, and at their next renewal (about
-// a third of their TTL) at the latest. The key's fencing counter moves
+// a third of their TTL) at the latest. The key's last fencing token moves
 // past the revoked hold's fence (Revocation.NewFence); the next waiter, if
 // any, is granted the lock, with a fencing token above NewFence, as a
 // release would grant it. An audit record (the owner's digest, the fences,

@@ -127,6 +127,10 @@ func (e *replicaError) Error() string {
 
 func (e *replicaError) Unwrap() error { return e.err }
 
+// RedisError makes a shortfall an answer from Redis, not a network
+// failure: Redis answered, and the calls that flew with it stand.
+func (e *replicaError) RedisError() {}
+
 // isAcquire reports whether cmd runs the acquire script.
 func isAcquire(cmd redis.Cmder) bool {
 	a := cmd.Args()
@@ -266,9 +270,8 @@ func (r *runner) acked(ctx context.Context, c redis.Cmdable, cmds []redis.Cmder,
 // the writes of its connection, so each master's acquisitions go to that
 // master's own client as one pipeline with WAIT (a ClusterClient would
 // send WAIT to any node); the other calls go through the ClusterClient.
-// An acquisition that a master answers MOVED or ASK (its slot moved, or is
-// moving) fails, and the client reloads the slots' owners. It returns the
-// first network error.
+// An acquisition that a master answers MOVED is sent once more, to the
+// master named (see redirect). It returns the first network error.
 func (r *runner) runOnMasters(ctx context.Context, cmds []redis.Cmder) error {
 	var first error
 	note := func(err error) {
@@ -314,26 +317,23 @@ func keyArg(cmd redis.Cmder) string {
 	return fmt.Sprint(cmd.Args()[3])
 }
 
-// redirect follows, once, a MOVED or ASK answer to cmd, an acquisition sent
-// to the master runOnMasters chose: the slot moved, or is moving, to the
-// master the answer names. cmd is sent there again, after ASKING for an
-// ASK, with WAIT; and for a MOVED the Cluster reloads its slots' owners.
+// redirect follows, once, a MOVED answer to cmd, an acquisition sent to
+// the master runOnMasters chose: its slot moved to the master the answer
+// names. cmd is sent there again with WAIT, and the Cluster reloads its
+// slots' owners. An ASK is not followed: the acquisition declares a key that
+// never exists on a Cluster (the restart guard's), so while its slot
+// migrates the target answers TRYAGAIN whatever is asked; the acquisition
+// fails (ErrUnavailable) until the slot has moved.
 func (r *runner) redirect(ctx context.Context, cmd redis.Cmder) {
 	err := cmd.Err()
-	if err == nil {
-		return
-	}
-	ask := redis.HasErrorPrefix(err, "ASK")
-	if !ask && !redis.HasErrorPrefix(err, "MOVED") {
+	if err == nil || !redis.HasErrorPrefix(err, "MOVED") {
 		return
 	}
 	c, ok := r.rdb.(*redis.ClusterClient)
 	if !ok {
 		return
 	}
-	if !ask {
-		c.ReloadState(ctx)
-	}
+	c.ReloadState(ctx)
 	f := strings.Fields(err.Error())
 	if len(f) < 3 {
 		return
@@ -353,9 +353,6 @@ func (r *runner) redirect(ctx context.Context, cmd redis.Cmder) {
 	}
 	cmd.SetErr(nil)
 	p := node.Pipeline()
-	if ask {
-		_ = p.Process(ctx, redis.NewStatusCmd(ctx, "asking"))
-	}
 	_ = p.Process(ctx, cmd)
 	wait := redis.NewIntCmd(ctx, "wait", r.ack, r.ackMS)
 	_ = p.Process(ctx, wait)

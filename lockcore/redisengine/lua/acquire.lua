@@ -14,7 +14,7 @@
 -- While the restart guard lives (see guard.lua) and the server is younger
 -- than the Engine's longest lease, it returns -(the ms until it is that
 -- old) and does nothing: a holder from before the restart may still run.
--- KEYS: the hold, the wait queue, the fencing counter, the restart guard.
+-- KEYS: the hold, the wait queue, the last fencing token, the restart guard.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member = ARGV[5], ARGV[6]

@@ -9,8 +9,7 @@
 -- contains a '.', which no token, fence, time or flag does, and names one
 -- attempt of one Engine: it alone names the hold an attempt has; <start>
 -- is when the attempt began, by its engine's clock (microseconds, base 36).
--- The fast path asks Redis for no TIME, which costs as much as the rest of
--- an uncontended acquisition. A call whose own entry is there already has
+-- A call whose own entry is there already has
 -- run before (a client re-sent it after a lost reply): it changes nothing.
 -- These functions are the only code that reads or writes that format; the
 -- engine's Go code reads it in parseHold (scripts.go).

@@ -11,7 +11,7 @@
 -- queue, or {0, attempt id, fencing token} when the lock went to a waiter
 -- of the caller's own Engine, which the caller then wakes: nothing is
 -- published. Run again with the same arguments, it changes nothing more.
--- KEYS: the hold, the wait queue, the fencing counter, the revoked entries.
+-- KEYS: the hold, the wait queue, the last fencing token, the revoked entries.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local e, ret, member = ARGV[2], ARGV[3], ARGV[4]
 if member ~= '' and redis.call('ZREM', Q, member) == 1 then

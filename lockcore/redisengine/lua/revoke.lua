@@ -5,18 +5,18 @@
 --       to keep the call's record ms
 -- Force-releases the hold, whoever holds it: deletes it, names its entries
 -- in the tombstone R for as long as the hold would have lived (a renewal
--- or release of one of them then answers "revoked"), moves the fencing
--- counter past the hold's fence, hands the lock to the next waiter as a
+-- or release of one of them then answers "revoked"), draws a fencing
+-- token past the hold's fence, hands the lock to the next waiter as a
 -- release does, appends an audit record to the stream A, and tells each
 -- holding Engine, on its channel, "revoke <entry>".
--- Returns 0 when nobody holds the lock, else {revoked fence, new fencing
--- counter, owner digest, server time in microseconds}, all strings. Every
+-- Returns 0 when nobody holds the lock, else {revoked fence, the fencing
+-- token drawn, owner digest, server time in microseconds}, all strings. Every
 -- run leaves a record of what it returned in O, a key named after the call
 -- (random, unique to it), so that the same call run again (a client re-sent
 -- it after a lost reply) returns that and does nothing more: it neither
 -- revokes a hold taken after a first run that found the lock free, nor the
 -- next holder after a first run that revoked.
--- KEYS: the hold, the wait queue, the fencing counter, the revoked entries,
+-- KEYS: the hold, the wait queue, the last fencing token, the revoked entries,
 -- the audit stream, the call's record.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local R, A, O = KEYS[4], KEYS[5], KEYS[6]
