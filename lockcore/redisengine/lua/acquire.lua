@@ -31,13 +31,14 @@ end
 -- acquisition that took a free lock keeps it unless others queue for it.
 -- The fence is next_fence's (see common.lua), inline.
 local c = redis.call('TIME')
-local f = (tonumber(redis.call('GET', F)) or 0) + 1
-local now = tonumber(c[1]) * 1000000 + tonumber(c[2])
-if f < now then
-  f = now
+local fs = c[1] .. string.sub('00000' .. c[2], -6)
+local f = tonumber(fs)
+local last = tonumber(redis.call('SET', F, fs, 'PX', ret, 'GET'))
+if last and last >= f then
+  f = last + 1
+  fs = string.format('%.0f', f)
+  redis.call('SET', F, fs, 'PX', ret)
 end
-local fs = string.format('%.0f', f)
-redis.call('SET', F, fs, 'PX', ret)
 local v = redis.call('SET', L, hold_make(tok, fs, '0', false, id), 'NX', 'PX', ttl, 'GET')
 if not v and (member == '' or redis.call('EXISTS', Q) == 0) then
   return f

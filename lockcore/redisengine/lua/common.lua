@@ -24,15 +24,14 @@ end
 -- master's last tokens, but not the time that passed since it issued
 -- them. The acquire script's fast path does the same inline.
 local function next_fence(retention)
-  local now, nows = now_us()
-  local f = (tonumber(redis.call('GET', F)) or 0) + 1
-  if f <= now then
-    f, nows = now, nows
-  else
-    nows = string.format('%.0f', f)
+  local f, fs = now_us()
+  local last = tonumber(redis.call('SET', F, fs, 'PX', retention, 'GET'))
+  if last and last >= f then
+    f = last + 1
+    fs = string.format('%.0f', f)
+    redis.call('SET', F, fs, 'PX', retention)
   end
-  redis.call('SET', F, nows, 'PX', retention)
-  return f, nows
+  return f, fs
 end
 
 -- Make tok the sole holder for attempt id for ttl ms, taken at since (the
