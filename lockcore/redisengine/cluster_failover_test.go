@@ -73,6 +73,37 @@ func (c *lossChecker) leave(p string, s *heldSection, told time.Time) {
 	c.delays = append(c.delays, told.Sub(s.joined))
 }
 
+// ownSet starts a deployment for the test alone with start
+// (redistest.StartClusterSet or StartSentinelSet), stopped at its end.
+func ownSet(t *testing.T, start func() (*redistest.Set, error)) *redistest.Set {
+	t.Helper()
+	set, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Stop)
+	return set
+}
+
+// enginesOn returns n Engines with opt, each on a client of its own of set
+// at go-redis's defaults, closed at the end of the test.
+func enginesOn(t *testing.T, set *redistest.Set, n int, opt Options) []*Engine {
+	t.Helper()
+	conf := set.Conf()
+	var es []*Engine
+	for range n {
+		rdb := conf.Open(nil)
+		t.Cleanup(func() { _ = rdb.Close() })
+		e, err := New(rdb, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		es = append(es, e)
+	}
+	return es
+}
+
 // TestClusterFailover: 12 workers on 3 Engines, each on a ClusterClient at
 // go-redis's defaults, hold locks on 4 products whose keys live on one
 // master of a 3-master Cluster with a replica each, each for up to 300 ms
@@ -99,11 +130,7 @@ func TestClusterFailover(t *testing.T) {
 }
 
 func testClusterFailover(t *testing.T, replicas int, how string) {
-	set, err := redistest.StartClusterSet()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(set.Stop)
+	set := ownSet(t, redistest.StartClusterSet)
 	conf := set.Conf()
 	admin := conf.Open(nil).(*redis.ClusterClient)
 	t.Cleanup(func() { _ = admin.Close() })
@@ -153,18 +180,7 @@ func testClusterFailover(t *testing.T, replicas int, how string) {
 		t.Fatalf("products %v on slots %d-%d", products, first, last)
 	}
 
-	prefix := redistest.Prefix(t)
-	var engines []*Engine
-	for range 3 {
-		rdb := conf.Open(nil)
-		t.Cleanup(func() { _ = rdb.Close() })
-		e, err := New(rdb, Options{Prefix: prefix, TTL: 300 * time.Millisecond, Replicas: replicas})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
-		engines = append(engines, e)
-	}
+	engines := enginesOn(t, set, 3, Options{Prefix: redistest.Prefix(t), TTL: 300 * time.Millisecond, Replicas: replicas})
 	c := &lossChecker{inside: map[string]*heldSection{}, fences: map[string]int64{}}
 	var ops, errs atomic.Int64
 	var lastErr atomic.Value
@@ -299,26 +315,13 @@ func TestClusterLostHoldIsSignalled(t *testing.T) {
 // Options.Replicas replicas: with 1, the master cut off from its replica
 // grants nothing, so there is no hold to lose.
 func testClusterLostHold(t *testing.T, replicas int) {
-	set, err := redistest.StartClusterSet()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(set.Stop)
+	set := ownSet(t, redistest.StartClusterSet)
 	conf := set.Conf()
 	ctx := context.Background()
 	const ttl = time.Second
 	prefix := redistest.Prefix(t)
-	newEngine := func() *Engine {
-		rdb := conf.Open(nil)
-		t.Cleanup(func() { _ = rdb.Close() })
-		e, err := New(rdb, Options{Prefix: prefix, TTL: ttl, Replicas: replicas})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
-		return e
-	}
-	first, second := newEngine(), newEngine()
+	es := enginesOn(t, set, 2, Options{Prefix: prefix, TTL: ttl, Replicas: replicas})
+	first, second := es[0], es[1]
 	for attempt := range 10 {
 		k := mustKey(t, "lost", fmt.Sprint(attempt))
 		redisKey := prefix + "{" + k.String() + "}"
@@ -439,11 +442,7 @@ func TestClusterResharding(t *testing.T) {
 }
 
 func testClusterResharding(t *testing.T, replicas int) {
-	set, err := redistest.StartClusterSet()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(set.Stop)
+	set := ownSet(t, redistest.StartClusterSet)
 	conf := set.Conf()
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
@@ -489,17 +488,7 @@ func testClusterResharding(t *testing.T, replicas int) {
 		away = ids[1]
 	}
 
-	var engines []*Engine
-	for range 3 {
-		rdb := conf.Open(nil)
-		t.Cleanup(func() { _ = rdb.Close() })
-		e, err := New(rdb, Options{Prefix: prefix, TTL: time.Second, Replicas: replicas})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
-		engines = append(engines, e)
-	}
+	engines := enginesOn(t, set, 3, Options{Prefix: prefix, TTL: time.Second, Replicas: replicas})
 	c := newFenceChecker()
 	var ops, errs atomic.Int64
 	var lastErr atomic.Value

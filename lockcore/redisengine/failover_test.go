@@ -83,20 +83,8 @@ type failoverLoad struct {
 
 func runFailoverLoad(t *testing.T, set *redistest.Set, replicas int, stop <-chan struct{}) (*failoverLoad, func()) {
 	t.Helper()
-	conf := set.Conf()
-	prefix := redistest.Prefix(t)
 	fl := &failoverLoad{c: newFenceChecker()}
-	var engines []*Engine
-	for range 3 {
-		rdb := conf.Open(nil)
-		t.Cleanup(func() { _ = rdb.Close() })
-		e, err := New(rdb, Options{Prefix: prefix, TTL: 2 * time.Second, Replicas: replicas})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
-		engines = append(engines, e)
-	}
+	engines := enginesOn(t, set, 3, Options{Prefix: redistest.Prefix(t), TTL: 2 * time.Second, Replicas: replicas})
 	fl.engines = engines
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(60 * time.Second)
@@ -203,11 +191,7 @@ func TestSentinelFailoverFences(t *testing.T) {
 }
 
 func testSentinelFailover(t *testing.T, replicas int, how string) {
-	set, err := redistest.StartSentinelSet()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(set.Stop)
+	set := ownSet(t, redistest.StartSentinelSet)
 	stop := make(chan struct{})
 	var once sync.Once
 	fl, wait := runFailoverLoad(t, set, replicas, stop)
