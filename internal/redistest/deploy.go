@@ -343,7 +343,7 @@ func startSentinel(dir string, masterPort int) (*Server, error) {
 	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n"+
 		"sentinel monitor %s 127.0.0.1 %d 2\n"+
 		"sentinel down-after-milliseconds %[3]s 1000\n"+
-		"sentinel failover-timeout %[3]s 5000\n"+
+		"sentinel failover-timeout %[3]s 2000\n"+
 		"sentinel parallel-syncs %[3]s 2\n", p, d, SentinelMaster, masterPort)
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		return nil, err

@@ -186,7 +186,7 @@ func testClusterFailover(t *testing.T, replicas int, how string) {
 	var lastErr atomic.Value
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(150 * time.Second)
 	for w := range 12 {
 		wg.Add(1)
 		go func() {
@@ -247,7 +247,7 @@ func testClusterFailover(t *testing.T, replicas int, how string) {
 			}
 		}
 	}
-	waitFor(t, 30*time.Second, "the replica a master", func() bool {
+	waitFor(t, 60*time.Second, "the replica a master", func() bool {
 		rc := redis.NewClient(&redis.Options{Addr: replicaAddr, MaxRetries: -1})
 		defer rc.Close()
 		info, err := rc.Info(ctx, "replication").Result()

@@ -87,7 +87,7 @@ func runFailoverLoad(t *testing.T, set *redistest.Set, replicas int, stop <-chan
 	engines := enginesOn(t, set, 3, Options{Prefix: redistest.Prefix(t), TTL: 2 * time.Second, Replicas: replicas})
 	fl.engines = engines
 	var wg sync.WaitGroup
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(150 * time.Second)
 	for w := range 12 {
 		wg.Add(1)
 		go func() {
@@ -210,7 +210,7 @@ func testSentinelFailover(t *testing.T, replicas int, how string) {
 	case "kill-master":
 		set.Servers[0].Kill()
 	}
-	waitFor(t, 30*time.Second, "a new master", func() bool { return masterOf(t, set) != old })
+	waitFor(t, 60*time.Second, "a new master", func() bool { return masterOf(t, set) != old })
 	// The switch window: every client finds the new master (go-redis
 	// redials a master that refused connections after a back-off of its
 	// own), and the load runs on it a while.
