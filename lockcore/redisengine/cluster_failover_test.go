@@ -298,8 +298,9 @@ func testClusterFailover(t *testing.T, replicas int, how string) {
 // received is lost when that replica takes over, and the next caller gets
 // the lock while the first holder runs. The holder must be told: its
 // context ends with ErrLockLost. The test cuts the replica's link to its
-// master (CLIENT KILL TYPE master on the replica), takes the hold on the
-// master, and promotes the replica at once (CLUSTER FAILOVER TAKEOVER),
+// master (CLIENT KILL TYPE master on the replica, with a wrong masterauth
+// that keeps it from reconnecting), takes the hold on the master, and
+// promotes the replica at once (CLUSTER FAILOVER TAKEOVER),
 // which then lacks the hold; it logs how long after the second holder
 // entered the first was told.
 func TestClusterLostHoldIsSignalled(t *testing.T) {
