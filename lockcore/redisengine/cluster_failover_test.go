@@ -104,6 +104,18 @@ func enginesOn(t *testing.T, set *redistest.Set, n int, opt Options) []*Engine {
 	return es
 }
 
+// withReplicas runs f as subtests with Options.Replicas 0 and 1, on a
+// machine with redis-server (the deployments are the test's own).
+func withReplicas(t *testing.T, f func(t *testing.T, replicas int)) {
+	t.Helper()
+	if redistest.OwnReal(t) == nil { // redis-server is not on PATH
+		return
+	}
+	for _, replicas := range []int{0, 1} {
+		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) { f(t, replicas) })
+	}
+}
+
 // TestClusterFailover: 12 workers on 3 Engines, each on a ClusterClient at
 // go-redis's defaults, hold locks on 4 products whose keys live on one
 // master of a 3-master Cluster with a replica each, each for up to 300 ms
@@ -119,14 +131,11 @@ func enginesOn(t *testing.T, set *redistest.Set, n int, opt Options) []*Engine {
 // with 1, the promoted replica of a killed master has no replica of its own
 // and grants nothing (503) until the killed node is back as its replica.
 func TestClusterFailover(t *testing.T) {
-	if redistest.OwnReal(t) == nil { // redis-server is not on PATH
-		return
-	}
-	for _, replicas := range []int{0, 1} {
+	withReplicas(t, func(t *testing.T, replicas int) {
 		for _, how := range []string{"cluster-failover", "kill-master"} {
-			t.Run(fmt.Sprintf("replicas=%d/%s", replicas, how), func(t *testing.T) { testClusterFailover(t, replicas, how) })
+			t.Run(how, func(t *testing.T) { testClusterFailover(t, replicas, how) })
 		}
-	}
+	})
 }
 
 func testClusterFailover(t *testing.T, replicas int, how string) {
@@ -303,14 +312,7 @@ func testClusterFailover(t *testing.T, replicas int, how string) {
 // promotes the replica at once (CLUSTER FAILOVER TAKEOVER),
 // which then lacks the hold; it logs how long after the second holder
 // entered the first was told.
-func TestClusterLostHoldIsSignalled(t *testing.T) {
-	if redistest.OwnReal(t) == nil { // redis-server is not on PATH
-		return
-	}
-	for _, replicas := range []int{0, 1} {
-		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) { testClusterLostHold(t, replicas) })
-	}
-}
+func TestClusterLostHoldIsSignalled(t *testing.T) { withReplicas(t, testClusterLostHold) }
 
 // testClusterLostHold is TestClusterLostHoldIsSignalled with
 // Options.Replicas replicas: with 1, the master cut off from its replica
@@ -433,14 +435,7 @@ func testClusterLostHold(t *testing.T, replicas int) {
 // goes backwards, and sections go on while the slots move. It runs with
 // Options.Replicas 0 and 1 (with 1, an acquisition whose slot is moving
 // fails, 503, and is tried again).
-func TestClusterResharding(t *testing.T) {
-	if redistest.OwnReal(t) == nil { // redis-server is not on PATH
-		return
-	}
-	for _, replicas := range []int{0, 1} {
-		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) { testClusterResharding(t, replicas) })
-	}
-}
+func TestClusterResharding(t *testing.T) { withReplicas(t, testClusterResharding) }
 
 func testClusterResharding(t *testing.T, replicas int) {
 	set := ownSet(t, redistest.StartClusterSet)

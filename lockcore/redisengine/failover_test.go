@@ -178,16 +178,11 @@ func waitFor(t *testing.T, bound time.Duration, what string, ok func() bool) {
 // another holder after the switch are as short as before it: the
 // notifications follow the new master.
 func TestSentinelFailoverFences(t *testing.T) {
-	if redistest.OwnReal(t) == nil { // redis-server is not on PATH
-		return
-	}
-	for _, replicas := range []int{1, 0} {
+	withReplicas(t, func(t *testing.T, replicas int) {
 		for _, how := range []string{"sentinel-failover", "kill-master"} {
-			t.Run(fmt.Sprintf("replicas=%d/%s", replicas, how), func(t *testing.T) {
-				testSentinelFailover(t, replicas, how)
-			})
+			t.Run(how, func(t *testing.T) { testSentinelFailover(t, replicas, how) })
 		}
-	}
+	})
 }
 
 func testSentinelFailover(t *testing.T, replicas int, how string) {
