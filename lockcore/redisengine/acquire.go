@@ -88,11 +88,14 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 func (l *Engine) newHold(key lockcore.Key, tok string, ttl time.Duration) *hold {
 	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1}
 	h.args = [5]any{&h.keys[0], &h.keys[1], &h.keys[2], tok}
-	h.guard = &guardKey
+	h.guard, h.ch = &guardKey, &l.channel
 	if !l.guarded {
 		// A Cluster: no guard, a key in the lock's slot that nobody sets.
 		g := h.keys[0] + ":g"
 		h.guard = &g
+	}
+	if sh := l.nf.sh; sh != nil {
+		h.ch = sh.channel(slotOf(h.keys[0]))
 	}
 	return h
 }
@@ -138,7 +141,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	// The member names this attempt in the key's wait queue. Its deadline is
 	// on this host's wall clock; Redis drops it once its own clock passes it.
 	member := strconv.FormatInt(deadline.UnixMilli(), 10) + " " + strconv.FormatInt(ms(h.ttl), 10) + " " +
-		l.channel + " " + h.entry + " " + h.token
+		*h.ch + " " + h.entry + " " + h.token
 	h.waitEnd = deadline
 	w := l.nf.register(h.entry, h.keys[0])
 	defer l.nf.unregister(w)
@@ -378,7 +381,7 @@ func (l *Engine) release(ctx context.Context, h *hold, member string) (int64, er
 	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 14)
 	// Four keys: the hold's three and its revoked entries, then the token.
 	a[2], a[6], a[7] = 4, &h.keys[3], h.args[3]
-	a[8], a[9], a[10], a[11], a[12], a[13] = h.args[4], l.retArg, member, l.chanArg, l.claimArg, l.trustArg
+	a[8], a[9], a[10], a[11], a[12], a[13] = h.args[4], l.retArg, member, h.ch, l.claimArg, l.trustArg
 	c.keep, c.after = true, l.afterRelease
 	c.cmd = l.run.cmd(ctx, releaseScript, a)
 	if l.batch.do(context.Background(), c) != answered {

@@ -253,6 +253,7 @@ func TestEventsWake(t *testing.T) {
 					}
 				}
 				key := mustKey(t, "wake", c.name)
+				primeShard(t, waiterEng, key)
 				ls, err := holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)

@@ -90,13 +90,24 @@ func TestLostHandOverNotification(t *testing.T) {
 		eventually(t, 5*time.Second, "deaf Engine subscribed", func() bool {
 			return rdb.PubSubNumSub(ctx, deaf.channel).Val()[deaf.channel] == 1
 		})
+		key := mustKey(t, "k")
 		deaf.channel = prefix + "bystander"
-		sink := rdb.Subscribe(ctx, deaf.channel)
+		var sink *redis.PubSub
+		if sh := deaf.nf.sh; sh != nil {
+			// On a Cluster, its shard channel of the key's slot, which
+			// it does not subscribe to.
+			slot := slotOf(deaf.redisKeys(key)[0])
+			ch := deaf.channel + "{" + slotTag(slot) + "}"
+			sh.chans[slot].Store(&ch)
+			sh.off.Store(true)
+			sink = rdb.SSubscribe(ctx, ch)
+		} else {
+			sink = rdb.Subscribe(ctx, deaf.channel)
+		}
 		t.Cleanup(func() { _ = sink.Close() })
 		if _, err := sink.Receive(ctx); err != nil {
 			t.Fatal(err)
 		}
-		key := mustKey(t, "k")
 		const ttl = 10 * time.Second
 		ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {

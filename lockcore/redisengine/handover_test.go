@@ -32,12 +32,21 @@ func TestLocalHandOverPublishesNothing(t *testing.T) {
 		eventually(t, 5*time.Second, "other Engine subscribed", func() bool {
 			return rdb.PubSubNumSub(ctx, other.channel).Val()[other.channel] == 1
 		})
+		key := mustKey(t, "k")
+		// On a Cluster, hand-overs go to the Engines' shard channels of
+		// the key's slot.
+		want := other.channel
 		obs := rdb.PSubscribe(ctx, prefix+"notify:*")
+		if other.nf.sh != nil {
+			_ = obs.Close()
+			slot := slotOf(a.redisKeys(key)[0])
+			want = *other.nf.sh.channel(slot)
+			obs = rdb.SSubscribe(ctx, *a.nf.sh.channel(slot), want)
+		}
 		t.Cleanup(func() { _ = obs.Close() })
 		if _, err := obs.Receive(ctx); err != nil {
 			t.Fatal(err)
 		}
-		key := mustKey(t, "k")
 		const ttl = 10 * time.Second // a waiter not woken would sleep this long
 		h, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
@@ -70,9 +79,9 @@ func TestLocalHandOverPublishesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f := strings.Fields(m.Payload); m.Channel != other.channel || len(f) != 3 || f[1] != strconv.FormatInt(remote.Fence(), 10) {
+		if f := strings.Fields(m.Payload); m.Channel != want || len(f) != 3 || f[1] != strconv.FormatInt(remote.Fence(), 10) {
 			t.Fatalf("first message %q on %s; want the hand-over of fence %d on %s (the local one publishes nothing)",
-				m.Payload, m.Channel, remote.Fence(), other.channel)
+				m.Payload, m.Channel, remote.Fence(), want)
 		}
 		if err := remote.Release(ctx); err != nil {
 			t.Fatal(err)

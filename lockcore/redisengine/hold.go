@@ -18,6 +18,7 @@ type hold struct {
 	keys   [5]string // lock, queue, fence, revoked entries, audit
 	args   [5]any    // the keys (as pointers into keys: no boxing), token and entry, for the scripts
 	guard  *string   // the restart guard's key (see lua/guard.lua)
+	ch     *string   // the channel of the Engine that hand-overs of the key to it go to
 	token  string    // the owner token of the hold in Redis
 	others string    // tokens that may re-enter a hold they own, for the acquire script
 	entry  string    // the attempt id that holds the lock in Redis

@@ -229,11 +229,12 @@ type Engine struct {
 	bg           tracker // flights, withdrawals and renewals, each bounded by the client's own timeouts
 
 	// Script arguments boxed once: the default TTL, the fence retention
-	// and the claim window in ms, the channel, and whether PUBLISH counts
-	// every subscriber ("1": one server) or may not ("0": a Cluster, whose
-	// PUBLISH counts one node's; Sentinel, whose subscription may be on
-	// the old master for a while after a switch).
-	ttlBoxed, retArg, chanArg, claimArg, trustArg any
+	// and the claim window in ms, and whether PUBLISH counts every
+	// subscriber ("1": one server) or may not ("0": a Cluster, whose
+	// SPUBLISH counts the subscribers of one node, while those on its
+	// replicas, or on a master just demoted, hear it too; Sentinel, whose
+	// subscription may be on the old master for a while after a switch).
+	ttlBoxed, retArg, claimArg, trustArg any
 
 	// refuse, when set, is why Acquire refuses to take locks: the server
 	// evicts keys (see settings), as read by Check, when the first Acquire
@@ -302,7 +303,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 		l.run.noScript = l.guard
 	}
 	l.batch.run, l.batch.bg, l.batch.direct = &l.run, &l.bg, honoursDeadlines(rdb)
-	l.ttlBoxed, l.retArg, l.chanArg, l.claimArg = ms(opt.TTL), ms(opt.FenceRetention), l.channel, ms(l.claimPX())
+	l.ttlBoxed, l.retArg, l.claimArg = ms(opt.TTL), ms(opt.FenceRetention), ms(l.claimPX())
 	l.trustArg = "0"
 	if c, ok := rdb.(*redis.Client); ok {
 		// A failover client (Sentinel) may subscribe on another server

@@ -36,12 +36,17 @@ type notifier struct {
 	checked  atomic.Int64  // when the last check was sent, unix ns
 	live     atomic.Bool   // the subscription is established
 	current  *redis.PubSub // the established one, for check to replace
+
+	// sh, on a Cluster, receives the hand-overs (see shards); the
+	// subscription above then receives revocations only.
+	sh *shards
 }
 
 type waiter struct {
-	id  string
-	key string     // the lock's Redis key
-	ch  chan int64 // the fencing token of a hand-over, or 0: ask Redis again
+	id   string
+	key  string     // the lock's Redis key
+	slot int        // its Cluster slot, on a Cluster
+	ch   chan int64 // the fencing token of a hand-over, or 0: ask Redis again
 
 	// Set with a hand-over, before its token is sent on ch: by a release of
 	// this Engine, when its call was sent (the grant lasts the claim part
@@ -62,6 +67,10 @@ func (n *notifier) start(l *Engine, ps *redis.PubSub) {
 	n.up = make(chan struct{})
 	n.ps = ps
 	go n.run(l.channel, ps)
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		n.sh = new(shards)
+		n.sh.start(n, cc)
+	}
 }
 
 // check makes sure, when it can (probe), that the subscription is on the
@@ -104,6 +113,9 @@ func (n *notifier) stop() {
 	}
 	n.mu.Unlock()
 	<-n.done
+	if n.sh != nil {
+		<-n.sh.done
+	}
 }
 
 // waiters are recycled: a wait that finds the lock free would otherwise
@@ -113,6 +125,10 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan int64,
 func (n *notifier) register(id, key string) *waiter {
 	w := waiterPool.Get().(*waiter)
 	w.id, w.key = id, key
+	if n.sh != nil {
+		w.slot = slotOf(key)
+		n.sh.want(w.slot)
+	}
 	n.mu.Lock()
 	n.waiters[id] = w
 	n.mu.Unlock()
@@ -126,6 +142,9 @@ func (n *notifier) unregister(w *waiter) {
 		delete(n.waiters, w.id)
 	}
 	n.mu.Unlock()
+	if n.sh != nil {
+		n.sh.unwant(w.slot)
+	}
 	select {
 	case <-w.ch: // a hand-over that came after the wait ended
 	default:
@@ -186,6 +205,20 @@ func (n *notifier) nudge(key string) {
 			select {
 			case w.ch <- 0:
 			default: // a nudge is pending already
+			}
+		}
+	}
+	n.mu.Unlock()
+}
+
+// nudgeSlot makes the waiters on locks in a Cluster slot ask Redis again.
+func (n *notifier) nudgeSlot(slot int) {
+	n.mu.Lock()
+	for _, w := range n.waiters {
+		if w.slot == slot {
+			select {
+			case w.ch <- 0:
+			default:
 			}
 		}
 	}

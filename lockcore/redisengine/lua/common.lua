@@ -50,7 +50,8 @@ end
 -- so that a waiter that vanished, or returned without its withdrawal
 -- reaching Redis, delays the next one by one window at most. A waiter of
 -- the caller's Locker (channel mine) is woken by the caller; another is
--- told on its Locker's channel. When
+-- told on its Locker's channel (on a Cluster, its shard channel of the
+-- lock's slot). When
 -- trust is set (one Redis server: PUBLISH counts every subscriber), a
 -- waiter whose channel nobody reads, because its process is gone, is
 -- skipped at once. Each entry is popped once, whatever its fate, so the
@@ -76,7 +77,19 @@ local function grant_next(now, nows, retention, self, mine, claim, trust)
       if ch == mine then
         return e[1], f, id
       end
-      if redis.call('PUBLISH', ch, id .. ' ' .. fs .. ' ' .. px) > 0 or not trust then
+      -- A shard channel (a Cluster's: "<channel>{<slot tag>}") is told
+      -- with SPUBLISH, on the lock's shard only; on a server without
+      -- sharded pub/sub, the Engine's own channel with PUBLISH.
+      local msg, n = id .. ' ' .. fs .. ' ' .. px
+      if string.find(ch, '{', 1, true) then
+        n = redis.pcall('SPUBLISH', ch, msg)
+        if type(n) ~= 'number' then
+          n = redis.call('PUBLISH', string.match(ch, '^[^{]*'), msg)
+        end
+      else
+        n = redis.call('PUBLISH', ch, msg)
+      end
+      if n > 0 or not trust then
         return e[1], f
       end
     end
