@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 func newMutexer(tb testing.TB, lib Lib) (Mutexer, *atomic.Int64) {
 	tb.Helper()
 	var cmds atomic.Int64
-	m, err := lib.New(addr, &cmds)
+	m, err := lib.New(ServerAt(addr), &cmds)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -50,8 +50,8 @@ func newMutexer(tb testing.TB, lib Lib) (Mutexer, *atomic.Int64) {
 // goroutine's own, per library, at 1, 16 and 64 goroutines.
 func BenchmarkW1(b *testing.B) {
 	for _, lib := range Libs() {
-		if lib.Floor {
-			continue // not a lock between processes; W1 would not touch Redis
+		if lib.Floor || !lib.RunsOn(Single) {
+			continue // not a lock between processes (W1 would not touch Redis), or not for one server
 		}
 		for _, g := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/g=%d", lib.Name, g), func(b *testing.B) {
@@ -91,6 +91,9 @@ func BenchmarkW1(b *testing.B) {
 // that each completes sections and reports sane numbers.
 func TestWorkloadsSmoke(t *testing.T) {
 	for _, lib := range Libs() {
+		if !lib.RunsOn(Single) {
+			continue // the Redis here is one server; TestTargetDatabases checks what runs where
+		}
 		t.Run(lib.Name, func(t *testing.T) {
 			m, cmds := newMutexer(t, lib)
 			tag := strconv.FormatInt(time.Now().UnixNano(), 36)

@@ -18,7 +18,7 @@ import (
 // message's trip back, with no script, key or queue in Redis. It runs in the
 // one-process W2 rows only.
 type floor struct {
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	sub     *redis.PubSub
 	channel string
 
@@ -39,8 +39,11 @@ type floorWaiter struct {
 	wake chan struct{} // closed when the waiter holds the key
 }
 
-func newFloor(addr string, cmds *atomic.Int64) (Mutexer, error) {
-	rdb := goredisClient(addr, 0, cmds)
+func newFloor(t Target, cmds *atomic.Int64) (Mutexer, error) {
+	rdb, err := t.Client(0, false, cmds)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	channel := "bench:floor:" + token()

@@ -35,14 +35,33 @@ type Mutexer interface {
 type Lib struct {
 	Name string
 	Note string // configuration, for the report
-	// New builds one instance on the Redis at addr. Commands sent are added
+	// New builds one instance on the Redis of t. Commands sent are added
 	// to cmds.
-	New func(addr string, cmds *atomic.Int64) (Mutexer, error)
+	New func(t Target, cmds *atomic.Int64) (Mutexer, error)
+	// Only, when set, names the one kind of deployment (Single, or
+	// Replicated: a Cluster or Sentinel, whose masters have replicas) the
+	// configuration runs on.
+	Only string
 	// Floor marks an entry that is not a lock between processes but the
 	// least work a Redis-mediated hand-over can do; it runs only where all
 	// goroutines share one process and wait for each other (W2 in one
 	// process).
 	Floor bool
+}
+
+// Replicated is a Lib.Only: a Cluster or a Sentinel set-up.
+const Replicated = "replicated"
+
+// RunsOn reports whether l runs on deployment (Single, Cluster or
+// Sentinel).
+func (l Lib) RunsOn(deployment string) bool {
+	switch l.Only {
+	case Single:
+		return deployment == Single
+	case Replicated:
+		return deployment != Single
+	}
+	return true
 }
 
 // TTL is the lease length every library gets.
@@ -52,21 +71,23 @@ const TTL = 10 * time.Second
 func Libs() []Lib {
 	return []Lib{
 		{Name: "routelock", Note: "FIFO hand-over in Redis, pub/sub wake-up; reentrancy, fencing, watchdog on; go-redis defaults",
-			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRoutelock(a, c, false) }},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRoutelock(t, c, false, 0) }},
 		{Name: "routelock-ctxdl", Note: "routelock on a client with ContextTimeoutEnabled: calls fly in the caller's goroutine",
-			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRoutelock(a, c, true) }},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRoutelock(t, c, true, 0) }},
+		{Name: "routelock-replicas1", Note: "routelock with Options.Replicas 1: every acquisition waits for a replica's acknowledgement (WAIT); go-redis defaults",
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRoutelock(t, c, false, 1) }, Only: Replicated},
 		{Name: "raw-1ms", Note: "SET NX PX + Lua delete, polling every 1 ms",
-			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRaw(a, c, time.Millisecond), nil }},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRaw(t, c, time.Millisecond) }},
 		{Name: "redislock-1ms", Note: "bsm/redislock, LinearBackoff(1ms) (tuned)",
-			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedislock(a, c, time.Millisecond), nil }},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRedislock(t, c, time.Millisecond) }},
 		{Name: "redislock-100ms", Note: "bsm/redislock, LinearBackoff(100ms) as in its README",
-			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedislock(a, c, 100*time.Millisecond), nil }},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRedislock(t, c, 100*time.Millisecond) }},
 		{Name: "redsync", Note: "go-redsync/redsync/v4, 1 pool, defaults (32 tries, 50-250 ms delay)",
-			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedsync(a, c, 1, false), nil }},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRedsync(t, c, 1, false) }},
 		{Name: "redsync-1ms", Note: "redsync, 1 pool, 1 ms retry delay, unlimited tries (tuned)",
-			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedsync(a, c, 1, true), nil }},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRedsync(t, c, 1, true) }},
 		{Name: "redsync3-1ms", Note: "redsync Redlock over 3 pools (DBs 0-2 of the one server), 1 ms retry",
-			New: func(a string, c *atomic.Int64) (Mutexer, error) { return newRedsync(a, c, 3, true), nil }},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRedsync(t, c, 3, true) }, Only: Single},
 		{Name: "rueidislock", Note: "redis/rueidis/rueidislock, KeyMajority 1, NoLoopTracking, wakes by client-side-cache invalidation",
 			New: newRueidislock},
 		{Name: "floor-publish", Note: "not a lock: waiters queue in memory, each hand-over is one PUBLISH read by a shared subscription (the ceiling of a hand-over through Redis)",
@@ -86,16 +107,6 @@ func LibByName(name string) (Lib, error) {
 
 // ErrBusy is what Lock returns when a fail-fast attempt found the key taken.
 var ErrBusy = errors.New("bench: lock busy")
-
-func goredisClient(addr string, db int, cmds *atomic.Int64) *redis.Client {
-	return goredisClientOpt(&redis.Options{Addr: addr, DB: db, PoolSize: 128}, cmds)
-}
-
-func goredisClientOpt(opt *redis.Options, cmds *atomic.Int64) *redis.Client {
-	c := redis.NewClient(opt)
-	c.AddHook(countHook{cmds})
-	return c
-}
 
 // countHook counts the commands a go-redis client sends, leaving out the
 // handshake of new connections.
@@ -124,16 +135,21 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // --- routelock
 
 type routelock struct {
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	l   *redisengine.Engine
 }
 
 // newRoutelock is routelock on a client at go-redis's defaults, or, with
-// ctxDeadlines, on one with ContextTimeoutEnabled.
-func newRoutelock(addr string, cmds *atomic.Int64, ctxDeadlines bool) (Mutexer, error) {
-	rdb := goredisClientOpt(&redis.Options{Addr: addr, PoolSize: 128, ContextTimeoutEnabled: ctxDeadlines}, cmds)
-	l, err := redisengine.New(rdb, redisengine.Options{Prefix: "bench:rl:", TTL: TTL})
+// ctxDeadlines, on one with ContextTimeoutEnabled, with Options.Replicas
+// replicas.
+func newRoutelock(t Target, cmds *atomic.Int64, ctxDeadlines bool, replicas int) (Mutexer, error) {
+	rdb, err := t.Client(0, ctxDeadlines, cmds)
 	if err != nil {
+		return nil, err
+	}
+	l, err := redisengine.New(rdb, redisengine.Options{Prefix: "bench:rl:", TTL: TTL, Replicas: replicas})
+	if err != nil {
+		_ = rdb.Close()
 		return nil, err
 	}
 	return &routelock{rdb: rdb, l: l}, nil
@@ -165,12 +181,16 @@ func (r *routelock) Close() { _ = r.l.Close(); _ = r.rdb.Close() }
 var rawDel = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
 type raw struct {
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	retry time.Duration
 }
 
-func newRaw(addr string, cmds *atomic.Int64, retry time.Duration) *raw {
-	return &raw{rdb: goredisClient(addr, 0, cmds), retry: retry}
+func newRaw(t Target, cmds *atomic.Int64, retry time.Duration) (Mutexer, error) {
+	rdb, err := t.Client(0, false, cmds)
+	if err != nil {
+		return nil, err
+	}
+	return &raw{rdb: rdb, retry: retry}, nil
 }
 
 func token() string {
@@ -213,14 +233,17 @@ func (r *raw) Close() { _ = r.rdb.Close() }
 // --- bsm/redislock
 
 type bsm struct {
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	c     *redislock.Client
 	retry time.Duration
 }
 
-func newRedislock(addr string, cmds *atomic.Int64, retry time.Duration) *bsm {
-	rdb := goredisClient(addr, 0, cmds)
-	return &bsm{rdb: rdb, c: redislock.New(rdb), retry: retry}
+func newRedislock(t Target, cmds *atomic.Int64, retry time.Duration) (Mutexer, error) {
+	rdb, err := t.Client(0, false, cmds)
+	if err != nil {
+		return nil, err
+	}
+	return &bsm{rdb: rdb, c: redislock.New(rdb), retry: retry}, nil
 }
 
 func (b *bsm) Lock(ctx context.Context, key string, wait bool) (func(), error) {
@@ -243,16 +266,20 @@ func (b *bsm) Close() { _ = b.rdb.Close() }
 // --- go-redsync
 
 type rsync struct {
-	rdbs []*redis.Client
+	rdbs []redis.UniversalClient
 	rs   *redsync.Redsync
 	opts []redsync.Option
 }
 
-func newRedsync(addr string, cmds *atomic.Int64, pools int, tuned bool) *rsync {
+func newRedsync(t Target, cmds *atomic.Int64, pools int, tuned bool) (Mutexer, error) {
 	r := &rsync{}
 	var ps []redsyncredis.Pool
 	for db := range pools {
-		c := goredisClient(addr, db, cmds)
+		c, err := t.Client(db, false, cmds)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
 		r.rdbs = append(r.rdbs, c)
 		ps = append(ps, goredis.NewPool(c))
 	}
@@ -261,7 +288,7 @@ func newRedsync(addr string, cmds *atomic.Int64, pools int, tuned bool) *rsync {
 	if tuned {
 		r.opts = append(r.opts, redsync.WithRetryDelay(time.Millisecond), redsync.WithTries(1<<30))
 	}
-	return r
+	return r, nil
 }
 
 func (r *rsync) Lock(ctx context.Context, key string, wait bool) (func(), error) {
@@ -290,9 +317,13 @@ func (r *rsync) Close() {
 
 type rueidisLocker struct{ l rueidislock.Locker }
 
-func newRueidislock(addr string, cmds *atomic.Int64) (Mutexer, error) {
+func newRueidislock(t Target, cmds *atomic.Int64) (Mutexer, error) {
+	opt, err := t.rueidisOption()
+	if err != nil {
+		return nil, err
+	}
 	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
-		ClientOption:   rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: false},
+		ClientOption:   opt,
 		KeyMajority:    1,
 		KeyValidity:    TTL,
 		NoLoopTracking: true,

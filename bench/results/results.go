@@ -68,9 +68,14 @@ type Meta struct {
 	// RedisVersion is redis_version from the server's INFO, e.g. "7.0.15";
 	// empty if it could not be read.
 	RedisVersion string `json:"redis_version"`
-	// RedisStarted says whether lockbench started its own redis-server
-	// (-addr "") rather than using one given by -addr.
+	// RedisStarted says whether lockbench started its own deployment
+	// rather than using one given by -addr, -cluster-url or -sentinel-url.
 	RedisStarted bool `json:"redis_started"`
+	// Deployment is what the libraries ran on: "single" (one server),
+	// "cluster" (3 masters with a replica each) or "sentinel" (a master
+	// with 2 replicas under 3 sentinels). Absent in files written before
+	// lockbench had -deploy: "single".
+	Deployment string `json:"deployment,omitempty"`
 	// Runs is the number of repetitions (-runs) each median is taken over.
 	Runs int `json:"runs"`
 	// Baseline is the library that ratios are to ("raw-1ms").

@@ -8,9 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/bench"
 	"github.com/routelock/lock/bench/results"
@@ -55,9 +54,14 @@ func checkDir(path string) error {
 	return nil
 }
 
-// redisVersion asks the server at addr its version; empty if it cannot tell.
-func redisVersion(addr string) string {
-	c := redis.NewClient(&redis.Options{Addr: addr})
+// redisVersion asks a server of t its version; empty if it cannot tell.
+func redisVersion(t bench.Target) string {
+	var n atomic.Int64
+	c, err := t.Client(0, false, &n)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lockbench: reading the Redis version:", err)
+		return ""
+	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctxBG, 5*time.Second)
 	defer cancel()

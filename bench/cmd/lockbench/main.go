@@ -30,6 +30,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -37,12 +38,16 @@ import (
 
 	"github.com/routelock/lock/bench"
 	"github.com/routelock/lock/bench/results"
+	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/internal/redistest"
 )
 
 func main() {
 	var (
-		addr     = flag.String("addr", "", "Redis address (loopback); empty: start redis-server on a free port")
+		addr     = flag.String("addr", "", "the single server's address (loopback); empty: start redis-server on a free port")
+		deploys  = flag.String("deploy", bench.Single, "deployments to run on, comma-separated: single, cluster (3 masters with a replica each), sentinel (a master with 2 replicas under 3 sentinels); each is started on loopback unless -addr, -cluster-url or -sentinel-url names it")
+		clURL    = flag.String("cluster-url", "", "the Cluster, as REDIS_CLUSTER_URL reads it (loopback); empty: start one")
+		seURL    = flag.String("sentinel-url", "", "the Sentinel set-up, as REDIS_SENTINEL_URL reads it (loopback); empty: start one")
 		runs     = flag.Int("runs", 5, "repetitions; medians are reported")
 		dur      = flag.Duration("dur", 2*time.Second, "length of each W1/W2 measurement")
 		handoffs = flag.Int("handoffs", 200, "hand-overs measured per W3 run")
@@ -53,10 +58,12 @@ func main() {
 		comment  = flag.String("comment", "", "free text recorded in the -json metadata, e.g. the machine")
 		child    = flag.Bool("child", false, "internal: run as a worker process")
 		libName  = flag.String("lib", "", "internal: the worker's library")
+		tVar     = flag.String("target-var", "", "internal: the worker's deployment variable")
+		tURL     = flag.String("target-url", "", "internal: the worker's deployment URL")
 	)
 	flag.Parse()
 	if *child {
-		if err := runChild(*libName, *addr); err != nil {
+		if err := runChild(*libName, bench.Target{Var: *tVar, URL: *tURL}); err != nil {
 			fmt.Fprintln(os.Stderr, "lockbench child:", err)
 			os.Exit(1)
 		}
@@ -68,16 +75,6 @@ func main() {
 			fail(err)
 		}
 	}
-	if *addr == "" {
-		srv, err := redistest.Start()
-		if err != nil {
-			fail(err)
-		}
-		defer srv.Stop()
-		*addr = srv.Addr
-		meta.RedisStarted = true
-	}
-	meta.RedisVersion = redisVersion(*addr)
 	libs := bench.Libs()
 	if *libsFlag != "" {
 		libs = nil
@@ -89,24 +86,104 @@ func main() {
 			libs = append(libs, l)
 		}
 	}
-	r := &runner{addr: *addr, dur: *dur, handoffs: *handoffs, procs: *procs, res: map[string][]float64{}, perG: map[string][][]int64{}}
-	ws := *wFlag
-	fmt.Fprintf(os.Stderr, "lockbench: %d runs on %s, %v per measurement\n", *runs, *addr, *dur)
-	for run := 1; run <= *runs; run++ {
+	ds := strings.Split(*deploys, ",")
+	for _, d := range ds {
+		if d != bench.Single && d != bench.Cluster && d != bench.Sentinel {
+			fail(fmt.Errorf("-deploy: unknown deployment %q: want single, cluster or sentinel", d))
+		}
+	}
+	for _, d := range ds {
+		t, started, stop, err := deployment(d, *addr, *clURL, *seURL)
+		if err != nil {
+			fail(fmt.Errorf("%s: %w", d, err))
+		}
+		m := meta
+		m.Deployment, m.RedisStarted, m.RedisVersion = d, started, redisVersion(t)
+		var on []bench.Lib
+		for _, l := range libs {
+			if l.RunsOn(d) {
+				on = append(on, l)
+			}
+		}
+		if len(ds) > 1 {
+			fmt.Printf("## %s\n\n", d)
+		}
+		err = runOn(t, on, *wFlag, *runs, *dur, *handoffs, *procs, m, jsonFile(*jsonPath, d, len(ds) > 1))
+		stop()
+		if err != nil {
+			fail(fmt.Errorf("%s: %w", d, err))
+		}
+	}
+}
+
+// deployment returns the Target of deployment d: the one given by the
+// flags, or one started on loopback, which stop stops.
+func deployment(d, addr, clusterURL, sentinelURL string) (t bench.Target, started bool, stop func(), err error) {
+	stop = func() {}
+	switch d {
+	case bench.Single:
+		if addr != "" {
+			return bench.ServerAt(addr), false, stop, nil
+		}
+		srv, err := redistest.Start()
+		if err != nil {
+			return t, false, stop, err
+		}
+		return bench.ServerAt(srv.Addr), true, srv.Stop, nil
+	case bench.Cluster, bench.Sentinel:
+		given, start := clusterURL, redistest.StartClusterSet
+		if d == bench.Sentinel {
+			given, start = sentinelURL, redistest.StartSentinelSet
+		}
+		if given != "" {
+			v := redisconf.Cluster
+			if d == bench.Sentinel {
+				v = redisconf.Sentinel
+			}
+			return bench.Target{Var: v, URL: given}, false, stop, nil
+		}
+		fmt.Fprintf(os.Stderr, "lockbench: starting a %s on loopback\n", d)
+		set, err := start()
+		if err != nil {
+			return t, false, stop, err
+		}
+		v, u := set.Backend(d).Env()
+		return bench.Target{Var: v, URL: u}, true, set.Stop, nil
+	}
+	return t, false, stop, fmt.Errorf("unknown deployment %q", d)
+}
+
+// jsonFile is where the results of deployment d go: path, or with several
+// deployments, path with ".<d>" before its extension.
+func jsonFile(path, d string, several bool) string {
+	if path == "" || !several {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "." + d + ext
+}
+
+// runOn runs the workloads ws of libs on t, prints the report and writes
+// the JSON to jsonPath, if any.
+func runOn(t bench.Target, libs []bench.Lib, ws string, runs int, dur time.Duration, handoffs, procs int, meta results.Meta, jsonPath string) error {
+	r := &runner{target: t, dur: dur, handoffs: handoffs, procs: procs, res: map[string][]float64{}, perG: map[string][][]int64{}}
+	fmt.Fprintf(os.Stderr, "lockbench: %d runs on %s (%s), %v per measurement\n", runs, t.Deployment(), redisconf.Scrub(t.URL, t.URL), dur)
+	for run := 1; run <= runs; run++ {
 		for _, lib := range libs {
-			fmt.Fprintf(os.Stderr, "run %d/%d %s\n", run, *runs, lib.Name)
+			fmt.Fprintf(os.Stderr, "run %d/%d %s\n", run, runs, lib.Name)
 			if err := r.all(lib, ws, run); err != nil {
-				fail(fmt.Errorf("%s: %w", lib.Name, err))
+				return fmt.Errorf("%s: %w", lib.Name, err)
 			}
 		}
 	}
-	r.report(os.Stdout, libs, ws, *runs)
-	if *jsonPath != "" {
-		if err := results.WriteFile(*jsonPath, r.jsonReport(meta, libs, ws)); err != nil {
-			fail(err)
+	r.report(os.Stdout, libs, ws, runs)
+	if jsonPath != "" {
+		if err := results.WriteFile(jsonPath, r.jsonReport(meta, libs, ws)); err != nil {
+			return err
 		}
-		fmt.Fprintf(os.Stderr, "lockbench: results written to %s\n", *jsonPath)
+		fmt.Fprintf(os.Stderr, "lockbench: results written to %s\n", jsonPath)
 	}
+	return nil
 }
 
 func fail(err error) {
@@ -115,7 +192,7 @@ func fail(err error) {
 }
 
 type runner struct {
-	addr     string
+	target   bench.Target
 	dur      time.Duration
 	handoffs int
 	procs    int
@@ -157,7 +234,7 @@ func (c w2Config) floor() bool { return !c.multi && c.section > 0 }
 
 func (r *runner) all(lib bench.Lib, ws string, run int) error {
 	var cmds atomic.Int64
-	m, err := lib.New(r.addr, &cmds)
+	m, err := lib.New(r.target, &cmds)
 	if err != nil {
 		return err
 	}
@@ -194,7 +271,7 @@ func (r *runner) all(lib bench.Lib, ws string, run int) error {
 	}
 	if strings.Contains(ws, "W3") && !lib.Floor {
 		var wc atomic.Int64
-		waiter, err := lib.New(r.addr, &wc)
+		waiter, err := lib.New(r.target, &wc)
 		if err != nil {
 			return err
 		}
@@ -271,12 +348,12 @@ type worker struct {
 	enc *json.Encoder
 }
 
-func startWorker(lib, addr string) (*worker, error) {
+func startWorker(lib string, t bench.Target) (*worker, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "-child", "-lib", lib, "-addr", addr)
+	cmd := exec.Command(exe, "-child", "-lib", lib, "-target-var", t.Var, "-target-url", t.URL)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -322,7 +399,7 @@ func (r *runner) multiW2(lib bench.Lib, goroutines int, section time.Duration, k
 		}
 	}()
 	for range r.procs {
-		w, err := startWorker(lib.Name, r.addr)
+		w, err := startWorker(lib.Name, r.target)
 		if err != nil {
 			return bench.W2Result{}, err
 		}
@@ -345,7 +422,7 @@ func (r *runner) multiW2(lib bench.Lib, goroutines int, section time.Duration, k
 }
 
 func (r *runner) remoteW3(lib bench.Lib, holder bench.Mutexer, key string) ([]time.Duration, error) {
-	w, err := startWorker(lib.Name, r.addr)
+	w, err := startWorker(lib.Name, r.target)
 	if err != nil {
 		return nil, err
 	}
@@ -377,13 +454,13 @@ func (r *runner) remoteW3(lib bench.Lib, holder bench.Mutexer, key string) ([]ti
 	return out, nil
 }
 
-func runChild(libName, addr string) error {
+func runChild(libName string, t bench.Target) error {
 	lib, err := bench.LibByName(libName)
 	if err != nil {
 		return err
 	}
 	var cmds atomic.Int64
-	m, err := lib.New(addr, &cmds)
+	m, err := lib.New(t, &cmds)
 	if err != nil {
 		return err
 	}

@@ -258,3 +258,20 @@ func TestParseRedisVersion(t *testing.T) {
 		t.Errorf("got %q from no version", v)
 	}
 }
+
+func TestJSONFile(t *testing.T) {
+	for _, c := range []struct {
+		path, d string
+		several bool
+		want    string
+	}{
+		{"", "cluster", true, ""},
+		{"/tmp/r.json", "cluster", false, "/tmp/r.json"},
+		{"/tmp/r.json", "cluster", true, "/tmp/r.cluster.json"},
+		{"/tmp/r", "sentinel", true, "/tmp/r.sentinel"},
+	} {
+		if got := jsonFile(c.path, c.d, c.several); got != c.want {
+			t.Errorf("jsonFile(%q, %q, %v) = %q, want %q", c.path, c.d, c.several, got, c.want)
+		}
+	}
+}
