@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -344,4 +345,71 @@ func nodeID(t *testing.T, addr string) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// TestClusterShardSubscriptionRefused: on a Cluster whose ACL denies
+// SSUBSCRIBE, the Engine logs it once, stops subscribing to shard channels,
+// and still hears every hand-over: the release's SPUBLISH reaches nobody,
+// so it PUBLISHes on the waiting Engine's own channel.
+func TestClusterShardSubscriptionRefused(t *testing.T) {
+	if redistest.OwnReal(t) == nil { // redis-server is not on PATH
+		return
+	}
+	set := ownSet(t, redistest.StartClusterSet)
+	ctx := context.Background()
+	for _, s := range set.Servers {
+		rc := redis.NewClient(&redis.Options{Addr: s.Addr})
+		err := rc.Do(ctx, "ACL", "SETUSER", "default", "-ssubscribe").Err()
+		_ = rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix := redistest.Prefix(t)
+	var logged logBuffer
+	recs := [2]*recorder{newRecorder(), newRecorder()}
+	var engines [2]*Engine
+	for i := range engines {
+		rdb := set.Conf().Open(nil)
+		t.Cleanup(func() { _ = rdb.Close() })
+		opt := Options{Prefix: prefix, Events: recs[i]}
+		if i == 1 {
+			opt.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+		}
+		e, err := New(rdb, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		engines[i] = e
+	}
+	admin := set.Conf().Open(nil)
+	t.Cleanup(func() { _ = admin.Close() })
+	k := mustKey(t, "refused")
+	qkey := engines[0].redisKeys(k)[1]
+	for i := range 10 {
+		ls, err := engines[0].Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, errc := acquireAsync(engines[1], k, 5*time.Second)
+		waitFor(t, 5*time.Second, "the waiter queued", func() bool { return admin.ZCard(ctx, qkey).Val() == 1 })
+		before := recs[1].wokenBy(wokenByMessage)
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w := awaitLease(t, got, errc, 5*time.Second, "the waiter")
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if recs[1].wokenBy(wokenByMessage) == before {
+			t.Errorf("hand-over %d: not woken by a message: %v", i, recs[1].woken)
+		}
+	}
+	if !engines[1].nf.sh.off.Load() {
+		t.Error("the Engine still subscribes to shard channels")
+	}
+	if n := strings.Count(logged.String(), "refuses shard subscriptions"); n != 1 {
+		t.Errorf("logged %d times that shard subscriptions are refused: %s", n, logged.String())
+	}
 }

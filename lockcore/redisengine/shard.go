@@ -28,10 +28,13 @@ import (
 // subscription is confirmed, the slot's waiters ask Redis again, and until
 // then they ask at every recheck interval.
 //
-// A server without sharded pub/sub (before Redis 7.0, or miniredis) answers
-// SSUBSCRIBE with an error: the Engine then stops subscribing, and the
-// scripts, whose SPUBLISH fails there too, hand over on the Engine's own
-// channel with PUBLISH, as on one server.
+// A SPUBLISH that reaches no subscriber on the lock's master (the Engine's
+// subscription is not yet in place, or is on a replica, or the server has
+// no sharded pub/sub) is followed by a PUBLISH on the Engine's own channel,
+// which the Engine always subscribes to. A server that refuses SSUBSCRIBE
+// (unknown to servers before Redis 7.0 and to miniredis, or denied by an
+// ACL) makes the Engine stop subscribing to shard channels, and say so in
+// its log.
 //
 // Revocations still go out with PUBLISH on the Engine's own channel (see
 // notifier): they are rare, and sent to the holder, which waits in no
@@ -74,6 +77,7 @@ type nodeSub struct {
 	ps    *redis.PubSub
 	slots map[int]bool // the slots it is subscribed to, or subscribing
 	todo  []string     // shard channels to subscribe to ("+" prefix: to unsubscribe from)
+	unsub map[int]int  // by slot: unsubscriptions sent whose replies are not read yet
 	wake  chan struct{}
 	gone  chan struct{} // closed when dropped
 	read  bool          // its reader runs
@@ -159,11 +163,13 @@ func (s *shards) run() {
 	for {
 		select {
 		case <-ctx.Done():
+			var closing []*redis.PubSub
 			s.mu.Lock()
 			for _, ns := range s.nodes {
-				s.dropLocked(ns)
+				closing = s.dropLocked(ns, closing)
 			}
 			s.mu.Unlock()
+			closeAll(&closing)
 			return
 		case <-s.kick:
 		case <-t.C:
@@ -178,9 +184,14 @@ func (s *shards) sync(ctx context.Context) time.Duration {
 	now := time.Now()
 	next := healthInterval
 	var todo []int
+	var closing []*redis.PubSub
+	defer closeAll(&closing)
 	s.mu.Lock()
 	if s.off.Load() {
 		clear(s.slots)
+		for _, ns := range s.nodes {
+			closing = s.dropLocked(ns, closing)
+		}
 		s.mu.Unlock()
 		return healthInterval
 	}
@@ -191,8 +202,9 @@ func (s *shards) sync(ctx context.Context) time.Duration {
 			if ns := ss.node; ns != nil {
 				delete(ns.slots, slot)
 				if len(ns.slots) == 0 {
-					s.dropLocked(ns)
+					closing = s.dropLocked(ns, closing)
 				} else {
+					ns.unsub[slot]++
 					s.queueLocked(ns, "+"+*s.channel(slot))
 				}
 			}
@@ -233,7 +245,7 @@ func (s *shards) subscribe(ctx context.Context, slot int) {
 	}
 	ns := s.nodes[addr]
 	if ns == nil {
-		ns = &nodeSub{addr: addr, ps: s.cc.SSubscribe(s.n.l.ctx), slots: make(map[int]bool), wake: make(chan struct{}, 1), gone: make(chan struct{})}
+		ns = &nodeSub{addr: addr, ps: s.cc.SSubscribe(s.n.l.ctx), slots: make(map[int]bool), unsub: make(map[int]int), wake: make(chan struct{}, 1), gone: make(chan struct{})}
 		s.nodes[addr] = ns
 		go s.write(ns)
 	}
@@ -261,15 +273,16 @@ func (s *shards) failedLocked(ss *slotSub) {
 	s.wake()
 }
 
-// dropLocked closes ns; its slots are subscribed to again (by run).
-func (s *shards) dropLocked(ns *nodeSub) {
+// dropLocked retires ns, and returns closing with its subscription, which
+// the caller closes once it no longer holds s.mu (a PubSub's Close waits
+// for a dial in progress); its slots are subscribed to again (by run).
+func (s *shards) dropLocked(ns *nodeSub, closing []*redis.PubSub) []*redis.PubSub {
 	select {
 	case <-ns.gone:
-		return
+		return closing
 	default:
 	}
 	close(ns.gone)
-	_ = ns.ps.Close()
 	if s.nodes[ns.addr] == ns {
 		delete(s.nodes, ns.addr)
 	}
@@ -278,17 +291,40 @@ func (s *shards) dropLocked(ns *nodeSub) {
 			s.failedLocked(ss)
 		}
 	}
+	return append(closing, ns.ps)
+}
+
+func closeAll(pss *[]*redis.PubSub) {
+	for _, ps := range *pss {
+		_ = ps.Close()
+	}
+	*pss = nil
 }
 
 func (s *shards) drop(ns *nodeSub) {
 	s.mu.Lock()
-	s.dropLocked(ns)
+	closing := s.dropLocked(ns, nil)
 	s.mu.Unlock()
+	closeAll(&closing)
+}
+
+// refused stops the Engine's shard subscriptions for good: the server
+// refused one with err (no sharded pub/sub, or an ACL that denies it).
+func (s *shards) refused(err error) {
+	if s.off.Swap(true) {
+		return
+	}
+	s.wake() // run drops every connection
+	if lg := s.n.l.opt.Logger; lg != nil {
+		lg.Warn("routelock: the Redis Cluster refuses shard subscriptions: hand-overs to other instances are published to every node", "err", err)
+	}
 }
 
 // lost ends slot's subscription on ns: the server ended it, or refused it
-// (the slot is served elsewhere), so ns's node is avoided for a while.
+// (the slot is served elsewhere), so ns's node is avoided for a while. A
+// connection left with no slot is closed.
 func (s *shards) lost(ns *nodeSub, slot int) {
+	var closing []*redis.PubSub
 	s.mu.Lock()
 	if ns.slots[slot] {
 		delete(ns.slots, slot)
@@ -296,8 +332,26 @@ func (s *shards) lost(ns *nodeSub, slot int) {
 			ss.avoid, ss.avoidUntil = ns.addr, time.Now().Add(avoidFor)
 			s.failedLocked(ss)
 		}
+		if len(ns.slots) == 0 {
+			closing = s.dropLocked(ns, nil)
+		}
 	}
 	s.mu.Unlock()
+	closeAll(&closing)
+}
+
+// unsubscribed reports whether a "sunsubscribe" of slot on ns answers an
+// unsubscription the Engine sent, rather than the server's own.
+func (s *shards) unsubscribed(ns *nodeSub, slot int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ns.unsub[slot] == 0 {
+		return false
+	}
+	if ns.unsub[slot]--; ns.unsub[slot] == 0 {
+		delete(ns.unsub, slot)
+	}
+	return true
 }
 
 // confirmed is told that slot's subscription on ns is in place: hand-overs
@@ -339,12 +393,15 @@ func (s *shards) write(ns *nodeSub) {
 		ns.todo = nil
 		s.mu.Unlock()
 		for _, ch := range todo {
+			// Bounded: with no connection, the first call dials.
+			cctx, cancel := context.WithTimeout(ctx, s.n.l.opt.Timeout)
 			var err error
 			if c, ok := strings.CutPrefix(ch, "+"); ok {
-				err = ns.ps.SUnsubscribe(ctx, c)
+				err = ns.ps.SUnsubscribe(cctx, c)
 			} else {
-				err = ns.ps.SSubscribe(ctx, ch)
+				err = ns.ps.SSubscribe(cctx, ch)
 			}
+			cancel()
 			if err != nil {
 				s.drop(ns)
 				return
@@ -375,8 +432,8 @@ func (s *shards) receive(ns *nodeSub) {
 				s.lost(ns, slot)
 				continue
 			}
-			if unknownCommand(err) {
-				s.off.Store(true)
+			if refusal(err) {
+				s.refused(err)
 				return
 			}
 			var ne net.Error
@@ -398,19 +455,25 @@ func (s *shards) receive(ns *nodeSub) {
 			case "ssubscribe":
 				s.confirmed(ns, slot)
 			case "sunsubscribe":
-				// Asked for (the slot was idle: no longer in ns.slots),
-				// or the server's: the slot moved.
-				s.lost(ns, slot)
+				// Asked for (the slot was idle), or the server's: the
+				// slot moved.
+				if !s.unsubscribed(ns, slot) {
+					s.lost(ns, slot)
+				}
 			}
 		}
 	}
 }
 
-// unknownCommand reports whether err says the server does not know a
-// command.
-func unknownCommand(err error) bool {
+// refusal reports whether err says the server will not take a command,
+// however often it is sent: it does not know it, or an ACL denies it.
+func refusal(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re) && strings.Contains(strings.ToLower(re.Error()), "unknown command")
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(strings.ToLower(msg), "unknown command")
 }
 
 // redirected reports whether err is a MOVED or ASK answer, with its slot

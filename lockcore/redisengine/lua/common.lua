@@ -78,12 +78,14 @@ local function grant_next(now, nows, retention, self, mine, claim, trust)
         return e[1], f, id
       end
       -- A shard channel (a Cluster's: "<channel>{<slot tag>}") is told
-      -- with SPUBLISH, on the lock's shard only; on a server without
-      -- sharded pub/sub, the Engine's own channel with PUBLISH.
+      -- with SPUBLISH, on the lock's shard only. When that reaches nobody
+      -- here (the Engine's subscription is not in place yet, or is on a
+      -- replica, or the server has no sharded pub/sub), the Engine's own
+      -- channel is told too, with PUBLISH, which reaches every node.
       local msg, n = id .. ' ' .. fs .. ' ' .. px
       if string.find(ch, '{', 1, true) then
         n = redis.pcall('SPUBLISH', ch, msg)
-        if type(n) ~= 'number' then
+        if type(n) ~= 'number' or n == 0 then
           n = redis.call('PUBLISH', string.match(ch, '^[^{]*'), msg)
         end
       else
