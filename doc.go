@@ -24,9 +24,9 @@
 // # Policies and options
 //
 // How a route or method locks is a lockcore.Policy, the one shape a policy
-// has from the route to the engine: Wait, FailFast and TTL each return one,
-// and the zero Policy means the defaults. An Option (Defaults, Logger,
-// Observe) configures a Locker and is accepted nowhere else. The rest of a
+// has from the route to the engine: Wait, FailFast, TTL and MaxHold each
+// return one, and the zero Policy means the defaults. An Option (Defaults,
+// Logger, Observe) configures a Locker and is accepted nowhere else. The rest of a
 // route's configuration (the HTTP methods that lock, which callers may
 // bring owner tokens, the response to a refusal) is middleware.Config's,
 // and a gRPC server's is interceptor.Config's.
@@ -38,6 +38,7 @@
 //	Redis unreachable                                       503, handler not run (fail closed)
 //	caller went away while waiting                          wait aborted, nothing held
 //	lease lost while the handler runs                       r.Context() cancelled, cause lockcore.ErrLockLost
+//	hold reached its MaxHold while the handler runs         r.Context() cancelled, cause lockcore.ErrMaxHold; lock released
 //	handler panics                                          lock released, the panic goes on
 //
 // A gRPC call sees Aborted (with a RetryInfo detail), InvalidArgument and

@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/middleware"
 )
 
@@ -175,4 +177,42 @@ func ExampleTransport() {
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	// Output:
 	// inventory said 200 reserved
+}
+
+// A ceiling on one hold: a handler still running when its request has held
+// the lock for MaxHold has its context cancelled with lockcore.ErrMaxHold,
+// and the lock goes to the next request at once.
+func ExampleMaxHold() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+
+	holding := make(chan struct{})
+	ended := make(chan error, 1)
+	r := chi.NewRouter()
+	r.With(locker.ByParam("productID", lock.MaxHold(200*time.Millisecond))).Post("/products/{productID}/restock", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("stuck") {
+			close(holding)
+			<-r.Context().Done() // a handler that would run on and on
+			ended <- context.Cause(r.Context())
+			return
+		}
+		fmt.Fprintln(w, "restocked")
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	go get(srv.Client(), "POST", srv.URL+"/products/42/restock?stuck")
+	<-holding
+	fmt.Print(get(srv.Client(), "POST", srv.URL+"/products/42/restock")) // waits for the ceiling
+	fmt.Println("the stuck handler's context ended with ErrMaxHold:", errors.Is(<-ended, lockcore.ErrMaxHold))
+	// Output:
+	// 200 restocked
+	// the stuck handler's context ended with ErrMaxHold: true
 }

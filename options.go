@@ -10,7 +10,8 @@ import (
 )
 
 // Option configures a Locker: give it to New or FromEngine. How a route
-// or gRPC method locks is a lockcore.Policy instead (Wait, FailFast, TTL),
+// or gRPC method locks is a lockcore.Policy instead (Wait, FailFast, TTL,
+// MaxHold),
 // given to the route or method; Defaults sets the Locker's.
 type Option struct{ apply func(*Locker) }
 
@@ -49,6 +50,25 @@ func TTL(d time.Duration) lockcore.Policy {
 		panic(fmt.Sprintf("lock: TTL(%v): below the minimum 30ms", d))
 	}
 	return p
+}
+
+// MaxHold sets a ceiling on how long one hold of the lock may last,
+// however long the handler runs and the engine renews it: once the request
+// has held the lock for d, its context is cancelled with a cause matching
+// lockcore.ErrMaxHold (and lockcore.ErrLockLost) and the lock is released
+// for the next request, which gets a greater fencing token. A handler
+// still running must not write what the lock protects: it checks its
+// context before each write and gives the store its fencing token, which
+// the store then refuses as older than the next holder's.
+//
+//	r.With(locker.ByParam("productID", lock.MaxHold(30*time.Second))).Post("/products/{productID}/restock", restock)
+//
+// Panics if d is not positive.
+func MaxHold(d time.Duration) lockcore.Policy {
+	if d <= 0 {
+		panic(fmt.Sprintf("lock: MaxHold(%v): must be positive", d))
+	}
+	return lockcore.Policy{MaxHold: d}
 }
 
 // policy returns ps as one Policy: each field is the last non-zero one

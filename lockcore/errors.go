@@ -32,6 +32,12 @@ var (
 	// ErrLockLost too.
 	ErrRevoked = fmt.Errorf("lock: lease revoked by an operator: %w", ErrLockLost)
 
+	// ErrMaxHold is the cancellation cause of a lease's context when its
+	// hold reached the ceiling its Policy's MaxHold set, and was released
+	// for the next owner while its handler may still run. It matches
+	// ErrLockLost too.
+	ErrMaxHold = fmt.Errorf("lock: lease held for its MaxHold and released: %w", ErrLockLost)
+
 	// ErrMisconfigured means the backend answered that the engine is set
 	// up wrongly: a wrong password or user, a database index out of range,
 	// a server too old for the engine's commands. Key functions return it

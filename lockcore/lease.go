@@ -30,7 +30,8 @@ import (
 //     under that token; it waits up to p.Wait (FailFast: not at all), and
 //     never past ctx;
 //  3. wraps its hold with NewLease, giving it the engine's Events, which
-//     makes the lease's context and tells Events.Ended of the hold's end;
+//     makes the lease's context and tells Events.Ended of the hold's end,
+//     and gives the lease its ceiling with LimitHold(lease, p.MaxHold);
 //     from then on it keeps the hold alive (renewing it as the backend
 //     needs) and calls Lose the moment it can no longer be sure the hold
 //     is held.
@@ -103,6 +104,12 @@ type Policy struct {
 	// which labels its spans and metrics with it), since finding a
 	// request's route template costs an allocation.
 	Route string
+	// MaxHold, when positive, is the longest a hold may last however long
+	// its handler runs: once it has been held that long, its context is
+	// cancelled with a cause matching ErrMaxHold (and ErrLockLost) and it
+	// is released in the backend, so that the next owner gets the lock
+	// with a greater fencing token. 0: no ceiling.
+	MaxHold time.Duration
 }
 
 // Or returns p with each of its zero fields taken from d: a route's policy
@@ -114,6 +121,9 @@ func (p Policy) Or(d Policy) Policy {
 	if p.TTL == 0 {
 		p.TTL = d.TTL
 	}
+	if p.MaxHold == 0 {
+		p.MaxHold = d.MaxHold
+	}
 	if p.Route == "" {
 		p.Route = d.Route
 	}
@@ -121,14 +131,16 @@ func (p Policy) Or(d Policy) Policy {
 }
 
 // Validate returns an error matching ErrMisconfigured when p cannot be
-// acquired with: a negative Wait other than FailFast, or a TTL that is
-// negative or below 30ms.
+// acquired with: a negative Wait other than FailFast, a TTL that is
+// negative or below 30ms, or a negative MaxHold.
 func (p Policy) Validate() error {
 	switch {
 	case p.Wait < 0 && p.Wait != FailFast:
 		return fmt.Errorf("%w: wait %v is negative; use FailFast for no wait", ErrMisconfigured, p.Wait)
 	case p.TTL < 0 || p.TTL > 0 && p.TTL < minTTL:
 		return fmt.Errorf("%w: TTL %v is below the minimum %v", ErrMisconfigured, p.TTL, minTTL)
+	case p.MaxHold < 0:
+		return fmt.Errorf("%w: MaxHold %v is negative; 0 means no ceiling", ErrMisconfigured, p.MaxHold)
 	}
 	return nil
 }
@@ -197,6 +209,17 @@ type held struct {
 	// was told and the context cancelled: a Release that found the hold
 	// lost waits on it, so that it returns only once the loss was told.
 	losing sync.Mutex
+
+	ceiling *time.Timer // ends the hold at its MaxHold (LimitHold), if any
+	freed   atomic.Bool // hold.Release was called: it is called once
+}
+
+// free releases the hold in the backend, the first time it is called.
+func (h *held) free(ctx context.Context) error {
+	if !h.freed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return h.hold.Release(ctx)
 }
 
 // String describes the context as the context package does its own, with
@@ -332,6 +355,31 @@ func reenter(ctx context.Context, e Engine, key Key) *Lease {
 	return nil
 }
 
+// LimitHold gives the hold of ls, a lease NewLease has just returned, a
+// ceiling of max (a Policy's MaxHold; 0 for none): once it has been held
+// that long and not released, it is lost with a cause matching ErrMaxHold
+// (Events.Ended is told, then its context is cancelled) and released in
+// the backend at once, while its leases may still be in use; their
+// Release then returns that cause. An engine calls it right after
+// NewLease.
+func LimitHold(ls *Lease, max time.Duration) {
+	if max <= 0 || ls.Reentered() {
+		return // a lease re-entered in memory shares its hold's ceiling
+	}
+	h := ls.h
+	cause := fmt.Errorf("%w (MaxHold %v)", ErrMaxHold, max)
+	h.losing.Lock() // so that Release sees the timer once it is set
+	defer h.losing.Unlock()
+	if h.ceiling != nil {
+		return
+	}
+	h.ceiling = time.AfterFunc(max, func() {
+		if h.lose(cause) {
+			_ = h.free(context.WithoutCancel(h))
+		}
+	})
+}
+
 // Lose ends the hold of ls as lost: Events.Ended is told of it (see
 // NewLease) and then its context is cancelled with cause, which should
 // match ErrLockLost; a cause that does not (ErrClosed, say) is for a hold
@@ -425,8 +473,13 @@ func (ls *Lease) Release(ctx context.Context) error {
 	}
 	h.certain() // a lease that ran out is lost, not released
 	wasLive := h.state.CompareAndSwap(holdLive, holdReleased)
+	h.losing.Lock()
+	if h.ceiling != nil {
+		h.ceiling.Stop()
+	}
+	h.losing.Unlock()
 	if !wasLive {
-		_ = h.hold.Release(ctx)
+		_ = h.free(ctx)
 		h.settled() // the loss was told before this returns
 		return h.lost()
 	}
@@ -435,7 +488,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 	if h.ev != nil {
 		began = mono()
 	}
-	err := h.hold.Release(ctx)
+	err := h.free(ctx)
 	if h.ev != nil {
 		held, release := time.Duration(began-h.start), time.Duration(mono()-began)
 		if errors.Is(err, ErrRevoked) {

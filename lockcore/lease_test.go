@@ -488,3 +488,75 @@ func TestEndedLossBeforeRelease(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitHold: a hold given a ceiling by LimitHold is lost with
+// ErrMaxHold when it has lasted that long, and released in the backend
+// then, once, while its leases are still out; their Release reports the
+// cause and releases nothing more. A hold released before its ceiling is
+// released once, and the ceiling ends nothing after. A re-entered lease
+// adds no ceiling of its own.
+func TestLimitHold(t *testing.T) {
+	e := &testEngine{}
+	ctx := context.Background()
+	ls, err := e.Acquire(ctx, testKey(t), lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := e.last
+	in, err := e.Acquire(ls.Context(), testKey(t), lockcore.Policy{})
+	if err != nil || !in.Reentered() {
+		t.Fatalf("re-entry: %v", err)
+	}
+	lockcore.LimitHold(in, time.Millisecond) // a re-entry: no ceiling
+	const ceiling = 50 * time.Millisecond
+	start := time.Now()
+	lockcore.LimitHold(ls, ceiling)
+	waitDone(t, "the hold past its ceiling", ls.Context())
+	if held := time.Since(start); held < ceiling {
+		t.Fatalf("ended after %v, before its ceiling %v: the re-entry's 1 ms ceiling counted", held, ceiling)
+	}
+	cause := context.Cause(in.Context())
+	if !errors.Is(cause, lockcore.ErrMaxHold) || !errors.Is(cause, lockcore.ErrLockLost) || !strings.Contains(cause.Error(), "50ms") {
+		t.Fatalf("cause %v: want ErrMaxHold, ErrLockLost, and the ceiling", cause)
+	}
+	deadline := time.Now().Add(testBound)
+	for h.releases.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // a bounded poll of the backend release the ceiling sends
+	}
+	if n := h.releases.Load(); n != 1 {
+		t.Fatalf("released %d times in the backend at the ceiling, want 1", n)
+	}
+	for _, l := range []*lockcore.Lease{in, ls} {
+		if err := l.Release(ctx); !errors.Is(err, lockcore.ErrMaxHold) {
+			t.Errorf("Release: %v, want ErrMaxHold", err)
+		}
+	}
+	if n := h.releases.Load(); n != 1 {
+		t.Fatalf("released %d times in the backend in all, want 1", n)
+	}
+
+	ls, err = e.Acquire(ctx, testKey(t), lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = e.last
+	lockcore.LimitHold(ls, 20*time.Millisecond)
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := time.NewTimer(60 * time.Millisecond) // past the ceiling: it must end nothing
+	<-after.C
+	if n := h.releases.Load(); n != 1 || !errors.Is(context.Cause(ls.Context()), lockcore.ErrReleased) {
+		t.Fatalf("released %d times, cause %v: want once, ErrReleased", n, context.Cause(ls.Context()))
+	}
+}
+
+func TestPolicyMaxHold(t *testing.T) {
+	if err := (lockcore.Policy{MaxHold: -time.Second}).Validate(); !errors.Is(err, lockcore.ErrMisconfigured) {
+		t.Errorf("a negative MaxHold: %v", err)
+	}
+	p := lockcore.Policy{Wait: time.Second}.Or(lockcore.Policy{MaxHold: time.Minute})
+	if p.MaxHold != time.Minute || p.Wait != time.Second {
+		t.Errorf("Or: %+v", p)
+	}
+}

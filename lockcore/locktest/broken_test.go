@@ -22,7 +22,7 @@ var caughtBy = map[string][]string{
 	// A held key is granted to anyone who asks: sections overlap, waiters
 	// never queue, fail-fast and made-up tokens get in, and a key still
 	// held by a re-entry or a token entry is given away.
-	"grantTwice": {"Events", "Exclusion", "FIFO", "InMemoryReentry", "Operator", "Policy", "TokenGrantsNothing", "TokenReentry", "Withdrawal"},
+	"grantTwice": {"Events", "Exclusion", "FIFO", "InMemoryReentry", "MaxHold", "Operator", "Policy", "TokenGrantsNothing", "TokenReentry", "Withdrawal"},
 	"lifo":       {"FIFO"},
 	// A propagated token waits like a stranger: no token re-entry, and no
 	// holder counted twice.
@@ -30,13 +30,15 @@ var caughtBy = map[string][]string{
 	"tokenTakesFree": {"TokenGrantsNothing"},
 	"silentLoss":     {"LossThroughContext"},
 	// Every hold has fence 1: fences stop rising wherever they are watched.
-	"fenceReset": {"Exclusion", "FencingOrder", "Operator", "TokenGrantsNothing"},
+	"fenceReset": {"Exclusion", "FencingOrder", "MaxHold", "Operator", "TokenGrantsNothing"},
 	"keepWaiter": {"Withdrawal"},
 	// Every check that counts Ended.
-	"endsUntold":   {"Events", "InMemoryReentry", "LossThroughContext", "TokenReentry"},
+	"endsUntold":   {"Events", "InMemoryReentry", "LossThroughContext", "MaxHold", "TokenReentry"},
 	"revokeNoBump": {"FencingOrder", "Operator"},
 	// Every check that waits for a held key.
-	"waitIgnored": {"Events", "Exclusion", "FIFO", "Operator", "Policy", "TokenGrantsNothing", "Withdrawal"},
+	"waitIgnored": {"Events", "Exclusion", "FIFO", "MaxHold", "Operator", "Policy", "TokenGrantsNothing", "Withdrawal"},
+	// A hold outlives its ceiling.
+	"maxHoldIgnored": {"MaxHold"},
 }
 
 // TestSuiteCatches runs Run, in a child process each, on an engine with

@@ -105,6 +105,14 @@ type waiter struct {
 // the holder's TTL: the engine renews perfectly. On error nothing is held
 // or queued.
 func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	ls, err := e.acquire(ctx, key, p)
+	if err == nil && !e.defects.maxHoldIgnored {
+		lockcore.LimitHold(ls, p.MaxHold)
+	}
+	return ls, err
+}
+
+func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
 	ls, p, err := lockcore.Begin(ctx, e, key, p)
 	if ls != nil || err != nil {
 		return ls, err
@@ -462,4 +470,5 @@ type defects struct {
 	endsUntold     bool // leases are given no Events: no hold's end is told
 	revokeNoBump   bool // Revoke does not move the fencing counter on
 	waitIgnored    bool // every acquisition fails fast
+	maxHoldIgnored bool // a Policy's MaxHold ends nothing
 }

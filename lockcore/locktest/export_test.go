@@ -49,6 +49,7 @@ func (e *Engine) Waiters(key lockcore.Key) int {
 var Defects = []string{
 	"grantTwice", "lifo", "ignoreTokens", "tokenTakesFree", "silentLoss",
 	"fenceReset", "keepWaiter", "endsUntold", "revokeNoBump", "waitIgnored",
+	"maxHoldIgnored",
 }
 
 // Broken returns an Engine with the named defect, reporting to ev.
@@ -76,6 +77,8 @@ func Broken(defect string, ev lockcore.Events) *Engine {
 		d.revokeNoBump = true
 	case "waitIgnored":
 		d.waitIgnored = true
+	case "maxHoldIgnored":
+		d.maxHoldIgnored = true
 	default:
 		panic("locktest: no defect " + defect)
 	}

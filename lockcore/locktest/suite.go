@@ -87,6 +87,7 @@ var checks = []check{
 	{name: "Events", run: checkEvents},
 	{name: "Operator", operator: true, run: checkOperator},
 	{name: "Close", closer: true, run: checkClose},
+	{name: "MaxHold", run: checkMaxHold},
 }
 
 // rig is what one check works with: two engines on one backend, reporting
@@ -580,6 +581,71 @@ func checkLossThroughContext(r *rig) {
 	}
 	if got := r.ev.tally(k).ended; len(got) != 1 || !errors.Is(got[0], lockcore.ErrRevoked) {
 		r.t.Fatalf("Events.Ended by the return of Release: %v, want once with ErrRevoked", got)
+	}
+}
+
+// checkMaxHold: a hold with a MaxHold ends when it has lasted that long,
+// though its leases are never released: their contexts (the re-entered
+// one's too) are cancelled with a cause matching ErrMaxHold and
+// ErrLockLost, Events.Ended is told so, and the hold is released in the
+// backend, so that the other engine's waiter gets the lock, with a greater
+// fence, long before the hold's TTL would have run out; the leases'
+// Release then report the cause.
+func checkMaxHold(r *rig) {
+	const ceiling = 300 * time.Millisecond
+	k := r.key("k")
+	start := time.Now()
+	ls := r.acquire(r.a, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 20 * time.Second, MaxHold: ceiling})
+	in := r.acquire(r.a, ls.Context(), k, failFast)
+	type result struct {
+		ls  *lockcore.Lease
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		w, err := r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: 15 * time.Second})
+		waited <- result{w, err}
+	}()
+	r.queued(k, 1)
+	select {
+	case got := <-waited:
+		if got.ls != nil {
+			_ = got.ls.Release(context.Background())
+		}
+		r.t.Fatalf("the waiter returned %v after a hold with MaxHold %v began (%v)", time.Since(start), ceiling, got.err)
+	default:
+	}
+	r.done(ls.Context(), "a hold past its MaxHold")
+	if held := time.Since(start); held < ceiling {
+		r.t.Fatalf("a hold with MaxHold %v ended after %v", ceiling, held)
+	}
+	for _, c := range []context.Context{ls.Context(), in.Context()} {
+		if cause := context.Cause(c); !errors.Is(cause, lockcore.ErrMaxHold) || !errors.Is(cause, lockcore.ErrLockLost) {
+			r.t.Fatalf("cause %v, want ErrMaxHold", cause)
+		}
+	}
+	var w *lockcore.Lease
+	select {
+	case got := <-waited:
+		if got.err != nil {
+			r.t.Fatalf("the waiter: %v", got.err)
+		}
+		w = got.ls
+	case <-time.After(awaitBound):
+		r.t.Fatalf("the waiter did not get the lock within %v of the hold's MaxHold", awaitBound)
+	}
+	if w.Fence() <= ls.Fence() {
+		r.t.Errorf("the waiter's fence %d, not above the ended hold's %d", w.Fence(), ls.Fence())
+	}
+	for _, l := range []*lockcore.Lease{in, ls} {
+		if err := l.Release(context.Background()); !errors.Is(err, lockcore.ErrMaxHold) {
+			r.t.Errorf("Release of a lease past its MaxHold: %v, want ErrMaxHold", err)
+		}
+	}
+	r.release(w)
+	_ = r.ev.await(r.ctx, func(c map[lockcore.Key]*tally) bool { return c[k] != nil && len(c[k].ended) >= 2 })
+	if got := r.ev.tally(k).ended; len(got) != 2 || !errors.Is(got[0], lockcore.ErrMaxHold) || !errors.Is(got[1], lockcore.ErrReleased) {
+		r.t.Fatalf("Events.Ended: %v, want ErrMaxHold, then ErrReleased", got)
 	}
 }
 

@@ -82,6 +82,7 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 			return nil, err
 		}
 	}
+	lockcore.LimitHold(h.ls, p.MaxHold)
 	return h.ls, nil
 }
 
