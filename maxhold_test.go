@@ -17,6 +17,7 @@ import (
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
@@ -30,6 +31,19 @@ const maxHoldCeiling = 300 * time.Millisecond
 type stuckHold struct {
 	fence int64
 	cause error
+}
+
+// awaitStuck returns what the stuck handler saw once its context ended,
+// failing the test when that takes longer than the lease's TTL.
+func awaitStuck(t *testing.T, stuck <-chan stuckHold) stuckHold {
+	t.Helper()
+	select {
+	case s := <-stuck:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stuck handler's context did not end")
+		return stuckHold{}
+	}
 }
 
 // TestHTTPMaxHold: a route with MaxHold whose handler runs on has its
@@ -83,7 +97,7 @@ func TestHTTPMaxHold(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || waited > 5*time.Second {
 			t.Fatalf("the waiting request: %d after %v; want 200 at the first one's MaxHold %v", resp.StatusCode, waited, maxHoldCeiling)
 		}
-		s := <-stuck
+		s := awaitStuck(t, stuck)
 		if !errors.Is(s.cause, lockcore.ErrMaxHold) || !errors.Is(s.cause, lockcore.ErrLockLost) {
 			t.Fatalf("the first handler's context ended with %v, want ErrMaxHold", s.cause)
 		}
@@ -101,6 +115,7 @@ func TestGRPCMaxHold(t *testing.T) {
 		prefix := redistest.Prefix(t)
 		entered := make(chan struct{})
 		stuck := make(chan stuckHold, 1)
+		leave := make(chan struct{})
 		first := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix})
 		t.Cleanup(func() { first.Close() })
 		srv := &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
@@ -108,14 +123,17 @@ func TestGRPCMaxHold(t *testing.T) {
 			close(entered)
 			<-ctx.Done()
 			stuck <- stuckHold{fence, context.Cause(ctx)}
+			<-leave // runs on past its ceiling: the lock must be freed without its return
 			return nil, context.Cause(ctx)
 		}}
 		addr := serveGRPC(t, srv, grpc.ChainUnaryInterceptor(unaryServer(first,
 			interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.MaxHold(maxHoldCeiling)))))
 		waiting := newGRPCShop(t, b, prefix, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.Wait(8*time.Second)))
 		ctx := context.Background()
+		t.Cleanup(func() { close(leave) })
 
-		go func() { _, _ = reserve(ctx, dial(t, addr), 42) }()
+		cc := dial(t, addr)
+		go func() { _, _ = reserve(ctx, cc, 42) }()
 		<-entered
 		start := time.Now()
 		reply, err := reserve(ctx, dial(t, waiting.addr), 42)
@@ -125,7 +143,7 @@ func TestGRPCMaxHold(t *testing.T) {
 		if waited := time.Since(start); waited > 5*time.Second {
 			t.Fatalf("the waiting call got the lock after %v; want at the first one's MaxHold %v", waited, maxHoldCeiling)
 		}
-		s := <-stuck
+		s := awaitStuck(t, stuck)
 		if !errors.Is(s.cause, lockcore.ErrMaxHold) {
 			t.Fatalf("the first handler's context ended with %v, want ErrMaxHold", s.cause)
 		}
@@ -133,4 +151,55 @@ func TestGRPCMaxHold(t *testing.T) {
 			t.Fatalf("the second holder's fence %d, not above the first's %d", f, s.fence)
 		}
 	})
+}
+
+// noCeiling is an engine written before MaxHold: it passes everything on
+// but the ceiling.
+type noCeiling struct{ lockcore.Engine }
+
+func (e noCeiling) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	p.MaxHold = 0
+	return e.Engine.Acquire(ctx, key, p)
+}
+
+// TestMaxHoldOnAnEngineWithoutIt: the HTTP middleware and the gRPC
+// interceptor give a route's or method's MaxHold to the lease of an engine
+// that does not (lockcore.LimitHold does nothing to a hold that has one).
+func TestMaxHoldOnAnEngineWithoutIt(t *testing.T) {
+	locker := lock.FromEngine(noCeiling{&locktest.Engine{}})
+	t.Cleanup(func() { locker.Close() })
+	causes := make(chan error, 2)
+	r := chi.NewRouter()
+	r.With(locker.ByParam("productID", lock.MaxHold(50*time.Millisecond))).Post("/products/{productID}/restock", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second): // no ceiling: the test fails below
+		}
+		causes <- context.Cause(r.Context())
+	})
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	resp, err := srv.Client().Post(srv.URL+"/products/42/restock", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	addr := serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+		causes <- context.Cause(ctx)
+		return shop.New("ReserveReply"), nil
+	}}, grpc.ChainUnaryInterceptor(unaryServer(locker,
+		interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.MaxHold(50*time.Millisecond)))))
+	if _, err := reserve(context.Background(), dial(t, addr), 42); err != nil {
+		t.Fatal(err)
+	}
+	for _, via := range []string{"HTTP", "gRPC"} {
+		if c := <-causes; !errors.Is(c, lockcore.ErrMaxHold) {
+			t.Errorf("%s: the handler's context ended with %v, want ErrMaxHold", via, c)
+		}
+	}
 }

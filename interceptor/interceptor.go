@@ -288,5 +288,9 @@ func (s *server) lock(ctx context.Context, r *rule, fullMethod string, req any) 
 	}
 	p := r.policy
 	p.Route = fullMethod
-	return s.l.Acquire(ctx, key, p)
+	ls, err := s.l.Acquire(ctx, key, p)
+	if err == nil {
+		lockcore.LimitHold(ls, p.MaxHold) // for an engine that does not: once is all it takes
+	}
+	return ls, err
 }

@@ -56,9 +56,11 @@ type Hold interface {
 	// it; a non-nil answer loses the hold.
 	Check() error
 
-	// Release gives the hold up in the backend. It is called once, when
+	// Release gives the hold up in the backend. It is called once: when
 	// the last lease of the hold is released, after the lease's context
-	// was cancelled with cause ErrReleased (or the hold was lost); it
+	// was cancelled with cause ErrReleased (or the hold was lost); or, for
+	// a hold with a ceiling (LimitHold), when the ceiling is reached, from
+	// a goroutine of its own while leases and handlers may still run; it
 	// returns an error matching ErrUnavailable when the backend did not
 	// confirm the release, which then happens by expiry, and one matching
 	// ErrRevoked when it found the hold force-released before the release
@@ -82,9 +84,10 @@ const minTTL = 30 * time.Millisecond
 const FailFast time.Duration = -1
 
 // Policy says how to acquire one lock. Its zero value is the default: wait
-// up to 5 seconds, a lease of the engine's default length. The same Policy
+// up to 5 seconds, a lease of the engine's default length, no ceiling on
+// the hold. The same Policy
 // travels unchanged from the option a route or gRPC method is given (in
-// package lock, Wait, FailFast and TTL return one) through the HTTP
+// package lock, Wait, FailFast, TTL and MaxHold return one) through the HTTP
 // middleware or gRPC interceptor to the engine's Acquire.
 type Policy struct {
 	// Wait is how long to wait for a lock held by another owner; the wait
@@ -108,7 +111,13 @@ type Policy struct {
 	// its handler runs: once it has been held that long, its context is
 	// cancelled with a cause matching ErrMaxHold (and ErrLockLost) and it
 	// is released in the backend, so that the next owner gets the lock
-	// with a greater fencing token. 0: no ceiling.
+	// with a greater fencing token. 0: no ceiling, or the Locker's default
+	// one (a route cannot lift a default ceiling, only shorten it). A
+	// nested acquisition that re-enters the hold in memory shortens its
+	// ceiling when its own ends sooner. The ceiling is per process: a hold
+	// re-entered in another process by its propagated owner token is that
+	// process's entry in the backend, under that process's ceiling, and
+	// the lock goes to the next owner only when every entry is released.
 	MaxHold time.Duration
 }
 
@@ -160,6 +169,9 @@ func Begin(ctx context.Context, e Engine, key Key, p Policy) (*Lease, Policy, er
 		return nil, p, err
 	}
 	if ls := reenter(ctx, e, key); ls != nil {
+		if p.MaxHold > 0 {
+			ls.h.limit(p.MaxHold) // the inner route's ceiling, when it ends sooner
+		}
 		return ls, p, nil
 	}
 	if p.Wait == 0 {
@@ -210,8 +222,33 @@ type held struct {
 	// lost waits on it, so that it returns only once the loss was told.
 	losing sync.Mutex
 
-	ceiling *time.Timer // ends the hold at its MaxHold (LimitHold), if any
-	freed   atomic.Bool // hold.Release was called: it is called once
+	// ceiling ends the hold at its MaxHold (LimitHold, or a shorter one
+	// of an in-memory re-entry: Begin), if it has one; ceilingAt is when
+	// (mono). Set under losing.
+	ceiling   atomic.Pointer[time.Timer]
+	ceilingAt int64
+	freed     atomic.Bool // hold.Release was called: it is called once
+}
+
+// limit makes the hold end at its ceiling of max from now, unless it has
+// one already that ends sooner.
+func (h *held) limit(max time.Duration) {
+	at := mono() + int64(max)
+	h.losing.Lock()
+	defer h.losing.Unlock()
+	if old := h.ceiling.Load(); old != nil {
+		if h.ceilingAt <= at {
+			return
+		}
+		old.Stop()
+	}
+	cause := fmt.Errorf("%w (MaxHold %v)", ErrMaxHold, max)
+	h.ceilingAt = at
+	h.ceiling.Store(time.AfterFunc(max, func() {
+		if h.lose(cause) {
+			_ = h.free(context.WithoutCancel(h))
+		}
+	}))
 }
 
 // free releases the hold in the backend, the first time it is called.
@@ -361,23 +398,15 @@ func reenter(ctx context.Context, e Engine, key Key) *Lease {
 // (Events.Ended is told, then its context is cancelled) and released in
 // the backend at once, while its leases may still be in use; their
 // Release then returns that cause. An engine calls it right after
-// NewLease.
+// NewLease; it does nothing to a hold that has a ceiling already, so the
+// adapters call it too, for engines that do not. The ceiling is this
+// process's: a hold re-entered in another process by its propagated
+// token has that process's own (see Policy.MaxHold).
 func LimitHold(ls *Lease, max time.Duration) {
-	if max <= 0 || ls.Reentered() {
-		return // a lease re-entered in memory shares its hold's ceiling
+	if max <= 0 || ls.Reentered() || ls.h.ceiling.Load() != nil {
+		return // Begin gives an in-memory re-entry's ceiling to its hold
 	}
-	h := ls.h
-	cause := fmt.Errorf("%w (MaxHold %v)", ErrMaxHold, max)
-	h.losing.Lock() // so that Release sees the timer once it is set
-	defer h.losing.Unlock()
-	if h.ceiling != nil {
-		return
-	}
-	h.ceiling = time.AfterFunc(max, func() {
-		if h.lose(cause) {
-			_ = h.free(context.WithoutCancel(h))
-		}
-	})
+	ls.h.limit(max)
 }
 
 // Lose ends the hold of ls as lost: Events.Ended is told of it (see
@@ -444,14 +473,16 @@ func (ls *Lease) Err() error {
 }
 
 // Release gives up this lease. The hold is released in the backend when
-// the last in-process lease on it is released, even if ctx is cancelled;
+// the last in-process lease on it is released (or at its MaxHold, before),
+// even if ctx is cancelled;
 // the engine bounds how long that keeps the caller waiting, and a release not confirmed by then goes
 // on in the background. Releasing twice, or after a client re-sent the
 // call, changes nothing more.
 //
 // It returns ErrReleased for a second call, an error matching ErrLockLost
 // if the lease was lost before (its validity ran out, or the engine found
-// it gone; ErrRevoked when an operator revoked it), and an
+// it gone; ErrRevoked when an operator revoked it; ErrMaxHold when its
+// hold reached its MaxHold), and an
 // error matching ErrUnavailable if the backend did not answer in time; the
 // key then expires at the end of its TTL unless the release lands later.
 func (ls *Lease) Release(ctx context.Context) error {
@@ -473,11 +504,9 @@ func (ls *Lease) Release(ctx context.Context) error {
 	}
 	h.certain() // a lease that ran out is lost, not released
 	wasLive := h.state.CompareAndSwap(holdLive, holdReleased)
-	h.losing.Lock()
-	if h.ceiling != nil {
-		h.ceiling.Stop()
+	if t := h.ceiling.Load(); t != nil {
+		t.Stop() // once it fires, it finds the hold released and does nothing
 	}
-	h.losing.Unlock()
 	if !wasLive {
 		_ = h.free(ctx)
 		h.settled() // the loss was told before this returns

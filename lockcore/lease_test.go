@@ -560,3 +560,83 @@ func TestPolicyMaxHold(t *testing.T) {
 		t.Errorf("Or: %+v", p)
 	}
 }
+
+// TestLimitHoldRacesRelease: a ceiling that falls due as the last lease is
+// released ends the hold once either way: Events.Ended is told once, with
+// ErrMaxHold or ErrReleased, and the backend release runs once.
+func TestLimitHoldRacesRelease(t *testing.T) {
+	ev := &endings{}
+	e := &testEngine{ev: ev}
+	ctx := context.Background()
+	var ceilings, releases int
+	for i := range 300 {
+		ls, err := e.Acquire(ctx, testKey(t), lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := e.last
+		lockcore.LimitHold(ls, 20*time.Microsecond)
+		// Release from at once to well past the ceiling: busy, since a
+		// sleep is coarser than the race.
+		for t0 := time.Now(); time.Since(t0) < time.Duration(i%200)*time.Microsecond; {
+		}
+		err = ls.Release(ctx)
+		got := ev.take()
+		// The ceiling's own backend release may still be on its way.
+		deadline := time.Now().Add(testBound)
+		for len(got) == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // a bounded poll of what the timer's goroutine tells
+			got = append(got, ev.take()...)
+		}
+		for h.releases.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if len(got) != 1 || h.releases.Load() != 1 {
+			t.Fatalf("try %d: Ended told %d times (%v), released %d times; want once each", i, len(got), got, h.releases.Load())
+		}
+		switch c := got[0].cause; {
+		case errors.Is(c, lockcore.ErrMaxHold) && errors.Is(err, lockcore.ErrMaxHold):
+			ceilings++
+		case errors.Is(c, lockcore.ErrReleased) && err == nil:
+			releases++
+		default:
+			t.Fatalf("try %d: Ended with %v, Release returned %v", i, c, err)
+		}
+	}
+	t.Logf("300 tries: %d ended by the ceiling, %d by Release", ceilings, releases)
+	if ceilings == 0 || releases == 0 {
+		t.Errorf("the race was not run both ways: %d by the ceiling, %d by Release", ceilings, releases)
+	}
+}
+
+// TestReentryShortensCeiling: an acquisition that re-enters a hold in
+// memory with a MaxHold that ends sooner than the hold's own ceiling
+// brings the hold's end forward; one that ends later changes nothing.
+func TestReentryShortensCeiling(t *testing.T) {
+	e := &testEngine{}
+	ctx := context.Background()
+	ls, err := e.Acquire(ctx, testKey(t), lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockcore.LimitHold(ls, time.Hour)
+	later, err := e.Acquire(ls.Context(), testKey(t), lockcore.Policy{MaxHold: 2 * time.Hour})
+	if err != nil || !later.Reentered() {
+		t.Fatalf("re-entry: %v", err)
+	}
+	start := time.Now()
+	sooner, err := e.Acquire(ls.Context(), testKey(t), lockcore.Policy{MaxHold: 50 * time.Millisecond})
+	if err != nil || !sooner.Reentered() {
+		t.Fatalf("re-entry: %v", err)
+	}
+	waitDone(t, "the hold at the inner ceiling", ls.Context())
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Fatalf("ended %v after the inner acquisition, before its ceiling", d)
+	}
+	if c := context.Cause(ls.Context()); !errors.Is(c, lockcore.ErrMaxHold) || !strings.Contains(c.Error(), "50ms") {
+		t.Fatalf("cause %v, want ErrMaxHold of the inner 50ms ceiling", c)
+	}
+	for _, l := range []*lockcore.Lease{sooner, later, ls} {
+		_ = l.Release(ctx)
+	}
+}

@@ -80,8 +80,10 @@
 // lock.reason says why a hold was lost: revoked (force-released by an
 // operator, lockcore.ErrRevoked), expired (the engine could not renew it
 // in time: its cause matches lockcore.ErrUnavailable as well), closed (the
-// engine was closed under it, lockcore.ErrClosed), or gone (the backend
-// no longer has it, or another owner does: any other loss).
+// engine was closed under it, lockcore.ErrClosed), max_hold (it reached
+// its route's MaxHold and was released for the next owner,
+// lockcore.ErrMaxHold), or gone (the backend no longer has it, or another
+// owner does: any other loss).
 //
 // # What is recorded
 //

@@ -52,6 +52,7 @@ const (
 	reasonRevoked = "revoked"
 	reasonExpired = "expired"
 	reasonClosed  = "closed"
+	reasonMaxHold = "max_hold"
 	reasonGone    = "gone"
 )
 
@@ -62,6 +63,8 @@ func reasonOf(cause error) string {
 		return reasonRevoked
 	case errors.Is(cause, lockcore.ErrClosed):
 		return reasonClosed
+	case errors.Is(cause, lockcore.ErrMaxHold):
+		return reasonMaxHold
 	case errors.Is(cause, lockcore.ErrUnavailable):
 		return reasonExpired
 	}

@@ -191,6 +191,7 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		m.onError(w, r, err)
 		return
 	}
+	lockcore.LimitHold(lease, p.MaxHold) // for an engine that does not: once is all it takes
 	// Deferred, so that a panicking handler releases too; the panic goes on.
 	// A failed release has no one to tell: the key expires with its TTL.
 	defer lease.Release(r.Context())

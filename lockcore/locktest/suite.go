@@ -606,6 +606,15 @@ func checkMaxHold(r *rig) {
 		w, err := r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: 15 * time.Second})
 		waited <- result{w, err}
 	}()
+	r.t.Cleanup(func() { // a check that failed early leaves nothing held
+		select {
+		case got := <-waited:
+			if got.ls != nil {
+				_ = got.ls.Release(context.Background())
+			}
+		default: // still waiting: the check's context ends next, and so does the wait
+		}
+	})
 	r.queued(k, 1)
 	select {
 	case got := <-waited:
