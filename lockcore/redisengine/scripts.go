@@ -273,11 +273,16 @@ func (r *runner) acked(ctx context.Context, c redis.Cmdable, cmds []redis.Cmder,
 // An acquisition that a master answers MOVED is sent once more, to the
 // master named (see redirect). It returns the first network error.
 func (r *runner) runOnMasters(ctx context.Context, cmds []redis.Cmder) error {
-	var first error
+	var (
+		mu    sync.Mutex
+		first error
+	)
 	note := func(err error) {
+		mu.Lock()
 		if first == nil && unreachable(err) {
 			first = err
 		}
+		mu.Unlock()
 	}
 	byNode := make(map[*redis.Client][]redis.Cmder)
 	var rest []redis.Cmder
@@ -294,15 +299,32 @@ func (r *runner) runOnMasters(ctx context.Context, cmds []redis.Cmder) error {
 		}
 		byNode[node] = append(byNode[node], cmd)
 	}
+	// The masters' pipelines go out at once, each on its own connection:
+	// one after the other, each would wait for the last one's WAIT.
+	var groups []func()
 	if len(rest) > 0 {
-		note(r.acked(ctx, r.rdb, rest, false))
+		groups = append(groups, func() { note(r.acked(ctx, r.rdb, rest, false)) })
 	}
 	for node, cmds := range byNode {
-		note(r.acked(ctx, node, cmds, true))
-		for _, cmd := range cmds {
-			r.redirect(ctx, cmd)
-		}
+		groups = append(groups, func() {
+			note(r.acked(ctx, node, cmds, true))
+			for _, cmd := range cmds {
+				r.redirect(ctx, cmd)
+			}
+		})
 	}
+	var wg sync.WaitGroup
+	for _, g := range groups[min(1, len(groups)):] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g()
+		}()
+	}
+	if len(groups) > 0 {
+		groups[0]() // in this goroutine
+	}
+	wg.Wait()
 	return first
 }
 
