@@ -38,6 +38,14 @@ var (
 	// ErrLockLost too.
 	ErrMaxHold = fmt.Errorf("lock: lease held for its MaxHold and released: %w", ErrLockLost)
 
+	// ErrUpgrade means an acquisition asked for the exclusive lock on a
+	// key that its own request holds shared (Policy.Share), in this
+	// process or, by a propagated owner token, in another one: it would
+	// wait for itself, so it fails at once. It does not match
+	// ErrNotAcquired: a retry never succeeds. The adapters answer 409
+	// Conflict without Retry-After / FailedPrecondition.
+	ErrUpgrade = errors.New("lock: exclusive lock asked for by a shared holder of it")
+
 	// ErrMisconfigured means the backend answered that the engine is set
 	// up wrongly: a wrong password or user, a database index out of range,
 	// a server too old for the engine's commands. Key functions return it
@@ -90,4 +98,10 @@ func (e *ContentionError) Unwrap() error {
 		return ErrWaitTimeout
 	}
 	return ErrNotAcquired
+}
+
+// upgradeError is the error of an exclusive acquisition of key by a shared
+// holder of it.
+func upgradeError(key Key) error {
+	return fmt.Errorf("%w: %s", ErrUpgrade, key)
 }

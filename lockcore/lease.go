@@ -119,7 +119,29 @@ type Policy struct {
 	// process's entry in the backend, under that process's ceiling, and
 	// the lock goes to the next owner only when every entry is released.
 	MaxHold time.Duration
+	// Share makes the hold one of several owners' at once: 0 (the
+	// default) is an exclusive hold; n > 0 lets up to n owners hold the
+	// key at once (permits), each in a slot 0..n-1 that no other holder
+	// of the key has at the same time (Lease.Slot); ShareAll lets any
+	// number hold it (readers). An exclusive hold excludes every other
+	// hold of the key, shared ones included, and a shared hold waits
+	// while an exclusive one is held. Waiters are served in arrival
+	// order: a shared acquisition does not pass a waiting exclusive one,
+	// so that a stream of readers never starves a writer, and the shared
+	// ones at the head of the line enter together. An acquisition counts
+	// itself against its own n: with routes that name one key with
+	// different n, each enters while fewer holders than its own n hold
+	// (a rolling deployment that changes n goes through). Re-entry by
+	// the same owner (in memory, or by a propagated token) joins the hold
+	// it re-enters, exclusive or shared, and takes no slot of its own;
+	// but a shared holder asking for the exclusive lock fails at once with
+	// ErrUpgrade, as waiting for itself would never end.
+	Share int
 }
+
+// ShareAll, as Policy.Share, lets any number of owners share the lock:
+// readers, excluded only by an exclusive hold.
+const ShareAll = -1
 
 // Or returns p with each of its zero fields taken from d: a route's policy
 // over its Locker's defaults.
@@ -136,12 +158,15 @@ func (p Policy) Or(d Policy) Policy {
 	if p.Route == "" {
 		p.Route = d.Route
 	}
+	if p.Share == 0 {
+		p.Share = d.Share
+	}
 	return p
 }
 
 // Validate returns an error matching ErrMisconfigured when p cannot be
 // acquired with: a negative Wait other than FailFast, a TTL that is
-// negative or below 30ms, or a negative MaxHold.
+// negative or below 30ms, a negative MaxHold, or a Share below ShareAll.
 func (p Policy) Validate() error {
 	switch {
 	case p.Wait < 0 && p.Wait != FailFast:
@@ -150,6 +175,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: TTL %v is below the minimum %v", ErrMisconfigured, p.TTL, minTTL)
 	case p.MaxHold < 0:
 		return fmt.Errorf("%w: MaxHold %v is negative; 0 means no ceiling", ErrMisconfigured, p.MaxHold)
+	case p.Share < ShareAll:
+		return fmt.Errorf("%w: Share %d is below ShareAll (-1)", ErrMisconfigured, p.Share)
 	}
 	return nil
 }
@@ -169,6 +196,10 @@ func Begin(ctx context.Context, e Engine, key Key, p Policy) (*Lease, Policy, er
 		return nil, p, err
 	}
 	if ls := reenter(ctx, e, key); ls != nil {
+		if ls.h.shared && p.Share == 0 {
+			_ = ls.Release(context.WithoutCancel(ctx)) // an outer lease holds it still
+			return nil, p, upgradeError(key)
+		}
 		if p.MaxHold > 0 {
 			ls.h.limit(p.MaxHold) // the inner route's ceiling, when it ends sooner
 		}
@@ -209,13 +240,16 @@ type held struct {
 	key   Key
 	token string
 	fence int64
-	refs  atomic.Int32 // outstanding leases; the backend release runs at 0
-	state atomic.Int32
-	why   atomic.Pointer[error] // the cause of the loss, once lost
-	ev    Events                // told of the hold's end; may be nil
-	start int64                 // when the hold was made (mono); set only with ev
-	st    ctxState              // what the context carries
-	first Lease                 // the lease of the acquisition that made the hold
+	slot  int32 // the hold's slot among its key's shared holders; -1 for none
+	// shared: the hold is one of several owners' (Policy.Share)
+	shared bool
+	refs   atomic.Int32 // outstanding leases; the backend release runs at 0
+	state  atomic.Int32
+	why    atomic.Pointer[error] // the cause of the loss, once lost
+	ev     Events                // told of the hold's end; may be nil
+	start  int64                 // when the hold was made (mono); set only with ev
+	st     ctxState              // what the context carries
+	first  Lease                 // the lease of the acquisition that made the hold
 
 	// losing is held by lose from before its state change until its loss
 	// was told and the context cancelled: a Release that found the hold
@@ -367,7 +401,12 @@ func NewLease(ctx context.Context, e Engine, key Key, token string, fence int64,
 	if t := reflect.TypeOf(e); t == nil || !t.Comparable() {
 		panic(fmt.Sprintf("lockcore: NewLease: engine of type %v is not comparable; use a pointer", t))
 	}
-	h := &held{e: e, hold: hold, key: key, token: token, fence: fence, ev: ev}
+	h := &held{e: e, hold: hold, key: key, token: token, fence: fence, ev: ev, slot: -1}
+	if s, ok := hold.(SharedHold); ok {
+		if slot, ok := s.Shared(); ok {
+			h.shared, h.slot = true, int32(max(slot, -1))
+		}
+	}
 	if ev != nil {
 		h.start = mono()
 	}
@@ -417,6 +456,15 @@ func LimitHold(ls *Lease, max time.Duration) {
 // no longer certain. It reports whether the hold was live until this call.
 func Lose(ls *Lease, cause error) bool { return ls.h.lose(cause) }
 
+// SharedHold is implemented by a Hold that may be one of several owners'
+// at once (Policy.Share); NewLease asks it. Shared reports whether the
+// hold is shared, and its slot: 0..n-1 for a Policy with Share n > 0,
+// -1 for ShareAll. A Hold that does not implement it is exclusive.
+type SharedHold interface {
+	Hold
+	Shared() (slot int, ok bool)
+}
+
 // Lease is a held lock. Its Context is cancelled, with cause ErrLockLost,
 // if the lease is lost while held. Release it exactly once.
 type Lease struct {
@@ -435,6 +483,17 @@ func (ls *Lease) Token() string { return ls.h.token }
 // every earlier hold of the key. A re-entrant acquisition returns the fencing
 // token of the hold it re-entered.
 func (ls *Lease) Fence() int64 { return ls.h.fence }
+
+// Shared reports whether the hold is one of several owners' at once
+// (Policy.Share): a reader's or a permit's.
+func (ls *Lease) Shared() bool { return ls.h.shared }
+
+// Slot returns the hold's slot among the key's permits: for a Policy with
+// Share n > 0, a number 0..n-1 that no other holder of the key has while
+// this hold lasts. It reports false for an exclusive hold and for a
+// ShareAll one. A re-entry (in memory, or by a propagated token) has the
+// slot of the hold it re-entered.
+func (ls *Lease) Slot() (int, bool) { return int(ls.h.slot), ls.h.slot >= 0 }
 
 // Reentered reports whether the lease re-entered, in memory, a hold that
 // an outer lease of the same request made; the fresh lease of a hold

@@ -46,10 +46,12 @@ type Operator interface {
 type Info struct {
 	// Key is the lock's key, escaped (Key.String).
 	Key string
-	// Holders are the owners holding the lock: one for a lock held, none
-	// for a free one.
+	// Holders are the owners holding the lock: one for a lock held
+	// exclusively, one per owner for a shared one (Policy.Share), none for
+	// a free one.
 	Holders []Holder
-	// Fence is the fencing token of the current hold, 0 when free.
+	// Fence is the fencing token of the current hold (the newest one of a
+	// shared lock), 0 when free.
 	Fence int64
 	// LastFence is the key's last fencing token: no fencing token issued
 	// for the key is above it. 0 if none is remembered.
@@ -79,6 +81,13 @@ type Holder struct {
 	// granted to a waiter, and from the clock of the engine that took it
 	// when the lock was free.
 	Since time.Time
+	// Fence is the hold's fencing token.
+	Fence int64
+	// Share is the Policy.Share the hold was taken with: 0 for an
+	// exclusive hold, n for one of n permits, ShareAll for a reader.
+	Share int
+	// Slot is the hold's slot among the key's permits; -1 for none.
+	Slot int
 }
 
 // Waiter is one queued acquisition.
@@ -89,6 +98,8 @@ type Waiter struct {
 	Since time.Time
 	// Deadline is when it gives up waiting.
 	Deadline time.Time
+	// Share is the Policy.Share it waits with (see Holder.Share).
+	Share int
 }
 
 // Revocation is the audit record of one force-release.

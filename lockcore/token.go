@@ -227,6 +227,11 @@ func (st *ctxState) tokens() []string {
 type Held struct {
 	Key   Key   // the resource
 	Fence int64 // the fencing token of the hold
+	// Slot is the hold's slot among the key's permits (Lease.Slot); -1
+	// when it has none: an exclusive hold, or a ShareAll one.
+	Slot int
+	// Shared reports a hold shared with other owners (Policy.Share).
+	Shared bool
 }
 
 // HeldFrom returns the locks ctx holds (those of leases whose context ctx
@@ -237,7 +242,7 @@ func HeldFrom(ctx context.Context) []Held {
 	var out []Held
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		if h := s.held; h != nil && h.live() {
-			out = append(out, Held{Key: h.key, Fence: h.fence})
+			out = append(out, Held{Key: h.key, Fence: h.fence, Slot: int(h.slot), Shared: h.shared})
 		}
 	}
 	return out

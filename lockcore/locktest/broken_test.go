@@ -22,23 +22,28 @@ var caughtBy = map[string][]string{
 	// A held key is granted to anyone who asks: sections overlap, waiters
 	// never queue, fail-fast and made-up tokens get in, and a key still
 	// held by a re-entry or a token entry is given away.
-	"grantTwice": {"Events", "Exclusion", "FIFO", "InMemoryReentry", "MaxHold", "Operator", "Policy", "TokenGrantsNothing", "TokenReentry", "Withdrawal"},
-	"lifo":       {"FIFO"},
+	"grantTwice": {"Events", "Exclusion", "FIFO", "InMemoryReentry", "MaxHold", "Operator", "Policy", "Shared", "TokenGrantsNothing", "TokenReentry", "Withdrawal", "WriterBound"},
+	// Waiters served newest first: a late reader passes a queued writer.
+	"lifo": {"FIFO", "Shared", "WriterBound"},
 	// A propagated token waits like a stranger: no token re-entry, and no
 	// holder counted twice.
-	"ignoreTokens":   {"Operator", "TokenReentry"},
+	// A reader's propagated token asking for the exclusive lock waits.
+	"ignoreTokens":   {"Operator", "TokenReentry", "Upgrade"},
 	"tokenTakesFree": {"TokenGrantsNothing"},
 	"silentLoss":     {"LossThroughContext"},
 	// Every hold has fence 1: fences stop rising wherever they are watched.
-	"fenceReset": {"Exclusion", "FencingOrder", "MaxHold", "Operator", "TokenGrantsNothing"},
+	"fenceReset": {"Exclusion", "FencingOrder", "MaxHold", "Operator", "Permits", "Shared", "TokenGrantsNothing"},
 	"keepWaiter": {"Withdrawal"},
 	// Every check that counts Ended.
 	"endsUntold":   {"Events", "InMemoryReentry", "LossThroughContext", "MaxHold", "TokenReentry"},
 	"revokeNoBump": {"FencingOrder", "Operator"},
 	// Every check that waits for a held key.
-	"waitIgnored": {"Events", "Exclusion", "FIFO", "MaxHold", "Operator", "Policy", "TokenGrantsNothing", "Withdrawal"},
+	"waitIgnored": {"Events", "Exclusion", "FIFO", "MaxHold", "Operator", "Permits", "Policy", "Shared", "TokenGrantsNothing", "Withdrawal", "WriterBound"},
 	// A hold outlives its ceiling.
 	"maxHoldIgnored": {"MaxHold"},
+	"slotReused":     {"Permits"},
+	"writerJoins":    {"Permits", "Shared"},
+	"readersPass":    {"Shared", "WriterBound"},
 }
 
 // TestSuiteCatches runs Run, in a child process each, on an engine with

@@ -6,7 +6,8 @@
 //
 // Engine is an engine of equal rank: it keeps the contract of
 // lockcore.Engine as the Redis engine does (exclusive holds, fencing
-// tokens, waiting in arrival order, in-memory and token re-entry) and is a
+// tokens, waiting in arrival order, shared holds and permits, in-memory and
+// token re-entry) and is a
 // lockcore.Operator, whose Revoke plays a lost lock. It is for tests, not
 // for production: its locks live in one process and its leases never
 // expire.
@@ -63,29 +64,41 @@ type Engine struct {
 // is freed, so that its fencing counter only grows.
 type keyState struct {
 	key     lockcore.Key
-	counter int64         // the last fencing token handed out
-	token   string        // owner of the live hold; "" when the key is free
-	fence   int64         // fencing token of the live hold
-	ttl     time.Duration // lease length of the live hold
-	since   time.Time     // when the live hold was taken
-	entries []*hold       // the live hold's entries: its fresh acquisition and token re-entries
-	queue   []*waiter     // in arrival order; empty while the key is free
+	counter int64     // the last fencing token handed out
+	owners  []*owner  // the live holds: one exclusive, or any number of shared ones
+	queue   []*waiter // in arrival order
 	audit   []lockcore.Revocation
+}
+
+// owner is one live hold of a key by one owner token.
+type owner struct {
+	token   string
+	fence   int64
+	ttl     time.Duration
+	since   time.Time
+	share   int     // the Policy's Share; 0 for an exclusive hold
+	slot    int     // among the key's permits; -1 for none
+	entries []*hold // its fresh acquisition and token re-entries
 }
 
 // hold is one entry of a key's hold: what a lease wraps.
 type hold struct {
 	e    *Engine
 	ks   *keyState
+	o    *owner
 	ls   *lockcore.Lease
 	lost atomic.Pointer[error] // the cause of its loss; read by Check without the mutex
 	done bool                  // released or lost; guarded by e.mu
 }
 
+// Shared implements lockcore.SharedHold.
+func (h *hold) Shared() (int, bool) { return h.o.slot, h.o.share != 0 }
+
 // waiter is one blocked acquisition.
 type waiter struct {
 	ctx      context.Context
 	ttl      time.Duration
+	share    int
 	since    time.Time
 	deadline time.Time
 	ready    chan struct{}   // closed when granted
@@ -132,25 +145,30 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		e.mu.Unlock()
 		return nil, errors.Join(ce, err)
 	}
+	o := ks.ownedBy(lockcore.TokensFrom(ctx))
 	switch {
-	case ks.token == "" || e.defects.grantTwice && len(ks.entries) == 1:
-		ls := e.take(ks, ctx, ttl)
-		e.mu.Unlock()
-		return ls, nil
-	case !e.defects.ignoreTokens && slices.Contains(lockcore.TokensFrom(ctx), ks.token):
-		h := &hold{e: e, ks: ks}
-		h.ls = lockcore.NewLease(ctx, e, key, ks.token, ks.fence, h, e.events())
-		ks.entries = append(ks.entries, h)
+	case o != nil && !e.defects.ignoreTokens:
+		if o.share != 0 && p.Share == 0 {
+			e.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s", lockcore.ErrUpgrade, key)
+		}
+		h := &hold{e: e, ks: ks, o: o}
+		h.ls = lockcore.NewLease(ctx, e, key, o.token, o.fence, h, e.events())
+		o.entries = append(o.entries, h)
 		e.notify()
 		e.mu.Unlock()
 		return h.ls, nil
+	case (len(ks.queue) == 0 || e.defects.readersPass && p.Share != 0) && ks.admits(p.Share) || e.defects.grantTwice && len(ks.owners) == 1 && len(ks.owners[0].entries) == 1:
+		ls := e.take(ks, ctx, ttl, p.Share)
+		e.mu.Unlock()
+		return ls, nil
 	case p.Wait <= 0:
 		ce := &lockcore.ContentionError{Key: key.String(), RetryAfter: ks.retryAfter()}
 		e.mu.Unlock()
 		return nil, ce
 	}
 	now := time.Now()
-	w := &waiter{ctx: ctx, ttl: ttl, since: now, deadline: now.Add(p.Wait), ready: make(chan struct{})}
+	w := &waiter{ctx: ctx, ttl: ttl, share: p.Share, since: now, deadline: now.Add(p.Wait), ready: make(chan struct{})}
 	if d, ok := ctx.Deadline(); ok && d.Before(w.deadline) {
 		w.deadline = d
 	}
@@ -226,29 +244,63 @@ func (e *Engine) state(key lockcore.Key) *keyState {
 	return ks
 }
 
-// retryAfter is the hint of a ContentionError: the holder's remaining lease,
-// which is its TTL since the engine renews it perfectly; 0 when free.
+// retryAfter is the hint of a ContentionError: the holders' longest
+// remaining lease, which is their TTL since the engine renews perfectly;
+// 0 when free.
 func (ks *keyState) retryAfter() time.Duration {
-	if ks.token == "" {
-		return 0
+	var d time.Duration
+	for _, o := range ks.owners {
+		d = max(d, o.ttl)
 	}
-	return ks.ttl
+	return d
 }
 
-// take makes a fresh hold of the free key ks for an acquisition with ctx
-// and returns its lease. e.mu is held.
-func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration) *lockcore.Lease {
+// ownedBy returns the live hold of ks owned by one of toks, or nil.
+func (ks *keyState) ownedBy(toks []string) *owner {
+	for _, o := range ks.owners {
+		if slices.Contains(toks, o.token) {
+			return o
+		}
+	}
+	return nil
+}
+
+// admits reports whether ks, as it is held now, admits a fresh hold with
+// Policy.Share share: when free; for a shared one, while no exclusive one
+// is held and fewer than share (if positive) hold it.
+func (ks *keyState) admits(share int) bool {
+	if len(ks.owners) == 0 {
+		return true
+	}
+	if share == 0 || ks.owners[0].share == 0 {
+		return false
+	}
+	return share < 0 || len(ks.owners) < share
+}
+
+// take makes a fresh hold of ks, which admits it, for an acquisition with
+// ctx and returns its lease. e.mu is held.
+func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration, share int) *lockcore.Lease {
 	ks.counter++
-	if e.defects.fenceReset && ks.token == "" {
+	if e.defects.fenceReset && len(ks.owners) == 0 {
 		ks.counter = 1
 	}
-	ks.token, ks.fence, ks.ttl, ks.since = lockcore.NewToken(), ks.counter, ttl, time.Now()
+	o := &owner{token: lockcore.NewToken(), fence: ks.counter, ttl: ttl, since: time.Now(), share: share, slot: -1}
 	if toks := lockcore.TokensFrom(ctx); e.defects.tokenTakesFree && len(toks) > 0 {
-		ks.token = toks[0]
+		o.token = toks[0]
 	}
-	h := &hold{e: e, ks: ks}
-	h.ls = lockcore.NewLease(ctx, e, ks.key, ks.token, ks.fence, h, e.events())
-	ks.entries = append(ks.entries, h)
+	if share > 0 {
+		// The lowest slot no other holder has.
+		for o.slot = 0; slices.ContainsFunc(ks.owners, func(x *owner) bool { return x.slot == o.slot }); o.slot++ {
+		}
+		if e.defects.slotReused {
+			o.slot = 0
+		}
+	}
+	ks.owners = append(ks.owners, o)
+	h := &hold{e: e, ks: ks, o: o}
+	h.ls = lockcore.NewLease(ctx, e, ks.key, o.token, o.fence, h, e.events())
+	o.entries = append(o.entries, h)
 	e.notify()
 	return h.ls
 }
@@ -261,17 +313,21 @@ func (e *Engine) events() lockcore.Events {
 	return e.Events
 }
 
-// free frees ks and hands it to its oldest waiter, if any. e.mu is held.
-func (e *Engine) free(ks *keyState) {
-	ks.token, ks.fence, ks.ttl, ks.entries = "", 0, 0, nil
-	if n := len(ks.queue); n > 0 {
+// admit hands ks to its waiters in arrival order, as long as it admits the
+// first of them: the first exclusive one when ks is free, or a run of
+// shared ones. e.mu is held.
+func (e *Engine) admit(ks *keyState) {
+	for n := len(ks.queue); n > 0; n = len(ks.queue) {
 		i := 0
 		if e.defects.lifo {
 			i = n - 1
 		}
 		w := ks.queue[i]
+		if !ks.admits(w.share) && !(e.defects.writerJoins && len(ks.owners) > 0 && ks.owners[0].share != 0) {
+			break
+		}
 		ks.queue = slices.Delete(ks.queue, i, i+1)
-		w.ls = e.take(ks, w.ctx, w.ttl)
+		w.ls = e.take(ks, w.ctx, w.ttl, w.share)
 		close(w.ready)
 	}
 	e.notify()
@@ -311,10 +367,11 @@ func (h *hold) Release(ctx context.Context) error {
 		return nil
 	}
 	h.done = true
-	ks := h.ks
-	ks.entries = slices.DeleteFunc(ks.entries, func(x *hold) bool { return x == h })
-	if len(ks.entries) == 0 {
-		e.free(ks)
+	ks, o := h.ks, h.o
+	o.entries = slices.DeleteFunc(o.entries, func(x *hold) bool { return x == h })
+	if len(o.entries) == 0 {
+		ks.owners = slices.DeleteFunc(ks.owners, func(x *owner) bool { return x == o })
+		e.admit(ks)
 	}
 	e.notify()
 	e.mu.Unlock()
@@ -326,17 +383,20 @@ func (h *hold) Release(ctx context.Context) error {
 // tells Events of the entry's end before it cancels the lease's context),
 // with the engine's lock held. The key is not freed. e.mu is held.
 func (e *Engine) lose(ks *keyState, cause error) {
-	for _, h := range ks.entries {
-		h.done = true
-		if !e.defects.silentLoss {
-			h.lost.Store(&cause)
-			lockcore.Lose(h.ls, cause)
+	for _, o := range ks.owners {
+		for _, h := range o.entries {
+			h.done = true
+			if !e.defects.silentLoss {
+				h.lost.Store(&cause)
+				lockcore.Lose(h.ls, cause)
+			}
 		}
 	}
 }
 
-// Inspect implements lockcore.Operator: the state of key, with one Holder
-// (Count: the hold's fresh acquisition and token re-entries) while held,
+// Inspect implements lockcore.Operator: the state of key, with a Holder
+// for each owner while held (Count: the hold's fresh acquisition and token
+// re-entries),
 // its waiters in line, and its latest revocations.
 func (e *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, error) {
 	if key == (lockcore.Key{}) {
@@ -354,17 +414,20 @@ func (e *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, 
 // info is the Info of ks. e.mu is held.
 func (ks *keyState) info() lockcore.Info {
 	info := lockcore.Info{Key: ks.key.String(), LastFence: ks.counter, Audit: slices.Clone(ks.audit)}
-	if ks.token != "" && len(ks.entries) > 0 {
-		info.Holders = []lockcore.Holder{{
-			Owner:     operate.OwnerDigest(ks.token),
-			Count:     len(ks.entries),
+	for _, o := range ks.owners {
+		info.Holders = append(info.Holders, lockcore.Holder{
+			Owner:     operate.OwnerDigest(o.token),
+			Count:     len(o.entries),
 			Instances: []string{instance},
-			Since:     ks.since,
-		}}
-		info.Fence, info.TTL = ks.fence, ks.ttl
+			Since:     o.since,
+			Fence:     o.fence,
+			Share:     o.share,
+			Slot:      o.slot,
+		})
+		info.Fence, info.TTL = max(info.Fence, o.fence), max(info.TTL, o.ttl)
 	}
 	for _, w := range ks.queue {
-		info.Waiters = append(info.Waiters, lockcore.Waiter{Instance: instance, Since: w.since, Deadline: w.deadline})
+		info.Waiters = append(info.Waiters, lockcore.Waiter{Instance: instance, Since: w.since, Deadline: w.deadline, Share: w.share})
 	}
 	return info
 }
@@ -376,7 +439,7 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore
 	defer e.mu.Unlock()
 	var locks []lockcore.Info
 	for k, ks := range e.keys {
-		if (ks.token != "" || len(ks.queue) > 0) && strings.HasPrefix(k.String(), prefix) {
+		if (len(ks.owners) > 0 || len(ks.queue) > 0) && strings.HasPrefix(k.String(), prefix) {
 			locks = append(locks, ks.info())
 		}
 	}
@@ -388,8 +451,8 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore
 }
 
 // Revoke implements lockcore.Operator: it takes the hold of key away from
-// its owner, as a backend that lost it would. Events is told that each of
-// its entries ended, with cause lockcore.ErrRevoked; then the contexts of
+// its owner (every owner of a shared one), as a backend that lost it
+// would. Events is told that each of its entries ended, with cause lockcore.ErrRevoked; then the contexts of
 // all its leases (its fresh acquisition, its token re-entries and their
 // in-memory re-entries) are cancelled with that cause, the key's fencing
 // counter moves past the revoked hold's fence, and the key goes to its
@@ -407,15 +470,17 @@ func (e *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (l
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ks := e.keys[key]
-	if ks == nil || ks.token == "" {
+	if ks == nil || len(ks.owners) == 0 {
 		return lockcore.Revocation{}, lockcore.ErrNotHeld
 	}
 	r := lockcore.Revocation{
 		Key:    key.String(),
-		Owner:  operate.OwnerDigest(ks.token),
-		Fence:  ks.fence,
+		Owner:  operate.OwnerDigest(ks.owners[0].token),
 		Reason: reason,
 		At:     time.Now(),
+	}
+	for _, o := range ks.owners {
+		r.Fence = max(r.Fence, o.fence)
 	}
 	if !e.defects.revokeNoBump {
 		ks.counter++
@@ -426,7 +491,8 @@ func (e *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (l
 		ks.audit = ks.audit[:auditKeep]
 	}
 	e.lose(ks, lockcore.ErrRevoked)
-	e.free(ks)
+	ks.owners = nil
+	e.admit(ks)
 	return r, nil
 }
 
@@ -471,4 +537,7 @@ type defects struct {
 	revokeNoBump   bool // Revoke does not move the fencing counter on
 	waitIgnored    bool // every acquisition fails fast
 	maxHoldIgnored bool // a Policy's MaxHold ends nothing
+	slotReused     bool // every permit gets slot 0
+	writerJoins    bool // a waiter is admitted beside shared holders, exclusive or not
+	readersPass    bool // a shared acquisition enters past queued waiters
 }

@@ -16,11 +16,12 @@ func (e *Engine) Lose(key lockcore.Key) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ks := e.keys[key]
-	if ks == nil || ks.token == "" {
+	if ks == nil || len(ks.owners) == 0 {
 		return false
 	}
 	e.lose(ks, ErrLost)
-	e.free(ks)
+	ks.owners = nil
+	e.admit(ks)
 	return true
 }
 
@@ -29,8 +30,8 @@ func (e *Engine) Lose(key lockcore.Key) bool {
 func (e *Engine) Held(key lockcore.Key) (fence int64, entries int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if ks := e.keys[key]; ks != nil && ks.token != "" {
-		return ks.fence, len(ks.entries)
+	if ks := e.keys[key]; ks != nil && len(ks.owners) > 0 {
+		return ks.owners[0].fence, len(ks.owners[0].entries)
 	}
 	return 0, 0
 }
@@ -49,7 +50,7 @@ func (e *Engine) Waiters(key lockcore.Key) int {
 var Defects = []string{
 	"grantTwice", "lifo", "ignoreTokens", "tokenTakesFree", "silentLoss",
 	"fenceReset", "keepWaiter", "endsUntold", "revokeNoBump", "waitIgnored",
-	"maxHoldIgnored",
+	"maxHoldIgnored", "slotReused", "writerJoins", "readersPass",
 }
 
 // Broken returns an Engine with the named defect, reporting to ev.
@@ -79,6 +80,12 @@ func Broken(defect string, ev lockcore.Events) *Engine {
 		d.waitIgnored = true
 	case "maxHoldIgnored":
 		d.maxHoldIgnored = true
+	case "slotReused":
+		d.slotReused = true
+	case "writerJoins":
+		d.writerJoins = true
+	case "readersPass":
+		d.readersPass = true
 	default:
 		panic("locktest: no defect " + defect)
 	}

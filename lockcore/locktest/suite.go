@@ -35,7 +35,8 @@ var failFast = lockcore.Policy{Wait: lockcore.FailFast}
 // contract, and lockcore.Operator's when they implement it. Each check is a
 // parallel subtest of t, named after what it checks (Exclusion, FIFO,
 // InMemoryReentry, TokenReentry, TokenGrantsNothing, Policy, Withdrawal,
-// FencingOrder, Release, Events; LossThroughContext and Operator for an
+// FencingOrder, Release, Events, MaxHold, and of shared holds Shared,
+// WriterBound, Permits and Upgrade; LossThroughContext and Operator for an
 // Operator; Close for an engine with a Close() error method).
 //
 // newEngine is called with a subtest's t for every engine the check needs,
@@ -88,22 +89,27 @@ var checks = []check{
 	{name: "Operator", operator: true, run: checkOperator},
 	{name: "Close", closer: true, run: checkClose},
 	{name: "MaxHold", run: checkMaxHold},
+	{name: "Shared", run: checkShared},
+	{name: "WriterBound", run: checkWriterBound},
+	{name: "Permits", run: checkPermits},
+	{name: "Upgrade", run: checkUpgrade},
 }
 
 // rig is what one check works with: two engines on one backend, reporting
 // to one recorder.
 type rig struct {
-	t    *testing.T
-	ctx  context.Context // ends with the check's bound
-	ev   *recorder
-	a, b lockcore.Engine
+	t         *testing.T
+	newEngine func(t *testing.T, ev lockcore.Events) lockcore.Engine
+	ctx       context.Context // ends with the check's bound
+	ev        *recorder
+	a, b      lockcore.Engine
 }
 
 func newRig(t *testing.T, newEngine func(t *testing.T, ev lockcore.Events) lockcore.Engine) *rig {
 	ctx, cancel := context.WithTimeout(context.Background(), checkBound)
 	t.Cleanup(cancel)
 	ev := newRecorder()
-	return &rig{t: t, ctx: ctx, ev: ev, a: newEngine(t, ev), b: newEngine(t, ev)}
+	return &rig{t: t, newEngine: newEngine, ctx: ctx, ev: ev, a: newEngine(t, ev), b: newEngine(t, ev)}
 }
 
 // key returns the key locktest:<check>:<name>.

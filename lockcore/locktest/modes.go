@@ -1,0 +1,442 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// The checks of shared holds (lockcore.Policy.Share).
+
+// shared is a Policy of a reader that waits; permits(n) one of n permits.
+var shared = lockcore.Policy{Wait: checkBound, Share: lockcore.ShareAll}
+
+func permits(n int) lockcore.Policy { return lockcore.Policy{Wait: checkBound, Share: n} }
+
+// engines returns four engines on the check's backend: a, b and two more,
+// as four processes of one service.
+func (r *rig) engines() []lockcore.Engine {
+	return []lockcore.Engine{r.a, r.b, r.newEngine(r.t, r.ev), r.newEngine(r.t, r.ev)}
+}
+
+// holders checks the sections of shared and exclusive holds of one key:
+// no exclusive section overlaps any other, no more shared ones are inside
+// at once than the fewest permits among them, the slots of the shared
+// ones inside are distinct and below their n, and fences rise: an
+// exclusive hold's above every fence seen before it entered, a shared
+// one's above every exclusive one's before it. Its methods are safe for
+// concurrent use.
+type holders struct {
+	mu         sync.Mutex
+	inside     map[*lockcore.Lease]int // the lease's Share
+	fences     map[int64]bool          // fresh holds' fences, to find one handed out twice
+	top, topX  int64                   // the greatest fence entered, of any hold and of an exclusive one
+	most       int                     // the most shared sections inside at once
+	errs       []string
+	exclusives atomic.Int64
+	counter    atomic.Int64 // changed only inside exclusive sections
+}
+
+func (s *holders) enter(ls *lockcore.Lease, share int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inside == nil {
+		s.inside, s.fences = make(map[*lockcore.Lease]int), make(map[int64]bool)
+	}
+	fail := func(format string, args ...any) {
+		s.errs = append(s.errs, fmt.Sprintf("fence %d (share %d): ", ls.Fence(), share)+fmt.Sprintf(format, args...))
+	}
+	if ls.Err() != nil {
+		fail("lost on entry")
+	}
+	if s.fences[ls.Fence()] {
+		fail("a fence handed out before")
+	}
+	s.fences[ls.Fence()] = true
+	slot, hasSlot := ls.Slot()
+	switch {
+	case share > 0 && (!hasSlot || slot < 0 || slot >= share):
+		fail("slot %d (%v), want one of 0..%d", slot, hasSlot, share-1)
+	case share <= 0 && hasSlot:
+		fail("a slot %d for a hold without permits", slot)
+	}
+	if share != 0 != ls.Shared() {
+		fail("Lease.Shared %v", ls.Shared())
+	}
+	n := 0
+	for other, os := range s.inside {
+		if other.Err() != nil {
+			continue // lost: no longer excludes anyone
+		}
+		switch {
+		case share == 0 || os == 0:
+			fail("entered while fence %d (share %d) was inside", other.Fence(), os)
+		case share > 0 && os > 0:
+			if o, _ := other.Slot(); o == slot {
+				fail("slot %d, which fence %d inside has too", slot, other.Fence())
+			}
+		}
+		n++
+	}
+	if share > 0 && n >= share {
+		fail("entered with %d others inside, %d permits", n, share)
+	}
+	if share == 0 && ls.Fence() <= s.top || share != 0 && ls.Fence() <= s.topX {
+		fail("not above the fences entered before it (all %d, exclusive %d)", s.top, s.topX)
+	}
+	s.top = max(s.top, ls.Fence())
+	if share == 0 {
+		s.topX = ls.Fence()
+		s.exclusives.Add(1)
+	} else {
+		s.most = max(s.most, n+1)
+	}
+	s.inside[ls] = share
+}
+
+func (s *holders) leave(ls *lockcore.Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.inside, ls)
+}
+
+// work is a section's work: a read-modify-write of the counter, which only
+// exclusive sections keep exact, in an exclusive section; a yield in a
+// shared one, to let others in.
+func (s *holders) work(share int) {
+	if share != 0 {
+		runtime.Gosched()
+		return
+	}
+	v := s.counter.Load()
+	runtime.Gosched()
+	s.counter.Store(v + 1)
+}
+
+func (s *holders) verify(r *rig) {
+	r.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.errs) > 0 {
+		r.t.Errorf("%d violations, first: %s", len(s.errs), s.errs[0])
+	}
+	if c, x := s.counter.Load(), s.exclusives.Load(); c != x {
+		r.t.Errorf("counter %d after %d exclusive sections: updates lost", c, x)
+	}
+}
+
+// run runs 64 goroutines over r's four engines that each take k count
+// times, the Policy of goroutine i being policy(i), each hold in a section.
+func (s *holders) run(r *rig, k lockcore.Key, count int, policy func(i int) lockcore.Policy) {
+	engines := r.engines()
+	var wg sync.WaitGroup
+	for i := range 64 {
+		e, p := engines[i%len(engines)], policy(i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range count {
+				ls, err := e.Acquire(r.ctx, k, p)
+				if err != nil {
+					r.t.Errorf("Acquire(%+v): %v", p, err)
+					return
+				}
+				s.enter(ls, p.Share)
+				s.work(p.Share)
+				s.leave(ls)
+				if err := ls.Release(context.Background()); err != nil {
+					r.t.Errorf("Release: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// checkShared: readers share a key and a writer excludes them all, one by
+// one and under load; a reader does not pass a queued writer, and a
+// writer queued behind readers gets the key before readers that queued
+// after it.
+func checkShared(r *rig) {
+	k := r.key("k")
+	r1 := r.acquire(r.a, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+	r2 := r.acquire(r.b, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+	if r1.Fence() == r2.Fence() || !r1.Shared() || !r2.Shared() {
+		r.t.Fatalf("two readers: fences %d and %d, shared %v %v; want distinct fences, both shared", r1.Fence(), r2.Fence(), r1.Shared(), r2.Shared())
+	}
+	r.wantBusy(r.b, k, "a writer beside two readers")
+	// A writer queues behind the readers; a reader after it does not pass
+	// it, neither failing fast nor waiting.
+	writer := r.later(r.a, k, lockcore.Policy{Wait: checkBound})
+	r.queued(k, 1)
+	if ls, err := r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll}); err == nil {
+		_ = ls.Release(context.Background())
+		r.t.Fatalf("a reader passed a queued writer")
+	}
+	reader := r.later(r.b, k, shared)
+	r.queued(k, 2)
+	r.release(r1)
+	select {
+	case got := <-writer:
+		r.t.Fatalf("the writer got the key while a reader held it (%v)", got.err)
+	case got := <-reader:
+		r.t.Fatalf("a reader that queued after a writer got the key first (%v)", got.err)
+	default:
+	}
+	r.release(r2)
+	var w *lockcore.Lease
+	select {
+	case got := <-writer:
+		if got.err != nil {
+			r.t.Fatalf("the writer: %v", got.err)
+		}
+		w = got.ls
+	case got := <-reader:
+		r.t.Fatalf("a reader that queued after a writer got the key first (%v)", got.err)
+	case <-time.After(awaitBound):
+		r.t.Fatalf("the writer did not get the key within %v of the readers' release", awaitBound)
+	}
+	if w.Shared() || w.Fence() <= max(r1.Fence(), r2.Fence()) {
+		r.t.Fatalf("the writer: shared %v, fence %d after readers' %d and %d", w.Shared(), w.Fence(), r1.Fence(), r2.Fence())
+	}
+	r.release(w)
+	select {
+	case got := <-reader:
+		if got.err != nil {
+			r.t.Fatalf("the late reader: %v", got.err)
+		}
+		ls := got.ls
+		if ls.Fence() <= w.Fence() {
+			r.t.Errorf("the late reader's fence %d, not above the writer's %d", ls.Fence(), w.Fence())
+		}
+		r.release(ls)
+	case <-time.After(awaitBound):
+		r.t.Fatalf("the late reader did not get the key within %v of the writer's release", awaitBound)
+	}
+
+	// Under load: 64 goroutines on four engines, one in eight a writer.
+	var s holders
+	s.run(r, r.key("load"), 4, func(i int) lockcore.Policy {
+		if i%8 == 0 {
+			return lockcore.Policy{Wait: checkBound}
+		}
+		return shared
+	})
+	s.verify(r)
+	if s.most < 2 {
+		r.t.Errorf("at most %d readers held the key at once: they do not share", s.most)
+	}
+	r.release(r.wantFreed(r.b, r.key("load"), "after the load"))
+}
+
+// acquired is what an acquisition returned.
+type acquired struct {
+	ls  *lockcore.Lease
+	err error
+}
+
+// later starts an acquisition of k on e with p, whose result the returned
+// channel gets. When the check ends first, the acquisition is cancelled
+// and what it got released.
+func (r *rig) later(e lockcore.Engine, k lockcore.Key, p lockcore.Policy) <-chan acquired {
+	ctx, cancel := context.WithCancel(r.ctx)
+	out, done := make(chan acquired, 1), make(chan acquired, 1)
+	go func() {
+		ls, err := e.Acquire(ctx, k, p)
+		got := acquired{ls, err}
+		select {
+		case out <- got:
+		default:
+		}
+		done <- got
+	}()
+	r.t.Cleanup(func() {
+		cancel()
+		select {
+		case got := <-done:
+			if got.ls != nil && len(out) == 1 {
+				_ = got.ls.Release(context.Background()) // never taken from out
+			}
+		case <-time.After(awaitBound):
+		}
+	})
+	return out
+}
+
+// checkWriterBound: a writer that arrives in a continuous stream of
+// readers waits only for the readers that held the key when it arrived:
+// of the readers that keep coming on four engines, at most two per
+// reading goroutine enter after the writer asked (one that held the key
+// then, and one that asked before the writer's call reached the
+// backend), where an engine that lets readers pass it lets them all.
+func checkWriterBound(r *rig) {
+	const readers = 8
+	k := r.key("k")
+	engines := r.engines()
+	stop := make(chan struct{})
+	var (
+		entered atomic.Int64 // reader sections entered
+		wg      sync.WaitGroup
+	)
+	for i := range readers {
+		e := engines[i%len(engines)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 400 { // bounded: about 2s of reading, should the writer never get in
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ls, err := e.Acquire(r.ctx, k, shared)
+				if err != nil {
+					r.t.Errorf("a reader: %v", err)
+					return
+				}
+				entered.Add(1)
+				time.Sleep(5 * time.Millisecond) // a reader's work
+				_ = ls.Release(context.Background())
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	if !r.eventually(func() bool { return entered.Load() >= 2*readers }) {
+		r.t.Fatalf("the readers never got going: %d entered", entered.Load())
+	}
+	before := entered.Load()
+	w, err := r.a.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
+	after := entered.Load()
+	if err != nil {
+		r.t.Fatalf("the writer: %v", err)
+	}
+	r.release(w)
+	if passed := after - before; passed > 2*readers {
+		r.t.Errorf("%d readers entered while a writer waited behind %d reading goroutines: readers pass a queued writer", passed, readers)
+	}
+}
+
+// checkPermits: at most n holders at once, each in a slot of its own among
+// 0..n-1; a freed slot is the next holder's; a hold with a greater n
+// enters beside n holders and a smaller one does not; under load, 64
+// goroutines on four engines never exceed the permits.
+func checkPermits(r *rig) {
+	k := r.key("k")
+	ff := lockcore.Policy{Wait: lockcore.FailFast, Share: 3}
+	var ls []*lockcore.Lease
+	for i := range 3 {
+		l := r.acquire([]lockcore.Engine{r.a, r.b}[i%2], r.ctx, k, ff)
+		if slot, ok := l.Slot(); !ok || slot != i {
+			r.t.Fatalf("permit %d: slot %d (%v), want the lowest free, %d", i, slot, ok, i)
+		}
+		ls = append(ls, l)
+	}
+	r.wantBusy(r.a, k, "three of three permits held")
+	if l, err := r.a.Acquire(r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: 2}); err == nil {
+		_ = l.Release(context.Background())
+		r.t.Fatalf("a hold of 2 permits entered beside 3 holders")
+	}
+	wide := r.acquire(r.b, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: 5})
+	if slot, _ := wide.Slot(); slot != 3 {
+		r.t.Fatalf("a hold of 5 permits beside 3: slot %d, want 3", slot)
+	}
+	r.wantBusy(r.b, k, "a writer beside permits")
+	if op, ok := r.a.(lockcore.Operator); ok {
+		info, err := op.Inspect(r.ctx, k)
+		if err != nil {
+			r.t.Fatalf("Inspect: %v", err)
+		}
+		var slots []int
+		for _, h := range info.Holders {
+			if h.Share != 3 && h.Share != 5 {
+				r.t.Errorf("Inspect: a holder with Share %d, want 3 or 5", h.Share)
+			}
+			slots = append(slots, h.Slot)
+		}
+		slices.Sort(slots)
+		if !slices.Equal(slots, []int{0, 1, 2, 3}) {
+			r.t.Errorf("Inspect: holders in slots %v, want [0 1 2 3]", slots)
+		}
+	}
+	r.release(wide)
+	r.release(ls[1])
+	var (
+		again *lockcore.Lease
+		err   error
+	)
+	if !r.eventually(func() bool {
+		again, err = r.a.Acquire(r.ctx, k, ff)
+		return err == nil
+	}) {
+		r.t.Fatalf("a permit released: none free within %v: %v", awaitBound, err)
+	}
+	if slot, _ := again.Slot(); slot != 1 {
+		r.t.Errorf("after slot 1 was released: slot %d, want 1", slot)
+	}
+	for _, l := range []*lockcore.Lease{ls[0], ls[2], again} {
+		r.release(l)
+	}
+
+	var s holders
+	s.run(r, r.key("load"), 4, func(i int) lockcore.Policy { return permits(3) })
+	s.verify(r)
+	r.release(r.wantFreed(r.a, r.key("load"), "after the load"))
+}
+
+// checkUpgrade: a writer re-enters as a reader, in memory and by its
+// propagated token, with its fence; a reader asking for the exclusive
+// lock, in memory or by its propagated token, fails at once with
+// ErrUpgrade (not ErrNotAcquired), and its hold goes on; a shared re-entry
+// has the slot of its hold.
+func checkUpgrade(r *rig) {
+	k := r.key("k")
+	w := r.acquire(r.a, r.ctx, k, failFast)
+	ffShared := lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll}
+	in := r.acquire(r.a, w.Context(), k, ffShared)
+	by := r.acquire(r.b, r.carried(w.Context()), k, ffShared)
+	if in.Fence() != w.Fence() || by.Fence() != w.Fence() {
+		r.t.Fatalf("a writer re-entering as a reader: fences %d and %d, want the writer's %d", in.Fence(), by.Fence(), w.Fence())
+	}
+	for _, l := range []*lockcore.Lease{by, in, w} {
+		r.release(l)
+	}
+
+	rd := r.acquire(r.a, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: 2})
+	slot, _ := rd.Slot()
+	for _, try := range []struct {
+		what string
+		e    lockcore.Engine
+		ctx  context.Context
+	}{{"in memory", r.a, rd.Context()}, {"by its propagated token", r.b, r.carried(rd.Context())}} {
+		start := time.Now()
+		ls, err := try.e.Acquire(try.ctx, k, lockcore.Policy{Wait: checkBound})
+		if err == nil {
+			_ = ls.Release(context.Background())
+			r.t.Fatalf("a reader asking for the exclusive lock %s got it", try.what)
+		}
+		if !errors.Is(err, lockcore.ErrUpgrade) || errors.Is(err, lockcore.ErrNotAcquired) {
+			r.t.Fatalf("a reader asking for the exclusive lock %s: %v, want ErrUpgrade alone", try.what, err)
+		}
+		if took := time.Since(start); took > awaitBound {
+			r.t.Fatalf("a reader asking for the exclusive lock %s: refused after %v, not at once", try.what, took)
+		}
+		if err := rd.Err(); err != nil {
+			r.t.Fatalf("the reader's hold after a refused upgrade %s: %v", try.what, err)
+		}
+		re := r.acquire(try.e, try.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: 2})
+		if s, ok := re.Slot(); re.Fence() != rd.Fence() || !ok || s != slot {
+			r.t.Fatalf("a shared re-entry %s: fence %d slot %d, want its hold's %d and %d", try.what, re.Fence(), s, rd.Fence(), slot)
+		}
+		r.release(re)
+	}
+	r.release(rd)
+	r.release(r.wantFreed(r.b, k, "after the refused upgrades"))
+}
