@@ -216,3 +216,90 @@ func ExampleMaxHold() {
 	// 200 restocked
 	// the stuck handler's context ended with ErrMaxHold: true
 }
+
+// Readers share a product's lock; a writer holds it alone, and a
+// reader's request that asks for it as a writer is refused at once.
+func ExampleShared() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+
+	reading, leave, done := make(chan struct{}), make(chan struct{}), make(chan string)
+	r := chi.NewRouter()
+	r.With(locker.ByParam("productID", lock.Shared())).Get("/products/{productID}", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("slow") {
+			close(reading)
+			<-leave
+		}
+		fmt.Fprintln(w, "read")
+	})
+	r.With(locker.ByParam("productID", lock.FailFast())).Put("/products/{productID}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "written")
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	go func() { done <- get(srv.Client(), "GET", srv.URL+"/products/42?slow") }()
+	<-reading
+	fmt.Print(get(srv.Client(), "GET", srv.URL+"/products/42")) // a second reader beside the first
+	fmt.Print(get(srv.Client(), "PUT", srv.URL+"/products/42")) // a writer, failing fast
+	close(leave)
+	fmt.Print(<-done)
+	fmt.Print(get(srv.Client(), "PUT", srv.URL+"/products/42"))
+	// Output:
+	// 200 read
+	// 409 routelock: resource busy, retry later
+	// 200 read
+	// 200 written
+}
+
+// Up to two buyers of a product at once, each in a slot of its own: here
+// the stock segment it takes from.
+func ExamplePermits() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+
+	inside, leave := make(chan struct{}, 2), make(chan struct{})
+	r := chi.NewRouter()
+	r.With(locker.ByParam("productID", lock.Permits(2), lock.FailFast())).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		slot, _ := lock.Slot(r.Context())
+		if r.URL.Query().Has("slow") {
+			inside <- struct{}{}
+			<-leave
+		}
+		fmt.Fprintf(w, "bought from segment %d\n", slot)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	first := make(chan string)
+	go func() { first <- get(srv.Client(), "POST", srv.URL+"/products/42/buy?slow") }()
+	<-inside
+	second := make(chan string)
+	go func() { second <- get(srv.Client(), "POST", srv.URL+"/products/42/buy?slow") }()
+	<-inside
+	fmt.Print(get(srv.Client(), "POST", srv.URL+"/products/42/buy")) // a third buyer
+	leave <- struct{}{}
+	leave <- struct{}{}
+	fmt.Print(<-first)
+	fmt.Print(<-second)
+	fmt.Print(get(srv.Client(), "POST", srv.URL+"/products/42/buy"))
+	// Output:
+	// 409 routelock: resource busy, retry later
+	// 200 bought from segment 0
+	// 200 bought from segment 1
+	// 200 bought from segment 0
+}

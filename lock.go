@@ -378,6 +378,19 @@ func FencingToken(ctx context.Context) (int64, bool) {
 	return 0, false
 }
 
+// Slot returns the slot of the innermost lock that ctx holds, when that
+// lock is one of its resource's permits (Permits): a number 0..n-1 that no
+// other request holding the resource has meanwhile, such as the stock
+// segment to take from.
+//
+//	slot, ok := lock.Slot(r.Context())
+func Slot(ctx context.Context) (int, bool) {
+	if held := lockcore.HeldFrom(ctx); len(held) > 0 && held[0].Slot >= 0 {
+		return held[0].Slot, true
+	}
+	return 0, false
+}
+
 // Keys returns the keys of the locks ctx holds, innermost first, such as
 // ["productID:42"].
 func Keys(ctx context.Context) []string {

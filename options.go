@@ -71,6 +71,43 @@ func MaxHold(d time.Duration) lockcore.Policy {
 	return lockcore.Policy{MaxHold: d}
 }
 
+// Shared makes the route's or method's requests readers of the lock: any
+// number of them hold it at once, while a request of a route without
+// Shared (a writer, the default) holds it alone. Waiting is first come,
+// first served: a reader that arrives while a writer waits queues behind
+// it, so that a stream of readers never starves a writer.
+//
+//	r.With(locker.ByParam("productID", lock.Shared())).Get("/products/{productID}", show)
+//	r.With(locker.ByParam("productID")).Put("/products/{productID}", update) // a writer
+//
+// Every hold, a reader's included, gets a fencing token above all earlier
+// ones of the resource. A writer's request may re-enter the lock as a
+// reader (a nested call); a reader's request that asks for it as a writer
+// fails at once with lockcore.ErrUpgrade (409 Conflict without
+// Retry-After, codes.FailedPrecondition), where waiting would never end.
+// It is lockcore.Policy{Share: lockcore.ShareAll}.
+func Shared() lockcore.Policy { return lockcore.Policy{Share: lockcore.ShareAll} }
+
+// Permits lets up to n requests hold the lock at once, a semaphore: each
+// gets a slot 0..n-1 that no other holder has meanwhile (see Slot), and a
+// request of a route without Permits or Shared excludes them all. Waiting
+// is first come, first served; a crashed holder's permit comes back when
+// its lease (TTL) ends, and the engine renews permits as it does locks.
+//
+//	r.With(locker.ByParam("productID", lock.Permits(4))).Post("/products/{productID}/buy", buy)
+//
+// Routes that name one resource with different n each count against
+// their own: a request enters while fewer than its route's n hold the
+// lock, so a rolling deployment that changes n needs no coordination, and
+// during it the larger n is the bound. Permits(n) is
+// lockcore.Policy{Share: n}. Panics if n is not positive.
+func Permits(n int) lockcore.Policy {
+	if n <= 0 {
+		panic(fmt.Sprintf("lock: Permits(%d): must be positive", n))
+	}
+	return lockcore.Policy{Share: n}
+}
+
 // policy returns ps as one Policy: each field is the last non-zero one
 // given.
 func policy(ps []lockcore.Policy) lockcore.Policy {
@@ -87,11 +124,16 @@ func policy(ps []lockcore.Policy) lockcore.Policy {
 //
 //	locker := lock.New(rdb, lock.Defaults(lock.FailFast(), lock.TTL(30*time.Second)))
 //
-// Panics if the Policy is invalid (lockcore.Policy.Validate).
+// Panics if the Policy is invalid (lockcore.Policy.Validate), or shares
+// the lock (Shared, Permits): that is a route's or method's own, and a
+// Locker-wide default would leave no way to write.
 func Defaults(ps ...lockcore.Policy) Option {
 	p := policy(ps)
 	if err := p.Validate(); err != nil {
 		panic("lock: Defaults: " + err.Error())
+	}
+	if p.Share != 0 {
+		panic("lock: Defaults: Shared and Permits are given to routes and methods, not as defaults")
 	}
 	return Option{func(l *Locker) { l.defaults = p.Or(l.defaults) }}
 }

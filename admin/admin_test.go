@@ -173,7 +173,7 @@ func TestJSON(t *testing.T) {
 	if o["key"] != "orderID:7" || o["ttl_ms"] != 2000.0 || !reflect.DeepEqual(o["waiters"], []any{}) || !reflect.DeepEqual(o["audit"], []any{}) {
 		t.Errorf("orderID:7 = %v (key order, durations in ms, empty lists as [])", o)
 	}
-	h := wantKeys(t, "holder without since", o["holders"].([]any)[0], "owner", "count", "instances")
+	h := wantKeys(t, "holder without since", o["holders"].([]any)[0], "owner", "count", "instances", "mode")
 	if h["owner"] != "c0ffee11" || h["count"] != 1.0 {
 		t.Errorf("holder %v", h)
 	}
@@ -182,7 +182,7 @@ func TestJSON(t *testing.T) {
 	if p["held"] != true || p["fence"] != 1017.0 || p["last_fence"] != 1019.0 || p["ttl_ms"] != 8250.0 {
 		t.Errorf("productID:42 = %v", p)
 	}
-	h = wantKeys(t, "holder", p["holders"].([]any)[0], "owner", "count", "instances", "since")
+	h = wantKeys(t, "holder", p["holders"].([]any)[0], "owner", "count", "instances", "since", "mode")
 	if h["owner"] != "3f9a1c2e" || h["count"] != 2.0 || !reflect.DeepEqual(h["instances"], []any{"e1a2b3c4d5e6f708"}) {
 		t.Errorf("holder %v", h)
 	}
@@ -191,7 +191,7 @@ func TestJSON(t *testing.T) {
 	if len(ws) != 2 {
 		t.Fatalf("waiters %v", ws)
 	}
-	w := wantKeys(t, "waiter", ws[0], "instance", "since", "deadline")
+	w := wantKeys(t, "waiter", ws[0], "instance", "since", "deadline", "mode")
 	if w["instance"] != "9b8c7d6e5f403122" || ws[1].(map[string]any)["instance"] != "e1a2b3c4d5e6f708" {
 		t.Errorf("waiters out of order: %v", ws)
 	}

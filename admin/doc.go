@@ -67,7 +67,8 @@
 //
 //	key         string: the escaped key (productID:42), as lockcore.Key.String prints it
 //	held        bool: someone holds the lock
-//	holders     array of holder objects: one for a held lock, none for a free one
+//	holders     array of holder objects: one for a lock held exclusively, one
+//	            per owner for a shared one (readers, permits), none for a free one
 //	fence       number: the current hold's fencing token, 0 when free
 //	last_fence  number: the key's last fencing token, 0 if none is remembered
 //	ttl_ms      number: the hold's remaining lease in milliseconds, 0 when free
@@ -80,12 +81,18 @@
 //	count       number: how many acquisitions hold it (lockcore.Holder.Count)
 //	instances   array of strings: the engine ids of the processes holding it
 //	since       time: when the hold was taken
+//	mode        string: exclusive, shared (a reader, lock.Shared) or permit (lock.Permits)
+//	permits     number: a permit's n; left out otherwise
+//	slot        number: a permit's slot, 0..n-1; left out otherwise
+//	fence       number: the hold's fencing token (the lock's fence is the newest one's)
 //
 // A waiter:
 //
 //	instance    string: the engine id of the waiting process
 //	since       time: when it queued
 //	deadline    time: when it gives up
+//	mode        string: exclusive, shared or permit, as a holder's
+//	permits     number: a permit's n; left out otherwise
 //
 // POST /locks/{key}/release answers a revocation, and a lock's audit holds
 // them:

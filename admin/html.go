@@ -198,11 +198,11 @@ footer{margin-top:14px;font-size:12px}
 <tbody>
 {{range .Locks}}<tr>
 <td class="key"><a href="{{$.Root}}locks/{{$.Path .Key}}"><code>{{.Key}}</code></a></td>
-<td>{{range .Holders}}<code title="owner digest">{{.Owner}}</code>{{if gt .Count 1}} <b title="acquisitions holding it">×{{.Count}}</b>{{end}}
+<td>{{range .Holders}}<code title="owner digest">{{.Owner}}</code>{{if gt .Count 1}} <b title="acquisitions holding it">×{{.Count}}</b>{{end}}{{if ne .Mode "exclusive"}} <span class="small nowrap" title="mode">{{.Mode}}{{with .Slot}} {{.}}{{end}}{{with .Permits}} of {{.}}{{end}}, fence {{.Fence}}</span>{{end}}
 {{range .Instances}}<div class="small nowrap" title="engine (process) id">on <code>{{.}}</code></div>{{end}}
 {{if not .Since.IsZero}}<div class="small" title="since {{$.Stamp .Since}}">held {{$.For .Since}}</div>{{end}}{{else}}<span class="mute">free</span>{{end}}</td>
 <td class="num">{{if .Held}}<code>{{.Fence}}</code><div>{{$.Millis .TTLMillis}} left</div>{{else}}–{{end}}<div class="small" title="the key's last fencing token">last {{.LastFence}}</div></td>
-<td>{{with .Waiters}}{{len .}} waiting<ol>{{range .}}<li><code>{{.Instance}}</code> <span class="small nowrap" title="queued {{$.Stamp .Since}}, deadline {{$.Stamp .Deadline}}">waited {{$.For .Since}}, {{$.Left .Deadline}}</span></li>{{end}}</ol>{{else}}<span class="mute">none</span>{{end}}</td>
+<td>{{with .Waiters}}{{len .}} waiting<ol>{{range .}}<li><code>{{.Instance}}</code>{{if ne .Mode "exclusive"}} <span class="small" title="mode">{{.Mode}}</span>{{end}} <span class="small nowrap" title="queued {{$.Stamp .Since}}, deadline {{$.Stamp .Deadline}}">waited {{$.For .Since}}, {{$.Left .Deadline}}</span></li>{{end}}</ol>{{else}}<span class="mute">none</span>{{end}}</td>
 <td class="audit">{{with .Audit}}<ul>{{range .}}<li>{{.Reason}}<div class="small" title="{{$.Stamp .At}}">{{$.Ago .At}}, owner <code>{{.Owner}}</code>, fence {{.Fence}} → {{.NewFence}}</div></li>{{end}}</ul>{{else}}<span class="mute">none</span>{{end}}</td>
 <td>{{if .Held}}<form class="release" method="post" action="{{$.Root}}locks/{{$.Path .Key}}/release"><input type="text" name="reason" required maxlength="256" placeholder="reason" aria-label="reason to release {{.Key}}"><button class="danger" type="submit">Release</button></form>{{end}}</td>
 </tr>

@@ -34,6 +34,7 @@ var codeTable = []outcome.Row[codes.Code]{
 	{Kinds: outcome.Canceled, To: codes.Canceled},
 	{Kinds: outcome.DeadlineExceeded, To: codes.DeadlineExceeded},
 	{Kinds: outcome.Busy, To: codes.Aborted},
+	{Kinds: outcome.Upgrade, To: codes.FailedPrecondition},
 	{Kinds: outcome.Unavailable | outcome.Closed, To: codes.Unavailable},
 }
 
@@ -42,6 +43,8 @@ var codeTable = []outcome.Row[codes.Code]{
 //
 //	InvalidArgument   key missing or invalid, malformed owner token
 //	Aborted           lock held by another owner (fail fast, or the wait ran out)
+//	FailedPrecondition  an exclusive lock asked for by a call that holds it
+//	                  shared (lockcore.ErrUpgrade): no retry helps
 //	Unavailable       the engine (Redis) unreachable, or closed
 //	Canceled          the caller went away while waiting
 //	DeadlineExceeded  the call's deadline passed while waiting
@@ -78,6 +81,8 @@ func Status(err error) error {
 			}
 		}
 		return st.Err()
+	case codes.FailedPrecondition:
+		msg = "routelock: the call holds this lock shared and cannot take it exclusively"
 	case codes.Unavailable:
 		msg = "routelock: lock service unavailable"
 	case codes.Canceled:

@@ -17,6 +17,8 @@ const (
 	attrWait      = "lock.wait"
 	attrReentered = "lock.reentered"
 	attrFence     = "lock.fence"
+	attrShare     = "lock.share"
+	attrSlot      = "lock.slot"
 	attrKey       = "lock.key"
 	attrHeld      = "lock.held"
 	attrReason    = "lock.reason"

@@ -32,7 +32,9 @@
 //	lock.resource   the key's resource name (lockcore.Key.Name): productID
 //	lock.route      the route template or gRPC method (lockcore.Policy.Route)
 //	lock.mode       wait | fail_fast
-//	lock.outcome    acquired | busy | wait_timeout | cancelled | unavailable | error
+//	lock.outcome    acquired | busy | wait_timeout | cancelled | unavailable | upgrade | error
+//	lock.share      the Policy's Share, for a shared acquisition: n permits, -1 readers
+//	lock.slot       the hold's slot among its permits, when it has one
 //	lock.wait       seconds spent in Acquire
 //	lock.reentered  whether it re-entered, in memory, a hold of the request
 //	lock.fence      the fencing token, when acquired
@@ -43,7 +45,9 @@
 // (fail fast) and wait_timeout a wait that ran out; cancelled is a request
 // whose context ended (cancelled, or its deadline passed) before it got
 // the lock; unavailable is an engine that did not answer or was closed
-// (lockcore.ErrUnavailable, lockcore.ErrClosed); error is anything else
+// (lockcore.ErrUnavailable, lockcore.ErrClosed); upgrade an exclusive
+// acquisition by a request that holds the lock shared (lockcore.ErrUpgrade);
+// error is anything else
 // (a misconfigured engine, an invalid key).
 //
 // lock.release, a child of the span in the release's context (the

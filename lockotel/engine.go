@@ -35,7 +35,7 @@ func (e *engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	res := key.Name()
 	out := outcomeOf(ctx, err)
 	if span.IsRecording() {
-		attrs := make([]attribute.KeyValue, 0, 9)
+		attrs := make([]attribute.KeyValue, 0, 11)
 		attrs = append(attrs, attribute.String(attrResource, res))
 		if p.Route != "" {
 			attrs = append(attrs, attribute.String(attrRoute, p.Route))
@@ -45,8 +45,14 @@ func (e *engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 			mode = modeFailFast
 		}
 		attrs = append(attrs, mode, attribute.String(attrOutcome, out), attribute.Float64(attrWait, wait.Seconds()))
+		if p.Share != 0 {
+			attrs = append(attrs, attribute.Int(attrShare, p.Share))
+		}
 		if ls != nil {
 			attrs = append(attrs, attribute.Bool(attrReentered, ls.Reentered()), attribute.Int64(attrFence, ls.Fence()))
+			if slot, ok := ls.Slot(); ok {
+				attrs = append(attrs, attribute.Int(attrSlot, slot))
+			}
 		}
 		if t.keyValues {
 			attrs = append(attrs, attribute.String(attrKey, key.String()))
@@ -92,6 +98,7 @@ const (
 	outcomeWaitTimeout = "wait_timeout"
 	outcomeCancelled   = "cancelled"
 	outcomeUnavailable = "unavailable"
+	outcomeUpgrade     = "upgrade" // an exclusive lock asked for by its shared holder
 	outcomeError       = "error"
 )
 
@@ -121,4 +128,5 @@ var outcomes = []outcome.Row[string]{
 	{Kinds: outcome.ContextEnded, To: outcomeCancelled},
 	{Kinds: outcome.WaitTimeout, To: outcomeWaitTimeout},
 	{Kinds: outcome.Busy, To: outcomeBusy},
+	{Kinds: outcome.Upgrade, To: outcomeUpgrade},
 }

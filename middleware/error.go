@@ -50,7 +50,7 @@ var statuses = []outcome.Row[int]{
 	{Kinds: outcome.NotFound, To: http.StatusNotFound},
 	{Kinds: outcome.Misconfigured, To: http.StatusInternalServerError},
 	{Kinds: outcome.InvalidKey | outcome.InvalidToken, To: http.StatusBadRequest},
-	{Kinds: outcome.Busy, To: http.StatusConflict},
+	{Kinds: outcome.Busy | outcome.Upgrade, To: http.StatusConflict},
 	{Kinds: outcome.Unavailable | outcome.Closed, To: http.StatusServiceUnavailable},
 }
 
@@ -58,10 +58,12 @@ var statuses = []outcome.Row[int]{
 // one-line plain-text body that names what is wrong without repeating the
 // request's values, Redis errors, keys or owner tokens: for an error of a
 // key function, what its method Public() string returns (see
-// keyfunc.ErrSkip). A 409 carries
+// keyfunc.ErrSkip). A 409 for a busy lock carries
 // Retry-After: the engine's estimate of when the lock is free
 // (lockcore.ContentionError.RetryAfter) rounded up to whole seconds, the
-// header's unit, and at least 1.
+// header's unit, and at least 1; one for lockcore.ErrUpgrade (the request
+// holds the lock shared and asked for it exclusively) does not: no retry
+// helps.
 func Error(w http.ResponseWriter, r *http.Request, err error) {
 	k := outcome.Of(err, keyErrors...)
 	status := outcome.First(k, statuses, http.StatusInternalServerError)
@@ -77,6 +79,11 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 			msg = "routelock: invalid " + tokenHeader + " header"
 		}
 	case http.StatusConflict:
+		if k.Has(outcome.Upgrade) && !k.Has(outcome.Busy) {
+			// No retry helps: the request itself holds the lock shared.
+			msg = "routelock: the request holds this lock shared and cannot take it exclusively"
+			break
+		}
 		msg = "routelock: resource busy, retry later"
 		var cerr *lockcore.ContentionError
 		secs := int64(1)

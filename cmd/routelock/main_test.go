@@ -231,9 +231,9 @@ func TestOutput(t *testing.T) {
 		"ttl:         8.25s\n",
 		"last fence:  1019\n",
 		"waiters:     2\n",
-		"  #  INSTANCE          QUEUED     GIVES UP\n",
-		"  1  9b8c7d6e5f403122  1s ago     in 4s\n",
-		"  2  e1a2b3c4d5e6f708  500ms ago  in 1.5s\n",
+		"  #  INSTANCE          MODE       QUEUED     GIVES UP\n",
+		"  1  9b8c7d6e5f403122  exclusive  1s ago     in 4s\n",
+		"  2  e1a2b3c4d5e6f708  exclusive  500ms ago  in 1.5s\n",
 		"force-releases: 1\n",
 		"1001   1002       stuck\\x1b[31m after deploy\n", // no escape sequence reaches the terminal
 	} {

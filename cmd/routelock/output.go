@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/routelock/lock/internal/humantime"
+	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -57,9 +58,25 @@ func (p *printer) list(infos []lockcore.Info) {
 			continue
 		}
 		h := in.Holders[0]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\n", clean(in.Key), clean(h.Owner), h.Count, in.Fence, humantime.Duration(in.TTL), p.since(h.Since), len(in.Waiters))
+		owner := clean(h.Owner)
+		if len(in.Holders) > 1 {
+			owner += fmt.Sprintf(" +%d %s", len(in.Holders)-1, operate.Mode(h.Share))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\n", clean(in.Key), owner, h.Count, in.Fence, humantime.Duration(in.TTL), p.since(h.Since), len(in.Waiters))
 	}
 	p.flush(tw)
+}
+
+// modeOf describes the mode of a holder that shares its lock: ", shared",
+// ", permit 2 of 4"; "" for an exclusive one.
+func modeOf(h lockcore.Holder) string {
+	switch {
+	case h.Share < 0:
+		return fmt.Sprintf(", shared, fence %d", h.Fence)
+	case h.Share > 0:
+		return fmt.Sprintf(", permit %d of %d, fence %d", h.Slot, h.Share, h.Fence)
+	}
+	return ""
 }
 
 // lock prints one lock, with its waiters and its audit records.
@@ -71,7 +88,7 @@ func (p *printer) lock(in lockcore.Info) {
 	} else {
 		fmt.Fprintf(tw, "state:\theld\n")
 		for _, h := range in.Holders {
-			fmt.Fprintf(tw, "holder:\t%s, %s, on %s, since %s\n", clean(h.Owner), plural(h.Count, "acquisition"), cleanList(h.Instances), p.stamp(h.Since))
+			fmt.Fprintf(tw, "holder:\t%s, %s%s, on %s, since %s\n", clean(h.Owner), plural(h.Count, "acquisition"), modeOf(h), cleanList(h.Instances), p.stamp(h.Since))
 		}
 		fmt.Fprintf(tw, "fence:\t%d\n", in.Fence)
 		fmt.Fprintf(tw, "ttl:\t%s\n", humantime.Duration(in.TTL))
@@ -81,9 +98,9 @@ func (p *printer) lock(in lockcore.Info) {
 	p.flush(tw)
 	if len(in.Waiters) > 0 {
 		tw = p.table()
-		fmt.Fprintln(tw, "  #\tINSTANCE\tQUEUED\tGIVES UP")
+		fmt.Fprintln(tw, "  #\tINSTANCE\tMODE\tQUEUED\tGIVES UP")
 		for i, w := range in.Waiters {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", i+1, clean(w.Instance), p.ago(w.Since), p.until(w.Deadline))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", i+1, clean(w.Instance), operate.Mode(w.Share), p.ago(w.Since), p.until(w.Deadline))
 		}
 		p.flush(tw)
 	}

@@ -37,10 +37,14 @@ type Lock struct {
 // Holder is the JSON form of a lockcore.Holder. It names the owner by a
 // digest, never by its token.
 type Holder struct {
-	Owner     string    `json:"owner"`          // digest of the owner token
-	Count     int       `json:"count"`          // acquisitions holding it
-	Instances []string  `json:"instances"`      // engine ids of the processes
-	Since     time.Time `json:"since,omitzero"` // when the hold was taken
+	Owner     string    `json:"owner"`             // digest of the owner token
+	Count     int       `json:"count"`             // acquisitions holding it
+	Instances []string  `json:"instances"`         // engine ids of the processes
+	Since     time.Time `json:"since,omitzero"`    // when the hold was taken
+	Mode      string    `json:"mode"`              // exclusive, shared or permit (Mode)
+	Permits   int       `json:"permits,omitempty"` // a permit's n
+	Slot      *int      `json:"slot,omitempty"`    // a permit's slot
+	Fence     int64     `json:"fence,omitempty"`   // the hold's fencing token
 }
 
 // Waiter is the JSON form of a lockcore.Waiter.
@@ -48,6 +52,20 @@ type Waiter struct {
 	Instance string    `json:"instance"`          // engine id of the process
 	Since    time.Time `json:"since,omitzero"`    // when it queued
 	Deadline time.Time `json:"deadline,omitzero"` // when it gives up
+	Mode     string    `json:"mode"`              // exclusive, shared or permit (Mode)
+	Permits  int       `json:"permits,omitempty"` // a permit's n
+}
+
+// Mode names the mode of a hold or waiter of Policy.Share share:
+// "exclusive" (0), "shared" (lockcore.ShareAll) or "permit" (n > 0).
+func Mode(share int) string {
+	switch {
+	case share == 0:
+		return "exclusive"
+	case share < 0:
+		return "shared"
+	}
+	return "permit"
 }
 
 // Revocation is the JSON form of a lockcore.Revocation: the audit record
@@ -90,10 +108,15 @@ func FromInfo(in lockcore.Info) Lock {
 		if inst == nil {
 			inst = []string{}
 		}
-		l.Holders[i] = Holder{Owner: h.Owner, Count: h.Count, Instances: inst, Since: utc(h.Since)}
+		l.Holders[i] = Holder{Owner: h.Owner, Count: h.Count, Instances: inst, Since: utc(h.Since),
+			Mode: Mode(h.Share), Permits: max(h.Share, 0), Fence: h.Fence}
+		if h.Share > 0 {
+			slot := h.Slot
+			l.Holders[i].Slot = &slot
+		}
 	}
 	for i, w := range in.Waiters {
-		l.Waiters[i] = Waiter{Instance: w.Instance, Since: utc(w.Since), Deadline: utc(w.Deadline)}
+		l.Waiters[i] = Waiter{Instance: w.Instance, Since: utc(w.Since), Deadline: utc(w.Deadline), Mode: Mode(w.Share), Permits: max(w.Share, 0)}
 	}
 	for i, r := range in.Audit {
 		l.Audit[i] = FromRevocation(r)

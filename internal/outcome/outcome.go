@@ -72,6 +72,9 @@ const (
 	// DeadlineExceeded: a context's deadline passed
 	// (context.DeadlineExceeded).
 	DeadlineExceeded
+	// Upgrade: an exclusive lock asked for by a request that holds it
+	// shared (lockcore.ErrUpgrade).
+	Upgrade
 )
 
 // ContextEnded is the set of the context errors: Canceled and
@@ -96,6 +99,7 @@ var sentinels = [...]Sentinel{
 	{lockcore.ErrMisconfigured, Misconfigured},
 	{lockcore.ErrInvalidKey, InvalidKey},
 	{lockcore.ErrInvalidToken, InvalidToken},
+	{lockcore.ErrUpgrade, Upgrade},
 	{context.Canceled, Canceled},
 	{context.DeadlineExceeded, DeadlineExceeded},
 }

@@ -325,17 +325,23 @@ func checkWriterBound(r *rig) {
 }
 
 // checkPermits: at most n holders at once, each in a slot of its own among
-// 0..n-1; a freed slot is the next holder's; a hold with a greater n
+// 0..n-1, with fences above those of the holds before, the key freed
+// meanwhile or not; a freed slot is the next holder's; a hold with a greater n
 // enters beside n holders and a smaller one does not; under load, 64
 // goroutines on four engines never exceed the permits.
 func checkPermits(r *rig) {
 	k := r.key("k")
 	ff := lockcore.Policy{Wait: lockcore.FailFast, Share: 3}
+	before := r.acquire(r.b, r.ctx, k, ff)
+	r.release(before)
 	var ls []*lockcore.Lease
 	for i := range 3 {
 		l := r.acquire([]lockcore.Engine{r.a, r.b}[i%2], r.ctx, k, ff)
 		if slot, ok := l.Slot(); !ok || slot != i {
 			r.t.Fatalf("permit %d: slot %d (%v), want the lowest free, %d", i, slot, ok, i)
+		}
+		if l.Fence() <= before.Fence() {
+			r.t.Fatalf("permit %d: fence %d, not above the released one's %d", i, l.Fence(), before.Fence())
 		}
 		ls = append(ls, l)
 	}

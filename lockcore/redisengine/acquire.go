@@ -61,6 +61,7 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		return nil, errors.Join(&lockcore.ContentionError{Key: key.String()}, err)
 	}
 	h := l.newHold(key, lockcore.NewToken(), p.TTL)
+	h.share, h.slot = p.Share, -1
 	if toks := lockcore.TokensFrom(ctx); len(toks) > 0 {
 		h.others = strings.Join(toks, " ")
 	}
@@ -124,6 +125,9 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	if wait <= 0 {
 		sent := now
 		v, err := l.runAcquire(ctx, h, 0, "", sent)
+		if errors.Is(err, lockcore.ErrUpgrade) {
+			return sent, 0, err // nothing taken, nothing queued
+		}
 		if err != nil {
 			return sent, 0, l.acquireFailed(ctx, h, "", err)
 		}
@@ -143,6 +147,9 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	// on this host's wall clock; Redis drops it once its own clock passes it.
 	member := strconv.FormatInt(deadline.UnixMilli(), 10) + " " + strconv.FormatInt(ms(h.ttl), 10) + " " +
 		*h.ch + " " + h.entry + " " + h.token
+	if h.share != 0 {
+		member += " " + strconv.Itoa(h.share)
+	}
 	h.waitEnd = deadline
 	w := l.nf.register(h.entry, h.keys[0])
 	defer l.nf.unregister(w)
@@ -166,6 +173,9 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, 0, l.giveUp(h, member, pttl, timeout)
 		}
 		v, err := l.runAcquire(ctx, h, ms(left), member, sent)
+		if errors.Is(err, lockcore.ErrUpgrade) {
+			return sent, 0, err // nothing taken, nothing queued
+		}
 		if err != nil {
 			return sent, 0, l.acquireFailed(ctx, h, member, err)
 		}
@@ -207,9 +217,10 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 				continue
 			}
 			h.fence = f
-			if l.run.ack > 0 {
+			if l.run.ack > 0 || h.share != 0 {
 				// Handed the lock: claimed with a call of its own, which
-				// the replicas must acknowledge (Options.Replicas).
+				// the replicas must acknowledge (Options.Replicas), and
+				// from which a shared hold learns its slot.
 				if ev != nil {
 					woke = wokenByMessage
 					if !w.from.IsZero() {
@@ -269,17 +280,24 @@ func (l *Engine) waited(key lockcore.Key, queued *bool) {
 // in ms (<= 0) when another owner does; errNoAnswer or errUnsent when
 // Redis did not answer in time.
 func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member string, sent time.Time) (int64, error) {
-	s, n := acquireScript, 16
+	s, n := acquireScript, 19
+	switch {
+	case h.share != 0:
+		s = sharedScript
+	case h.others != "":
+		s = reenterScript
+	}
 	if h.others != "" {
-		s, n = reenterScript, 17
+		n = 20
 	}
 	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.Timeout), n)
-	// Four keys: the hold's three and the restart guard, then the token.
-	a[2], a[6], a[7] = 4, h.guard, h.args[3]
-	a[8], a[9], a[10], a[11], a[12], a[13], a[14] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
-	a[15] = *l.longestArg.Load()
-	if n == 17 {
-		a[16] = h.others
+	// Six keys: the hold's three, the restart guard and the shared
+	// entries' two, then the token.
+	a[2], a[6], a[7], a[8], a[9] = 6, h.guard, &h.keys[5], &h.keys[6], h.args[3]
+	a[10], a[11], a[12], a[13], a[14], a[15], a[16] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
+	a[17], a[18] = *l.longestArg.Load(), shareArg(h.share)
+	if n == 20 {
+		a[19] = h.others
 	}
 	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
 		c.deadline = d
@@ -316,17 +334,49 @@ func acquired(h *hold, cmd redis.Cmder) (int64, error) {
 	case int64:
 		return v, nil
 	case []any:
-		if len(v) == 2 {
-			f, ok1 := v[0].(int64)
-			tok, ok2 := v[1].(string)
-			if ok1 && ok2 && f > 0 && slices.Contains(strings.Fields(h.others), tok) {
-				h.token, h.args[3] = tok, tok
-				return f, nil
-			}
+		if len(v) == 2 && v[1] == "upgrade" {
+			return 0, fmt.Errorf("%w: %s", lockcore.ErrUpgrade, h.key)
+		}
+		var (
+			f, slot int64 = 0, -1
+			tok     string
+			ok      bool
+		)
+		switch len(v) {
+		case 2: // {fence, token}: a re-entry of another token's exclusive hold
+			var ok1 bool
+			f, ok = v[0].(int64)
+			tok, ok1 = v[1].(string)
+			ok = ok && ok1
+		case 3, 4: // {fence, slot, token}: a shared hold; with 'x', an exclusive one it re-entered
+			var ok1, ok2 bool
+			f, ok = v[0].(int64)
+			slot, ok1 = v[1].(int64)
+			tok, ok2 = v[2].(string)
+			ok = ok && ok1 && ok2 && h.share != 0
+			h.shared, h.slot = len(v) == 3, int(slot)
+		}
+		if ok && f > 0 && (tok == h.token || slices.Contains(strings.Fields(h.others), tok)) {
+			h.token, h.args[3] = tok, tok
+			return f, nil
 		}
 	}
-	return 0, fmt.Errorf("redisengine: unexpected reply %T from the acquire script", v)
+	return 0, fmt.Errorf("redisengine: unexpected reply %v from the acquire script", v)
 }
+
+// shareArg returns a Policy's Share as a script argument.
+func shareArg(share int) any {
+	switch share {
+	case 0:
+		return shareNone
+	case lockcore.ShareAll:
+		return shareAll
+	}
+	return share
+}
+
+// The common Share arguments, boxed once.
+var shareNone, shareAll any = 0, -1
 
 // newCall returns a call for h (queued as member, if any), asked at
 // sent and waited for until deadline, and its first n script arguments with
@@ -379,10 +429,11 @@ func (l *Engine) neverSent(err error) bool {
 // ask Redis again.
 func (l *Engine) release(ctx context.Context, h *hold, member string) (int64, error) {
 	sent := time.Now()
-	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 14)
-	// Four keys: the hold's three and its revoked entries, then the token.
-	a[2], a[6], a[7] = 4, &h.keys[3], h.args[3]
-	a[8], a[9], a[10], a[11], a[12], a[13] = h.args[4], l.retArg, member, h.ch, l.claimArg, l.trustArg
+	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 16)
+	// Six keys: the hold's three, its revoked entries and the shared
+	// entries' two, then the token.
+	a[2], a[6], a[7], a[8], a[9] = 6, &h.keys[3], &h.keys[5], &h.keys[6], h.args[3]
+	a[10], a[11], a[12], a[13], a[14], a[15] = h.args[4], l.retArg, member, h.ch, l.claimArg, l.trustArg
 	c.keep, c.after = true, l.afterRelease
 	c.cmd = l.run.cmd(ctx, releaseScript, a)
 	if l.batch.do(context.Background(), c) != answered {

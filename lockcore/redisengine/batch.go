@@ -59,7 +59,7 @@ const (
 type call struct {
 	cmd      redis.Cmder
 	ctx      context.Context // the caller's, for its values
-	args     [17]any
+	args     [20]any
 	deadline time.Time // how long the caller waits
 	sent     time.Time // when the caller asked: the call ran no earlier
 	keep     bool      // sent even if the caller stops waiting before
@@ -151,7 +151,7 @@ func newCall() *call { return callPool.Get().(*call) }
 func (c *call) recycle() {
 	c.cmd, c.ctx, c.h, c.member, c.after, c.late = nil, nil, nil, "", nil, nil
 	c.one[0] = nil
-	c.args = [17]any{}
+	c.args = [20]any{}
 	c.keep, c.woke, c.n = false, false, 0
 	c.state.Store(callWaiting)
 	callPool.Put(c)

@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -144,3 +145,63 @@ func BenchmarkDeployments(b *testing.B) {
 const ttlForBench = 10 * time.Second
 
 var rawDel = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// BenchmarkModes times lock cycles of each mode (lockcore.Policy.Share) on
+// a real Redis (or miniredis on a bare machine), go-redis at its defaults:
+// an uncontended exclusive cycle on one key by one goroutine, the baseline;
+// the same for a reader (ShareAll) and a permit (Share 4); and 64
+// goroutines (b.SetParallelism over the CPUs) reading one key at once,
+// whose cycles per second against the baseline's say what sharing costs.
+func BenchmarkModes(b *testing.B) {
+	be := redistest.Best(b)
+	c := redis.NewClient(&redis.Options{Addr: be.Addr})
+	defer c.Close()
+	l, err := New(c, Options{Prefix: redistest.Prefix(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	cycle := func(b *testing.B, k lockcore.Key, p lockcore.Policy) bool {
+		ls, err := l.Acquire(ctx, k, p)
+		if err == nil {
+			err = ls.Release(ctx)
+		}
+		if err != nil {
+			b.Error(err)
+			return false
+		}
+		return true
+	}
+	for _, m := range []struct {
+		name string
+		p    lockcore.Policy
+		g    int // goroutines
+	}{
+		{"exclusive/g=1", lockcore.Policy{}, 1},
+		{"shared/g=1", lockcore.Policy{Share: lockcore.ShareAll}, 1},
+		{"permits=4/g=1", lockcore.Policy{Share: 4}, 1},
+		{"shared/g=64", lockcore.Policy{Share: lockcore.ShareAll}, 64},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			k := mustKey(b, "modes", m.name)
+			b.ReportAllocs()
+			if m.g == 1 {
+				for b.Loop() {
+					if !cycle(b, k, m.p) {
+						return
+					}
+				}
+				return
+			}
+			b.SetParallelism(max(1, m.g/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if !cycle(b, k, m.p) {
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -110,7 +110,7 @@ func (l *Engine) checkRedis(ctx context.Context) error {
 			return l.report(unavailable("check: restart guard", err))
 		}
 	}
-	for _, s := range []*script{acquireScript, releaseScript, renewScript, revokeScript} {
+	for _, s := range []*script{acquireScript, sharedScript, releaseScript, renewScript, sharedRenewScript, revokeScript} {
 		if err := l.run.load(ctx, s); err != nil {
 			return l.report(unavailable("check: scripts", err))
 		}

@@ -15,7 +15,7 @@ import (
 type hold struct {
 	l      *Engine
 	key    lockcore.Key
-	keys   [5]string // lock, queue, fence, revoked entries, audit
+	keys   [7]string // lock, queue, fence, revoked entries, audit, shared entries, shared fields
 	args   [5]any    // the keys (as pointers into keys: no boxing), token and entry, for the scripts
 	guard  *string   // the restart guard's key (see lua/guard.lua)
 	ch     *string   // the channel of the Engine that hand-overs of the key to it go to
@@ -24,6 +24,11 @@ type hold struct {
 	entry  string    // the attempt id that holds the lock in Redis
 	fence  int64
 	ttl    time.Duration
+	share  int // the Policy's Share: 0 for an exclusive acquisition
+	// shared: the hold is a shared entry in Redis (a shared acquisition
+	// that did not re-enter an exclusive hold); slot is its slot, or -1
+	shared bool
+	slot   int
 	// waitEnd is the deadline of a waiting attempt, when its place in the
 	// wait queue ends; zero for a fail-fast one.
 	waitEnd time.Time
@@ -92,6 +97,9 @@ func (h *hold) lose(cause error) bool {
 	}
 	return true
 }
+
+// Shared implements lockcore.SharedHold.
+func (h *hold) Shared() (int, bool) { return h.slot, h.shared }
 
 // setEntry makes id the hold's entry in Redis.
 func (h *hold) setEntry(id string) {

@@ -1,9 +1,11 @@
 package redisengine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,29 +47,33 @@ func (l *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, 
 // stateRead is the commands that read one lock's state, queued in a
 // pipeline.
 type stateRead struct {
-	hold  *redis.StringCmd
-	pttl  *redis.DurationCmd
-	fence *redis.StringCmd
-	queue *redis.ZSliceCmd
-	audit *redis.XMessageSliceCmd
+	hold   *redis.StringCmd
+	shared *redis.MapStringStringCmd // the shared holds' fields
+	ends   *redis.ZSliceCmd          // when each shared hold's lease ends
+	pttl   *redis.DurationCmd
+	fence  *redis.StringCmd
+	queue  *redis.ZSliceCmd
+	audit  *redis.XMessageSliceCmd
 }
 
 // readState queues in p the reads of the lock whose Redis keys are ks
 // (see redisKeys).
-func readState(ctx context.Context, p redis.Pipeliner, ks [5]string) stateRead {
+func readState(ctx context.Context, p redis.Pipeliner, ks [7]string) stateRead {
 	return stateRead{
-		hold:  p.Get(ctx, ks[0]),
-		pttl:  p.PTTL(ctx, ks[0]),
-		fence: p.Get(ctx, ks[2]),
-		queue: p.ZRangeWithScores(ctx, ks[1], 0, -1),
-		audit: p.XRevRangeN(ctx, ks[4], "+", "-", auditShown),
+		hold:   p.Get(ctx, ks[0]),
+		shared: p.HGetAll(ctx, ks[6]),
+		ends:   p.ZRangeWithScores(ctx, ks[5], 0, -1),
+		pttl:   p.PTTL(ctx, ks[0]),
+		fence:  p.Get(ctx, ks[2]),
+		queue:  p.ZRangeWithScores(ctx, ks[1], 0, -1),
+		audit:  p.XRevRangeN(ctx, ks[4], "+", "-", auditShown),
 	}
 }
 
 // info returns the state that r read of the lock on key (escaped), or the
 // first error of its commands.
 func (r stateRead) info(key string) (lockcore.Info, error) {
-	for _, c := range []redis.Cmder{r.hold, r.pttl, r.fence, r.queue, r.audit} {
+	for _, c := range []redis.Cmder{r.hold, r.shared, r.ends, r.pttl, r.fence, r.queue, r.audit} {
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return lockcore.Info{}, err
 		}
@@ -79,9 +85,19 @@ func (r stateRead) info(key string) (lockcore.Info, error) {
 			Count:     len(h.entries),
 			Instances: instances(h.entries),
 			Since:     unixMicro(h.since),
+			Fence:     h.fence,
+			Slot:      -1,
 		}}
 		info.Fence = h.fence
 		if d := r.pttl.Val(); d > 0 {
+			info.TTL = d
+		}
+	} else if r.hold.Val() == sharedMark {
+		info.Holders = sharedHolders(r.shared.Val(), r.ends.Val())
+		for _, h := range info.Holders {
+			info.Fence = max(info.Fence, h.Fence)
+		}
+		if d := r.pttl.Val(); d > 0 && len(info.Holders) > 0 {
 			info.TTL = d
 		}
 	}
@@ -97,6 +113,51 @@ func (r stateRead) info(key string) (lockcore.Info, error) {
 		info.Audit = append(info.Audit, parseAudit(key, m))
 	}
 	return info, nil
+}
+
+// sharedMark is the hold of a lock held shared (see lua/common.lua).
+const sharedMark = "~"
+
+// sharedHolders returns the holders of a lock held shared: one per owner
+// token, from the fields of each entry ("<share> <slot> <fence> <since>
+// <token>", see lua/common.lua) that has a lease in ends, in slot order.
+func sharedHolders(fields map[string]string, ends []redis.Z) []lockcore.Holder {
+	live := make(map[string]bool, len(ends))
+	for _, z := range ends {
+		if id, ok := z.Member.(string); ok {
+			live[id] = true
+		}
+	}
+	byToken := map[string]int{}
+	var out []lockcore.Holder
+	for _, id := range slices.Sorted(maps.Keys(fields)) {
+		f := strings.Fields(fields[id])
+		if len(f) != 5 || !live[id] {
+			continue
+		}
+		share, err1 := strconv.Atoi(f[0])
+		slot, err2 := strconv.Atoi(f[1])
+		fence, err3 := strconv.ParseInt(f[2], 10, 64)
+		since, err4 := strconv.ParseInt(f[3], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+			continue
+		}
+		i, seen := byToken[f[4]]
+		if !seen {
+			i = len(out)
+			byToken[f[4]] = i
+			out = append(out, lockcore.Holder{
+				Owner: operate.OwnerDigest(f[4]), Since: unixMicro(since),
+				Fence: fence, Share: share, Slot: slot,
+			})
+		}
+		out[i].Count++
+		if e := engineOf(id); !slices.Contains(out[i].Instances, e) {
+			out[i].Instances = append(out[i].Instances, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b lockcore.Holder) int { return cmp.Compare(a.Slot, b.Slot) })
+	return out
 }
 
 // engineOf returns the Engine id in attempt id "<engine id>.<seq>".
@@ -126,24 +187,32 @@ func unixMicro(us int64) time.Time {
 
 // parseWaiter reads a member of the wait queue, scored by when it queued
 // (see lua/common.lua): "<deadline ms> <ttl ms> <channel> <attempt id>
-// <token>". The token stays where it is.
+// <token>", and " <share>" for a shared acquisition. The token stays
+// where it is.
 func parseWaiter(z redis.Z) (lockcore.Waiter, bool) {
 	m, ok := z.Member.(string)
 	if !ok {
 		return lockcore.Waiter{}, false
 	}
 	f := strings.Fields(m)
-	if len(f) != 5 {
+	if len(f) != 5 && len(f) != 6 {
 		return lockcore.Waiter{}, false
 	}
 	dl, err := strconv.ParseInt(f[0], 10, 64)
 	if err != nil {
 		return lockcore.Waiter{}, false
 	}
+	share := 0
+	if len(f) == 6 {
+		if share, err = strconv.Atoi(f[5]); err != nil {
+			return lockcore.Waiter{}, false
+		}
+	}
 	return lockcore.Waiter{
 		Instance: engineOf(f[3]),
 		Since:    unixMicro(int64(z.Score)),
 		Deadline: time.UnixMilli(dl),
+		Share:    share,
 	}, true
 }
 

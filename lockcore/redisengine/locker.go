@@ -374,21 +374,22 @@ func (l *Engine) Close() error {
 	return nil
 }
 
-// redisKeys returns the lock's hold, queue, fence, revoked-entries and
-// audit keys. They share the hash tag {key}, and one allocation.
-func (l *Engine) redisKeys(k lockcore.Key) [5]string { return l.keysOf(k.String()) }
+// redisKeys returns the lock's hold, queue, fence, revoked-entries, audit,
+// shared-entries and shared-fields keys. They share the hash tag {key},
+// and one allocation.
+func (l *Engine) redisKeys(k lockcore.Key) [7]string { return l.keysOf(k.String()) }
 
 // keysOf returns the Redis keys of the lock on key, an escaped key
 // (lockcore.Key.String); see redisKeys.
-func (l *Engine) keysOf(key string) (ks [5]string) {
+func (l *Engine) keysOf(key string) (ks [7]string) {
 	var b strings.Builder
 	n := len(l.opt.Prefix) + len(key) + 2
-	b.Grow(4*n + 8)
+	b.Grow(6*n + 12)
 	b.WriteString(l.opt.Prefix)
 	b.WriteByte('{')
 	b.WriteString(key)
 	b.WriteString("}:q")
-	for _, suffix := range []string{"}:f", "}:r", "}:a"} {
+	for _, suffix := range []string{"}:f", "}:r", "}:a", "}:s", "}:p"} {
 		b.WriteString(l.opt.Prefix)
 		b.WriteByte('{')
 		b.WriteString(key)
@@ -396,7 +397,7 @@ func (l *Engine) keysOf(key string) (ks [5]string) {
 	}
 	s := b.String()
 	m := n + 2 // the length of each of the suffixed keys
-	return [5]string{s[:n], s[:m], s[m : 2*m], s[2*m : 3*m], s[3*m:]}
+	return [7]string{s[:n], s[:m], s[m : 2*m], s[2*m : 3*m], s[3*m : 4*m], s[4*m : 5*m], s[5*m:]}
 }
 
 // ttlArg returns ms(ttl) as a script argument.

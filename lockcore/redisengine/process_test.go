@@ -50,6 +50,7 @@ func childMain() int {
 	}
 	addr, prefix, key := os.Getenv("ROUTELOCK_CHILD_ADDR"), os.Getenv("ROUTELOCK_CHILD_PREFIX"), os.Getenv("ROUTELOCK_CHILD_KEY")
 	ttl, _ := time.ParseDuration(os.Getenv("ROUTELOCK_CHILD_TTL"))
+	share, _ := strconv.Atoi(os.Getenv("ROUTELOCK_CHILD_SHARE"))
 	rdb := redis.NewClient(&redis.Options{Addr: addr}) // go-redis's defaults, as users run it
 	defer rdb.Close()
 	l, err := New(rdb, Options{Prefix: prefix})
@@ -59,7 +60,7 @@ func childMain() int {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, childKey(key), lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+	ls, err := l.Acquire(ctx, childKey(key), lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl, Share: share})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -95,9 +96,16 @@ type child struct {
 
 func startChild(t *testing.T, addr, prefix string, key lockcore.Key, ttl time.Duration) *child {
 	t.Helper()
+	return startSharer(t, addr, prefix, key, ttl, 0)
+}
+
+// startSharer is startChild for a hold with Policy.Share share.
+func startSharer(t *testing.T, addr, prefix string, key lockcore.Key, ttl time.Duration, share int) *child {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "ROUTELOCK_CHILD=1", "ROUTELOCK_CHILD_ADDR="+addr,
-		"ROUTELOCK_CHILD_PREFIX="+prefix, "ROUTELOCK_CHILD_KEY="+key.String(), "ROUTELOCK_CHILD_TTL="+ttl.String())
+		"ROUTELOCK_CHILD_PREFIX="+prefix, "ROUTELOCK_CHILD_KEY="+key.String(), "ROUTELOCK_CHILD_TTL="+ttl.String(),
+		"ROUTELOCK_CHILD_SHARE="+strconv.Itoa(share))
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -180,6 +188,57 @@ func TestCrashedHolder(t *testing.T) {
 		}
 		if ls.Fence() <= c.fence {
 			t.Fatalf("fence %d after the crash, %d before", ls.Fence(), c.fence)
+		}
+	})
+}
+
+// TestCrashedPermitHolder: of two permits, one is held here and one by a
+// process killed with SIGKILL; a waiter for a permit gets the crashed
+// holder's slot within its TTL, with a greater fence, and no more than two
+// permits are ever held.
+func TestCrashedPermitHolder(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		const ttl = 500 * time.Millisecond
+		k := mustKey(t, "crash", "permits")
+		l := newLocker(t, b, prefix, Options{})
+		mine, err := l.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast, Share: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mine.Release(context.Background())
+		c := startSharer(t, b.Addr, prefix, k, ttl, 2)
+		if _, err := l.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast, Share: 2}); !errors.Is(err, lockcore.ErrNotAcquired) {
+			t.Fatalf("a third permit of two: %v", err)
+		}
+		got := make(chan time.Time, 1)
+		var ls *lockcore.Lease
+		var aerr error
+		go func() {
+			ls, aerr = l.Acquire(context.Background(), k, lockcore.Policy{Wait: 10 * time.Second, Share: 2})
+			got <- time.Now()
+		}()
+		eventually(t, 5*time.Second, "the waiter queues", func() bool { return len(inspect(t, l, k).Waiters) == 1 })
+		killed := time.Now()
+		if err := c.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		at := <-got
+		if aerr != nil {
+			t.Fatal(aerr)
+		}
+		defer ls.Release(context.Background())
+		took := at.Sub(killed)
+		t.Logf("permit holder killed; the waiter got its permit %v later (TTL %v)", took, ttl)
+		if took > ttl+350*time.Millisecond {
+			t.Fatalf("waiter got in %v after the kill, TTL is %v", took, ttl)
+		}
+		mySlot, _ := mine.Slot()
+		if slot, ok := ls.Slot(); !ok || slot != 1-mySlot || ls.Fence() <= c.fence {
+			t.Fatalf("the waiter: slot %d (%v), fence %d; want slot %d, fence above the crashed holder's %d", slot, ok, ls.Fence(), 1-mySlot, c.fence)
+		}
+		if info := inspect(t, l, k); len(info.Holders) != 2 {
+			t.Fatalf("holders after the crash: %+v, want 2", info.Holders)
 		}
 	})
 }

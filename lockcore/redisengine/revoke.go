@@ -72,7 +72,7 @@ func (l *Engine) revoke(ctx context.Context, key lockcore.Key, reason string, te
 	var op [16]byte
 	_, _ = rand.Read(op[:])
 	record := ks[0] + ":o:" + hex.EncodeToString(op[:])
-	cmds := []redis.Cmder{l.run.cmd(ctx, revokeScript, []any{nil, nil, 6, ks[0], ks[1], ks[2], ks[3], ks[4], record,
+	cmds := []redis.Cmder{l.run.cmd(ctx, revokeScript, []any{nil, nil, 8, ks[0], ks[1], ks[2], ks[3], ks[4], record, ks[5], ks[6],
 		l.retArg, channels, l.claimArg, l.trustArg, reason, ms(l.opt.AuditRetention), auditKeep, operate.OwnerSalt,
 		ms(revokeRecordTTL)})}
 	_ = l.run.run(ctx, cmds)

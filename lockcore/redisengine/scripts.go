@@ -30,6 +30,10 @@ var (
 	luaRevoke string
 	//go:embed lua/guard.lua
 	luaGuard string
+	//go:embed lua/shared.lua
+	luaShared string
+	//go:embed lua/srenew.lua
+	luaSharedRenew string
 )
 
 // The scripts. Each is sent whole, as one self-contained source: a
@@ -46,14 +50,18 @@ var (
 	// reenterScript is the acquire script called with other tokens that
 	// may re-enter, whose reply may then be an array.
 	reenterScript = &script{src: acquireScript.src, sha: acquireScript.sha, array: true}
+	// sharedScript acquires a shared hold (Policy.Share).
+	sharedScript  = newScript(luaShared, "", true)
 	releaseScript = newScript(luaRelease, "allow-oom", true)
 	renewScript   = newScript(luaRenew, "allow-oom", false)
-	revokeScript  = newScript(luaRevoke, "allow-oom", true)
+	// sharedRenewScript renews a shared hold.
+	sharedRenewScript = newScript(luaSharedRenew, "allow-oom", false)
+	revokeScript      = newScript(luaRevoke, "allow-oom", true)
 	// guardScript is always sent with EVAL: it runs when the server knows
 	// none of the scripts (see runner.known).
 	guardScript = newScript(luaGuard, "allow-oom", false)
 
-	scripts = []*script{acquireScript, reenterScript, releaseScript, renewScript, revokeScript}
+	scripts = []*script{acquireScript, reenterScript, sharedScript, releaseScript, renewScript, sharedRenewScript, revokeScript}
 )
 
 // script is a Lua script run with arguments that the caller lays out
@@ -141,7 +149,7 @@ func isAcquire(cmd redis.Cmder) bool {
 	if s == nil {
 		s = scriptOfSource(a[1])
 	}
-	return s == acquireScript || s == reenterScript
+	return s == acquireScript || s == reenterScript || s == sharedScript
 }
 
 // scriptOfSource returns the script whose source src is, or nil.
@@ -182,8 +190,8 @@ func (r *runner) confirm(cmds []redis.Cmder, wait *redis.IntCmd) {
 				c.SetErr(short)
 			}
 		case *redis.Cmd:
-			if _, ok := c.Val().([]any); ok {
-				c.SetErr(short) // a re-entry of another token's hold
+			if a, ok := c.Val().([]any); ok && !(len(a) == 2 && a[1] == "upgrade") {
+				c.SetErr(short) // a re-entry of another token's hold, or a shared hold
 			} else if v, ok := c.Val().(int64); ok && v > 0 {
 				c.SetErr(short)
 			}

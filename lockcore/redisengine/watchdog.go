@@ -249,6 +249,10 @@ func (w *watchdog) send(ctx context.Context, hs []*hold) []redis.Cmder {
 	cmds := make([]redis.Cmder, len(hs))
 	for i, h := range hs {
 		// The hold's key and entry, and the TTL, boxed once already.
+		if h.shared {
+			cmds[i] = w.l.run.cmd(ctx, sharedRenewScript, []any{nil, nil, 4, h.args[0], &h.keys[3], &h.keys[5], &h.keys[6], h.args[4], w.l.ttlArg(h.ttl)})
+			continue
+		}
 		cmds[i] = w.l.run.cmd(ctx, renewScript, []any{nil, nil, 2, h.args[0], &h.keys[3], h.args[4], w.l.ttlArg(h.ttl)})
 	}
 	_ = w.l.run.run(ctx, cmds)

@@ -1,21 +1,24 @@
 -- ARGV: token, ttl ms, fence retention ms, remaining wait ms (0: fail fast),
 --       attempt id, waiter member ('' when failing fast), claim window ms,
 --       '1' when PUBLISH counts every subscriber (one server, not a cluster),
---       the longest lease of the caller's Engine ms (at least ttl), and
---       optionally the tokens that may re-enter a hold they own
---       (space-separated). A free lock is always taken with the token, which
+--       the longest lease of the caller's Engine ms (at least ttl), the
+--       Policy's Share (0 here; see shared.lua), and optionally the tokens
+--       that may re-enter a hold they own (space-separated). A free lock is always taken with the token, which
 --       the caller mints for the attempt: another token only re-enters.
 -- Returns the fencing token (> 0) when the attempt holds the lock: it took
 -- it, re-entered it, or finds it granted to it (which claims the grant: the
 -- lease then runs ttl from now); {fencing token, owner token} when it
--- re-entered a hold of one of the other tokens; or -pttl (<= 0) when another
--- owner holds it (and the attempt is queued when waiting). Run again with
+-- re-entered a hold of one of the other tokens; {0, 'upgrade'} when one of
+-- them holds the lock shared (the request would wait for itself); or -pttl
+-- (<= 0) when another owner holds it (and the attempt is queued when
+-- waiting). Run again with
 -- the same arguments, it returns the same and changes nothing more.
 -- While the restart guard lives (see guard.lua) and the server is younger
 -- than the Engine's longest lease, it returns -(the ms until it is that
 -- old) and does nothing: a holder from before the restart may still run.
--- KEYS: the hold, the wait queue, the last fencing token, the restart guard.
-local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
+-- KEYS: the hold, the wait queue, the last fencing token, the restart guard,
+-- the shared entries and their fields.
+local L, Q, F, S, P = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member = ARGV[5], ARGV[6]
 local g = redis.call('PTTL', KEYS[4])
@@ -55,18 +58,28 @@ if not v then
   redis.call('DEL', L)
   local now, nows = now_us()
   redis.call('ZADD', Q, 'NX', nows, member)
-  local m, g = grant_next(now, nows, ret, member, '', tonumber(ARGV[7]), ARGV[8] == '1')
-  if not m then
-    return (take(tok, ttl, id, nows, ret, redis.call('EXISTS', Q) == 1))
-  elseif m == member then
+  local any, g = grant_next(now, nows, ret, member, '', tonumber(ARGV[7]), ARGV[8] == '1')
+  if g then
     return g
+  elseif not any then
+    -- Nobody waits any more (this attempt's own deadline passed too).
+    redis.call('ZREM', Q, member)
+    return (take(tok, ttl, id, nows, ret, redis.call('EXISTS', Q) == 1))
   end
   return -math.max(redis.call('PTTL', L), 0)
 end
 
 local t, hf, hs, w, es = hold_parse(v)
-local others = ARGV[10] or ''
-if t == tok or others ~= '' and hold_has(others, t) then
+local others = ARGV[11] or ''
+if not t and others ~= '' then
+  -- Shared holds (L is their marker): one of the request's own would wait
+  -- for this attempt, which would wait for it.
+  local now = now_us()
+  local _, _, found = shared_scan(others, math.floor(now / 1000))
+  if found then
+    return {0, 'upgrade'}
+  end
+elseif t == tok or others ~= '' and hold_has(others, t) then
   if hold_has(es, id) then
     -- Granted to this attempt while it waited, or this call ran before.
     redis.call('PEXPIRE', L, ttl, 'GT')

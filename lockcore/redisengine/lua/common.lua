@@ -1,10 +1,12 @@
 -- Shared by the acquire and release scripts, which put it after their fast
 -- paths ("-- @common"): Lua makes the closures below on every run, so the
--- common case runs before them. One lock lives in three keys with one hash
--- tag, so a script touches one Redis Cluster slot:
---   L  string  the hold (see hold.lua)
+-- common case runs before them. One lock lives in keys with one hash tag,
+-- so a script touches one Redis Cluster slot:
+--   L  string  the hold (see hold.lua), or '~' while shared holds hold it
+--              (S and P below)
 --   Q  zset    waiters, scored by arrival (server clock, microseconds); member
---              "<deadline ms> <ttl ms> <channel> <attempt id> <token>"
+--              "<deadline ms> <ttl ms> <channel> <attempt id> <token>", and
+--              " <share>" after it for a shared acquisition (Policy.Share)
 --   F  string  the last fencing token (see next_fence)
 --   R  string  the revoked entries (see hold.lua), which live as long as
 --              the revoked hold would have; only revoke writes it
@@ -43,57 +45,201 @@ local function take(tok, ttl, id, since, retention, w)
   return f, fs
 end
 
--- Hand the free lock to the oldest waiter whose deadline has not passed.
+-- The shared holds of the lock (Policy.Share). While any is held, L is the
+-- marker '~' (no hold parses as it), and
+--   S  zset  their entries (attempt ids), scored by when each one's lease
+--            ends (server clock, ms)
+--   P  hash  entry -> "<share> <slot> <fence> <since> <token>": the
+--            Policy's Share (-1: any number of holders), the slot among the
+--            permits (-1: none), the fencing token, when it was taken (server
+--            clock, us), the owner token. A re-entry under a propagated
+--            token copies its hold's fields: it is no new holder.
+-- L, S and P expire together, when the last entry's lease ends.
+
+-- Drops the shared entries whose lease ended by now_ms.
+local function shared_purge(now_ms)
+  local gone = redis.call('ZRANGEBYSCORE', S, '-inf', now_ms)
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', S, '-inf', now_ms)
+    redis.call('HDEL', P, unpack(gone))
+  end
+end
+
+-- After a purge: how many owners (distinct tokens) hold the lock shared,
+-- the lowest slot none of them has, and the entry and fields of a hold
+-- owned by one of toks (space-separated tokens; nil: none looked for).
+local function shared_scan(toks, now_ms)
+  shared_purge(now_ms)
+  local kv = redis.call('HGETALL', P)
+  local owners, n, used, found, fv = {}, 0, {}, nil, nil
+  for i = 1, #kv, 2 do
+    local _, slot, _, _, t = string.match(kv[i + 1], '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+    if t then
+      if not owners[t] then
+        owners[t] = true
+        n = n + 1
+      end
+      used[tonumber(slot)] = true
+      if toks and not found and hold_has(toks, t) then
+        found, fv = kv[i], kv[i + 1]
+      end
+    end
+  end
+  local free = 0
+  while used[free] do
+    free = free + 1
+  end
+  return n, free, found, fv
+end
+
+-- Makes L, S and P last px ms, L being the marker.
+local function shared_expire(px)
+  redis.call('SET', L, '~', 'PX', px)
+  redis.call('PEXPIRE', S, px)
+  redis.call('PEXPIRE', P, px)
+end
+
+-- Makes L, S and P end with the last entry's lease, or deletes them when
+-- no entry is left; returns the number of entries left.
+local function shared_settle(now_ms)
+  local last = redis.call('ZRANGE', S, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', L, S, P)
+    return 0
+  end
+  shared_expire(math.max(tonumber(last[2]) - now_ms, 1))
+  return redis.call('ZCARD', S)
+end
+
+-- Adds shared entry id with fields v, its lease ending ttl ms after now_ms.
+-- L must be free or the marker.
+local function shared_add(id, v, ttl, now_ms)
+  redis.call('ZADD', S, now_ms + ttl, id)
+  redis.call('HSET', P, id, v)
+  shared_expire(math.max(redis.call('PTTL', L), ttl))
+end
+
+-- Makes entry id of token tok a fresh shared hold with Policy Share share
+-- (a decimal string) in slot slot for ttl ms, taken at since (a decimal
+-- string, us); returns its fencing token as a number and a string.
+local function shared_take(tok, share, slot, id, ttl, since, retention, now_ms)
+  local f, fs = next_fence(retention)
+  shared_add(id, share .. ' ' .. slot .. ' ' .. fs .. ' ' .. since .. ' ' .. tok, ttl, now_ms)
+  return f, fs
+end
+
+-- How long until a shared acquisition that does not get in may: until the
+-- first shared entry's lease ends, or the exclusive hold's.
+local function shared_wait(now_ms)
+  local first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
+  if #first > 0 then
+    return math.max(tonumber(first[2]) - now_ms, 0)
+  end
+  return math.max(redis.call('PTTL', L), 0)
+end
+
+-- Admit the waiters at the head of the queue, oldest first, while the
+-- lock admits the first of them: an exclusive waiter when the lock is
+-- free (L deleted), then nobody else; shared waiters one after another
+-- while no exclusive hold is held and, for permits, fewer owners than
+-- their Share hold it. A waiter whose deadline has passed is dropped.
 -- The caller itself (member self) gets its whole lease. Any other waiter
 -- gets the lock for claim ms and claims it within that window (a renewal,
 -- or its next acquire call, extends it) or loses it when the window ends,
 -- so that a waiter that vanished, or returned without its withdrawal
--- reaching Redis, delays the next one by one window at most. A waiter of
--- the caller's Locker (channel mine) is woken by the caller; another is
--- told on its Locker's channel (on a Cluster, its shard channel of the
--- lock's slot). When
--- trust is set (one Redis server: PUBLISH counts every subscriber), a
--- waiter whose channel nobody reads, because its process is gone, is
--- skipped at once. Each entry is popped once, whatever its fate, so the
--- loop costs one pop per queued entry over the queue's life.
+-- reaching Redis, delays the next one by one window at most. One waiter
+-- of the caller's Locker (channel mine) is woken by the caller; any other
+-- is told on its Locker's channel (on a Cluster, its shard channel of the
+-- lock's slot). When trust is set (one Redis server: PUBLISH counts every
+-- subscriber), a waiter whose channel nobody reads, because its process
+-- is gone, is skipped at once. Each entry leaves the queue once, whatever
+-- its fate, so the loop costs one step per queued entry over the queue's
+-- life.
 -- now is the server clock in microseconds, as a number and as nows, a
 -- decimal string (now_us).
--- Returns the member and fencing token of the new holder, and its attempt
--- id when the caller is to wake it; nil when nobody is left waiting.
+-- Returns whether a waiter was admitted; the fencing token of the caller,
+-- when it was; and the attempt id and fencing token of the waiter the
+-- caller is to wake, if any.
 local function grant_next(now, nows, retention, self, mine, claim, trust)
+  local any, selff, to, tof
+  local now_ms = math.floor(now / 1000)
   while true do
-    local e = redis.call('ZPOPMIN', Q)
+    local e = redis.call('ZRANGE', Q, 0, 0)
     if #e == 0 then
-      return nil
+      break
     end
-    local dl, ttl, ch, id, tok = string.match(e[1], '^(%d+) (%d+) (%S+) (%S+) (%S+)$')
-    if dl and tonumber(dl) * 1000 > now then
-      local more = redis.call('EXISTS', Q) == 1
-      if e[1] == self then
-        return e[1], (take(tok, ttl, id, nows, retention, more))
-      end
-      local px = math.min(claim, tonumber(ttl))
-      local f, fs = take(tok, px, id, nows, retention, more)
-      if ch == mine then
-        return e[1], f, id
-      end
-      -- A shard channel (a Cluster's: "<channel>{<slot tag>}") is told
-      -- with SPUBLISH, on the lock's shard only. When that reaches nobody
-      -- here (the Engine's subscription is not in place yet, or is on a
-      -- replica, or the server has no sharded pub/sub), the Engine's own
-      -- channel is told too, with PUBLISH, which reaches every node.
-      local msg, n = id .. ' ' .. fs .. ' ' .. px
-      if string.find(ch, '{', 1, true) then
-        n = redis.pcall('SPUBLISH', ch, msg)
-        if type(n) ~= 'number' or n == 0 then
-          n = redis.call('PUBLISH', string.match(ch, '^[^{]*'), msg)
+    local dl, ttl, ch, id, tok, share = string.match(e[1], '^(%d+) (%d+) (%S+) (%S+) (%S+) ?(%-?%d*)$')
+    if not dl or tonumber(dl) * 1000 <= now then
+      redis.call('ZREM', Q, e[1])
+    else
+      local held, slot = redis.call('GET', L), -1
+      if share == '' then
+        if held then
+          break
         end
       else
-        n = redis.call('PUBLISH', ch, msg)
+        if held and held ~= '~' then
+          break
+        end
+        local n = tonumber(share)
+        if n > 0 then
+          local owners, free = shared_scan(nil, now_ms)
+          if owners >= n then
+            break
+          end
+          slot = free
+        end
       end
-      if n > 0 or not trust then
-        return e[1], f
+      redis.call('ZREM', Q, e[1])
+      local px = tonumber(ttl)
+      if e[1] ~= self then
+        px = math.min(claim, px)
+      end
+      local f, fs
+      if share == '' then
+        f, fs = take(tok, px, id, nows, retention, redis.call('EXISTS', Q) == 1)
+      else
+        f, fs = shared_take(tok, share, slot, id, px, nows, retention, now_ms)
+      end
+      local told = true
+      if e[1] == self then
+        selff = f
+      elseif ch == mine and not to then
+        to, tof = id, f
+      else
+        -- A shard channel (a Cluster's: "<channel>{<slot tag>}") is told
+        -- with SPUBLISH, on the lock's shard only. When that reaches
+        -- nobody here (the Engine's subscription is not in place yet, or
+        -- is on a replica, or the server has no sharded pub/sub), the
+        -- Engine's own channel is told too, with PUBLISH, which reaches
+        -- every node.
+        local msg, n = id .. ' ' .. fs .. ' ' .. px
+        if string.find(ch, '{', 1, true) then
+          n = redis.pcall('SPUBLISH', ch, msg)
+          if type(n) ~= 'number' or n == 0 then
+            n = redis.call('PUBLISH', string.match(ch, '^[^{]*'), msg)
+          end
+        else
+          n = redis.call('PUBLISH', ch, msg)
+        end
+        if n == 0 and trust then
+          told = false
+          if share == '' then
+            redis.call('DEL', L)
+          else
+            redis.call('ZREM', S, id)
+            redis.call('HDEL', P, id)
+            shared_settle(now_ms)
+          end
+        end
+      end
+      if told then
+        any = true
+        if share == '' then
+          break
+        end
       end
     end
   end
+  return any, selff, to, tof
 end

@@ -2,17 +2,20 @@
 --       attempt id whose hold to drop), fence retention ms, waiter member
 --       ('' when none), the caller's Engine channel, claim window ms, '1'
 --       when PUBLISH counts every subscriber
--- Drops entry from the hold that has it, and hands the lock to the next waiter, or
--- frees it, when no entry is left. With a member it first withdraws a
+-- Drops entry from the hold that has it, exclusive or shared, and hands the
+-- lock to the next waiters, or frees it, when no entry is left (for a
+-- shared entry: when the waiter at the head of the queue may enter). With a member it first withdraws a
 -- waiter that gave up: if it was still queued nothing else happens.
--- Returns the number of entries left (0: released), -1 when the hold has no
+-- Returns the number of entries left (0: released; of a shared hold, those
+-- of every owner), -1 when the hold has no
 -- such entry (it never had, or this call ran before), -3 when an operator
 -- revoked the entry's hold, -2 when the member was withdrawn from the
--- queue, or {0, attempt id, fencing token} when the lock went to a waiter
+-- queue, or {entries left, attempt id, fencing token} when the lock went to a waiter
 -- of the caller's own Engine, which the caller then wakes: nothing is
 -- published. Run again with the same arguments, it changes nothing more.
--- KEYS: the hold, the wait queue, the last fencing token, the revoked entries.
-local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
+-- KEYS: the hold, the wait queue, the last fencing token, the revoked
+-- entries, the shared entries and their fields.
+local L, Q, F, S, P = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
 local e, ret, member = ARGV[2], ARGV[3], ARGV[4]
 if member ~= '' and redis.call('ZREM', Q, member) == 1 then
   return -2
@@ -31,6 +34,20 @@ if v then
   t, f, s, w, es = hold_parse(v)
 end
 if not t or not hold_has(es, e) then
+  if v == '~' and redis.call('ZREM', S, e) == 1 then
+    redis.call('HDEL', P, e)
+    local now, nows = now_us()
+    local now_ms = math.floor(now / 1000)
+    shared_purge(now_ms)
+    local left = shared_settle(now_ms)
+    if redis.call('EXISTS', Q) == 1 then
+      local _, _, to, fence = grant_next(now, nows, ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
+      if to then
+        return {left, to, fence}
+      end
+    end
+    return left
+  end
   if hold_revoked(redis.call('GET', KEYS[4]), e) then
     return -3
   end
@@ -41,14 +58,12 @@ if n > 0 then
   redis.call('SET', L, hold_make(t, f, s, w == '1', left), 'KEEPTTL')
   return n
 end
+redis.call('DEL', L)
 if w == '1' then
   local now, nows = now_us()
-  local m, fence, to = grant_next(now, nows, ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
+  local _, _, to, fence = grant_next(now, nows, ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
   if to then
     return {0, to, fence}
-  elseif m then
-    return 0
   end
 end
-redis.call('DEL', L)
 return 0

@@ -16,10 +16,14 @@
 -- it after a lost reply) returns that and does nothing more: it neither
 -- revokes a hold taken after a first run that found the lock free, nor the
 -- next holder after a first run that revoked.
+-- A lock held shared (L is the marker) is revoked from every owner: each
+-- entry is tombstoned and told; the record names the first owner and the
+-- greatest fence.
 -- KEYS: the hold, the wait queue, the last fencing token, the revoked entries,
--- the audit stream, the call's record.
+-- the audit stream, the call's record, the shared entries and their fields.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
 local R, A, O = KEYS[4], KEYS[5], KEYS[6]
+local S, P = KEYS[7], KEYS[8]
 local ret, chp = ARGV[1], ARGV[2]
 local done = redis.call('GET', O)
 if done == '0' then
@@ -34,12 +38,34 @@ if not v then
   redis.call('SET', O, '0', 'PX', ARGV[9])
   return 0
 end
-local t, f, _, w, es = hold_parse(v)
+local t, f, es, _
+if v == '~' then
+  local kv = redis.call('HGETALL', P)
+  local ids, top = {}, 0
+  for i = 1, #kv, 2 do
+    local _, _, fs, _, tk = string.match(kv[i + 1], '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+    if tk then
+      ids[#ids + 1] = kv[i]
+      t = t or tk
+      if tonumber(fs) > top then
+        top, f = tonumber(fs), fs
+      end
+    end
+  end
+  es = table.concat(ids, ' ')
+else
+  t, f, _, _, es = hold_parse(v)
+end
 if not t then
+  if v == '~' then
+    redis.call('DEL', L, S, P)
+    redis.call('SET', O, '0', 'PX', ARGV[9])
+    return 0
+  end
   return redis.error_reply('ERR routelock: the hold is not in a known format')
 end
 local pttl = redis.call('PTTL', L)
-redis.call('DEL', L)
+redis.call('DEL', L, S, P)
 
 local gone, keep = es, math.max(pttl, 1)
 local old = redis.call('GET', R)
@@ -51,7 +77,7 @@ redis.call('SET', R, gone, 'PX', keep)
 
 local _, nfs = next_fence(ret)
 local now, nows = now_us()
-if w == '1' then
+if redis.call('EXISTS', Q) == 1 then
   grant_next(now, nows, ret, nil, '', tonumber(ARGV[3]), ARGV[4] == '1')
 end
 
