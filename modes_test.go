@@ -290,3 +290,119 @@ func TestModesAcrossProtocols(t *testing.T) {
 		})
 	})
 }
+
+// modeShop is a gRPC server of Reserve locked on product_id in one mode,
+// answering with its fence and its slot (as left; -1 for none); a call
+// with quantity 2 stays in the handler until the test sends on release.
+type modeShop struct {
+	addr    string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newModeShop(t *testing.T, b *redistest.Backend, prefix string, ps ...lockcore.Policy) *modeShop {
+	m := &modeShop{entered: make(chan struct{}, 4), release: make(chan struct{})}
+	l := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix})
+	t.Cleanup(func() { l.Close() })
+	m.addr = serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+		if shop.Int(req, "quantity") == 2 {
+			m.entered <- struct{}{}
+			select {
+			case <-m.release:
+			case <-ctx.Done():
+			}
+		}
+		fence, _ := lock.FencingToken(ctx)
+		slot, ok := lock.Slot(ctx)
+		if !ok {
+			slot = -1
+		}
+		return shop.Set(shop.New("ReserveReply"), "fence", fence, "left", int64(slot)), nil
+	}}, grpc.ChainUnaryInterceptor(unaryServer(l,
+		interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), ps...))))
+	return m
+}
+
+// call calls Reserve on m for product 42, holding it in the handler when
+// hold is set.
+func (m *modeShop) call(t *testing.T, hold bool) (*dynamicpb.Message, error) {
+	req := shop.Set(shop.New("ReserveRequest"), "product_id", int64(42), "quantity", int32(1))
+	if hold {
+		shop.Set(req, "quantity", int32(2))
+	}
+	reply := shop.New("ReserveReply")
+	err := dial(t, m.addr).Invoke(context.Background(), shop.Reserve, req, reply)
+	return reply, err
+}
+
+// held starts a call that holds its lock in the handler, and returns when
+// it is inside.
+func (m *modeShop) held(t *testing.T) <-chan error {
+	done := make(chan error, 1)
+	go func() { _, err := m.call(t, true); done <- err }()
+	select {
+	case <-m.entered:
+	case err := <-done:
+		t.Fatalf("a holding call: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a holding call never entered its handler")
+	}
+	return done
+}
+
+// TestGRPCModes: the same modes per gRPC method, over servers sharing
+// their locks: readers hold product 42 together while a writer method is
+// Aborted with RetryInfo, and gets it once they leave; two permits of two
+// are held in slots 0 and 1, a third call is Aborted, and a freed slot is
+// the next call's.
+func TestGRPCModes(t *testing.T) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		readers := newModeShop(t, b, prefix, lock.Shared(), lock.FailFast())
+		writer := newModeShop(t, b, prefix, lock.FailFast())
+		first := readers.held(t)
+		if r, err := readers.call(t, false); err != nil || shop.Int(r, "left") != -1 {
+			t.Fatalf("a second reader beside the first: %v (slot %d)", err, shop.Int(r, "left"))
+		}
+		_, err := writer.call(t, false)
+		wantCode(t, err, codes.Aborted)
+		if len(status.Convert(err).Details()) == 0 {
+			t.Fatalf("the writer's Aborted carries no RetryInfo: %v", err)
+		}
+		readers.release <- struct{}{}
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		var w *dynamicpb.Message
+		eventually(t, 5*time.Second, "the writer gets the lock", func() bool {
+			w, err = writer.call(t, false)
+			return err == nil
+		})
+		if shop.Int(w, "fence") == 0 || shop.Int(w, "left") != -1 {
+			t.Fatalf("the writer: fence %d slot %d", shop.Int(w, "fence"), shop.Int(w, "left"))
+		}
+
+		prefix = redistest.Prefix(t)
+		p1, p2 := newModeShop(t, b, prefix, lock.Permits(2), lock.FailFast()), newModeShop(t, b, prefix, lock.Permits(2), lock.FailFast())
+		h1, h2 := p1.held(t), p2.held(t)
+		_, err = p1.call(t, false)
+		wantCode(t, err, codes.Aborted)
+		p2.release <- struct{}{}
+		if err := <-h2; err != nil {
+			t.Fatal(err)
+		}
+		var r *dynamicpb.Message
+		eventually(t, 5*time.Second, "a freed permit", func() bool {
+			r, err = p1.call(t, false)
+			return err == nil
+		})
+		p1.release <- struct{}{}
+		if err := <-h1; err != nil {
+			t.Fatal(err)
+		}
+		// The first holder took slot 0, the second slot 1, which it freed.
+		if s := shop.Int(r, "left"); s != 1 {
+			t.Fatalf("the call after slot 1 was freed got slot %d", s)
+		}
+	})
+}

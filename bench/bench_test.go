@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 var addr string
@@ -179,5 +181,71 @@ func TestW2Fairness(t *testing.T) {
 		if f, j := r.Fairness(), r.Jain(); f != c.minMax || math.Abs(j-c.jain) > 1e-12 {
 			t.Errorf("%v: min/max %v Jain %v, want %v %v", c.perG, f, j, c.minMax, c.jain)
 		}
+	}
+}
+
+// BenchmarkModes is routelock's lock cycle in each mode
+// (lockcore.Policy.Share) on one server, go-redis at its defaults:
+// exclusive on one key by one goroutine (W1 at g=1, the baseline);
+// a reader and a permit of 4 the same way; and 64 goroutines reading one
+// key at once, whose cycles per second against the baseline's say what
+// sharing costs. No Go peer has readers or permits to compare with.
+func BenchmarkModes(b *testing.B) {
+	for _, m := range []struct {
+		name  string
+		share int
+		g     int
+	}{
+		{"exclusive/g=1", 0, 1},
+		{"shared/g=1", lockcore.ShareAll, 1},
+		{"permits=4/g=1", 4, 1},
+		{"shared/g=64", lockcore.ShareAll, 64},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			var cmds atomic.Int64
+			rdb, err := ServerAt(addr).Client(0, false, &cmds)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer rdb.Close()
+			l, err := redisengine.New(rdb, redisengine.Options{Prefix: "bench:modes:", TTL: TTL})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			k, err := lockcore.NewKey("modes", strconv.FormatInt(time.Now().UnixNano(), 36))
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := lockcore.Policy{Wait: time.Minute, Share: m.share}
+			cycle := func() error {
+				ls, err := l.Acquire(b.Context(), k, p)
+				if err != nil {
+					return err
+				}
+				return ls.Release(b.Context())
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			cmds.Store(0)
+			if m.g == 1 {
+				for i := 0; i < b.N; i++ {
+					if err := cycle(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				b.SetParallelism((m.g + 1) / 2) // GOMAXPROCS=2 on the target machines
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := cycle(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			b.ReportMetric(float64(cmds.Load())/float64(b.N), "cmds/op")
+		})
 	}
 }

@@ -312,13 +312,14 @@ func checkWriterBound(r *rig) {
 	if !r.eventually(func() bool { return entered.Load() >= 2*readers }) {
 		r.t.Fatalf("the readers never got going: %d entered", entered.Load())
 	}
-	before := entered.Load()
+	before, asked := entered.Load(), time.Now()
 	w, err := r.a.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
-	after := entered.Load()
+	after, waited := entered.Load(), time.Since(asked)
 	if err != nil {
 		r.t.Fatalf("the writer: %v", err)
 	}
 	r.release(w)
+	r.t.Logf("the writer waited %v; %d readers entered meanwhile (bound %d)", waited, after-before, 2*readers)
 	if passed := after - before; passed > 2*readers {
 		r.t.Errorf("%d readers entered while a writer waited behind %d reading goroutines: readers pass a queued writer", passed, readers)
 	}
