@@ -303,3 +303,43 @@ func ExamplePermits() {
 	// 200 bought from segment 1
 	// 200 bought from segment 0
 }
+
+// A purchase locks the product and the buyer, all or nothing; a refund
+// names them the other way round and still never deadlocks with it.
+func ExampleLocker_By_severalResources() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+
+	product, buyer := keyfunc.Param("productID"), keyfunc.Header("X-User-ID").As("userID")
+	r := chi.NewRouter()
+	r.With(locker.By(product.Also(buyer))).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "bought under", lock.Keys(r.Context()))
+	})
+	r.With(locker.By(buyer.Also(product))).Post("/products/{productID}/refund", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "refunded under", lock.Keys(r.Context()))
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	for _, path := range []string{"/products/42/buy", "/products/42/refund"} {
+		req, _ := http.NewRequest("POST", srv.URL+path, nil)
+		req.Header.Set("X-User-ID", "u7")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			panic(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Print(resp.StatusCode, " ", string(b))
+	}
+	// Output:
+	// 200 bought under [userID:u7 productID:42]
+	// 200 refunded under [userID:u7 productID:42]
+}

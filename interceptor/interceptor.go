@@ -140,7 +140,8 @@ func (r Rule) validate() error {
 // rule is a validated Rule.
 type rule struct {
 	method  string
-	key     keyfunc.Func
+	key     keyfunc.Func   // the first resource's
+	also    []keyfunc.Func // the others', for a key made with keyfunc.Func.Also
 	policy  lockcore.Policy
 	onError func(context.Context, string, error) error
 	exact   bool
@@ -168,6 +169,9 @@ func newServer(l lockcore.Engine, c Config) *server {
 	s := &server{l: l, exact: map[string]*rule{}, service: map[string]*rule{}, trust: c.TrustToken, logger: c.Logger}
 	for _, r := range c.Rules {
 		ru := &rule{method: r.Method, key: r.Key, policy: r.Policy, onError: r.OnError, stream: r.Key.ReadsMessage()}
+		if rs := r.Key.Resources(); len(rs) > 1 {
+			ru.key, ru.also = rs[0], rs[1:]
+		}
 		if ru.onError == nil {
 			ru.onError = c.OnError
 		}
@@ -246,9 +250,12 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if r == nil {
 		return handler(tctx, req)
 	}
-	var lease *lockcore.Lease
+	var (
+		lease *lockcore.Lease
+		rest  []*lockcore.Lease
+	)
 	if err == nil {
-		lease, err = s.lock(tctx, r, info.FullMethod, req)
+		lease, rest, err = s.lock(tctx, r, info.FullMethod, req)
 	}
 	switch {
 	case err != nil:
@@ -258,20 +265,34 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	// Deferred, so that a panicking handler releases too. A failed release
 	// has no one to tell: the key expires with its TTL.
-	defer lease.Release(tctx)
+	defer release(tctx, lease, rest)
 	return handler(lease.Context(), req)
+}
+
+// release releases ls, then rest, as lock returned them.
+func release(ctx context.Context, ls *lockcore.Lease, rest []*lockcore.Lease) {
+	_ = ls.Release(ctx)
+	if rest != nil {
+		_ = lockcore.ReleaseAll(ctx, rest)
+	}
 }
 
 // lock takes the lock of rule r for a call of method fullMethod with
 // context ctx and request req; the Policy's Route is the method. It
 // returns no lease and no error when r is a wildcard rule whose key does
-// not apply to the call (keyfunc.ErrSkip): the call passes through.
-func (s *server) lock(ctx context.Context, r *rule, fullMethod string, req any) (*lockcore.Lease, error) {
+// not apply to the call (keyfunc.ErrSkip): the call passes through. For
+// a key that names several resources (keyfunc.Func.Also) it takes them
+// all or none (lockcore.AcquireAll): the lease returned is the last one
+// taken, whose context holds them all, and rest the others.
+func (s *server) lock(ctx context.Context, r *rule, fullMethod string, req any) (ls *lockcore.Lease, rest []*lockcore.Lease, err error) {
+	if r.also != nil {
+		return s.lockAll(ctx, r, fullMethod, req)
+	}
 	parts, err := r.key.RPC(ctx, req)
 	if err != nil {
 		if errors.Is(err, keyfunc.ErrSkip) {
 			if !r.exact {
-				return nil, nil
+				return nil, nil, nil
 			}
 			if s.logger != nil {
 				r.once.Do(func() {
@@ -280,17 +301,46 @@ func (s *server) lock(ctx context.Context, r *rule, fullMethod string, req any) 
 				})
 			}
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	key, err := lockcore.NewKey(parts...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p := r.policy
 	p.Route = fullMethod
-	ls, err := s.l.Acquire(ctx, key, p)
+	ls, err = s.l.Acquire(ctx, key, p)
 	if err == nil {
 		lockcore.LimitHold(ls, p.MaxHold) // for an engine that does not: once is all it takes
 	}
-	return ls, err
+	return ls, nil, err
+}
+
+// lockAll is lock for a key that names several resources. A resource
+// whose key does not apply to the call fails it (ErrSkip), whatever the
+// rule.
+func (s *server) lockAll(ctx context.Context, r *rule, fullMethod string, req any) (*lockcore.Lease, []*lockcore.Lease, error) {
+	keys := make([]lockcore.Key, 0, 1+len(r.also))
+	for _, f := range append([]keyfunc.Func{r.key}, r.also...) {
+		parts, err := f.RPC(ctx, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		key, err := lockcore.NewKey(parts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		keys = append(keys, key)
+	}
+	p := r.policy
+	p.Route = fullMethod
+	leases, err := lockcore.AcquireAll(ctx, s.l, keys, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ls := range leases {
+		lockcore.LimitHold(ls, p.MaxHold)
+	}
+	n := len(leases) - 1
+	return leases[n], leases[:n], nil
 }

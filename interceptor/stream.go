@@ -38,14 +38,14 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		return r.onError(ctx, info.FullMethod, err)
 	}
 	if !r.stream {
-		lease, err := s.lock(tctx, r, info.FullMethod, nil)
+		lease, rest, err := s.lock(tctx, r, info.FullMethod, nil)
 		switch {
 		case err != nil:
 			return r.onError(ctx, info.FullMethod, err)
 		case lease == nil:
 			return handler(srv, withContext(ss, tctx))
 		}
-		defer lease.Release(tctx)
+		defer release(tctx, lease, rest)
 		return handler(srv, withContext(ss, lease.Context()))
 	}
 
@@ -95,6 +95,7 @@ type firstStream struct {
 	received bool // RecvMsg is not called concurrently (grpc.ServerStream)
 	err      error
 	lease    *lockcore.Lease
+	rest     []*lockcore.Lease // the other leases of a key with several resources
 	stop     func() bool
 }
 
@@ -108,7 +109,7 @@ func (fs *firstStream) RecvMsg(m any) error {
 		return err
 	}
 	fs.received = true
-	lease, err := fs.s.lock(fs.base, fs.r, fs.method, m)
+	lease, rest, err := fs.s.lock(fs.base, fs.r, fs.method, m)
 	switch {
 	case err != nil:
 		fs.err = fs.r.onError(fs.base, fs.method, err)
@@ -116,7 +117,7 @@ func (fs *firstStream) RecvMsg(m any) error {
 	case lease == nil:
 		return nil
 	}
-	fs.lease = lease
+	fs.lease, fs.rest = lease, rest
 	fs.fill(lease)
 	// A lost lease cancels the handler's context with the lease's cause.
 	lctx := lease.Context()
@@ -129,5 +130,5 @@ func (fs *firstStream) release() {
 		return
 	}
 	fs.stop()
-	fs.lease.Release(fs.base)
+	release(fs.base, fs.lease, fs.rest)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/routelock/lock/internal/keylimit"
@@ -124,6 +125,7 @@ var (
 // it is safe for concurrent use and its methods never change it.
 type Func struct {
 	groups []group
+	also   []Func // the other resources of a Func made with Also
 }
 
 // group is a run of sources that shares one name (As), or sources that
@@ -177,6 +179,9 @@ func Join(fs ...Func) Func {
 		if len(f.groups) == 0 {
 			panic("keyfunc: Join: zero Func")
 		}
+		if len(f.also) > 0 {
+			panic("keyfunc: Join of a Func with Also")
+		}
 		j.groups = append(j.groups, f.groups...)
 	}
 	if n := j.parts(); n > keylimit.Parts {
@@ -198,11 +203,51 @@ func (f Func) As(name string) Func {
 	if len(f.groups) == 0 {
 		panic("keyfunc: As of a zero Func")
 	}
+	if len(f.also) > 0 {
+		panic("keyfunc: As of a Func with Also: name each resource before Also")
+	}
 	g := group{name: name}
 	for _, fg := range f.groups {
 		g.srcs = append(g.srcs, fg.srcs...)
 	}
 	return Func{groups: []group{g}}
+}
+
+// Also returns a Func that names several resources, each locked on its
+// own: f's and each of more's, such as a product and the buyer,
+// Param("productID").Also(Header("X-User-ID").As("userID")). The HTTP
+// middleware and the gRPC interceptors take all their locks or none, in
+// one wait budget and in an order of their own (lockcore.AcquireAll), so
+// that routes naming the same resources in any order never deadlock; the
+// handler's context holds them all (lock.Keys lists them, each with its
+// own fencing token). HTTP and RPC evaluate f's own key; Resources
+// returns every one. A value one of them lacks fails the request, as f's
+// own would.
+//
+// Panics if f or any of more is the zero Func.
+func (f Func) Also(more ...Func) Func {
+	if len(f.groups) == 0 {
+		panic("keyfunc: Also of a zero Func")
+	}
+	a := Func{groups: f.groups, also: slices.Clone(f.also)}
+	for _, m := range more {
+		if len(m.groups) == 0 {
+			panic("keyfunc: Also: zero Func")
+		}
+		a.also = append(a.also, Func{groups: m.groups})
+		a.also = append(a.also, m.also...)
+	}
+	return a
+}
+
+// Resources returns the key functions of the resources f names: f alone,
+// or for a Func made with Also, f's own and each of the others, in the
+// order given.
+func (f Func) Resources() []Func {
+	if len(f.also) == 0 {
+		return []Func{f}
+	}
+	return append([]Func{{groups: f.groups}}, f.also...)
 }
 
 // parts returns how many key parts f yields.
@@ -239,6 +284,11 @@ func (f Func) all(ok func(*source) bool) bool {
 			}
 		}
 	}
+	for _, a := range f.also {
+		if !a.all(ok) {
+			return false
+		}
+	}
 	return true
 }
 
@@ -250,8 +300,22 @@ func (f Func) ReadsMessage() bool {
 	return len(f.groups) > 0 && !f.all(func(s *source) bool { return !s.message })
 }
 
-// String describes f, as in Join(Param(productID), Header(X-User-Id)).
+// String describes f, as in Join(Param(productID), Header(X-User-Id)), or
+// Param(productID).Also(Header(X-User-Id).As(userID)).
 func (f Func) String() string {
+	if len(f.also) > 0 {
+		var b strings.Builder
+		b.WriteString(Func{groups: f.groups}.String())
+		b.WriteString(".Also(")
+		for i, a := range f.also {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(a.String())
+		}
+		b.WriteString(")")
+		return b.String()
+	}
 	var b strings.Builder
 	var n int
 	for _, g := range f.groups {

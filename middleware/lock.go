@@ -96,7 +96,8 @@ type routeRecorder interface {
 // locker is one configured middleware.
 type locker struct {
 	l       lockcore.Engine
-	key     keyfunc.Func
+	key     keyfunc.Func   // the first resource's
+	also    []keyfunc.Func // the others', for a key made with keyfunc.Func.Also
 	policy  lockcore.Policy
 	route   bool // set policy.Route per request: the engine records it
 	trust   func(*http.Request) bool
@@ -126,6 +127,9 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 		panic(err.Error())
 	}
 	m := &locker{l: l, key: c.Key, policy: c.Policy, trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
+	if rs := c.Key.Resources(); len(rs) > 1 {
+		m.key, m.also = rs[0], rs[1:]
+	}
 	if m.onError == nil {
 		m.onError = Error
 	}
@@ -186,6 +190,10 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	if m.route {
 		p.Route = routeTemplate(r, route)
 	}
+	if m.also != nil {
+		m.serveAll(w, r, next, key, p)
+		return
+	}
 	lease, err := m.l.Acquire(r.Context(), key, p)
 	if err != nil {
 		m.onError(w, r, err)
@@ -196,6 +204,33 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	// A failed release has no one to tell: the key expires with its TTL.
 	defer lease.Release(r.Context())
 	next.ServeHTTP(w, r.WithContext(lease.Context()))
+}
+
+// serveAll serves r under the locks of key and of the key functions of
+// m.also, taken all or nothing (lockcore.AcquireAll).
+func (m *locker) serveAll(w http.ResponseWriter, r *http.Request, next http.Handler, key lockcore.Key, p lockcore.Policy) {
+	keys := []lockcore.Key{key}
+	for _, f := range m.also {
+		parts, _, err := f.HTTP(r)
+		if err == nil {
+			key, err = lockcore.NewKey(parts...)
+		}
+		if err != nil {
+			m.onError(w, r, err)
+			return
+		}
+		keys = append(keys, key)
+	}
+	leases, err := lockcore.AcquireAll(r.Context(), m.l, keys, p)
+	if err != nil {
+		m.onError(w, r, err)
+		return
+	}
+	for _, ls := range leases {
+		lockcore.LimitHold(ls, p.MaxHold)
+	}
+	defer lockcore.ReleaseAll(r.Context(), leases)
+	next.ServeHTTP(w, r.WithContext(leases[len(leases)-1].Context()))
 }
 
 // pass serves r unlocked, passing the caller's tokens on, so that a nested

@@ -22,7 +22,7 @@ var caughtBy = map[string][]string{
 	// A held key is granted to anyone who asks: sections overlap, waiters
 	// never queue, fail-fast and made-up tokens get in, and a key still
 	// held by a re-entry or a token entry is given away.
-	"grantTwice": {"Events", "Exclusion", "FIFO", "InMemoryReentry", "MaxHold", "Operator", "Policy", "Shared", "TokenGrantsNothing", "TokenReentry", "Withdrawal", "WriterBound"},
+	"grantTwice": {"Events", "Exclusion", "FIFO", "InMemoryReentry", "MaxHold", "Operator", "Policy", "SeveralKeys", "Shared", "TokenGrantsNothing", "TokenReentry", "Withdrawal", "WriterBound"},
 	// Waiters served newest first: a late reader passes a queued writer.
 	"lifo": {"FIFO", "Shared", "WriterBound"},
 	// A propagated token waits like a stranger: no token re-entry, and no
@@ -38,7 +38,7 @@ var caughtBy = map[string][]string{
 	"endsUntold":   {"Events", "InMemoryReentry", "LossThroughContext", "MaxHold", "TokenReentry"},
 	"revokeNoBump": {"FencingOrder", "Operator"},
 	// Every check that waits for a held key.
-	"waitIgnored": {"Events", "Exclusion", "FIFO", "MaxHold", "Operator", "Permits", "Policy", "Shared", "TokenGrantsNothing", "Withdrawal", "WriterBound"},
+	"waitIgnored": {"Events", "Exclusion", "FIFO", "MaxHold", "Operator", "Permits", "Policy", "SeveralKeys", "Shared", "TokenGrantsNothing", "Withdrawal", "WriterBound"},
 	// A hold outlives its ceiling.
 	"maxHoldIgnored": {"MaxHold"},
 	"slotReused":     {"Permits"},

@@ -447,3 +447,89 @@ func checkUpgrade(r *rig) {
 	r.release(rd)
 	r.release(r.wantFreed(r.b, k, "after the refused upgrades"))
 }
+
+// checkSeveralKeys: lockcore.AcquireAll takes several keys all or nothing
+// in one wait budget. Under load, 64 goroutines on four engines naming
+// {A, B}, {B, A}, A or B finish (no deadlock), never overlap on a key, and
+// leave both free; a request whose second key is busy holds nothing after
+// it fails, and fails within its one budget; the context carries every
+// hold with its own fence.
+func checkSeveralKeys(r *rig) {
+	a, b := r.key("a"), r.key("b")
+	ls, err := lockcore.AcquireAll(r.ctx, r.a, []lockcore.Key{b, a, b}, failFast)
+	if err != nil {
+		r.t.Fatalf("AcquireAll of two free keys: %v", err)
+	}
+	held := lockcore.HeldFrom(ls[len(ls)-1].Context())
+	if len(ls) != 2 || len(held) != 2 || held[0].Fence == 0 || held[1].Fence == 0 {
+		r.t.Fatalf("AcquireAll: %d leases, the context holds %+v; want both keys, once each, with their fences", len(ls), held)
+	}
+	r.wantBusy(r.b, a, "a held by AcquireAll")
+	r.wantBusy(r.b, b, "b held by AcquireAll")
+	if err := lockcore.ReleaseAll(context.Background(), ls); err != nil {
+		r.t.Fatal(err)
+	}
+
+	// All or nothing, in one budget.
+	other := r.acquire(r.b, r.ctx, b, failFast)
+	const budget = 300 * time.Millisecond
+	start := time.Now()
+	if ls, err := lockcore.AcquireAll(r.ctx, r.a, []lockcore.Key{b, a}, lockcore.Policy{Wait: budget}); err == nil {
+		_ = lockcore.ReleaseAll(context.Background(), ls)
+		r.t.Fatal("AcquireAll got a key another owner holds")
+	} else if !errors.Is(err, lockcore.ErrWaitTimeout) {
+		r.t.Fatalf("AcquireAll with its second key held: %v, want ErrWaitTimeout", err)
+	}
+	if took := time.Since(start); took < budget || took > budget+awaitBound/2 {
+		r.t.Fatalf("AcquireAll with a budget of %v gave up after %v", budget, took)
+	}
+	r.release(r.wantFreed(r.b, a, "the first key of a failed AcquireAll"))
+	r.release(other)
+
+	// Under load.
+	engines := r.engines()
+	sets := [][]lockcore.Key{{a, b}, {b, a}, {a}, {b}}
+	var (
+		mu     sync.Mutex
+		inside = map[lockcore.Key]int{}
+		errs   []string
+		wg     sync.WaitGroup
+	)
+	for i := range 64 {
+		e, keys := engines[i%len(engines)], sets[i%len(sets)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 4 {
+				ls, err := lockcore.AcquireAll(r.ctx, e, keys, lockcore.Policy{Wait: checkBound})
+				if err != nil {
+					r.t.Errorf("AcquireAll(%v): %v", keys, err)
+					return
+				}
+				mu.Lock()
+				for _, k := range keys {
+					if inside[k]++; inside[k] > 1 {
+						errs = append(errs, fmt.Sprintf("%v held twice at once", k))
+					}
+				}
+				mu.Unlock()
+				runtime.Gosched()
+				mu.Lock()
+				for _, k := range keys {
+					inside[k]--
+				}
+				mu.Unlock()
+				if err := lockcore.ReleaseAll(context.Background(), ls); err != nil {
+					r.t.Errorf("ReleaseAll: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		r.t.Errorf("%d overlaps, first: %s", len(errs), errs[0])
+	}
+	r.release(r.wantFreed(r.b, a, "a after the load"))
+	r.release(r.wantFreed(r.b, b, "b after the load"))
+}

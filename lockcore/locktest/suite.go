@@ -36,7 +36,8 @@ var failFast = lockcore.Policy{Wait: lockcore.FailFast}
 // parallel subtest of t, named after what it checks (Exclusion, FIFO,
 // InMemoryReentry, TokenReentry, TokenGrantsNothing, Policy, Withdrawal,
 // FencingOrder, Release, Events, MaxHold, and of shared holds Shared,
-// WriterBound, Permits and Upgrade; LossThroughContext and Operator for an
+// WriterBound, Permits and Upgrade, and SeveralKeys (lockcore.AcquireAll);
+// LossThroughContext and Operator for an
 // Operator; Close for an engine with a Close() error method).
 //
 // newEngine is called with a subtest's t for every engine the check needs,
@@ -93,6 +94,7 @@ var checks = []check{
 	{name: "WriterBound", run: checkWriterBound},
 	{name: "Permits", run: checkPermits},
 	{name: "Upgrade", run: checkUpgrade},
+	{name: "SeveralKeys", run: checkSeveralKeys},
 }
 
 // rig is what one check works with: two engines on one backend, reporting
