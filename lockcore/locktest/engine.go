@@ -333,10 +333,12 @@ func (e *Engine) admit(ks *keyState) {
 	e.notify()
 }
 
-// dequeue removes w from the queue of ks. e.mu is held.
+// dequeue removes w, which gave up, from the queue of ks, and admits the
+// waiters behind it that the key now admits (readers behind a writer that
+// gave up). e.mu is held.
 func (e *Engine) dequeue(ks *keyState, w *waiter) {
 	ks.queue = slices.DeleteFunc(ks.queue, func(x *waiter) bool { return x == w })
-	e.notify()
+	e.admit(ks)
 }
 
 // notify wakes Await. e.mu is held.

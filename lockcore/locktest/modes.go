@@ -222,6 +222,32 @@ func checkShared(r *rig) {
 		r.t.Fatalf("the late reader did not get the key within %v of the writer's release", awaitBound)
 	}
 
+	// A writer that gives up lets the readers queued behind it in, while
+	// the reader ahead of it still holds.
+	r0 := r.acquire(r.a, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+	gaveUp := r.later(r.b, k, lockcore.Policy{Wait: 300 * time.Millisecond})
+	r.queued(k, 3) // the writer, after the two of above
+	behind := r.later(r.a, k, shared)
+	r.queued(k, 4)
+	select {
+	case got := <-gaveUp:
+		if !errors.Is(got.err, lockcore.ErrWaitTimeout) {
+			r.t.Fatalf("the writer behind a reader: %v, want ErrWaitTimeout", got.err)
+		}
+	case <-time.After(awaitBound):
+		r.t.Fatal("the writer's wait never ended")
+	}
+	select {
+	case got := <-behind:
+		if got.err != nil {
+			r.t.Fatalf("the reader behind a writer that gave up: %v", got.err)
+		}
+		r.release(got.ls)
+	case <-time.After(awaitBound):
+		r.t.Fatal("a reader queued behind a writer that gave up was not let in beside the reader holding")
+	}
+	r.release(r0)
+
 	// Under load: 64 goroutines on four engines, one in eight a writer.
 	var s holders
 	s.run(r, r.key("load"), 4, func(i int) lockcore.Policy {

@@ -50,6 +50,7 @@ type stateRead struct {
 	hold   *redis.StringCmd
 	shared *redis.MapStringStringCmd // the shared holds' fields
 	ends   *redis.ZSliceCmd          // when each shared hold's lease ends
+	now    *redis.TimeCmd            // the server's clock, which ends is on
 	pttl   *redis.DurationCmd
 	fence  *redis.StringCmd
 	queue  *redis.ZSliceCmd
@@ -63,6 +64,7 @@ func readState(ctx context.Context, p redis.Pipeliner, ks [7]string) stateRead {
 		hold:   p.Get(ctx, ks[0]),
 		shared: p.HGetAll(ctx, ks[6]),
 		ends:   p.ZRangeWithScores(ctx, ks[5], 0, -1),
+		now:    p.Time(ctx),
 		pttl:   p.PTTL(ctx, ks[0]),
 		fence:  p.Get(ctx, ks[2]),
 		queue:  p.ZRangeWithScores(ctx, ks[1], 0, -1),
@@ -73,7 +75,7 @@ func readState(ctx context.Context, p redis.Pipeliner, ks [7]string) stateRead {
 // info returns the state that r read of the lock on key (escaped), or the
 // first error of its commands.
 func (r stateRead) info(key string) (lockcore.Info, error) {
-	for _, c := range []redis.Cmder{r.hold, r.shared, r.ends, r.pttl, r.fence, r.queue, r.audit} {
+	for _, c := range []redis.Cmder{r.hold, r.shared, r.ends, r.now, r.pttl, r.fence, r.queue, r.audit} {
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return lockcore.Info{}, err
 		}
@@ -93,7 +95,7 @@ func (r stateRead) info(key string) (lockcore.Info, error) {
 			info.TTL = d
 		}
 	} else if r.hold.Val() == sharedMark {
-		info.Holders = sharedHolders(r.shared.Val(), r.ends.Val())
+		info.Holders = sharedHolders(r.shared.Val(), r.ends.Val(), r.now.Val().UnixMilli())
 		for _, h := range info.Holders {
 			info.Fence = max(info.Fence, h.Fence)
 		}
@@ -120,11 +122,12 @@ const sharedMark = "~"
 
 // sharedHolders returns the holders of a lock held shared: one per owner
 // token, from the fields of each entry ("<share> <slot> <fence> <since>
-// <token>", see lua/common.lua) that has a lease in ends, in slot order.
-func sharedHolders(fields map[string]string, ends []redis.Z) []lockcore.Holder {
+// <token>", see lua/common.lua) whose lease in ends had not ended at
+// nowMS (the server's clock), in slot order.
+func sharedHolders(fields map[string]string, ends []redis.Z, nowMS int64) []lockcore.Holder {
 	live := make(map[string]bool, len(ends))
 	for _, z := range ends {
-		if id, ok := z.Member.(string); ok {
+		if id, ok := z.Member.(string); ok && z.Score > float64(nowMS) {
 			live[id] = true
 		}
 	}

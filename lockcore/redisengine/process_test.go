@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -239,6 +240,61 @@ func TestCrashedPermitHolder(t *testing.T) {
 		}
 		if info := inspect(t, l, k); len(info.Holders) != 2 {
 			t.Fatalf("holders after the crash: %+v, want 2", info.Holders)
+		}
+	})
+}
+
+// TestQueuedReaderBehindCrashedReader: a reader killed with SIGKILL leaves
+// its entry in Redis until a purge, while another reader holds on; a
+// writer queues, and a reader queues behind it. The queued reader asks
+// Redis again only at its recheck interval, not in a loop: it counts
+// fewer than 20 calls in a second, where one that took the crashed
+// entry's past lease end for its wait would make hundreds.
+func TestQueuedReaderBehindCrashedReader(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		k := mustKey(t, "crash", "reader")
+		c := startSharer(t, b.Addr, prefix, k, 100*time.Millisecond, lockcore.ShareAll)
+		l := newLocker(t, b, prefix, Options{})
+		reader, err := l.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reader.Release(context.Background())
+		if err := c.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.cmd.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			if ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: 30 * time.Second}); err == nil {
+				_ = ls.Release(context.Background())
+			}
+		}()
+		eventually(t, 5*time.Second, "the writer queues", func() bool { return len(inspect(t, l, k).Waiters) == 1 })
+		eventually(t, 5*time.Second, "the crashed reader's lease ends", func() bool { return len(inspect(t, l, k).Holders) == 1 })
+
+		var n atomic.Int64
+		rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
+		rdb.AddHook(&countHook{n: &n})
+		defer rdb.Close()
+		queued, err := New(rdb, Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer queued.Close()
+		if err := queued.Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		n.Store(0)
+		_, err = queued.Acquire(context.Background(), k, lockcore.Policy{Wait: time.Second, Share: lockcore.ShareAll})
+		if !errors.Is(err, lockcore.ErrWaitTimeout) {
+			t.Fatalf("the reader queued behind the writer: %v, want ErrWaitTimeout", err)
+		}
+		t.Logf("the queued reader made %d calls in its 1s wait", n.Load())
+		if n.Load() >= 20 {
+			t.Fatalf("the queued reader made %d calls in its 1s wait: it polls", n.Load())
 		}
 	})
 }

@@ -77,6 +77,9 @@ if not t and others ~= '' then
   local now = now_us()
   local _, _, found = shared_scan(others, math.floor(now / 1000))
   if found then
+    if member ~= '' then
+      redis.call('ZREM', Q, member) -- queued on an earlier call
+    end
     return {0, 'upgrade'}
   end
 elseif t == tok or others ~= '' and hold_has(others, t) then

@@ -61,7 +61,9 @@ local function shared_purge(now_ms)
   local gone = redis.call('ZRANGEBYSCORE', S, '-inf', now_ms)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', S, '-inf', now_ms)
-    redis.call('HDEL', P, unpack(gone))
+    for i = 1, #gone, 1000 do -- unpack takes a few thousand values at most
+      redis.call('HDEL', P, unpack(gone, i, math.min(i + 999, #gone)))
+    end
   end
 end
 
@@ -129,9 +131,9 @@ local function shared_take(tok, share, slot, id, ttl, since, retention, now_ms)
 end
 
 -- How long until a shared acquisition that does not get in may: until the
--- first shared entry's lease ends, or the exclusive hold's.
+-- first live shared entry's lease ends, or the exclusive hold's.
 local function shared_wait(now_ms)
-  local first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGEBYSCORE', S, '(' .. now_ms, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #first > 0 then
     return math.max(tonumber(first[2]) - now_ms, 0)
   end

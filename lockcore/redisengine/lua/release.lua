@@ -4,29 +4,46 @@
 --       when PUBLISH counts every subscriber
 -- Drops entry from the hold that has it, exclusive or shared, and hands the
 -- lock to the next waiters, or frees it, when no entry is left (for a
--- shared entry: when the waiter at the head of the queue may enter). With a member it first withdraws a
--- waiter that gave up: if it was still queued nothing else happens.
+-- shared entry: when the waiter at the head of the queue may enter). With a
+-- member it first withdraws a waiter that gave up: if it was still queued,
+-- the waiters behind it that the lock now admits (shared ones, behind a
+-- writer that gave up) are admitted, and nothing else happens.
 -- Returns the number of entries left (0: released; of a shared hold, those
 -- of every owner), -1 when the hold has no
 -- such entry (it never had, or this call ran before), -3 when an operator
 -- revoked the entry's hold, -2 when the member was withdrawn from the
--- queue, or {entries left, attempt id, fencing token} when the lock went to a waiter
+-- queue, or {entries left (-2 for a withdrawal), attempt id, fencing token}
+-- when the lock went to a waiter
 -- of the caller's own Engine, which the caller then wakes: nothing is
 -- published. Run again with the same arguments, it changes nothing more.
 -- KEYS: the hold, the wait queue, the last fencing token, the revoked
 -- entries, the shared entries and their fields.
 local L, Q, F, S, P = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
 local e, ret, member = ARGV[2], ARGV[3], ARGV[4]
-if member ~= '' and redis.call('ZREM', Q, member) == 1 then
-  return -2
-end
-local v = redis.call('GET', L)
--- The common case: e is the hold's only entry, and nobody is queued.
-if v and hold_sole(v, e) then
-  redis.call('DEL', L)
-  return 0
+local v
+if member == '' then
+  v = redis.call('GET', L)
+  -- The common case: e is the hold's only entry, and nobody is queued.
+  if v and hold_sole(v, e) then
+    redis.call('DEL', L)
+    return 0
+  end
 end
 -- @common
+if member ~= '' then
+  if redis.call('ZREM', Q, member) == 1 then
+    v = redis.call('GET', L)
+    if (not v or v == '~') and redis.call('EXISTS', Q) == 1 then
+      local now, nows = now_us()
+      local _, _, to, fence = grant_next(now, nows, ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
+      if to then
+        return {-2, to, fence}
+      end
+    end
+    return -2
+  end
+  v = redis.call('GET', L)
+end
 -- The entry alone names the hold: attempt ids are unique, and an attempt
 -- may have re-entered a hold under another token than its own.
 local t, f, s, w, es

@@ -17,8 +17,8 @@
 -- revokes a hold taken after a first run that found the lock free, nor the
 -- next holder after a first run that revoked.
 -- A lock held shared (L is the marker) is revoked from every owner: each
--- entry is tombstoned and told; the record names the first owner and the
--- greatest fence.
+-- entry whose lease has not ended is tombstoned and told; the record names
+-- the owner that has held longest and the greatest fence.
 -- KEYS: the hold, the wait queue, the last fencing token, the revoked entries,
 -- the audit stream, the call's record, the shared entries and their fields.
 local L, Q, F = KEYS[1], KEYS[2], KEYS[3]
@@ -40,13 +40,19 @@ if not v then
 end
 local t, f, es, _
 if v == '~' then
+  -- The entries whose lease has not ended; the owner named is the one
+  -- that has held longest.
   local kv = redis.call('HGETALL', P)
-  local ids, top = {}, 0
+  local ids, top, first = {}, 0, nil
+  local live_after = math.floor(now_us() / 1000)
   for i = 1, #kv, 2 do
-    local _, _, fs, _, tk = string.match(kv[i + 1], '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
-    if tk then
+    local _, _, fs, since, tk = string.match(kv[i + 1], '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+    local sc = tonumber(redis.call('ZSCORE', S, kv[i]))
+    if tk and sc and sc > live_after then
       ids[#ids + 1] = kv[i]
-      t = t or tk
+      if not first or tonumber(since) < first then
+        t, first = tk, tonumber(since)
+      end
       if tonumber(fs) > top then
         top, f = tonumber(fs), fs
       end
