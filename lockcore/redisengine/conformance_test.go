@@ -2,6 +2,7 @@ package redisengine
 
 import (
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,7 +19,11 @@ import (
 // do; each check has a prefix of its own.
 func TestConformance(t *testing.T) {
 	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
-		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }))
+		var timeout time.Duration // the default
+		if !b.Real() {
+			timeout = miniTimeout
+		}
+		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout))
 	})
 	t.Run("miniredis-cluster", func(t *testing.T) {
 		b := redistest.Mini(t)
@@ -26,13 +31,22 @@ func TestConformance(t *testing.T) {
 			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{b.Addr}})
 			t.Cleanup(func() { _ = c.Close() })
 			return c
-		}))
+		}, miniTimeout))
 	})
 }
 
+// miniTimeout is Options.Timeout of the suite's engines on miniredis. It
+// runs every script in a Lua interpreter written in Go, one call at a
+// time: the suite's loads of 64 goroutines queue calls there for more than
+// the default second on a 2-core machine busy with other test packages.
+// The suite checks what the engine promises, not how fast miniredis is;
+// on a real Redis it runs at the defaults.
+const miniTimeout = 10 * time.Second
+
 // conformingEngines returns the newEngine of locktest.Run: an Engine on a
-// client of its own, with the prefix of its test.
-func conformingEngines(client func(t *testing.T) redis.UniversalClient) func(t *testing.T, ev lockcore.Events) lockcore.Engine {
+// client of its own, with the prefix of its test, and Options.Timeout
+// timeout (0: the default).
+func conformingEngines(client func(t *testing.T) redis.UniversalClient, timeout time.Duration) func(t *testing.T, ev lockcore.Events) lockcore.Engine {
 	prefixes := make(map[*testing.T]string)
 	mu := make(chan struct{}, 1) // guards prefixes
 	return func(t *testing.T, ev lockcore.Events) lockcore.Engine {
@@ -43,7 +57,7 @@ func conformingEngines(client func(t *testing.T) redis.UniversalClient) func(t *
 			prefixes[t] = p
 		}
 		<-mu
-		l, err := New(client(t), Options{Prefix: p, Events: ev})
+		l, err := New(client(t), Options{Prefix: p, Events: ev, Timeout: timeout})
 		if err != nil {
 			t.Fatal(err)
 		}
