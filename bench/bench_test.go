@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -202,17 +204,7 @@ func BenchmarkModes(b *testing.B) {
 		{"shared/g=64", lockcore.ShareAll, 64},
 	} {
 		b.Run(m.name, func(b *testing.B) {
-			var cmds atomic.Int64
-			rdb, err := ServerAt(addr).Client(0, false, &cmds)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer rdb.Close()
-			l, err := redisengine.New(rdb, redisengine.Options{Prefix: "bench:modes:", TTL: TTL})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
+			l, cmds, _ := defaultEngine(b, "bench:modes:")
 			k, err := lockcore.NewKey("modes", strconv.FormatInt(time.Now().UnixNano(), 36))
 			if err != nil {
 				b.Fatal(err)
@@ -247,5 +239,106 @@ func BenchmarkModes(b *testing.B) {
 			}
 			b.ReportMetric(float64(cmds.Load())/float64(b.N), "cmds/op")
 		})
+	}
+}
+
+// BenchmarkSeveral is routelock's cycle over several resources on one
+// server (lockcore.AcquireAll and ReleaseAll, as a route naming them with
+// keyfunc.Func.Also does), go-redis at its defaults, one goroutine: one
+// key (W1, the baseline); two keys taken together (the group script, one
+// exchange each way); and the same two keys one by one, as the engine
+// takes them when they cannot go together (keys in different slots of a
+// Cluster). trips/op counts exchanges with Redis: a command alone or a
+// pipeline.
+func BenchmarkSeveral(b *testing.B) {
+	for _, m := range []struct {
+		name     string
+		keys     int
+		together bool
+	}{
+		{"1 key", 1, true},
+		{"2 keys together", 2, true},
+		{"2 keys one by one", 2, false},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			l, cmds, trips := defaultEngine(b, "bench:several:")
+			var e lockcore.Engine = l
+			if !m.together {
+				e = struct{ lockcore.Engine }{l} // hides AcquireGroup
+			}
+			run := strconv.FormatInt(time.Now().UnixNano(), 36)
+			keys := make([]lockcore.Key, m.keys)
+			for i := range keys {
+				var err error
+				if keys[i], err = lockcore.NewKey("several", run, strconv.Itoa(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p := lockcore.Policy{Wait: time.Minute}
+			cycle := func() error {
+				ls, err := lockcore.AcquireAll(b.Context(), e, keys, p)
+				if err != nil {
+					return err
+				}
+				return lockcore.ReleaseAll(b.Context(), ls)
+			}
+			for range 2 { // reads the server's settings, loads the scripts
+				if err := cycle(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			cmds.Store(0)
+			trips.n.Store(0)
+			for i := 0; i < b.N; i++ {
+				if err := cycle(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cmds.Load())/float64(b.N), "cmds/op")
+			b.ReportMetric(float64(trips.n.Load())/float64(b.N), "trips/op")
+		})
+	}
+}
+
+// defaultEngine returns an Engine with prefix on a client of the server at
+// go-redis's defaults, closed when b ends, and the counts of the client's
+// commands and exchanges with Redis.
+func defaultEngine(b *testing.B, prefix string) (*redisengine.Engine, *atomic.Int64, *tripHook) {
+	b.Helper()
+	cmds := new(atomic.Int64)
+	rdb, err := ServerAt(addr).Client(0, false, cmds)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = rdb.Close() })
+	trips := &tripHook{}
+	rdb.AddHook(trips)
+	l, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix, TTL: TTL})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = l.Close() })
+	return l, cmds, trips
+}
+
+// tripHook counts a client's exchanges with Redis: a command alone or a
+// pipeline, leaving out the handshake of new connections.
+type tripHook struct{ n atomic.Int64 }
+
+func (h *tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name != "hello" && name != "client" && name != "select" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
 	}
 }

@@ -17,6 +17,10 @@ import (
 // every hold (HeldFrom lists them, each with its own fence) and is
 // cancelled when any of them is lost.
 //
+// When e is a GroupEngine, AcquireAll asks it first to take them all in
+// one exchange with its backend, and takes them one by one only when it
+// declines.
+//
 // It returns the leases in the order taken. On error, the ones taken are
 // released, last first, and nothing is held; the error is that of the
 // acquisition that failed (a *ContentionError with TimedOut when the
@@ -43,6 +47,11 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 	if p.Wait == 0 {
 		p.Wait = defaultWait
 	}
+	if g, ok := e.(GroupEngine); ok && len(ks) > 1 {
+		if leases, err := g.AcquireGroup(ctx, ks, p); leases != nil || err != nil {
+			return leases, err
+		}
+	}
 	var deadline time.Time
 	if p.Wait > 0 {
 		deadline = time.Now().Add(p.Wait)
@@ -68,6 +77,22 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 		ctx = ls.Context()
 	}
 	return leases, nil
+}
+
+// GroupEngine is an Engine that can take several locks in one exchange
+// with its backend, which AcquireAll then tries first.
+type GroupEngine interface {
+	Engine
+
+	// AcquireGroup takes the locks of keys, at least two, distinct and
+	// sorted by Key.String, all at once or none, as AcquireAll would: in
+	// that order, each lease made with the context of the one before. It
+	// returns nil leases and a nil error, having taken nothing, when it
+	// cannot take them so (for instance when one of them is held and p.Wait
+	// is not FailFast): AcquireAll then takes them one by one. When p.Wait
+	// is FailFast it may fail with the *ContentionError of a key it found
+	// held. p.Wait is positive or FailFast.
+	AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lease, error)
 }
 
 // ReleaseAll releases leases, last first, as AcquireAll returned them,

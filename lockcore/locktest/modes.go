@@ -478,8 +478,9 @@ func checkUpgrade(r *rig) {
 // in one wait budget. Under load, 64 goroutines on four engines naming
 // {A, B}, {B, A}, A or B finish (no deadlock), never overlap on a key, and
 // leave both free; a request whose second key is busy holds nothing after
-// it fails, and fails within its one budget; the context carries every
-// hold with its own fence.
+// it fails, and fails within its one budget (at once when failing fast);
+// the context carries every hold with its own fence; a context holding one
+// of the keys re-enters it.
 func checkSeveralKeys(r *rig) {
 	a, b := r.key("a"), r.key("b")
 	ls, err := lockcore.AcquireAll(r.ctx, r.a, []lockcore.Key{b, a, b}, failFast)
@@ -496,10 +497,39 @@ func checkSeveralKeys(r *rig) {
 		r.t.Fatal(err)
 	}
 
-	// All or nothing, in one budget.
+	// Re-entry: a context holding one of the keys re-enters it and takes
+	// the other; the nested release leaves the outer hold.
+	outer := r.acquire(r.a, r.ctx, a, failFast)
+	ls, err = lockcore.AcquireAll(outer.Context(), r.a, []lockcore.Key{b, a}, failFast)
+	if err != nil {
+		r.t.Fatalf("AcquireAll of a held key and a free one from the holder's context: %v", err)
+	}
+	if ls[0].Key() != a || ls[0].Fence() != outer.Fence() || !ls[0].Reentered() || ls[1].Reentered() {
+		r.t.Fatalf("AcquireAll from a's holder: leases on %v (fence %d, re-entered %v), %v (re-entered %v); want a re-entered with fence %d, then b taken",
+			ls[0].Key(), ls[0].Fence(), ls[0].Reentered(), ls[1].Key(), ls[1].Reentered(), outer.Fence())
+	}
+	if err := lockcore.ReleaseAll(context.Background(), ls); err != nil {
+		r.t.Fatal(err)
+	}
+	r.wantBusy(r.b, a, "a, still held by the outer lease after the nested AcquireAll was released")
+	r.release(r.wantFreed(r.b, b, "b after the nested AcquireAll was released"))
+	r.release(outer)
+
+	// All or nothing, in one budget; failing fast, at once.
 	other := r.acquire(r.b, r.ctx, b, failFast)
-	const budget = 300 * time.Millisecond
 	start := time.Now()
+	if ls, err := lockcore.AcquireAll(r.ctx, r.a, []lockcore.Key{a, b}, failFast); err == nil {
+		_ = lockcore.ReleaseAll(context.Background(), ls)
+		r.t.Fatal("AcquireAll failing fast got a key another owner holds")
+	} else if !errors.Is(err, lockcore.ErrNotAcquired) || errors.Is(err, lockcore.ErrWaitTimeout) {
+		r.t.Fatalf("AcquireAll failing fast with its second key held: %v, want ErrNotAcquired", err)
+	}
+	if took := time.Since(start); took > awaitBound/2 {
+		r.t.Fatalf("AcquireAll failing fast took %v", took)
+	}
+	r.release(r.wantFreed(r.b, a, "the first key of an AcquireAll that failed fast"))
+	const budget = 300 * time.Millisecond
+	start = time.Now()
 	if ls, err := lockcore.AcquireAll(r.ctx, r.a, []lockcore.Key{b, a}, lockcore.Policy{Wait: budget}); err == nil {
 		_ = lockcore.ReleaseAll(context.Background(), ls)
 		r.t.Fatal("AcquireAll got a key another owner holds")

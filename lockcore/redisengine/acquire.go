@@ -428,14 +428,7 @@ func (l *Engine) neverSent(err error) bool {
 // one of this Engine's waiters on the key without their knowing, so they
 // ask Redis again.
 func (l *Engine) release(ctx context.Context, h *hold, member string) (int64, error) {
-	sent := time.Now()
-	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 16)
-	// Six keys: the hold's three, its revoked entries and the shared
-	// entries' two, then the token.
-	a[2], a[6], a[7], a[8], a[9] = 6, &h.keys[3], &h.keys[5], &h.keys[6], h.args[3]
-	a[10], a[11], a[12], a[13], a[14], a[15] = h.args[4], l.retArg, member, h.ch, l.claimArg, l.trustArg
-	c.keep, c.after = true, l.afterRelease
-	c.cmd = l.run.cmd(ctx, releaseScript, a)
+	c := l.releaseCall(ctx, h, member, time.Now())
 	if l.batch.do(context.Background(), c) != answered {
 		return 0, errNoAnswer
 	}
@@ -450,6 +443,18 @@ func (l *Engine) release(ctx context.Context, h *hold, member string) (int64, er
 		runtime.Gosched()
 	}
 	return n, err
+}
+
+// releaseCall returns the call of release, asked at sent.
+func (l *Engine) releaseCall(ctx context.Context, h *hold, member string, sent time.Time) *call {
+	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.ReleaseTimeout), 16)
+	// Six keys: the hold's three, its revoked entries and the shared
+	// entries' two, then the token.
+	a[2], a[6], a[7], a[8], a[9] = 6, &h.keys[3], &h.keys[5], &h.keys[6], h.args[3]
+	a[10], a[11], a[12], a[13], a[14], a[15] = h.args[4], l.retArg, member, h.ch, l.claimArg, l.trustArg
+	c.keep, c.after = true, l.afterRelease
+	c.cmd = l.run.cmd(ctx, releaseScript, a)
+	return c
 }
 
 // released is the after hook of a release call: it reads the reply and
@@ -509,19 +514,31 @@ func (l *Engine) giveUp(h *hold, member string, pttl int64, cause error) error {
 // otherwise, and when the caller's deadline passed while Redis did not
 // answer, the error is ErrUnavailable: the lock state is unknown.
 func (l *Engine) acquireFailed(ctx context.Context, h *hold, member string, err error) error {
-	cerr := ctx.Err()
-	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
-		cerr = context.DeadlineExceeded // the call gave up at ctx's deadline, before ctx's own timer fired
-	}
+	l.undo(ctx, h, member, err)
+	return l.failed(ctx, h.key, err)
+}
+
+// undo withdraws h's attempt, queued as member, whose call failed with err,
+// as acquireFailed says.
+func (l *Engine) undo(ctx context.Context, h *hold, member string, err error) {
 	switch {
 	case errors.Is(err, errNoAnswer), member == "" && (errors.Is(err, errUnsent) || l.neverSent(err)):
-	case errors.Is(cerr, context.Canceled) && errors.Is(err, errUnsent):
+	case errors.Is(ctx.Err(), context.Canceled) && errors.Is(err, errUnsent):
 		l.withdraw(h, member)
 	default:
 		l.bg.do(func() { l.withdraw(h, member) })
 	}
+}
+
+// failed returns the error of an acquisition of key whose call failed with
+// err, as acquireFailed says.
+func (l *Engine) failed(ctx context.Context, key lockcore.Key, err error) error {
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded // the call gave up at ctx's deadline, before ctx's own timer fired
+	}
 	if errors.Is(cerr, context.Canceled) {
-		return errors.Join(&lockcore.ContentionError{Key: h.key.String()}, cerr)
+		return errors.Join(&lockcore.ContentionError{Key: key.String()}, cerr)
 	}
 	if cerr != nil {
 		return errors.Join(l.report(unavailable("acquire", err)), cerr)

@@ -184,7 +184,27 @@ func (b *batcher) do(ctx context.Context, c *call) int {
 		}
 		return answered
 	}
-	b.queue = append(b.queue, c)
+	b.enqueue(c)
+	return b.wait(ctx, c)
+}
+
+// doAll sends cs, calls that are sent whatever happens (call.keep), in one
+// pipeline or in one with other calls, and waits for each one's answer
+// until its deadline; it returns the outcome of each, as do.
+func (b *batcher) doAll(cs []*call) []int {
+	b.mu.Lock()
+	b.enqueue(cs...)
+	outs := make([]int, len(cs))
+	for i, c := range cs {
+		outs[i] = b.wait(context.Background(), c)
+	}
+	return outs
+}
+
+// enqueue queues cs, with b.mu held, which it unlocks, and starts a
+// flight for the queue if fewer than maxFlights fly.
+func (b *batcher) enqueue(cs ...*call) {
+	b.queue = append(b.queue, cs...)
 	var batch []*call
 	if b.flights < maxFlights {
 		b.flights++
@@ -195,7 +215,10 @@ func (b *batcher) do(ctx context.Context, c *call) int {
 	if batch != nil {
 		go b.fly(batch)
 	}
+}
 
+// wait waits for the answer to c, queued, as do says.
+func (b *batcher) wait(ctx context.Context, c *call) int {
 	c.timer.Reset(time.Until(c.deadline))
 	defer c.timer.Stop()
 	select {

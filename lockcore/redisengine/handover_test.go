@@ -92,22 +92,30 @@ func TestLocalHandOverPublishesNothing(t *testing.T) {
 	})
 }
 
-// loseReleaseReply lets the next release script run in Redis and then
-// reports its reply lost, as a connection that broke after sending would.
-type loseReleaseReply struct{ armed *atomic.Bool }
+// loseReply lets the next call of script s run in Redis and then reports
+// its reply lost, as a connection that broke after sending would.
+type loseReply struct {
+	armed *atomic.Bool
+	s     *script
+}
 
-func (h loseReleaseReply) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h loseReleaseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h loseReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h loseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-func (h loseReleaseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h loseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		// The release script is the one run with a *redis.Cmd; it ran when
-		// Redis answered without an error (not NOSCRIPT).
-		if _, release := cmd.(*redis.Cmd); release && err == nil && h.armed.CompareAndSwap(true, false) {
-			cmd.SetErr(io.ErrUnexpectedEOF)
-			return io.ErrUnexpectedEOF
+		// It ran when Redis answered without an error (not NOSCRIPT).
+		if a := cmd.Args(); len(a) > 1 && err == nil {
+			s, _ := scriptOf(a[1])
+			if s == nil {
+				s = scriptOfSource(a[1]) // sent with EVAL
+			}
+			if s == h.s && h.armed.CompareAndSwap(true, false) {
+				cmd.SetErr(io.ErrUnexpectedEOF)
+				return io.ErrUnexpectedEOF
+			}
 		}
 		return err
 	}
@@ -121,7 +129,7 @@ func TestLostReleaseReply(t *testing.T) {
 	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		var armed atomic.Bool
 		rdb := b.Universal(t)
-		rdb.AddHook(loseReleaseReply{&armed})
+		rdb.AddHook(loseReply{&armed, releaseScript})
 		l, err := New(rdb, Options{Prefix: redistest.Prefix(t)})
 		if err != nil {
 			t.Fatal(err)

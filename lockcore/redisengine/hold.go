@@ -35,6 +35,7 @@ type hold struct {
 	ls      *lockcore.Lease // set once held
 	start   time.Time       // when it was held, for holdStats
 	ended   atomic.Bool     // released or lost: the watchdog drops it
+	grp     *group          // the holds taken with it, released with it; nil for none
 
 	// Watchdog bookkeeping, guarded by the watchdog's mutex.
 	index int           // in the watchdog heap; -1 when not scheduled
@@ -122,6 +123,12 @@ func (h *hold) Release(ctx context.Context) error {
 		l.stats.record(h.key, time.Since(h.start))
 	}
 	l.wd.remove(h)
+	if g := h.grp; g != nil {
+		if g.left.Add(-1) > 0 {
+			return nil // released with the last of its group
+		}
+		return l.releaseGroup(ctx, g, h)
+	}
 	// A reply of -1 while the lease was valid means Redis no longer has this
 	// entry although nobody else could have taken the lock: a run of this
 	// same call, re-sent by the client after a lost reply, released it.

@@ -34,6 +34,8 @@ var (
 	luaShared string
 	//go:embed lua/srenew.lua
 	luaSharedRenew string
+	//go:embed lua/all.lua
+	luaAll string
 )
 
 // The scripts. Each is sent whole, as one self-contained source: a
@@ -51,7 +53,9 @@ var (
 	// may re-enter, whose reply may then be an array.
 	reenterScript = &script{src: acquireScript.src, sha: acquireScript.sha, array: true}
 	// sharedScript acquires a shared hold (Policy.Share).
-	sharedScript  = newScript(luaShared, "", true)
+	sharedScript = newScript(luaShared, "", true)
+	// allScript takes several free locks at once (Engine.AcquireGroup).
+	allScript     = newScript(luaAll, "", true)
 	releaseScript = newScript(luaRelease, "allow-oom", true)
 	renewScript   = newScript(luaRenew, "allow-oom", false)
 	// sharedRenewScript renews a shared hold.
@@ -61,7 +65,7 @@ var (
 	// none of the scripts (see runner.known).
 	guardScript = newScript(luaGuard, "allow-oom", false)
 
-	scripts = []*script{acquireScript, reenterScript, sharedScript, releaseScript, renewScript, sharedRenewScript, revokeScript}
+	scripts = []*script{acquireScript, reenterScript, sharedScript, allScript, releaseScript, renewScript, sharedRenewScript, revokeScript}
 )
 
 // script is a Lua script run with arguments that the caller lays out

@@ -70,3 +70,15 @@ end
 local function hold_revoked(r, id)
   return r and hold_has(r, id)
 end
+
+-- How many ms more the restart guard G refuses acquisitions of an Engine
+-- whose longest lease is longest ms (<= 0: it does not): while the guard
+-- lives (see guard.lua) and the server is younger than that lease, a
+-- holder from before a restart may still run.
+local function guard_young(G, longest)
+  local g = redis.call('PTTL', G)
+  if g > 0 then
+    return longest - (tonumber(redis.call('GET', G)) - g)
+  end
+  return 0
+end

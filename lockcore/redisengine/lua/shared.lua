@@ -23,12 +23,9 @@
 local L, Q, F, S, P = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member, share, others = ARGV[5], ARGV[6], ARGV[10], ARGV[11] or ''
-local g = redis.call('PTTL', KEYS[4])
-if g > 0 then
-  local young = tonumber(ARGV[9]) - (tonumber(redis.call('GET', KEYS[4])) - g)
-  if young > 0 then
-    return -young
-  end
+local young = guard_young(KEYS[4], tonumber(ARGV[9]))
+if young > 0 then
+  return -young
 end
 -- @common
 local claim, trust = tonumber(ARGV[7]), ARGV[8] == '1'
