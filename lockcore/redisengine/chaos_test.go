@@ -117,6 +117,7 @@ var chaosEngine = Options{Timeout: 100 * time.Millisecond, ReleaseTimeout: 100 *
 // chaosResult is what a run did.
 type chaosResult struct {
 	sections   int
+	pairs      int // sections of two keys taken together (lockcore.AcquireAll)
 	errs       map[string]int
 	lost       int   // sections whose lease was lost during the work (counted up to the loss)
 	revoked    int   // of those, revoked by an operator
@@ -217,7 +218,11 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	// budget.
 	// The returned cancel ends the caller's context: a caller with a
 	// deadline keeps it for its whole section, as a request does.
-	acquire := func(rng *rand.Rand, parent context.Context, l *Engine, k int) (*lockcore.Lease, context.CancelFunc, error) {
+	// With also >= 0, it takes keys k and also together (lockcore.AcquireAll:
+	// in one script when both are free, else one by one, in one budget)
+	// and returns their leases in key order: the second's context descends
+	// from the first's.
+	acquire := func(rng *rand.Rand, parent context.Context, l *Engine, k, also int) (*lockcore.Lease, *lockcore.Lease, context.CancelFunc, error) {
 		p := lockcore.Policy{Wait: lockcore.FailFast}
 		if rng.IntN(3) > 0 {
 			p.Wait = time.Duration(1+rng.IntN(300)) * time.Millisecond
@@ -230,11 +235,27 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 			budget = min(budget, d)
 		}
 		t0 := time.Now()
-		ls, err := l.Acquire(actx, mustKey(t, "k", strconv.Itoa(k)), p)
+		var (
+			ls, second *lockcore.Lease
+			err        error
+		)
+		calls := time.Duration(1)
+		if also < 0 {
+			ls, err = l.Acquire(actx, mustKey(t, "k", strconv.Itoa(k)), p)
+		} else {
+			var leases []*lockcore.Lease
+			leases, err = lockcore.AcquireAll(actx, l, []lockcore.Key{mustKey(t, "k", strconv.Itoa(also)), mustKey(t, "k", strconv.Itoa(k))}, p)
+			if err == nil {
+				ls, second = leases[0], leases[1]
+			}
+			// The group's call, then the last key's past the budget and
+			// the rollback.
+			calls = 3
+		}
 		// Beyond its budget, an Acquire may take one call (bounded by the
 		// engine's Timeout) and the withdrawal after it (ReleaseTimeout),
 		// plus scheduling on a loaded machine.
-		if o := time.Since(t0) - budget - eng.Timeout - eng.ReleaseTimeout - grace; o > 0 {
+		if o := time.Since(t0) - budget - calls*(eng.Timeout+eng.ReleaseTimeout) - grace; o > 0 {
 			mu.Lock()
 			res.overshoot = max(res.overshoot, int64(o))
 			mu.Unlock()
@@ -243,7 +264,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 			acancel()
 			acancel = func() {}
 		}
-		return ls, acancel, err
+		return ls, second, acancel, err
 	}
 
 	var wg sync.WaitGroup
@@ -255,10 +276,22 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 			for i := 0; i < 100000 && ctx.Err() == nil; i++ {
 				l := lockers[rng.IntN(len(lockers))]
 				k := rng.IntN(cfg.keys)
-				ls, done, err := acquire(rng, ctx, l, k)
+				also := -1
+				if k+1 < cfg.keys && rng.IntN(4) == 0 {
+					also = k + 1
+				}
+				ls, second, done, err := acquire(rng, ctx, l, k, also)
 				if err != nil {
 					note(err)
 					continue
+				}
+				if second != nil {
+					mu.Lock()
+					res.pairs++
+					mu.Unlock()
+					if ls.Key() != mustKey(t, "k", strconv.Itoa(k)) {
+						k, also = also, k // taken in key order: the first is the outer hold
+					}
 				}
 				start := time.Now()
 				fence := ls.Fence()
@@ -274,7 +307,30 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				var innerSec []section // the sections of inner, a nested hold's
 				var innerOf []int      // the index in inner of each innerSec
 				fresh := false         // the nested acquisition found the hold gone and took a fresh one
-				switch rng.IntN(4) {
+				// A pair taken together: the second key's lease is a nested
+				// hold of the first's.
+				nested := func(k2 int, in *lockcore.Lease) {
+					s2 := section{key: k2, start: time.Now(), fence: in.Fence(), token: in.Token()}
+					cut2 := make(chan time.Time, 1)
+					innerDone = append(innerDone, context.AfterFunc(in.Context(), func() { cut2 <- time.Now() }))
+					if in.Context().Err() == nil && write(k2, in.Fence()) {
+						s2.end = time.Now()
+						select {
+						case c := <-cut2:
+							s2.end = c
+						default:
+						}
+						innerSec = append(innerSec, s2)
+						innerOf = append(innerOf, len(inner))
+					}
+					inner = append(inner, in)
+				}
+				choice := rng.IntN(4)
+				if second != nil {
+					nested(also, second)
+					choice = 4 // nothing more nested
+				}
+				switch choice {
 				case 0:
 					if in, err := lockers[rng.IntN(len(lockers))].Acquire(ls.Context(), mustKey(t, "k", strconv.Itoa(k)), lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
 						if in.Token() != ls.Token() {
@@ -293,22 +349,9 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 					}
 				case 1:
 					if k2 := k + 1 + rng.IntN(2); k2 < cfg.keys {
-						if in, done2, err := acquire(rng, ls.Context(), l, k2); err == nil {
+						if in, _, done2, err := acquire(rng, ls.Context(), l, k2, -1); err == nil {
 							innerCancel = append(innerCancel, done2)
-							s2 := section{key: k2, start: time.Now(), fence: in.Fence(), token: in.Token()}
-							cut2 := make(chan time.Time, 1)
-							innerDone = append(innerDone, context.AfterFunc(in.Context(), func() { cut2 <- time.Now() }))
-							if in.Context().Err() == nil && write(k2, in.Fence()) {
-								s2.end = time.Now()
-								select {
-								case c := <-cut2:
-									s2.end = c
-								default:
-								}
-								innerSec = append(innerSec, s2)
-								innerOf = append(innerOf, len(inner))
-							}
-							inner = append(inner, in)
+							nested(k2, in)
 						} else {
 							note(err)
 						}
@@ -543,7 +586,7 @@ func seed(t *testing.T) uint64 {
 
 func report(t *testing.T, name string, r chaosResult) {
 	t.Helper()
-	t.Logf("%s: %d sections held, %d leases lost mid-section, errors %v, %d violations", name, r.sections, r.lost, r.errs, len(r.violations))
+	t.Logf("%s: %d sections held (%d pairs of keys taken together), %d leases lost mid-section, errors %v, %d violations", name, r.sections, r.pairs, r.lost, r.errs, len(r.violations))
 	for i, v := range r.violations {
 		if i == 20 {
 			t.Errorf("… %d more", len(r.violations)-20)
@@ -551,8 +594,8 @@ func report(t *testing.T, name string, r chaosResult) {
 		}
 		t.Error(v)
 	}
-	if r.sections == 0 {
-		t.Error("no section ran: the run proves nothing")
+	if r.sections == 0 || r.pairs == 0 {
+		t.Errorf("%d sections, %d pairs ran: the run proves too little", r.sections, r.pairs)
 	}
 }
 
