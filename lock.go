@@ -117,6 +117,16 @@ func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	return l.engine.Acquire(ctx, key, p.Or(l.defaults))
 }
 
+// AcquireAll takes the locks of keys all or nothing, as lockcore.AcquireAll
+// does, from the Locker's engine (through its observers), with p's zero
+// fields taken from the Locker's Defaults: the wait budget of the lot too.
+// lockcore.AcquireAll given a Locker calls it, so middleware.Lock and
+// package interceptor take a route's several resources (keyfunc.Func.Also)
+// with it.
+func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
+	return lockcore.AcquireAll(ctx, l.engine, keys, p.Or(l.defaults))
+}
+
 // RecordsRoute reports whether the Locker's engine, through its
 // observers, labels each acquisition with its route (lockcore.Policy.Route,
 // as package lockotel's does): middleware.Lock asks, to find each

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -290,14 +288,14 @@ func BenchmarkSeveral(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			cmds.Store(0)
-			trips.n.Store(0)
+			trips.Reset()
 			for i := 0; i < b.N; i++ {
 				if err := cycle(); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(cmds.Load())/float64(b.N), "cmds/op")
-			b.ReportMetric(float64(trips.n.Load())/float64(b.N), "trips/op")
+			b.ReportMetric(float64(trips.N())/float64(b.N), "trips/op")
 		})
 	}
 }
@@ -305,7 +303,7 @@ func BenchmarkSeveral(b *testing.B) {
 // defaultEngine returns an Engine with prefix on a client of the server at
 // go-redis's defaults, closed when b ends, and the counts of the client's
 // commands and exchanges with Redis.
-func defaultEngine(b *testing.B, prefix string) (*redisengine.Engine, *atomic.Int64, *tripHook) {
+func defaultEngine(b *testing.B, prefix string) (*redisengine.Engine, *atomic.Int64, *redistest.Trips) {
 	b.Helper()
 	cmds := new(atomic.Int64)
 	rdb, err := ServerAt(addr).Client(0, false, cmds)
@@ -313,7 +311,7 @@ func defaultEngine(b *testing.B, prefix string) (*redisengine.Engine, *atomic.In
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = rdb.Close() })
-	trips := &tripHook{}
+	trips := &redistest.Trips{}
 	rdb.AddHook(trips)
 	l, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix, TTL: TTL})
 	if err != nil {
@@ -321,24 +319,4 @@ func defaultEngine(b *testing.B, prefix string) (*redisengine.Engine, *atomic.In
 	}
 	b.Cleanup(func() { _ = l.Close() })
 	return l, cmds, trips
-}
-
-// tripHook counts a client's exchanges with Redis: a command alone or a
-// pipeline, leaving out the handshake of new connections.
-type tripHook struct{ n atomic.Int64 }
-
-func (h *tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name != "hello" && name != "client" && name != "select" {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmds)
-	}
 }

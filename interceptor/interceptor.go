@@ -269,12 +269,15 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	return handler(lease.Context(), req)
 }
 
-// release releases ls, then rest, as lock returned them.
+// release releases ls, then rest, as lock returned them: together
+// (lockcore.ReleaseAll), so that their engine may give them up in one
+// exchange with its backend.
 func release(ctx context.Context, ls *lockcore.Lease, rest []*lockcore.Lease) {
-	_ = ls.Release(ctx)
-	if rest != nil {
-		_ = lockcore.ReleaseAll(ctx, rest)
+	if rest == nil {
+		_ = ls.Release(ctx)
+		return
 	}
+	_ = lockcore.ReleaseAll(ctx, append(rest[:len(rest):len(rest)], ls))
 }
 
 // lock takes the lock of rule r for a call of method fullMethod with

@@ -545,38 +545,55 @@ func (ls *Lease) Err() error {
 // error matching ErrUnavailable if the backend did not answer in time; the
 // key then expires at the end of its TTL unless the release lands later.
 func (ls *Lease) Release(ctx context.Context) error {
-	if !ls.released.CompareAndSwap(false, true) {
-		return ErrReleased
+	h, live, err := ls.let()
+	if h == nil {
+		return err
 	}
-	h := ls.h
+	var began int64
+	if live && h.ev != nil {
+		began = mono()
+	}
+	return h.ended(ctx, live, began, h.free(ctx))
+}
+
+// let is Release up to the backend release: it returns the hold whose
+// backend release is now due, and whether it was live (else lost); or a nil
+// hold and what Release returns.
+func (ls *Lease) let() (h *held, live bool, err error) {
+	if !ls.released.CompareAndSwap(false, true) {
+		return nil, false, ErrReleased
+	}
+	h = ls.h
 	if h.refs.Add(-1) > 0 {
 		// An outer lease in this process still holds it; a hold lost
 		// meanwhile is reported to every lease, not only the last.
 		if h.certain() || h.state.Load() != holdLost {
-			return nil // or the other lease has just released it
+			return nil, false, nil // or the other lease has just released it
 		}
 		h.settled()
 		if err := context.Cause(h); errors.Is(err, ErrLockLost) {
-			return err
+			return nil, false, err
 		}
-		return h.lost()
+		return nil, false, h.lost()
 	}
 	h.certain() // a lease that ran out is lost, not released
-	wasLive := h.state.CompareAndSwap(holdLive, holdReleased)
+	live = h.state.CompareAndSwap(holdLive, holdReleased)
 	if t := h.ceiling.Load(); t != nil {
 		t.Stop() // once it fires, it finds the hold released and does nothing
 	}
-	if !wasLive {
-		_ = h.free(ctx)
+	if live {
+		h.cancel(ErrReleased)
+	}
+	return h, live, nil
+}
+
+// ended is the end of Release, after the backend release of h (begun at
+// began, when h has Events), which returned err.
+func (h *held) ended(ctx context.Context, live bool, began int64, err error) error {
+	if !live {
 		h.settled() // the loss was told before this returns
 		return h.lost()
 	}
-	h.cancel(ErrReleased)
-	var began int64
-	if h.ev != nil {
-		began = mono()
-	}
-	err := h.free(ctx)
 	if h.ev != nil {
 		held, release := time.Duration(began-h.start), time.Duration(mono()-began)
 		if errors.Is(err, ErrRevoked) {

@@ -17,6 +17,11 @@ import (
 // every hold (HeldFrom lists them, each with its own fence) and is
 // cancelled when any of them is lost.
 //
+// When e has an AcquireAll method of its own, with this function's
+// parameters after e, AcquireAll calls it instead: a *lock.Locker's applies
+// its Defaults to the lot and calls this function with its engine. (Such a
+// method must not call this function with its own receiver.)
+//
 // When e is a GroupEngine, AcquireAll asks it first to take them all in
 // one exchange with its backend, and takes them one by one only when it
 // declines.
@@ -26,6 +31,9 @@ import (
 // acquisition that failed (a *ContentionError with TimedOut when the
 // budget ran out before its turn). Release the leases with ReleaseAll.
 func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, error) {
+	if a, ok := e.(allAcquirer); ok {
+		return a.AcquireAll(ctx, keys, p)
+	}
 	if len(keys) == 1 {
 		ls, err := e.Acquire(ctx, keys[0], p)
 		if err != nil {
@@ -47,14 +55,14 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 	if p.Wait == 0 {
 		p.Wait = defaultWait
 	}
+	var deadline time.Time
+	if p.Wait > 0 {
+		deadline = time.Now().Add(p.Wait)
+	}
 	if g, ok := e.(GroupEngine); ok && len(ks) > 1 {
 		if leases, err := g.AcquireGroup(ctx, ks, p); leases != nil || err != nil {
 			return leases, err
 		}
-	}
-	var deadline time.Time
-	if p.Wait > 0 {
-		deadline = time.Now().Add(p.Wait)
 	}
 	leases, orig := make([]*Lease, 0, len(ks)), ctx
 	for _, k := range ks {
@@ -79,8 +87,14 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 	return leases, nil
 }
 
-// GroupEngine is an Engine that can take several locks in one exchange
-// with its backend, which AcquireAll then tries first.
+// allAcquirer is an Engine with an AcquireAll method of its own.
+type allAcquirer interface {
+	AcquireAll(ctx context.Context, keys []Key, p Policy) ([]*Lease, error)
+}
+
+// GroupEngine is an Engine that can take several locks, and give several
+// holds up, in one exchange with its backend: AcquireAll and ReleaseAll
+// then do so.
 type GroupEngine interface {
 	Engine
 
@@ -93,16 +107,65 @@ type GroupEngine interface {
 	// is FailFast it may fail with the *ContentionError of a key it found
 	// held. p.Wait is positive or FailFast.
 	AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lease, error)
+
+	// ReleaseHolds gives up holds as their Release methods would, each
+	// called once, and returns each one's error in order; the holds the
+	// engine made go to the backend together.
+	ReleaseHolds(ctx context.Context, holds []Hold) []error
 }
 
 // ReleaseAll releases leases, last first, as AcquireAll returned them,
-// and returns the first error of their Releases.
+// and returns the first error of their Releases. The backend releases of
+// holds made by one GroupEngine go together (GroupEngine.ReleaseHolds).
 func ReleaseAll(ctx context.Context, leases []*Lease) error {
 	var first error
-	for i := len(leases) - 1; i >= 0; i-- {
-		if err := leases[i].Release(ctx); err != nil && first == nil {
+	note := func(err error) {
+		if err != nil && first == nil {
 			first = err
 		}
+	}
+	type due struct {
+		h    *held
+		live bool
+		err  error
+	}
+	dues := make([]due, 0, len(leases))
+	for i := len(leases) - 1; i >= 0; i-- {
+		h, live, err := leases[i].let()
+		if h == nil {
+			note(err)
+			continue
+		}
+		dues = append(dues, due{h: h, live: live})
+	}
+	began := mono()
+	var (
+		ge    GroupEngine
+		holds []Hold
+		of    []int // the index in dues of each of holds
+	)
+	for i := range dues {
+		h := dues[i].h
+		g, ok := h.e.(GroupEngine)
+		if !ok || ge != nil && g != ge {
+			dues[i].err = h.free(ctx)
+			continue
+		}
+		if h.freed.CompareAndSwap(false, true) { // else released already, as free would find
+			ge, holds, of = g, append(holds, h.hold), append(of, i)
+		}
+	}
+	switch len(holds) {
+	case 0:
+	case 1:
+		dues[of[0]].err = holds[0].Release(ctx)
+	default:
+		for j, err := range ge.ReleaseHolds(ctx, holds) {
+			dues[of[j]].err = err
+		}
+	}
+	for _, d := range dues {
+		note(d.h.ended(ctx, d.live, began, d.err))
 	}
 	return first
 }

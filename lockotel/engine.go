@@ -2,10 +2,12 @@ package lockotel
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/routelock/lock/internal/outcome"
 	"github.com/routelock/lock/lockcore"
@@ -26,12 +28,61 @@ type engine struct {
 // keeps ctx's span as its current span, and records the call in a span
 // lock.acquire, a child of ctx's span, that ends when it returns.
 func (e *engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	t := e.t
-	_, span := t.tracer.Start(ctx, "lock.acquire")
 	start := time.Now()
 	ls, err := e.inner.Acquire(ctx, key, p)
-	wait := time.Since(start)
+	e.record(ctx, key, p, start, time.Since(start), ls, err)
+	return ls, err
+}
 
+// AcquireGroup implements lockcore.GroupEngine when the wrapped engine
+// does, and declines otherwise: each key it takes is recorded as Acquire
+// records one, with the whole call's wait; a failure is recorded once, for
+// the key it names (or the first).
+func (e *engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
+	g, ok := e.inner.(lockcore.GroupEngine)
+	if !ok {
+		return nil, nil
+	}
+	start := time.Now()
+	leases, err := g.AcquireGroup(ctx, keys, p)
+	wait := time.Since(start)
+	if err != nil {
+		key := keys[0]
+		var ce *lockcore.ContentionError
+		if errors.As(err, &ce) {
+			for _, k := range keys {
+				if k.String() == ce.Key {
+					key = k
+				}
+			}
+		}
+		e.record(ctx, key, p, start, wait, nil, err)
+	}
+	for _, ls := range leases {
+		e.record(ctx, ls.Key(), p, start, wait, ls, nil)
+	}
+	return leases, err
+}
+
+// ReleaseHolds implements lockcore.GroupEngine: the wrapped engine's, or
+// each hold's Release. (lockcore.ReleaseAll calls the engine that made the
+// holds, not this one.)
+func (e *engine) ReleaseHolds(ctx context.Context, holds []lockcore.Hold) []error {
+	if g, ok := e.inner.(lockcore.GroupEngine); ok {
+		return g.ReleaseHolds(ctx, holds)
+	}
+	errs := make([]error, len(holds))
+	for i, h := range holds {
+		errs[i] = h.Release(ctx)
+	}
+	return errs
+}
+
+// record records an acquisition of key with p and context ctx, begun at
+// start, that took wait and returned ls and err: its span and metrics.
+func (e *engine) record(ctx context.Context, key lockcore.Key, p lockcore.Policy, start time.Time, wait time.Duration, ls *lockcore.Lease, err error) {
+	t := e.t
+	_, span := t.tracer.Start(ctx, "lock.acquire", trace.WithTimestamp(start))
 	res := key.Name()
 	out := outcomeOf(ctx, err)
 	if span.IsRecording() {
@@ -65,13 +116,12 @@ func (e *engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 			span.SetStatus(codes.Error, out)
 		}
 	}
-	span.End()
+	span.End(trace.WithTimestamp(start.Add(wait)))
 
 	t.acquireDur.Record(ctx, wait.Seconds(), t.attrs.get(kindAcquire, res, p.Route, out).rec...)
 	if ls != nil && !ls.Reentered() {
 		t.attrs.get(kindResource, res, "", "").held.Add(1)
 	}
-	return ls, err
 }
 
 // Check calls the wrapped engine's Check(ctx) error, when it has one (the

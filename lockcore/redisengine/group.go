@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,28 +15,19 @@ import (
 // one by one.
 const maxGroup = 32
 
-// group is the holds that AcquireGroup took together: they are released
-// together, in one pipeline, when the last of them is.
-type group struct {
-	holds []*hold
-	left  atomic.Int32 // holds not yet released
-}
-
 // AcquireGroup implements lockcore.GroupEngine: it takes the exclusive
 // locks of keys in one call to Redis, all or none, when every one of them
-// is free and nobody waits for it. The leases it returns are released
-// together, in one round trip, when the last of them is (lockcore.ReleaseAll
-// releases them in a row); a lease released alone before the others keeps
-// its key in Redis until then, unrenewed: at most one TTL.
+// is free and nobody waits for it.
 //
 // It does not try, and returns (nil, nil), for shared acquisitions, for a
-// context that holds or carries a lock already (re-entry), on a Cluster
-// when the keys are in more than one slot, when replicas must acknowledge
-// acquisitions (Options.Replicas), before the Engine has read the server's
-// settings, and for more than 32 keys; nor after finding one of the keys
-// held or waited for, unless p.Wait is lockcore.FailFast: it then fails
-// with that key's *lockcore.ContentionError. Its other errors are
-// Acquire's.
+// context that holds or carries any lock already (re-entry), on a Cluster
+// when the keys are in more than one slot (each key has a slot of its own
+// but for the chance of a hash collision, so on a Cluster this is rare),
+// when replicas must acknowledge acquisitions (Options.Replicas), before
+// the Engine has read the server's settings, and for more than 32 keys;
+// nor after finding one of the keys held or waited for, unless p.Wait is
+// lockcore.FailFast and the key is held: it then fails with that key's
+// *lockcore.ContentionError. Its other errors are Acquire's.
 func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
 	if len(keys) < 2 || len(keys) > maxGroup || p.Share != 0 || p.Validate() != nil || l.run.ack > 0 ||
 		!l.settled.Load() || l.refuse.Load() != nil || l.closed.Load() || ctx.Err() != nil ||
@@ -92,8 +82,8 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 	}
 	c.late = func(c *call) {
 		if err := c.cmd.Err(); err == nil {
-			if _, refused := grantedAll(c.cmd, len(hs)); refused != nil {
-				return // refused: nothing was written
+			if r := readGroup(c.cmd.(*redis.Cmd).Val(), len(hs)); r.refused() {
+				return // nothing was written
 			}
 		} else if l.neverSent(err) {
 			return
@@ -127,33 +117,36 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		return nil, l.failed(ctx, hs[0].key, err)
 	}
 	l.answered()
-	fences, refused := grantedAll(v, len(hs))
-	if fences == nil {
-		if refused == nil {
-			return nil, errUnexpected(v)
+	r := readGroup(v, len(hs))
+	switch {
+	case r.fences != nil:
+	case !r.refused():
+		// Ran before (a re-sent call) and partly undone since, or a reply no
+		// run gives: whatever it holds is given back.
+		err := fmt.Errorf("redisengine: group acquire script replied %v", v)
+		for _, h := range hs {
+			l.undo(ctx, h, "", err)
 		}
-		if p.Wait != lockcore.FailFast {
-			return nil, nil // AcquireAll waits for them one by one
-		}
-		k := hs[refused[0]].key
-		return nil, &lockcore.ContentionError{Key: k.String(), RetryAfter: l.stats.retryAfter(k, time.Duration(refused[1])*time.Millisecond)}
+		return nil, l.failed(ctx, hs[0].key, err)
+	case p.Wait != lockcore.FailFast || r.pttl == 0:
+		// A held key to wait for, or a free one that others queue for,
+		// which a lone fail-fast attempt may still take: AcquireAll takes
+		// them one by one.
+		return nil, nil
+	default:
+		k := hs[r.busy].key
+		return nil, &lockcore.ContentionError{Key: k.String(), RetryAfter: l.stats.retryAfter(k, time.Duration(r.pttl)*time.Millisecond)}
 	}
 
-	g := &group{holds: hs}
-	g.left.Store(int32(len(hs)))
-	leases, closed := make([]*lockcore.Lease, len(hs)), false
+	leases := make([]*lockcore.Lease, len(hs))
 	for i, h := range hs {
-		h.fence, h.grp, h.start = fences[i], g, time.Now()
+		h.fence, h.start = r.fences[i], time.Now()
 		h.ls = lockcore.NewLease(ctx, l, h.key, h.token, h.fence, h, l.opt.Events)
-		if !l.wd.add(h, now, h.ttl) {
-			closed = true
-		}
 		leases[i], ctx = h.ls, h.ls.Context()
 	}
-	if closed {
+	if !l.wd.addAll(now, p.TTL, hs...) {
 		// Closed while acquiring: given back, as Acquire does.
 		for _, h := range hs {
-			l.wd.remove(h)
 			h.lose(lockcore.ErrClosed)
 			l.withdraw(h, "")
 		}
@@ -165,89 +158,93 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 	return leases, nil
 }
 
-// grantedAll reads the reply of the group acquire script for n locks (a
-// reply or the command): their fences when it took them all; otherwise
-// nil and, when it refused, the index of the lock it found held or waited
-// for (-1: the restart guard) and that lock's remaining lease or the
-// guard's in ms; nil, nil for any other reply.
-func grantedAll(v any, n int) (fences []int64, refused []int) {
-	if cmd, ok := v.(redis.Cmder); ok {
-		v = cmd.(*redis.Cmd).Val()
-	}
+// groupReply is a reply of the group acquire script for n locks.
+type groupReply struct {
+	fences []int64 // each lock's, when it took them all (or had, when run before)
+	busy   int     // the index of the lock it found held or waited for; -1: none
+	pttl   int64   // that lock's remaining lease in ms (0: free but waited for), or the restart guard's
+}
+
+// refused reports a reply that took nothing: a held lock, or the restart
+// guard.
+func (r groupReply) refused() bool { return r.fences == nil && r.busy >= 0 }
+
+// readGroup reads v, the group acquire script's reply for n locks. A reply
+// it does not know is neither taken nor refused.
+func readGroup(v any, n int) groupReply {
+	r := groupReply{busy: -1}
 	switch v := v.(type) {
 	case int64:
-		if v <= 0 {
-			return nil, []int{0, int(-v)}
+		if v <= 0 { // the restart guard: the first key waits for it
+			r.busy, r.pttl = 0, -v
 		}
 	case []any:
 		if len(v) == 3 && v[0] == int64(0) {
 			i, ok1 := v[1].(int64)
 			pttl, ok2 := v[2].(int64)
 			if ok1 && ok2 && i >= 1 && int(i) <= n {
-				return nil, []int{int(i) - 1, int(pttl)}
+				r.busy, r.pttl = int(i)-1, pttl
 			}
-			return nil, nil
+			return r
 		}
 		if len(v) != n {
-			return nil, nil
+			return r
 		}
-		fences = make([]int64, n)
+		fences := make([]int64, n)
 		for i, f := range v {
 			f, ok := f.(int64)
 			if !ok || f <= 0 {
-				return nil, nil
+				return r
 			}
 			fences[i] = f
 		}
-		return fences, nil
+		r.fences = fences
 	}
-	return nil, nil
+	return r
 }
 
-// errUnexpected is the error of a reply the group acquire script does not
-// give.
-func errUnexpected(v any) error {
-	return fmt.Errorf("redisengine: unexpected reply %v from the group acquire script", v)
-}
-
-// releaseGroup releases g's holds, the last of which is h, in one
-// pipeline; it returns h's error, as Release does. The other holds'
-// releases that fail go on in the background, as h's does.
-func (l *Engine) releaseGroup(ctx context.Context, g *group, h *hold) error {
+// ReleaseHolds implements lockcore.GroupEngine: the releases of holds that
+// this Engine made go to Redis in one pipeline, each as its Release would
+// send it on its own; any other hold is released by its Release.
+func (l *Engine) ReleaseHolds(ctx context.Context, holds []lockcore.Hold) []error {
+	errs := make([]error, len(holds))
+	var (
+		mine []*hold
+		at   []int
+	)
+	for i, hh := range holds {
+		if h, ok := hh.(*hold); ok && h.l == l {
+			h.letGo()
+			mine, at = append(mine, h), append(at, i)
+			continue
+		}
+		errs[i] = hh.Release(ctx)
+	}
+	if len(mine) == 0 {
+		return errs
+	}
 	sent := time.Now()
-	cs := make([]*call, len(g.holds))
-	for i, gh := range g.holds {
-		cs[i] = l.releaseCall(ctx, gh, "", sent)
+	cs := make([]*call, len(mine))
+	for i, h := range mine {
+		cs[i] = l.releaseCall(ctx, h, "", sent)
 	}
-	var mine error
 	woke := false
 	for i, out := range l.batch.doAll(cs) {
-		gh := g.holds[i]
 		var (
 			n   int64
-			err error
+			err = errNoAnswer
 		)
 		if out == answered {
 			n, err, woke = cs[i].n, cs[i].cmd.Err(), woke || cs[i].woke
 			cs[i].recycle()
-		} else {
-			err = errNoAnswer
+			if err == nil {
+				l.answered()
+			}
 		}
-		switch {
-		case err != nil:
-			err = l.report(unavailable("release", err))
-			l.latch(gh, err)
-		case n == -3:
-			err = lockcore.ErrRevoked
-		default:
-			l.answered()
-		}
-		if gh == h {
-			mine = err
-		}
+		errs[at[i]] = mine[i].released(n, err)
 	}
 	if woke {
-		runtime.Gosched() // as release
+		runtime.Gosched() // as release does
 	}
-	return mine
+	return errs
 }

@@ -14,50 +14,6 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// tripHook counts a client's exchanges with a server: a command alone or a
-// pipeline, leaving out a new connection's handshake. Added to each node's
-// client of a Cluster, it counts exchanges with every node.
-type tripHook struct{ n atomic.Int64 }
-
-func (h *tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !handshake(cmd) {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if !handshake(cmd) {
-				h.n.Add(1)
-				break
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func handshake(cmd redis.Cmder) bool {
-	switch cmd.Name() {
-	case "hello", "client", "select", "auth", "readonly":
-		return true
-	}
-	return false
-}
-
-// countTrips adds h to c, to each node's client on a Cluster. It must run
-// before c's first command.
-func countTrips(c redis.UniversalClient, h *tripHook) {
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
-		return
-	}
-	c.AddHook(h)
-}
-
 // sameSlot returns two keys whose locks share a Cluster slot under l's
 // prefix, and two whose locks do not.
 func sameSlot(t *testing.T, l *Engine) (same, apart [2]lockcore.Key) {
@@ -83,8 +39,8 @@ func sameSlot(t *testing.T, l *Engine) (same, apart [2]lockcore.Key) {
 func TestGroupRoundTrips(t *testing.T) {
 	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		c := b.Universal(t)
-		trips := &tripHook{}
-		countTrips(c, trips)
+		trips := &redistest.Trips{}
+		redistest.CountTrips(c, trips)
 		l, err := New(c, Options{Prefix: redistest.Prefix(t)})
 		if err != nil {
 			t.Fatal(err)
@@ -115,12 +71,12 @@ func TestGroupRoundTrips(t *testing.T) {
 		for _, tc := range cases {
 			for _, p := range []lockcore.Policy{{Wait: lockcore.FailFast}, {Wait: time.Second}} {
 				for range 10 {
-					trips.n.Store(0)
+					trips.Reset()
 					ls, err := lockcore.AcquireAll(ctx, l, tc.keys[:], p)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if got := trips.n.Load(); got != tc.want {
+					if got := trips.N(); got != tc.want {
 						t.Fatalf("AcquireAll(%v, %+v): %d exchanges with Redis, want %d", tc.keys, p, got, tc.want)
 					}
 					held := lockcore.HeldFrom(ls[1].Context())
@@ -132,11 +88,11 @@ func TestGroupRoundTrips(t *testing.T) {
 							t.Fatalf("another Engine's attempt on %v while the group holds it: %v", k, err)
 						}
 					}
-					trips.n.Store(0)
+					trips.Reset()
 					if err := lockcore.ReleaseAll(ctx, ls); err != nil {
 						t.Fatal(err)
 					}
-					if got := trips.n.Load(); got != tc.want {
+					if got := trips.N(); got != tc.want {
 						t.Fatalf("ReleaseAll(%v): %d exchanges with Redis, want %d", tc.keys, got, tc.want)
 					}
 					for _, k := range tc.keys {
@@ -243,38 +199,61 @@ func TestGroupLostReplyIsWithdrawn(t *testing.T) {
 	})
 }
 
-// TestGroupReleasedTogether: leases taken together stay held in Redis
-// until the last of them is released, and are then given up together.
-func TestGroupReleasedTogether(t *testing.T) {
+// TestGroupLeasesReleasedAlone: a lease of several taken together and
+// released on its own gives its key up at once, and so does one whose
+// MaxHold ceiling ends it, without waiting for the others.
+func TestGroupLeasesReleasedAlone(t *testing.T) {
 	b := redistest.Best(t)
 	p := redistest.Prefix(t)
 	l, other := newLocker(t, b, p, Options{}), newLocker(t, b, p, Options{})
 	ctx := context.Background()
 	a, k := mustKey(t, "a"), mustKey(t, "b")
 	warm(t, l, a, k)
+	trips := &redistest.Trips{}
+	l.run.rdb.AddHook(trips)
 	ls, err := lockcore.AcquireAll(ctx, l, []lockcore.Key{a, k}, lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if holdOf(l, ls[0]).grp == nil {
-		t.Fatal("two free keys on one server were not taken as a group")
+	if n := trips.N(); n != 1 {
+		t.Fatalf("two free keys on one server taken in %d exchanges, want 1 (together)", n)
 	}
 	if err := ls[1].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
-		t.Fatalf("%v released before the rest of its group: %v, want still held", k, err)
+	got, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatalf("%v released on its own, before the rest of its group: %v, want it free", k, err)
+	}
+	_ = got.Release(ctx)
+	if _, err := other.Acquire(ctx, a, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		t.Fatalf("%v, still held: %v", a, err)
 	}
 	if err := ls[0].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []lockcore.Key{a, k} {
-		got, err := other.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
-		if err != nil {
-			t.Fatalf("%v after its group was released: %v", key, err)
-		}
-		_ = got.Release(ctx)
+
+	// A ceiling ends each hold and gives its key up; nobody released them.
+	const ceiling = 200 * time.Millisecond
+	ls, err = lockcore.AcquireAll(ctx, l, []lockcore.Key{a, k}, lockcore.Policy{Wait: lockcore.FailFast, MaxHold: ceiling})
+	if err != nil {
+		t.Fatal(err)
 	}
+	start := time.Now()
+	for _, key := range []lockcore.Key{a, k} {
+		eventually(t, 2*time.Second, key.String()+" given up at its ceiling", func() bool {
+			got, err := other.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			if err != nil {
+				return false
+			}
+			_ = got.Release(ctx)
+			return true
+		})
+	}
+	if took := time.Since(start); took < ceiling {
+		t.Fatalf("keys free %v after they were taken, before their ceiling of %v", took, ceiling)
+	}
+	_ = lockcore.ReleaseAll(ctx, ls)
 }
 
 // warm takes and releases keys together twice: the first time reads the
@@ -288,6 +267,48 @@ func warm(t *testing.T, l *Engine, keys ...lockcore.Key) {
 		}
 		if err := lockcore.ReleaseAll(context.Background(), ls); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestGroupResentAfterLostReply: go-redis at its defaults sends the group
+// script again when its reply is lost; the second run finds the holds the
+// first took and answers their fences, so the group is held (not refused by
+// its own holds, which would stay locked for a TTL), and released at once.
+func TestGroupResentAfterLostReply(t *testing.T) {
+	b := redistest.Best(t)
+	if !b.Real() {
+		b = redistest.Mini(t)
+	}
+	p := redistest.Prefix(t)
+	l, proxy := cutOffLocker(t, b, defaultKind, p, Options{})
+	other := newLocker(t, b, p, Options{})
+	ctx := context.Background()
+	keys := []lockcore.Key{mustKey(t, "a"), mustKey(t, "b")}
+	warm(t, l, keys...)
+	for _, policy := range []lockcore.Policy{{Wait: lockcore.FailFast}, {Wait: time.Second}} {
+		lost := proxy.LostReplies()
+		proxy.LoseReplyTo([]byte(l.run.sha(allScript)), 1)
+		ls, err := lockcore.AcquireAll(ctx, l, keys, policy)
+		if err != nil {
+			t.Fatalf("AcquireAll (%+v) whose first reply was lost: %v", policy, err)
+		}
+		if proxy.LostReplies() != lost+1 {
+			t.Fatal("no reply of the group script was lost")
+		}
+		held := lockcore.HeldFrom(ls[1].Context())
+		if len(held) != 2 || held[0].Fence <= 0 || held[1].Fence <= 0 {
+			t.Fatalf("the context holds %+v, want both keys with their fences", held)
+		}
+		if err := lockcore.ReleaseAll(ctx, ls); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			got, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+			if err != nil {
+				t.Fatalf("%v after ReleaseAll: %v", k, err)
+			}
+			_ = got.Release(ctx)
 		}
 	}
 }

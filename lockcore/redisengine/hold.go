@@ -35,7 +35,6 @@ type hold struct {
 	ls      *lockcore.Lease // set once held
 	start   time.Time       // when it was held, for holdStats
 	ended   atomic.Bool     // released or lost: the watchdog drops it
-	grp     *group          // the holds taken with it, released with it; nil for none
 
 	// Watchdog bookkeeping, guarded by the watchdog's mutex.
 	index int           // in the watchdog heap; -1 when not scheduled
@@ -118,25 +117,29 @@ func (h *hold) setEntry(id string) {
 // (Revoke) before the release reached Redis: lockcore then tells
 // Options.Events of a loss with that cause.
 func (h *hold) Release(ctx context.Context) error {
-	l := h.l
+	h.letGo()
+	n, err := h.l.release(ctx, h, "")
+	return h.released(n, err)
+}
+
+// letGo is the start of h's release: the watchdog drops it.
+func (h *hold) letGo() {
 	if !h.ended.Swap(true) {
-		l.stats.record(h.key, time.Since(h.start))
+		h.l.stats.record(h.key, time.Since(h.start))
 	}
-	l.wd.remove(h)
-	if g := h.grp; g != nil {
-		if g.left.Add(-1) > 0 {
-			return nil // released with the last of its group
-		}
-		return l.releaseGroup(ctx, g, h)
-	}
+	h.l.wd.remove(h)
+}
+
+// released is the end of h's release, whose call replied n or failed with
+// err: Release's error.
+func (h *hold) released(n int64, err error) error {
 	// A reply of -1 while the lease was valid means Redis no longer has this
 	// entry although nobody else could have taken the lock: a run of this
 	// same call, re-sent by the client after a lost reply, released it.
-	n, err := l.release(ctx, h, "")
 	switch {
 	case err != nil:
-		err = l.report(unavailable("release", err))
-		l.latch(h, err)
+		err = h.l.report(unavailable("release", err))
+		h.l.latch(h, err)
 	case n == -3:
 		err = lockcore.ErrRevoked
 	}

@@ -57,20 +57,29 @@ func (w *watchdog) stop() {
 // add schedules h, confirmed for length by a call sent at sent. It reports
 // false when the watchdog has stopped.
 func (w *watchdog) add(h *hold, sent time.Time, length time.Duration) bool {
+	return w.addAll(sent, length, h)
+}
+
+// addAll schedules hs as add does h, all or none.
+func (w *watchdog) addAll(sent time.Time, length time.Duration, hs ...*hold) bool {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return false
 	}
-	h.setValidUntil(sent.Add(length - margin(length)))
-	h.at = sent.Add(length / 4)
-	h.step = min(h.ttl, length) / 10
-	heap.Push(&w.holds, h)
-	// Wake the loop only when it would otherwise act on this hold more than
-	// a quarter of its lease late (the renewal then still has 0.4 of the
-	// lease before the validity ends): the loop never sleeps longer than
-	// tick, so taking a lock, or being handed one, costs no goroutine switch.
-	early := h.at.Add(length / 4).Before(w.wakeAt)
+	early := false
+	for _, h := range hs {
+		h.setValidUntil(sent.Add(length - margin(length)))
+		h.at = sent.Add(length / 4)
+		h.step = min(h.ttl, length) / 10
+		heap.Push(&w.holds, h)
+		// Wake the loop only when it would otherwise act on this hold more
+		// than a quarter of its lease late (the renewal then still has 0.4
+		// of the lease before the validity ends): the loop never sleeps
+		// longer than tick, so taking a lock, or being handed one, costs
+		// no goroutine switch.
+		early = early || h.at.Add(length/4).Before(w.wakeAt)
+	}
 	w.mu.Unlock()
 	if early {
 		w.poke()

@@ -7,25 +7,43 @@
 -- ARGV: ttl ms, fence retention ms, the longest lease of the caller's
 --       Engine ms (at least ttl), then each lock's token and attempt id.
 -- Returns the fencing tokens, one per lock, in order; {0, i, pttl} when
--- lock i is held (for pttl ms more) or waited for, having written nothing;
--- or, like the acquire script, -(ms) while the restart guard refuses.
+-- lock i is held (for pttl ms more; 0: free, but waited for) or waited for,
+-- having written nothing; or, like the acquire script, -(ms) while the
+-- restart guard refuses. Run again with the same arguments (a client
+-- re-sent it after a lost reply), it finds its own holds and returns their
+-- fences again; or {0, 0, 0} when only some of them are left (released
+-- or expired meanwhile), which the caller withdraws.
 local young = guard_young(KEYS[1], tonumber(ARGV[3]))
 if young > 0 then
   return -young
 end
 local n = (#KEYS - 1) / 3
+local fences, mine, busy = {}, 0, nil
 for i = 1, n do
   local L = KEYS[3 * i - 1]
-  if redis.call('EXISTS', L, KEYS[3 * i]) > 0 then
-    return {0, i, math.max(redis.call('PTTL', L), 0)}
+  local v = redis.call('GET', L)
+  local t, hf, since, w, es
+  if v then
+    t, hf, since, w, es = hold_parse(v)
   end
+  if t and t == ARGV[2 + 2 * i] and hold_has(es, ARGV[3 + 2 * i]) then
+    mine, fences[i] = mine + 1, tonumber(hf)
+  elseif not busy and (v or redis.call('EXISTS', KEYS[3 * i]) == 1) then
+    busy = i
+  end
+end
+if mine == n then
+  return fences
+elseif mine > 0 then
+  return {0, 0, 0}
+elseif busy then
+  return {0, busy, math.max(redis.call('PTTL', KEYS[3 * busy - 1]), 0)}
 end
 -- Each lock's fence as the acquire script draws it (next_fence in
 -- common.lua): the server clock in microseconds, or one more than the
 -- lock's last token when that is greater.
 local c = redis.call('TIME')
 local now = c[1] .. string.sub('00000' .. c[2], -6)
-local fences = {}
 for i = 1, n do
   local F, fs = KEYS[3 * i + 1], now
   local last = tonumber(redis.call('SET', F, fs, 'PX', ARGV[2], 'GET'))
