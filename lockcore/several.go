@@ -118,6 +118,9 @@ type GroupEngine interface {
 // and returns the first error of their Releases. The backend releases of
 // holds made by one GroupEngine go together (GroupEngine.ReleaseHolds).
 func ReleaseAll(ctx context.Context, leases []*Lease) error {
+	if len(leases) == 1 {
+		return leases[0].Release(ctx)
+	}
 	var first error
 	note := func(err error) {
 		if err != nil && first == nil {
