@@ -343,3 +343,46 @@ func ExampleLocker_By_severalResources() {
 	// 200 bought under [userID:u7 productID:42]
 	// 200 refunded under [userID:u7 productID:42]
 }
+
+// One phone in stock: the first buyer gets it, the second finds it sold
+// out and closes the product's gate; from then on buyers are answered
+// 410 at once, without the handler and without a call to Redis.
+func ExampleSoldOut() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+
+	stock, ran := 1, 0
+	r := chi.NewRouter()
+	r.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		ran++
+		// readme:begin soldout
+		if stock == 0 {
+			_ = lock.SoldOut(r.Context(), 0) // 0: until opened; or a time
+			http.Error(w, "sold out", http.StatusGone)
+			return
+		}
+		// readme:end
+		stock--
+		fmt.Fprintln(w, "bought")
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	for range 4 {
+		fmt.Print(get(srv.Client(), "POST", srv.URL+"/products/42/buy"))
+	}
+	fmt.Println("handler ran", ran, "times")
+	// Output:
+	// 200 bought
+	// 410 sold out
+	// 410 routelock: sold out
+	// 410 routelock: sold out
+	// handler ran 2 times
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -399,6 +400,29 @@ func Slot(ctx context.Context) (int, bool) {
 		return held[0].Slot, true
 	}
 	return 0, false
+}
+
+// SoldOut closes the gate of the resource of the innermost lock ctx holds
+// (a handler's: its route's resource) for d, or until it is opened again
+// when d is 0. From then on every instance answers requests for that
+// resource at once, 410 Gone over HTTP and FailedPrecondition over gRPC
+// (with a google.rpc.ErrorInfo of reason "SOLD_OUT"), without a call to
+// Redis and without running the handler; the other instances hear of it
+// within milliseconds (on one Redis, by a message to each Engine's
+// subscription). The request that closes it goes on under its lock.
+//
+//	if stock == 0 {
+//		_ = lock.SoldOut(r.Context(), 0)
+//		http.Error(w, "sold out", http.StatusGone)
+//		return
+//	}
+//
+// It fails with an error matching lockcore.ErrInvalidKey when ctx holds
+// no lock, lockcore.ErrMisconfigured when its engine has no gates, and
+// lockcore.ErrUnavailable when Redis did not take it (this instance's gate
+// is closed all the same).
+func SoldOut(ctx context.Context, d time.Duration) error {
+	return lockcore.CloseGate(ctx, d)
 }
 
 // Keys returns the keys of the locks ctx holds, innermost first, such as

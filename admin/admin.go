@@ -117,6 +117,8 @@ const (
 	routeList                      // .../locks
 	routeLock                      // .../locks/{key}
 	routeRelease                   // .../locks/{key}/release
+	routeGates                     // .../gates
+	routeOpen                      // .../gates/{key}/open
 )
 
 // route is a request's path, read from its end.
@@ -136,17 +138,27 @@ func parseRoute(p string) route {
 	switch {
 	case n >= 3 && s[n-1] == "release" && s[n-3] == "locks" && isKeySegment(s[n-2]):
 		return route{kind: routeRelease, key: s[n-2], tail: 3}
+	case n >= 3 && s[n-1] == "open" && s[n-3] == "gates" && isKeySegment(s[n-2]):
+		return route{kind: routeOpen, key: s[n-2], tail: 3}
 	case n >= 2 && s[n-2] == "locks" && isKeySegment(s[n-1]):
 		return route{kind: routeLock, key: s[n-1], tail: 2}
 	case s[n-1] == "locks":
 		return route{kind: routeList, tail: 1}
+	case s[n-1] == "gates":
+		return route{kind: routeGates, tail: 1}
 	case s[n-1] == "":
 		return route{kind: routeIndex, tail: 1}
 	}
 	return route{kind: routeRedirect}
 }
 
-func isKeySegment(s string) bool { return s != "" && s != "locks" && s != "release" }
+func isKeySegment(s string) bool {
+	switch s {
+	case "", "locks", "release", "gates", "open":
+		return false
+	}
+	return true
+}
 
 // keySegment returns key (escaped, as Key.String prints it) as a segment of
 // a URL path: url.PathEscape, and the first byte as %XX when the segment
@@ -154,7 +166,7 @@ func isKeySegment(s string) bool { return s != "" && s != "locks" && s != "relea
 func keySegment(key string) string {
 	s := url.PathEscape(key)
 	switch s {
-	case "locks", "release", ".", "..":
+	case "locks", "release", "gates", "open", ".", "..":
 		return fmt.Sprintf("%%%02X", s[0]) + s[1:]
 	}
 	return s
@@ -186,10 +198,14 @@ func (rt route) root() string {
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := parseRoute(r.URL.EscapedPath())
-	if rt.kind == routeRelease {
+	if rt.kind == routeRelease || rt.kind == routeOpen {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			h.fail(w, r, rt, http.StatusMethodNotAllowed, "use POST to release a lock")
+			h.fail(w, r, rt, http.StatusMethodNotAllowed, "use POST to release a lock or open a gate")
+			return
+		}
+		if rt.kind == routeOpen {
+			h.open(w, r, rt)
 			return
 		}
 		h.release(w, r, rt)
@@ -211,6 +227,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.list(w, r, rt, wantsHTML(r))
 	case routeLock:
 		h.lock(w, r, rt)
+	case routeGates:
+		h.gates(w, r, rt, wantsHTML(r))
 	default:
 		h.redirect(w, r)
 	}
@@ -257,7 +275,9 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, rt route, html bo
 		l.Locks[i] = operate.FromInfo(in)
 	}
 	if html {
-		h.page(w, r, http.StatusOK, &page{Root: rt.root(), Prefix: prefix, Limit: limit, Locks: l.Locks, More: more})
+		p := &page{Root: rt.root(), Prefix: prefix, Limit: limit, Locks: l.Locks, More: more}
+		h.fillGates(r, p)
+		h.page(w, r, http.StatusOK, p)
 		return
 	}
 	writeJSON(w, http.StatusOK, l)
@@ -287,14 +307,8 @@ func (h *handler) lock(w http.ResponseWriter, r *http.Request, rt route) {
 }
 
 func (h *handler) release(w http.ResponseWriter, r *http.Request, rt route) {
-	html := isForm(r) && wantsHTML(r)
-	if err := h.cop.Check(r); err != nil {
-		h.failHTML(w, r, rt, html, http.StatusForbidden, "cross-origin request refused")
-		return
-	}
-	key, err := pathKey(rt.key)
-	if err != nil {
-		h.failHTML(w, r, rt, html, http.StatusBadRequest, err.Error())
+	key, html, ok := h.post(w, r, rt)
+	if !ok {
 		return
 	}
 	reason, code, err := readReason(w, r)
@@ -329,6 +343,78 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// post is the start of a POST on a key's route: it refuses a cross-origin
+// one and a bad key, answering them, and otherwise returns the key and
+// whether the answer is a page (a form posted from one).
+func (h *handler) post(w http.ResponseWriter, r *http.Request, rt route) (lockcore.Key, bool, bool) {
+	html := isForm(r) && wantsHTML(r)
+	if err := h.cop.Check(r); err != nil {
+		h.failHTML(w, r, rt, html, http.StatusForbidden, "cross-origin request refused")
+		return lockcore.Key{}, html, false
+	}
+	key, err := pathKey(rt.key)
+	if err != nil {
+		h.failHTML(w, r, rt, html, http.StatusBadRequest, err.Error())
+		return lockcore.Key{}, html, false
+	}
+	return key, html, true
+}
+
+// gatekeeper returns the handler's Operator as a lockcore.Gatekeeper, when
+// it is one.
+func (h *handler) gatekeeper() (lockcore.Gatekeeper, bool) {
+	g, ok := h.op.(lockcore.Gatekeeper)
+	return g, ok
+}
+
+// gates answers the closed gates: JSON, or the index page.
+func (h *handler) gates(w http.ResponseWriter, r *http.Request, rt route, html bool) {
+	if html {
+		h.list(w, r, rt, true)
+		return
+	}
+	g, ok := h.gatekeeper()
+	if !ok {
+		writeJSON(w, http.StatusOK, operate.FromGates(nil))
+		return
+	}
+	gs, err := g.Gates(r.Context())
+	if err != nil {
+		h.opFailed(w, r, rt, false, "gates", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, operate.FromGates(gs))
+}
+
+// open opens the gate of the route's key: a sold-out resource is sold
+// again, on every instance.
+func (h *handler) open(w http.ResponseWriter, r *http.Request, rt route) {
+	key, html, ok := h.post(w, r, rt)
+	if !ok {
+		return
+	}
+	g, ok := h.gatekeeper()
+	if !ok {
+		h.failHTML(w, r, rt, html, http.StatusNotImplemented, "the lock engine has no gates")
+		return
+	}
+	if err := g.OpenGate(r.Context(), key); err != nil {
+		h.opFailed(w, r, rt, html, "open gate", err)
+		return
+	}
+	if l := h.cfg.logger; l != nil {
+		l.LogAttrs(r.Context(), slog.LevelInfo, "admin: gate opened",
+			slog.String("resource", key.Name()), slog.String("remote", r.RemoteAddr))
+	}
+	if html {
+		p := &page{Root: rt.root(), Opened: key.String()}
+		h.fillGates(r, p)
+		h.page(w, r, http.StatusOK, p)
+		return
+	}
+	writeJSON(w, http.StatusOK, operate.Opened{Opened: key.String()})
 }
 
 // pathKey parses the key of a request's path: its segment, path-escaped,

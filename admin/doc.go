@@ -13,10 +13,14 @@
 //	GET  /locks?prefix=&limit=   List: the locks whose escaped key starts with prefix, in key order
 //	GET  /locks/{key}            Lock: the state of one key, free or not, with its audit records
 //	POST /locks/{key}/release    force-release with a reason; Revocation
+//	GET  /gates                  the closed gates (sold out), when the Operator is a lockcore.Gatekeeper
+//	POST /gates/{key}/open       open a gate: every instance serves the resource again; {"opened": key}
 //
 // {key} is the key as lockcore.Key.String prints it (productID:42),
 // escaped as a URL path segment (url.PathEscape); a key that reads locks,
-// release, "." or ".." has its first byte escaped (%6Cocks). The answers
+// release, gates, open, "." or ".." has its first byte escaped (%6Cocks).
+// The page lists the closed gates above the locks, each with an Open
+// button. The answers
 // are JSON (see below); a browser (Accept: text/html) gets the page for
 // GET /locks and GET /locks/{key} too, and for a release posted from the
 // page's form. A list shows Config.PageSize locks (100 unless set) when
@@ -103,6 +107,12 @@
 //	new_fence   number: the key's last fencing token afterwards, greater than fence
 //	reason      string: the operator's reason, as kept in the audit record
 //	at          time: when, by the backend's clock
+//
+// GET /gates answers {"gates": [...]}, in key order, each
+//
+//	key         string: the escaped key
+//	since       time: when the gate was closed
+//	until       time: when it opens by itself; left out for a gate closed until opened
 //
 // Every error answer, whatever its status, is
 //

@@ -24,9 +24,21 @@ type page struct {
 	More     bool
 	Single   bool                // a page of one key
 	Released *operate.Revocation // the force-release this page answers
+	Gates    []operate.Gate      // the closed gates, on the index
+	Opened   string              // the key whose gate this page answers the opening of
 	Status   int
 	Error    string
 	Now      time.Time
+}
+
+// fillGates sets p's closed gates, when the handler's Operator has gates
+// and answers; a page without them is still a page.
+func (h *handler) fillGates(r *http.Request, p *page) {
+	if g, ok := h.gatekeeper(); ok {
+		if gs, err := g.Gates(r.Context()); err == nil {
+			p.Gates = operate.FromGates(gs).Gates
+		}
+	}
 }
 
 // Path returns key as a segment of a URL path.
@@ -191,6 +203,12 @@ footer{margin-top:14px;font-size:12px}
 {{if or .Prefix .Single .Error}}<a href="{{.Root}}">all locks</a>{{end}}
 </form>
 {{with .Error}}<p class="error" role="alert">{{$.Status}} {{$.StatusText}}: {{.}}</p>{{end}}
+{{with .Opened}}<p class="flash" role="status">Opened the gate of <code>{{.}}</code>: every instance sells it again.</p>{{end}}
+{{with .Gates}}<h2>Sold out</h2>
+<table class="gates"><thead><tr><th>Gate</th><th>Closed</th><th>Opens</th><th></th></tr></thead><tbody>
+{{range .}}<tr><td class="key"><code>{{.Key}}</code></td><td><span title="{{$.Stamp .Since}}">{{$.Ago .Since}}</span></td><td>{{if .Until.IsZero}}when opened{{else}}<span title="{{$.Stamp .Until}}">{{$.Left .Until}}</span>{{end}}</td>
+<td><form class="open" method="post" action="{{$.Root}}gates/{{$.Path .Key}}/open"><button type="submit">Open</button></form></td></tr>
+{{end}}</tbody></table>{{end}}
 {{with .Released}}<p class="flash" role="status">Force-released <code>{{.Key}}</code>, held by owner <code>{{.Owner}}</code> with fence {{.Fence}}; the key's last fencing token is now {{.NewFence}}. Reason: {{.Reason}}</p>{{end}}
 {{if .Locks}}{{if not .Single}}<p class="mute">{{.Summary}}</p>{{end}}
 <table>
@@ -208,10 +226,10 @@ footer{margin-top:14px;font-size:12px}
 </tr>
 {{end}}</tbody>
 </table>
-{{else if not (or .Error .Released)}}<p class="mute">No lock is held or awaited{{with .Prefix}} under the prefix <code>{{.}}</code>{{end}}.</p>
+{{else if not (or .Error .Released .Opened)}}<p class="mute">No lock is held or awaited{{with .Prefix}} under the prefix <code>{{.}}</code>{{end}}.</p>
 {{end}}
 {{if .More}}<p class="mute">Showing the first {{len .Locks}} locks: narrow the prefix or raise the limit to see more.</p>{{end}}
-<footer class="mute">Read {{.Stamp .Now}} · <a href="{{.Self}}">refresh</a> · JSON: <a href="{{.Root}}locks">locks</a></footer>
+<footer class="mute">Read {{.Stamp .Now}} · <a href="{{.Self}}">refresh</a> · JSON: <a href="{{.Root}}locks">locks</a>, <a href="{{.Root}}gates">gates</a></footer>
 </body>
 </html>
 `))

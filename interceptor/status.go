@@ -25,7 +25,8 @@ var keyErrors = []outcome.Sentinel{
 // kinds and is kept as it was: a key that does not apply or a
 // misconfigured engine first, then an invalid key (a body too large
 // included) or token, then the
-// call's context (cancelled, then its deadline) before a busy lock and an
+// call's context (cancelled, then its deadline) before a busy lock, an
+// upgrade or a closed gate, and an
 // unavailable or closed engine: a wait cut short by the caller is
 // answered as the caller's cancellation, not as the wait's result.
 var codeTable = []outcome.Row[codes.Code]{
@@ -34,7 +35,7 @@ var codeTable = []outcome.Row[codes.Code]{
 	{Kinds: outcome.Canceled, To: codes.Canceled},
 	{Kinds: outcome.DeadlineExceeded, To: codes.DeadlineExceeded},
 	{Kinds: outcome.Busy, To: codes.Aborted},
-	{Kinds: outcome.Upgrade, To: codes.FailedPrecondition},
+	{Kinds: outcome.Upgrade | outcome.GateClosed, To: codes.FailedPrecondition},
 	{Kinds: outcome.Unavailable | outcome.Closed, To: codes.Unavailable},
 }
 
@@ -44,7 +45,10 @@ var codeTable = []outcome.Row[codes.Code]{
 //	InvalidArgument   key missing or invalid, malformed owner token
 //	Aborted           lock held by another owner (fail fast, or the wait ran out)
 //	FailedPrecondition  an exclusive lock asked for by a call that holds it
-//	                  shared (lockcore.ErrUpgrade): no retry helps
+//	                  shared (lockcore.ErrUpgrade): no retry helps; or the
+//	                  resource's gate is closed, sold out
+//	                  (lockcore.ErrGateClosed), with a google.rpc.ErrorInfo
+//	                  detail of reason "SOLD_OUT", domain "routelock"
 //	Unavailable       the engine (Redis) unreachable, or closed
 //	Canceled          the caller went away while waiting
 //	DeadlineExceeded  the call's deadline passed while waiting
@@ -82,6 +86,13 @@ func Status(err error) error {
 		}
 		return st.Err()
 	case codes.FailedPrecondition:
+		if k.Has(outcome.GateClosed) {
+			st := status.New(code, "routelock: sold out")
+			if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: "SOLD_OUT", Domain: "routelock"}); derr == nil {
+				st = d
+			}
+			return st.Err()
+		}
 		msg = "routelock: the call holds this lock shared and cannot take it exclusively"
 	case codes.Unavailable:
 		msg = "routelock: lock service unavailable"

@@ -46,6 +46,14 @@ var (
 	// Conflict without Retry-After / FailedPrecondition.
 	ErrUpgrade = errors.New("lock: exclusive lock asked for by a shared holder of it")
 
+	// ErrGateClosed means the resource's gate is closed (Gatekeeper): it
+	// is sold out, or an operator closed it, and every acquisition of it
+	// fails at once, without a call to the backend, until the gate's time
+	// is up or it is opened again. It does not match ErrNotAcquired: a
+	// retry does not help while the gate is closed. The adapters answer
+	// 410 Gone / FailedPrecondition, and run no handler.
+	ErrGateClosed = errors.New("lock: gate closed")
+
 	// ErrMisconfigured means the backend answered that the engine is set
 	// up wrongly: a wrong password or user, a database index out of range,
 	// a server too old for the engine's commands. Key functions return it

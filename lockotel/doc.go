@@ -32,7 +32,7 @@
 //	lock.resource   the key's resource name (lockcore.Key.Name): productID
 //	lock.route      the route template or gRPC method (lockcore.Policy.Route)
 //	lock.mode       wait | fail_fast
-//	lock.outcome    acquired | busy | wait_timeout | cancelled | unavailable | upgrade | error
+//	lock.outcome    acquired | busy | wait_timeout | cancelled | unavailable | upgrade | gate_closed | error
 //	lock.share      the Policy's Share, for a shared acquisition: n permits, -1 readers
 //	lock.slot       the hold's slot among its permits, when it has one
 //	lock.wait       seconds spent in Acquire
@@ -47,6 +47,8 @@
 // the lock; unavailable is an engine that did not answer or was closed
 // (lockcore.ErrUnavailable, lockcore.ErrClosed); upgrade an exclusive
 // acquisition by a request that holds the lock shared (lockcore.ErrUpgrade);
+// gate_closed a resource whose gate is closed, sold out
+// (lockcore.ErrGateClosed), refused without a call to the backend;
 // error is anything else
 // (a misconfigured engine, an invalid key).
 //

@@ -148,7 +148,8 @@ const (
 	outcomeWaitTimeout = "wait_timeout"
 	outcomeCancelled   = "cancelled"
 	outcomeUnavailable = "unavailable"
-	outcomeUpgrade     = "upgrade" // an exclusive lock asked for by its shared holder
+	outcomeUpgrade     = "upgrade"     // an exclusive lock asked for by its shared holder
+	outcomeGateClosed  = "gate_closed" // a resource whose gate is closed: sold out
 	outcomeError       = "error"
 )
 
@@ -179,4 +180,5 @@ var outcomes = []outcome.Row[string]{
 	{Kinds: outcome.WaitTimeout, To: outcomeWaitTimeout},
 	{Kinds: outcome.Busy, To: outcomeBusy},
 	{Kinds: outcome.Upgrade, To: outcomeUpgrade},
+	{Kinds: outcome.GateClosed, To: outcomeGateClosed},
 }

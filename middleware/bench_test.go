@@ -205,3 +205,53 @@ func BenchmarkMiddlewareCPU(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkSoldOut compares a request for a sold-out product answered by
+// its closed gate (lock.SoldOut: the middleware refuses it from memory,
+// 410, without the handler or Redis) with the same chi route unlocked,
+// whose handler answers 410 itself: the floor. redis-cmds/op counts the
+// commands the gated requests sent (0).
+func BenchmarkSoldOut(b *testing.B) {
+	rdb := redistest.Best(b).Client(b)
+	var cmds atomic.Int64
+	rdb.AddHook(&countCmds{n: &cmds})
+	l, err := redisengine.New(rdb, redisengine.Options{Prefix: redistest.Prefix(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	k, _ := lockcore.NewKey("productID", "42")
+	if err := l.CloseGate(context.Background(), k, 0); err != nil {
+		b.Fatal(err)
+	}
+	gone := func(w http.ResponseWriter, r *http.Request) { http.Error(w, "sold out", http.StatusGone) }
+	bare := chi.NewRouter()
+	bare.Post("/products/{productID}/buy", gone)
+	gated := chi.NewRouter()
+	gated.With(middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		b.Error("the handler ran for a sold-out product")
+	})
+	req := httptest.NewRequest("POST", "/products/42/buy", nil)
+	for _, bc := range []struct {
+		name string
+		h    http.Handler
+	}{{"unlocked-410", bare}, {"gate-410", gated}} {
+		b.Run(bc.name, func(b *testing.B) {
+			w := &discard{h: http.Header{}}
+			cmds.Store(0)
+			measure(b, func() { bc.h.ServeHTTP(w, req) })
+			b.ReportMetric(float64(cmds.Load())/float64(b.N), "redis-cmds/op")
+		})
+	}
+}
+
+// countCmds counts the commands a client sends.
+type countCmds struct{ n *atomic.Int64 }
+
+func (h *countCmds) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countCmds) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *countCmds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}

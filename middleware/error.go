@@ -16,6 +16,7 @@ import (
 //
 //	400 Bad Request            key missing or invalid, malformed owner token
 //	409 Conflict               lock held by another owner (fail fast, or the wait ran out)
+//	410 Gone                   the resource's gate is closed: sold out (lockcore.ErrGateClosed)
 //	404 Not Found              a lock before routing (a router's r.Use) on a path
 //	                           that no route of the router matches; the middleware
 //	                           itself answers with the router's NotFound handler
@@ -42,7 +43,8 @@ var keyErrors = []outcome.Sentinel{
 // kinds and is kept as it was: a body too large first, then no route, then
 // a route without its key or a misconfigured engine (both
 // lockcore.ErrMisconfigured), then an invalid key
-// or token, then a busy lock, then an unavailable or closed engine. A
+// or token, then a closed gate, then a busy lock, then an unavailable or
+// closed engine. A
 // context error is not in it: a wait cut short by the request's context
 // is answered as the wait's own error, or 500 when it has none.
 var statuses = []outcome.Row[int]{
@@ -50,6 +52,7 @@ var statuses = []outcome.Row[int]{
 	{Kinds: outcome.NotFound, To: http.StatusNotFound},
 	{Kinds: outcome.Misconfigured, To: http.StatusInternalServerError},
 	{Kinds: outcome.InvalidKey | outcome.InvalidToken, To: http.StatusBadRequest},
+	{Kinds: outcome.GateClosed, To: http.StatusGone},
 	{Kinds: outcome.Busy | outcome.Upgrade, To: http.StatusConflict},
 	{Kinds: outcome.Unavailable | outcome.Closed, To: http.StatusServiceUnavailable},
 }
@@ -63,7 +66,8 @@ var statuses = []outcome.Row[int]{
 // (lockcore.ContentionError.RetryAfter) rounded up to whole seconds, the
 // header's unit, and at least 1; one for lockcore.ErrUpgrade (the request
 // holds the lock shared and asked for it exclusively) does not: no retry
-// helps.
+// helps. A 410 for a closed gate (lockcore.ErrGateClosed) reads "sold
+// out" and carries no Retry-After either.
 func Error(w http.ResponseWriter, r *http.Request, err error) {
 	k := outcome.Of(err, keyErrors...)
 	status := outcome.First(k, statuses, http.StatusInternalServerError)
@@ -91,6 +95,8 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 			secs = int64((cerr.RetryAfter + time.Second - 1) / time.Second)
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	case http.StatusGone:
+		msg = "routelock: sold out"
 	case http.StatusRequestEntityTooLarge:
 		msg = "routelock: request body too large"
 	case http.StatusNotFound:

@@ -1,11 +1,14 @@
 // Command routelock lists, inspects and force-releases the locks that
-// routelock's Redis engine keeps, from a shell.
+// routelock's Redis engine keeps, and lists and opens its closed gates
+// (sold-out resources), from a shell.
 //
 // Usage:
 //
 //	routelock [flags] ls [PREFIX]
 //	routelock [flags] inspect KEY
 //	routelock [flags] release KEY -reason TEXT
+//	routelock [flags] gates
+//	routelock [flags] open KEY
 //
 // ls lists the locks held or awaited whose key starts with PREFIX (an
 // escaped key prefix such as productID:), in key order; inspect shows one
@@ -15,7 +18,9 @@
 // context is cancelled with cause lockcore.ErrRevoked (at its next renewal
 // at the latest), and the next waiter gets the lock with a greater fencing
 // token. KEY is a key as ls prints it, such as productID:42; its parts
-// are escaped as lockcore.NewKey escapes them (%3A for ':').
+// are escaped as lockcore.NewKey escapes them (%3A for ':'). gates lists
+// the closed gates (lock.SoldOut): the resources every instance refuses at
+// once; open opens the gate of KEY, and every instance serves it again.
 //
 // The Redis is the one the environment names, as for the package-level
 // lock.ByParam without lock.SetDefault: REDIS_URL for one server
@@ -29,7 +34,7 @@
 //
 // Flags, before or after the command:
 //
-//	-json           print JSON instead of a table: a list, a lock or a revocation, as package admin answers them
+//	-json           print JSON instead of a table: a list, a lock, a revocation, the gates or an opening, as package admin answers them
 //	-prefix P       the engine's Redis key prefix (redisengine.Options.Prefix), default "routelock:"
 //	-timeout D      give up after D (default 10s)
 //	-limit N        ls: show at most N locks (default 1000; 0: all)
@@ -89,8 +94,11 @@ const (
 const usage = `usage: routelock [flags] ls [PREFIX]
        routelock [flags] inspect KEY
        routelock [flags] release KEY -reason TEXT
+       routelock [flags] gates
+       routelock [flags] open KEY
 
-Lists, inspects and force-releases routelock's locks in the Redis that
+Lists, inspects and force-releases routelock's locks, and lists and opens
+the closed gates of sold-out resources, in the Redis that
 REDIS_URL (one server: redis://[user:password@]host:6379/0),
 REDIS_CLUSTER_URL (a Cluster: redis://node1:6379?addr=node2:6379) or
 REDIS_SENTINEL_URL (Sentinel: redis://sentinel1:26379?master_name=mymaster)
@@ -174,16 +182,16 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	}
 	rest := global.Args()
 	if len(rest) == 0 {
-		return usageErr("no command: want ls, inspect or release")
+		return usageErr("no command: want ls, inspect, release, gates or open")
 	}
 	cmd := rest[0]
 	switch cmd {
-	case "ls", "inspect", "release":
+	case "ls", "inspect", "release", "gates", "open":
 	case "help":
 		global.Usage()
 		return exitOK
 	default:
-		return usageErr("unknown command %q: want ls, inspect or release", clean(cmd))
+		return usageErr("unknown command %q: want ls, inspect, release, gates or open", clean(cmd))
 	}
 	fs := flags(cmd, &o, stderr)
 	operands, err := parse(fs, rest[1:])
@@ -208,7 +216,11 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		if len(operands) > 1 {
 			return usageErr("ls takes at most one PREFIX, not %d operands", len(operands))
 		}
-	case "inspect", "release":
+	case "gates":
+		if len(operands) != 0 {
+			return usageErr("gates takes no operands, not %d", len(operands))
+		}
+	case "inspect", "release", "open":
 		if len(operands) != 1 {
 			return usageErr("%s takes one KEY, not %d operands", cmd, len(operands))
 		}
@@ -295,6 +307,29 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 			return writeJSON(stdout, stderr, operate.FromRevocation(rev))
 		}
 		out.revocation(rev)
+	case "gates", "open":
+		gk, ok := op.(lockcore.Gatekeeper)
+		if !ok {
+			return fail(fmt.Errorf("%w: the engine has no gates", lockcore.ErrMisconfigured))
+		}
+		if cmd == "open" {
+			if err := gk.OpenGate(ctx, key); err != nil {
+				return fail(err)
+			}
+			if o.json {
+				return writeJSON(stdout, stderr, operate.Opened{Opened: key.String()})
+			}
+			out.printf("opened the gate of %s: every instance serves it again\n", clean(key.String()))
+			break
+		}
+		gs, err := gk.Gates(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		if o.json {
+			return writeJSON(stdout, stderr, operate.FromGates(gs))
+		}
+		out.gates(gs)
 	}
 	if err := out.err(); err != nil {
 		fmt.Fprintf(stderr, "routelock: %v\n", err)

@@ -116,6 +116,24 @@ func (p *printer) lock(in lockcore.Info) {
 }
 
 // revocation prints what a force-release did.
+// gates prints the closed gates, a line each.
+func (p *printer) gates(gs []lockcore.Gate) {
+	if len(gs) == 0 {
+		p.printf("no gate is closed\n")
+		return
+	}
+	tw := p.table()
+	fmt.Fprintf(tw, "KEY\tCLOSED\tOPENS\n")
+	for _, g := range gs {
+		opens := "when opened"
+		if !g.Until.IsZero() {
+			opens = g.Until.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + p.until(g.Until) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", clean(g.Key.String()), p.stamp(g.Since), opens)
+	}
+	p.flush(tw)
+}
+
 func (p *printer) revocation(r lockcore.Revocation) {
 	p.printf("released %s: it was held by owner %s with fence %d; the key's last fencing token is now %d\n",
 		clean(r.Key), clean(r.Owner), r.Fence, r.NewFence)

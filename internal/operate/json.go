@@ -135,3 +135,30 @@ func utc(t time.Time) time.Time {
 	}
 	return t.UTC()
 }
+
+// Gate is the JSON form of a closed gate (lockcore.Gate): a resource sold
+// out, refused at once by every instance.
+type Gate struct {
+	Key   string    `json:"key"`            // escaped key
+	Since time.Time `json:"since"`          // when it was closed
+	Until time.Time `json:"until,omitzero"` // when it opens by itself; absent: when opened
+}
+
+// Gates is the JSON form of the closed gates, in key order.
+type Gates struct {
+	Gates []Gate `json:"gates"`
+}
+
+// Opened is the answer to the opening of a gate.
+type Opened struct {
+	Opened string `json:"opened"` // escaped key
+}
+
+// FromGates converts closed gates to their JSON form.
+func FromGates(gs []lockcore.Gate) Gates {
+	out := Gates{Gates: make([]Gate, len(gs))}
+	for i, g := range gs {
+		out.Gates[i] = Gate{Key: g.Key.String(), Since: utc(g.Since), Until: utc(g.Until)}
+	}
+	return out
+}

@@ -75,6 +75,9 @@ const (
 	// Upgrade: an exclusive lock asked for by a request that holds it
 	// shared (lockcore.ErrUpgrade).
 	Upgrade
+	// GateClosed: a resource whose gate is closed, sold out
+	// (lockcore.ErrGateClosed).
+	GateClosed
 )
 
 // ContextEnded is the set of the context errors: Canceled and
@@ -100,6 +103,7 @@ var sentinels = [...]Sentinel{
 	{lockcore.ErrInvalidKey, InvalidKey},
 	{lockcore.ErrInvalidToken, InvalidToken},
 	{lockcore.ErrUpgrade, Upgrade},
+	{lockcore.ErrGateClosed, GateClosed},
 	{context.Canceled, Canceled},
 	{context.DeadlineExceeded, DeadlineExceeded},
 }

@@ -44,6 +44,7 @@ var caughtBy = map[string][]string{
 	"slotReused":     {"Permits"},
 	"writerJoins":    {"Permits", "Shared"},
 	"readersPass":    {"Shared", "WriterBound"},
+	"gateIgnored":    {"Gates"},
 }
 
 // TestSuiteCatches runs Run, in a child process each, on an engine with

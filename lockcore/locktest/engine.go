@@ -56,8 +56,9 @@ type Engine struct {
 
 	mu      sync.Mutex
 	keys    map[lockcore.Key]*keyState
-	changed chan struct{} // closed and replaced on every change (see Await)
-	defects defects       // deliberate faults, set only by this package's tests
+	gates   map[lockcore.Key]lockcore.Gate // the closed ones
+	changed chan struct{}                  // closed and replaced on every change (see Await)
+	defects defects                        // deliberate faults, set only by this package's tests
 }
 
 // keyState is what the backend knows of one key. It is kept after the key
@@ -129,6 +130,9 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	ls, p, err := lockcore.Begin(ctx, e, key, p)
 	if ls != nil || err != nil {
 		return ls, err
+	}
+	if _, closed := e.GateOf(key); closed && !e.defects.gateIgnored {
+		return nil, lockcore.GateError(key)
 	}
 	ttl := p.TTL
 	if ttl == 0 {
@@ -498,6 +502,62 @@ func (e *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (l
 	return r, nil
 }
 
+// CloseGate implements lockcore.Gatekeeper: from now on, for d (0: until
+// opened), every fresh acquisition of key fails with ErrGateClosed.
+func (e *Engine) CloseGate(ctx context.Context, key lockcore.Key, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: a gate closed for %v", lockcore.ErrMisconfigured, d)
+	}
+	g := lockcore.Gate{Key: key, Since: time.Now()}
+	if d > 0 {
+		g.Until = g.Since.Add(d)
+	}
+	e.mu.Lock()
+	if e.gates == nil {
+		e.gates = make(map[lockcore.Key]lockcore.Gate)
+	}
+	e.gates[key] = g
+	e.notify()
+	e.mu.Unlock()
+	return nil
+}
+
+// OpenGate implements lockcore.Gatekeeper.
+func (e *Engine) OpenGate(ctx context.Context, key lockcore.Key) error {
+	e.mu.Lock()
+	delete(e.gates, key)
+	e.notify()
+	e.mu.Unlock()
+	return nil
+}
+
+// GateOf implements lockcore.Gatekeeper.
+func (e *Engine) GateOf(key lockcore.Key) (lockcore.Gate, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g, ok := e.gates[key]
+	if ok && g.Open(time.Now()) {
+		delete(e.gates, key)
+		return lockcore.Gate{}, false
+	}
+	return g, ok
+}
+
+// Gates implements lockcore.Gatekeeper: the closed gates, by key.
+func (e *Engine) Gates(ctx context.Context) ([]lockcore.Gate, error) {
+	now := time.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]lockcore.Gate, 0, len(e.gates))
+	for _, g := range e.gates {
+		if !g.Open(now) {
+			out = append(out, g)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
+	return out, nil
+}
+
 // Await blocks until cond reports true, asking it at once and again after
 // every change of the engine (a hold taken, entered, released or revoked,
 // a waiter queued or gone), or until ctx ends, whose error it then
@@ -542,4 +602,5 @@ type defects struct {
 	slotReused     bool // every permit gets slot 0
 	writerJoins    bool // a waiter is admitted beside shared holders, exclusive or not
 	readersPass    bool // a shared acquisition enters past queued waiters
+	gateIgnored    bool // a closed gate refuses nothing
 }

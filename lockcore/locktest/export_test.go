@@ -50,7 +50,7 @@ func (e *Engine) Waiters(key lockcore.Key) int {
 var Defects = []string{
 	"grantTwice", "lifo", "ignoreTokens", "tokenTakesFree", "silentLoss",
 	"fenceReset", "keepWaiter", "endsUntold", "revokeNoBump", "waitIgnored",
-	"maxHoldIgnored", "slotReused", "writerJoins", "readersPass",
+	"maxHoldIgnored", "slotReused", "writerJoins", "readersPass", "gateIgnored",
 }
 
 // Broken returns an Engine with the named defect, reporting to ev.
@@ -86,6 +86,8 @@ func Broken(defect string, ev lockcore.Events) *Engine {
 		d.writerJoins = true
 	case "readersPass":
 		d.readersPass = true
+	case "gateIgnored":
+		d.gateIgnored = true
 	default:
 		panic("locktest: no defect " + defect)
 	}

@@ -36,7 +36,8 @@ var failFast = lockcore.Policy{Wait: lockcore.FailFast}
 // parallel subtest of t, named after what it checks (Exclusion, FIFO,
 // InMemoryReentry, TokenReentry, TokenGrantsNothing, Policy, Withdrawal,
 // FencingOrder, Release, Events, MaxHold, and of shared holds Shared,
-// WriterBound, Permits and Upgrade, and SeveralKeys (lockcore.AcquireAll);
+// WriterBound, Permits and Upgrade, SeveralKeys (lockcore.AcquireAll),
+// and Gates for a lockcore.Gatekeeper;
 // LossThroughContext and Operator for an
 // Operator; Close for an engine with a Close() error method).
 //
@@ -56,8 +57,9 @@ func Run(t *testing.T, newEngine func(t *testing.T, ev lockcore.Events) lockcore
 	probe := newEngine(t, nil)
 	_, operator := probe.(lockcore.Operator)
 	_, closer := probe.(interface{ Close() error })
+	_, gates := probe.(lockcore.Gatekeeper)
 	for _, c := range checks {
-		if c.operator && !operator || c.closer && !closer {
+		if c.operator && !operator || c.closer && !closer || c.gates && !gates {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
@@ -72,6 +74,7 @@ type check struct {
 	name     string
 	operator bool // needs a lockcore.Operator
 	closer   bool // needs a Close() error method
+	gates    bool // needs a lockcore.Gatekeeper
 	run      func(r *rig)
 }
 
@@ -95,6 +98,7 @@ var checks = []check{
 	{name: "Permits", run: checkPermits},
 	{name: "Upgrade", run: checkUpgrade},
 	{name: "SeveralKeys", run: checkSeveralKeys},
+	{name: "Gates", gates: true, run: checkGates},
 }
 
 // rig is what one check works with: two engines on one backend, reporting

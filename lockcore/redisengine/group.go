@@ -43,6 +43,9 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		if k == (lockcore.Key{}) {
 			return nil, nil
 		}
+		if _, closed := l.GateOf(k); closed {
+			return nil, lockcore.GateError(k)
+		}
 		h := l.newHold(k, lockcore.NewToken(), p.TTL)
 		h.slot = -1
 		h.setEntry(l.nextID(now))

@@ -260,6 +260,8 @@ type Engine struct {
 
 	// The batcher's hooks, made once.
 	lateAcquire, afterRelease func(*call)
+
+	gates gates // the closed gates (lockcore.Gatekeeper)
 }
 
 // New returns an Engine on rdb. The Engine does not own rdb: Close leaves it
@@ -318,6 +320,8 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	l.lateAcquire, l.afterRelease = l.withdrawLate, l.released
 	l.wd.start(l)
 	l.nf.start(l, ps)
+	l.bg.add()
+	go l.watchGates()
 	return l, nil
 }
 

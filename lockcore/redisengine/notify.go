@@ -280,7 +280,8 @@ func (n *notifier) run(channel string, ps *redis.PubSub) {
 // session serves one subscription until it fails; it reports whether the
 // subscription was ever established.
 func (n *notifier) session(ctx context.Context, ps *redis.PubSub, channel string) (ok bool) {
-	if err := ps.Subscribe(ctx, channel); err != nil {
+	gates := n.l.gatesChannel()
+	if err := ps.Subscribe(ctx, channel, gates); err != nil {
 		return false
 	}
 	pinged := false
@@ -299,6 +300,12 @@ func (n *notifier) session(ctx context.Context, ps *redis.PubSub, channel string
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:
+			if m.Channel == gates {
+				// Gates changed while no message could reach this Engine
+				// are read from Redis.
+				n.l.reloadGates()
+				continue
+			}
 			ok = true
 			n.mu.Lock()
 			n.current = ps
@@ -307,6 +314,10 @@ func (n *notifier) session(ctx context.Context, ps *redis.PubSub, channel string
 			n.upOnce.Do(func() { close(n.up) })
 			n.subscribed()
 		case *redis.Message:
+			if m.Channel == gates {
+				n.l.gateMessage(m.Payload)
+				continue
+			}
 			n.deliver(m.Payload)
 		}
 	}

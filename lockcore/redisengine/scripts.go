@@ -36,6 +36,8 @@ var (
 	luaSharedRenew string
 	//go:embed lua/all.lua
 	luaAll string
+	//go:embed lua/gate.lua
+	luaGate string
 )
 
 // The scripts. Each is sent whole, as one self-contained source: a
@@ -55,7 +57,9 @@ var (
 	// sharedScript acquires a shared hold (Policy.Share).
 	sharedScript = newScript(luaShared, "", true)
 	// allScript takes several free locks at once (Engine.AcquireGroup).
-	allScript     = newScript(luaAll, "", true)
+	allScript = newScript(luaAll, "", true)
+	// gateScript closes or opens a gate (Engine.CloseGate, OpenGate).
+	gateScript    = newScript(luaGate, "", false)
 	releaseScript = newScript(luaRelease, "allow-oom", true)
 	renewScript   = newScript(luaRenew, "allow-oom", false)
 	// sharedRenewScript renews a shared hold.
@@ -65,7 +69,7 @@ var (
 	// none of the scripts (see runner.known).
 	guardScript = newScript(luaGuard, "allow-oom", false)
 
-	scripts = []*script{acquireScript, reenterScript, sharedScript, allScript, releaseScript, renewScript, sharedRenewScript, revokeScript}
+	scripts = []*script{acquireScript, reenterScript, sharedScript, allScript, gateScript, releaseScript, renewScript, sharedRenewScript, revokeScript}
 )
 
 // script is a Lua script run with arguments that the caller lays out

@@ -137,8 +137,18 @@ func (l *Engine) firstLock(ls *lockcore.Lease, read <-chan struct{}) error {
 // watchSettings reads the server's settings every settingsEvery until the
 // Engine closes.
 func (l *Engine) watchSettings() {
+	l.every(settingsEvery, func() {
+		ctx, cancel := context.WithTimeout(l.ctx, l.opt.Timeout)
+		l.noteSettings(l.settings(ctx))
+		cancel()
+	})
+}
+
+// every runs f every d, each run d after the last one ended, until the
+// Engine closes; it is a goroutine of l.bg, which it leaves when done.
+func (l *Engine) every(d time.Duration, f func()) {
 	defer l.bg.done()
-	t := time.NewTimer(settingsEvery)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
@@ -146,10 +156,8 @@ func (l *Engine) watchSettings() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(l.ctx, l.opt.Timeout)
-		l.noteSettings(l.settings(ctx))
-		cancel()
-		t.Reset(settingsEvery)
+		f()
+		t.Reset(d)
 	}
 }
 

@@ -1,0 +1,75 @@
+package lockcore
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Gate is the closed gate of a resource: from Since, every acquisition of
+// its key fails at once with ErrGateClosed, without a call to the
+// backend, until Until (when it opens by itself) or until it is opened.
+type Gate struct {
+	Key   Key
+	Since time.Time // when it was closed
+	Until time.Time // when it opens by itself; zero: only when opened
+}
+
+// Open reports whether the gate is open by itself at now: its time is up.
+func (g Gate) Open(now time.Time) bool { return !g.Until.IsZero() && !now.Before(g.Until) }
+
+// Gatekeeper is implemented by an engine with gates: a resource whose gate
+// is closed is refused by every engine on the same backend at once, by a
+// check in memory before any call (the adapters answer 410 Gone /
+// FailedPrecondition, without the handler) — the answer to a sold-out
+// product that a million buyers still ask for. A gate closed on one engine
+// closes on the others within a moment (milliseconds on one Redis), and
+// the ones that missed it (their connection was down) learn of it when
+// they reconnect. An acquisition that re-enters a hold of its own request
+// is not refused.
+type Gatekeeper interface {
+	// CloseGate closes the gate of key for d, or until opened when d is
+	// 0. Closing a closed gate sets its new time.
+	CloseGate(ctx context.Context, key Key, d time.Duration) error
+
+	// OpenGate opens the gate of key; it is no error when it is open.
+	OpenGate(ctx context.Context, key Key) error
+
+	// GateOf returns the gate of key when this engine knows it closed, by
+	// a lookup in memory.
+	GateOf(key Key) (Gate, bool)
+
+	// Gates returns the closed gates, as the backend has them.
+	Gates(ctx context.Context) ([]Gate, error)
+}
+
+// CloseGate closes the gate of the resource of the innermost lock ctx
+// holds, on the engine that took it, for d (0: until opened), as a handler
+// does that finds the resource sold out. It fails with an error matching
+// ErrInvalidKey when ctx holds no lock, and ErrMisconfigured when its
+// engine has no gates (is no Gatekeeper).
+func CloseGate(ctx context.Context, d time.Duration) error {
+	var h *held
+	for s := stateFrom(ctx).first(); s != nil && h == nil; s = s.next() {
+		if s.held != nil && s.held.live() {
+			h = s.held
+		}
+	}
+	if h == nil {
+		return fmt.Errorf("%w: the context holds no lock whose gate to close", ErrInvalidKey)
+	}
+	g, ok := h.e.(Gatekeeper)
+	if !ok {
+		return fmt.Errorf("%w: the engine of %s (%T) has no gates", ErrMisconfigured, h.key, h.e)
+	}
+	if d < 0 {
+		return fmt.Errorf("%w: a gate closed for %v", ErrMisconfigured, d)
+	}
+	return g.CloseGate(ctx, h.key, d)
+}
+
+// GateError returns the error of an acquisition of key that its closed
+// gate refuses: it matches ErrGateClosed and names key.
+func GateError(key Key) error {
+	return fmt.Errorf("%w: %s", ErrGateClosed, key)
+}

@@ -1,0 +1,93 @@
+package locktest
+
+import (
+	"errors"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// checkGates: a closed gate (lockcore.Gatekeeper) refuses every fresh
+// acquisition of its key, on every engine of the backend, within a moment
+// of its closing: at once, failing fast or willing to wait, with
+// ErrGateClosed and not ErrNotAcquired. lockcore.CloseGate closes the gate
+// of the context's lock; the request holding it still re-enters in memory;
+// other keys are untouched; Gates lists it on every engine; a gate closed
+// for a time opens by itself then, not before; OpenGate opens it.
+func checkGates(r *rig) {
+	a, other := r.key("a"), r.key("b")
+	ga, gb := r.a.(lockcore.Gatekeeper), r.b.(lockcore.Gatekeeper)
+
+	ls := r.acquire(r.a, r.ctx, a, failFast)
+	if err := lockcore.CloseGate(ls.Context(), 0); err != nil {
+		r.t.Fatalf("CloseGate from the holder's context: %v", err)
+	}
+	in, err := r.a.Acquire(ls.Context(), a, failFast)
+	if err != nil {
+		r.t.Fatalf("the holder's request re-entering its lock after closing its gate: %v", err)
+	}
+	r.release(in)
+	r.release(ls)
+	refused := func(e lockcore.Engine, p lockcore.Policy) bool {
+		start := time.Now()
+		ls, err := e.Acquire(r.ctx, a, p)
+		if err == nil {
+			r.release(ls)
+			return false
+		}
+		if !errors.Is(err, lockcore.ErrGateClosed) || errors.Is(err, lockcore.ErrNotAcquired) {
+			r.t.Fatalf("acquisition of a key whose gate is closing: %v, want ErrGateClosed alone", err)
+		}
+		if took := time.Since(start); took > awaitBound/2 {
+			r.t.Fatalf("a closed gate refused an acquisition after %v, want at once", took)
+		}
+		return true
+	}
+	for _, e := range r.engines() {
+		if !r.eventually(func() bool { return refused(e, lockcore.Policy{Wait: checkBound}) }) {
+			r.t.Fatalf("a gate closed on one engine never refused a waiting acquisition on %T", e)
+		}
+		if !refused(e, failFast) {
+			r.t.Fatal("a closed gate let a fail-fast acquisition through")
+		}
+	}
+	r.release(r.acquire(r.b, r.ctx, other, failFast))
+	for _, g := range []lockcore.Gatekeeper{ga, gb} {
+		gates, err := g.Gates(r.ctx)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if len(gates) != 1 || gates[0].Key != a || !gates[0].Until.IsZero() || gates[0].Since.IsZero() {
+			r.t.Fatalf("Gates: %+v, want the one gate of %v, closed until opened", gates, a)
+		}
+		if g, ok := g.GateOf(a); !ok || g.Key != a {
+			r.t.Fatalf("GateOf(%v): %+v %v, want closed", a, g, ok)
+		}
+	}
+
+	if err := gb.OpenGate(r.ctx, a); err != nil {
+		r.t.Fatal(err)
+	}
+	if !r.eventually(func() bool { return !refused(r.a, failFast) }) {
+		r.t.Fatal("an opened gate still refuses on the other engine")
+	}
+
+	// For a time: closed until then, and open after.
+	const d = 300 * time.Millisecond
+	closed := time.Now()
+	if err := gb.CloseGate(r.ctx, a, d); err != nil {
+		r.t.Fatal(err)
+	}
+	if !r.eventually(func() bool { return refused(r.a, failFast) }) {
+		r.t.Fatal("a gate closed for a time never refused on the other engine")
+	}
+	if !r.eventually(func() bool { return !refused(r.a, failFast) }) {
+		r.t.Fatal("a gate closed for a time never opened")
+	}
+	if took := time.Since(closed); took < d {
+		r.t.Fatalf("a gate closed for %v opened after %v", d, took)
+	}
+	if gates, err := ga.Gates(r.ctx); err != nil || len(gates) != 0 {
+		r.t.Fatalf("Gates after every gate opened: %+v, %v", gates, err)
+	}
+}

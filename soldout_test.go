@@ -1,0 +1,213 @@
+package lock_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/internal/shop"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
+)
+
+// TestHTTPSoldOut: a flash sale of 10 on three instances, 40 buyers at
+// once: exactly 10 sold, and once a handler declares the product sold out
+// (lock.SoldOut), every instance answers 410 Gone for it without running
+// the handler and without a command to Redis (counted by a hook on each
+// instance's client, and on a single server by its INFO commandstats);
+// another product is untouched; an opened gate lets buyers in again. On
+// every deployment.
+func TestHTTPSoldOut(t *testing.T) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		var stock, sold, ran atomic.Int64
+		stock.Store(10)
+		build := func(a *app) http.Handler {
+			r := chi.NewRouter()
+			r.With(a.locker.ByParam("productID", lock.Wait(20*time.Second))).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+				ran.Add(1)
+				if chi.URLParam(r, "productID") == "42" && stock.Add(-1) < 0 {
+					if err := lock.SoldOut(r.Context(), 0); err != nil {
+						t.Errorf("SoldOut: %v", err)
+					}
+					http.Error(w, "sold out", http.StatusGone)
+					return
+				}
+				sold.Add(1)
+			})
+			return r
+		}
+		apps := make([]*app, 3)
+		trips := make([]*redistest.Trips, 3)
+		for i := range apps {
+			c := clientOf(t, b)
+			trips[i] = &redistest.Trips{}
+			redistest.CountTrips(c, trips[i])
+			apps[i] = newAppOn(t, c, prefix, build)
+		}
+		hc := httpClient(t, nil)
+		buy := func(a *app, product string) result {
+			return do(t, hc, "POST", a.srv.URL+"/products/"+product+"/buy", nil)
+		}
+
+		var wg sync.WaitGroup
+		var ok, gone atomic.Int64
+		for i := range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				switch res := buy(apps[i%3], "42"); res.status {
+				case http.StatusOK:
+					ok.Add(1)
+				case http.StatusGone:
+					gone.Add(1)
+				default:
+					t.Errorf("purchase: %d %q", res.status, res.body)
+				}
+			}()
+		}
+		wg.Wait()
+		if ok.Load() != 10 || sold.Load() != 10 || gone.Load() != 30 {
+			t.Fatalf("%d purchases answered 200 and %d sold, %d answered 410; want 10, 10, 30", ok.Load(), sold.Load(), gone.Load())
+		}
+
+		// Every instance knows (the gate reached them), then answers from
+		// memory.
+		for i, a := range apps {
+			eventually(t, 5*time.Second, "instance "+strconv.Itoa(i)+" refusing the sold-out product", func() bool {
+				before := ran.Load()
+				res := buy(a, "42")
+				return res.status == http.StatusGone && ran.Load() == before
+			})
+		}
+		calls := scriptCalls(t, b)
+		runs := ran.Load()
+		for i, a := range apps {
+			before := trips[i].N()
+			for range 20 {
+				res := buy(a, "42")
+				if res.status != http.StatusGone || !strings.Contains(res.body, "sold out") || res.header.Get("Retry-After") != "" {
+					t.Fatalf("instance %d, sold-out product: %d %q (Retry-After %q), want 410 sold out without Retry-After", i, res.status, res.body, res.header.Get("Retry-After"))
+				}
+			}
+			if n := trips[i].N() - before; n != 0 {
+				t.Fatalf("instance %d sent %d commands to Redis for 20 requests for a sold-out product, want 0", i, n)
+			}
+		}
+		if ran.Load() != runs {
+			t.Fatalf("the handler ran %d times for a sold-out product", ran.Load()-runs)
+		}
+		if got := scriptCalls(t, b); got != calls {
+			t.Fatalf("Redis ran %d lock scripts during 60 requests for a sold-out product, want 0", got-calls)
+		}
+		if res := buy(apps[1], "7"); res.status != http.StatusOK {
+			t.Fatalf("another product: %d %q", res.status, res.body)
+		}
+
+		gk, isGK := apps[2].locker.Operator().(lockcore.Gatekeeper)
+		if !isGK {
+			t.Fatal("the Redis engine is no lockcore.Gatekeeper")
+		}
+		gates, err := gk.Gates(context.Background())
+		if err != nil || len(gates) != 1 || gates[0].Key != key(t, "productID", "42") || !gates[0].Until.IsZero() {
+			t.Fatalf("Gates: %+v %v, want productID:42's, closed until opened", gates, err)
+		}
+		stock.Store(5) // restocked
+		if err := gk.OpenGate(context.Background(), key(t, "productID", "42")); err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range apps {
+			eventually(t, 5*time.Second, "instance "+strconv.Itoa(i)+" selling again", func() bool {
+				return buy(a, "42").status == http.StatusOK
+			})
+		}
+	})
+}
+
+// scriptCalls returns how many times b's server ran a script (EVALSHA,
+// EVAL), from INFO commandstats; 0 for a deployment of several servers,
+// and for miniredis, which does not say (the client hooks count there).
+func scriptCalls(t *testing.T, b *redistest.Backend) int64 {
+	t.Helper()
+	if !b.Real() || b.MultiNode() {
+		return 0
+	}
+	info, err := b.Client(t).Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				c, _, _ := strings.Cut(v, ",")
+				x, _ := strconv.ParseInt(c, 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
+}
+
+// TestGRPCSoldOut: the same over gRPC: once the method's handler declares
+// the product sold out, calls for it fail with FailedPrecondition carrying
+// an ErrorInfo of reason SOLD_OUT, without the handler and without a
+// command to Redis; other products are served.
+func TestGRPCSoldOut(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		c := b.Client(t)
+		trips := &redistest.Trips{}
+		c.AddHook(trips)
+		l := lock.NewRedis(c, redisengine.Options{Prefix: redistest.Prefix(t)})
+		t.Cleanup(func() { l.Close() })
+		var ran atomic.Int64
+		addr := serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+			ran.Add(1)
+			if shop.Int(req, "product_id") == 42 {
+				if err := lock.SoldOut(ctx, 0); err != nil {
+					return nil, err
+				}
+				return nil, status.Error(codes.FailedPrecondition, "sold out")
+			}
+			return shop.New("ReserveReply"), nil
+		}}, grpc.ChainUnaryInterceptor(unaryServer(l, interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID")))))
+		cc := dial(t, addr)
+		ctx := context.Background()
+		_, _ = reserve(ctx, cc, 42) // the handler finds it sold out
+		runs, before := ran.Load(), trips.N()
+		for range 10 {
+			_, err := reserve(ctx, cc, 42)
+			st, _ := status.FromError(err)
+			var reason string
+			for _, d := range st.Details() {
+				if info, ok := d.(*errdetails.ErrorInfo); ok {
+					reason = info.Reason
+				}
+			}
+			if st.Code() != codes.FailedPrecondition || reason != "SOLD_OUT" {
+				t.Fatalf("a call for a sold-out product: %v (reason %q), want FailedPrecondition with reason SOLD_OUT", err, reason)
+			}
+		}
+		if ran.Load() != runs || trips.N() != before {
+			t.Fatalf("10 calls for a sold-out product ran the handler %d times and sent %d commands, want 0 and 0", ran.Load()-runs, trips.N()-before)
+		}
+		if _, err := reserve(ctx, cc, 7); err != nil {
+			t.Fatalf("another product: %v", err)
+		}
+	})
+}
