@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -203,5 +204,60 @@ func BenchmarkModes(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkGatePropagation measures how long a gate closed on one Engine
+// takes to close on two others with the same Prefix, each on a client of
+// its own (three instances of a service): from CloseGate's return to the
+// moment the last of them refuses the key from memory, polled without
+// sleeping. It reports the median and the worst of the run.
+func BenchmarkGatePropagation(b *testing.B) {
+	be := redistest.Best(b)
+	p := redistest.Prefix(b)
+	engines := make([]*Engine, 3)
+	for i := range engines {
+		c := redis.NewClient(&redis.Options{Addr: be.Addr})
+		b.Cleanup(func() { _ = c.Close() })
+		l, err := New(c, Options{Prefix: p})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
+		engines[i] = l
+	}
+	ctx := context.Background()
+	for _, l := range engines {
+		if err := l.nf.ping(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var lat []time.Duration
+	i := 0
+	for b.Loop() {
+		k := mustKey(b, "gate", strconv.Itoa(i))
+		i++
+		if err := engines[0].CloseGate(ctx, k, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		for _, l := range engines[1:] {
+			for {
+				if _, closed := l.GateOf(k); closed {
+					break
+				}
+				if time.Since(start) > 5*time.Second {
+					b.Fatalf("gate %v not closed on every engine after 5s", k)
+				}
+				runtime.Gosched()
+			}
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+	for j := range i {
+		_ = engines[0].OpenGate(ctx, mustKey(b, "gate", strconv.Itoa(j)))
 	}
 }
