@@ -418,9 +418,14 @@ func Slot(ctx context.Context) (int, bool) {
 //	}
 //
 // It fails with an error matching lockcore.ErrInvalidKey when ctx holds
-// no lock, lockcore.ErrMisconfigured when its engine has no gates, and
-// lockcore.ErrUnavailable when Redis did not take it (this instance's gate
-// is closed all the same).
+// no lock, lockcore.ErrLockLost when its innermost lock is no longer held,
+// lockcore.ErrMisconfigured when its engine has no gates or the route
+// names several resources (keyfunc.Func.Also: say which one is sold out
+// with the engine's CloseGate and its key), and lockcore.ErrUnavailable
+// when Redis did not confirm the write: it may not have reached the other
+// instances; this one refuses the resource until it next reads the gates
+// from Redis (within 30 s). Closing a gate that is closed until opened
+// writes nothing, as the buyers still waiting find it one after another.
 func SoldOut(ctx context.Context, d time.Duration) error {
 	return lockcore.CloseGate(ctx, d)
 }

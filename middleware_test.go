@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/background"
 	"github.com/routelock/lock/internal/keylimit"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redisconf"
@@ -745,7 +746,7 @@ type counter struct{ n *atomic.Int64 }
 func (c counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name != "hello" && name != "client" && name != "subscribe" && name != "ping" {
+		if name := cmd.Name(); name != "hello" && name != "client" && name != "subscribe" && name != "ping" && !background.Marked(ctx) {
 			c.n.Add(1)
 		}
 		return next(ctx, cmd)

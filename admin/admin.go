@@ -377,7 +377,7 @@ func (h *handler) gates(w http.ResponseWriter, r *http.Request, rt route, html b
 	}
 	g, ok := h.gatekeeper()
 	if !ok {
-		writeJSON(w, http.StatusOK, operate.FromGates(nil))
+		h.fail(w, r, rt, http.StatusNotImplemented, "the lock engine has no gates")
 		return
 	}
 	gs, err := g.Gates(r.Context())

@@ -25,8 +25,10 @@ func (g Gate) Open(now time.Time) bool { return !g.Until.IsZero() && !now.Before
 // product that a million buyers still ask for. A gate closed on one engine
 // closes on the others within a moment (milliseconds on one Redis), and
 // the ones that missed it (their connection was down) learn of it when
-// they reconnect. An acquisition that re-enters a hold of its own request
-// is not refused.
+// they reconnect. An acquisition that re-enters in memory a hold of its
+// own request is not refused; one that would re-enter it by a propagated
+// token (a nested call to another service) is, as any other. Waiters
+// queued before the gate closed are not: they get the lock in turn.
 type Gatekeeper interface {
 	// CloseGate closes the gate of key for d, or until opened when d is
 	// 0. Closing a closed gate sets its new time.
@@ -46,24 +48,31 @@ type Gatekeeper interface {
 // CloseGate closes the gate of the resource of the innermost lock ctx
 // holds, on the engine that took it, for d (0: until opened), as a handler
 // does that finds the resource sold out. It fails with an error matching
-// ErrInvalidKey when ctx holds no lock, and ErrMisconfigured when its
-// engine has no gates (is no Gatekeeper).
+// ErrInvalidKey when ctx holds no lock, ErrLockLost when the innermost
+// lock is no longer held (released or lost: an outer lock's resource is
+// not the one sold out), and ErrMisconfigured when its engine has no gates
+// (is no Gatekeeper), when d is negative, and when the innermost lock was
+// taken with others for one request (AcquireAll, keyfunc.Func.Also): which
+// of them is sold out is for the caller to say, with the engine's
+// CloseGate and the key.
 func CloseGate(ctx context.Context, d time.Duration) error {
 	var h *held
 	for s := stateFrom(ctx).first(); s != nil && h == nil; s = s.next() {
-		if s.held != nil && s.held.live() {
-			h = s.held
-		}
+		h = s.held
 	}
-	if h == nil {
+	switch {
+	case h == nil:
 		return fmt.Errorf("%w: the context holds no lock whose gate to close", ErrInvalidKey)
+	case !h.live():
+		return fmt.Errorf("%w: the lock of %s, whose gate was to close, is no longer held", ErrLockLost, h.key)
+	case h.together:
+		return fmt.Errorf("%w: the context holds %s with other resources taken together; close the gate of the one sold out by its key, with the engine's CloseGate", ErrMisconfigured, h.key)
+	case d < 0:
+		return fmt.Errorf("%w: a gate closed for %v", ErrMisconfigured, d)
 	}
 	g, ok := h.e.(Gatekeeper)
 	if !ok {
 		return fmt.Errorf("%w: the engine of %s (%T) has no gates", ErrMisconfigured, h.key, h.e)
-	}
-	if d < 0 {
-		return fmt.Errorf("%w: a gate closed for %v", ErrMisconfigured, d)
 	}
 	return g.CloseGate(ctx, h.key, d)
 }

@@ -243,13 +243,16 @@ type held struct {
 	slot  int32 // the hold's slot among its key's shared holders; -1 for none
 	// shared: the hold is one of several owners' (Policy.Share)
 	shared bool
-	refs   atomic.Int32 // outstanding leases; the backend release runs at 0
-	state  atomic.Int32
-	why    atomic.Pointer[error] // the cause of the loss, once lost
-	ev     Events                // told of the hold's end; may be nil
-	start  int64                 // when the hold was made (mono); set only with ev
-	st     ctxState              // what the context carries
-	first  Lease                 // the lease of the acquisition that made the hold
+	// together: AcquireAll took the hold with others for one request, so
+	// that it is not the request's one resource (see CloseGate)
+	together bool
+	refs     atomic.Int32 // outstanding leases; the backend release runs at 0
+	state    atomic.Int32
+	why      atomic.Pointer[error] // the cause of the loss, once lost
+	ev       Events                // told of the hold's end; may be nil
+	start    int64                 // when the hold was made (mono); set only with ev
+	st       ctxState              // what the context carries
+	first    Lease                 // the lease of the acquisition that made the hold
 
 	// losing is held by lose from before its state change until its loss
 	// was told and the context cancelled: a Release that found the hold

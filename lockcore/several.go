@@ -61,6 +61,7 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 	}
 	if g, ok := e.(GroupEngine); ok && len(ks) > 1 {
 		if leases, err := g.AcquireGroup(ctx, ks, p); leases != nil || err != nil {
+			markTogether(leases)
 			return leases, err
 		}
 	}
@@ -84,7 +85,21 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 		leases = append(leases, ls)
 		ctx = ls.Context()
 	}
+	markTogether(leases)
 	return leases, nil
+}
+
+// markTogether marks the fresh holds of leases as taken together, when
+// they are several.
+func markTogether(leases []*Lease) {
+	if len(leases) < 2 {
+		return
+	}
+	for _, ls := range leases {
+		if !ls.Reentered() {
+			ls.h.together = true
+		}
+	}
 }
 
 // allAcquirer is an Engine with an AcquireAll method of its own.

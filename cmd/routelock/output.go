@@ -115,7 +115,6 @@ func (p *printer) lock(in lockcore.Info) {
 	}
 }
 
-// revocation prints what a force-release did.
 // gates prints the closed gates, a line each.
 func (p *printer) gates(gs []lockcore.Gate) {
 	if len(gs) == 0 {
@@ -134,6 +133,7 @@ func (p *printer) gates(gs []lockcore.Gate) {
 	p.flush(tw)
 }
 
+// revocation prints what a force-release did.
 func (p *printer) revocation(r lockcore.Revocation) {
 	p.printf("released %s: it was held by owner %s with fence %d; the key's last fencing token is now %d\n",
 		clean(r.Key), clean(r.Owner), r.Fence, r.NewFence)

@@ -5,11 +5,13 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/background"
 )
 
 // Trips is a go-redis hook that counts a client's exchanges with a
 // server: a command alone, or a pipeline, leaving out a new connection's
-// handshake. Added to each node's client of a Cluster (CountTrips), it
+// handshake and the engine's background reads (package background). Added to each node's client of a Cluster (CountTrips), it
 // counts exchanges with every node.
 type Trips struct{ n atomic.Int64 }
 
@@ -25,7 +27,7 @@ func (h *Trips) DialHook(next redis.DialHook) redis.DialHook { return next }
 // ProcessHook counts a command, unless it is a handshake's.
 func (h *Trips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !handshake(cmd) {
+		if !handshake(cmd) && !background.Marked(ctx) {
 			h.n.Add(1)
 		}
 		return next(ctx, cmd)
@@ -36,7 +38,7 @@ func (h *Trips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *Trips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			if !handshake(cmd) {
+			if !handshake(cmd) && !background.Marked(ctx) {
 				h.n.Add(1)
 				break
 			}

@@ -1,6 +1,7 @@
 package locktest
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -11,12 +12,38 @@ import (
 // acquisition of its key, on every engine of the backend, within a moment
 // of its closing: at once, failing fast or willing to wait, with
 // ErrGateClosed and not ErrNotAcquired. lockcore.CloseGate closes the gate
-// of the context's lock; the request holding it still re-enters in memory;
+// of the context's lock, and refuses (closing nothing) when that lock is
+// released or was taken with others; the request holding it still re-enters in memory;
 // other keys are untouched; Gates lists it on every engine; a gate closed
 // for a time opens by itself then, not before; OpenGate opens it.
 func checkGates(r *rig) {
 	a, other := r.key("a"), r.key("b")
 	ga, gb := r.a.(lockcore.Gatekeeper), r.b.(lockcore.Gatekeeper)
+
+	// Not an outer lock's gate, when the inner one is gone; not one of
+	// several taken together.
+	outer := r.acquire(r.a, r.ctx, other, failFast)
+	inner := r.acquire(r.a, outer.Context(), a, failFast)
+	r.release(inner)
+	if err := lockcore.CloseGate(inner.Context(), 0); !errors.Is(err, lockcore.ErrLockLost) {
+		r.t.Fatalf("CloseGate from a released lock's context, inside another's: %v, want ErrLockLost", err)
+	}
+	r.release(outer)
+	both, err := lockcore.AcquireAll(r.ctx, r.a, []lockcore.Key{a, other}, failFast)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := lockcore.CloseGate(both[1].Context(), 0); !errors.Is(err, lockcore.ErrMisconfigured) {
+		r.t.Fatalf("CloseGate from a context holding two resources taken together: %v, want ErrMisconfigured", err)
+	}
+	if err := lockcore.ReleaseAll(context.Background(), both); err != nil {
+		r.t.Fatal(err)
+	}
+	for _, k := range []lockcore.Key{a, other} {
+		if _, closed := ga.GateOf(k); closed {
+			r.t.Fatalf("a refused CloseGate closed the gate of %v", k)
+		}
+	}
 
 	ls := r.acquire(r.a, r.ctx, a, failFast)
 	if err := lockcore.CloseGate(ls.Context(), 0); err != nil {
@@ -72,14 +99,18 @@ func checkGates(r *rig) {
 		r.t.Fatal("an opened gate still refuses on the other engine")
 	}
 
-	// For a time: closed until then, and open after.
-	const d = 300 * time.Millisecond
+	// For a time: closed until then, and open after. (Long enough that a
+	// loaded machine still sees it closed on the other engine.)
+	const d = 2 * time.Second
 	closed := time.Now()
 	if err := gb.CloseGate(r.ctx, a, d); err != nil {
 		r.t.Fatal(err)
 	}
-	if !r.eventually(func() bool { return refused(r.a, failFast) }) {
-		r.t.Fatal("a gate closed for a time never refused on the other engine")
+	if !refused(r.b, failFast) {
+		r.t.Fatal("a gate closed for a time does not refuse on the engine that closed it")
+	}
+	if !r.eventually(func() bool { return refused(r.a, failFast) || time.Since(closed) >= d }) || time.Since(closed) >= d {
+		r.t.Fatalf("a gate closed for %v never refused on the other engine", d)
 	}
 	if !r.eventually(func() bool { return !refused(r.a, failFast) }) {
 		r.t.Fatal("a gate closed for a time never opened")

@@ -44,8 +44,8 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if l.closed.Load() {
 		return nil, lockcore.ErrClosed
 	}
-	if _, closed := l.GateOf(key); closed {
-		return nil, lockcore.GateError(key)
+	if err := l.gated(key); err != nil {
+		return nil, err
 	}
 	if p.TTL == 0 {
 		p.TTL = l.opt.TTL

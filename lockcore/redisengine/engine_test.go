@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/background"
 	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
@@ -700,7 +701,7 @@ type countHook struct {
 func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name != "hello" && name != "client" {
+		if name := cmd.Name(); name != "hello" && name != "client" && !background.Marked(ctx) {
 			h.n.Add(1)
 			h.mu.Lock()
 			h.names = append(h.names, name)
@@ -712,7 +713,7 @@ func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			if name := cmd.Name(); name != "hello" && name != "client" && name != "select" {
+			if name := cmd.Name(); name != "hello" && name != "client" && name != "select" && !background.Marked(ctx) {
 				h.n.Add(1)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/background"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -28,27 +29,56 @@ import (
 // subscription is (re)established, so that one that was away learns what
 // it missed, and again every settingsEvery.
 type gates struct {
-	m    atomic.Pointer[map[string]lockcore.Gate]
+	m    atomic.Pointer[map[string]gateEntry]
 	mu   sync.Mutex   // serializes writers of m
 	seen atomic.Int64 // messages applied: a read of the hash that overlapped one reads again
+	// again: the subscription has been established before (gatesSubscribed)
+	again atomic.Bool
+}
+
+// gateEntry is a closed gate and the error that refuses its key, made
+// once.
+type gateEntry struct {
+	g   lockcore.Gate
+	err error
 }
 
 // gatesKey and gatesChannel return the hash and the channel of the gates.
+// The channel names the client's database: Pub/Sub does not, and Engines
+// with one Prefix on two databases of one server (staging and production)
+// must not close each other's gates.
 func (l *Engine) gatesKey() string     { return l.opt.Prefix + "gates" }
-func (l *Engine) gatesChannel() string { return l.opt.Prefix + "gates" }
+func (l *Engine) gatesChannel() string { return l.gatesChan }
+
+// maxGate is the longest time a gate may be closed for; 0 closes it until
+// opened.
+const maxGate = 100 * 365 * 24 * time.Hour
 
 // GateOf implements lockcore.Gatekeeper: the gate of key, when this Engine
 // knows it closed, from memory.
 func (l *Engine) GateOf(key lockcore.Key) (lockcore.Gate, bool) {
+	e, ok := l.gateEntry(key)
+	return e.g, ok
+}
+
+// gated returns the error that refuses key when its gate is closed, and
+// nil otherwise: an acquisition's check.
+func (l *Engine) gated(key lockcore.Key) error {
+	e, _ := l.gateEntry(key)
+	return e.err
+}
+
+// gateEntry returns key's closed gate, if it is closed.
+func (l *Engine) gateEntry(key lockcore.Key) (gateEntry, bool) {
 	m := l.gates.m.Load()
-	if m == nil {
-		return lockcore.Gate{}, false
+	if m == nil || len(*m) == 0 {
+		return gateEntry{}, false
 	}
-	g, ok := (*m)[key.String()]
-	if !ok || g.Open(time.Now()) {
-		return lockcore.Gate{}, false
+	e, ok := (*m)[key.String()]
+	if !ok || e.g.Open(time.Now()) {
+		return gateEntry{}, false
 	}
-	return g, true
+	return e, true
 }
 
 // CloseGate implements lockcore.Gatekeeper: the gate of key closes on this
@@ -59,8 +89,13 @@ func (l *Engine) CloseGate(ctx context.Context, key lockcore.Key, d time.Duratio
 	if key == (lockcore.Key{}) {
 		return fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
-	if d < 0 {
-		return fmt.Errorf("%w: a gate closed for %v", lockcore.ErrMisconfigured, d)
+	if d < 0 || d > maxGate {
+		return fmt.Errorf("%w: a gate closed for %v; 0 closes it until opened", lockcore.ErrMisconfigured, d)
+	}
+	if e, ok := l.gateEntry(key); ok && d == 0 && e.g.Until.IsZero() {
+		// Closed until opened already, as the buyers still queued find it
+		// one after another: nothing to write.
+		return nil
 	}
 	// In whole ms, as the other Engines read it; the end rounded up, so
 	// that no Engine opens the gate before d has passed.
@@ -90,8 +125,8 @@ func (l *Engine) Gates(ctx context.Context) ([]lockcore.Gate, error) {
 		return nil, err
 	}
 	out := make([]lockcore.Gate, 0, len(m))
-	for _, g := range m {
-		out = append(out, g)
+	for _, e := range m {
+		out = append(out, e.g)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
 	return out, nil
@@ -116,15 +151,15 @@ func (l *Engine) writeGate(ctx context.Context, key lockcore.Key, v string) erro
 
 // readGates reads the closed gates from Redis, dropping those whose time
 // is up there too.
-func (l *Engine) readGates(ctx context.Context) (map[string]lockcore.Gate, error) {
+func (l *Engine) readGates(ctx context.Context) (map[string]gateEntry, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
 	defer cancel()
 	all, err := l.rdb.HGetAll(ctx, l.gatesKey()).Result()
 	if err != nil {
 		return nil, l.report(unavailable("gates", err))
 	}
-	m := make(map[string]lockcore.Gate, len(all))
-	var done []string
+	m := make(map[string]gateEntry, len(all))
+	var done []string // gates whose time is up
 	now := time.Now()
 	for k, v := range all {
 		g, ok := parseGate(k, v)
@@ -133,11 +168,13 @@ func (l *Engine) readGates(ctx context.Context) (map[string]lockcore.Gate, error
 		case g.Open(now):
 			done = append(done, k)
 		default:
-			m[k] = g
+			m[k] = gateEntry{g: g, err: lockcore.GateError(g.Key)}
 		}
 	}
-	if len(done) > 0 {
-		_ = l.rdb.HDel(ctx, l.gatesKey(), done...).Err() // tidying: the next read tries again
+	for _, k := range done {
+		// Tidying, only if it was not closed again since: the next read
+		// tries again.
+		_ = l.run.run(ctx, []redis.Cmder{l.run.cmd(ctx, gateScript, []any{nil, nil, 1, l.gatesKey(), l.gatesChannel(), k, "", all[k]})})
 	}
 	return m, nil
 }
@@ -167,14 +204,14 @@ func (l *Engine) setGate(k string, g lockcore.Gate, closed bool) {
 	l.gates.mu.Lock()
 	defer l.gates.mu.Unlock()
 	old := l.gates.m.Load()
-	m := make(map[string]lockcore.Gate)
+	m := make(map[string]gateEntry)
 	if old != nil {
-		for k, g := range *old {
-			m[k] = g
+		for k, e := range *old {
+			m[k] = e
 		}
 	}
 	if closed {
-		m[k] = g
+		m[k] = gateEntry{g: g, err: lockcore.GateError(g.Key)}
 	} else {
 		delete(m, k)
 	}
@@ -206,24 +243,41 @@ func (l *Engine) gateMessage(payload string) {
 func (l *Engine) watchGates() { l.every(settingsEvery, l.reloadGates) }
 
 // reloadGates replaces what the Engine knows of the gates with what Redis
-// has, in the background: when its subscription is (re)established, and
-// every settingsEvery. A read that messages overlapped is made again (a few
-// times at most): the message may be newer than the read.
+// has, in the background (see loadGates).
 func (l *Engine) reloadGates() {
-	l.bg.do(func() {
-		for range 3 {
-			seen := l.gates.seen.Load()
-			m, err := l.readGates(l.ctx)
-			if err != nil {
-				return
-			}
-			l.gates.mu.Lock()
-			if l.gates.seen.Load() == seen {
-				l.gates.m.Store(&m)
-				l.gates.mu.Unlock()
-				return
-			}
-			l.gates.mu.Unlock()
+	l.bg.do(func() { l.loadGates(l.ctx) })
+}
+
+// loadGates replaces what the Engine knows of the gates with what Redis
+// has: with the first read of the server's settings (see settle), when
+// the subscription is established again, and every settingsEvery. A read
+// that messages overlapped is made again (a few times at most): the
+// message may be newer than the read.
+func (l *Engine) loadGates(ctx context.Context) {
+	ctx = background.Mark(ctx)
+	for range 3 {
+		seen := l.gates.seen.Load()
+		m, err := l.readGates(ctx)
+		if err != nil {
+			return
 		}
-	})
+		l.gates.mu.Lock()
+		if l.gates.seen.Load() == seen {
+			l.gates.m.Store(&m)
+			l.gates.mu.Unlock()
+			return
+		}
+		l.gates.mu.Unlock()
+	}
+}
+
+// gatesSubscribed is told that the subscription to the gates channel is
+// established: messages may have been missed while it was down, or since
+// the first read of the server's settings read the gates (see settle), so
+// they are read again; unless this is the first subscription and that
+// read is still to come.
+func (l *Engine) gatesSubscribed() {
+	if l.gates.again.Swap(true) || l.settled.Load() {
+		l.reloadGates()
+	}
 }

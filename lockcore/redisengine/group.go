@@ -29,6 +29,13 @@ const maxGroup = 32
 // lockcore.FailFast and the key is held: it then fails with that key's
 // *lockcore.ContentionError. Its other errors are Acquire's.
 func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
+	for _, k := range keys {
+		// A closed gate refuses the lot before any call, whether or not
+		// they could go together.
+		if err := l.gated(k); err != nil {
+			return nil, err
+		}
+	}
 	if len(keys) < 2 || len(keys) > maxGroup || p.Share != 0 || p.Validate() != nil || l.run.ack > 0 ||
 		!l.settled.Load() || l.refuse.Load() != nil || l.closed.Load() || ctx.Err() != nil ||
 		len(lockcore.TokensFrom(ctx)) > 0 {
@@ -42,9 +49,6 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 	for i, k := range keys {
 		if k == (lockcore.Key{}) {
 			return nil, nil
-		}
-		if _, closed := l.GateOf(k); closed {
-			return nil, lockcore.GateError(k)
 		}
 		h := l.newHold(k, lockcore.NewToken(), p.TTL)
 		h.slot = -1

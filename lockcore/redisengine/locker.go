@@ -261,7 +261,8 @@ type Engine struct {
 	// The batcher's hooks, made once.
 	lateAcquire, afterRelease func(*call)
 
-	gates gates // the closed gates (lockcore.Gatekeeper)
+	gates     gates  // the closed gates (lockcore.Gatekeeper)
+	gatesChan string // their channel (see gatesChannel)
 }
 
 // New returns an Engine on rdb. The Engine does not own rdb: Close leaves it
@@ -288,6 +289,10 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	_, _ = rand.Read(b[:])
 	l := &Engine{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
 	l.channel = opt.Prefix + "notify:" + l.id
+	l.gatesChan = opt.Prefix + "gates"
+	if c, ok := rdb.(*redis.Client); ok && c.Options().DB != 0 {
+		l.gatesChan += ":db" + strconv.Itoa(c.Options().DB)
+	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	ps, err := subscribe(l.ctx, rdb)
 	if err != nil {

@@ -301,9 +301,7 @@ func (n *notifier) session(ctx context.Context, ps *redis.PubSub, channel string
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Channel == gates {
-				// Gates changed while no message could reach this Engine
-				// are read from Redis.
-				n.l.reloadGates()
+				n.l.gatesSubscribed()
 				continue
 			}
 			ok = true

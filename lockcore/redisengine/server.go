@@ -107,6 +107,7 @@ func (l *Engine) settle(ctx context.Context) <-chan struct{} {
 		l.bg.do(func() {
 			defer cancel()
 			l.noteSettings(l.settings(rctx))
+			l.loadGates(rctx)
 			stop.Stop()
 			done()
 		})

@@ -1,0 +1,75 @@
+package redisengine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+)
+
+// TestGatesPerDatabase: Pub/Sub does not know databases, yet Engines with
+// one Prefix on two databases of one server keep their gates apart: a
+// gate closed on database 1 closes on another Engine there, never on
+// database 0.
+func TestGatesPerDatabase(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		p := redistest.Prefix(t)
+		on := func(db int) *Engine {
+			c := redis.NewClient(&redis.Options{Addr: b.Addr, DB: db})
+			t.Cleanup(func() { _ = c.Close() })
+			l, err := New(c, Options{Prefix: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			if err := l.nf.ping(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		prod, staging, staging2 := on(0), on(1), on(1)
+		k := mustKey(t, "productID", "42")
+		if err := staging.CloseGate(context.Background(), k, 0); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "the gate closed on the other Engine of database 1", func() bool {
+			_, closed := staging2.GateOf(k)
+			return closed
+		})
+		if _, closed := prod.GateOf(k); closed {
+			t.Fatal("a gate closed on database 1 closed on database 0")
+		}
+	})
+}
+
+// TestGateTidiedOnlyIfUnchanged: a gate whose time is up is dropped from
+// Redis only when the hash still has it as it was read: one closed again
+// meanwhile (a buyer found the product sold out once more) stays.
+func TestGateTidiedOnlyIfUnchanged(t *testing.T) {
+	b := redistest.Best(t)
+	l := newLocker(t, b, redistest.Prefix(t), Options{})
+	ctx := context.Background()
+	k := mustKey(t, "productID", "42").String()
+	admin := b.Client(t)
+	tidy := func(was string) {
+		t.Helper()
+		cmds := []redis.Cmder{l.run.cmd(ctx, gateScript, []any{nil, nil, 1, l.gatesKey(), l.gatesChannel(), k, "", was})}
+		if err := l.run.run(ctx, cmds); err != nil || cmds[0].Err() != nil {
+			t.Fatal(err, cmds[0].Err())
+		}
+	}
+	if err := admin.HSet(ctx, l.gatesKey(), k, "1000 0").Err(); err != nil { // closed again, until opened
+		t.Fatal(err)
+	}
+	tidy("900 950") // as a reader saw it before: expired
+	if v, err := admin.HGet(ctx, l.gatesKey(), k).Result(); err != nil || v != "1000 0" {
+		t.Fatalf("a gate closed again after it was read as expired: %q %v, want kept", v, err)
+	}
+	tidy("1000 0")
+	if n, _ := admin.HExists(ctx, l.gatesKey(), k).Result(); n {
+		t.Fatal("an unchanged expired gate was not tidied")
+	}
+}
