@@ -131,9 +131,6 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if ls != nil || err != nil {
 		return ls, err
 	}
-	if _, closed := e.GateOf(key); closed && !e.defects.gateIgnored {
-		return nil, lockcore.GateError(key)
-	}
 	ttl := p.TTL
 	if ttl == 0 {
 		ttl = defaultTTL
@@ -143,6 +140,10 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	}
 
 	e.mu.Lock()
+	if g, closed := e.gates[key]; closed && !g.Open(time.Now()) && !e.defects.gateIgnored {
+		e.mu.Unlock()
+		return nil, lockcore.GateError(key)
+	}
 	ks := e.state(key)
 	if err := ctx.Err(); err != nil {
 		ce := &lockcore.ContentionError{Key: key.String(), RetryAfter: ks.retryAfter()}
