@@ -6,12 +6,15 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/background"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -260,4 +263,137 @@ func BenchmarkGatePropagation(b *testing.B) {
 	for j := range i {
 		_ = engines[0].OpenGate(ctx, mustKey(b, "gate", strconv.Itoa(j)))
 	}
+}
+
+// BenchmarkManyLeases holds 10,000 leases on one Engine at the default TTL
+// (10 s), with a client at go-redis's defaults, and measures what keeping
+// them costs: one op is a renewal round, every lease renewed once (about
+// TTL/4 to TTL/3 of wall time). It reports, per round, the exchanges with
+// Redis (trips/round: the pipelines the watchdog sent) and the renewals,
+// and the CPU used meanwhile as a share of one core: this process's
+// (client-cpu-%: getrusage, the watchdog and go-redis and all) and, on a
+// redis-server of its own, the server's (redis-cpu-%: INFO cpu). Where no
+// redis-server is on PATH it runs on miniredis, without redis-cpu-%.
+func BenchmarkManyLeases(b *testing.B) {
+	const leases = 10_000
+	addr, infoCPU := "", func() float64 { return -1 }
+	if srv, err := redistest.Start(); err == nil {
+		defer srv.Stop()
+		addr = srv.Addr
+		admin := redis.NewClient(&redis.Options{Addr: addr})
+		defer admin.Close()
+		infoCPU = func() float64 { return redisCPU(b, admin) }
+	} else {
+		addr = redistest.Best(b).Addr
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	var cmds, trips atomic.Int64
+	c.AddHook(renewalCounter{cmds: &cmds, trips: &trips})
+	l, err := New(c, Options{Prefix: redistest.Prefix(b)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+
+	held := make([]*lockcore.Lease, leases)
+	var next atomic.Int64
+	errs := make(chan error, 32)
+	for range 32 {
+		go func() {
+			for i := next.Add(1) - 1; i < leases; i = next.Add(1) - 1 {
+				ls, err := l.Acquire(ctx, mustKey(b, "many", strconv.FormatInt(i, 10)), lockcore.Policy{Wait: lockcore.FailFast})
+				if err != nil {
+					errs <- err
+					return
+				}
+				held[i] = ls
+			}
+			errs <- nil
+		}()
+	}
+	for range 32 {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, ls := range held {
+			_ = ls.Release(ctx)
+		}
+	}()
+
+	var ru0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	redis0, cmds0, trips0 := infoCPU(), cmds.Load(), trips.Load()
+	b.ResetTimer()
+	t0 := time.Now()
+	for round := int64(1); b.Loop(); round++ {
+		deadline := time.Now().Add(30 * time.Second)
+		for cmds.Load()-cmds0 < round*leases {
+			if time.Now().After(deadline) {
+				b.Fatalf("round %d: %d renewals in 30 s, want %d", round, cmds.Load()-cmds0, round*leases)
+			}
+			time.Sleep(10 * time.Millisecond) // polling a count, bounded by the deadline
+		}
+	}
+	wall := time.Since(t0)
+	b.StopTimer()
+	var ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	redis1 := infoCPU()
+	cpu := func(ru syscall.Rusage) time.Duration {
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	rounds := float64(b.N)
+	b.ReportMetric(float64(cpu(ru1)-cpu(ru0))/float64(wall)*100, "client-cpu-%")
+	if redis0 >= 0 && redis1 >= 0 {
+		b.ReportMetric((redis1-redis0)/wall.Seconds()*100, "redis-cpu-%")
+	}
+	b.ReportMetric(float64(trips.Load()-trips0)/rounds, "trips/round")
+	b.ReportMetric(float64(cmds.Load()-cmds0)/rounds, "renewals/round")
+	for _, ls := range held {
+		if err := ls.Err(); err != nil {
+			b.Fatalf("a lease was lost while held: %v", err)
+		}
+	}
+}
+
+// renewalCounter counts the commands a client sends in pipelines, and the
+// pipelines: the watchdog's renewals, once the leases are taken (the
+// engine's background reads are left out).
+type renewalCounter struct{ cmds, trips *atomic.Int64 }
+
+func (renewalCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (renewalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h renewalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !background.Marked(ctx) {
+			h.trips.Add(1)
+			h.cmds.Add(int64(len(cmds)))
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// redisCPU returns the CPU time the server has used, in seconds (INFO cpu:
+// used_cpu_user + used_cpu_sys).
+func redisCPU(tb testing.TB, c *redis.Client) float64 {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var sum float64
+	for line := range strings.SplitSeq(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			sum += f
+		}
+	}
+	return sum
 }

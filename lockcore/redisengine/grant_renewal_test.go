@@ -11,7 +11,7 @@ import (
 
 // TestGrantSurvivesOneLostRenewal: a waiter is handed the lock by a
 // release of its own Engine; the grant lasts ClaimWindow*3/5 (600 ms) until
-// the watchdog claims it, at a quarter of that. That first renewal's reply
+// the watchdog claims it, at a third of that. That first renewal's reply
 // is lost (it ran: Redis keeps the hold for the whole TTL) and the network
 // drops everything for 250 ms after. A failed renewal is sent again a tenth
 // of the lease last confirmed later (60 ms), not a tenth of the TTL (1 s,

@@ -24,7 +24,7 @@ func TestRestartGuardOtherPrefix(t *testing.T) {
 	if srv == nil {
 		return
 	}
-	const ttl = 4 * time.Second // renewal at ttl/4 = 1 s: well after the restart
+	const ttl = 4 * time.Second // renewal at ttl/3, 1.3 s: well after the restart
 	for _, k := range healKinds {
 		t.Run(k.name, func(t *testing.T) {
 			ctx := context.Background()
