@@ -386,3 +386,51 @@ func ExampleSoldOut() {
 	// 410 routelock: sold out
 	// handler ran 2 times
 }
+
+// A product's stock of 4 kept as 2 segments of 2, each sold under its
+// own lock, so that two buyers pay at once. A buyer whose segment is empty
+// moves on to the other (its request is served again there); once both
+// are empty, buyers are answered 410 at once.
+func ExampleSegments() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+
+	stock := []int{2, 2} // each guarded by its segment's lock
+	r := chi.NewRouter()
+	// readme:begin segments
+	r.With(locker.ByParam("productID", lock.Segments(2))).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		seg, _ := lock.Segment(r.Context()) // 0 or 1: no other buyer's meanwhile
+		if stock[seg] == 0 {
+			// Served again under the other segment, or 410 when none is left.
+			if err := lock.NextSegment(r.Context()); err != nil {
+				http.Error(w, "try again", http.StatusServiceUnavailable)
+			}
+			return
+		}
+		stock[seg]--
+		fmt.Fprintln(w, "bought")
+	})
+	// readme:end
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	for range 6 {
+		fmt.Print(get(srv.Client(), "POST", srv.URL+"/products/42/buy"))
+	}
+	fmt.Println("left:", stock)
+	// Output:
+	// 200 bought
+	// 200 bought
+	// 200 bought
+	// 200 bought
+	// 410 routelock: sold out
+	// 410 routelock: sold out
+	// left: [0 0]
+}

@@ -128,6 +128,11 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p lockcore
 	return lockcore.AcquireAll(ctx, l.engine, keys, p.Or(l.defaults))
 }
 
+// Unwrap returns the Locker's engine, through its observers: what the
+// Locker wraps (lockcore.AcquireSegment finds the engine's gates through
+// it).
+func (l *Locker) Unwrap() lockcore.Engine { return l.engine }
+
 // RecordsRoute reports whether the Locker's engine, through its
 // observers, labels each acquisition with its route (lockcore.Policy.Route,
 // as package lockotel's does): middleware.Lock asks, to find each
@@ -402,8 +407,50 @@ func Slot(ctx context.Context) (int, bool) {
 	return 0, false
 }
 
+// Segment returns the segment that ctx's innermost lock holds, on a route
+// whose resource is split into segments (Segments): a number 0..n-1 that
+// no other request holds meanwhile, such as the part of the stock to take
+// from.
+//
+//	seg, ok := lock.Segment(r.Context())
+func Segment(ctx context.Context) (int, bool) {
+	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
+		if _, i, ok := held[0].Key.Segmented(); ok {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// NextSegment tells the middleware that the request's segment is exhausted
+// (its part of the stock sold): it closes the segment's gate, so that no
+// request is given it again until it is opened (admin, routelock open),
+// and once the handler returns without writing a response, the middleware
+// serves the request again, body and all, under another open segment, or
+// answers 410 Gone when none is left. So a handler reads its segment's
+// stock first, and moves on before it does anything else:
+//
+//	seg, _ := lock.Segment(r.Context())
+//	if stock[seg] == 0 {
+//		if err := lock.NextSegment(r.Context()); err != nil {
+//			http.Error(w, "try again", http.StatusServiceUnavailable)
+//		}
+//		return
+//	}
+//
+// Once every segment's gate is closed, the resource's closes too, as
+// SoldOut closes it: the answer is 410 from memory on every instance. It
+// fails as SoldOut does, and with an error matching
+// lockcore.ErrMisconfigured when the innermost lock is not a segment's.
+// When Redis did not confirm the gate's write (lockcore.ErrUnavailable),
+// the request moves on all the same.
+func NextSegment(ctx context.Context) error {
+	return lockcore.NextSegment(ctx)
+}
+
 // SoldOut closes the gate of the resource of the innermost lock ctx holds
-// (a handler's: its route's resource) for d, or until it is opened again
+// (a handler's: its route's resource, all its segments on a route with
+// Segments) for d, or until it is opened again
 // when d is 0. From then on every instance answers requests for that
 // resource at once, 410 Gone over HTTP and FailedPrecondition over gRPC
 // (with a google.rpc.ErrorInfo of reason "SOLD_OUT"), without a call to

@@ -108,6 +108,30 @@ func Permits(n int) lockcore.Policy {
 	return lockcore.Policy{Share: n}
 }
 
+// Segments splits the route's resource into n segments, each an exclusive
+// lock of its own, so that n requests for it run at once, each in its own
+// segment: a product's stock kept as n parts, each sold under its own
+// lock. On a Redis Cluster each segment has a hash tag of its own, so the
+// segments spread over the slots and masters. A segment is a lock of its
+// own: a route or method that locks the resource without Segments (a
+// restock) excludes no segment's holder, nor they it; give every route
+// that writes the segmented data the same Segments. The middleware picks a segment whose
+// gate is open, in turn from one request to the next (with FailFast, each
+// open one until one is free); the handler learns which with Segment, and
+// calls NextSegment when its segment is exhausted:
+//
+//	r.With(lock.ByParam("productID", lock.Segments(8))).Post("/products/{productID}/buy", buy)
+//
+// For HTTP routes only, so far: a gRPC method given it panics. Segments(n)
+// is lockcore.Policy{Segments: n}. Panics if n is not between 1 and
+// lockcore.MaxSegments.
+func Segments(n int) lockcore.Policy {
+	if n <= 0 || n > lockcore.MaxSegments {
+		panic(fmt.Sprintf("lock: Segments(%d): want 1 to %d", n, lockcore.MaxSegments))
+	}
+	return lockcore.Policy{Segments: n}
+}
+
 // policy returns ps as one Policy: each field is the last non-zero one
 // given.
 func policy(ps []lockcore.Policy) lockcore.Policy {
@@ -125,15 +149,15 @@ func policy(ps []lockcore.Policy) lockcore.Policy {
 //	locker := lock.New(rdb, lock.Defaults(lock.FailFast(), lock.TTL(30*time.Second)))
 //
 // Panics if the Policy is invalid (lockcore.Policy.Validate), or shares
-// the lock (Shared, Permits): that is a route's or method's own, and a
-// Locker-wide default would leave no way to write.
+// the lock (Shared, Permits) or splits it (Segments): that is a route's or
+// method's own, and a Locker-wide default would leave no way to write.
 func Defaults(ps ...lockcore.Policy) Option {
 	p := policy(ps)
 	if err := p.Validate(); err != nil {
 		panic("lock: Defaults: " + err.Error())
 	}
-	if p.Share != 0 {
-		panic("lock: Defaults: Shared and Permits are given to routes and methods, not as defaults")
+	if p.Share != 0 || p.Segments != 0 {
+		panic("lock: Defaults: Shared, Permits and Segments are given to routes and methods, not as defaults")
 	}
 	return Option{func(l *Locker) { l.defaults = p.Or(l.defaults) }}
 }

@@ -73,3 +73,33 @@ func TestGates(t *testing.T) {
 		t.Fatalf("gates left: %+v", gs)
 	}
 }
+
+// TestSegmentGates: a segment's gate (lockcore.Key.Segment) is listed by
+// its key and opened by the link the page gives it, its space and '#'
+// escaped in the path.
+func TestSegmentGates(t *testing.T) {
+	e := &locktest.Engine{}
+	ctx := context.Background()
+	seg := mustKey(t, "productID:42").Segment(3)
+	if err := e.CloseGate(ctx, seg, 0); err != nil {
+		t.Fatal(err)
+	}
+	srv := mount(t, admin.Handler(e, admin.Config{}))
+	var gs operate.Gates
+	if r := do(t, srv, "GET", "/admin/gates", ""); json.Unmarshal([]byte(r.body), &gs) != nil || len(gs.Gates) != 1 || gs.Gates[0].Key != "productID:42 #3" {
+		t.Fatalf("gates: %d %s", r.code, r.body)
+	}
+	page := do(t, srv, "GET", "/admin/", "", "Accept", "text/html")
+	const action = `action="./gates/productID:42%20%233/open"`
+	if !strings.Contains(page.body, action) {
+		t.Fatalf("the page lacks %q:\n%s", action, page.body)
+	}
+	r := do(t, srv, "POST", "/admin/gates/productID:42%20%233/open", "", "Content-Type", jsonCT)
+	var op operate.Opened
+	if err := json.Unmarshal([]byte(r.body), &op); err != nil || r.code != 200 || op.Opened != "productID:42 #3" {
+		t.Fatalf("open: %d %s", r.code, r.body)
+	}
+	if _, closed := e.GateOf(seg); closed {
+		t.Fatal("the segment's gate is still closed after the open")
+	}
+}

@@ -134,6 +134,9 @@ func (r Rule) validate() error {
 	if err := r.Policy.Validate(); err != nil {
 		return fmt.Errorf("routelock/interceptor: %s: %w", m, err)
 	}
+	if r.Policy.Segments != 0 {
+		return fmt.Errorf("routelock/interceptor: %s: %w: Segments %d: segmented resources are for HTTP routes (middleware.Lock) so far", m, lockcore.ErrMisconfigured, r.Policy.Segments)
+	}
 	return nil
 }
 

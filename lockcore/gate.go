@@ -47,7 +47,8 @@ type Gatekeeper interface {
 
 // CloseGate closes the gate of the resource of the innermost lock ctx
 // holds, on the engine that took it, for d (0: until opened), as a handler
-// does that finds the resource sold out. It fails with an error matching
+// does that finds the resource sold out; for a segment's lock
+// (AcquireSegment), the gate of the whole resource. It fails with an error matching
 // ErrInvalidKey when ctx holds no lock, ErrLockLost when the innermost
 // lock is no longer held (released or lost: an outer lock's resource is
 // not the one sold out), and ErrMisconfigured when its engine has no gates
@@ -56,15 +57,10 @@ type Gatekeeper interface {
 // of them is sold out is for the caller to say, with the engine's
 // CloseGate and the key.
 func CloseGate(ctx context.Context, d time.Duration) error {
-	var h *held
-	for s := stateFrom(ctx).first(); s != nil && h == nil; s = s.next() {
-		h = s.held
-	}
+	h, err := innermost(ctx, "no gate to close")
 	switch {
-	case h == nil:
-		return fmt.Errorf("%w: the context holds no lock whose gate to close", ErrInvalidKey)
-	case !h.live():
-		return fmt.Errorf("%w: the lock of %s, whose gate was to close, is no longer held", ErrLockLost, h.key)
+	case err != nil:
+		return err
 	case h.together:
 		return fmt.Errorf("%w: the context holds %s with other resources taken together; close the gate of the one sold out by its key, with the engine's CloseGate", ErrMisconfigured, h.key)
 	case d < 0:
@@ -74,7 +70,11 @@ func CloseGate(ctx context.Context, d time.Duration) error {
 	if !ok {
 		return fmt.Errorf("%w: the engine of %s (%T) has no gates", ErrMisconfigured, h.key, h.e)
 	}
-	return g.CloseGate(ctx, h.key, d)
+	key := h.key
+	if base, _, ok := key.Segmented(); ok {
+		key = base // the resource is sold out, not only the segment
+	}
+	return g.CloseGate(ctx, key, d)
 }
 
 // GateError returns the error of an acquisition of key that its closed

@@ -2,6 +2,7 @@ package lockcore
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -58,13 +59,48 @@ func NewKey(parts ...string) (Key, error) {
 func (k Key) String() string { return k.s }
 
 // Name returns the key's first part, escaped: the resource's name, such as
-// productID for productID:42. Logs, metrics and spans name a lock by it;
-// the other parts are request data.
+// productID for productID:42 (and for its segments). Logs, metrics and
+// spans name a lock by it; the other parts are request data.
 func (k Key) Name() string {
-	if i := strings.IndexByte(k.s, ':'); i >= 0 {
+	if i := strings.IndexAny(k.s, ": "); i >= 0 {
 		return k.s[:i]
 	}
 	return k.s
+}
+
+// MaxSegments is the most segments a resource may be split into
+// (Policy.Segments).
+const MaxSegments = 256
+
+// segmentMark starts the suffix of a segment's key: a space, which NewKey
+// always escapes, so that no key NewKey makes reads as a segment's.
+const segmentMark = " #"
+
+// Segment returns the key of segment i (0 ≤ i < MaxSegments) of k's
+// resource, such as "productID:42 #3": a lock of its own, which excludes
+// only the holders of the same segment, and on a Redis Cluster has a hash
+// tag of its own, so that segments spread over the slots (two may still
+// share one). No key that NewKey makes is a segment's. Panics if i is
+// out of range or k is zero or a segment's key itself.
+func (k Key) Segment(i int) Key {
+	if i < 0 || i >= MaxSegments || k.isZero() || strings.Contains(k.s, segmentMark) {
+		panic(fmt.Sprintf("lockcore: Key(%q).Segment(%d)", k.s, i))
+	}
+	return Key{s: k.s + segmentMark + strconv.Itoa(i)}
+}
+
+// Segmented reports whether k is the key of a segment (Key.Segment), and
+// returns the key of its resource and the segment's number.
+func (k Key) Segmented() (base Key, i int, ok bool) {
+	j := strings.Index(k.s, segmentMark)
+	if j < 0 {
+		return k, 0, false
+	}
+	i, err := strconv.Atoi(k.s[j+len(segmentMark):])
+	if err != nil {
+		return k, 0, false // not made by Segment, nor accepted by ParseKey
+	}
+	return Key{s: k.s[:j]}, i, true
 }
 
 // isZero reports whether k is the zero Key.
@@ -100,11 +136,24 @@ func appendEscaped(b *strings.Builder, p string) {
 
 // ParseKey returns the Key whose String is s: s must be as NewKey writes
 // keys, parts joined with ':', each escaped exactly as NewKey escapes it
-// (upper-case %XX for the bytes it escapes, and for no other). So
+// (upper-case %XX for the bytes it escapes, and for no other), or such a
+// key followed by a segment's suffix as Key.Segment writes it. So
 // ParseKey(k.String()) returns k for every Key k, and anything else is an
 // error matching ErrInvalidKey. It turns a key that an Operator listed
 // (Info.Key) back into a Key.
 func ParseKey(s string) (Key, error) {
+	if j := strings.Index(s, segmentMark); j >= 0 {
+		n := s[j+len(segmentMark):]
+		i, err := strconv.Atoi(n)
+		if err != nil || i < 0 || i >= MaxSegments || strconv.Itoa(i) != n {
+			return Key{}, fmt.Errorf("%w: %q is not a segment's suffix as Key.Segment writes it", ErrInvalidKey, s[j:])
+		}
+		base, err := ParseKey(s[:j])
+		if err != nil {
+			return Key{}, err
+		}
+		return base.Segment(i), nil
+	}
 	if s == "" {
 		return Key{}, fmt.Errorf("%w: empty", ErrInvalidKey)
 	}

@@ -137,6 +137,17 @@ type Policy struct {
 	// but a shared holder asking for the exclusive lock fails at once with
 	// ErrUpgrade, as waiting for itself would never end.
 	Share int
+	// Segments, when positive, splits the resource into that many
+	// segments, each an exclusive lock of its own (Key.Segment), so that
+	// as many requests hold it at once, each in its own segment (such as
+	// a part of a product's stock); on a Redis Cluster each segment has a
+	// hash tag of its own, so they spread over the slots and masters. A
+	// lock of the resource without Segments is another lock: it excludes
+	// no segment's holder, nor they it. It is taken with
+	// AcquireSegment, which picks a segment whose gate is open; an
+	// engine's Acquire refuses it (ErrMisconfigured). At most MaxSegments;
+	// not with Share.
+	Segments int
 }
 
 // ShareAll, as Policy.Share, lets any number of owners share the lock:
@@ -161,12 +172,16 @@ func (p Policy) Or(d Policy) Policy {
 	if p.Share == 0 {
 		p.Share = d.Share
 	}
+	if p.Segments == 0 {
+		p.Segments = d.Segments
+	}
 	return p
 }
 
 // Validate returns an error matching ErrMisconfigured when p cannot be
 // acquired with: a negative Wait other than FailFast, a TTL that is
-// negative or below 30ms, a negative MaxHold, or a Share below ShareAll.
+// negative or below 30ms, a negative MaxHold, a Share below ShareAll, or
+// Segments negative, above MaxSegments or with a Share.
 func (p Policy) Validate() error {
 	switch {
 	case p.Wait < 0 && p.Wait != FailFast:
@@ -177,6 +192,10 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: MaxHold %v is negative; 0 means no ceiling", ErrMisconfigured, p.MaxHold)
 	case p.Share < ShareAll:
 		return fmt.Errorf("%w: Share %d is below ShareAll (-1)", ErrMisconfigured, p.Share)
+	case p.Segments < 0 || p.Segments > MaxSegments:
+		return fmt.Errorf("%w: Segments %d, want 0 to %d", ErrMisconfigured, p.Segments, MaxSegments)
+	case p.Segments > 0 && p.Share != 0:
+		return fmt.Errorf("%w: Segments %d with Share %d: a segment is an exclusive lock", ErrMisconfigured, p.Segments, p.Share)
 	}
 	return nil
 }
@@ -194,6 +213,9 @@ func Begin(ctx context.Context, e Engine, key Key, p Policy) (*Lease, Policy, er
 	}
 	if err := p.Validate(); err != nil {
 		return nil, p, err
+	}
+	if p.Segments != 0 {
+		return nil, p, fmt.Errorf("%w: Segments %d: a segmented resource is taken with lockcore.AcquireSegment, not an engine's Acquire", ErrMisconfigured, p.Segments)
 	}
 	if ls := reenter(ctx, e, key); ls != nil {
 		if ls.h.shared && p.Share == 0 {
@@ -246,6 +268,10 @@ type held struct {
 	// together: AcquireAll took the hold with others for one request, so
 	// that it is not the request's one resource (see CloseGate)
 	together bool
+	// segments: the hold is of a segment of a resource split into that
+	// many (AcquireSegment); 0 for none
+	segments int32
+	moving   atomic.Bool  // the request asked to move on (NextSegment)
 	refs     atomic.Int32 // outstanding leases; the backend release runs at 0
 	state    atomic.Int32
 	why      atomic.Pointer[error] // the cause of the loss, once lost

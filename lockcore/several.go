@@ -3,6 +3,7 @@ package lockcore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -31,6 +32,9 @@ import (
 // acquisition that failed (a *ContentionError with TimedOut when the
 // budget ran out before its turn). Release the leases with ReleaseAll.
 func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, error) {
+	if p.Segments != 0 {
+		return nil, fmt.Errorf("%w: Segments %d: a route's several resources cannot be segmented", ErrMisconfigured, p.Segments)
+	}
 	if a, ok := e.(allAcquirer); ok {
 		return a.AcquireAll(ctx, keys, p)
 	}

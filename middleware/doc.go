@@ -31,6 +31,13 @@
 //  5. The lock is released when the handler returns, and also when it
 //     panics; the panic then goes on up the chain.
 //
+// A Policy with Segments takes the lock of one open segment of the
+// resource (lockcore.AcquireSegment) instead; when the handler calls
+// lockcore.NextSegment and returns without writing, the request is served
+// again under another open segment, its body replayed from what the
+// handler read of it (kept in memory), or answered as to a closed gate
+// (410) when none is left.
+//
 // Responses for a refused request come from Config.OnError ([Error] by
 // default). They never carry Redis errors, keys or owner tokens.
 package middleware

@@ -116,6 +116,9 @@ func (c Config) validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		return fmt.Errorf("routelock/middleware: %w", err)
 	}
+	if c.Policy.Segments > 0 && len(c.Key.Resources()) > 1 {
+		return fmt.Errorf("routelock/middleware: %w: Segments %d with several resources (%v): only one resource can be segmented", lockcore.ErrMisconfigured, c.Policy.Segments, c.Key)
+	}
 	return nil
 }
 
@@ -192,6 +195,10 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 	}
 	if m.also != nil {
 		m.serveAll(w, r, next, key, p)
+		return
+	}
+	if p.Segments > 0 {
+		m.serveSegment(w, r, next, key, p)
 		return
 	}
 	lease, err := m.l.Acquire(r.Context(), key, p)

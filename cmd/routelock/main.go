@@ -21,6 +21,8 @@
 // are escaped as lockcore.NewKey escapes them (%3A for ':'). gates lists
 // the closed gates (lock.SoldOut): the resources every instance refuses at
 // once; open opens the gate of KEY, and every instance serves it again.
+// A segment's key (lock.Segments) has a space: quote it in a shell, as
+// routelock open 'productID:42 #3'.
 //
 // The Redis is the one the environment names, as for the package-level
 // lock.ByParam without lock.SetDefault: REDIS_URL for one server
@@ -103,7 +105,8 @@ REDIS_URL (one server: redis://[user:password@]host:6379/0),
 REDIS_CLUSTER_URL (a Cluster: redis://node1:6379?addr=node2:6379) or
 REDIS_SENTINEL_URL (Sentinel: redis://sentinel1:26379?master_name=mymaster)
 names; localhost:6379 when none is set. KEY is a key as ls prints it, such as
-productID:42. Flags may come before or after the command.
+productID:42; quote a segment's, which has a space: 'productID:42 #3'.
+Flags may come before or after the command.
 
 Exit status: 0 done, 1 error, 2 usage, 3 release of a lock nobody holds.
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +17,7 @@ func TestRun(t *testing.T) {
 	for _, policy := range []string{"wait", "failfast"} {
 		t.Run(policy, func(t *testing.T) {
 			var out bytes.Buffer
-			c := config{buyers: 60, items: 5, instances: 3, policy: policy, wait: 10 * time.Second, payment: 2 * time.Millisecond}
+			c := config{buyers: 60, items: 5, instances: 3, conns: 60, policy: policy, wait: 10 * time.Second, payment: 2 * time.Millisecond}
 			if err := run(&out, c); err != nil {
 				t.Fatalf("%v\n%s", err, out.String())
 			}
@@ -33,7 +35,13 @@ func TestRun(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, c := range []config{{buyers: 0, instances: 1, policy: "wait"}, {buyers: 1, instances: 1, policy: "maybe"}} {
+	for _, c := range []config{
+		{buyers: 0, instances: 1, conns: 1, policy: "wait"},
+		{buyers: 1, instances: 1, conns: 1, policy: "maybe"},
+		{buyers: 1, instances: 1, conns: 0, policy: "failfast"},
+		{buyers: 1, instances: 1, conns: 1, policy: "failfast", segments: -1},
+		{buyers: 1, instances: 1, conns: 1, policy: "failfast", segments: 257},
+	} {
 		if err := run(&bytes.Buffer{}, c); err == nil {
 			t.Errorf("run(%+v) accepted bad flags", c)
 		}
@@ -50,8 +58,8 @@ func TestWaitFlagOnlyForWaitPolicy(t *testing.T) {
 		config
 		ok bool
 	}{
-		{config{buyers: 20, items: 5, instances: 2, policy: "failfast", wait: 0, payment: time.Millisecond}, true},
-		{config{buyers: 20, items: 5, instances: 2, policy: "wait", wait: 0, payment: time.Millisecond}, false},
+		{config{buyers: 20, items: 5, instances: 2, conns: 20, policy: "failfast", wait: 0, payment: time.Millisecond}, true},
+		{config{buyers: 20, items: 5, instances: 2, conns: 20, policy: "wait", wait: 0, payment: time.Millisecond}, false},
 	} {
 		func() {
 			defer func() {
@@ -64,5 +72,34 @@ func TestWaitFlagOnlyForWaitPolicy(t *testing.T) {
 				t.Errorf("run(-policy %s -wait %v) = %v, want ok %v\n%s", c.policy, c.wait, err, c.ok, out.String())
 			}
 		}()
+	}
+}
+
+// TestSegments: the sale with the stock in 4 parts, each under its own
+// lock, on embedded Redis: run fails unless exactly the stock is sold;
+// then every instance knows the product sold out, and answers its buyers
+// 410 without a command to Redis.
+func TestSegments(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	t.Setenv("REDIS_CLUSTER_URL", "")
+	var out bytes.Buffer
+	c := config{buyers: 80, items: 12, instances: 3, segments: 4, conns: 80, policy: "wait", wait: 10 * time.Second, payment: time.Millisecond, answers: 50}
+	if err := run(&out, c); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	text := out.String()
+	if !strings.Contains(text, "lock.Segments(4)") {
+		t.Fatalf("the table does not name the segments:\n%s", text)
+	}
+	known := regexp.MustCompile(`sold out known, after the last sale, on each instance: (.*)`).FindStringSubmatch(text)
+	if known == nil || strings.Contains(known[1], "never") || len(strings.Split(known[1], " / ")) != 3 {
+		t.Fatalf("not every instance knew the product sold out:\n%s", text)
+	}
+	cmds := regexp.MustCompile(`Redis commands for (\d+) requests through the lock: (\d+) sent by the instances`).FindStringSubmatch(text)
+	if cmds == nil {
+		t.Fatalf("no count of commands after the sale:\n%s", text)
+	}
+	if n, _ := strconv.Atoi(cmds[1]); n != 3*3*50 || cmds[2] != "0" {
+		t.Fatalf("after the sale, %s requests sent %s commands; want 450 and 0:\n%s", cmds[1], cmds[2], text)
 	}
 }

@@ -229,10 +229,17 @@ func (l *Engine) gateMessage(payload string) {
 	if !ok {
 		return
 	}
-	k, v, ok := strings.Cut(rest, " ")
-	if !ok {
+	// "<key> <since> <until>": a segment's key has a space of its own
+	// (lockcore.Key.Segment), so the times are the last two fields.
+	i := strings.LastIndexByte(rest, ' ')
+	if i < 0 {
 		return
 	}
+	j := strings.LastIndexByte(rest[:i], ' ')
+	if j < 0 {
+		return
+	}
+	k, v := rest[:j], rest[j+1:]
 	if g, ok := parseGate(k, v); ok {
 		l.setGate(k, g, true)
 	}

@@ -73,3 +73,34 @@ func TestGateTidiedOnlyIfUnchanged(t *testing.T) {
 		t.Fatal("an unchanged expired gate was not tidied")
 	}
 }
+
+// TestSegmentGateMessage: a segment's gate (its key has a space,
+// lockcore.Key.Segment) closes on another Engine by the channel's
+// message, well before the next reload of the hash; and opens so.
+func TestSegmentGateMessage(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		p := redistest.Prefix(t)
+		a, other := newLocker(t, b, p, Options{}), newLocker(t, b, p, Options{})
+		for _, l := range []*Engine{a, other} {
+			if err := l.nf.ping(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		seg := mustKey(t, "productID", "42").Segment(3)
+		if err := a.CloseGate(context.Background(), seg, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "the segment's gate closed on the other Engine", func() bool {
+			g, closed := other.GateOf(seg)
+			d := g.Until.Sub(g.Since)
+			return closed && g.Key == seg && d >= time.Hour && d <= time.Hour+2*time.Millisecond
+		})
+		if err := a.OpenGate(context.Background(), seg); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "the segment's gate opened on the other Engine", func() bool {
+			_, closed := other.GateOf(seg)
+			return !closed
+		})
+	})
+}

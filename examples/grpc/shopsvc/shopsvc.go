@@ -32,7 +32,7 @@ import (
 //	Create   locks the user (order.user_id) and fails fast
 //
 // Server reflection is on, so grpcurl can call it.
-func NewServer(locker *lock.Locker, rdb *redis.Client, initial int64) *grpc.Server {
+func NewServer(locker *lock.Locker, rdb redis.UniversalClient, initial int64) *grpc.Server {
 	unary := interceptor.Config{Rules: []interceptor.Rule{
 		interceptor.Method(shoppb.Inventory_Reserve_FullMethodName, interceptor.Field("product_id").As("productID"), lock.Wait(2*time.Second)),
 		interceptor.Method(shoppb.Orders_Create_FullMethodName, interceptor.Field("order.user_id"), lock.FailFast()),
@@ -58,7 +58,7 @@ func NewServer(locker *lock.Locker, rdb *redis.Client, initial int64) *grpc.Serv
 // plain read-modify-write: safe only because the lock serialises it.
 type inventory struct {
 	shoppb.UnimplementedInventoryServer
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	initial int64
 }
 
@@ -123,7 +123,7 @@ func (inv *inventory) Restock(ss grpc.ClientStreamingServer[shoppb.ReserveReques
 // orders numbers each user's orders with a counter in Redis.
 type orders struct {
 	shoppb.UnimplementedOrdersServer
-	rdb *redis.Client
+	rdb redis.UniversalClient
 }
 
 func (o *orders) Create(ctx context.Context, req *shoppb.CreateOrderRequest) (*shoppb.CreateOrderReply, error) {

@@ -1,5 +1,6 @@
 // Package redisenv gives the examples their Redis: the server that
-// REDIS_URL names, or else an embedded miniredis on a loopback port.
+// REDIS_URL names, the Redis Cluster that REDIS_CLUSTER_URL names, or else
+// an embedded miniredis on a loopback port.
 package redisenv
 
 import (
@@ -15,13 +16,28 @@ type Redis struct {
 	// Desc says which server it is, for the examples' first line.
 	Desc string
 
-	opts func() *redis.Options
-	mini *miniredis.Miniredis
+	opts    func() *redis.Options
+	cluster func() *redis.ClusterOptions
+	mini    *miniredis.Miniredis
 }
 
-// Open returns the Redis named by REDIS_URL (redis.ParseURL syntax), or an
-// embedded miniredis when REDIS_URL is empty.
+// Open returns the Redis named by REDIS_URL (redis.ParseURL syntax), the
+// Cluster named by REDIS_CLUSTER_URL (redis.ParseClusterURL syntax), or an
+// embedded miniredis when both are empty.
 func Open() (*Redis, error) {
+	if u := os.Getenv("REDIS_CLUSTER_URL"); u != "" {
+		if os.Getenv("REDIS_URL") != "" {
+			return nil, fmt.Errorf("both REDIS_URL and REDIS_CLUSTER_URL are set: set one")
+		}
+		opt, err := redis.ParseClusterURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_CLUSTER_URL: %w", err)
+		}
+		return &Redis{
+			Desc:    fmt.Sprintf("Redis Cluster at %v", opt.Addrs),
+			cluster: func() *redis.ClusterOptions { o, _ := redis.ParseClusterURL(u); return o },
+		}, nil
+	}
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		opt, err := redis.ParseURL(u)
 		if err != nil {
@@ -44,9 +60,17 @@ func Open() (*Redis, error) {
 	}, nil
 }
 
-// Client returns a new client of the server, as a separate process of the
-// app would have. The caller closes it.
-func (r *Redis) Client() *redis.Client { return redis.NewClient(r.opts()) }
+// Client returns a new client of the server or Cluster, as a separate
+// process of the app would have. The caller closes it.
+func (r *Redis) Client() redis.UniversalClient {
+	if r.cluster != nil {
+		return redis.NewClusterClient(r.cluster())
+	}
+	return redis.NewClient(r.opts())
+}
+
+// Cluster reports whether it is a Redis Cluster.
+func (r *Redis) Cluster() bool { return r.cluster != nil }
 
 // Close stops the embedded server, if there is one.
 func (r *Redis) Close() {

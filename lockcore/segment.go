@@ -1,0 +1,203 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// segmentTurns spread the first segment each acquisition of a resource
+// tries over its segments, in turn: a counter per resource, by a hash of
+// its key (resources that share one still spread).
+var segmentTurns [64]atomic.Uint32
+
+// turn returns the next turn of key's resource.
+func turn(key Key) uint32 {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(key.s); i++ {
+		h = (h ^ uint32(key.s[i])) * 16777619
+	}
+	return segmentTurns[h%uint32(len(segmentTurns))].Add(1)
+}
+
+// AcquireSegment takes the lock of one segment of key's resource, split
+// into p.Segments segments (Policy.Segments), on e: the first, in turn
+// from one acquisition of the resource to the next, whose gate e does not
+// know closed (NextSegment closes it). With FailFast it tries each open
+// segment once until one is free; otherwise it waits, as p says, for the
+// first open one (and, should its gate close meanwhile, for the next). A
+// context that holds a segment of key through e re-enters it.
+//
+// It fails with an error matching ErrGateClosed, without a call to the
+// backend, when the resource's gate is closed (SoldOut); and when every
+// segment's is, after closing the resource's gate (once: a write to the
+// backend); with FailFast and every open segment busy, with the
+// ContentionError of the last one tried; otherwise as Acquire does. The
+// gates are known only to an engine that is a Gatekeeper, or wraps one
+// (a method Unwrap() Engine): with any other engine every segment is
+// open. Panics if p.Segments is not positive.
+func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, error) {
+	n := p.Segments
+	if n <= 0 {
+		panic(fmt.Sprintf("lockcore: AcquireSegment with Segments %d", n))
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if key.isZero() {
+		return nil, fmt.Errorf("%w: zero Key", ErrInvalidKey)
+	}
+	if _, _, ok := key.Segmented(); ok {
+		return nil, fmt.Errorf("%w: %s is a segment's key already", ErrInvalidKey, key)
+	}
+	p.Segments = 0
+	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
+		if h := s.held; h != nil && h.live() && wraps(e, h.e) {
+			if base, _, ok := h.key.Segmented(); ok && base == key {
+				return e.Acquire(ctx, h.key, p) // re-entry, in memory
+			}
+		}
+	}
+	g := gatekeeperOf(e)
+	if g != nil {
+		if _, closed := g.GateOf(key); closed {
+			return nil, GateError(key)
+		}
+	}
+	start := int(turn(key) % uint32(n))
+	var busy error
+	for j := range n {
+		k := key.Segment((start + j) % n)
+		if g != nil {
+			if _, closed := g.GateOf(k); closed {
+				continue
+			}
+		}
+		ls, err := e.Acquire(ctx, k, p)
+		switch {
+		case err == nil:
+			if g != nil {
+				if _, closed := g.GateOf(k); closed {
+					// Closed while this acquisition waited in its queue:
+					// exhausted, so the handler need not run to find so.
+					_ = ls.Release(context.WithoutCancel(ctx))
+					continue
+				}
+			}
+			ls.h.segments = int32(n)
+			return ls, nil
+		case errors.Is(err, ErrGateClosed):
+			continue // closed since
+		case p.Wait == FailFast && errors.Is(err, ErrNotAcquired) && ctx.Err() == nil:
+			busy = err
+			continue
+		}
+		return nil, err
+	}
+	if busy != nil {
+		return nil, busy
+	}
+	if g != nil {
+		// Every segment closed: so is the resource, from now on at one
+		// lookup (NextSegment closes it too, where it finds the last
+		// segment closed; another process's close may have come after).
+		_ = g.CloseGate(context.WithoutCancel(ctx), key, 0)
+	}
+	return nil, GateError(key)
+}
+
+// NextSegment closes the gate of the segment of the innermost lock ctx
+// holds (a handler's, on a route with Policy.Segments), until it is
+// opened, as a handler does that finds its segment exhausted; and once
+// every segment's gate is closed, as far as this process knows, the
+// resource's too. The adapter that took the segment (middleware.Lock)
+// then runs the request again, when the handler returns without having
+// written a response, under the lock of another open segment, or answers
+// as to a closed gate (410 Gone) when there is none (Lease.Moving).
+//
+// It fails as CloseGate does, and with an error matching ErrMisconfigured
+// when the innermost lock is not a segment's; then nothing moves. When the
+// gate's write was not confirmed (ErrUnavailable), this process knows the
+// gate closed (until it next reads the gates from the backend), the
+// request moves on all the same, and it returns nil: the other processes
+// find the segment exhausted themselves.
+func NextSegment(ctx context.Context) error {
+	h, err := innermost(ctx, "no segment to move on from")
+	if err != nil {
+		return err
+	}
+	base, _, ok := h.key.Segmented()
+	if !ok || h.segments <= 0 {
+		return fmt.Errorf("%w: the innermost lock, of %s, is not a segment's (Policy.Segments)", ErrMisconfigured, h.key)
+	}
+	g, ok := h.e.(Gatekeeper)
+	if !ok {
+		return fmt.Errorf("%w: the engine of %s (%T) has no gates", ErrMisconfigured, h.key, h.e)
+	}
+	if err := g.CloseGate(ctx, h.key, 0); err != nil && !errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	h.moving.Store(true)
+	for i := range int(h.segments) {
+		if _, closed := g.GateOf(base.Segment(i)); !closed {
+			return nil
+		}
+	}
+	// Every segment closed: so is the resource (each process that finds
+	// its last one closed says so; an unconfirmed write is found again).
+	_ = g.CloseGate(ctx, base, 0)
+	return nil
+}
+
+// Moving reports whether the request asked, with NextSegment, to move on
+// from the segment this lease holds to another.
+func (ls *Lease) Moving() bool { return ls.h.moving.Load() }
+
+// innermost returns the hold of the innermost lock ctx holds, when it is
+// still live; none says what the caller cannot do without one.
+func innermost(ctx context.Context, none string) (*held, error) {
+	var h *held
+	for s := stateFrom(ctx).first(); s != nil && h == nil; s = s.next() {
+		h = s.held
+	}
+	switch {
+	case h == nil:
+		return nil, fmt.Errorf("%w: the context holds no lock: %s", ErrInvalidKey, none)
+	case !h.live():
+		return nil, fmt.Errorf("%w: the innermost lock, of %s, is no longer held: %s", ErrLockLost, h.key, none)
+	}
+	return h, nil
+}
+
+// gatekeeperOf returns e as a Gatekeeper, or the first engine that is one
+// among those e wraps; nil for none.
+func gatekeeperOf(e Engine) (g Gatekeeper) {
+	through(e, func(x Engine) bool {
+		g, _ = x.(Gatekeeper)
+		return g != nil
+	})
+	return g
+}
+
+// wraps reports whether inner is e or an engine that e wraps.
+func wraps(e, inner Engine) bool {
+	return through(e, func(x Engine) bool { return x == inner })
+}
+
+// through calls f with e and then with each engine e wraps (a method
+// Unwrap() Engine), a few deep, until f returns true, and reports whether
+// it did.
+func through(e Engine, f func(Engine) bool) bool {
+	for range 8 {
+		if f(e) {
+			return true
+		}
+		u, ok := e.(interface{ Unwrap() Engine })
+		if !ok {
+			return false
+		}
+		e = u.Unwrap()
+	}
+	return false
+}

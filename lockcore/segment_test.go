@@ -1,0 +1,259 @@
+package lockcore_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
+)
+
+// wrapper wraps an engine as a telemetry wrapper does, counting the
+// acquisitions that reach it.
+type wrapper struct {
+	inner lockcore.Engine
+	n     atomic.Int64
+}
+
+func (w *wrapper) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	w.n.Add(1)
+	return w.inner.Acquire(ctx, key, p)
+}
+
+func (w *wrapper) Unwrap() lockcore.Engine { return w.inner }
+
+// TestAcquireSegment, through a wrapper: segments are handed out in turn;
+// fail-fast acquisitions pass busy segments by; a request that holds a
+// segment re-enters it; closed segments are skipped; once every one is
+// closed (NextSegment), so is the resource, and acquisitions are refused
+// without reaching the engine.
+func TestAcquireSegment(t *testing.T) {
+	e := &locktest.Engine{}
+	w := &wrapper{inner: e}
+	ctx := context.Background()
+	k, _ := lockcore.NewKey("productID", "42")
+	p := lockcore.Policy{Segments: 3, Wait: lockcore.FailFast}
+
+	var held []*lockcore.Lease
+	seen := map[int]bool{}
+	for range 3 {
+		ls, err := lockcore.AcquireSegment(ctx, w, k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, i, ok := ls.Key().Segmented()
+		if !ok || base != k || seen[i] {
+			t.Fatalf("segment %v (%d, %v) after %v", ls.Key(), i, ok, seen)
+		}
+		seen[i] = true
+		held = append(held, ls)
+	}
+	_, err := lockcore.AcquireSegment(ctx, w, k, p)
+	var ce *lockcore.ContentionError
+	if !errors.As(err, &ce) {
+		t.Fatalf("every segment held: %v, want a ContentionError", err)
+	}
+
+	// Re-entry: the context of a segment's lease gets that segment again.
+	in, err := lockcore.AcquireSegment(held[1].Context(), w, k, lockcore.Policy{Segments: 3})
+	if err != nil || in.Key() != held[1].Key() || !in.Reentered() {
+		t.Fatalf("re-entry: %v %v (re-entered %v), want %v", in.Key(), err, in != nil && in.Reentered(), held[1].Key())
+	}
+	if err := in.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The segment whose stock ran out is closed, and skipped from then on.
+	if err := lockcore.NextSegment(held[0].Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !held[0].Moving() || held[1].Moving() {
+		t.Fatal("Moving reports the wrong lease")
+	}
+	closed0 := held[0].Key()
+	for _, ls := range held {
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 6 {
+		ls, err := lockcore.AcquireSegment(ctx, w, k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls.Key() == closed0 {
+			t.Fatalf("the closed segment %v was handed out", closed0)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, closed := e.GateOf(k); closed {
+		t.Fatal("the resource closed with segments still open")
+	}
+
+	// The last two close: the resource closes with them.
+	for range 2 {
+		ls, err := lockcore.AcquireSegment(ctx, w, k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lockcore.NextSegment(ls.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, closed := e.GateOf(k); !closed {
+		t.Fatal("every segment closed, but the resource is open")
+	}
+	before := w.n.Load()
+	if _, err := lockcore.AcquireSegment(ctx, w, k, p); !errors.Is(err, lockcore.ErrGateClosed) || errors.Is(err, lockcore.ErrNotAcquired) {
+		t.Fatalf("sold out: %v, want ErrGateClosed", err)
+	}
+	if n := w.n.Load() - before; n != 0 {
+		t.Fatalf("a sold-out acquisition reached the engine %d times", n)
+	}
+
+	// Reopened segments (the resource still closed) are refused too.
+	for i := range 3 {
+		_ = e.OpenGate(ctx, k.Segment(i))
+	}
+	if _, err := lockcore.AcquireSegment(ctx, w, k, p); !errors.Is(err, lockcore.ErrGateClosed) {
+		t.Fatalf("resource closed, segments open: %v, want ErrGateClosed", err)
+	}
+	_ = e.OpenGate(ctx, k)
+	ls, err := lockcore.AcquireSegment(ctx, w, k, p)
+	if err != nil {
+		t.Fatalf("all open again: %v", err)
+	}
+	// SoldOut (CloseGate) on a segment closes the resource.
+	if err := lockcore.CloseGate(ls.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = ls.Release(ctx)
+	if _, closed := e.GateOf(k); !closed {
+		t.Fatal("CloseGate on a segment's lock left its resource open")
+	}
+}
+
+// TestAcquireSegmentRefuses: bad input gets a clear error, and nothing is
+// held.
+func TestAcquireSegmentRefuses(t *testing.T) {
+	e := &locktest.Engine{}
+	ctx := context.Background()
+	k, _ := lockcore.NewKey("a")
+	if _, err := lockcore.AcquireSegment(ctx, e, k.Segment(1), lockcore.Policy{Segments: 2}); !errors.Is(err, lockcore.ErrInvalidKey) {
+		t.Fatalf("a segment's key: %v", err)
+	}
+	if _, err := lockcore.AcquireSegment(ctx, e, lockcore.Key{}, lockcore.Policy{Segments: 2}); !errors.Is(err, lockcore.ErrInvalidKey) {
+		t.Fatalf("zero key: %v", err)
+	}
+	if _, err := lockcore.AcquireSegment(ctx, e, k, lockcore.Policy{Segments: 2, Share: 2}); !errors.Is(err, lockcore.ErrMisconfigured) {
+		t.Fatalf("with Share: %v", err)
+	}
+	ls, err := e.Acquire(ctx, k, lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lockcore.NextSegment(ls.Context()); !errors.Is(err, lockcore.ErrMisconfigured) {
+		t.Fatalf("NextSegment on a plain lock: %v", err)
+	}
+	_ = ls.Release(ctx)
+	if err := lockcore.NextSegment(ls.Context()); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Fatalf("NextSegment after release: %v", err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("AcquireSegment with Segments 0 did not panic")
+			}
+		}()
+		_, _ = lockcore.AcquireSegment(ctx, e, k, lockcore.Policy{})
+	}()
+	if infos, _, _ := e.List(ctx, "", 100); len(infos) != 0 {
+		t.Fatalf("held after refusals: %+v", infos)
+	}
+}
+
+// TestSegmentTurnsPerResource: turns are kept per resource, so that
+// another resource's acquisitions do not send this one's to its busy
+// segment while the other is free.
+func TestSegmentTurnsPerResource(t *testing.T) {
+	e := &locktest.Engine{}
+	ctx := context.Background()
+	a, _ := lockcore.NewKey("productID", "42")
+	b, _ := lockcore.NewKey("productID", "7")
+	p := lockcore.Policy{Segments: 2, Wait: 50 * time.Millisecond}
+	for range 20 {
+		a1, err := lockcore.AcquireSegment(ctx, e, a, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b1, err := lockcore.AcquireSegment(ctx, e, b, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = b1.Release(ctx)
+		a2, err := lockcore.AcquireSegment(ctx, e, a, p)
+		if err != nil {
+			t.Fatalf("the second of two buyers of one resource: %v; its other segment was free", err)
+		}
+		_ = a1.Release(ctx)
+		_ = a2.Release(ctx)
+	}
+}
+
+// TestSegmentClosedWhileQueued: an acquisition queued on a segment that
+// its holder then finds exhausted (NextSegment) does not come back with
+// it: it goes on to the next open segment.
+func TestSegmentClosedWhileQueued(t *testing.T) {
+	e := &locktest.Engine{}
+	ctx := context.Background()
+	k, _ := lockcore.NewKey("productID", "42")
+	p := lockcore.Policy{Segments: 2, Wait: 5 * time.Second}
+	h0, err := lockcore.AcquireSegment(ctx, e, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, err := lockcore.AcquireSegment(ctx, e, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *lockcore.Lease, 1)
+	go func() {
+		ls, err := lockcore.AcquireSegment(ctx, e, k, p)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ls
+	}()
+	// The turn after h1's is h0's segment: the waiter queues there.
+	if err := e.Await(ctx, func() bool {
+		info, err := e.Inspect(ctx, h0.Key())
+		return err == nil && len(info.Waiters) == 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lockcore.NextSegment(h0.Context()); err != nil {
+		t.Fatal(err)
+	}
+	_ = h0.Release(ctx)
+	_ = h1.Release(ctx)
+	select {
+	case ls := <-got:
+		if ls == nil {
+			return
+		}
+		if ls.Key() == h0.Key() {
+			t.Fatalf("the waiter came back with the closed segment %v", ls.Key())
+		}
+		_ = ls.Release(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter never got a segment")
+	}
+}
