@@ -30,9 +30,10 @@ func turn(key Key) uint32 {
 // context that holds a segment of key through e re-enters it.
 //
 // It fails with an error matching ErrGateClosed, without a call to the
-// backend, when the resource's gate is closed (SoldOut); and when every
-// segment's is, after closing the resource's gate (once: a write to the
-// backend); with FailFast and every open segment busy, with the
+// backend, when the resource's gate is closed (SoldOut): e's Acquire of
+// the resource itself refuses it from memory, so that e's observers hear
+// of it; and when every segment's is, after closing the resource's gate
+// (once: a write to the backend); with FailFast and every open segment busy, with the
 // ContentionError of the last one tried; otherwise as Acquire does. The
 // gates are known only to an engine that is a Gatekeeper, or wraps one
 // (a method Unwrap() Engine): with any other engine every segment is
@@ -62,7 +63,18 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 	g := gatekeeperOf(e)
 	if g != nil {
 		if _, closed := g.GateOf(key); closed {
-			return nil, GateError(key)
+			// The engine refuses it from memory, and its observers hear
+			// of it; if it opened meanwhile, the lock of the resource
+			// itself is not what is asked for: on to the segments.
+			q := p
+			q.Wait = FailFast
+			ls, err := e.Acquire(ctx, key, q)
+			if errors.Is(err, ErrGateClosed) {
+				return nil, err
+			}
+			if err == nil {
+				_ = ls.Release(context.WithoutCancel(ctx))
+			}
 		}
 	}
 	start := int(turn(key) % uint32(n))

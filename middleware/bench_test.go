@@ -231,11 +231,15 @@ func BenchmarkSoldOut(b *testing.B) {
 	gated.With(middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		b.Error("the handler ran for a sold-out product")
 	})
+	segmented := chi.NewRouter()
+	segmented.With(middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Segments: 8}})).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		b.Error("the handler ran for a sold-out product")
+	})
 	req := httptest.NewRequest("POST", "/products/42/buy", nil)
 	for _, bc := range []struct {
 		name string
 		h    http.Handler
-	}{{"unlocked-410", bare}, {"gate-410", gated}} {
+	}{{"unlocked-410", bare}, {"gate-410", gated}, {"segments-gate-410", segmented}} {
 		b.Run(bc.name, func(b *testing.B) {
 			w := &discard{h: http.Header{}}
 			cmds.Store(0)

@@ -31,18 +31,15 @@ var errNoReplay = fmt.Errorf("%w: the request's segment is exhausted, and its bo
 // lock on it) re-enters it and is not served again here: the outer lock
 // moves it.
 func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.Handler, key lockcore.Key, p lockcore.Policy) {
-	var body *replayBody
-	if r.Body != nil && r.Body != http.NoBody {
-		body = &replayBody{rc: r.Body}
-		r = r.WithContext(r.Context())
-		r.Body = body
-	}
 	var deadline time.Time // the wait of all the runs together
 	if p.Wait > 0 {
 		deadline = time.Now().Add(p.Wait)
 	}
-	route := saveRoute(r)
-	header := w.Header().Clone()
+	var (
+		body   *replayBody
+		route  *routeState
+		header http.Header
+	)
 	// Each move closes a segment's gate, so that after p.Segments moves
 	// none is open; one more acquisition finds that out.
 	for run := range p.Segments + 1 {
@@ -65,6 +62,16 @@ func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.
 		if err != nil {
 			m.onError(w, r, err)
 			return
+		}
+		if run == 0 {
+			// What a run after this one begins with, as this one does.
+			if r.Body != nil && r.Body != http.NoBody {
+				body = &replayBody{rc: r.Body}
+				r = r.WithContext(r.Context())
+				r.Body = body
+			}
+			route = saveRoute(r)
+			header = w.Header().Clone()
 		}
 		lockcore.LimitHold(lease, p.MaxHold)
 		tw := &writeTracker{ResponseWriter: w}
