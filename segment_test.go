@@ -446,3 +446,52 @@ func TestSegmentBodyReplay(t *testing.T) {
 		t.Fatalf("held after the refusal: %+v", infos)
 	}
 }
+
+// TestSegmentRerunState: a run served again begins with the request as the
+// first run began with it, though a middleware inside the lock changed its
+// header, and routes again through a router mounted after the lock with
+// two parameters of its own; an answer of the middleware after a move (503
+// for a body it cannot read again) carries none of the abandoned run's
+// headers.
+func TestSegmentRerunState(t *testing.T) {
+	e := &locktest.Engine{}
+	var runs atomic.Int64
+	r := chi.NewRouter()
+	seg := middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Segments: 3}})
+	r.With(seg).Route("/products/{productID}", func(r chi.Router) {
+		r.Use(func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("X-Auth") != "secret" {
+					http.Error(w, "no auth", http.StatusUnauthorized)
+					return
+				}
+				r.Header.Del("X-Auth") // as an auth middleware may
+				next.ServeHTTP(w, r)
+			})
+		})
+		r.Post("/{size}/{color}", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Set-Cookie", "run="+strconv.FormatInt(runs.Add(1), 10))
+			body, _ := io.ReadAll(r.Body)
+			if runs.Load()%3 != 0 || len(body) > 1<<20 { // runs 1 and 2 move on
+				_ = lock.NextSegment(r.Context())
+				return
+			}
+			fmt.Fprintf(w, "%s %s %d", chi.URLParam(r, "size"), chi.URLParam(r, "color"), len(body))
+		})
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	hc := httpClient(t, nil)
+	res := do(t, hc, "POST", srv.URL+"/products/42/L/red", strings.NewReader("abc"), "X-Auth", "secret")
+	if res.status != http.StatusOK || res.body != "L red 3" || runs.Load() != 3 {
+		t.Fatalf("%d %q after %d runs, want 200 \"L red 3\" after 3", res.status, res.body, runs.Load())
+	}
+	if c := res.header.Values("Set-Cookie"); !slices.Equal(c, []string{"run=3"}) {
+		t.Fatalf("Set-Cookie %q, want the last run's only", c)
+	}
+	runs.Store(2) // the next run asks to move on because of its body
+	res = do(t, hc, "POST", srv.URL+"/products/7/L/red", strings.NewReader(strings.Repeat("x", 1<<20+1)), "X-Auth", "secret")
+	if res.status != http.StatusServiceUnavailable || len(res.header.Values("Set-Cookie")) != 0 {
+		t.Fatalf("a body that cannot be read again: %d, Set-Cookie %q; want 503 without", res.status, res.header.Values("Set-Cookie"))
+	}
+}

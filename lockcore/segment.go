@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // segmentTurns spread the first segment each acquisition of a resource
@@ -25,9 +26,9 @@ func turn(key Key) uint32 {
 // into p.Segments segments (Policy.Segments), on e: the first, in turn
 // from one acquisition of the resource to the next, whose gate e does not
 // know closed (NextSegment closes it). With FailFast it tries each open
-// segment once until one is free; otherwise it waits, as p says, for the
-// first open one (and, should its gate close meanwhile, for the next). A
-// context that holds a segment of key through e re-enters it.
+// segment once until one is free; otherwise it waits for the first open
+// one (and, should its gate close meanwhile, for the next), p.Wait for
+// them all. A context that holds a segment of key through e re-enters it.
 //
 // It fails with an error matching ErrGateClosed, without a call to the
 // backend, when the resource's gate is closed (SoldOut): e's Acquire of
@@ -53,21 +54,40 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 		return nil, fmt.Errorf("%w: %s is a segment's key already", ErrInvalidKey, key)
 	}
 	p.Segments = 0
+	holdsKey := false // ctx holds the resource's own lock through e
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
-		if h := s.held; h != nil && h.live() && wraps(e, h.e) {
-			if base, _, ok := h.key.Segmented(); ok && base == key {
-				return e.Acquire(ctx, h.key, p) // re-entry, in memory
+		h := s.held
+		if h == nil || !h.live() || !wraps(e, h.e) {
+			continue
+		}
+		holdsKey = holdsKey || h.key == key
+		if base, _, ok := h.key.Segmented(); ok && base == key {
+			ls, err := e.Acquire(ctx, h.key, p) // re-entry, in memory
+			if err == nil {
+				if !ls.Reentered() {
+					ls.h.segments = int32(n) // lost meanwhile, and taken afresh
+				}
+				return ls, nil
 			}
+			if !errors.Is(err, ErrGateClosed) {
+				return nil, err
+			}
+			break // lost meanwhile, and its gate closed: another one
 		}
 	}
 	g := gatekeeperOf(e)
 	if g != nil {
 		if _, closed := g.GateOf(key); closed {
+			if holdsKey {
+				// A re-entry of the resource's own lock would pass its
+				// gate; the request's segment would not.
+				return nil, GateError(key)
+			}
 			// The engine refuses it from memory, and its observers hear
 			// of it; if it opened meanwhile, the lock of the resource
 			// itself is not what is asked for: on to the segments.
 			q := p
-			q.Wait = FailFast
+			q.Wait, q.MaxHold = FailFast, 0
 			ls, err := e.Acquire(ctx, key, q)
 			if errors.Is(err, ErrGateClosed) {
 				return nil, err
@@ -76,6 +96,13 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 				_ = ls.Release(context.WithoutCancel(ctx))
 			}
 		}
+	}
+	var deadline time.Time // one wait for every segment tried
+	if p.Wait != FailFast {
+		if p.Wait == 0 {
+			p.Wait = defaultWait
+		}
+		deadline = time.Now().Add(p.Wait)
 	}
 	start := int(turn(key) % uint32(n))
 	var busy error
@@ -86,7 +113,13 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 				continue
 			}
 		}
-		ls, err := e.Acquire(ctx, k, p)
+		q := p
+		if !deadline.IsZero() {
+			if q.Wait = time.Until(deadline); q.Wait <= 0 {
+				q.Wait = FailFast // the wait is spent: one attempt
+			}
+		}
+		ls, err := e.Acquire(ctx, k, q)
 		switch {
 		case err == nil:
 			if g != nil {
@@ -101,7 +134,11 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 			return ls, nil
 		case errors.Is(err, ErrGateClosed):
 			continue // closed since
-		case p.Wait == FailFast && errors.Is(err, ErrNotAcquired) && ctx.Err() == nil:
+		case q.Wait == FailFast && errors.Is(err, ErrNotAcquired) && ctx.Err() == nil:
+			var ce *ContentionError
+			if p.Wait != FailFast && errors.As(err, &ce) {
+				ce.TimedOut = true // the wait ran out on the segments before
+			}
 			busy = err
 			continue
 		}
@@ -114,6 +151,8 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 		// Every segment closed: so is the resource, from now on at one
 		// lookup (NextSegment closes it too, where it finds the last
 		// segment closed; another process's close may have come after).
+		// An operator who reopens it after a restock opens the segments
+		// first, then the resource.
 		_ = g.CloseGate(context.WithoutCancel(ctx), key, 0)
 	}
 	return nil, GateError(key)

@@ -258,3 +258,33 @@ func TestSegmentClosedWhileQueued(t *testing.T) {
 		t.Fatal("the waiter never got a segment")
 	}
 }
+
+// TestSegmentGateOverOuterHold: a request that holds the resource's own
+// lock (taken before its gate closed) and then asks for a segment of it is
+// refused as sold out, and its outer hold keeps its ceiling: the refusal
+// re-enters nothing.
+func TestSegmentGateOverOuterHold(t *testing.T) {
+	e := &locktest.Engine{}
+	ctx := context.Background()
+	k, _ := lockcore.NewKey("productID", "42")
+	outer, err := e.Acquire(ctx, k, lockcore.Policy{MaxHold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Release(ctx)
+	if err := e.CloseGate(ctx, k, 0); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := lockcore.AcquireSegment(outer.Context(), e, k, lockcore.Policy{Segments: 2, MaxHold: 50 * time.Millisecond})
+	if !errors.Is(err, lockcore.ErrGateClosed) {
+		if ls != nil {
+			_ = ls.Release(ctx)
+		}
+		t.Fatalf("a segment of a sold-out resource, asked by its holder: %v %v, want ErrGateClosed", ls, err)
+	}
+	select {
+	case <-outer.Context().Done():
+		t.Fatalf("the outer hold ended: %v", context.Cause(outer.Context()))
+	case <-time.After(200 * time.Millisecond): // four times the segment route's ceiling
+	}
+}

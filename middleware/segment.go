@@ -5,7 +5,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -32,26 +31,31 @@ var errNoReplay = fmt.Errorf("%w: the request's segment is exhausted, and its bo
 // moves it.
 func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.Handler, key lockcore.Key, p lockcore.Policy) {
 	var deadline time.Time // the wait of all the runs together
-	if p.Wait > 0 {
+	switch {
+	case p.Wait > 0:
 		deadline = time.Now().Add(p.Wait)
+	case p.Wait == 0:
+		deadline = time.Now().Add(5 * time.Second) // a Policy's default wait
 	}
 	var (
 		body   *replayBody
 		route  *routeState
 		header http.Header
+		first  *http.Request // the request as the first run began with it
 	)
 	// Each move closes a segment's gate, so that after p.Segments moves
 	// none is open; one more acquisition finds that out.
 	for run := range p.Segments + 1 {
 		q := p
 		if run > 0 {
+			clear(w.Header())
+			maps.Copy(w.Header(), header)
 			if body != nil && !body.rewind() {
 				m.onError(w, r, errNoReplay)
 				return
 			}
 			route.restore()
-			clear(w.Header())
-			maps.Copy(w.Header(), header)
+			r = first.Clone(first.Context()) // its Body the replayBody, if any
 			if !deadline.IsZero() {
 				if q.Wait = time.Until(deadline); q.Wait <= 0 {
 					q.Wait = lockcore.FailFast // the wait is spent: one attempt
@@ -70,6 +74,7 @@ func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.
 				r = r.WithContext(r.Context())
 				r.Body = body
 			}
+			first = r.Clone(r.Context()) // its header, URL and form, which the run may change
 			route = saveRoute(r)
 			header = w.Header().Clone()
 		}
@@ -79,6 +84,8 @@ func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.
 			return
 		}
 	}
+	clear(w.Header())
+	maps.Copy(w.Header(), header)
 	m.onError(w, r, lockcore.GateError(key))
 }
 
@@ -92,12 +99,12 @@ func (m *locker) serveHeld(w http.ResponseWriter, r *http.Request, next http.Han
 
 // routeState is chi's routing state of a request as it was before a run
 // of the handler, which routing further down changes (a mounted router
-// cuts RoutePath, patterns and parameters are appended): put back before
-// the next run, so that it routes the request as the first did.
+// cuts RoutePath, patterns and parameters are appended, a sub-router
+// reuses the parameter slices in place): put back before the next run, so
+// that it routes the request as the first did. chi.Context.Clone copies
+// every slice of it.
 type routeState struct {
-	rctx                   *chi.Context
-	saved                  chi.Context
-	keys, values, patterns []string
+	rctx, saved *chi.Context
 }
 
 func saveRoute(r *http.Request) *routeState {
@@ -105,18 +112,13 @@ func saveRoute(r *http.Request) *routeState {
 	if rctx == nil {
 		return nil
 	}
-	return &routeState{rctx: rctx, saved: *rctx, keys: slices.Clone(rctx.URLParams.Keys),
-		values: slices.Clone(rctx.URLParams.Values), patterns: slices.Clone(rctx.RoutePatterns)}
+	return &routeState{rctx: rctx, saved: rctx.Clone()}
 }
 
 func (s *routeState) restore() {
-	if s == nil {
-		return
+	if s != nil {
+		*s.rctx = *s.saved.Clone()
 	}
-	*s.rctx = s.saved
-	s.rctx.URLParams.Keys = slices.Clone(s.keys)
-	s.rctx.URLParams.Values = slices.Clone(s.values)
-	s.rctx.RoutePatterns = slices.Clone(s.patterns)
 }
 
 // writeTracker is a ResponseWriter that records whether the handler wrote

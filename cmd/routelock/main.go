@@ -22,7 +22,8 @@
 // the closed gates (lock.SoldOut): the resources every instance refuses at
 // once; open opens the gate of KEY, and every instance serves it again.
 // A segment's key (lock.Segments) has a space: quote it in a shell, as
-// routelock open 'productID:42 #3'.
+// routelock open 'productID:42 #3'; after a restock open the segments
+// first, then the resource.
 //
 // The Redis is the one the environment names, as for the package-level
 // lock.ByParam without lock.SetDefault: REDIS_URL for one server
