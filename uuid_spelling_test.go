@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
@@ -56,6 +57,50 @@ func TestUUIDSpellings(t *testing.T) {
 			res := do(t, hc, "POST", a.srv.URL+"/orders/"+s+"/cancel", nil)
 			if res.status != http.StatusConflict || ran[id] {
 				t.Errorf("/orders/%s/cancel while order %s is held: %d, the handler acted on order %s: %v; want 409 and no handler", s, id, res.status, id, ran[id])
+			}
+		}
+	})
+}
+
+// TestUUIDSpellingsSegmented: on a segmented route the same holds: while
+// every segment of order 3f2504e0-… is held (by another instance, through
+// lockcore.AcquireSegment on the canonical key), each other spelling of
+// the UUID gets 409 and its handler does not run; on every deployment,
+// with the clients users run (go-redis defaults, and with context
+// deadlines).
+func TestUUIDSpellingsSegmented(t *testing.T) {
+	runUserClients(t, func(t *testing.T, b *redistest.Backend, mk func() redis.UniversalClient) {
+		prefix := redistest.Prefix(t)
+		const id = "3f2504e0-4f89-11d3-9a0c-0305e82c3301"
+		var ran atomic.Bool
+		a := newAppOn(t, mk(), prefix, func(a *app) http.Handler {
+			r := chi.NewRouter()
+			r.With(a.locker.ByParam("orderID", lock.FailFast(), lock.Segments(2))).Post("/orders/{orderID}/cancel", func(w http.ResponseWriter, r *http.Request) {
+				ran.Store(true)
+			})
+			return r
+		})
+		other := lock.NewRedis(mk(), redisengine.Options{Prefix: prefix})
+		defer other.Close()
+		for range 2 {
+			lease, err := lockcore.AcquireSegment(context.Background(), other, key(t, "orderID", id), lockcore.Policy{Wait: lockcore.FailFast, Segments: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lease.Release(context.Background())
+		}
+		hc := httpClient(t, nil)
+		for _, s := range []string{
+			id,
+			"3F2504E0-4F89-11D3-9A0C-0305E82C3301",
+			"3f2504e04f8911d39a0c0305e82c3301",
+			"%7B3f2504e0-4f89-11d3-9a0c-0305e82c3301%7D",
+			"urn:uuid:3f2504e0-4f89-11d3-9a0c-0305e82c3301",
+		} {
+			ran.Store(false)
+			res := do(t, hc, "POST", a.srv.URL+"/orders/"+s+"/cancel", nil)
+			if res.status != http.StatusConflict || ran.Load() {
+				t.Errorf("/orders/%s/cancel while every segment of order %s is held: %d, handler ran %v; want 409 and no handler", s, id, res.status, ran.Load())
 			}
 		}
 	})
