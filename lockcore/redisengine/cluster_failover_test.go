@@ -532,10 +532,20 @@ func testClusterResharding(t *testing.T, replicas int) {
 	from, to := home, away
 	for round := range 6 {
 		// redis-cli refuses to reshard until every node agrees on the
-		// last move.
-		waitFor(t, 20*time.Second, "the nodes agreeing", func() bool {
-			return exec.Command("redis-cli", "--cluster", "check", set.Servers[0].Addr).Run() == nil
-		})
+		// last move. Each check is a process that asks every node, so it
+		// runs a few times a second, not at waitFor's pace: on a loaded
+		// 2-core machine back-to-back checks slowed the gossip they wait
+		// for (CI once saw 20 s pass).
+		for deadline := time.Now().Add(60 * time.Second); ; {
+			out, err := exec.Command("redis-cli", "--cluster", "check", set.Servers[0].Addr).CombinedOutput()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the nodes did not agree within 60 s: %v: %s", round, err, out)
+			}
+			time.Sleep(250 * time.Millisecond) // polling redis-cli, bounded by the deadline
+		}
 		out, err := exec.Command("redis-cli", "--cluster", "reshard", set.Servers[0].Addr,
 			"--cluster-from", from, "--cluster-to", to, "--cluster-slots", "4", "--cluster-yes").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Moving slot 0 from") || !strings.Contains(string(out), "Moving slot 3 from") {
