@@ -22,7 +22,7 @@ var caughtBy = map[string][]string{
 	// A held key is granted to anyone who asks: sections overlap, waiters
 	// never queue, fail-fast and made-up tokens get in, and a key still
 	// held by a re-entry or a token entry is given away.
-	"grantTwice": {"Events", "Exclusion", "FIFO", "InMemoryReentry", "MaxHold", "Operator", "Policy", "SeveralKeys", "Shared", "TokenGrantsNothing", "TokenReentry", "Withdrawal", "WriterBound"},
+	"grantTwice": {"Events", "Exclusion", "FIFO", "InMemoryReentry", "MaxHold", "Operator", "Policy", "SeveralKeys", "Shared", "TokenGrantsNothing", "TokenReentry", "Withdrawal"},
 	// Waiters served newest first: a late reader passes a queued writer.
 	"lifo": {"FIFO", "Shared", "WriterBound"},
 	// A propagated token waits like a stranger: no token re-entry, and no
@@ -45,6 +45,15 @@ var caughtBy = map[string][]string{
 	"writerJoins":    {"Permits", "Shared"},
 	"readersPass":    {"Shared", "WriterBound"},
 	"gateIgnored":    {"Gates"},
+}
+
+// mayCatch names, for a defect, checks that catch it only when the
+// goroutines meet a certain way, and may pass: grantTwice lets a reader
+// past a queued writer only at a moment when exactly one reader holds,
+// which 8 readers with 5 ms sections meet in most runs but not all (one
+// run in a busy CI let 15 pass, where the bound is 16).
+var mayCatch = map[string][]string{
+	"grantTwice": {"WriterBound"},
 }
 
 // TestSuiteCatches runs Run, in a child process each, on an engine with
@@ -89,9 +98,12 @@ func TestSuiteCatches(t *testing.T) {
 					passed = append(passed, m[2])
 				}
 			}
+			maybe := func(c string) bool { return slices.Contains(mayCatch[defect], c) }
+			failed = slices.DeleteFunc(failed, maybe)
+			passed = slices.DeleteFunc(passed, maybe)
 			slices.Sort(failed)
 			slices.Sort(passed)
-			wantPassed := slices.DeleteFunc(slices.Clone(all), func(c string) bool { return slices.Contains(want, c) })
+			wantPassed := slices.DeleteFunc(slices.Clone(all), func(c string) bool { return slices.Contains(want, c) || maybe(c) })
 			if !slices.Equal(failed, want) || !slices.Equal(passed, wantPassed) {
 				t.Errorf("defect %s: failed %v, passed %v; want failed %v, passed the rest\n%s", defect, failed, passed, want, out)
 				return

@@ -165,6 +165,14 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	var timer *time.Timer // made when first needed: most acquisitions find the lock free
 	var pttl int64
 	polled := false // woken by the recheck interval, not by the holder's lease running out
+	// On one server a hand-over published to nobody passes to the next
+	// waiter (see grant_next), so an attempt does not queue before this
+	// Engine's subscription has been established: until then it only tries
+	// the lock, and sleeps until the subscription is up, the holder's lease
+	// would have run out, or the recheck interval passed. Otherwise the
+	// first waiters of a new Engine would be reported queued and lose their
+	// place to those who queued after them.
+	early := l.trustArg == "1" && !l.nf.isUp()
 	for {
 		if woke != "" {
 			ev.Woken(h.key, woke)
@@ -173,14 +181,32 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		sent := time.Now()
 		left := deadline.Sub(sent)
 		if left <= 0 {
+			if early {
+				return sent, 0, l.gaveUp(h, pttl, timeout) // never queued
+			}
 			return sent, 0, l.giveUp(h, member, pttl, timeout)
 		}
-		v, err := l.runAcquire(ctx, h, ms(left), member, sent)
+		m, mw := member, ms(left)
+		if early {
+			m, mw = "", 0
+		}
+		v, err := l.runAcquire(ctx, h, mw, m, sent)
 		if errors.Is(err, lockcore.ErrUpgrade) {
 			return sent, 0, err // nothing taken, nothing queued
 		}
 		if err != nil {
-			return sent, 0, l.acquireFailed(ctx, h, member, err)
+			return sent, 0, l.acquireFailed(ctx, h, m, err)
+		}
+		if early && v <= 0 {
+			pttl = -v
+			switch err := l.awaitSubscription(ctx, min(time.Duration(-v)*time.Millisecond+time.Millisecond, l.recheck(), time.Until(deadline))); {
+			case errors.Is(err, lockcore.ErrClosed):
+				return sent, 0, err
+			case err != nil:
+				return sent, 0, l.gaveUp(h, pttl, err)
+			}
+			early = !l.nf.isUp()
+			continue
 		}
 		if v > 0 {
 			h.fence = v
@@ -266,6 +292,23 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, 0, lockcore.ErrClosed
 		}
 	}
+}
+
+// awaitSubscription waits up to d for this Engine's subscription to be
+// established once. It returns ctx's error when ctx ended first, and
+// ErrClosed when the Engine closed.
+func (l *Engine) awaitSubscription(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.nf.up:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.ctx.Done():
+		return lockcore.ErrClosed
+	}
+	return nil
 }
 
 // waited tells Options.Events, which is set, that a wait ended, if the
@@ -494,6 +537,12 @@ func (l *Engine) released(c *call) {
 // or nil when the wait budget ran out.
 func (l *Engine) giveUp(h *hold, member string, pttl int64, cause error) error {
 	l.withdraw(h, member)
+	return l.gaveUp(h, pttl, cause)
+}
+
+// gaveUp is giveUp's error, for an attempt that holds nothing and is not
+// queued.
+func (l *Engine) gaveUp(h *hold, pttl int64, cause error) error {
 	ce := &lockcore.ContentionError{Key: h.key.String(), RetryAfter: l.stats.retryAfter(h.key, time.Duration(max(pttl, 0))*time.Millisecond), TimedOut: true}
 	if cause != nil {
 		if errors.Is(cause, context.DeadlineExceeded) {

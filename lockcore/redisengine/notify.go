@@ -240,6 +240,16 @@ func (n *notifier) ping(ctx context.Context) error {
 	}
 }
 
+// isUp reports whether the subscription has been established once.
+func (n *notifier) isUp() bool {
+	select {
+	case <-n.up:
+		return true
+	default:
+		return false
+	}
+}
+
 // run keeps one subscription to channel alive until the Engine closes,
 // replacing it when it fails or stops answering pings.
 func (n *notifier) run(channel string, ps *redis.PubSub) {
