@@ -168,10 +168,13 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	// On one server a hand-over published to nobody passes to the next
 	// waiter (see grant_next), so an attempt does not queue before this
 	// Engine's subscription has been established: until then it only tries
-	// the lock, and sleeps until the subscription is up, the holder's lease
-	// would have run out, or the recheck interval passed. Otherwise the
-	// first waiters of a new Engine would be reported queued and lose their
-	// place to those who queued after them.
+	// the lock (failing fast, which takes a free lock even if others queue
+	// for it), and sleeps until the subscription is up, the holder's lease
+	// would have run out, or the recheck interval passed; it is not told to
+	// Events as waiting meanwhile. Otherwise the first waiters of a new
+	// Engine would be reported queued and lose their place to those who
+	// queued after them. (A subscription that drops and comes back is not
+	// covered: waiters queued meanwhile may lose their place.)
 	early := l.trustArg == "1" && !l.nf.isUp()
 	for {
 		if woke != "" {
