@@ -43,17 +43,22 @@ var caughtBy = map[string][]string{
 	"maxHoldIgnored": {"MaxHold"},
 	"slotReused":     {"Permits"},
 	"writerJoins":    {"Permits", "Shared"},
-	"readersPass":    {"Shared", "WriterBound"},
+	"readersPass":    {"Shared"},
 	"gateIgnored":    {"Gates"},
 }
 
 // mayCatch names, for a defect, checks that catch it only when the
-// goroutines meet a certain way, and may pass: grantTwice lets a reader
-// past a queued writer only at a moment when exactly one reader holds,
-// which 8 readers with 5 ms sections meet in most runs but not all (one
-// run in a busy CI let 15 pass, where the bound is 16).
+// goroutines meet a certain way, and may pass. WriterBound fails when more
+// than 16 readers enter while a writer waits: grantTwice lets a reader past
+// a queued writer only at a moment when exactly one reader holds, which 8
+// readers with 5 ms sections meet in most runs but not all (one run in a
+// busy CI let 15 pass); readersPass lets every reader past, but the writer
+// gets in whenever the readers happen to be out at once, which under the
+// race detector came after 41 ms and 5 readers. Shared catches readersPass
+// every time.
 var mayCatch = map[string][]string{
-	"grantTwice": {"WriterBound"},
+	"grantTwice":  {"WriterBound"},
+	"readersPass": {"WriterBound"},
 }
 
 // TestSuiteCatches runs Run, in a child process each, on an engine with
