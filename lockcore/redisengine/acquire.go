@@ -166,16 +166,16 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	var pttl int64
 	polled := false // woken by the recheck interval, not by the holder's lease running out
 	// On one server a hand-over published to nobody passes to the next
-	// waiter (see grant_next), so an attempt does not queue before this
-	// Engine's subscription has been established: until then it only tries
-	// the lock (failing fast, which takes a free lock even if others queue
-	// for it), and sleeps until the subscription is up, the holder's lease
-	// would have run out, or the recheck interval passed; it is not told to
-	// Events as waiting meanwhile. Otherwise the first waiters of a new
-	// Engine would be reported queued and lose their place to those who
-	// queued after them. (A subscription that drops and comes back is not
-	// covered: waiters queued meanwhile may lose their place.)
-	early := l.trustArg == "1" && !l.nf.isUp()
+	// waiter (see grant_next), so an attempt does not queue while this
+	// Engine's subscription is not established (a new Engine's, or one
+	// being re-established): until then it only tries the lock (failing
+	// fast, which takes a free lock even if others queue for it), and
+	// sleeps until the subscription is up, the holder's lease would have
+	// run out, or the recheck interval passed; it is not told to Events as
+	// waiting meanwhile. Otherwise such a waiter would be reported queued
+	// and lose its place to those who queued after it. (One queued before
+	// the subscription dropped may still lose it.)
+	early := l.trustArg == "1" && !l.nf.live.Load()
 	for {
 		if woke != "" {
 			ev.Woken(h.key, woke)
@@ -208,7 +208,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			case err != nil:
 				return sent, 0, l.gaveUp(h, pttl, err)
 			}
-			early = !l.nf.isUp()
+			early = !l.nf.live.Load()
 			continue
 		}
 		if v > 0 {
@@ -298,13 +298,13 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 }
 
 // awaitSubscription waits up to d for this Engine's subscription to be
-// established once. It returns ctx's error when ctx ended first, and
-// ErrClosed when the Engine closed.
+// established. It returns ctx's error when ctx ended first, and ErrClosed
+// when the Engine closed.
 func (l *Engine) awaitSubscription(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-l.nf.up:
+	case <-l.nf.whenLive():
 	case <-t.C:
 	case <-ctx.Done():
 		return ctx.Err()

@@ -32,10 +32,13 @@ type notifier struct {
 	// subscription when it is on the same server (not a Cluster), so a
 	// count of 0 says it is not (see check).
 	probe    bool
-	checking atomic.Bool   // a check is on the wire
-	checked  atomic.Int64  // when the last check was sent, unix ns
-	live     atomic.Bool   // the subscription is established
-	current  *redis.PubSub // the established one, for check to replace
+	checking atomic.Bool  // a check is on the wire
+	checked  atomic.Int64 // when the last check was sent, unix ns
+	live     atomic.Bool  // the subscription is established
+	// liveCh is closed when the subscription is established, and replaced
+	// by an open one when it is lost (guarded by mu).
+	liveCh  chan struct{}
+	current *redis.PubSub // the established one, for check to replace
 
 	// sh, on a Cluster, receives the hand-overs (see shards); the
 	// subscription above then receives revocations only.
@@ -65,6 +68,7 @@ func (n *notifier) start(l *Engine, ps *redis.PubSub) {
 	n.waiters = make(map[string]*waiter)
 	n.done = make(chan struct{})
 	n.up = make(chan struct{})
+	n.liveCh = make(chan struct{})
 	n.ps = ps
 	go n.run(l.channel, ps)
 	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
@@ -240,14 +244,12 @@ func (n *notifier) ping(ctx context.Context) error {
 	}
 }
 
-// isUp reports whether the subscription has been established once.
-func (n *notifier) isUp() bool {
-	select {
-	case <-n.up:
-		return true
-	default:
-		return false
-	}
+// whenLive returns a channel closed once the subscription is established:
+// at once when it is.
+func (n *notifier) whenLive() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.liveCh
 }
 
 // run keeps one subscription to channel alive until the Engine closes,
@@ -274,6 +276,11 @@ func (n *notifier) run(channel string, ps *redis.PubSub) {
 		n.live.Store(false)
 		n.mu.Lock()
 		n.current = nil
+		select {
+		case <-n.liveCh:
+			n.liveCh = make(chan struct{})
+		default:
+		}
 		n.mu.Unlock()
 		_ = ps.Close()
 		ps = nil
@@ -317,8 +324,13 @@ func (n *notifier) session(ctx context.Context, ps *redis.PubSub, channel string
 			ok = true
 			n.mu.Lock()
 			n.current = ps
-			n.mu.Unlock()
 			n.live.Store(true)
+			select {
+			case <-n.liveCh:
+			default:
+				close(n.liveCh)
+			}
+			n.mu.Unlock()
 			n.upOnce.Do(func() { close(n.up) })
 			n.subscribed()
 		case *redis.Message:
