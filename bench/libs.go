@@ -71,11 +71,21 @@ const TTL = 10 * time.Second
 func Libs() []Lib {
 	return []Lib{
 		{Name: "routelock", Note: "FIFO hand-over in Redis, pub/sub wake-up; reentrancy, fencing, watchdog on; go-redis defaults",
-			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRoutelock(t, c, false, 0) }},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) {
+				return newRoutelock(t, c, false, redisengine.Options{})
+			}},
 		{Name: "routelock-ctxdl", Note: "routelock on a client with ContextTimeoutEnabled: calls fly in the caller's goroutine",
-			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRoutelock(t, c, true, 0) }},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) {
+				return newRoutelock(t, c, true, redisengine.Options{})
+			}},
+		{Name: "routelock-cohort", Note: "routelock with Options.LocalHandOvers 8: a release hands the hold to a waiter of the same Engine in memory, up to 8 times in a row; go-redis defaults",
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) {
+				return newRoutelock(t, c, false, redisengine.Options{LocalHandOvers: 8})
+			}},
 		{Name: "routelock-replicas1", Note: "routelock with Options.Replicas 1: every acquisition waits for a replica's acknowledgement (WAIT); go-redis defaults",
-			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRoutelock(t, c, false, 1) }, Only: Replicated},
+			New: func(t Target, c *atomic.Int64) (Mutexer, error) {
+				return newRoutelock(t, c, false, redisengine.Options{Replicas: 1})
+			}, Only: Replicated},
 		{Name: "raw-1ms", Note: "SET NX PX + Lua delete, polling every 1 ms",
 			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRaw(t, c, time.Millisecond) }},
 		{Name: "redislock-1ms", Note: "bsm/redislock, LinearBackoff(1ms) (tuned)",
@@ -140,14 +150,15 @@ type routelock struct {
 }
 
 // newRoutelock is routelock on a client at go-redis's defaults, or, with
-// ctxDeadlines, on one with ContextTimeoutEnabled, with Options.Replicas
-// replicas.
-func newRoutelock(t Target, cmds *atomic.Int64, ctxDeadlines bool, replicas int) (Mutexer, error) {
+// ctxDeadlines, on one with ContextTimeoutEnabled, with options opt (its
+// Prefix and TTL set here).
+func newRoutelock(t Target, cmds *atomic.Int64, ctxDeadlines bool, opt redisengine.Options) (Mutexer, error) {
 	rdb, err := t.Client(0, ctxDeadlines, cmds)
 	if err != nil {
 		return nil, err
 	}
-	l, err := redisengine.New(rdb, redisengine.Options{Prefix: "bench:rl:", TTL: TTL, Replicas: replicas})
+	opt.Prefix, opt.TTL = "bench:rl:", TTL
+	l, err := redisengine.New(rdb, opt)
 	if err != nil {
 		_ = rdb.Close()
 		return nil, err

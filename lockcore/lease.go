@@ -72,6 +72,13 @@ type Hold interface {
 	Release(ctx context.Context) error
 }
 
+// A Hold may also have a method Expose(), which is called before its owner
+// token is handed out while it may be held (by TokensFrom, and so
+// Outbound, and by Lease.Token), and may block briefly until the backend
+// knows that token. An engine that hands holds over in memory needs it: a
+// hold whose token left the process can be re-entered by it from another
+// process, so its release must go through the backend.
+
 // defaultWait is the wait of a Policy whose Wait is 0.
 const defaultWait = 5 * time.Second
 
@@ -340,6 +347,22 @@ func (h *held) Value(key any) any {
 
 func (h *held) live() bool { return h.state.Load() == holdLive }
 
+// exposer is a Hold with a method Expose() (see Hold).
+type exposer interface {
+	Hold
+	Expose()
+}
+
+// expose tells h's hold that its token may leave the process (exposer),
+// then reports whether h is live: in that order, so that a release that
+// finds the hold not exposed happened before this reads it live.
+func (h *held) expose() bool {
+	if x, ok := h.hold.(exposer); ok {
+		x.Expose()
+	}
+	return h.live()
+}
+
 // certain reports whether the hold is certainly held now: live, and its
 // engine is sure of it. A hold the engine is no longer sure of is lost
 // here and now.
@@ -505,8 +528,13 @@ type Lease struct {
 // Key returns the locked resource.
 func (ls *Lease) Key() Key { return ls.h.key }
 
-// Token returns the owner token that holds the lock.
-func (ls *Lease) Token() string { return ls.h.token }
+// Token returns the owner token that holds the lock. The token may then
+// leave the process, and re-enter the lock from another one: an engine
+// that hands holds over in memory no longer does with this one.
+func (ls *Lease) Token() string {
+	ls.h.expose()
+	return ls.h.token
+}
 
 // Fence returns the fencing token of the hold: strictly greater than that of
 // every earlier hold of the key. A re-entrant acquisition returns the fencing

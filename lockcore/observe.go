@@ -27,7 +27,10 @@ type Events interface {
 	//   - "reply": the backend's answer to an earlier call (a retry after a
 	//     refused or unanswered call, or a grant found in a reply);
 	//   - "timer": the waiter's own timer, set by the holder's remaining
-	//     lease or the engine's polling interval, ran out.
+	//     lease or the engine's polling interval, ran out;
+	//   - "memory": a release in the same process handed the lock over
+	//     in memory, without the backend (the Redis engine's
+	//     LocalHandOvers).
 	Woken(key Key, by string)
 
 	// Renewed is called with the outcome of each renewal of a hold of key:

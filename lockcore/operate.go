@@ -110,7 +110,10 @@ type Revocation struct {
 	Owner string
 	// Fence is the revoked hold's fencing token; NewFence the key's last
 	// fencing token after the revocation, above every token the revoked
-	// hold could show.
+	// hold could show. A hold that an engine handed over in memory from
+	// the revoked one before the revocation reached it (the Redis
+	// engine's LocalHandOvers) is revoked with it, and its fencing token
+	// lies between the two.
 	Fence, NewFence int64
 	// Reason is the operator's reason.
 	Reason string

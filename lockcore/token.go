@@ -216,7 +216,7 @@ func TokensFrom(ctx context.Context) []string { return stateFrom(ctx).tokens() }
 func (st *ctxState) tokens() []string {
 	var out []string
 	for s := st.first(); s != nil && len(out) < maxTokens; s = s.next() {
-		if (s.held == nil || s.held.live()) && !slices.Contains(out, s.token) {
+		if (s.held == nil || s.held.expose()) && !slices.Contains(out, s.token) {
 			out = append(out, s.token)
 		}
 	}

@@ -331,12 +331,30 @@ func checkExclusion(r *rig) {
 }
 
 // checkFIFO: waiters queued one after another behind a hold get the lock in
-// the order they queued.
+// the order they queued. An engine that hands holds over in memory (a
+// method LocalHandOvers() int that reports n > 0) serves the waiters of
+// the releasing engine first, at most n in a row, and the others in the
+// order they queued: the order is that model's.
 func checkFIFO(r *rig) {
+	n := 0
+	if c, ok := r.a.(interface{ LocalHandOvers() int }); ok {
+		n = c.LocalHandOvers()
+	}
+	// Waiters alternate between the engines, the holder's second; enough
+	// of them that the holder's engine reaches its bound.
+	count := 3
+	if n > 0 {
+		count = 2*n + 3
+	}
+	engines := []int{0}
+	for i := 1; i <= count; i++ {
+		engines = append(engines, i%2)
+	}
+	want := fifoOrder(engines, n)
 	k := r.key("k")
 	holder := r.acquire(r.a, r.ctx, k, failFast)
-	order := make(chan int, 3)
-	for i := 1; i <= 3; i++ {
+	order := make(chan int, count)
+	for i := 1; i <= count; i++ {
 		e := []lockcore.Engine{r.a, r.b}[i%2]
 		go func() {
 			ls, err := e.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
@@ -352,7 +370,7 @@ func checkFIFO(r *rig) {
 	}
 	r.release(holder)
 	var got []int
-	for range 3 {
+	for range count {
 		select {
 		case i := <-order:
 			got = append(got, i)
@@ -360,9 +378,40 @@ func checkFIFO(r *rig) {
 			r.t.Fatalf("waiters served so far %v; the others never got the lock", got)
 		}
 	}
-	if !slices.Equal(got, []int{1, 2, 3}) {
-		r.t.Fatalf("waiters served in order %v, want the order they queued in [1 2 3]", got)
+	if !slices.Equal(got, want) {
+		r.t.Fatalf("waiters served in order %v, want %v (queued in order 1 to %d; in-memory hand-overs in a row %d)", got, want, count, n)
 	}
+}
+
+// fifoOrder returns the order in which waiters 1, 2, ... are served, by
+// an engine that hands a hold over in memory at most n times in a row:
+// engines[0] is the holder's engine, engines[i] waiter i's. A release
+// goes to the longest waiting waiter of the releasing engine while fewer
+// than n hand-overs in memory made the hold, else to the longest waiting
+// of all, whose hold then starts a new run.
+func fifoOrder(engines []int, n int) []int {
+	var queue, out []int
+	for i := 1; i < len(engines); i++ {
+		queue = append(queue, i)
+	}
+	cur, run := engines[0], 0
+	for len(queue) > 0 {
+		next := 0
+		if run < n {
+			if j := slices.IndexFunc(queue, func(i int) bool { return engines[i] == cur }); j >= 0 {
+				next, run = j, run+1
+			} else {
+				run = 0
+			}
+		} else {
+			run = 0
+		}
+		i := queue[next]
+		out = append(out, i)
+		queue = slices.Delete(queue, next, next+1)
+		cur = engines[i]
+	}
+	return out
 }
 
 // checkInMemoryReentry: a context that holds a key re-enters it on the same

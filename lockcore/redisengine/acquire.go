@@ -68,6 +68,7 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if toks := lockcore.TokensFrom(ctx); len(toks) > 0 {
 		h.others = strings.Join(toks, " ")
 	}
+	h.passable = l.opt.LocalHandOvers > 0 && p.Share == 0 && h.others == ""
 	sent, length, err := l.acquire(ctx, h, max(p.Wait, 0))
 	if err != nil {
 		return nil, err
@@ -78,8 +79,15 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		// Closed while acquiring: give it back. Its lease was never handed
 		// out: lost with ErrClosed, Events hears nothing of it.
 		h.lose(lockcore.ErrClosed)
+		if h.grant != nil {
+			l.giveBack(h.grant)
+			return nil, lockcore.ErrClosed
+		}
 		l.withdraw(h, "")
 		return nil, lockcore.ErrClosed
+	}
+	if h.grant != nil {
+		go l.runPass(h)
 	}
 	if read != nil {
 		if err := l.firstLock(h.ls, read); err != nil {
@@ -117,6 +125,7 @@ const (
 	wokenByMessage = "message"
 	wokenByReply   = "reply"
 	wokenByTimer   = "timer"
+	wokenByMemory  = "memory"
 )
 
 // acquire takes h's key in Redis for h.token as a new attempt, h.entry,
@@ -155,7 +164,11 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	}
 	h.waitEnd = deadline
 	w := l.nf.register(h.entry, h.keys[0])
-	defer l.nf.unregister(w)
+	defer func() {
+		if g := l.nf.leave(w); g != nil && h.grant != g {
+			l.giveBack(g) // handed over in memory as the attempt ended otherwise
+		}
+	}()
 	ev := l.opt.Events
 	var queued bool // told Events the attempt waits
 	var woke string // what woke the attempt, for Events
@@ -181,6 +194,9 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			ev.Woken(h.key, woke)
 			woke = ""
 		}
+		if g := w.grant.Load(); g != nil {
+			return l.tookLocal(h, g, member, &woke)
+		}
 		sent := time.Now()
 		left := deadline.Sub(sent)
 		if left <= 0 {
@@ -194,6 +210,12 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			m, mw = "", 0
 		}
 		v, err := l.runAcquire(ctx, h, mw, m, sent)
+		if g := w.grant.Load(); g != nil {
+			// Handed the lock in memory meanwhile: this call found it held
+			// by the holder that handed it over, or by this attempt once
+			// the pass landed.
+			return l.tookLocal(h, g, member, &woke)
+		}
 		if errors.Is(err, lockcore.ErrUpgrade) {
 			return sent, 0, err // nothing taken, nothing queued
 		}
@@ -221,6 +243,10 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, h.ttl, nil
 		}
 		pttl = -v
+		if h.passable && !w.local {
+			// Before Events hears it waits: in arrival order.
+			l.nf.queueLocal(w, h.token, member)
+		}
 		if ev != nil && !queued {
 			queued = true
 			ev.Waiting(h.key, +1)
@@ -239,6 +265,12 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		polled = false
 		select {
 		case f := <-w.ch:
+			if g := w.grant.Load(); g != nil {
+				if ev != nil {
+					woke = wokenByMemory
+				}
+				return l.tookLocal(h, g, member, &woke)
+			}
 			if f <= 0 {
 				// Nudged: the subscription was re-established, or a release
 				// whose reply was lost may have handed the lock to this
@@ -295,6 +327,18 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, 0, lockcore.ErrClosed
 		}
 	}
+}
+
+// tookLocal makes h, the attempt queued as member, the
+// successor of the hold g handed it in memory, and returns as acquire.
+func (l *Engine) tookLocal(h *hold, g *localGrant, member string, woke *string) (time.Time, time.Duration, error) {
+	if *woke != "" {
+		l.opt.Events.Woken(h.key, *woke)
+		*woke = ""
+	}
+	h.member = member
+	h.take(g)
+	return time.Time{}, 0, nil
 }
 
 // awaitSubscription waits up to d for this Engine's subscription to be

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,7 +73,11 @@ type faultEnv struct {
 	mu      sync.Mutex
 	revokes int                    // Revoke calls that revoked a hold
 	fences  map[int]map[int64]bool // by key, the fences of the holds they revoked
-	unsure  int                    // Revoke calls that failed: they may have revoked a hold
+	// by key, the revocations' [Fence, NewFence): a hold handed over in
+	// memory from a revoked one, before the revocation reached it, has a
+	// fence in between (Options.LocalHandOvers); no other hold can
+	ranges map[int][][2]int64
+	unsure int // Revoke calls that failed: they may have revoked a hold
 }
 
 // revoked notes a Revoke call's outcome on key k.
@@ -89,6 +94,10 @@ func (f *faultEnv) revoked(k int, r lockcore.Revocation, err error) {
 			f.fences[k] = map[int64]bool{}
 		}
 		f.fences[k][r.Fence] = true
+		if f.ranges == nil {
+			f.ranges = map[int][][2]int64{}
+		}
+		f.ranges[k] = append(f.ranges[k], [2]int64{r.Fence, r.NewFence})
 	case !errors.Is(err, lockcore.ErrNotHeld):
 		f.unsure++
 	}
@@ -114,11 +123,34 @@ var clientConfigs = []struct {
 // deadlines, so that a run sees many losses, hand-overs and give-ups.
 var chaosEngine = Options{Timeout: 100 * time.Millisecond, ReleaseTimeout: 100 * time.Millisecond, ClaimWindow: 300 * time.Millisecond}
 
+// chaosCase is a client and engine configuration of the fault and chaos
+// runs.
+type chaosCase struct {
+	name   string
+	opt    redis.Options
+	engine Options
+}
+
+// chaosConfigs are the client configurations of the fault and chaos runs,
+// each with chaosEngine, and go-redis's defaults once more with holds
+// handed over in memory (Options.LocalHandOvers).
+var chaosConfigs = func() []chaosCase {
+	var out []chaosCase
+	for _, cc := range clientConfigs {
+		out = append(out, chaosCase{cc.name, cc.opt, chaosEngine})
+	}
+	cohort := chaosEngine
+	cohort.LocalHandOvers = 8
+	return append(out, chaosCase{"defaults,cohort", redis.Options{}, cohort})
+}()
+
 // chaosResult is what a run did.
 type chaosResult struct {
 	sections   int
 	pairs      int // sections of two keys taken together (lockcore.AcquireAll)
 	errs       map[string]int
+	inMemory   int   // holds handed over in memory (Options.LocalHandOvers)
+	cohort     bool  // the Engines hand holds over in memory
 	lost       int   // sections whose lease was lost during the work (counted up to the loss)
 	revoked    int   // of those, revoked by an operator
 	stale      int   // writes the fenced store refused
@@ -137,6 +169,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	proxy := faultproxy.Start(t, b.Addr)
 	lockers := make([]*Engine, cfg.lockers)
 	var clients []*redis.Client
+	var inMemory atomic.Int64 // hand-overs in memory
 	for i := range lockers {
 		addr := b.Addr
 		if i < (cfg.lockers+1)/2 {
@@ -148,6 +181,13 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		clients = append(clients, c)
 		eng := cfg.engine
 		eng.Prefix, eng.TTL = prefix, cfg.ttl
+		if eng.LocalHandOvers > 0 && eng.Events == nil {
+			eng.Events = wokenEvents(func(by string) {
+				if by == wokenByMemory {
+					inMemory.Add(1)
+				}
+			})
+		}
 		l, err := New(c, eng)
 		if err != nil {
 			t.Fatal(err)
@@ -514,6 +554,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 
 	// The checker.
 	res.sections = len(sections)
+	res.inMemory, res.cohort = int(inMemory.Load()), cfg.engine.LocalHandOvers > 0
 	byKey := map[int][]section{}
 	for _, s := range sections {
 		byKey[s.key] = append(byKey[s.key], s)
@@ -521,7 +562,17 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	// A hold an operator revoked (by the fences Revoke returned) may be
 	// used until its holder hears of it, even by a waiter woken by a grant
 	// the revocation took back: fenced, not exclusive.
-	forced := func(s section) bool { return env.fences[s.key][s.fence] }
+	forced := func(s section) bool {
+		if env.fences[s.key][s.fence] {
+			return true
+		}
+		for _, r := range env.ranges[s.key] {
+			if r[0] < s.fence && s.fence < r[1] {
+				return true
+			}
+		}
+		return false
+	}
 	for k, ss := range byKey {
 		sort.Slice(ss, func(i, j int) bool { return ss[i].start.Before(ss[j].start) })
 		// Each section against every earlier one still running when it
@@ -545,8 +596,23 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	}
 	// Only a hold an operator revoked is told it was, and each is told: by
 	// its context's cause or its release, unless it was lost first.
+	// With hand-overs in memory, a holder whose hold was revoked just
+	// before its release, and that had not heard of it yet, hands it over
+	// with no call to Redis: its successor (the next fence, on the same
+	// key) is told instead (Options.LocalHandOvers).
+	toldSuccessor := func(s section) bool {
+		if cfg.engine.LocalHandOvers == 0 {
+			return false
+		}
+		for _, n := range byKey[s.key] {
+			if n.fence == s.fence+1 && n.revoked {
+				return true
+			}
+		}
+		return false
+	}
 	for _, s := range sections {
-		if forced(s) && s.clean {
+		if forced(s) && s.clean && !toldSuccessor(s) {
 			res.violations = append(res.violations, fmt.Sprintf("k%d: the holder of fence %d was revoked, and released it without being told", s.key, s.fence))
 		}
 		if s.revoked && !forced(s) && env.unsure == 0 {
@@ -586,7 +652,7 @@ func seed(t *testing.T) uint64 {
 
 func report(t *testing.T, name string, r chaosResult) {
 	t.Helper()
-	t.Logf("%s: %d sections held (%d pairs of keys taken together), %d leases lost mid-section, errors %v, %d violations", name, r.sections, r.pairs, r.lost, r.errs, len(r.violations))
+	t.Logf("%s: %d sections held (%d pairs of keys taken together, %d handed over in memory), %d leases lost mid-section, errors %v, %d violations", name, r.sections, r.pairs, r.inMemory, r.lost, r.errs, len(r.violations))
 	for i, v := range r.violations {
 		if i == 20 {
 			t.Errorf("… %d more", len(r.violations)-20)
@@ -594,8 +660,8 @@ func report(t *testing.T, name string, r chaosResult) {
 		}
 		t.Error(v)
 	}
-	if r.sections == 0 || r.pairs == 0 {
-		t.Errorf("%d sections, %d pairs ran: the run proves too little", r.sections, r.pairs)
+	if r.sections == 0 || r.pairs == 0 || r.cohort && r.inMemory == 0 {
+		t.Errorf("%d sections, %d pairs, %d hand-overs in memory ran: the run proves too little", r.sections, r.pairs, r.inMemory)
 	}
 }
 
@@ -848,7 +914,7 @@ func mixed(ctx context.Context, f *faultEnv, rng *rand.Rand) {
 func TestFaults(t *testing.T) {
 	s := seed(t)
 	b, srv := chaosBackend(t)
-	for _, cc := range clientConfigs {
+	for _, cc := range chaosConfigs {
 		t.Run(cc.name, func(t *testing.T) {
 			for _, name := range faultNames {
 				b := b
@@ -865,7 +931,7 @@ func TestFaults(t *testing.T) {
 				}
 				t.Run(name, func(t *testing.T) {
 					r := chaosRun(t, b, chaosConfig{seed: s, dur: bareDur(srv, *faultDur, "faults.dur", 150*time.Millisecond), goroutines: 16, lockers: 4, keys: 4,
-						ttl: 300 * time.Millisecond, client: cc.opt, engine: chaosEngine, fault: faults[name], srv: srv})
+						ttl: 300 * time.Millisecond, client: cc.opt, engine: cc.engine, fault: faults[name], srv: srv})
 					report(t, name, r)
 				})
 			}
@@ -879,10 +945,10 @@ func TestFaults(t *testing.T) {
 func TestChaos(t *testing.T) {
 	s := seed(t)
 	b, srv := chaosBackend(t)
-	for _, cc := range clientConfigs {
+	for _, cc := range chaosConfigs {
 		t.Run(cc.name, func(t *testing.T) {
 			r := chaosRun(t, b, chaosConfig{seed: s, dur: bareDur(srv, *chaosDur, "chaos.dur", 600*time.Millisecond), goroutines: 32, lockers: 6, keys: 6,
-				ttl: 300 * time.Millisecond, client: cc.opt, engine: chaosEngine, fault: mixed, srv: srv})
+				ttl: 300 * time.Millisecond, client: cc.opt, engine: cc.engine, fault: mixed, srv: srv})
 			report(t, "chaos", r)
 		})
 	}

@@ -23,7 +23,17 @@ func TestConformance(t *testing.T) {
 		if !b.Real() {
 			timeout = miniTimeout
 		}
-		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout))
+		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 0))
+	})
+	// Holds handed over in memory (Options.LocalHandOvers), on the best
+	// server at hand.
+	t.Run("cohort", func(t *testing.T) {
+		b := redistest.Best(t)
+		timeout := miniTimeout
+		if b.Real() {
+			timeout = 0
+		}
+		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 8))
 	})
 	t.Run("miniredis-cluster", func(t *testing.T) {
 		b := redistest.Mini(t)
@@ -31,7 +41,7 @@ func TestConformance(t *testing.T) {
 			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{b.Addr}})
 			t.Cleanup(func() { _ = c.Close() })
 			return c
-		}, miniTimeout))
+		}, miniTimeout, 0))
 	})
 }
 
@@ -46,7 +56,7 @@ const miniTimeout = 10 * time.Second
 // conformingEngines returns the newEngine of locktest.Run: an Engine on a
 // client of its own, with the prefix of its test, and Options.Timeout
 // timeout (0: the default).
-func conformingEngines(client func(t *testing.T) redis.UniversalClient, timeout time.Duration) func(t *testing.T, ev lockcore.Events) lockcore.Engine {
+func conformingEngines(client func(t *testing.T) redis.UniversalClient, timeout time.Duration, handOvers int) func(t *testing.T, ev lockcore.Events) lockcore.Engine {
 	prefixes := make(map[*testing.T]string)
 	mu := make(chan struct{}, 1) // guards prefixes
 	return func(t *testing.T, ev lockcore.Events) lockcore.Engine {
@@ -57,7 +67,7 @@ func conformingEngines(client func(t *testing.T) redis.UniversalClient, timeout 
 			prefixes[t] = p
 		}
 		<-mu
-		l, err := New(client(t), Options{Prefix: p, Events: ev, Timeout: timeout})
+		l, err := New(client(t), Options{Prefix: p, Events: ev, Timeout: timeout, LocalHandOvers: handOvers})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,6 +36,21 @@ type hold struct {
 	start   time.Time       // when it was held, for holdStats
 	ended   atomic.Bool     // released or lost: the watchdog drops it
 
+	// Hand-over in memory (see cohort.go). passable: the hold may be
+	// handed over (Options.LocalHandOvers); passes: how many hand-overs in
+	// memory in a row made it; exposed: its token may have left the
+	// process. A successor has grant, the hand-over, and member, its
+	// waiter member; inherit is the validity it starts with (mono ns);
+	// pending is closed once its pass call settled, with outcome passed.
+	passable bool
+	passes   int
+	exposed  atomic.Bool
+	grant    *localGrant
+	member   string
+	inherit  int64
+	pending  chan struct{}
+	passed   atomic.Int32
+
 	// Watchdog bookkeeping, guarded by the watchdog's mutex.
 	index int           // in the watchdog heap; -1 when not scheduled
 	at    time.Time     // when the watchdog acts on it next: renewal or loss
@@ -116,18 +131,62 @@ func (h *hold) setEntry(id string) {
 // It returns lockcore.ErrRevoked when an operator revoked the hold
 // (Revoke) before the release reached Redis: lockcore then tells
 // Options.Events of a loss with that cause.
+//
+// With Options.LocalHandOvers it may instead hand the hold to a waiter of
+// the same Engine in memory, and return at once (see cohort.go). A hold
+// handed over in memory is released once Redis has it (its pass call),
+// waiting for that at most Options.ReleaseTimeout.
 func (h *hold) Release(ctx context.Context) error {
-	h.letGo()
+	if h.pending != nil {
+		switch h.settle(h.l.opt.ReleaseTimeout) {
+		case passPending:
+			// Redis is not answering: released once the pass settles.
+			h.letGo()
+			h.l.bg.do(func() {
+				<-h.pending
+				h.releaseUnpassed()
+			})
+			return h.l.report(unavailable("release", errNoAnswer))
+		case passGone, passRevoked:
+			h.letGo()
+			return h.releaseUnpassed()
+		}
+	}
+	first := h.letGo()
+	if h.passOn(first) {
+		return nil
+	}
 	n, err := h.l.release(ctx, h, "")
 	return h.released(n, err)
 }
 
-// letGo is the start of h's release: the watchdog drops it.
-func (h *hold) letGo() {
-	if !h.ended.Swap(true) {
+// releaseUnpassed releases h, a successor whose pass did not land: the
+// hold it was handed is still its predecessor's in Redis, if it is
+// anybody's.
+func (h *hold) releaseUnpassed() error {
+	if h.passed.Load() == passDone {
+		_, err := h.l.release(context.Background(), h, "")
+		return err
+	}
+	h.l.giveBack(h.grant)
+	// Its own entry too: an acquire call of its own may have taken the
+	// lock meanwhile, if the hold it was handed was gone.
+	h.l.bg.do(func() { _, _ = h.l.release(context.Background(), h, "") })
+	if h.passed.Load() == passRevoked {
+		return lockcore.ErrRevoked
+	}
+	return nil
+}
+
+// letGo is the start of h's release: the watchdog drops it. It reports
+// whether h was live until then.
+func (h *hold) letGo() bool {
+	first := !h.ended.Swap(true)
+	if first {
 		h.l.stats.record(h.key, time.Since(h.start))
 	}
 	h.l.wd.remove(h)
+	return first
 }
 
 // released is the end of h's release, whose call replied n or failed with

@@ -102,7 +102,8 @@ type Options struct {
 	//     release by this Engine, and for a release or subscription whose
 	//     reply says that a hand-over may have been missed; "timer" when
 	//     its own timer (the holder's remaining lease, the polling interval
-	//     of 3/10 of ClaimWindow, or its deadline) ran out;
+	//     of 3/10 of ClaimWindow, or its deadline) ran out; "memory"
+	//     for a hold handed over in memory (LocalHandOvers);
 	//   - Renewed for each renewal: nil when it extended the lease, an
 	//     error matching ErrLockLost when it found the hold gone
 	//     (ErrRevoked when revoked), one matching ErrUnavailable when Redis
@@ -139,6 +140,29 @@ type Options struct {
 	// which a WAIT that blocks past it would hit. Default: 100ms.
 	ReplicaTimeout time.Duration
 
+	// LocalHandOvers, when > 0, lets a release hand an exclusive hold to a
+	// waiter of the same Engine in memory (lock cohorting): the waiter runs
+	// at once, without waiting for Redis, and one call in the background
+	// then makes the hold the waiter's in Redis (its owner token, attempt
+	// and a fencing token greater than the last holder's, from a block each
+	// hold reserves: see Lease.Fence). At most LocalHandOvers such
+	// hand-overs happen in a row (at most 15): the next release goes
+	// through Redis, which gives the lock to its longest waiter, so that
+	// waiters of other processes get their turn. Waiters of the same
+	// Engine are served in their arrival order. A hold is not handed over
+	// in memory when its owner token may have left the process
+	// (lockcore.TokensFrom or Lease.Token was read while it was held:
+	// another process could re-enter it by that token after its release),
+	// nor one taken with a Policy's Share, re-entered under a propagated
+	// token, or taken with Replicas set; until the successor's call has
+	// landed, its owner token is held back from lockcore.TokensFrom
+	// (at most Timeout), and its renewals and release wait for it. An
+	// operator's Revoke names the hold Redis has: a successor still
+	// running on a hold revoked before its call landed is told
+	// ErrRevoked, with a fencing token between the revocation's Fence and
+	// NewFence. Default: 0, off.
+	LocalHandOvers int
+
 	// AuditRetention is how long a key's audit records of revocations
 	// (Revoke) are kept after the latest one; at most about the latest 100
 	// are kept anyway. Default: 7 days.
@@ -154,6 +178,9 @@ const (
 	defaultClaimWindow    = time.Second
 	defaultAuditRetention = 7 * 24 * time.Hour
 	defaultReplicaTimeout = 100 * time.Millisecond
+	// maxLocalHandOvers is the most LocalHandOvers may be: the fencing
+	// tokens a hold reserves above its own (see fence_top in lua/hold.lua).
+	maxLocalHandOvers = 15
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -192,6 +219,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Replicas > 0 && o.ReplicaTimeout >= o.Timeout {
 		return o, fmt.Errorf("redisengine: ReplicaTimeout %v must be shorter than Timeout %v, which bounds the acquisition's call, WAIT included", o.ReplicaTimeout, o.Timeout)
+	}
+	if o.LocalHandOvers < 0 || o.LocalHandOvers > maxLocalHandOvers {
+		return o, fmt.Errorf("redisengine: LocalHandOvers %d: it must be between 0 and %d", o.LocalHandOvers, maxLocalHandOvers)
+	}
+	if o.Replicas > 0 {
+		o.LocalHandOvers = 0 // a successor's call is not acknowledged by replicas
 	}
 	if o.ClaimWindow == 0 {
 		o.ClaimWindow = defaultClaimWindow

@@ -23,10 +23,13 @@ type notifier struct {
 	l       *Engine
 	mu      sync.Mutex
 	waiters map[string]*waiter
-	ps      *redis.PubSub // the current subscription, for stop
-	done    chan struct{}
-	up      chan struct{} // closed when the subscription is first established
-	upOnce  sync.Once
+	// local: by Redis key, the waiters that a release of this Engine may
+	// hand a hold to in memory, longest waiting first (see cohort.go).
+	local  map[string][]*waiter
+	ps     *redis.PubSub // the current subscription, for stop
+	done   chan struct{}
+	up     chan struct{} // closed when the subscription is first established
+	upOnce sync.Once
 
 	// probe: a PUBLISH through the command connections counts this
 	// subscription when it is on the same server (not a Cluster), so a
@@ -56,6 +59,13 @@ type waiter struct {
 	// of ClaimWindow from then); by a message, how long the grant lasts.
 	from time.Time
 	px   time.Duration
+
+	// A waiter in notifier.local (local) has its attempt's token and
+	// member; grant is set, before its fencing token is sent on ch, when
+	// a hold is handed to it in memory.
+	local       bool
+	tok, member string
+	grant       atomic.Pointer[localGrant]
 }
 
 // healthInterval is how long the subscription may be silent before it is
@@ -145,6 +155,7 @@ func (n *notifier) unregister(w *waiter) {
 	if n.waiters[w.id] == w {
 		delete(n.waiters, w.id)
 	}
+	n.dropLocal(w)
 	n.mu.Unlock()
 	if n.sh != nil {
 		n.sh.unwant(w.slot)
@@ -154,6 +165,8 @@ func (n *notifier) unregister(w *waiter) {
 	default:
 	}
 	w.id, w.key, w.from, w.px = "", "", time.Time{}, 0
+	w.tok, w.member = "", ""
+	w.grant.Store(nil)
 	waiterPool.Put(w)
 }
 
@@ -189,6 +202,7 @@ func (n *notifier) handOver(id string, fence int64, from time.Time, px time.Dura
 	n.mu.Lock()
 	if w := n.waiters[id]; w != nil {
 		delete(n.waiters, id)
+		n.dropLocal(w)
 		select {
 		case <-w.ch: // a nudge not yet read: the hand-over replaces it
 		default:

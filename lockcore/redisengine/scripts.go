@@ -38,6 +38,8 @@ var (
 	luaAll string
 	//go:embed lua/gate.lua
 	luaGate string
+	//go:embed lua/pass.lua
+	luaPass string
 )
 
 // The scripts. Each is sent whole, as one self-contained source: a
@@ -65,11 +67,14 @@ var (
 	// sharedRenewScript renews a shared hold.
 	sharedRenewScript = newScript(luaSharedRenew, "allow-oom", false)
 	revokeScript      = newScript(luaRevoke, "allow-oom", true)
+	// passScript makes a hold handed over in memory its successor's in
+	// Redis (Options.LocalHandOvers).
+	passScript = newScript(luaPass, "allow-oom", false)
 	// guardScript is always sent with EVAL: it runs when the server knows
 	// none of the scripts (see runner.known).
 	guardScript = newScript(luaGuard, "allow-oom", false)
 
-	scripts = []*script{acquireScript, reenterScript, sharedScript, allScript, gateScript, releaseScript, renewScript, sharedRenewScript, revokeScript}
+	scripts = []*script{acquireScript, reenterScript, sharedScript, allScript, gateScript, releaseScript, renewScript, sharedRenewScript, revokeScript, passScript}
 )
 
 // script is a Lua script run with arguments that the caller lays out

@@ -71,6 +71,20 @@ func (w *watchdog) addAll(sent time.Time, length time.Duration, hs ...*hold) boo
 	}
 	early := false
 	for _, h := range hs {
+		if h.grant != nil {
+			// Handed over in memory: it runs on the validity it was handed
+			// until its pass call lands (confirm), and is lost when that
+			// runs out first.
+			if h.inherit > h.valid.Load() {
+				h.valid.Store(h.inherit)
+			}
+			if h.passed.Load() == passPending {
+				h.at = h.validUntil()
+			}
+			h.step = h.ttl / 10
+			heap.Push(&w.holds, h)
+			continue
+		}
 		h.setValidUntil(sent.Add(length - margin(length)))
 		h.at = sent.Add(length / 3)
 		h.step = min(h.ttl, length) / 10
@@ -185,14 +199,7 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 		case cerr != nil:
 			// Retried at h.at, or lost when its validity ends.
 		case ok == 1:
-			if v := sent.Add(h.ttl - margin(h.ttl)); v.After(h.validUntil()) && h.live() {
-				h.setValidUntil(v)
-				h.at = sent.Add(h.ttl / 3)
-				h.step = h.ttl / 10
-				if h.index >= 0 {
-					heap.Fix(&w.holds, h.index)
-				}
-			}
+			w.extend(h, sent)
 		default:
 			lost = true
 			if h.index >= 0 {
@@ -230,6 +237,36 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 			h.lose(err)
 		}
 	}
+}
+
+// extend records that h's lease was confirmed for its TTL by a call sent
+// at sent. It runs under w.mu.
+func (w *watchdog) extend(h *hold, sent time.Time) {
+	if v := sent.Add(h.ttl - margin(h.ttl)); v.After(h.validUntil()) && h.live() {
+		h.setValidUntil(v)
+		h.at = sent.Add(h.ttl / 3)
+		h.step = h.ttl / 10
+		if h.index >= 0 {
+			heap.Fix(&w.holds, h.index)
+		}
+	}
+}
+
+// confirm records that h, handed over in memory, is its own in Redis, for
+// its TTL from sent (its pass call): from then on it is renewed.
+func (w *watchdog) confirm(h *hold, sent time.Time) {
+	w.mu.Lock()
+	if h.live() {
+		if v := sent.Add(h.ttl - margin(h.ttl)); v.After(h.validUntil()) {
+			h.setValidUntil(v)
+		}
+		h.at, h.step = sent.Add(h.ttl/3), h.ttl/10
+		if h.index >= 0 {
+			heap.Fix(&w.holds, h.index)
+		}
+	}
+	w.mu.Unlock()
+	w.poke()
 }
 
 // errGone is the cause of a hold that a renewal found gone or taken over.

@@ -33,11 +33,11 @@ end
 local c = redis.call('TIME')
 local fs = c[1] .. string.sub('00000' .. c[2], -6)
 local f = tonumber(fs)
-local last = tonumber(redis.call('SET', F, fs, 'PX', ret, 'GET'))
+local last = tonumber(redis.call('SET', F, fence_top(f), 'PX', ret, 'GET'))
 if last and last >= f then
   f = last + 1
   fs = string.format('%.0f', f)
-  redis.call('SET', F, fs, 'PX', ret)
+  redis.call('SET', F, fence_top(f), 'PX', ret)
 end
 local v = redis.call('SET', L, hold_make(tok, fs, '0', false, id), 'NX', 'PX', ttl, 'GET')
 if not v and (member == '' or redis.call('EXISTS', Q) == 0) then

@@ -20,18 +20,18 @@ end
 
 -- The next fencing token of the lock, as a number and a decimal string:
 -- the server clock in microseconds, or one more than the last token (F)
--- when that is greater (more than one token in a microsecond, or a clock
+-- when that is greater, with the tokens above it reserved (see fence_top) (more than one token in a microsecond, or a clock
 -- stepped back). The clock keeps tokens increasing where a counter alone
 -- would not: a replica promoted by a failover may have missed the old
 -- master's last tokens, but not the time that passed since it issued
 -- them. The acquire script's fast path does the same inline.
 local function next_fence(retention)
   local f, fs = now_us()
-  local last = tonumber(redis.call('SET', F, fs, 'PX', retention, 'GET'))
+  local last = tonumber(redis.call('SET', F, fence_top(f), 'PX', retention, 'GET'))
   if last and last >= f then
     f = last + 1
     fs = string.format('%.0f', f)
-    redis.call('SET', F, fs, 'PX', retention)
+    redis.call('SET', F, fence_top(f), 'PX', retention)
   end
   return f, fs
 end

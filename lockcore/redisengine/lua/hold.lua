@@ -14,6 +14,15 @@
 -- These functions are the only code that reads or writes that format; the
 -- engine's Go code reads it in parseHold (scripts.go).
 
+-- The last fencing token key F keeps for a hold drawn fencing token f (a
+-- number), as a decimal string: f + 15. The tokens above f up to it are
+-- the hold's, for the holders its Engine hands it to in memory, one after
+-- the other, without a call to Redis first (Options.LocalHandOvers, at
+-- most 15 in a row; see pass.lua): the next draw is above them all.
+local function fence_top(f)
+  return string.format('%.0f', f + 15)
+end
+
 -- The hold of tok, fencing token fs and since s (decimal strings), waiters
 -- flag w (a boolean) and entries es (space-separated).
 local function hold_make(tok, fs, s, w, es)

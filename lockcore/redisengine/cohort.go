@@ -1,0 +1,231 @@
+package redisengine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Hand-over in memory (Options.LocalHandOvers).
+//
+// A release whose hold may be handed over gives it to the longest waiting
+// attempt of the same Engine for the same key, if any, without a call to
+// Redis: the successor runs at once, on the released hold's validity, with
+// the next of the fencing tokens that hold reserved. Its own call, the
+// pass script, then makes the hold the successor's in Redis (its token,
+// entry and fencing token, its lease) and takes its member off the queue;
+// once that call is answered the successor's hold is an ordinary one,
+// renewed by the watchdog. Until then:
+//   - the successor is not renewed, and is lost when the validity it
+//     inherited runs out;
+//   - its release waits for the call (at most Options.ReleaseTimeout);
+//   - its token is not handed out (Expose waits, at most Options.Timeout),
+//     since Redis would not let another process re-enter by it;
+//   - an operator's revocation names the released hold, which Redis still
+//     has: the pass script finds it revoked, and the successor is told.
+//
+// The released hold's token never left the process (Expose), so nobody can
+// re-enter by it meanwhile.
+
+// localGrant is a hold handed over in memory to a waiter.
+type localGrant struct {
+	prev   *hold // the released hold, which Redis has until the pass lands
+	fence  int64
+	passes int   // hand-overs in memory in a row, this one included
+	valid  int64 // the released hold's validity, in mono ns
+}
+
+// Outcomes of a successor's pass call (hold.passed).
+const (
+	passPending int32 = iota
+	passDone
+	passGone
+	passRevoked
+)
+
+// queueLocal lets w, a queued attempt that may be handed a hold in memory,
+// be found by passTo, after the Engine's other waiters for its key.
+func (n *notifier) queueLocal(w *waiter, tok, member string) {
+	n.mu.Lock()
+	if n.waiters[w.id] == w && !w.local {
+		w.tok, w.member, w.local = tok, member, true
+		if n.local == nil {
+			n.local = make(map[string][]*waiter)
+		}
+		n.local[w.key] = append(n.local[w.key], w)
+	}
+	n.mu.Unlock()
+}
+
+// dropLocal removes w from n.local. It runs under n.mu.
+func (n *notifier) dropLocal(w *waiter) {
+	if !w.local {
+		return
+	}
+	w.local = false
+	q := n.local[w.key]
+	if i := slices.Index(q, w); i >= 0 {
+		q = slices.Delete(q, i, i+1)
+	}
+	if len(q) == 0 {
+		delete(n.local, w.key)
+	} else {
+		n.local[w.key] = q
+	}
+}
+
+// passTo hands g to the longest waiting attempt for the lock at Redis key
+// key that may take a hold in memory, and reports whether there was one.
+func (n *notifier) passTo(key string, g *localGrant) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := n.local[key]
+	if len(q) == 0 {
+		return false
+	}
+	w := q[0]
+	n.dropLocal(w)
+	delete(n.waiters, w.id)
+	select {
+	case <-w.ch: // a nudge not yet read: the hand-over replaces it
+	default:
+	}
+	w.grant.Store(g)
+	w.ch <- g.fence
+	return true
+}
+
+// leave unregisters w and returns the hold handed to it in memory, if any:
+// after it, no hand-over reaches w.
+func (n *notifier) leave(w *waiter) *localGrant {
+	n.mu.Lock()
+	n.dropLocal(w)
+	g := w.grant.Swap(nil)
+	n.mu.Unlock()
+	n.unregister(w)
+	return g
+}
+
+// take makes h, an attempt handed g, the successor of g's hold.
+func (h *hold) take(g *localGrant) {
+	h.fence, h.passes, h.grant, h.inherit = g.fence, g.passes, g, g.valid
+	h.pending = make(chan struct{})
+}
+
+// giveBack releases g's hold in Redis, handed to an attempt that had gone:
+// as its holder's release would have.
+func (l *Engine) giveBack(g *localGrant) {
+	l.bg.do(func() {
+		if _, err := l.release(context.Background(), g.prev, ""); err != nil {
+			l.latch(g.prev, l.report(unavailable("release", err)))
+		}
+	})
+}
+
+// passOn hands h, whose release began, to a waiter of this Engine in
+// memory, if it may be and one waits; it reports whether it did.
+func (h *hold) passOn(first bool) bool {
+	l := h.l
+	if !first || !h.passable || h.passes >= l.opt.LocalHandOvers || h.exposed.Load() ||
+		h.pending != nil && h.passed.Load() != passDone {
+		return false
+	}
+	// Only a hold released by its holder, while certainly held: not one
+	// lost, or released at its ceiling while its handler may still run.
+	valid := h.valid.Load()
+	if mono() >= valid || h.ls == nil || !errors.Is(h.ls.Err(), lockcore.ErrReleased) {
+		return false
+	}
+	return l.nf.passTo(h.keys[0], &localGrant{prev: h, fence: h.fence + 1, passes: h.passes + 1, valid: valid})
+}
+
+// Expose implements lockcore's Expose: h's token may leave the process, so
+// its release goes through Redis; a successor's waits until Redis has it.
+func (h *hold) Expose() {
+	h.exposed.Store(true)
+	if h.pending != nil {
+		h.settle(h.l.opt.Timeout)
+	}
+}
+
+// settle waits up to d for h's pass call, and reports its outcome.
+func (h *hold) settle(d time.Duration) int32 {
+	select {
+	case <-h.pending:
+	default:
+		t := time.NewTimer(d)
+		select {
+		case <-h.pending:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return h.passed.Load()
+}
+
+// runPass makes h, a successor, the holder in Redis: it sends the pass
+// call, again every tenth of the lease while unanswered, until its
+// validity runs out (the watchdog then declares it lost). An answer that
+// says the hold is gone or revoked loses h.
+func (l *Engine) runPass(h *hold) {
+	defer close(h.pending)
+	every := max(h.ttl/10, time.Millisecond)
+	for {
+		sent := time.Now()
+		n, err := l.pass(h, sent)
+		switch {
+		case err == nil && n == 1:
+			h.passed.Store(passDone)
+			l.wd.confirm(h, sent)
+			return
+		case err == nil && n == -3:
+			h.passed.Store(passRevoked)
+			h.lose(lockcore.ErrRevoked)
+			return
+		case err == nil:
+			h.passed.Store(passGone)
+			h.lose(errGone)
+			return
+		}
+		if !h.live() || !time.Now().Add(every).Before(h.validUntil()) {
+			h.passed.Store(passGone) // the watchdog loses it
+			return
+		}
+		select {
+		case <-l.ctx.Done():
+			h.passed.Store(passGone)
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// pass runs the pass script for h, sent at sent, waiting for its answer up
+// to Options.Timeout.
+func (l *Engine) pass(h *hold, sent time.Time) (int64, error) {
+	g := h.grant
+	c, a := l.newCall(context.Background(), h, "", sent, sent.Add(l.opt.Timeout), 13)
+	// Three keys: the hold, its queue and its revoked entries.
+	a[2], a[3], a[4], a[5] = 3, &h.keys[0], &h.keys[1], &h.keys[3]
+	a[6], a[7], a[8], a[9], a[10], a[11], a[12] = g.prev.token, g.prev.entry, h.token, h.entry, h.fence, l.ttlArg(h.ttl), h.member
+	c.keep = true
+	c.cmd = l.run.cmd(c.ctx, passScript, a)
+	if l.batch.do(c.ctx, c) != answered {
+		return 0, errNoAnswer
+	}
+	n, err := c.cmd.(*redis.IntCmd).Result()
+	c.recycle()
+	if err == nil {
+		l.answered()
+	}
+	return n, err
+}
+
+// LocalHandOvers returns Options.LocalHandOvers as in effect: how many
+// times in a row a hold may be handed over in memory (0: never).
+func (l *Engine) LocalHandOvers() int { return l.opt.LocalHandOvers }

@@ -1,0 +1,516 @@
+package redisengine
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+)
+
+// holdPasses is a client hook that holds back the pass script's calls
+// (Options.LocalHandOvers) until open is closed, and counts them.
+type holdPasses struct {
+	open chan struct{}
+	n    atomic.Int64
+	lose atomic.Int64 // how many more pass calls run with their reply lost
+}
+
+// lost makes cmd, a pass call that ran, look unanswered while p.lose lasts.
+func (p *holdPasses) lost(cmd redis.Cmder) {
+	if p.isPass(cmd) && p.lose.Add(-1) >= 0 {
+		cmd.SetErr(errors.New("reply lost"))
+	}
+}
+
+func (p *holdPasses) isPass(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	return len(a) > 1 && (a[1] == passScript.sha[0] || a[1] == passScript.sha[1] || a[1] == passScript.src[0] || a[1] == passScript.src[1])
+}
+
+func (p *holdPasses) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p *holdPasses) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if p.isPass(cmd) {
+			p.n.Add(1)
+			<-p.open
+		}
+		err := next(ctx, cmd)
+		p.lost(cmd)
+		return errors.Join(err, cmd.Err())
+	}
+}
+
+func (p *holdPasses) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if p.isPass(c) {
+				p.n.Add(1)
+				<-p.open
+			}
+		}
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			p.lost(c)
+		}
+		return err
+	}
+}
+
+// wokenEvents is an Events that reports what woke each waiter.
+type wokenEvents func(by string)
+
+func (wokenEvents) Waiting(lockcore.Key, int)         {}
+func (f wokenEvents) Woken(_ lockcore.Key, by string) { f(by) }
+func (wokenEvents) Renewed(lockcore.Key, error)       {}
+func (wokenEvents) Ended(context.Context, lockcore.Key, time.Duration, time.Duration, error, error) {
+}
+
+// cohortEvents records what the waiters of an Engine were woken by, and
+// signals each wait that starts.
+type cohortEvents struct {
+	mu     sync.Mutex
+	woken  []string
+	queued chan struct{}
+}
+
+func newCohortEvents() *cohortEvents { return &cohortEvents{queued: make(chan struct{}, 64)} }
+
+func (e *cohortEvents) Waiting(_ lockcore.Key, delta int) {
+	if delta > 0 {
+		e.queued <- struct{}{}
+	}
+}
+
+func (e *cohortEvents) Woken(_ lockcore.Key, by string) {
+	e.mu.Lock()
+	e.woken = append(e.woken, by)
+	e.mu.Unlock()
+}
+
+func (e *cohortEvents) Renewed(lockcore.Key, error) {}
+func (e *cohortEvents) Ended(context.Context, lockcore.Key, time.Duration, time.Duration, error, error) {
+}
+
+func (e *cohortEvents) wokenBy(by string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, w := range e.woken {
+		if w == by {
+			n++
+		}
+	}
+	return n
+}
+
+// cohortRig is an Engine that hands holds over in memory, on a client that
+// holds back its pass calls until passes.open is closed, and another
+// Engine on the same server.
+type cohortRig struct {
+	t      *testing.T
+	a, b   *Engine
+	ev     *cohortEvents
+	passes *holdPasses
+	raw    *redis.Client
+	k      lockcore.Key
+	lock   string // the Redis key of k's hold
+	once   sync.Once
+}
+
+func newCohortRig(t *testing.T, b *redistest.Backend) *cohortRig {
+	prefix := redistest.Prefix(t)
+	r := &cohortRig{t: t, ev: newCohortEvents(), passes: &holdPasses{open: make(chan struct{})}, raw: b.Client(t)}
+	t.Cleanup(r.openPasses)
+	ca := b.Client(t)
+	ca.AddHook(r.passes)
+	var err error
+	if r.a, err = New(ca, Options{Prefix: prefix, LocalHandOvers: 4, Events: r.ev}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.a.Close() })
+	if r.b, err = New(b.Client(t), Options{Prefix: prefix}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.b.Close() })
+	r.k, _ = lockcore.NewKey("k")
+	r.lock = r.a.redisKeys(r.k)[0]
+	return r
+}
+
+// openPasses lets the held back pass calls through.
+func (r *cohortRig) openPasses() { r.once.Do(func() { close(r.passes.open) }) }
+
+// hold returns the fields of k's hold in Redis: token, fence; "" when free.
+func (r *cohortRig) hold() (tok, fence string) {
+	v, err := r.raw.Get(context.Background(), r.lock).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", ""
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	f := strings.Fields(v)
+	return f[0], f[1]
+}
+
+// eventually polls cond every few ms until it holds, failing after 5 s.
+func (r *cohortRig) eventually(what string, cond func() bool) {
+	r.t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(end) {
+			r.t.Fatalf("after 5s: %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waiter starts an acquisition of k on e that waits, and returns once it
+// is queued; its result comes on the channel.
+func (r *cohortRig) waiter(ctx context.Context, e *Engine, p lockcore.Policy) <-chan *lockcore.Lease {
+	r.t.Helper()
+	out := make(chan *lockcore.Lease, 1)
+	go func() {
+		ls, err := e.Acquire(ctx, r.k, p)
+		if err != nil {
+			r.t.Errorf("waiter: %v", err)
+		}
+		out <- ls
+	}()
+	if e == r.a {
+		select {
+		case <-r.ev.queued:
+		case <-time.After(5 * time.Second):
+			r.t.Fatal("the waiter was never queued")
+		}
+	}
+	return out
+}
+
+// handOver takes k on the Engine that hands over in memory with p, runs
+// each of before, queues a waiter there with p (waiting up to 5s), and
+// releases: it returns the first lease and the waiter's.
+func (r *cohortRig) handOver(p lockcore.Policy, before ...func()) (first, next *lockcore.Lease) {
+	r.t.Helper()
+	ctx := context.Background()
+	first, err := r.a.Acquire(ctx, r.k, p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, f := range before {
+		f()
+	}
+	p.Wait = 5 * time.Second
+	ch := r.waiter(ctx, r.a, p)
+	if err := first.Release(ctx); err != nil {
+		r.t.Fatal(err)
+	}
+	return first, r.got(ch)
+}
+
+func (r *cohortRig) got(ch <-chan *lockcore.Lease) *lockcore.Lease {
+	r.t.Helper()
+	select {
+	case ls := <-ch:
+		if ls == nil {
+			r.t.FailNow()
+		}
+		return ls
+	case <-time.After(5 * time.Second):
+		r.t.Fatal("the waiter never got the lock")
+	}
+	return nil
+}
+
+// TestLocalHandOverRunsBeforeRedis: with LocalHandOvers, a release hands
+// the hold to a waiter of the same Engine, which runs while its pass call
+// has not reached Redis (held back here), with the next fencing token;
+// once the call lands the hold is the waiter's in Redis, and its release
+// frees the key.
+func TestLocalHandOverRunsBeforeRedis(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		ctx := context.Background()
+		var tok1 string
+		first, next := r.handOver(lockcore.Policy{}, func() { tok1, _ = r.hold() })
+		if next.Fence() != first.Fence()+1 {
+			t.Errorf("successor's fence %d, want %d", next.Fence(), first.Fence()+1)
+		}
+		if err := next.Err(); err != nil {
+			t.Fatalf("successor's lease: %v", err)
+		}
+		if tok, _ := r.hold(); tok != tok1 {
+			t.Fatalf("Redis had the successor's hold (%q) before its pass call went through", tok)
+		}
+		if n := r.ev.wokenBy(wokenByMemory); n != 1 {
+			t.Errorf("woken in memory %d times, want 1", n)
+		}
+		r.openPasses()
+		want := strconv.FormatInt(next.Fence(), 10)
+		r.eventually("the hold is the successor's in Redis", func() bool { tok, f := r.hold(); return tok != tok1 && f == want })
+		if err := next.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if tok, _ := r.hold(); tok != "" {
+			t.Fatalf("the key is still held by %q after its last release", tok)
+		}
+	})
+}
+
+// TestLocalHandOverTokenWaitsForRedis: a successor's owner token is not
+// handed out before Redis has it, so that another process re-enters by it,
+// with the same fence.
+func TestLocalHandOverTokenWaitsForRedis(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		ctx := context.Background()
+		_, next := r.handOver(lockcore.Policy{})
+		type out struct{ tok, inRedis string }
+		outc := make(chan out, 1)
+		go func() {
+			tok := lockcore.Outbound(next.Context())
+			in, _ := r.hold()
+			outc <- out{tok, in}
+		}()
+		select {
+		case o := <-outc:
+			t.Fatalf("token %q handed out while Redis had %q", o.tok, o.inRedis)
+		case <-time.After(100 * time.Millisecond):
+		}
+		r.openPasses()
+		o := <-outc
+		if o.tok == "" || o.tok != o.inRedis {
+			t.Fatalf("token %q handed out while Redis had %q", o.tok, o.inRedis)
+		}
+		in, err := lockcore.Intake(ctx, "Routelock-Token", []string{o.tok}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		re, err := r.b.Acquire(in, r.k, lockcore.Policy{Wait: lockcore.FailFast})
+		if err != nil {
+			t.Fatalf("re-entry from another Engine by the successor's token: %v", err)
+		}
+		if re.Fence() != next.Fence() {
+			t.Errorf("re-entry's fence %d, successor's %d", re.Fence(), next.Fence())
+		}
+		_ = re.Release(ctx)
+		_ = next.Release(ctx)
+	})
+}
+
+// TestExposedHoldNotHandedOverInMemory: a hold whose token was handed out
+// (it may re-enter from another process after the release) goes through
+// Redis: no pass call, and the waiter's fence is a new draw.
+func TestExposedHoldNotHandedOverInMemory(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		r.openPasses()
+		ctx := context.Background()
+		first, err := r.a.Acquire(ctx, r.k, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lockcore.Outbound(first.Context()) == "" {
+			t.Fatal("no token to hand out")
+		}
+		ch := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next := r.got(ch)
+		if n := r.passes.n.Load(); n != 0 || r.ev.wokenBy(wokenByMemory) != 0 {
+			t.Errorf("%d pass calls, %d wakes in memory; want none", n, r.ev.wokenBy(wokenByMemory))
+		}
+		if next.Fence() <= first.Fence()+maxLocalHandOvers {
+			t.Errorf("fence %d after %d: not a new draw", next.Fence(), first.Fence())
+		}
+		_ = next.Release(ctx)
+	})
+}
+
+// TestCeilingNotHandedOverInMemory: a hold released at its ceiling
+// (MaxHold), while its handler may still run, goes through Redis.
+func TestCeilingNotHandedOverInMemory(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		r.openPasses()
+		ctx := context.Background()
+		first, err := r.a.Acquire(ctx, r.k, lockcore.Policy{MaxHold: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		next := r.got(ch)
+		if !errors.Is(context.Cause(first.Context()), lockcore.ErrMaxHold) {
+			t.Fatalf("first hold's context: %v", context.Cause(first.Context()))
+		}
+		if n := r.passes.n.Load(); n != 0 || next.Fence() <= first.Fence()+maxLocalHandOvers {
+			t.Errorf("%d pass calls, fence %d after %d; want none, and a new draw", n, next.Fence(), first.Fence())
+		}
+		_ = first.Release(ctx)
+		_ = next.Release(ctx)
+	})
+}
+
+// TestLocalHandOverRevoked: an operator revokes the hold Redis has while a
+// successor runs on it in memory, before its pass call landed: the
+// successor is told, and its fence lies between the revocation's Fence
+// and NewFence.
+func TestLocalHandOverRevoked(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		ctx := context.Background()
+		first, next := r.handOver(lockcore.Policy{})
+		rv, err := r.b.Revoke(ctx, r.k, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rv.Fence != first.Fence() {
+			t.Errorf("revoked fence %d, want the hold Redis had, %d", rv.Fence, first.Fence())
+		}
+		r.openPasses()
+		select {
+		case <-next.Context().Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the successor was never told")
+		}
+		if err := context.Cause(next.Context()); !errors.Is(err, lockcore.ErrRevoked) {
+			t.Fatalf("successor's cause %v, want ErrRevoked", err)
+		}
+		if f := next.Fence(); f <= rv.Fence || f >= rv.NewFence {
+			t.Errorf("successor's fence %d outside (%d, %d)", f, rv.Fence, rv.NewFence)
+		}
+		_ = next.Release(ctx)
+		r.eventually("the key is free", func() bool { tok, _ := r.hold(); return tok == "" })
+	})
+}
+
+// TestLocalHandOverCallersLeave: goroutines of two Engines that hand
+// holds over in memory take one key with waits that often run out, some
+// just as the lock is handed to them: no two hold it at once, some
+// hand-overs happen in memory, and nothing is left held or queued.
+func TestLocalHandOverCallersLeave(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		ev := newCohortEvents()
+		ev.queued = make(chan struct{}, 1<<16)
+		var es [2]*Engine
+		for i := range es {
+			e, err := New(b.Client(t), Options{Prefix: prefix, LocalHandOvers: 2, Events: ev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close() })
+			select {
+			case <-e.nf.whenLive():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the Engine's subscription was never established")
+			}
+			es[i] = e
+		}
+		k, _ := lockcore.NewKey("k")
+		const goroutines, rounds = 24, 25
+		// The waits: 1 to 20 units, as long as a few hand-overs. miniredis
+		// runs each script in a Lua interpreter written in Go, one at a
+		// time, several times slower than Redis.
+		unit := time.Millisecond
+		if !b.Real() {
+			unit *= 10
+		}
+		var inside, overlaps, held atomic.Int64
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e := es[g%2]
+				for i := range rounds {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+(g*7+i*3)%20)*unit)
+					ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Second})
+					cancel()
+					if err != nil {
+						continue
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					held.Add(1)
+					for start := time.Now(); time.Since(start) < time.Duration(i%3)*200*time.Microsecond; {
+					}
+					inside.Add(-1)
+					if err := ls.Release(context.Background()); err != nil && !errors.Is(err, lockcore.ErrLockLost) {
+						t.Errorf("Release: %v", err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := overlaps.Load(); n != 0 {
+			t.Fatalf("%d holds overlapped", n)
+		}
+		t.Logf("%d holds, %d handed over in memory", held.Load(), ev.wokenBy(wokenByMemory))
+		if held.Load() == 0 || ev.wokenBy(wokenByMemory) == 0 {
+			t.Errorf("%d holds, %d handed over in memory: the test did not exercise hand-overs", held.Load(), ev.wokenBy(wokenByMemory))
+		}
+		for i, e := range es {
+			func() {
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					info := inspect(t, e, k)
+					if len(info.Holders) == 0 && len(info.Waiters) == 0 {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("engine %d: after 5s the key still has holders %v and waiters %v", i, info.Holders, info.Waiters)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+		}
+	})
+}
+
+// TestPassRetriedAfterLostReply: a successor's pass call runs in Redis
+// but its replies are lost, and it is sent again: the successor counts its
+// lease from the run that answered, and Redis keeps the hold at least as
+// long as the successor believes it holds it.
+func TestPassRetriedAfterLostReply(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		r.openPasses()
+		r.passes.lose.Store(3)
+		ctx := context.Background()
+		_, next := r.handOver(lockcore.Policy{TTL: 300 * time.Millisecond})
+		var h *hold
+		r.eventually("the pass call is answered", func() bool {
+			r.a.wd.mu.Lock()
+			defer r.a.wd.mu.Unlock()
+			for _, x := range r.a.wd.holds {
+				if x.ls == next && x.passed.Load() == passDone {
+					h = x
+				}
+			}
+			return h != nil
+		})
+		if n := r.passes.n.Load(); n < 4 {
+			t.Fatalf("%d pass calls, want the 3 with lost replies and one more", n)
+		}
+		pttl, err := r.raw.PTTL(ctx, r.lock).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := time.Until(h.validUntil()); left > pttl {
+			t.Fatalf("the successor holds for %v more, Redis for %v", left, pttl)
+		}
+		_ = next.Release(ctx)
+	})
+}
