@@ -20,7 +20,9 @@ import (
 // pass script, then makes the hold the successor's in Redis (its token,
 // entry and fencing token, its lease) and takes its member off the queue;
 // once that call is answered the successor's hold is an ordinary one,
-// renewed by the watchdog. Until then:
+// renewed by the watchdog. A successor may hand the hold on in memory
+// before its own call landed: the next successor's call follows it. Until
+// then:
 //   - the successor is not renewed, and is lost when the validity it
 //     inherited runs out;
 //   - its release waits for the call (at most Options.ReleaseTimeout);
@@ -131,8 +133,7 @@ func (l *Engine) giveBack(g *localGrant) {
 // memory, if it may be and one waits; it reports whether it did.
 func (h *hold) passOn(first bool) bool {
 	l := h.l
-	if !first || !h.passable || h.passes >= l.opt.LocalHandOvers || h.exposed.Load() ||
-		h.pending != nil && h.passed.Load() != passDone {
+	if !first || !h.passable || h.passes >= l.opt.LocalHandOvers || h.exposed.Load() {
 		return false
 	}
 	// Only a hold released by its holder, while certainly held: not one
@@ -174,6 +175,22 @@ func (h *hold) settle(d time.Duration) int32 {
 // says the hold is gone or revoked loses h.
 func (l *Engine) runPass(h *hold) {
 	defer close(h.pending)
+	if prev := h.grant.prev; prev.pending != nil {
+		// Handed over by a successor whose own pass is in flight: this
+		// one names that successor, so it follows it.
+		<-prev.pending
+		switch prev.passed.Load() {
+		case passDone:
+		case passRevoked:
+			h.passed.Store(passRevoked)
+			h.lose(lockcore.ErrRevoked)
+			return
+		default:
+			h.passed.Store(passGone)
+			h.lose(errGone)
+			return
+		}
+	}
 	every := max(h.ttl/10, time.Millisecond)
 	for {
 		sent := time.Now()

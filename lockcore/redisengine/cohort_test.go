@@ -20,7 +20,9 @@ import (
 // (Options.LocalHandOvers) until open is closed, and counts them.
 type holdPasses struct {
 	open chan struct{}
-	n    atomic.Int64
+	n    atomic.Int64 // pass calls sent (a script Redis did not know yet is sent twice)
+	mu   sync.Mutex
+	to   map[any]bool // the successors' entries they named
 	lose atomic.Int64 // how many more pass calls run with their reply lost
 }
 
@@ -33,7 +35,25 @@ func (p *holdPasses) lost(cmd redis.Cmder) {
 
 func (p *holdPasses) isPass(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return len(a) > 1 && (a[1] == passScript.sha[0] || a[1] == passScript.sha[1] || a[1] == passScript.src[0] || a[1] == passScript.src[1])
+	return len(a) > 9 && (a[1] == passScript.sha[0] || a[1] == passScript.sha[1] || a[1] == passScript.src[0] || a[1] == passScript.src[1])
+}
+
+// sent counts cmd, a pass call.
+func (p *holdPasses) sent(cmd redis.Cmder) {
+	p.n.Add(1)
+	p.mu.Lock()
+	if p.to == nil {
+		p.to = map[any]bool{}
+	}
+	p.to[cmd.Args()[9]] = true
+	p.mu.Unlock()
+}
+
+// successors returns how many successors pass calls named.
+func (p *holdPasses) successors() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.to)
 }
 
 func (p *holdPasses) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -41,7 +61,7 @@ func (p *holdPasses) DialHook(next redis.DialHook) redis.DialHook { return next 
 func (p *holdPasses) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if p.isPass(cmd) {
-			p.n.Add(1)
+			p.sent(cmd)
 			<-p.open
 		}
 		err := next(ctx, cmd)
@@ -54,7 +74,7 @@ func (p *holdPasses) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
 			if p.isPass(c) {
-				p.n.Add(1)
+				p.sent(c)
 				<-p.open
 			}
 		}
@@ -512,5 +532,46 @@ func TestPassRetriedAfterLostReply(t *testing.T) {
 			t.Fatalf("the successor holds for %v more, Redis for %v", left, pttl)
 		}
 		_ = next.Release(ctx)
+	})
+}
+
+// TestLocalHandOverChainsBeforeRedis: a successor whose pass call has not
+// landed hands the hold on in memory; the next successor's call follows
+// its own, and Redis ends with the last one's hold.
+func TestLocalHandOverChainsBeforeRedis(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		ctx := context.Background()
+		var tok1 string
+		first, second := r.handOver(lockcore.Policy{}, func() { tok1, _ = r.hold() })
+		ch := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		if err := second.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		third := r.got(ch)
+		if second.Fence() != first.Fence()+1 || third.Fence() != first.Fence()+2 {
+			t.Errorf("fences %d, %d, %d: want consecutive", first.Fence(), second.Fence(), third.Fence())
+		}
+		if tok, _ := r.hold(); tok != tok1 {
+			t.Fatalf("Redis had another hold (%q) before any pass call went through", tok)
+		}
+		if err := third.Err(); err != nil {
+			t.Fatalf("third lease: %v", err)
+		}
+		r.openPasses()
+		want := strconv.FormatInt(third.Fence(), 10)
+		r.eventually("the hold is the third's in Redis", func() bool { _, f := r.hold(); return f == want })
+		if err := third.Err(); err != nil {
+			t.Fatalf("third lease once its pass landed: %v", err)
+		}
+		if n := r.passes.successors(); n != 2 {
+			t.Errorf("pass calls for %d successors, want 2", n)
+		}
+		if err := third.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if tok, _ := r.hold(); tok != "" {
+			t.Fatalf("the key is still held by %q after its last release", tok)
+		}
 	})
 }

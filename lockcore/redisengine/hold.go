@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -133,28 +134,30 @@ func (h *hold) setEntry(id string) {
 // Options.Events of a loss with that cause.
 //
 // With Options.LocalHandOvers it may instead hand the hold to a waiter of
-// the same Engine in memory, and return at once (see cohort.go). A hold
-// handed over in memory is released once Redis has it (its pass call),
-// waiting for that at most Options.ReleaseTimeout.
+// the same Engine in memory, and return at once (see cohort.go), even
+// while Redis does not have it yet. Otherwise a hold handed over in memory
+// is released once Redis has it (its pass call), waiting for that at most
+// Options.ReleaseTimeout.
 func (h *hold) Release(ctx context.Context) error {
+	first := h.letGo()
+	if h.passOn(first) {
+		// The successor runs before the rest of this holder's work, as
+		// sync.Mutex hands off in starvation mode.
+		runtime.Gosched()
+		return nil
+	}
 	if h.pending != nil {
 		switch h.settle(h.l.opt.ReleaseTimeout) {
 		case passPending:
 			// Redis is not answering: released once the pass settles.
-			h.letGo()
 			h.l.bg.do(func() {
 				<-h.pending
-				h.releaseUnpassed()
+				_ = h.releaseUnpassed()
 			})
 			return h.l.report(unavailable("release", errNoAnswer))
 		case passGone, passRevoked:
-			h.letGo()
 			return h.releaseUnpassed()
 		}
-	}
-	first := h.letGo()
-	if h.passOn(first) {
-		return nil
 	}
 	n, err := h.l.release(ctx, h, "")
 	return h.released(n, err)
