@@ -16,8 +16,8 @@ import (
 
 // ChartOptions chooses what Chart draws.
 type ChartOptions struct {
-	// Waiter is the W3 waiter drawn, SameProcess or OtherProcess; empty is
-	// OtherProcess.
+	// Waiter is the W3 waiter drawn, SameProcess, OtherProcess or
+	// SameInstance; empty is OtherProcess.
 	Waiter string
 	// W2Config is the W2 configuration drawn; empty is DefaultW2Config.
 	W2Config string
@@ -177,8 +177,11 @@ func latencyPanel(r *Report, o ChartOptions) *panel {
 	}
 	sc := latencyScale(all)
 	where := "waiter in another process"
-	if o.Waiter == SameProcess {
+	switch o.Waiter {
+	case SameProcess:
 		where = "waiter on a second lock instance in the holder's process"
+	case SameInstance:
+		where = "waiter on the holder's own lock instance"
 	}
 	axis := "milliseconds"
 	if sc.log {

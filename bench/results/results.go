@@ -32,6 +32,10 @@ const (
 	SameProcess = "same-process"
 	// OtherProcess is a waiter in another process.
 	OtherProcess = "other-process"
+	// SameInstance is a waiter on the holder's own lock instance (one
+	// routelock Engine, one rueidislock Locker): what a request waiting
+	// behind another request of the same service sees.
+	SameInstance = "same-instance"
 )
 
 // Report is one lockbench invocation: its metadata and every result it

@@ -164,7 +164,7 @@ func (r *runner) jsonReport(meta results.Meta, libs []bench.Lib, ws string) *res
 		}
 	}
 	for _, l := range libs {
-		for _, w := range []struct{ key, waiter string }{{"local", results.SameProcess}, {"remote", results.OtherProcess}} {
+		for _, w := range []struct{ key, waiter string }{{"local", results.SameProcess}, {"remote", results.OtherProcess}, {"same", results.SameInstance}} {
 			n := "W3/" + w.key
 			p50 := r.stat(l.Name, n+"/p50")
 			if p50 == nil {

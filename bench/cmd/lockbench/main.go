@@ -281,6 +281,10 @@ func (r *runner) all(lib bench.Lib, ws string, run int) error {
 			return fmt.Errorf("W3 local: %w", err)
 		}
 		r.addW3(lib.Name, "W3/local", hs)
+		if hs, err = bench.RunW3Local(m, m, r.handoffs, 2*time.Millisecond, "w3s-"+tag); err != nil {
+			return fmt.Errorf("W3 same instance: %w", err)
+		}
+		r.addW3(lib.Name, "W3/same", hs)
 		hs, err = r.remoteW3(lib, m, "w3r-"+tag)
 		if err != nil {
 			return fmt.Errorf("W3 remote: %w", err)

@@ -77,15 +77,16 @@ func (r *runner) report(w io.Writer, libs []bench.Lib, ws string, runs int) {
 	if strings.Contains(ws, "W3") {
 		fmt.Fprintln(w, "W3: hand-over latency, release to next waiter holding (ms)")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| library | same process p50 | p99 | other process p50 | p99 |")
-		fmt.Fprintln(w, "|---|---|---|---|---|")
+		fmt.Fprintln(w, "| library | same process p50 | p99 | other process p50 | p99 | same instance p50 | p99 |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 		for _, l := range libs {
 			if l.Floor {
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", l.Name,
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", l.Name,
 				cell(l.Name, "W3/local/p50", "%.3f"), cell(l.Name, "W3/local/p99", "%.3f"),
-				cell(l.Name, "W3/remote/p50", "%.3f"), cell(l.Name, "W3/remote/p99", "%.3f"))
+				cell(l.Name, "W3/remote/p50", "%.3f"), cell(l.Name, "W3/remote/p99", "%.3f"),
+				cell(l.Name, "W3/same/p50", "%.3f"), cell(l.Name, "W3/same/p99", "%.3f"))
 		}
 		fmt.Fprintln(w)
 	}

@@ -37,7 +37,7 @@ func run(args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	in := fs.String("in", "", "lockbench -json output to read (required)")
 	out := fs.String("o", "bench.svg", "SVG file to write; - for standard output")
-	waiter := fs.String("w3", results.OtherProcess, "W3 waiter to draw: "+results.OtherProcess+" or "+results.SameProcess)
+	waiter := fs.String("w3", results.OtherProcess, "W3 waiter to draw: "+results.OtherProcess+", "+results.SameProcess+" or "+results.SameInstance)
 	w2 := fs.String("w2", results.DefaultW2Config, "W2 configuration to draw")
 	highlight := fs.String("highlight", "routelock", "library-name prefix drawn in colour")
 	if err := fs.Parse(args); err != nil {
@@ -47,8 +47,8 @@ func run(args []string, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("-in FILE is required, and no other arguments")
 	}
-	if *waiter != results.OtherProcess && *waiter != results.SameProcess {
-		return fmt.Errorf("-w3 %q: want %s or %s", *waiter, results.OtherProcess, results.SameProcess)
+	if *waiter != results.OtherProcess && *waiter != results.SameProcess && *waiter != results.SameInstance {
+		return fmt.Errorf("-w3 %q: want %s, %s or %s", *waiter, results.OtherProcess, results.SameProcess, results.SameInstance)
 	}
 	rep, err := results.ReadFile(*in)
 	if err != nil {
