@@ -530,7 +530,10 @@ func (ls *Lease) Key() Key { return ls.h.key }
 
 // Token returns the owner token that holds the lock. The token may then
 // leave the process, and re-enter the lock from another one: an engine
-// that hands holds over in memory no longer does with this one.
+// that hands holds over in memory no longer does with this one. Read it
+// while the lock is held: once released, the hold may have been handed
+// over in memory, and the token would re-enter the successor's hold until
+// the engine's backend learns of the hand-over.
 func (ls *Lease) Token() string {
 	ls.h.expose()
 	return ls.h.token
@@ -538,7 +541,10 @@ func (ls *Lease) Token() string {
 
 // Fence returns the fencing token of the hold: strictly greater than that of
 // every earlier hold of the key. A re-entrant acquisition returns the fencing
-// token of the hold it re-entered.
+// token of the hold it re-entered. (A hold an operator revoked can still
+// be handed over in memory before the revocation reaches its engine: that
+// successor's token lies below the revocation's NewFence, and it is told
+// it was revoked; see Revocation.)
 func (ls *Lease) Fence() int64 { return ls.h.fence }
 
 // Shared reports whether the hold is one of several owners' at once

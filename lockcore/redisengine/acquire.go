@@ -81,13 +81,14 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		h.lose(lockcore.ErrClosed)
 		if h.grant != nil {
 			l.giveBack(h.grant)
+			l.bg.do(func() { l.withdraw(h, h.member) })
 			return nil, lockcore.ErrClosed
 		}
 		l.withdraw(h, "")
 		return nil, lockcore.ErrClosed
 	}
 	if h.grant != nil {
-		go l.runPass(h)
+		l.bg.do(func() { l.runPass(h) })
 	}
 	if read != nil {
 		if err := l.firstLock(h.ls, read); err != nil {
@@ -189,13 +190,14 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	// and lose its place to those who queued after it. (One queued before
 	// the subscription dropped may still lose it.)
 	early := l.trustArg == "1" && !l.nf.live.Load()
+	local := false // in the notifier's local queue
 	for {
+		if g := w.grant.Load(); g != nil {
+			return l.tookLocal(h, g, member)
+		}
 		if woke != "" {
 			ev.Woken(h.key, woke)
 			woke = ""
-		}
-		if g := w.grant.Load(); g != nil {
-			return l.tookLocal(h, g, member, &woke)
 		}
 		sent := time.Now()
 		left := deadline.Sub(sent)
@@ -210,11 +212,13 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			m, mw = "", 0
 		}
 		v, err := l.runAcquire(ctx, h, mw, m, sent)
-		if g := w.grant.Load(); g != nil {
+		if g := w.grant.Load(); g != nil && err == nil {
 			// Handed the lock in memory meanwhile: this call found it held
 			// by the holder that handed it over, or by this attempt once
-			// the pass landed.
-			return l.tookLocal(h, g, member, &woke)
+			// the pass landed. (A call that was not answered is withdrawn
+			// once it lands, which would drop the hold this attempt was
+			// handed: the attempt fails as below, and the hold goes back.)
+			return l.tookLocal(h, g, member)
 		}
 		if errors.Is(err, lockcore.ErrUpgrade) {
 			return sent, 0, err // nothing taken, nothing queued
@@ -243,9 +247,10 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, h.ttl, nil
 		}
 		pttl = -v
-		if h.passable && !w.local {
+		if h.passable && !local {
 			// Before Events hears it waits: in arrival order.
-			l.nf.queueLocal(w, h.token, member)
+			l.nf.queueLocal(w)
+			local = true
 		}
 		if ev != nil && !queued {
 			queued = true
@@ -266,10 +271,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		select {
 		case f := <-w.ch:
 			if g := w.grant.Load(); g != nil {
-				if ev != nil {
-					woke = wokenByMemory
-				}
-				return l.tookLocal(h, g, member, &woke)
+				return l.tookLocal(h, g, member)
 			}
 			if f <= 0 {
 				// Nudged: the subscription was re-established, or a release
@@ -331,10 +333,9 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 
 // tookLocal makes h, the attempt queued as member, the
 // successor of the hold g handed it in memory, and returns as acquire.
-func (l *Engine) tookLocal(h *hold, g *localGrant, member string, woke *string) (time.Time, time.Duration, error) {
-	if *woke != "" {
-		l.opt.Events.Woken(h.key, *woke)
-		*woke = ""
+func (l *Engine) tookLocal(h *hold, g *localGrant, member string) (time.Time, time.Duration, error) {
+	if ev := l.opt.Events; ev != nil {
+		ev.Woken(h.key, wokenByMemory)
 	}
 	h.member = member
 	h.take(g)

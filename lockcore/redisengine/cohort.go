@@ -52,10 +52,10 @@ const (
 
 // queueLocal lets w, a queued attempt that may be handed a hold in memory,
 // be found by passTo, after the Engine's other waiters for its key.
-func (n *notifier) queueLocal(w *waiter, tok, member string) {
+func (n *notifier) queueLocal(w *waiter) {
 	n.mu.Lock()
 	if n.waiters[w.id] == w && !w.local {
-		w.tok, w.member, w.local = tok, member, true
+		w.local = true
 		if n.local == nil {
 			n.local = make(map[string][]*waiter)
 		}
@@ -119,12 +119,25 @@ func (h *hold) take(g *localGrant) {
 	h.pending = make(chan struct{})
 }
 
-// giveBack releases g's hold in Redis, handed to an attempt that had gone:
-// as its holder's release would have.
+// giveBack releases g's hold in Redis, handed to an attempt that had gone
+// or that could not run on it, as its holder's release would have: the
+// hold Redis has, once the pass calls of the successors before settled,
+// is that of the last of them whose call landed, or else the first
+// holder's.
 func (l *Engine) giveBack(g *localGrant) {
 	l.bg.do(func() {
-		if _, err := l.release(context.Background(), g.prev, ""); err != nil {
-			l.latch(g.prev, l.report(unavailable("release", err)))
+		p := g.prev
+		for {
+			if p.pending != nil {
+				<-p.pending
+			}
+			if p.grant == nil || p.passed.Load() == passDone {
+				break
+			}
+			p = p.grant.prev
+		}
+		if _, err := l.release(context.Background(), p, ""); err != nil {
+			l.latch(p, l.report(unavailable("release", err)))
 		}
 	})
 }
@@ -209,7 +222,9 @@ func (l *Engine) runPass(h *hold) {
 			h.lose(errGone)
 			return
 		}
-		if !h.live() || !time.Now().Add(every).Before(h.validUntil()) {
+		// Retried while the validity lasts, even once the successor handed
+		// the hold on: the next successor's call follows this one.
+		if !time.Now().Add(every).Before(h.validUntil()) {
 			h.passed.Store(passGone) // the watchdog loses it
 			return
 		}

@@ -575,3 +575,140 @@ func TestLocalHandOverChainsBeforeRedis(t *testing.T) {
 		}
 	})
 }
+
+// holdAcquireReplies holds back the replies of acquire calls while armed,
+// until open is closed, and tells blocked of each one it holds.
+type holdAcquireReplies struct {
+	armed   atomic.Bool
+	open    chan struct{}
+	blocked chan struct{}
+}
+
+func (p *holdAcquireReplies) hold(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if a := c.Args(); p.armed.Load() && len(a) > 1 && (a[1] == acquireScript.sha[0] || a[1] == acquireScript.sha[1]) {
+			select {
+			case p.blocked <- struct{}{}:
+			default:
+			}
+			<-p.open
+			return
+		}
+	}
+}
+
+func (p *holdAcquireReplies) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p *holdAcquireReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		p.hold(cmd)
+		return err
+	}
+}
+
+func (p *holdAcquireReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		p.hold(cmds...)
+		return err
+	}
+}
+
+// TestLocalHandOverDuringUnansweredCall: a waiter is handed the hold in
+// memory while its own acquire call goes unanswered past Options.Timeout.
+// That call is withdrawn once it lands, which drops whatever hold the
+// attempt has in Redis: the waiter must not run on the hold it was handed
+// (it fails, and the hold goes back), so that the key is never free in
+// Redis while it runs.
+func TestLocalHandOverDuringUnansweredCall(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		replies := &holdAcquireReplies{open: make(chan struct{}), blocked: make(chan struct{}, 1)}
+		var once sync.Once
+		unblock := func() { once.Do(func() { close(replies.open) }) }
+		t.Cleanup(unblock)
+		c := b.Client(t)
+		c.AddHook(replies)
+		ev := newCohortEvents()
+		a, err := New(c, Options{Prefix: prefix, LocalHandOvers: 4, Timeout: 100 * time.Millisecond, Events: ev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Close() })
+		other, err := New(b.Client(t), Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = other.Close() })
+		k, _ := lockcore.NewKey("k")
+		raw := b.Client(t)
+		lockKey := a.redisKeys(k)[0]
+		ctx := context.Background()
+
+		first, err := a.Acquire(ctx, k, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			ls  *lockcore.Lease
+			err error
+		}
+		res := make(chan result, 1)
+		go func() {
+			ls, err := a.Acquire(ctx, k, lockcore.Policy{Wait: 5 * time.Second})
+			res <- result{ls, err}
+		}()
+		select {
+		case <-ev.queued:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiter was never queued")
+		}
+		replies.armed.Store(true) // its next call: a recheck, within 3/10 of ClaimWindow
+		select {
+		case <-replies.blocked:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiter's call was never held back")
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var r result
+		select {
+		case r = <-res:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiter never returned")
+		}
+		replies.armed.Store(false)
+		unblock()
+		if r.err == nil {
+			// It runs: the key must stay held in Redis for as long.
+			defer func() { _ = r.ls.Release(ctx) }()
+			for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+				if err := r.ls.Err(); err != nil {
+					t.Fatalf("the waiter's lease was lost: %v", err)
+				}
+				if v, err := raw.Get(ctx, lockKey).Result(); err != nil {
+					t.Fatalf("the key is free in Redis (%v: %q) while the waiter runs with fence %d", err, v, r.ls.Fence())
+				}
+			}
+			return
+		}
+		if !errors.Is(r.err, lockcore.ErrUnavailable) {
+			t.Fatalf("waiter: %v, want ErrUnavailable (its call went unanswered)", r.err)
+		}
+		// The hold it was handed went back: the key is free again.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			ls, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+			if err == nil {
+				_ = ls.Release(ctx)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 5s the key is still held: %v", err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+}

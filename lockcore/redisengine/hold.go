@@ -172,9 +172,10 @@ func (h *hold) releaseUnpassed() error {
 		return err
 	}
 	h.l.giveBack(h.grant)
-	// Its own entry too: an acquire call of its own may have taken the
-	// lock meanwhile, if the hold it was handed was gone.
-	h.l.bg.do(func() { _, _ = h.l.release(context.Background(), h, "") })
+	// Its own attempt too: its member may still be queued, and an acquire
+	// call of its own may have taken the lock meanwhile, if the hold it
+	// was handed was gone.
+	h.l.bg.do(func() { h.l.withdraw(h, h.member) })
 	if h.passed.Load() == passRevoked {
 		return lockcore.ErrRevoked
 	}

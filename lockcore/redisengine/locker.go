@@ -144,19 +144,22 @@ type Options struct {
 	// waiter of the same Engine in memory (lock cohorting): the waiter runs
 	// at once, without waiting for Redis, and one call in the background
 	// then makes the hold the waiter's in Redis (its owner token, attempt
-	// and a fencing token greater than the last holder's, from a block each
-	// hold reserves: see Lease.Fence). At most LocalHandOvers such
+	// and a fencing token greater than the last holder's, from a block
+	// each hold taken by Acquire reserves). At most LocalHandOvers such
 	// hand-overs happen in a row (at most 15): the next release goes
 	// through Redis, which gives the lock to its longest waiter, so that
-	// waiters of other processes get their turn. Waiters of the same
-	// Engine are served in their arrival order. A hold is not handed over
-	// in memory when its owner token may have left the process
-	// (lockcore.TokensFrom or Lease.Token was read while it was held:
+	// waiters of other processes get their turn. The waiters of the same
+	// Engine that may be handed a hold (exclusive ones without propagated
+	// tokens) are served in the order they queued. A hold is not handed
+	// over in memory when its owner token may have left the process
+	// (lockcore.TokensFrom, and so an outgoing call or another acquisition
+	// under its context, or Lease.Token, was read while it was held:
 	// another process could re-enter it by that token after its release),
 	// nor one taken with a Policy's Share, re-entered under a propagated
-	// token, or taken with Replicas set; until the successor's call has
-	// landed, its owner token is held back from lockcore.TokensFrom
-	// (at most Timeout), and its renewals and release wait for it. An
+	// token, or taken with Replicas set. Until a successor's call has
+	// landed, its owner token is held back from lockcore.TokensFrom (at
+	// most Timeout), it is not renewed, and its release waits for the call
+	// (at most ReleaseTimeout) unless it hands the hold on in memory. An
 	// operator's Revoke names the hold Redis has: a successor still
 	// running on a hold revoked before its call landed is told
 	// ErrRevoked, with a fencing token between the revocation's Fence and

@@ -60,12 +60,11 @@ type waiter struct {
 	from time.Time
 	px   time.Duration
 
-	// A waiter in notifier.local (local) has its attempt's token and
-	// member; grant is set, before its fencing token is sent on ch, when
-	// a hold is handed to it in memory.
-	local       bool
-	tok, member string
-	grant       atomic.Pointer[localGrant]
+	// local: the waiter is in notifier.local (guarded by notifier.mu);
+	// grant is set, before its fencing token is sent on ch, when a hold
+	// is handed to it in memory.
+	local bool
+	grant atomic.Pointer[localGrant]
 }
 
 // healthInterval is how long the subscription may be silent before it is
@@ -165,7 +164,6 @@ func (n *notifier) unregister(w *waiter) {
 	default:
 	}
 	w.id, w.key, w.from, w.px = "", "", time.Time{}, 0
-	w.tok, w.member = "", ""
 	w.grant.Store(nil)
 	waiterPool.Put(w)
 }

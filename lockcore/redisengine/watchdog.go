@@ -83,6 +83,7 @@ func (w *watchdog) addAll(sent time.Time, length time.Duration, hs ...*hold) boo
 			}
 			h.step = h.ttl / 10
 			heap.Push(&w.holds, h)
+			early = early || h.at.Before(w.wakeAt)
 			continue
 		}
 		h.setValidUntil(sent.Add(length - margin(length)))
