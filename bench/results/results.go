@@ -258,7 +258,7 @@ func Read(rd io.Reader) (*Report, error) {
 		if err := check("W3", x.Library); err != nil {
 			return nil, err
 		}
-		if x.Waiter != SameProcess && x.Waiter != OtherProcess {
+		if x.Waiter != SameProcess && x.Waiter != OtherProcess && x.Waiter != SameInstance {
 			return nil, fmt.Errorf("results: W3 row of %q: unknown waiter %q", x.Library, x.Waiter)
 		}
 	}

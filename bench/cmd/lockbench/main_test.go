@@ -49,6 +49,7 @@ func fakeRun(t *testing.T) (*runner, []bench.Lib) {
 			if !l.Floor {
 				r.addW3(l.Name, "W3/local", fakeHandOvers(1+li+run))
 				r.addW3(l.Name, "W3/remote", fakeHandOvers(2+li+run))
+				r.addW3(l.Name, "W3/same", fakeHandOvers(3+li+run))
 			}
 		}
 	}
@@ -183,9 +184,12 @@ func TestJSONRoundTrip(t *testing.T) {
 		t.Errorf("W2 waits %+v %+v, cmds %v, errors %+v", w2.WaitP50Ms, w2.WaitMaxMs, w2.CmdsPerSection, w2.Errors)
 	}
 
-	// W3: both waiters for each lock; p50/p90/p99/max of 1..100 ms × scale.
-	if len(got.W3) != 4 {
-		t.Fatalf("%d W3 rows, want 4", len(got.W3))
+	// W3: the three waiters for each lock; p50/p90/p99/max of 1..100 ms × scale.
+	if len(got.W3) != 6 {
+		t.Fatalf("%d W3 rows, want 6", len(got.W3))
+	}
+	if s := got.W3[2]; s.Library != "routelock" || s.Waiter != results.SameInstance || s.P50Ms.Median != 204 {
+		t.Errorf("W3 same-instance row %+v", s)
 	}
 	w3 := got.W3[1] // routelock, other process: scales 2 and 3
 	if w3.Library != "routelock" || w3.Waiter != results.OtherProcess || w3.HandOvers != 100 {
