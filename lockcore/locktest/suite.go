@@ -677,18 +677,34 @@ func checkMaxHold(r *rig) {
 		default: // still waiting: the check's context ends next, and so does the wait
 		}
 	})
-	r.queued(k, 1)
+	// The waiter reports that it waits, or, on an engine that does not
+	// queue it yet (the Redis engine before its subscription is up, on a
+	// loaded machine), returns once the hold ended: never before.
 	var early *result // the waiter's, when it returned before the hold was seen ending
+	qctx, stop := context.WithCancel(r.ctx)
+	queued := make(chan error, 1)
+	go func() {
+		queued <- r.ev.await(qctx, func(c map[lockcore.Key]*tally) bool { return c[k] != nil && c[k].queued >= 1 })
+	}()
 	select {
-	case got := <-waited:
-		if got.at < ceiling {
-			if got.ls != nil {
-				_ = got.ls.Release(context.Background())
-			}
-			r.t.Fatalf("the waiter returned %v after a hold with MaxHold %v began (%v)", got.at, ceiling, got.err)
+	case err := <-queued:
+		if err != nil {
+			r.t.Fatalf("the waiter neither reported that it waits nor returned (have %+v): %v", r.ev.tally(k), err)
 		}
-		early = &got // the check was slow to see it queued: a loaded machine
-	default:
+		select {
+		case got := <-waited:
+			early = &got // the check was slow to see it queued: a loaded machine
+		default:
+		}
+	case got := <-waited:
+		early = &got
+	}
+	stop()
+	if early != nil && early.at < ceiling {
+		if early.ls != nil {
+			_ = early.ls.Release(context.Background())
+		}
+		r.t.Fatalf("the waiter returned %v after a hold with MaxHold %v began (%v)", early.at, ceiling, early.err)
 	}
 	r.done(ls.Context(), "a hold past its MaxHold")
 	if held := time.Since(start); held < ceiling {
