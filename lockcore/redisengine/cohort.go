@@ -247,15 +247,19 @@ func (l *Engine) pass(h *hold, sent time.Time) (int64, error) {
 	a[6], a[7], a[8], a[9], a[10], a[11], a[12] = g.prev.token, g.prev.entry, h.token, h.entry, h.fence, l.ttlArg(h.ttl), h.member
 	c.keep = true
 	c.cmd = l.run.cmd(c.ctx, passScript, a)
-	if l.batch.do(c.ctx, c) != answered {
-		return 0, errNoAnswer
+	switch l.batch.do(c.ctx, c) {
+	case answered:
+		n, err := c.cmd.(*redis.IntCmd).Result()
+		c.recycle()
+		if err == nil {
+			l.answered()
+		}
+		return n, err
+	case unsent:
+		c.recycle()
+		return 0, errUnsent
 	}
-	n, err := c.cmd.(*redis.IntCmd).Result()
-	c.recycle()
-	if err == nil {
-		l.answered()
-	}
-	return n, err
+	return 0, errNoAnswer
 }
 
 // LocalHandOvers returns Options.LocalHandOvers as in effect: how many
