@@ -46,7 +46,17 @@ type batcher struct {
 	flights int
 	queue   []*call
 	bg      *tracker // counts the flights
+	// idle hands a batch to a flight that finished its last one and waits
+	// a while for more (see fly) instead of starting a goroutine for it:
+	// a new goroutine's stack grows through the client's calls again each
+	// time. quit ends the waits (the Engine's context).
+	idle chan []*call
+	quit <-chan struct{}
 }
+
+// flightIdle is how long a flight that emptied the queue waits for the
+// next call before its goroutine ends.
+const flightIdle = time.Second
 
 // call states
 const (
@@ -178,7 +188,7 @@ func (b *batcher) do(ctx context.Context, c *call) int {
 			c.after(c)
 		}
 		if next := b.land(err); next != nil {
-			go b.fly(next)
+			b.launch(next)
 		} else {
 			b.bg.done()
 		}
@@ -213,6 +223,16 @@ func (b *batcher) enqueue(cs ...*call) {
 	}
 	b.mu.Unlock()
 	if batch != nil {
+		b.launch(batch)
+	}
+}
+
+// launch starts a flight for batch, counted in b.flights and b.bg already:
+// a flight that waits for more takes it, else a new goroutine.
+func (b *batcher) launch(batch []*call) {
+	select {
+	case b.idle <- batch:
+	default:
 		go b.fly(batch)
 	}
 }
@@ -260,16 +280,36 @@ func (b *batcher) takeBack(c *call) bool {
 	return false
 }
 
-// fly sends batch, then the queue, until the queue is empty.
+// fly sends batch, then the queue, until the queue is empty; then it waits
+// up to flightIdle for the next flight's batch (see launch).
 func (b *batcher) fly(batch []*call) {
-	defer b.bg.done()
 	var buf []redis.Cmder // the flight's pipelines' commands, reused
-	for len(batch) > 0 {
-		err := b.send(batch, &buf)
-		for _, c := range batch {
-			b.finish(c)
+	var idle *time.Timer
+	for {
+		for len(batch) > 0 {
+			err := b.send(batch, &buf)
+			for _, c := range batch {
+				b.finish(c)
+			}
+			batch = b.land(err)
 		}
-		batch = b.land(err)
+		// This flight has landed: it no longer counts until it takes
+		// another batch, whose launcher counted it.
+		b.bg.done()
+		if idle == nil {
+			idle = time.NewTimer(flightIdle)
+		} else {
+			idle.Reset(flightIdle)
+		}
+		select {
+		case batch = <-b.idle:
+			idle.Stop()
+		case <-idle.C:
+			return
+		case <-b.quit:
+			idle.Stop()
+			return
+		}
 	}
 }
 

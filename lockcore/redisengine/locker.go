@@ -346,6 +346,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 		l.run.noScript = l.guard
 	}
 	l.batch.run, l.batch.bg, l.batch.direct = &l.run, &l.bg, honoursDeadlines(rdb)
+	l.batch.idle, l.batch.quit = make(chan []*call), l.ctx.Done()
 	l.ttlBoxed, l.retArg, l.claimArg = ms(opt.TTL), ms(opt.FenceRetention), ms(l.claimPX())
 	l.trustArg = "0"
 	if c, ok := rdb.(*redis.Client); ok {
