@@ -478,7 +478,12 @@ var shareNone, shareAll any = 0, -1
 func (l *Engine) newCall(ctx context.Context, h *hold, member string, sent, deadline time.Time, n int) (*call, []any) {
 	c := newCall()
 	c.ctx, c.h, c.member, c.sent, c.deadline = ctx, h, member, sent, deadline
-	a := c.args[:n]
+	var a []any
+	if n <= len(c.args) {
+		a = c.args[:n]
+	} else {
+		a = make([]any, n)
+	}
 	a[2] = 3
 	copy(a[3:7], h.args[:4])
 	return c, a

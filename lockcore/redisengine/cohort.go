@@ -21,8 +21,11 @@ import (
 // entry and fencing token, its lease) and takes its member off the queue;
 // once that call is answered the successor's hold is an ordinary one,
 // renewed by the watchdog. A successor may hand the hold on in memory
-// before its own call landed: the next successor's call follows it. Until
-// then:
+// before its own call was sent: it then sends none, and the first
+// successor in the chain that still holds when the call before it settled
+// sends one call for all of them, from the holder Redis has (a chain of
+// sections shorter than a round trip costs one call, not one each). Until
+// its call landed:
 //   - the successor is not renewed, and is lost when the validity it
 //     inherited runs out;
 //   - its release waits for the call (at most Options.ReleaseTimeout);
@@ -48,6 +51,10 @@ const (
 	passDone
 	passGone
 	passRevoked
+	// passSkipped: the successor had handed the hold on in memory before
+	// its call was sent, so it sent none; a later successor's names the
+	// holder Redis has.
+	passSkipped
 )
 
 // queueLocal lets w, a queued attempt that may be handed a hold in memory,
@@ -90,6 +97,7 @@ func (n *notifier) passTo(key string, g *localGrant) bool {
 	if len(q) == 0 {
 		return false
 	}
+	g.prev.handedOn.Store(true)
 	w := q[0]
 	n.dropLocal(w)
 	delete(n.waiters, w.id)
@@ -127,6 +135,7 @@ func (h *hold) take(g *localGrant) {
 func (l *Engine) giveBack(g *localGrant) {
 	l.bg.do(func() {
 		p := g.prev
+		var skipped []*hold // queued still: no call of theirs took their members off
 		for {
 			if p.pending != nil {
 				<-p.pending
@@ -134,12 +143,31 @@ func (l *Engine) giveBack(g *localGrant) {
 			if p.grant == nil || p.passed.Load() == passDone {
 				break
 			}
+			if p.passed.Load() == passSkipped {
+				skipped = append(skipped, p)
+			}
 			p = p.grant.prev
 		}
 		if _, err := l.release(context.Background(), p, ""); err != nil {
 			l.latch(p, l.report(unavailable("release", err)))
 		}
+		for _, q := range skipped {
+			l.withdraw(q, q.member)
+		}
 	})
+}
+
+// passedFrom returns the holder Redis has, once the pass calls of the
+// successors before h settled (none of them lost: see runPass), and the
+// waiter members of the successors in between, which sent none.
+func (h *hold) passedFrom() (*hold, []string) {
+	var members []string
+	p := h.grant.prev
+	for p.grant != nil && p.passed.Load() == passSkipped {
+		members = append(members, p.member)
+		p = p.grant.prev
+	}
+	return p, members
 }
 
 // passOn hands h, whose release began, to a waiter of this Engine in
@@ -193,7 +221,7 @@ func (l *Engine) runPass(h *hold) {
 		// one names that successor, so it follows it.
 		<-prev.pending
 		switch prev.passed.Load() {
-		case passDone:
+		case passDone, passSkipped:
 		case passRevoked:
 			h.passed.Store(passRevoked)
 			h.lose(lockcore.ErrRevoked)
@@ -204,10 +232,17 @@ func (l *Engine) runPass(h *hold) {
 			return
 		}
 	}
+	if h.handedOn.Load() {
+		// Handed on already: the successor's call names the holder Redis
+		// has, and takes this one's member off the queue too.
+		h.passed.Store(passSkipped)
+		return
+	}
+	from, skipped := h.passedFrom()
 	every := max(h.ttl/10, time.Millisecond)
 	for {
 		sent := time.Now()
-		n, err := l.pass(h, sent)
+		n, err := l.pass(h, from, skipped, sent)
 		switch {
 		case err == nil && n == 1:
 			h.passed.Store(passDone)
@@ -237,14 +272,17 @@ func (l *Engine) runPass(h *hold) {
 	}
 }
 
-// pass runs the pass script for h, sent at sent, waiting for its answer up
-// to Options.Timeout.
-func (l *Engine) pass(h *hold, sent time.Time) (int64, error) {
-	g := h.grant
-	c, a := l.newCall(context.Background(), h, "", sent, sent.Add(l.opt.Timeout), 13)
+// pass runs the pass script that makes h the holder in Redis in place of
+// from, taking the members of the successors skipped in between off the
+// queue, sent at sent; it waits for the answer up to Options.Timeout.
+func (l *Engine) pass(h, from *hold, skipped []string, sent time.Time) (int64, error) {
+	c, a := l.newCall(context.Background(), h, "", sent, sent.Add(l.opt.Timeout), 13+len(skipped))
 	// Three keys: the hold, its queue and its revoked entries.
 	a[2], a[3], a[4], a[5] = 3, &h.keys[0], &h.keys[1], &h.keys[3]
-	a[6], a[7], a[8], a[9], a[10], a[11], a[12] = g.prev.token, g.prev.entry, h.token, h.entry, h.fence, l.ttlArg(h.ttl), h.member
+	a[6], a[7], a[8], a[9], a[10], a[11], a[12] = from.token, from.entry, h.token, h.entry, h.fence, l.ttlArg(h.ttl), h.member
+	for i, m := range skipped {
+		a[13+i] = m
+	}
 	c.keep = true
 	c.cmd = l.run.cmd(c.ctx, passScript, a)
 	switch l.batch.do(c.ctx, c) {

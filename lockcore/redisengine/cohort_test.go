@@ -722,3 +722,54 @@ func TestLocalHandOverDuringUnansweredCall(t *testing.T) {
 		}
 	})
 }
+
+// TestLocalHandOverSkipsPassesOfAChain: successors that hand the hold on in
+// memory before their own pass call could be sent send none: the next one's
+// call names the holder Redis has and takes their waiter members off the
+// queue, so a chain of short sections costs one call, not one each. Here
+// the second's call is held back while the third hands on to the fourth:
+// calls name the second and the fourth only; the fourth holds in Redis
+// with its own fence, nobody is left queued, and its release frees the key.
+func TestLocalHandOverSkipsPassesOfAChain(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		ctx := context.Background()
+		queue := r.a.redisKeys(r.k)[1]
+		var tok1 string
+		first, second := r.handOver(lockcore.Policy{}, func() { tok1, _ = r.hold() })
+		ch3 := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		ch4 := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		if err := second.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		third := r.got(ch3)
+		if err := third.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fourth := r.got(ch4)
+		if fourth.Fence() != first.Fence()+3 {
+			t.Errorf("fences %d … %d: want the fourth 3 above the first", first.Fence(), fourth.Fence())
+		}
+		if tok, _ := r.hold(); tok != tok1 {
+			t.Fatalf("Redis had another hold (%q) before any pass call went through", tok)
+		}
+		r.openPasses()
+		want := strconv.FormatInt(fourth.Fence(), 10)
+		r.eventually("the hold is the fourth's in Redis", func() bool { _, f := r.hold(); return f == want })
+		if n := r.passes.successors(); n != 2 {
+			t.Errorf("pass calls for %d successors, want 2 (the second's and the fourth's)", n)
+		}
+		if n, err := r.raw.ZCard(ctx, queue).Result(); err != nil || n != 0 {
+			t.Errorf("%d waiters left queued (%v) while the fourth holds and nobody waits", n, err)
+		}
+		if err := fourth.Err(); err != nil {
+			t.Fatalf("fourth lease once its pass landed: %v", err)
+		}
+		if err := fourth.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if tok, _ := r.hold(); tok != "" {
+			t.Fatalf("the key is still held by %q after its last release", tok)
+		}
+	})
+}

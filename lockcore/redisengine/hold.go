@@ -40,12 +40,14 @@ type hold struct {
 	// Hand-over in memory (see cohort.go). passable: the hold may be
 	// handed over (Options.LocalHandOvers); passes: how many hand-overs in
 	// memory in a row made it; exposed: its token may have left the
-	// process. A successor has grant, the hand-over, and member, its
+	// process; handedOn: it was released by a hand-over in memory. A
+	// successor has grant, the hand-over, and member, its
 	// waiter member; inherit is the validity it starts with (mono ns);
 	// pending is closed once its pass call settled, with outcome passed.
 	passable bool
 	passes   int
 	exposed  atomic.Bool
+	handedOn atomic.Bool // released by handing it over in memory
 	grant    *localGrant
 	member   string
 	inherit  int64
