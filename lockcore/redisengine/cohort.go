@@ -135,7 +135,11 @@ func (h *hold) take(g *localGrant) {
 func (l *Engine) giveBack(g *localGrant) {
 	l.bg.do(func() {
 		p := g.prev
-		var skipped []*hold // queued still: no call of theirs took their members off
+		// The successors in between whose pass did not land (skipped, or
+		// failed) handed the hold on, so no release of theirs withdraws
+		// them: their members may be queued still, and a pass that landed
+		// late may have made one of them the holder.
+		var unpassed []*hold
 		for {
 			if p.pending != nil {
 				<-p.pending
@@ -143,16 +147,16 @@ func (l *Engine) giveBack(g *localGrant) {
 			if p.grant == nil || p.passed.Load() == passDone {
 				break
 			}
-			if p.passed.Load() == passSkipped {
-				skipped = append(skipped, p)
-			}
+			unpassed = append(unpassed, p)
 			p = p.grant.prev
+		}
+		// Withdrawn first: while p holds, a withdrawal grants nothing, and
+		// p's release then goes to a live waiter, not to one of them.
+		for _, q := range unpassed {
+			l.withdraw(q, q.member)
 		}
 		if _, err := l.release(context.Background(), p, ""); err != nil {
 			l.latch(p, l.report(unavailable("release", err)))
-		}
-		for _, q := range skipped {
-			l.withdraw(q, q.member)
 		}
 	})
 }

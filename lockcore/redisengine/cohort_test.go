@@ -737,6 +737,7 @@ func TestLocalHandOverSkipsPassesOfAChain(t *testing.T) {
 		queue := r.a.redisKeys(r.k)[1]
 		var tok1 string
 		first, second := r.handOver(lockcore.Policy{}, func() { tok1, _ = r.hold() })
+		r.eventually("the second's pass call is sent", func() bool { return r.passes.n.Load() >= 1 })
 		ch3 := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
 		ch4 := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
 		if err := second.Release(ctx); err != nil {
@@ -771,5 +772,45 @@ func TestLocalHandOverSkipsPassesOfAChain(t *testing.T) {
 		if tok, _ := r.hold(); tok != "" {
 			t.Fatalf("the key is still held by %q after its last release", tok)
 		}
+	})
+}
+
+// TestLocalHandOverChainLostLeavesNobodyQueued: the hold of a chain of
+// successors in memory vanishes from Redis while the second's pass call is
+// held back, after the second handed on to the third. Both lose it, and
+// once the third released, neither is left queued: the second's member,
+// which no pass took off, is withdrawn with the third's, and another
+// Engine takes the key at once.
+func TestLocalHandOverChainLostLeavesNobodyQueued(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		ctx := context.Background()
+		queue := r.a.redisKeys(r.k)[1]
+		_, second := r.handOver(lockcore.Policy{})
+		r.eventually("the second's pass call is sent", func() bool { return r.passes.n.Load() >= 1 })
+		ch3 := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		if err := second.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		third := r.got(ch3)
+		if err := r.raw.Del(ctx, r.lock).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r.openPasses()
+		select {
+		case <-third.Context().Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the third kept its lease after the hold vanished from Redis")
+		}
+		_ = third.Release(ctx)
+		r.eventually("nobody is left queued", func() bool {
+			n, err := r.raw.ZCard(ctx, queue).Result()
+			return err == nil && n == 0
+		})
+		ls, err := r.b.Acquire(ctx, r.k, lockcore.Policy{Wait: lockcore.FailFast})
+		if err != nil {
+			t.Fatalf("another Engine, once nobody holds or waits: %v", err)
+		}
+		_ = ls.Release(ctx)
 	})
 }

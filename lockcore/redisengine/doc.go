@@ -64,8 +64,11 @@
 // a re-sent re-entry or release changes nothing more, and a release after
 // the lease was lost touches no later hold of the same token.
 //
-// The engine does not rely on the client's timeouts: each call flies in a
-// goroutine of its own, and its caller waits only until its deadline
+// The engine does not rely on the client's timeouts: unless the client
+// applies context deadlines itself (ContextTimeoutEnabled), each call flies
+// in a goroutine other than its caller's (one that, having emptied the
+// queue, waits a second for the next call before it ends), and its caller
+// waits only until its deadline
 // (Options.Timeout or the context's deadline for an acquisition,
 // Options.ReleaseTimeout for a release). An acquisition that was not
 // answered fails with ErrUnavailable and is withdrawn when its call lands.
