@@ -172,11 +172,17 @@ func RunW2(m Mutexer, goroutines int, section, dur time.Duration, key string) W2
 	return res
 }
 
+// W3Wait bounds how long a hand-over of W3 may take, holder's acquisition
+// and waiter's wait together: a library that never hands over fails the
+// run instead of hanging it.
+const W3Wait = 30 * time.Second
+
 // RunW3Local measures hand-over latency inside one process: from the moment
 // the holder calls unlock to the moment the blocked waiter holds the lock.
 // The waiter is given settle time to block before each release.
 func RunW3Local(holder, waiter Mutexer, n int, settle time.Duration, key string) ([]time.Duration, error) {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n)*W3Wait)
+	defer cancel()
 	out := make([]time.Duration, 0, n)
 	for range n {
 		unlock, err := holder.Lock(ctx, key, true)

@@ -24,6 +24,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -432,8 +433,10 @@ func (r *runner) remoteW3(lib bench.Lib, holder bench.Mutexer, key string) ([]ti
 	}
 	defer w.stop()
 	out := make([]time.Duration, 0, r.handoffs)
+	ctx, cancel := context.WithTimeout(ctxBG, time.Duration(r.handoffs)*bench.W3Wait)
+	defer cancel()
 	for range r.handoffs {
-		unlock, err := holder.Lock(ctxBG, key, true)
+		unlock, err := holder.Lock(ctx, key, true)
 		if err != nil {
 			return nil, err
 		}
@@ -489,14 +492,17 @@ func runChild(libName string, t bench.Target) error {
 			_ = enc.Encode(reply{W2: &res})
 		case "lock":
 			_ = enc.Encode(reply{Waiting: true})
-			unlock, err := m.Lock(ctxBG, rq.Key, true)
+			ctx, cancel := context.WithTimeout(ctxBG, bench.W3Wait)
+			unlock, err := m.Lock(ctx, rq.Key, true)
 			if err != nil {
+				cancel()
 				_ = enc.Encode(reply{Err: err.Error()})
 				continue
 			}
 			t := time.Now()
 			_ = enc.Encode(reply{Acquired: t.UnixNano()})
 			unlock()
+			cancel()
 			_ = enc.Encode(reply{Released: true})
 		default:
 			return fmt.Errorf("unknown op %q", rq.Op)
