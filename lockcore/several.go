@@ -64,9 +64,10 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 		deadline = time.Now().Add(p.Wait)
 	}
 	if g, ok := e.(GroupEngine); ok && len(ks) > 1 {
-		if leases, err := g.AcquireGroup(ctx, ks, p); leases != nil || err != nil {
-			markTogether(leases)
-			return leases, err
+		if leases, err := g.AcquireGroup(ctx, ks, p); err != nil {
+			return nil, err
+		} else if leases != nil {
+			return together(ctx, leases)
 		}
 	}
 	leases, orig := make([]*Lease, 0, len(ks)), ctx
@@ -88,6 +89,19 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 		}
 		leases = append(leases, ls)
 		ctx = ls.Context()
+	}
+	return together(orig, leases)
+}
+
+// together returns leases as one set, or, when one of them was lost while
+// the others were taken, releases them all and returns its loss: a set is
+// never handed out with a lease that no longer holds.
+func together(ctx context.Context, leases []*Lease) ([]*Lease, error) {
+	for _, ls := range leases {
+		if err := ls.Err(); err != nil {
+			_ = ReleaseAll(context.WithoutCancel(ctx), leases)
+			return nil, err
+		}
 	}
 	markTogether(leases)
 	return leases, nil

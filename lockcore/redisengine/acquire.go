@@ -87,6 +87,22 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		l.withdraw(h, "")
 		return nil, lockcore.ErrClosed
 	}
+	if !time.Now().Before(h.validUntil()) {
+		// Answered after the lease it confirmed had run out (a server or a
+		// client slower than the TTL): Redis may have let the key go to
+		// another owner already. Given back, as a call not answered in
+		// time is; its lease was never handed out.
+		err := unavailable("acquire", errLate)
+		h.lose(err)
+		l.wd.remove(h)
+		member := ""
+		if h.grant != nil {
+			l.giveBack(h.grant)
+			member = h.member
+		}
+		l.bg.do(func() { l.withdraw(h, member) })
+		return nil, l.report(err)
+	}
 	if h.grant != nil {
 		l.bg.do(func() { l.runPass(h) })
 	}
@@ -119,6 +135,8 @@ var (
 	errNoAnswer = errors.New("no answer from redis in time")
 	// errUnsent: the caller stopped waiting before its call was sent.
 	errUnsent = errors.New("call not sent in time")
+	// errLate: a grant was answered after the lease it confirmed ran out.
+	errLate = errors.New("answered after the lease it granted ran out")
 )
 
 // What woke a waiting acquisition, as Events.Woken is told.

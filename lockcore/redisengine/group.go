@@ -159,6 +159,16 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		}
 		return nil, lockcore.ErrClosed
 	}
+	if !time.Now().Before(hs[0].validUntil()) {
+		// Answered after the leases ran out: given back, as Acquire does.
+		err := unavailable("acquire", errLate)
+		for _, h := range hs {
+			h.lose(err)
+			l.wd.remove(h)
+			l.bg.do(func() { l.withdraw(h, "") })
+		}
+		return nil, l.report(err)
+	}
 	for _, ls := range leases {
 		lockcore.LimitHold(ls, p.MaxHold)
 	}

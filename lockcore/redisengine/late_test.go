@@ -1,0 +1,105 @@
+package redisengine
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+)
+
+// lateHook holds back the replies of acquire calls by late while it is on:
+// a server, or a client, slower than the lease it grants.
+type lateHook struct {
+	on   atomic.Bool
+	late time.Duration
+	seen atomic.Int64 // acquire replies held back
+}
+
+func (h *lateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, c redis.Cmder) error {
+		err := next(ctx, c)
+		h.hold([]redis.Cmder{c})
+		return err
+	}
+}
+
+func (h *lateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.hold(cmds)
+		return err
+	}
+}
+
+func (h *lateHook) hold(cmds []redis.Cmder) {
+	if !h.on.Load() {
+		return
+	}
+	for _, c := range cmds {
+		a := c.Args()
+		if len(a) > 1 && (a[1] == acquireScript.sha[0] || a[1] == acquireScript.sha[1] ||
+			a[1] == acquireScript.src[0] || a[1] == acquireScript.src[1]) {
+			h.seen.Add(1)
+			<-time.After(h.late) // the fault: the reply arrives this late
+			return
+		}
+	}
+}
+
+// TestAcquireAnsweredAfterItsLease: an acquisition whose grant comes back
+// after the lease it granted has run out (Options.Timeout longer than the
+// TTL, and a reply slower than the TTL) fails with ErrUnavailable and hands
+// out no lease: Redis may already have let the key go to another owner.
+// Before, Acquire returned that lease as held, and its holder entered
+// beside the next owner until the watchdog noticed. The key is free for
+// others afterwards.
+func TestAcquireAnsweredAfterItsLease(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 100 * time.Millisecond
+		hook := &lateHook{late: 2 * ttl}
+		rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
+		rdb.AddHook(hook)
+		t.Cleanup(func() { _ = rdb.Close() })
+		prefix := redistest.Prefix(t)
+		l := lockerOn(t, rdb, prefix, Options{TTL: ttl, Timeout: 2 * time.Second})
+		other := lockerOn(t, b.Client(t), prefix, Options{TTL: ttl})
+		key := mustKey(t, "late")
+		// A first lock on the client, answered in time: the settings are read.
+		ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+
+		hook.on.Store(true)
+		ls, err = l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+		hook.on.Store(false)
+		if hook.seen.Load() == 0 {
+			t.Fatal("no acquire reply was held back")
+		}
+		if err == nil {
+			t.Fatalf("Acquire answered %v after its %v lease: a lease (fence %d, Err %v), want ErrUnavailable", hook.late, ttl, ls.Fence(), ls.Err())
+		}
+		if !errors.Is(err, lockcore.ErrUnavailable) {
+			t.Fatalf("Acquire answered after its lease: %v, want ErrUnavailable", err)
+		}
+		eventually(t, 5*time.Second, "the key free for another engine", func() bool {
+			ls, err := other.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+			if err != nil {
+				return false
+			}
+			_ = ls.Release(context.Background())
+			return true
+		})
+	})
+}
