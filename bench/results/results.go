@@ -53,6 +53,19 @@ type Report struct {
 	W2 []W2Row `json:"w2,omitempty"`
 	// W3 is hand-over latency; absent when W3 did not run.
 	W3 []W3Row `json:"w3,omitempty"`
+	// Failures are the runs of a library that failed, in run order: the
+	// run goes on with the other libraries, and that library's medians
+	// are over the runs that did not fail.
+	Failures []Failure `json:"failures,omitempty"`
+}
+
+// Failure is one library's failed workload in one run.
+type Failure struct {
+	Library string `json:"library"`
+	// Run is the run, from 1.
+	Run int `json:"run"`
+	// Error says which workload failed, and how.
+	Error string `json:"error"`
 }
 
 // Meta describes the run: when, where and how it was made.

@@ -112,7 +112,7 @@ func (r *runner) ratio(lib, metric string) *float64 {
 // jsonReport gathers every result of the run, in the order the text report
 // prints them.
 func (r *runner) jsonReport(meta results.Meta, libs []bench.Lib, ws string) *results.Report {
-	rep := &results.Report{Schema: results.SchemaVersion, Meta: meta}
+	rep := &results.Report{Schema: results.SchemaVersion, Meta: meta, Failures: r.failures}
 	for _, w := range []string{"W1", "W2", "W3"} {
 		if strings.Contains(ws, w) {
 			rep.Meta.Workloads = append(rep.Meta.Workloads, w)

@@ -173,7 +173,10 @@ func runOn(t bench.Target, libs []bench.Lib, ws string, runs int, dur time.Durat
 		for _, lib := range libs {
 			fmt.Fprintf(os.Stderr, "run %d/%d %s\n", run, runs, lib.Name)
 			if err := r.all(lib, ws, run); err != nil {
-				return fmt.Errorf("%s: %w", lib.Name, err)
+				// Recorded, and the run goes on: one library's failure
+				// (a peer's errors, say) must not cost the others' numbers.
+				fmt.Fprintf(os.Stderr, "lockbench: run %d %s failed: %v\n", run, lib.Name, err)
+				r.failures = append(r.failures, results.Failure{Library: lib.Name, Run: run, Error: err.Error()})
 			}
 		}
 	}
@@ -199,6 +202,7 @@ type runner struct {
 	procs    int
 	res      map[string][]float64 // "lib|metric" -> one value per run
 	perG     map[string][][]int64 // "lib|W2/config" -> per run, completions per goroutine
+	failures []results.Failure
 }
 
 func (r *runner) add(lib, metric string, v float64) {
@@ -245,7 +249,10 @@ func (r *runner) all(lib bench.Lib, ws string, run int) error {
 		for _, g := range []int{1, 16, 64} {
 			res := bench.RunW1(m, g, r.dur, "w1-"+tag)
 			if res.Errors > 0 {
-				return fmt.Errorf("W1 %d goroutines: %d errors", g, res.Errors)
+				// Not a rate to compare: recorded as a failure, and the
+				// other workloads still run.
+				r.failures = append(r.failures, results.Failure{Library: lib.Name, Run: run, Error: fmt.Sprintf("W1 %d goroutines: %d errors", g, res.Errors)})
+				continue
 			}
 			r.add(lib.Name, fmt.Sprintf("W1/%d", g), res.PerSec())
 		}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,5 +278,39 @@ func TestJSONFile(t *testing.T) {
 		if got := jsonFile(c.path, c.d, c.several); got != c.want {
 			t.Errorf("jsonFile(%q, %q, %v) = %q, want %q", c.path, c.d, c.several, got, c.want)
 		}
+	}
+}
+
+// TestFailedRunsGoOn: a library that fails is recorded, run by run, and
+// the run goes on with the next library; the text report and the JSON
+// list the failures. (A peer's errors used to abort the whole run.)
+func TestFailedRunsGoOn(t *testing.T) {
+	var tried []string
+	failing := func(name string) bench.Lib {
+		return bench.Lib{Name: name, New: func(bench.Target, *atomic.Int64) (bench.Mutexer, error) {
+			tried = append(tried, name)
+			return nil, errors.New(name + " cannot start")
+		}}
+	}
+	libs := []bench.Lib{failing("a"), failing("b")}
+	path := filepath.Join(t.TempDir(), "lockbench.json")
+	if err := runOn(bench.ServerAt("127.0.0.1:1"), libs, "W1", 2, time.Millisecond, 1, 1, results.Meta{Runs: 2}, path); err != nil {
+		t.Fatalf("runOn with failing libraries: %v, want the failures recorded", err)
+	}
+	if want := []string{"a", "b", "a", "b"}; !slices.Equal(tried, want) {
+		t.Errorf("libraries tried %v, want %v: a failure must not stop the run", tried, want)
+	}
+	got, err := results.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Failures) != 4 || got.Failures[1].Library != "b" || got.Failures[2].Run != 2 || !strings.Contains(got.Failures[3].Error, "b cannot start") {
+		t.Errorf("failures in the JSON: %+v", got.Failures)
+	}
+	var out strings.Builder
+	r := &runner{res: map[string][]float64{}, perG: map[string][][]int64{}, failures: got.Failures}
+	r.report(&out, libs, "W1", 2)
+	if !strings.Contains(out.String(), "- run 2, b: b cannot start") {
+		t.Errorf("the text report does not list the failures:\n%s", out.String())
 	}
 }

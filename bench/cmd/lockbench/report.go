@@ -90,4 +90,12 @@ func (r *runner) report(w io.Writer, libs []bench.Lib, ws string, runs int) {
 		}
 		fmt.Fprintln(w)
 	}
+	if len(r.failures) > 0 {
+		fmt.Fprintln(w, "Failed runs (their medians are over the runs that did not fail):")
+		fmt.Fprintln(w)
+		for _, f := range r.failures {
+			fmt.Fprintf(w, "- run %d, %s: %s\n", f.Run, f.Library, f.Error)
+		}
+		fmt.Fprintln(w)
+	}
 }
