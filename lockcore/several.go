@@ -30,7 +30,10 @@ import (
 // It returns the leases in the order taken. On error, the ones taken are
 // released, last first, and nothing is held; the error is that of the
 // acquisition that failed (a *ContentionError with TimedOut when the
-// budget ran out before its turn). Release the leases with ReleaseAll.
+// budget ran out before its turn). A lease lost while the others were
+// taken fails the lot too: as a *ContentionError on its key joined with
+// the loss, or with the loss alone when it matches ErrUnavailable. Release
+// the leases with ReleaseAll.
 func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, error) {
 	if p.Segments != 0 {
 		return nil, fmt.Errorf("%w: Segments %d: a route's several resources cannot be segmented", ErrMisconfigured, p.Segments)
@@ -65,6 +68,7 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 	}
 	if g, ok := e.(GroupEngine); ok && len(ks) > 1 {
 		if leases, err := g.AcquireGroup(ctx, ks, p); err != nil {
+			_ = ReleaseAll(context.WithoutCancel(ctx), leases)
 			return nil, err
 		} else if leases != nil {
 			return together(ctx, leases)
@@ -94,13 +98,18 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 }
 
 // together returns leases as one set, or, when one of them was lost while
-// the others were taken, releases them all and returns its loss: a set is
-// never handed out with a lease that no longer holds.
+// the others were taken, releases them all and fails as an acquisition
+// that found that key taken (a *ContentionError joined with the loss), or
+// with the loss itself when it matches ErrUnavailable: a set is never
+// handed out with a lease that no longer holds.
 func together(ctx context.Context, leases []*Lease) ([]*Lease, error) {
 	for _, ls := range leases {
 		if err := ls.Err(); err != nil {
 			_ = ReleaseAll(context.WithoutCancel(ctx), leases)
-			return nil, err
+			if errors.Is(err, ErrUnavailable) {
+				return nil, err
+			}
+			return nil, errors.Join(&ContentionError{Key: ls.Key().String()}, err)
 		}
 	}
 	markTogether(leases)

@@ -453,3 +453,40 @@ func TestAwait(t *testing.T) {
 	}
 	release(t, ls)
 }
+
+// revokingFirst is an Engine that, once it has taken its last key, revokes
+// the first: a lease lost while AcquireAll takes the others.
+type revokingFirst struct {
+	*locktest.Engine
+	first, last lockcore.Key
+}
+
+func (e revokingFirst) Acquire(ctx context.Context, k lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	ls, err := e.Engine.Acquire(ctx, k, p)
+	if err == nil && k == e.last {
+		if _, err := e.Revoke(context.Background(), e.first, "test"); err != nil {
+			return nil, err
+		}
+	}
+	return ls, err
+}
+
+// TestAcquireAllLostMeanwhile: a set one of whose leases was lost while
+// the others were taken is not handed out: AcquireAll fails as contention
+// on that key, with the loss (ErrRevoked here), and holds nothing.
+func TestAcquireAllLostMeanwhile(t *testing.T) {
+	inner := new(locktest.Engine)
+	a, b := key(t, "lost", "a"), key(t, "lost", "b")
+	e := revokingFirst{Engine: inner, first: a, last: b}
+	ls, err := lockcore.AcquireAll(bounded(t), e, []lockcore.Key{a, b}, lockcore.Policy{Wait: lockcore.FailFast})
+	if err == nil {
+		t.Fatalf("AcquireAll returned a set whose lease on a was revoked meanwhile (a: %v)", ls[0].Err())
+	}
+	var ce *lockcore.ContentionError
+	if !errors.As(err, &ce) || ce.Key != a.String() || !errors.Is(err, lockcore.ErrRevoked) || !errors.Is(err, lockcore.ErrNotAcquired) {
+		t.Fatalf("AcquireAll with a lost meanwhile: %v, want a *ContentionError on a matching ErrNotAcquired and ErrRevoked", err)
+	}
+	for _, k := range []lockcore.Key{a, b} {
+		release(t, acquire(t, inner, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast}))
+	}
+}

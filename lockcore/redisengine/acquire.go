@@ -73,6 +73,25 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if err != nil {
 		return nil, err
 	}
+	if !time.Now().Before(h.startsValid(sent, length)) {
+		// Answered after the lease it confirmed had run out (a server or a
+		// client slower than the TTL): Redis may have let the key go to
+		// another owner already. Given back, as a call not answered in
+		// time is, before any lease or watchdog sees it. Its own member
+		// is withdrawn before a hold handed to it in memory goes back.
+		h.ended.Store(true)
+		g, member := h.grant, ""
+		if g != nil {
+			member = h.member
+		}
+		l.bg.do(func() {
+			l.withdraw(h, member)
+			if g != nil {
+				l.giveBack(g)
+			}
+		})
+		return nil, unavailable("acquire", errLate)
+	}
 	h.start = time.Now()
 	h.ls = lockcore.NewLease(ctx, l, key, h.token, h.fence, h, l.opt.Events)
 	if !l.wd.add(h, sent, length) {
@@ -86,22 +105,6 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		}
 		l.withdraw(h, "")
 		return nil, lockcore.ErrClosed
-	}
-	if !time.Now().Before(h.validUntil()) {
-		// Answered after the lease it confirmed had run out (a server or a
-		// client slower than the TTL): Redis may have let the key go to
-		// another owner already. Given back, as a call not answered in
-		// time is; its lease was never handed out.
-		err := unavailable("acquire", errLate)
-		h.lose(err)
-		l.wd.remove(h)
-		member := ""
-		if h.grant != nil {
-			l.giveBack(h.grant)
-			member = h.member
-		}
-		l.bg.do(func() { l.withdraw(h, member) })
-		return nil, l.report(err)
 	}
 	if h.grant != nil {
 		l.bg.do(func() { l.runPass(h) })

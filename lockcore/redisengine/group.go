@@ -145,6 +145,14 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		return nil, &lockcore.ContentionError{Key: k.String(), RetryAfter: l.stats.retryAfter(k, time.Duration(r.pttl)*time.Millisecond)}
 	}
 
+	if !time.Now().Before(now.Add(p.TTL - margin(p.TTL))) {
+		// Answered after the leases ran out: given back, as Acquire does.
+		for _, h := range hs {
+			h.ended.Store(true)
+			l.bg.do(func() { l.withdraw(h, "") })
+		}
+		return nil, unavailable("acquire", errLate)
+	}
 	leases := make([]*lockcore.Lease, len(hs))
 	for i, h := range hs {
 		h.fence, h.start = r.fences[i], time.Now()
@@ -158,16 +166,6 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 			l.withdraw(h, "")
 		}
 		return nil, lockcore.ErrClosed
-	}
-	if !time.Now().Before(hs[0].validUntil()) {
-		// Answered after the leases ran out: given back, as Acquire does.
-		err := unavailable("acquire", errLate)
-		for _, h := range hs {
-			h.lose(err)
-			l.wd.remove(h)
-			l.bg.do(func() { l.withdraw(h, "") })
-		}
-		return nil, l.report(err)
 	}
 	for _, ls := range leases {
 		lockcore.LimitHold(ls, p.MaxHold)

@@ -74,6 +74,15 @@ func mono() int64 { return int64(time.Since(monoBase)) }
 // validUntil returns the local time until which the lease is certainly held.
 func (h *hold) validUntil() time.Time { return monoBase.Add(time.Duration(h.valid.Load())) }
 
+// startsValid returns the validity h starts with, confirmed for length by
+// a call sent at sent or, handed over in memory, inherited.
+func (h *hold) startsValid(sent time.Time, length time.Duration) time.Time {
+	if h.grant != nil {
+		return monoBase.Add(time.Duration(h.inherit))
+	}
+	return sent.Add(length - margin(length))
+}
+
 // setValidUntil sets the local time until which the lease is certainly held.
 func (h *hold) setValidUntil(t time.Time) { h.valid.Store(int64(t.Sub(monoBase))) }
 
