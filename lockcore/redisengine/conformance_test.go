@@ -14,7 +14,8 @@ import (
 // TestConformance runs the engine conformance suite on the Engine, on
 // every deployment of redistest.Deployments: miniredis, a real
 // redis-server, a Cluster of 3 masters with replicas, and a master with
-// replicas under Sentinel; and on miniredis as a cluster of one node. The
+// replicas under Sentinel, with holds handed over through Redis and in
+// memory (cohort); and on miniredis as a cluster of one node. The
 // engines of one check share a key prefix, as the processes of one service
 // do; each check has a prefix of its own.
 func TestConformance(t *testing.T) {
@@ -25,15 +26,16 @@ func TestConformance(t *testing.T) {
 		}
 		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 0))
 	})
-	// Holds handed over in memory (Options.LocalHandOvers), on the best
-	// server at hand.
+	// Holds handed over in memory (Options.LocalHandOvers), on every
+	// deployment.
 	t.Run("cohort", func(t *testing.T) {
-		b := redistest.Best(t)
-		timeout := miniTimeout
-		if b.Real() {
-			timeout = 0
-		}
-		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 8))
+		redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+			var timeout time.Duration
+			if !b.Real() {
+				timeout = miniTimeout
+			}
+			locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 8))
+		})
 	})
 	t.Run("miniredis-cluster", func(t *testing.T) {
 		b := redistest.Mini(t)
