@@ -70,7 +70,7 @@ const TTL = 10 * time.Second
 // Libs returns the libraries and configurations compared.
 func Libs() []Lib {
 	return []Lib{
-		{Name: "routelock", Note: "FIFO hand-over in Redis, pub/sub wake-up; reentrancy, fencing, watchdog on; go-redis defaults",
+		{Name: "routelock", Note: "defaults: hand-over in memory to a waiter of the same Engine (up to 8 in a row), else FIFO in Redis with pub/sub wake-up; reentrancy, fencing, watchdog on; go-redis defaults",
 			New: func(t Target, c *atomic.Int64) (Mutexer, error) {
 				return newRoutelock(t, c, false, redisengine.Options{})
 			}},
@@ -78,9 +78,9 @@ func Libs() []Lib {
 			New: func(t Target, c *atomic.Int64) (Mutexer, error) {
 				return newRoutelock(t, c, true, redisengine.Options{})
 			}},
-		{Name: "routelock-cohort", Note: "routelock with Options.LocalHandOvers 8: a release hands the hold to a waiter of the same Engine in memory, up to 8 times in a row; go-redis defaults",
+		{Name: "routelock-queue", Note: "routelock with Options.LocalHandOvers -1: every hand-over through Redis, FIFO, pub/sub wake-up; go-redis defaults",
 			New: func(t Target, c *atomic.Int64) (Mutexer, error) {
-				return newRoutelock(t, c, false, redisengine.Options{LocalHandOvers: 8})
+				return newRoutelock(t, c, false, redisengine.Options{LocalHandOvers: -1})
 			}},
 		{Name: "routelock-replicas1", Note: "routelock with Options.Replicas 1: every acquisition waits for a replica's acknowledgement (WAIT); go-redis defaults",
 			New: func(t Target, c *atomic.Int64) (Mutexer, error) {

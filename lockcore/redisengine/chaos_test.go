@@ -132,16 +132,17 @@ type chaosCase struct {
 }
 
 // chaosConfigs are the client configurations of the fault and chaos runs,
-// each with chaosEngine, and go-redis's defaults once more with holds
-// handed over in memory (Options.LocalHandOvers).
+// each with chaosEngine (which hands holds over in memory, as the engine
+// does by default: Options.LocalHandOvers), and go-redis's defaults once
+// more with every hold handed over through Redis.
 var chaosConfigs = func() []chaosCase {
 	var out []chaosCase
 	for _, cc := range clientConfigs {
 		out = append(out, chaosCase{cc.name, cc.opt, chaosEngine})
 	}
-	cohort := chaosEngine
-	cohort.LocalHandOvers = 8
-	return append(out, chaosCase{"defaults,cohort", redis.Options{}, cohort})
+	queue := chaosEngine
+	queue.LocalHandOvers = -1
+	return append(out, chaosCase{"defaults,redis-queue", redis.Options{}, queue})
 }()
 
 // chaosResult is what a run did.
@@ -181,7 +182,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		clients = append(clients, c)
 		eng := cfg.engine
 		eng.Prefix, eng.TTL = prefix, cfg.ttl
-		if eng.LocalHandOvers > 0 && eng.Events == nil {
+		if eng.LocalHandOvers >= 0 && eng.Events == nil {
 			eng.Events = wokenEvents(func(by string) {
 				if by == wokenByMemory {
 					inMemory.Add(1)
@@ -554,7 +555,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 
 	// The checker.
 	res.sections = len(sections)
-	res.inMemory, res.cohort = int(inMemory.Load()), cfg.engine.LocalHandOvers > 0
+	res.inMemory, res.cohort = int(inMemory.Load()), cfg.engine.LocalHandOvers >= 0
 	byKey := map[int][]section{}
 	for _, s := range sections {
 		byKey[s.key] = append(byKey[s.key], s)
@@ -598,14 +599,17 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	// its context's cause or its release, unless it was lost first.
 	// With hand-overs in memory, a holder whose hold was revoked just
 	// before its release, and that had not heard of it yet, hands it over
-	// with no call to Redis: its successor (the next fence, on the same
-	// key) is told instead (Options.LocalHandOvers).
+	// with no call to Redis: a successor in its chain is told instead
+	// (Options.LocalHandOvers), the first whose pass call runs: the next
+	// fence, or a later one of the chain when the ones in between handed
+	// on before their calls were sent. A chain's fences are consecutive
+	// and within the maxLocalHandOvers its first hold reserved.
 	toldSuccessor := func(s section) bool {
-		if cfg.engine.LocalHandOvers == 0 {
+		if cfg.engine.LocalHandOvers < 0 {
 			return false
 		}
 		for _, n := range byKey[s.key] {
-			if n.fence == s.fence+1 && n.revoked {
+			if n.fence > s.fence && n.fence <= s.fence+maxLocalHandOvers && n.revoked {
 				return true
 			}
 		}

@@ -14,8 +14,9 @@ import (
 // TestConformance runs the engine conformance suite on the Engine, on
 // every deployment of redistest.Deployments: miniredis, a real
 // redis-server, a Cluster of 3 masters with replicas, and a master with
-// replicas under Sentinel, with holds handed over through Redis and in
-// memory (cohort); and on miniredis as a cluster of one node. The
+// replicas under Sentinel, with every hold handed over through Redis
+// (LocalHandOvers off) and with hand-over in memory (cohort, the default);
+// and on miniredis as a cluster of one node, at the defaults. The
 // engines of one check share a key prefix, as the processes of one service
 // do; each check has a prefix of its own.
 func TestConformance(t *testing.T) {
@@ -24,17 +25,17 @@ func TestConformance(t *testing.T) {
 		if !b.Real() {
 			timeout = miniTimeout
 		}
-		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 0))
+		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, -1))
 	})
-	// Holds handed over in memory (Options.LocalHandOvers), on every
-	// deployment.
+	// Holds handed over in memory (Options.LocalHandOvers, the default),
+	// on every deployment.
 	t.Run("cohort", func(t *testing.T) {
 		redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 			var timeout time.Duration
 			if !b.Real() {
 				timeout = miniTimeout
 			}
-			locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 8))
+			locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 0))
 		})
 	})
 	t.Run("miniredis-cluster", func(t *testing.T) {
@@ -57,7 +58,7 @@ const miniTimeout = 10 * time.Second
 
 // conformingEngines returns the newEngine of locktest.Run: an Engine on a
 // client of its own, with the prefix of its test, and Options.Timeout
-// timeout (0: the default).
+// timeout (0: the default) and Options.LocalHandOvers handOvers.
 func conformingEngines(client func(t *testing.T) redis.UniversalClient, timeout time.Duration, handOvers int) func(t *testing.T, ev lockcore.Events) lockcore.Engine {
 	prefixes := make(map[*testing.T]string)
 	mu := make(chan struct{}, 1) // guards prefixes

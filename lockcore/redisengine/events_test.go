@@ -224,6 +224,8 @@ func TestEventsUnderContention(t *testing.T) {
 // message, one on the holder's Engine by the release's reply, and one
 // whose holder keeps the lock by its own timer (every 3/10 of the claim
 // window); each wait is told +1 and then -1.
+// Hand-over in memory is off: these are the wake-ups of a hand-over
+// through Redis.
 func TestEventsWake(t *testing.T) {
 	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
@@ -240,8 +242,8 @@ func TestEventsWake(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				holderRec, waiterRec := newRecorder(), newRecorder()
-				holderEng := newLocker(t, b, prefix, Options{Events: holderRec})
-				waiterEng := newLocker(t, b, prefix, Options{Events: waiterRec})
+				holderEng := newLocker(t, b, prefix, Options{Events: holderRec, LocalHandOvers: -1})
+				waiterEng := newLocker(t, b, prefix, Options{Events: waiterRec, LocalHandOvers: -1})
 				if c.same {
 					waiterEng, waiterRec = holderEng, holderRec
 				}

@@ -21,11 +21,12 @@ import (
 // one that hands it to another Engine's waiter publishes on that Engine's
 // channel. An observer subscribed to every Engine channel must see the
 // second hand-over's message first.
+// Hand-over in memory is off: these are hand-overs through Redis.
 func TestLocalHandOverPublishesNothing(t *testing.T) {
 	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		a := newLocker(t, b, prefix, Options{})
-		other := newLocker(t, b, prefix, Options{})
+		a := newLocker(t, b, prefix, Options{LocalHandOvers: -1})
+		other := newLocker(t, b, prefix, Options{LocalHandOvers: -1})
 		ctx := context.Background()
 		rdb := b.Universal(t)
 		// The other Engine's waiter learns of its hand-over by message.
@@ -125,12 +126,13 @@ func (h loseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // to a waiter of the same Engine is lost, nothing was published, so the
 // Engine's waiters on the key ask Redis again at once; the waiter learns it
 // holds the lock well before the holder's 10 s lease would have ended.
+// Hand-over in memory is off: this is a hand-over through Redis.
 func TestLostReleaseReply(t *testing.T) {
 	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		var armed atomic.Bool
 		rdb := b.Universal(t)
 		rdb.AddHook(loseReply{&armed, releaseScript})
-		l, err := New(rdb, Options{Prefix: redistest.Prefix(t)})
+		l, err := New(rdb, Options{Prefix: redistest.Prefix(t), LocalHandOvers: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
