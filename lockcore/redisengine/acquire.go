@@ -27,7 +27,9 @@ import (
 // (lockcore.NewToken), which the lease's context carries on; or fails with
 // a *lockcore.ContentionError matching ErrNotAcquired (fail fast) or, after
 // waiting up to p.Wait, ErrWaitTimeout. A waiter is queued in Redis and
-// woken when the lock is handed to it, in arrival order.
+// woken when the lock is handed to it, in arrival order, except that a
+// release may first hand it to a waiter of this Engine in memory
+// (Options.LocalHandOvers).
 //
 // Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable,
 // ErrMisconfigured (the server may evict held locks: see Check) or
