@@ -86,15 +86,6 @@ func (p *holdPasses) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// wokenEvents is an Events that reports what woke each waiter.
-type wokenEvents func(by string)
-
-func (wokenEvents) Waiting(lockcore.Key, int)         {}
-func (f wokenEvents) Woken(_ lockcore.Key, by string) { f(by) }
-func (wokenEvents) Renewed(lockcore.Key, error)       {}
-func (wokenEvents) Ended(context.Context, lockcore.Key, time.Duration, time.Duration, error, error) {
-}
-
 // cohortEvents records what the waiters of an Engine were woken by, and
 // signals each wait that starts.
 type cohortEvents struct {

@@ -14,9 +14,9 @@ import (
 // TestConformance runs the engine conformance suite on the Engine, on
 // every deployment of redistest.Deployments: miniredis, a real
 // redis-server, a Cluster of 3 masters with replicas, and a master with
-// replicas under Sentinel, with every hold handed over through Redis
-// (LocalHandOvers off) and with hand-over in memory (cohort, the default);
-// and on miniredis as a cluster of one node, at the defaults. The
+// replicas under Sentinel, at the defaults (hand-over in memory on); and on
+// miniredis as a cluster of one node. TestConformanceQueue runs it again
+// with every hold handed over through Redis (go test -tags long). The
 // engines of one check share a key prefix, as the processes of one service
 // do; each check has a prefix of its own.
 func TestConformance(t *testing.T) {
@@ -25,18 +25,7 @@ func TestConformance(t *testing.T) {
 		if !b.Real() {
 			timeout = miniTimeout
 		}
-		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, -1))
-	})
-	// Holds handed over in memory (Options.LocalHandOvers, the default),
-	// on every deployment.
-	t.Run("cohort", func(t *testing.T) {
-		redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
-			var timeout time.Duration
-			if !b.Real() {
-				timeout = miniTimeout
-			}
-			locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 0))
-		})
+		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 0))
 	})
 	t.Run("miniredis-cluster", func(t *testing.T) {
 		b := redistest.Mini(t)

@@ -21,3 +21,10 @@ func TestMain(m *testing.M) {
 	}
 	redistest.Main(m)
 }
+
+// flagSet says whether the test flag name was set on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

@@ -1,3 +1,5 @@
+//go:build long
+
 package redisengine
 
 import (
@@ -240,4 +242,23 @@ func TestDeadWaiterCost(t *testing.T) {
 func inspectOK(l *Engine, k lockcore.Key) lockcore.Info {
 	info, _ := l.Inspect(context.Background(), k)
 	return info
+}
+
+// bareCount is n, a number of trials, against a real redis-server; against
+// miniredis at most bare, unless set on the command line, as bareDur.
+func bareCount(b *redistest.Backend, n int, name string, bare int) int {
+	if b.Real() || flagSet(name) {
+		return n
+	}
+	return min(n, bare)
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
 }

@@ -1,3 +1,5 @@
+//go:build long
+
 package redisengine
 
 import (
@@ -669,16 +671,6 @@ func report(t *testing.T, name string, r chaosResult) {
 	}
 }
 
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
-}
-
 // The faults, each repeated until the load ends.
 var faults = map[string]func(ctx context.Context, f *faultEnv, rng *rand.Rand){
 	"none": nil,
@@ -873,34 +865,6 @@ func chaosBackend(t *testing.T) (*redistest.Backend, *redistest.Server) {
 // without one they do not run.
 var ownServerFaults = map[string]bool{"memory pressure": true, "restart without persistence": true}
 
-// bareDur is d, a length of the fault runs, on a machine with a real
-// redis-server (CI has one, and requires it); on a machine with nothing but
-// Go, where the runs go against the embedded miniredis, it is at most
-// bare, unless set on the command line, so that go test ./... stays quick
-// there.
-func bareDur(srv *redistest.Server, d time.Duration, name string, bare time.Duration) time.Duration {
-	if srv != nil || flagSet(name) {
-		return d
-	}
-	return min(d, bare)
-}
-
-// bareCount is n, a number of trials, against a real redis-server; against
-// miniredis at most bare, unless set on the command line, as bareDur.
-func bareCount(b *redistest.Backend, n int, name string, bare int) int {
-	if b.Real() || flagSet(name) {
-		return n
-	}
-	return min(n, bare)
-}
-
-// flagSet says whether the test flag name was set on the command line.
-func flagSet(name string) bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
 // mixed picks one of the faults at random, again and again.
 func mixed(ctx context.Context, f *faultEnv, rng *rand.Rand) {
 	names := faultNames[1:]
@@ -934,7 +898,7 @@ func TestFaults(t *testing.T) {
 					b = bs[0]
 				}
 				t.Run(name, func(t *testing.T) {
-					r := chaosRun(t, b, chaosConfig{seed: s, dur: bareDur(srv, *faultDur, "faults.dur", 150*time.Millisecond), goroutines: 16, lockers: 4, keys: 4,
+					r := chaosRun(t, b, chaosConfig{seed: s, dur: *faultDur, goroutines: 16, lockers: 4, keys: 4,
 						ttl: 300 * time.Millisecond, client: cc.opt, engine: cc.engine, fault: faults[name], srv: srv})
 					report(t, name, r)
 				})
@@ -944,16 +908,26 @@ func TestFaults(t *testing.T) {
 }
 
 // TestChaos mixes every fault at random, seeded, for -chaos.dur (3s by
-// default; go test ./lockcore -run TestChaos -chaos.dur=5m for the long run),
+// default; go test -tags long ./lockcore/redisengine -run TestChaos
+// -chaos.dur=5m for a longer run),
 // with each client configuration.
 func TestChaos(t *testing.T) {
 	s := seed(t)
 	b, srv := chaosBackend(t)
 	for _, cc := range chaosConfigs {
 		t.Run(cc.name, func(t *testing.T) {
-			r := chaosRun(t, b, chaosConfig{seed: s, dur: bareDur(srv, *chaosDur, "chaos.dur", 600*time.Millisecond), goroutines: 32, lockers: 6, keys: 6,
+			r := chaosRun(t, b, chaosConfig{seed: s, dur: *chaosDur, goroutines: 32, lockers: 6, keys: 6,
 				ttl: 300 * time.Millisecond, client: cc.opt, engine: cc.engine, fault: mixed, srv: srv})
 			report(t, "chaos", r)
 		})
 	}
+}
+
+// wokenEvents is an Events that reports what woke each waiter.
+type wokenEvents func(by string)
+
+func (wokenEvents) Waiting(lockcore.Key, int)         {}
+func (f wokenEvents) Woken(_ lockcore.Key, by string) { f(by) }
+func (wokenEvents) Renewed(lockcore.Key, error)       {}
+func (wokenEvents) Ended(context.Context, lockcore.Key, time.Duration, time.Duration, error, error) {
 }

@@ -1,0 +1,26 @@
+//go:build long
+
+package redisengine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore/locktest"
+)
+
+// TestConformanceQueue runs the engine conformance suite, as
+// TestConformance does, on every deployment with hand-over in memory off
+// (LocalHandOvers -1): every hold passes through Redis's queue.
+func TestConformanceQueue(t *testing.T) {
+	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+		var timeout time.Duration // the default
+		if !b.Real() {
+			timeout = miniTimeout
+		}
+		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, -1))
+	})
+}

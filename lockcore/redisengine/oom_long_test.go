@@ -1,0 +1,189 @@
+//go:build long
+
+package redisengine
+
+// The long runs of the script runner under a flushed script cache
+// (go test -tags long), which CI runs.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+)
+
+// TestScriptFlushDuringPipelinedRenewals: 16 leases taken together
+// are renewed in shared pipelines while another client flushes the script
+// cache over and over, for 8 TTLs. Each renewal that meets NOSCRIPT is
+// run again with EVAL (with or without the shebang, as the server needs):
+// no lease is lost, and every release frees its key.
+func TestScriptFlushDuringPipelinedRenewals(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
+		t.Cleanup(func() { _ = rdb.Close() })
+		hook := &renewHook{}
+		rdb.AddHook(hook)
+		admin := b.Client(t)
+		ttl := 120 * time.Millisecond
+		if !b.Real() {
+			// miniredis runs one command at a time, scripts in a Lua
+			// interpreter written in Go: under the race detector, beside
+			// the flushes, a renewal's three tries (EVALSHA, EVAL with the
+			// shebang, EVAL without) took longer than a 120 ms lease.
+			ttl = 500 * time.Millisecond
+		}
+		l := lockerOn(t, rdb, redistest.Prefix(t), Options{TTL: ttl})
+		var leases []*lockcore.Lease
+		for i := range 16 {
+			ls, err := l.Acquire(ctx, mustKey(t, "flush", strconv.Itoa(i)), lockcore.Policy{Wait: lockcore.FailFast})
+			if err != nil {
+				t.Fatal(err)
+			}
+			leases = append(leases, ls)
+		}
+		flushes := 0
+		for end := time.Now().Add(8 * ttl); time.Now().Before(end); flushes++ {
+			if err := admin.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Logf("%d SCRIPT FLUSHes; %d renewal pipelines met NOSCRIPT", flushes, hook.noscriptPipelines.Load())
+		for i, ls := range leases {
+			if err := ls.Err(); err != nil {
+				t.Errorf("lease %d lost while the script cache was flushed: %v", i, err)
+			}
+			if err := ls.Release(ctx); err != nil && !errors.Is(err, lockcore.ErrLockLost) {
+				t.Errorf("release %d: %v", i, err)
+			}
+		}
+		for i := range 16 {
+			if info := inspect(t, l, mustKey(t, "flush", strconv.Itoa(i))); len(info.Holders) > 0 {
+				t.Errorf("key %d still held after its release: %+v", i, info)
+			}
+		}
+	})
+}
+
+// TestExclusionWhileScriptsFlushed: three Engines on three default
+// clients (three "services") contend for one key, with waits, while another
+// client flushes the script cache over and over, so that acquisitions,
+// hand-overs, renewals and releases keep going through the runner's
+// NOSCRIPT fallback (and, on miniredis, the shebang fallback). A shared
+// counter checks that no two holders ever overlap, and every holder's
+// lease is certain while it holds.
+func TestExclusionWhileScriptsFlushed(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		prefix := redistest.Prefix(t)
+		const ttl = 150 * time.Millisecond
+		var engines []*Engine
+		for range 3 {
+			rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
+			t.Cleanup(func() { _ = rdb.Close() })
+			engines = append(engines, lockerOn(t, rdb, prefix, Options{TTL: ttl}))
+		}
+		admin := b.Client(t)
+		key := mustKey(t, "excl", "1")
+		stop := make(chan struct{})
+		flushed := make(chan int)
+		go func() {
+			n := 0
+			defer func() { flushed <- n }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = admin.ScriptFlush(ctx).Err()
+				n++
+			}
+		}()
+		var inside, overlaps, done atomic.Int64
+		errc := make(chan error, 64)
+		const workers, rounds = 12, 12
+		finished := make(chan struct{}, workers)
+		for w := range workers {
+			go func() {
+				defer func() { finished <- struct{}{} }()
+				e := engines[w%len(engines)]
+				for i := range rounds {
+					ls, err := e.Acquire(ctx, key, lockcore.Policy{Wait: 20 * time.Second})
+					if err != nil {
+						errc <- err
+						return
+					}
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					if err := ls.Err(); err != nil {
+						errc <- err
+					}
+					if i%4 == 0 { // a longer holder, renewed by the watchdog
+						select {
+						case <-ls.Context().Done():
+						case <-time.After(ttl / 2):
+						}
+					}
+					if err := ls.Err(); err != nil {
+						errc <- err
+					}
+					inside.Add(-1)
+					done.Add(1)
+					_ = ls.Release(ctx)
+				}
+			}()
+		}
+		for range workers {
+			select {
+			case <-finished:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("workers stuck: %d of %d rounds done", done.Load(), workers*rounds)
+			}
+		}
+		close(stop)
+		t.Logf("%d SCRIPT FLUSHes during %d holds", <-flushed, done.Load())
+		close(errc)
+		for err := range errc {
+			t.Error(err)
+		}
+		if overlaps.Load() != 0 {
+			t.Errorf("%d overlapping holders", overlaps.Load())
+		}
+		if info := inspect(t, engines[0], key); len(info.Holders) > 0 {
+			t.Errorf("key still held at the end: %+v", info)
+		}
+	})
+}
+
+// renewHook counts pipelines that carried at least two renewals and
+// came back with NOSCRIPT for them: pipelined renewals that went through
+// the runner's fallback.
+type renewHook struct{ noscriptPipelines atomic.Int64 }
+
+func (h *renewHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *renewHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *renewHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		n := 0
+		for _, c := range cmds {
+			a := c.Args()
+			if len(a) > 1 && (a[1] == renewScript.sha[0] || a[1] == renewScript.sha[1]) &&
+				c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+				n++
+			}
+		}
+		if n >= 2 {
+			h.noscriptPipelines.Add(1)
+		}
+		return err
+	}
+}
