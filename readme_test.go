@@ -44,6 +44,8 @@ func TestNestedLocksOuterDecides(t *testing.T) {
 		r := chi.NewRouter()
 		r.Get("/health", func(http.ResponseWriter, *http.Request) {})
 		r.Group(func(r chi.Router) {
+			// The README's first block is the next line, byte for byte
+			// (TestReadmeGoBlocksCompiled).
 			r.Use(lock.ByParam("productID"))
 			r.Post("/products/{productID}/buy", hold)
 			r.Post("/products/{productID}/refund", hold)
