@@ -10,6 +10,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/examples/internal/redisenv"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
 )
 
@@ -41,14 +43,28 @@ func run(out io.Writer) error {
 	}
 	defer env.Close()
 	fmt.Fprintf(out, "order service → inventory service, both locking productID:42, on %s\n\n", env.Desc)
+	// The locks' keys start with a prefix of this run's, and are deleted
+	// at the end: a Redis that REDIS_URL names keeps nothing of the run.
+	prefix := redisenv.RunPrefix("nested")
+	defer func() {
+		if err := env.Sweep(context.Background(), prefix); err != nil {
+			fmt.Fprintf(out, "deleting the keys %s*: %v\n", prefix, err)
+		}
+	}()
 
 	// Two services, each with its own Redis client and Locker, as two
 	// processes would have.
 	invRedis, ordRedis := env.Client(), env.Client()
 	defer invRedis.Close()
 	defer ordRedis.Close()
-	invLocker := lock.New(invRedis)
-	defer invLocker.Close()
+	// redisengine.New with a Prefix, given to lock.FromEngine: lock.New's
+	// keys are all under "routelock:".
+	invEngine, err := redisengine.New(invRedis, redisengine.Options{Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	defer invEngine.Close()
+	invLocker := lock.FromEngine(invEngine)
 	inv := chi.NewRouter()
 	inv.With(invLocker.ByParam("productID", lock.Wait(time.Second))).
 		Post("/products/{productID}/reserve", func(w http.ResponseWriter, r *http.Request) {
@@ -72,8 +88,12 @@ func run(out io.Writer) error {
 	}
 	defer stopInv()
 
-	ordLocker := lock.New(ordRedis)
-	defer ordLocker.Close()
+	ordEngine, err := redisengine.New(ordRedis, redisengine.Options{Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	defer ordEngine.Close()
+	ordLocker := lock.FromEngine(ordEngine)
 	for _, propagate := range []bool{true, false} {
 		// The order service, with or without middleware.Transport on its client.
 		client := &http.Client{Timeout: 10 * time.Second}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"testing"
+
+	"github.com/routelock/lock/examples/internal/leftover"
 )
 
 // TestRun runs the example on embedded Redis; run fails unless the call
@@ -13,4 +15,16 @@ func TestRun(t *testing.T) {
 	if err := run(&out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
+}
+
+// TestRunLeavesNoKeys: pointed at a Redis of the user's (REDIS_URL), the
+// example deletes at exit every key its locks wrote (the fence key kept
+// for an hour among them), and no key of the user's.
+func TestRunLeavesNoKeys(t *testing.T) {
+	leftover.Check(t, func(t *testing.T) {
+		var out bytes.Buffer
+		if err := run(&out); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+	})
 }

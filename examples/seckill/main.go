@@ -13,7 +13,8 @@
 // lock.NextSegment); seckill measures how soon each instance knew, and how
 // fast it answers then, beside a handler that answers 410 without a lock.
 // It uses the Redis that REDIS_URL names, the Cluster that
-// REDIS_CLUSTER_URL names, or else an embedded one:
+// REDIS_CLUSTER_URL names, or else an embedded one; its keys start with a
+// prefix of the run's own ("seckill:<random>:"), and are deleted at exit:
 //
 //	go run ./examples/seckill
 //	go run ./examples/seckill -buyers 500 -items 20 -instances 4 -policy failfast
@@ -112,10 +113,19 @@ func run(out io.Writer, c config) error {
 	}
 	defer env.Close()
 	fmt.Fprintf(out, "flash sale: %d buyers (%d at once), %d items, %d instances, on %s\n", c.buyers, min(c.conns, c.buyers), c.items, c.instances, env.Desc)
+	// Every key of this run, the locks' included, starts with prefix, and
+	// is deleted at the end: a Redis that REDIS_URL names keeps nothing of
+	// it.
+	prefix := redisenv.RunPrefix("seckill")
+	defer func() {
+		if err := env.Sweep(context.Background(), prefix); err != nil {
+			fmt.Fprintf(out, "deleting the keys %s*: %v\n", prefix, err)
+		}
+	}()
 
 	var results [2]result
 	for i, locked := range []bool{false, true} {
-		results[i], err = sale(out, env, c, locked)
+		results[i], err = sale(out, env, prefix+strconv.Itoa(i)+":", c, locked)
 		if err != nil {
 			return err
 		}
@@ -219,10 +229,10 @@ type shop struct {
 	sold  string
 }
 
-// sale runs one flash sale on fresh keys.
-func sale(out io.Writer, env *redisenv.Redis, c config, locked bool) (result, error) {
+// sale runs one flash sale on fresh keys, each starting with prefix, which
+// run deletes at the end.
+func sale(out io.Writer, env *redisenv.Redis, prefix string, c config, locked bool) (result, error) {
 	ctx := context.Background()
-	prefix := fmt.Sprintf("seckill:%d:", time.Now().UnixNano())
 	s := shop{sold: prefix + "sold:42"}
 	parts := max(c.segments, 1)
 	for i := range parts {
@@ -230,9 +240,7 @@ func sale(out io.Writer, env *redisenv.Redis, c config, locked bool) (result, er
 	}
 	admin := env.Client()
 	defer admin.Close()
-	defer admin.Del(ctx, s.sold)
 	for i, k := range s.stock {
-		defer admin.Del(ctx, k)
 		n := c.items / parts // the first items%parts parts have one more
 		if i < c.items%parts {
 			n++

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/routelock/lock/examples/internal/leftover"
 )
 
 // TestRun runs both sales on embedded Redis. run itself fails unless the
@@ -102,4 +104,17 @@ func TestSegments(t *testing.T) {
 	if n, _ := strconv.Atoi(cmds[1]); n != 3*3*50 || cmds[2] != "0" {
 		t.Fatalf("after the sale, %s requests sent %s commands; want 450 and 0:\n%s", cmds[1], cmds[2], text)
 	}
+}
+
+// TestRunLeavesNoKeys: pointed at a Redis of the user's (REDIS_URL), the
+// example deletes at exit every key it wrote, the locks' fence keys, queues
+// and gates included, and no key of the user's.
+func TestRunLeavesNoKeys(t *testing.T) {
+	leftover.Check(t, func(t *testing.T) {
+		var out bytes.Buffer
+		c := config{buyers: 20, items: 5, instances: 2, conns: 20, policy: "wait", wait: 10 * time.Second, payment: time.Millisecond, answers: 5}
+		if err := run(&out, c); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+	})
 }

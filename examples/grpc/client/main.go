@@ -25,6 +25,7 @@ import (
 	"github.com/routelock/lock/examples/grpc/shopsvc"
 	"github.com/routelock/lock/examples/internal/redisenv"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 func main() {
@@ -110,14 +111,29 @@ func startServer(stock int64) (stop func(), addr string, err error) {
 	if err != nil {
 		return nil, "", err
 	}
+	// Every key of this run, the locks' included, starts with prefix, and
+	// is deleted when the server stops: a Redis that REDIS_URL names keeps
+	// nothing of it.
+	prefix := redisenv.RunPrefix("shop")
 	rdb := env.Client()
-	locker := lock.New(rdb)
-	s := shopsvc.NewServer(locker, rdb, stock)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	engine, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix + "lock:"})
 	if err != nil {
-		locker.Close()
 		rdb.Close()
 		env.Close()
+		return nil, "", err
+	}
+	closeAll := func() {
+		engine.Close()
+		if err := env.Sweep(context.Background(), prefix); err != nil {
+			fmt.Printf("deleting the keys %s*: %v\n", prefix, err)
+		}
+		rdb.Close()
+		env.Close()
+	}
+	s := shopsvc.NewServer(lock.FromEngine(engine), rdb, prefix, stock)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		closeAll()
 		return nil, "", err
 	}
 	fmt.Printf("started the shop server on %s, %s\n", lis.Addr(), env.Desc)
@@ -129,8 +145,6 @@ func startServer(stock int64) (stop func(), addr string, err error) {
 	return func() {
 		s.GracefulStop()
 		<-done
-		locker.Close()
-		rdb.Close()
-		env.Close()
+		closeAll()
 	}, lis.Addr().String(), nil
 }

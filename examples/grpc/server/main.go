@@ -6,7 +6,8 @@
 //	Create   locks the user (order.user_id) and fails fast
 //
 // Run it on embedded Redis (or REDIS_URL) and call it with grpcurl; server
-// reflection is on:
+// reflection is on. Its keys start with a prefix of the run's own
+// ("shop:<random>:"), and are deleted when it stops (Ctrl-C):
 //
 //	go run ./examples/grpc/server
 //	grpcurl -plaintext -d '{"product_id": 42, "quantity": 1}' 127.0.0.1:50051 shop.v1.Inventory/Reserve
@@ -29,6 +30,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/examples/grpc/shopsvc"
 	"github.com/routelock/lock/examples/internal/redisenv"
+	"github.com/routelock/lock/lockcore/redisengine"
 )
 
 func main() {
@@ -53,14 +55,29 @@ func run(ctx context.Context, lis net.Listener, initial int64) error {
 		return err
 	}
 	defer env.Close()
+	// Every key of this run, the locks' included, starts with prefix, and
+	// is deleted when the server stops: a Redis that REDIS_URL names keeps
+	// nothing of it.
+	prefix := redisenv.RunPrefix("shop")
+	defer func() {
+		if err := env.Sweep(context.Background(), prefix); err != nil {
+			log.Printf("deleting the keys %s*: %v", prefix, err)
+		}
+	}()
 	rdb := env.Client()
 	defer rdb.Close()
-	locker := lock.New(rdb)
-	defer locker.Close()
+	// redisengine.New with a Prefix, given to lock.FromEngine: lock.New's
+	// keys are all under "routelock:".
+	engine, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix + "lock:"})
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
+	locker := lock.FromEngine(engine)
 
-	s := shopsvc.NewServer(locker, rdb, initial)
+	s := shopsvc.NewServer(locker, rdb, prefix, initial)
 
-	log.Printf("shop gRPC server on %s, %s", lis.Addr(), env.Desc)
+	log.Printf("shop gRPC server on %s, %s, keys under %s", lis.Addr(), env.Desc, prefix)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/routelock/lock/examples/grpc/shoppb"
+	"github.com/routelock/lock/examples/internal/leftover"
 )
 
 // TestRun serves the example on embedded Redis, calls it as grpcurl would
@@ -62,4 +63,35 @@ func TestRun(t *testing.T) {
 	if err := <-served; err != nil && err != grpc.ErrServerStopped {
 		t.Fatal(err)
 	}
+}
+
+// TestRunLeavesNoKeys: pointed at a Redis of the user's (REDIS_URL), the
+// server deletes, once stopped, every key it wrote (stock, orders, the
+// locks' keys), and no key of the user's.
+func TestRunLeavesNoKeys(t *testing.T) {
+	leftover.Check(t, func(t *testing.T) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		served := make(chan error, 1)
+		go func() { served <- run(ctx, lis, 5) }()
+		cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		if _, err := shoppb.NewInventoryClient(cc).Reserve(ctx, &shoppb.ReserveRequest{ProductId: 42, Quantity: 1}); err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		if _, err := shoppb.NewOrdersClient(cc).Create(ctx, &shoppb.CreateOrderRequest{Order: &shoppb.Order{UserId: "u7", ProductId: 42}}); err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		cancel()
+		if err := <-served; err != nil && err != grpc.ErrServerStopped {
+			t.Fatal(err)
+		}
+	})
 }

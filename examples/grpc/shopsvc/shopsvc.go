@@ -23,8 +23,9 @@ import (
 	"github.com/routelock/lock/interceptor"
 )
 
-// NewServer returns a gRPC server of the shop on rdb, every product
-// starting with initial items, its methods locked by locker:
+// NewServer returns a gRPC server of the shop on rdb, its keys starting
+// with prefix (such as "shop:"), every product starting with initial
+// items, its methods locked by locker:
 //
 //	Reserve  locks the product (product_id, as the resource productID), waiting up to 2s
 //	Restock  (client stream) locks the product named by its first message,
@@ -32,7 +33,7 @@ import (
 //	Create   locks the user (order.user_id) and fails fast
 //
 // Server reflection is on, so grpcurl can call it.
-func NewServer(locker *lock.Locker, rdb redis.UniversalClient, initial int64) *grpc.Server {
+func NewServer(locker *lock.Locker, rdb redis.UniversalClient, prefix string, initial int64) *grpc.Server {
 	unary := interceptor.Config{Rules: []interceptor.Rule{
 		interceptor.Method(shoppb.Inventory_Reserve_FullMethodName, interceptor.Field("product_id").As("productID"), lock.Wait(2*time.Second)),
 		interceptor.Method(shoppb.Orders_Create_FullMethodName, interceptor.Field("order.user_id"), lock.FailFast()),
@@ -44,8 +45,8 @@ func NewServer(locker *lock.Locker, rdb redis.UniversalClient, initial int64) *g
 		grpc.ChainUnaryInterceptor(interceptor.UnaryServer(locker, unary)),
 		grpc.ChainStreamInterceptor(interceptor.StreamServer(locker, stream)),
 	)
-	shoppb.RegisterInventoryServer(s, &inventory{rdb: rdb, initial: initial})
-	shoppb.RegisterOrdersServer(s, &orders{rdb: rdb})
+	shoppb.RegisterInventoryServer(s, &inventory{rdb: rdb, prefix: prefix, initial: initial})
+	shoppb.RegisterOrdersServer(s, &orders{rdb: rdb, prefix: prefix})
 	// A rule whose method is misspelt would leave that method unlocked.
 	if err := interceptor.Check(s, append(unary.Rules, stream.Rules...)...); err != nil {
 		panic(err)
@@ -59,10 +60,13 @@ func NewServer(locker *lock.Locker, rdb redis.UniversalClient, initial int64) *g
 type inventory struct {
 	shoppb.UnimplementedInventoryServer
 	rdb     redis.UniversalClient
+	prefix  string
 	initial int64
 }
 
-func (inv *inventory) stockKey(id int64) string { return "shop:stock:" + strconv.FormatInt(id, 10) }
+func (inv *inventory) stockKey(id int64) string {
+	return inv.prefix + "stock:" + strconv.FormatInt(id, 10)
+}
 
 func (inv *inventory) Reserve(ctx context.Context, req *shoppb.ReserveRequest) (*shoppb.ReserveReply, error) {
 	id, qty := req.GetProductId(), int64(req.GetQuantity())
@@ -123,12 +127,13 @@ func (inv *inventory) Restock(ss grpc.ClientStreamingServer[shoppb.ReserveReques
 // orders numbers each user's orders with a counter in Redis.
 type orders struct {
 	shoppb.UnimplementedOrdersServer
-	rdb redis.UniversalClient
+	rdb    redis.UniversalClient
+	prefix string
 }
 
 func (o *orders) Create(ctx context.Context, req *shoppb.CreateOrderRequest) (*shoppb.CreateOrderReply, error) {
 	user := req.GetOrder().GetUserId()
-	n, err := o.rdb.Incr(ctx, "shop:orders:"+user).Result()
+	n, err := o.rdb.Incr(ctx, o.prefix+"orders:"+user).Result()
 	if err != nil {
 		return nil, err
 	}

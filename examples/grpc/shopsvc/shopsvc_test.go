@@ -29,7 +29,7 @@ func TestRestockTouchesOnlyWhatItLocks(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	locker := lock.New(rdb)
 	t.Cleanup(func() { _ = locker.Close() })
-	srv := shopsvc.NewServer(locker, rdb, 10)
+	srv := shopsvc.NewServer(locker, rdb, "shop:", 10)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,13 @@
 package redisenv
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -77,4 +82,73 @@ func (r *Redis) Close() {
 	if r.mini != nil {
 		r.mini.Close()
 	}
+}
+
+// RunPrefix returns a key prefix of its own for this run of the example
+// named name: "<name>:<8 random hex digits>:". Every key the run writes
+// starts with it (the lock engine's too, through its Prefix), so that
+// Sweep deletes them at exit, and nothing else of a Redis the user pointed
+// the example at.
+func RunPrefix(name string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return name + ":" + hex.EncodeToString(b[:]) + ":"
+}
+
+// sweepBound bounds how long Sweep runs, and sweepScans how many SCAN
+// calls it makes on a server.
+const (
+	sweepBound = 10 * time.Second
+	sweepScans = 100000
+)
+
+// Sweep deletes every key whose name starts with prefix, on the server or
+// on each master of the Cluster: SCAN with MATCH, then UNLINK, which
+// managed Redis services allow where they refuse KEYS. Run it once
+// everything that writes under prefix has stopped (the Lockers closed). It
+// gives up after 10 s.
+func (r *Redis) Sweep(ctx context.Context, prefix string) error {
+	if prefix == "" {
+		return fmt.Errorf("sweep: empty prefix")
+	}
+	ctx, cancel := context.WithTimeout(ctx, sweepBound)
+	defer cancel()
+	rdb := r.Client()
+	defer rdb.Close()
+	match := globEscaper.Replace(prefix) + "*"
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return sweep(ctx, node, match)
+		})
+	}
+	return sweep(ctx, rdb, match)
+}
+
+// globEscaper escapes the characters that a SCAN MATCH pattern reads.
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
+
+// sweep unlinks the keys of one server that match match. Each key is
+// unlinked on its own (in one pipeline per SCAN reply): a Cluster node
+// refuses a command on keys of several slots.
+func sweep(ctx context.Context, rdb redis.Cmdable, match string) error {
+	var cursor uint64
+	for range sweepScans {
+		keys, next, err := rdb.Scan(ctx, cursor, match, 1000).Result()
+		if err != nil {
+			return fmt.Errorf("sweep: %w", err)
+		}
+		if len(keys) > 0 {
+			p := rdb.Pipeline()
+			for _, k := range keys {
+				p.Unlink(ctx, k)
+			}
+			if _, err := p.Exec(ctx); err != nil {
+				return fmt.Errorf("sweep: %w", err)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("sweep: more than %d SCAN calls", sweepScans)
 }
