@@ -26,7 +26,7 @@
 // How a route or method locks is a lockcore.Policy, the one shape a policy
 // has from the route to the engine: Wait, FailFast, TTL and MaxHold each
 // return one, and the zero Policy means the defaults. An Option (Defaults,
-// Logger, Observe) configures a Locker and is accepted nowhere else. The rest of a
+// Logger, Observe, Trace) configures a Locker and is accepted nowhere else. The rest of a
 // route's configuration (the HTTP methods that lock, which callers may
 // bring owner tokens, the response to a refusal) is middleware.Config's,
 // and a gRPC server's is interceptor.Config's.

@@ -74,7 +74,7 @@ func TestFromEngine(t *testing.T) {
 	e.mu.Lock()
 	calls := e.policies
 	e.mu.Unlock()
-	if len(calls) != 2 || calls[0] != (lockcore.Policy{Wait: lockcore.FailFast, TTL: time.Minute}) {
+	if len(calls) != 2 || calls[0] != (lockcore.Policy{Wait: lockcore.FailFast, TTL: time.Minute, Route: "/products/{productID}/buy"}) {
 		t.Fatalf("engine calls %+v, want two with the Locker's fail-fast policy and TTL", calls)
 	}
 
@@ -100,7 +100,8 @@ func TestFromEngine(t *testing.T) {
 // (lock.Wait, lock.TTL) is the Policy the engine's Acquire receives: one
 // shape from the option to the engine, with only the zero fields filled in
 // from the Locker's Defaults, and Route set for gRPC (the method) and for
-// an engine that records routes.
+// an engine that records routes or shows them to operators (an Operator,
+// as locktest.Engine is).
 func TestPolicyCrossesUnchanged(t *testing.T) {
 	e := &recording{Engine: new(locktest.Engine)}
 	locker := lock.FromEngine(e, lock.Defaults(lock.TTL(30*time.Second)))
@@ -130,10 +131,10 @@ func TestPolicyCrossesUnchanged(t *testing.T) {
 	}
 
 	want := []lockcore.Policy{
-		{Wait: 2 * time.Second},
-		{Wait: 2 * time.Second, TTL: 30 * time.Second},
-		{Wait: lockcore.FailFast, TTL: time.Minute},
-		{Wait: 3 * time.Second, TTL: 30 * time.Second},
+		{Wait: 2 * time.Second, Route: "/products/{productID}/buy"},
+		{Wait: 2 * time.Second, TTL: 30 * time.Second, Route: "/products/{productID}/refund"},
+		{Wait: lockcore.FailFast, TTL: time.Minute, Route: "/products/{productID}/reserve"},
+		{Wait: 3 * time.Second, TTL: 30 * time.Second, Route: "/products/{productID}/hold"},
 		{Wait: 2 * time.Second, TTL: 30 * time.Second, Route: shop.Reserve},
 	}
 	e.mu.Lock()

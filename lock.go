@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,11 +26,12 @@ import (
 // itself: give it to package interceptor's server interceptors, or to
 // middleware.Lock, to lock with its engine and Defaults.
 type Locker struct {
-	engine   lockcore.Engine     // what requests lock through: base, or a wrapper of it
-	base     lockcore.Engine     // the engine of New or FromEngine
-	owned    *redisengine.Engine // the engine New made, closed by Close
-	defaults lockcore.Policy     // Defaults
-	logger   *slog.Logger        // Logger
+	engine   lockcore.Engine              // what requests lock through: base, or a wrapper of it
+	base     lockcore.Engine              // the engine of New or FromEngine
+	owned    *redisengine.Engine          // the engine New made, closed by Close
+	defaults lockcore.Policy              // Defaults
+	logger   *slog.Logger                 // Logger
+	trace    func(context.Context) string // Trace
 
 	// Set by options, read while the Locker is made.
 	redis redisengine.Options                   // New's engine
@@ -40,8 +42,11 @@ type Locker struct {
 // default options: keys under "routelock:"; a TTL given to Defaults is
 // also the engine's Options.TTL, the lease its restart guard starts from)
 // on rdb, configured by opts. The Locker does not own rdb: Close leaves it
-// open. For other engine options, such as a key prefix of your own, make
-// the engine with redisengine.New and give it to FromEngine.
+// open. The engine's instance name, which operators see beside its holds
+// and waiters (package admin, the routelock command), is
+// "<hostname>-<pid>": a Kubernetes pod's name is its hostname. For other
+// engine options, such as a name or a key prefix of your own, make the
+// engine with redisengine.New and give it to FromEngine.
 //
 // Panics if rdb is nil or a *redis.Ring (see redisengine.New), or an
 // option is invalid.
@@ -53,7 +58,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Locker {
 // (Logger, Observe) set theirs.
 func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *Locker {
 	if rdb == nil {
-		panic("lock: New(nil)")
+		panic("routelock: lock.New(nil)")
 	}
 	l := &Locker{redis: o}
 	l.apply(opts)
@@ -66,7 +71,7 @@ func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *
 	}
 	e, err := redisengine.New(rdb, l.redis)
 	if err != nil {
-		panic("lock: New: " + err.Error())
+		panic("routelock: lock.New: " + strings.TrimPrefix(err.Error(), "routelock: "))
 	}
 	l.base, l.owned = e, e
 	l.engine = l.wrapped(e)
@@ -83,7 +88,7 @@ func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *
 // Panics if e is nil or an option is invalid.
 func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
 	if e == nil {
-		panic("lock: FromEngine(nil)")
+		panic("routelock: lock.FromEngine(nil)")
 	}
 	l := &Locker{base: e}
 	l.apply(opts)
@@ -97,7 +102,7 @@ func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
 func (l *Locker) apply(opts []Option) {
 	for _, o := range opts {
 		if o.apply == nil {
-			panic("lock: zero Option")
+			panic("routelock: zero lock.Option")
 		}
 		o.apply(l)
 	}
@@ -115,6 +120,9 @@ func (l *Locker) wrapped(e lockcore.Engine) lockcore.Engine {
 // Locker's engine (through its observers), with p's zero fields taken from
 // the Locker's Defaults.
 func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	if l.trace != nil && p.Trace == "" {
+		p.Trace = l.trace(ctx)
+	}
 	return l.engine.Acquire(ctx, key, p.Or(l.defaults))
 }
 
@@ -125,6 +133,9 @@ func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 // package interceptor take a route's several resources (keyfunc.Func.Also)
 // with it.
 func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
+	if l.trace != nil && p.Trace == "" {
+		p.Trace = l.trace(ctx)
+	}
 	return lockcore.AcquireAll(ctx, l.engine, keys, p.Or(l.defaults))
 }
 
@@ -135,11 +146,13 @@ func (l *Locker) Unwrap() lockcore.Engine { return l.engine }
 
 // RecordsRoute reports whether the Locker's engine, through its
 // observers, labels each acquisition with its route (lockcore.Policy.Route,
-// as package lockotel's does): middleware.Lock asks, to find each
-// request's route template only when it will be recorded.
+// as package lockotel's does), or shows it to operators (an engine that is
+// a lockcore.Operator, as the Redis engine is: see Operator):
+// middleware.Lock asks, to find each request's route template only when
+// it will be recorded.
 func (l *Locker) RecordsRoute() bool {
 	rr, ok := l.engine.(interface{ RecordsRoute() bool })
-	return ok && rr.RecordsRoute()
+	return ok && rr.RecordsRoute() || l.Operator() != nil
 }
 
 // Close stops the background work of the Redis engine that New made (lease
@@ -222,7 +235,11 @@ func find[T any](e lockcore.Engine) (T, bool) {
 // Panics if key is zero or cannot read HTTP requests (interceptor.Field),
 // or the Policy is invalid.
 func (l *Locker) By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) http.Handler {
-	return middleware.Lock(l.engine, middleware.Config{
+	var e lockcore.Engine = l.engine
+	if l.trace != nil {
+		e = l // Acquire labels each acquisition with its trace id
+	}
+	return middleware.Lock(e, middleware.Config{
 		Key:    key,
 		Policy: policy(ps).Or(l.defaults),
 		Logger: l.logger,
@@ -328,7 +345,7 @@ func defaultLocker() *Locker {
 func defaultConf() (redisconf.Config, error) {
 	c, err := redisconf.FromEnv(os.Getenv)
 	if err != nil {
-		return c, fmt.Errorf("lock: %w; or call lock.SetDefault before building routes", err)
+		return c, fmt.Errorf("routelock: %w; or call lock.SetDefault before building routes", err)
 	}
 	return c, nil
 }

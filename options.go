@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/routelock/lock/lockcore"
@@ -25,7 +26,7 @@ type Option struct{ apply func(*Locker) }
 // Panics if d is not positive; use FailFast for no wait.
 func Wait(d time.Duration) lockcore.Policy {
 	if d <= 0 {
-		panic(fmt.Sprintf("lock: Wait(%v): must be positive; use FailFast for no wait", d))
+		panic(fmt.Sprintf("routelock: lock.Wait(%v): must be positive; use FailFast for no wait", d))
 	}
 	return lockcore.Policy{Wait: d}
 }
@@ -47,7 +48,7 @@ func FailFast() lockcore.Policy { return lockcore.Policy{Wait: lockcore.FailFast
 func TTL(d time.Duration) lockcore.Policy {
 	p := lockcore.Policy{TTL: d}
 	if err := p.Validate(); err != nil || d == 0 {
-		panic(fmt.Sprintf("lock: TTL(%v): below the minimum 30ms", d))
+		panic(fmt.Sprintf("routelock: lock.TTL(%v): below the minimum 30ms", d))
 	}
 	return p
 }
@@ -66,7 +67,7 @@ func TTL(d time.Duration) lockcore.Policy {
 // Panics if d is not positive.
 func MaxHold(d time.Duration) lockcore.Policy {
 	if d <= 0 {
-		panic(fmt.Sprintf("lock: MaxHold(%v): must be positive", d))
+		panic(fmt.Sprintf("routelock: lock.MaxHold(%v): must be positive", d))
 	}
 	return lockcore.Policy{MaxHold: d}
 }
@@ -103,7 +104,7 @@ func Shared() lockcore.Policy { return lockcore.Policy{Share: lockcore.ShareAll}
 // lockcore.Policy{Share: n}. Panics if n is not positive.
 func Permits(n int) lockcore.Policy {
 	if n <= 0 {
-		panic(fmt.Sprintf("lock: Permits(%d): must be positive", n))
+		panic(fmt.Sprintf("routelock: lock.Permits(%d): must be positive", n))
 	}
 	return lockcore.Policy{Share: n}
 }
@@ -127,7 +128,7 @@ func Permits(n int) lockcore.Policy {
 // lockcore.MaxSegments.
 func Segments(n int) lockcore.Policy {
 	if n <= 0 || n > lockcore.MaxSegments {
-		panic(fmt.Sprintf("lock: Segments(%d): want 1 to %d", n, lockcore.MaxSegments))
+		panic(fmt.Sprintf("routelock: lock.Segments(%d): want 1 to %d", n, lockcore.MaxSegments))
 	}
 	return lockcore.Policy{Segments: n}
 }
@@ -154,10 +155,10 @@ func policy(ps []lockcore.Policy) lockcore.Policy {
 func Defaults(ps ...lockcore.Policy) Option {
 	p := policy(ps)
 	if err := p.Validate(); err != nil {
-		panic("lock: Defaults: " + err.Error())
+		panic("routelock: lock.Defaults: " + strings.TrimPrefix(err.Error(), "routelock: "))
 	}
 	if p.Share != 0 || p.Segments != 0 {
-		panic("lock: Defaults: Shared, Permits and Segments are given to routes and methods, not as defaults")
+		panic("routelock: lock.Defaults: Shared, Permits and Segments are given to routes and methods, not as defaults")
 	}
 	return Option{func(l *Locker) { l.defaults = p.Or(l.defaults) }}
 }
@@ -177,6 +178,29 @@ func Logger(l *slog.Logger) Option {
 	return Option{func(k *Locker) { k.logger = l }}
 }
 
+// Trace makes the Locker label each acquisition with the trace id that f
+// returns for the request's context (lockcore.Policy.Trace; "" for none),
+// which the engine shows to operators beside the route and the instance
+// name of each holder and waiter (package admin, the routelock command),
+// so that a stuck hold can be followed to its request. For the
+// OpenTelemetry span of the request's context:
+//
+//	locker := lock.New(rdb, lock.Trace(func(ctx context.Context) string {
+//		if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+//			return sc.TraceID().String()
+//		}
+//		return ""
+//	}))
+//
+// f runs once per acquisition, on the request's goroutine, and must be
+// cheap. Default: none. Panics if f is nil.
+func Trace(f func(context.Context) string) Option {
+	if f == nil {
+		panic("routelock: lock.Trace(nil)")
+	}
+	return Option{func(l *Locker) { l.trace = f }}
+}
+
 // Observe makes o watch the Locker's locks: OpenTelemetry spans and metrics
 // with package lockotel,
 //
@@ -192,7 +216,7 @@ func Logger(l *slog.Logger) Option {
 // Panics if o is nil.
 func Observe(o lockcore.Observer) Option {
 	if o == nil {
-		panic("lock: Observe(nil)")
+		panic("routelock: lock.Observe(nil)")
 	}
 	return Option{func(l *Locker) {
 		if inner := l.wrap; inner != nil {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 )
@@ -69,9 +71,10 @@ type config struct {
 
 // Handler returns an http.Handler that shows the locks of op and
 // force-releases them: see the package documentation for its routes and
-// its JSON. It routes on the end of the request's path, so it can be
-// mounted under any path, with or without http.StripPrefix. It reads c
-// once: changing c's TrustedOrigins afterwards changes nothing.
+// its JSON. It serves those routes relative to where it is mounted (chi's
+// Mount, http.StripPrefix, an http.ServeMux pattern ending in '/'), and
+// answers 404 to every other path. It reads c once: changing c's
+// TrustedOrigins afterwards changes nothing.
 //
 // Panics if op is nil or c is invalid (a PageSize out of range, an origin
 // that is not scheme://host[:port]).
@@ -81,7 +84,7 @@ func Handler(op lockcore.Operator, c Config) http.Handler {
 
 func newHandler(op lockcore.Operator, c Config, now func() time.Time) http.Handler {
 	if op == nil {
-		panic("admin: Handler(nil)")
+		panic("routelock: admin.Handler(nil)")
 	}
 	cfg := config{now: now, title: c.Title, logger: c.Logger, limit: c.PageSize, origins: slices.Clone(c.TrustedOrigins)}
 	if cfg.title == "" {
@@ -91,12 +94,12 @@ func newHandler(op lockcore.Operator, c Config, now func() time.Time) http.Handl
 		cfg.limit = defaultLimit
 	}
 	if cfg.limit < 1 || cfg.limit > maxLimit {
-		panic(fmt.Sprintf("admin: PageSize(%d) is out of range 1..%d", cfg.limit, maxLimit))
+		panic(fmt.Sprintf("routelock: admin.PageSize(%d) is out of range 1..%d", cfg.limit, maxLimit))
 	}
 	cop := http.NewCrossOriginProtection()
 	for _, o := range cfg.origins {
 		if err := cop.AddTrustedOrigin(o); err != nil {
-			panic("admin: TrustedOrigin: " + err.Error())
+			panic("routelock: admin.TrustedOrigin: " + err.Error())
 		}
 	}
 	return &handler{op: op, cfg: cfg, cop: cop}
@@ -113,7 +116,7 @@ type routeKind int
 
 const (
 	routeIndex    routeKind = iota // .../
-	routeRedirect                  // a path that should end in '/'
+	routeNotFound                  // a path the handler does not serve
 	routeList                      // .../locks
 	routeLock                      // .../locks/{key}
 	routeRelease                   // .../locks/{key}/release
@@ -128,28 +131,70 @@ type route struct {
 	tail int    // path segments after the mount point's final '/'
 }
 
-// parseRoute reads an escaped path from its end, so that whatever a router
-// or http.StripPrefix left in front of the handler's own part does not
-// matter. A key's segment is never the word locks or release (keySegment
-// escapes such a key), so the words mark the handler's own part.
+// parseRoute reads the handler's own part of an escaped path (ownPath),
+// with or without its leading '/': "" and "/" are the index, a documented
+// route is that route, and anything else is not found.
 func parseRoute(p string) route {
+	p = strings.TrimPrefix(p, "/")
+	if p == "" {
+		return route{kind: routeIndex, tail: 1}
+	}
 	s := strings.Split(p, "/")
 	n := len(s)
 	switch {
-	case n >= 3 && s[n-1] == "release" && s[n-3] == "locks" && isKeySegment(s[n-2]):
-		return route{kind: routeRelease, key: s[n-2], tail: 3}
-	case n >= 3 && s[n-1] == "open" && s[n-3] == "gates" && isKeySegment(s[n-2]):
-		return route{kind: routeOpen, key: s[n-2], tail: 3}
-	case n >= 2 && s[n-2] == "locks" && isKeySegment(s[n-1]):
-		return route{kind: routeLock, key: s[n-1], tail: 2}
-	case s[n-1] == "locks":
+	case n == 3 && s[0] == "locks" && s[2] == "release" && isKeySegment(s[1]):
+		return route{kind: routeRelease, key: s[1], tail: 3}
+	case n == 3 && s[0] == "gates" && s[2] == "open" && isKeySegment(s[1]):
+		return route{kind: routeOpen, key: s[1], tail: 3}
+	case n == 2 && s[0] == "locks" && isKeySegment(s[1]):
+		return route{kind: routeLock, key: s[1], tail: 2}
+	case n == 1 && s[0] == "locks":
 		return route{kind: routeList, tail: 1}
-	case s[n-1] == "gates":
+	case n == 1 && s[0] == "gates":
 		return route{kind: routeGates, tail: 1}
-	case s[n-1] == "":
-		return route{kind: routeIndex, tail: 1}
 	}
-	return route{kind: routeRedirect}
+	return route{kind: routeNotFound, tail: n}
+}
+
+// ownPath returns the handler's own part of r's escaped path: what follows
+// the mount point. Under chi's Mount, the route context's RoutePath (the
+// path left to the mounted handler) says how many of the path's last
+// segments that is: a key's segment has no '/' (keySegment escapes it).
+// Under an http.ServeMux pattern ending in '/', or a chi pattern ending in
+// '/*', that the path still starts with (not stripped), it is what follows
+// the pattern.
+// Otherwise the path is the handler's own already (http.StripPrefix, or
+// the handler at the root).
+func ownPath(r *http.Request) string {
+	p := r.URL.EscapedPath()
+	if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath != "" {
+		if rctx.RoutePath == "/" && !strings.HasSuffix(p, "/") {
+			return "" // the mount point without its '/'
+		}
+		s := strings.Split(p, "/")
+		if n := strings.Count(rctx.RoutePath, "/"); n < len(s) {
+			return "/" + strings.Join(s[len(s)-n:], "/")
+		}
+		return p
+	}
+	pat := patternPath(r.Pattern)
+	pat = strings.TrimSuffix(pat, "*")
+	if strings.HasSuffix(pat, "/") && strings.HasPrefix(p, pat) {
+		return p[len(pat)-1:]
+	}
+	return p
+}
+
+// patternPath returns the path of an http.ServeMux pattern, without its
+// method and host.
+func patternPath(pat string) string {
+	if _, rest, ok := strings.Cut(pat, " "); ok {
+		pat = strings.TrimLeft(rest, " \t")
+	}
+	if i := strings.IndexByte(pat, '/'); i > 0 {
+		pat = pat[i:]
+	}
+	return pat
 }
 
 func isKeySegment(s string) bool {
@@ -197,7 +242,11 @@ func (rt route) root() string {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rt := parseRoute(r.URL.EscapedPath())
+	rt := parseRoute(ownPath(r))
+	if rt.kind == routeNotFound {
+		h.fail(w, r, rt, http.StatusNotFound, "not found")
+		return
+	}
 	if rt.kind == routeRelease || rt.kind == routeOpen {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -512,7 +561,7 @@ func opStatus(err error) (int, string) {
 func (h *handler) opFailed(w http.ResponseWriter, r *http.Request, rt route, html bool, op string, err error) {
 	code, msg := opStatus(err)
 	if l := h.cfg.logger; l != nil && code >= 500 && !errors.Is(err, context.Canceled) {
-		l.LogAttrs(r.Context(), slog.LevelError, "admin: "+op+" failed", slog.String("error", err.Error()))
+		l.LogAttrs(r.Context(), slog.LevelError, "routelock: admin "+op+" failed", slog.String("error", err.Error()))
 	}
 	h.failHTML(w, r, rt, html, code, msg)
 }

@@ -94,14 +94,15 @@ func formPost(extra ...string) []string {
 func sample(op *memOp) {
 	now := op.now
 	op.set(lockcore.Info{
-		Key:       "productID:42",
-		Holders:   []lockcore.Holder{{Owner: "3f9a1c2e", Count: 2, Instances: []string{"e1a2b3c4d5e6f708"}, Since: now.Add(-1500 * time.Millisecond)}},
+		Key: "productID:42",
+		Holders: []lockcore.Holder{{Owner: "3f9a1c2e", Count: 2, Instances: []string{"e1a2b3c4d5e6f708"}, Names: []string{"shop-7f9c-a"},
+			Route: "/products/{productID}/buy", Trace: "4bf92f3577b34da6a3ce929d0e0e4736", Since: now.Add(-1500 * time.Millisecond)}},
 		Fence:     1017,
 		LastFence: 1019,
 		TTL:       8250 * time.Millisecond,
 		Waiters: []lockcore.Waiter{
 			{Instance: "9b8c7d6e5f403122", Since: now.Add(-time.Second), Deadline: now.Add(4 * time.Second)},
-			{Instance: "e1a2b3c4d5e6f708", Since: now.Add(-500 * time.Millisecond), Deadline: now.Add(1500 * time.Millisecond)},
+			{Instance: "e1a2b3c4d5e6f708", Route: "/shop.Inventory/Reserve", Trace: "0af7651916cd43dd8448eb211c80319c", Since: now.Add(-500 * time.Millisecond), Deadline: now.Add(1500 * time.Millisecond)},
 		},
 		Audit: []lockcore.Revocation{{Key: "productID:42", Owner: "77aa00bb", Fence: 1001, NewFence: 1002, Reason: "stuck after the 14:02 deploy", At: now.Add(-time.Hour)}},
 	})
@@ -173,7 +174,7 @@ func TestJSON(t *testing.T) {
 	if o["key"] != "orderID:7" || o["ttl_ms"] != 2000.0 || !reflect.DeepEqual(o["waiters"], []any{}) || !reflect.DeepEqual(o["audit"], []any{}) {
 		t.Errorf("orderID:7 = %v (key order, durations in ms, empty lists as [])", o)
 	}
-	h := wantKeys(t, "holder without since", o["holders"].([]any)[0], "owner", "count", "instances", "mode")
+	h := wantKeys(t, "holder without since", o["holders"].([]any)[0], "owner", "count", "instances", "names", "mode")
 	if h["owner"] != "c0ffee11" || h["count"] != 1.0 {
 		t.Errorf("holder %v", h)
 	}
@@ -182,8 +183,9 @@ func TestJSON(t *testing.T) {
 	if p["held"] != true || p["fence"] != 1017.0 || p["last_fence"] != 1019.0 || p["ttl_ms"] != 8250.0 {
 		t.Errorf("productID:42 = %v", p)
 	}
-	h = wantKeys(t, "holder", p["holders"].([]any)[0], "owner", "count", "instances", "since", "mode")
-	if h["owner"] != "3f9a1c2e" || h["count"] != 2.0 || !reflect.DeepEqual(h["instances"], []any{"e1a2b3c4d5e6f708"}) {
+	h = wantKeys(t, "holder", p["holders"].([]any)[0], "owner", "count", "instances", "names", "route", "trace", "since", "mode")
+	if h["owner"] != "3f9a1c2e" || h["count"] != 2.0 || !reflect.DeepEqual(h["instances"], []any{"e1a2b3c4d5e6f708"}) ||
+		!reflect.DeepEqual(h["names"], []any{"shop-7f9c-a"}) || h["route"] != "/products/{productID}/buy" || h["trace"] != "4bf92f3577b34da6a3ce929d0e0e4736" {
 		t.Errorf("holder %v", h)
 	}
 	wantTime(t, "holder.since", h["since"], now.Add(-1500*time.Millisecond))
@@ -404,9 +406,11 @@ func TestPage(t *testing.T) {
 		`<a href="./locks/productID:42"><code>productID:42</code></a>`,
 		`<code title="owner digest">3f9a1c2e</code> <b title="acquisitions holding it">×2</b>`,
 		"held 1.5s",
-		"<code>e1a2b3c4d5e6f708</code>",
+		`<div class="small nowrap" title="instance, engine id e1a2b3c4d5e6f708">on <code class="instance">shop-7f9c-a</code></div>`,
+		`via <code class="route">/products/{productID}/buy</code>`, `trace <code class="trace">4bf92f3577b34da6a3ce929d0e0e4736</code>`,
+		`via <code class="route">/shop.Inventory/Reserve</code>`, `trace <code class="trace">0af7651916cd43dd8448eb211c80319c</code>`,
 		"<code>1017</code><div>8.25s left</div>", "last 1019",
-		"2 waiting<ol><li><code>9b8c7d6e5f403122</code>", "waited 1s, 4s left",
+		`2 waiting<ol><li><code class="instance" title="instance, engine id 9b8c7d6e5f403122">9b8c7d6e5f403122</code>`, "waited 1s, 4s left",
 		"stuck after the 14:02 deploy",
 		`<form class="release" method="post" action="./locks/productID:42/release"><input type="text" name="reason" required`,
 		`action="./locks/orderID:7/release"`,
@@ -533,9 +537,8 @@ func TestMounts(t *testing.T) {
 		mount func(h http.Handler) http.Handler
 		root  string
 		// bare is what the root without its slash answers: a redirect to
-		// the root, a list (the handler cannot tell /debug/locks from the
-		// list of a handler mounted at /debug), or nothing of the
-		// handler's (the router does not route it there).
+		// the root, or nothing of the handler's (the router does not route
+		// it there).
 		bare string
 	}{
 		{"chi Mount", func(h http.Handler) http.Handler {
@@ -554,7 +557,7 @@ func TestMounts(t *testing.T) {
 			r := chi.NewRouter()
 			r.Mount("/debug/locks", h)
 			return r
-		}, "/debug/locks/", "list"},
+		}, "/debug/locks/", "redirect"},
 		{"StripPrefix", func(h http.Handler) http.Handler {
 			m := http.NewServeMux()
 			m.Handle("/ops/admin/", http.StripPrefix("/ops/admin", h))
@@ -587,6 +590,11 @@ func TestMounts(t *testing.T) {
 			m.Handle("/ops/admin/", h)
 			return m
 		}, "/ops/admin/", "redirect"},
+		{"chi Handle", func(h http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Handle("/ops/admin/*", h)
+			return r
+		}, "/ops/admin/", "none"},
 		{"chi Handle with StripPrefix", func(h http.Handler) http.Handler {
 			r := chi.NewRouter()
 			r.Handle("/ops/admin/*", http.StripPrefix("/ops/admin", h))
@@ -723,10 +731,10 @@ func TestHandlerPanics(t *testing.T) {
 		name, want string
 		f          func()
 	}{
-		{"nil", "admin: Handler(nil)", func() { admin.Handler(nil, admin.Config{}) }},
-		{"negative page size", "admin: PageSize(-1) is out of range 1..1000", func() { admin.Handler(newMemOp(), admin.Config{PageSize: -1}) }},
-		{"page size", "admin: PageSize(1001) is out of range 1..1000", func() { admin.Handler(newMemOp(), admin.Config{PageSize: 1001}) }},
-		{"origin", "admin: TrustedOrigin: ", func() {
+		{"nil", "routelock: admin.Handler(nil)", func() { admin.Handler(nil, admin.Config{}) }},
+		{"negative page size", "routelock: admin.PageSize(-1) is out of range 1..1000", func() { admin.Handler(newMemOp(), admin.Config{PageSize: -1}) }},
+		{"page size", "routelock: admin.PageSize(1001) is out of range 1..1000", func() { admin.Handler(newMemOp(), admin.Config{PageSize: 1001}) }},
+		{"origin", "routelock: admin.TrustedOrigin: ", func() {
 			admin.Handler(newMemOp(), admin.Config{TrustedOrigins: []string{"https://ops.example.com", "not an origin"}})
 		}},
 	} {

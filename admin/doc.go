@@ -1,6 +1,9 @@
 // Package admin serves a small operations page and a JSON API over a
 // lockcore.Operator (lock.Locker.Operator returns one): the locks held or
-// awaited, their holders, waiters and fencing tokens, and a force-release
+// awaited, their holders and waiters, each named by its instance (the
+// engine's name, such as the pod: redisengine.Options.Name), with the route
+// or gRPC method it came through and its request's trace id, the fencing
+// tokens, and a force-release
 // of a hold whose owner is stuck, with a reason kept in the lock's audit
 // record. Handler returns it as an http.Handler; the routelock command does
 // the same from a shell.
@@ -27,12 +30,16 @@
 // the request gives no limit; a limit is 1 to 1000, a prefix at most 4096
 // bytes.
 //
-// The handler reads its routes from the end of the request's path, and
-// its page links relative URLs, so it works wherever it is mounted: under
-// chi's Mount, under http.StripPrefix, as a subtree of an http.ServeMux as
-// it is, and behind a proxy that strips a prefix. A mount point ending in
-// /locks (/debug/locks) works too, with the page at /debug/locks/ and the
-// list at /debug/locks/locks.
+// The handler serves these routes relative to where it is mounted, and
+// answers 404 to every other path (such as /admin/locks/locks/productID:42
+// under a handler mounted at /admin). It learns the mount point from chi's
+// Mount, from http.StripPrefix (the path it is left with), or from the
+// pattern it is registered under as it is: an http.ServeMux subtree
+// (/admin/) or a chi wildcard (/admin/*). Its page links relative URLs, so
+// it works behind a proxy that strips a prefix too. Mounted elsewhere (another router that passes the
+// whole path on), strip the prefix with http.StripPrefix. A mount point
+// ending in /locks (/debug/locks) works too, with the page at
+// /debug/locks/ and the list at /debug/locks/locks.
 //
 // A release answers 200 with the Revocation, 404 when nobody holds the
 // lock (lockcore.ErrNotHeld), 400 for a missing reason, a reason refused
@@ -45,7 +52,7 @@
 // space:
 //
 //	curl -u ops -H 'Content-Type: application/json' -d '{"reason":"stuck since the 14:02 deploy"}' \
-//		https://app.example.com/admin/locks/locks/productID:42/release
+//		https://app.example.com/admin/locks/productID:42/release
 //
 // What the handler shows never contains an owner token: an Operator names
 // owners by a digest. Error responses never carry the backend's own
@@ -84,6 +91,13 @@
 //	owner       string: the digest of the owner's token, never the token
 //	count       number: how many acquisitions hold it (lockcore.Holder.Count)
 //	instances   array of strings: the engine ids of the processes holding it
+//	names       array of strings: their instance names, in the same order ("" where
+//	            unknown): redisengine.Options.Name, by default <hostname>-<pid>
+//	route       string: the route template (/products/{productID}/buy) or gRPC method
+//	            that took the hold; left out when not known
+//	trace       string: the trace id of the request that took it (lock.Trace); left out
+//	            when none. The Redis engine shows route and trace once a hold or
+//	            waiter has lasted about a third of its TTL (at most a second)
 //	since       time: when the hold was taken
 //	mode        string: exclusive, shared (a reader, lock.Shared) or permit (lock.Permits)
 //	permits     number: a permit's n; left out otherwise
@@ -93,6 +107,9 @@
 // A waiter:
 //
 //	instance    string: the engine id of the waiting process
+//	name        string: its instance name; left out when not known
+//	route       string: the route template or gRPC method that waits; left out when not known
+//	trace       string: the trace id of the waiting request; left out when none
 //	since       time: when it queued
 //	deadline    time: when it gives up
 //	mode        string: exclusive, shared or permit, as a holder's

@@ -100,6 +100,6 @@ func Example() {
 	// productID:42 held: true waiters: 0
 	// POST /admin/locks/productID:42/release: 200 OK
 	// reason: stuck since the 14:02 deploy | fence moved on: true
-	// lock: lease revoked by an operator: lock: lease lost
+	// routelock: lease revoked by an operator
 	// without credentials: 401 Unauthorized
 }

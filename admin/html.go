@@ -44,6 +44,15 @@ func (h *handler) fillGates(r *http.Request, p *page) {
 // Path returns key as a segment of a URL path.
 func (p *page) Path(key string) string { return keySegment(key) }
 
+// Instance names the i-th instance of a holder, whose engine id is id:
+// its instance name (names[i]), or the id when the name is not known.
+func (p *page) Instance(names []string, i int, id string) string {
+	if i < len(names) && names[i] != "" {
+		return names[i]
+	}
+	return id
+}
+
 // Self returns the URL of the page's own view, for its refresh link.
 func (p *page) Self() string {
 	if p.Single && len(p.Locks) == 1 {
@@ -217,10 +226,11 @@ footer{margin-top:14px;font-size:12px}
 {{range .Locks}}<tr>
 <td class="key"><a href="{{$.Root}}locks/{{$.Path .Key}}"><code>{{.Key}}</code></a></td>
 <td>{{range .Holders}}<code title="owner digest">{{.Owner}}</code>{{if gt .Count 1}} <b title="acquisitions holding it">×{{.Count}}</b>{{end}}{{if ne .Mode "exclusive"}} <span class="small nowrap" title="mode">{{.Mode}}{{with .Slot}} {{.}}{{end}}{{with .Permits}} of {{.}}{{end}}, fence {{.Fence}}</span>{{end}}
-{{range .Instances}}<div class="small nowrap" title="engine (process) id">on <code>{{.}}</code></div>{{end}}
+{{$h := .}}{{range $i, $id := .Instances}}<div class="small nowrap" title="instance, engine id {{$id}}">on <code class="instance">{{$.Instance $h.Names $i $id}}</code></div>{{end}}
+{{with .Route}}<div class="small" title="route or method">via <code class="route">{{.}}</code></div>{{end}}{{with .Trace}}<div class="small nowrap" title="trace id">trace <code class="trace">{{.}}</code></div>{{end}}
 {{if not .Since.IsZero}}<div class="small" title="since {{$.Stamp .Since}}">held {{$.For .Since}}</div>{{end}}{{else}}<span class="mute">free</span>{{end}}</td>
 <td class="num">{{if .Held}}<code>{{.Fence}}</code><div>{{$.Millis .TTLMillis}} left</div>{{else}}–{{end}}<div class="small" title="the key's last fencing token">last {{.LastFence}}</div></td>
-<td>{{with .Waiters}}{{len .}} waiting<ol>{{range .}}<li><code>{{.Instance}}</code>{{if ne .Mode "exclusive"}} <span class="small" title="mode">{{.Mode}}</span>{{end}} <span class="small nowrap" title="queued {{$.Stamp .Since}}, deadline {{$.Stamp .Deadline}}">waited {{$.For .Since}}, {{$.Left .Deadline}}</span></li>{{end}}</ol>{{else}}<span class="mute">none</span>{{end}}</td>
+<td>{{with .Waiters}}{{len .}} waiting<ol>{{range .}}<li><code class="instance" title="instance, engine id {{.Instance}}">{{if .Name}}{{.Name}}{{else}}{{.Instance}}{{end}}</code>{{if ne .Mode "exclusive"}} <span class="small" title="mode">{{.Mode}}</span>{{end}} <span class="small nowrap" title="queued {{$.Stamp .Since}}, deadline {{$.Stamp .Deadline}}">waited {{$.For .Since}}, {{$.Left .Deadline}}</span>{{with .Route}}<div class="small" title="route or method">via <code class="route">{{.}}</code></div>{{end}}{{with .Trace}}<div class="small nowrap" title="trace id">trace <code class="trace">{{.}}</code></div>{{end}}</li>{{end}}</ol>{{else}}<span class="mute">none</span>{{end}}</td>
 <td class="audit">{{with .Audit}}<ul>{{range .}}<li>{{.Reason}}<div class="small" title="{{$.Stamp .At}}">{{$.Ago .At}}, owner <code>{{.Owner}}</code>, fence {{.Fence}} → {{.NewFence}}</div></li>{{end}}</ul>{{else}}<span class="mute">none</span>{{end}}</td>
 <td>{{if .Held}}<form class="release" method="post" action="{{$.Root}}locks/{{$.Path .Key}}/release"><input type="text" name="reason" required maxlength="256" placeholder="reason" aria-label="reason to release {{.Key}}"><button class="danger" type="submit">Release</button></form>{{end}}</td>
 </tr>

@@ -23,6 +23,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/shop"
+	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -115,4 +116,66 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestCheckFindsFieldsTheMessageLacks: a rule whose Field path the
+// request message of its method does not have (productId for product_id,
+// a path through a scalar, a service-wide rule none of whose methods has
+// the field) is reported by Check at startup, naming the method, the path
+// and the message type; rules whose fields exist, and a "*" rule whose
+// field only some methods have (the others pass unlocked), are not. A call
+// of such a method is refused with Internal and words that blame the
+// method's lock configuration, not the lock service.
+func TestCheckFindsFieldsTheMessageLacks(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	locker := lock.New(rdb)
+	t.Cleanup(func() { _ = locker.Close() })
+	good := []interceptor.Rule{
+		interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID")),
+		interceptor.Method(shop.Create, keyfunc.Join(interceptor.Metadata("x-tenant"), interceptor.Field("order.user_id"))),
+		interceptor.Method("/shop.Orders/*", interceptor.Field("order.product_id")),
+		interceptor.Method("*", interceptor.Field("product_id")),
+	}
+	if err := interceptor.Check(newShopServer(locker, good), good...); err != nil {
+		t.Fatalf("Check of rules whose fields exist: %v", err)
+	}
+	for _, tc := range []struct {
+		rule interceptor.Rule
+		want []string
+	}{
+		{interceptor.Method(shop.Reserve, interceptor.Field("productId")), []string{shop.Reserve, "productId", "shop.ReserveRequest"}},
+		{interceptor.Method(shop.Create, interceptor.Field("order.userId").Also(interceptor.Field("order.product_id"))), []string{shop.Create, "order.userId", "shop.Order"}},
+		{interceptor.Method(shop.Create, interceptor.Field("order.user_id.first")), []string{shop.Create, "order.user_id.first", "shop.Order"}},
+		{interceptor.Method("/shop.Orders/*", interceptor.Field("productId")), []string{"/shop.Orders/*", "productId", "shop.CreateOrderRequest"}},
+	} {
+		rules := []interceptor.Rule{tc.rule}
+		err := interceptor.Check(newShopServer(locker, rules), rules...)
+		if !errors.Is(err, lockcore.ErrMisconfigured) {
+			t.Errorf("Check of %s %v: %v, want ErrMisconfigured", tc.rule.Method, tc.rule.Key, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("Check of %s %v: %q does not name %s", tc.rule.Method, tc.rule.Key, err, w)
+			}
+		}
+	}
+
+	rig := newFakeRig(t, locker, interceptor.Config{Rules: []interceptor.Rule{interceptor.Method(shop.Reserve, interceptor.Field("productId"))}}, &shop.Server{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := rig.cc.Invoke(ctx, shop.Reserve, shop.Set(shop.New("ReserveRequest"), "product_id", int64(42)), shop.New("ReserveReply"))
+	msg := status.Convert(err).Message()
+	if status.Code(err) != codes.Internal || strings.Contains(msg, "lock service") || !strings.Contains(msg, "configuration") || !strings.Contains(msg, "Field(productId)") {
+		t.Fatalf("call of a method whose rule names a field it lacks: %v; want Internal, blaming the method's lock configuration and naming Field(productId)", err)
+	}
+}
+
+// newShopServer returns a gRPC server with the shop's services registered,
+// locked by rules; it is never served.
+func newShopServer(locker *lock.Locker, rules []interceptor.Rule) *grpc.Server {
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.UnaryServer(locker, interceptor.Config{Rules: rules})))
+	shop.Register(srv, &shop.Server{})
+	return srv
 }

@@ -268,7 +268,7 @@ func TestFakeRulePolicies(t *testing.T) {
 }
 
 // TestFakeCodes: a missing key is InvalidArgument, a busy lock Aborted with
-// a RetryInfo of the holder's remaining lease (fail fast and after a wait),
+// a RetryInfo of the engine's first hint, 100 ms (fail fast and after a wait),
 // an unreachable engine Unavailable, a caller that goes away or whose
 // deadline passes while waiting Canceled or DeadlineExceeded with nothing
 // left queued, an exact rule whose key does not apply Internal; the handler
@@ -312,11 +312,11 @@ func TestFakeCodes(t *testing.T) {
 		}
 		return 0
 	}
-	if _, err := callReserve(fakeCtx(t), failFast.cc, 42); codeOf(err) != codes.Aborted || retryDelay(err) != 1500*time.Millisecond {
-		t.Errorf("busy, fail fast: %v (RetryInfo %v), want Aborted with 1.5s", err, retryDelay(err))
+	if _, err := callReserve(fakeCtx(t), failFast.cc, 42); codeOf(err) != codes.Aborted || retryDelay(err) != 100*time.Millisecond {
+		t.Errorf("busy, fail fast: %v (RetryInfo %v), want Aborted with 100ms (no hold ended yet)", err, retryDelay(err))
 	}
-	if _, err := callCreate(fakeCtx(t), failFast.cc, "u7", 42); codeOf(err) != codes.Aborted || retryDelay(err) != 1500*time.Millisecond {
-		t.Errorf("busy, wait ran out: %v (RetryInfo %v), want Aborted with 1.5s", err, retryDelay(err))
+	if _, err := callCreate(fakeCtx(t), failFast.cc, "u7", 42); codeOf(err) != codes.Aborted || retryDelay(err) != 100*time.Millisecond {
+		t.Errorf("busy, wait ran out: %v (RetryInfo %v), want Aborted with 100ms (no hold ended yet)", err, retryDelay(err))
 	}
 
 	// Canceled while waiting: the server answers Canceled and dequeues.

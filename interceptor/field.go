@@ -46,7 +46,7 @@ func Field(path string) keyfunc.Func {
 	segs := strings.Split(path, ".")
 	for _, s := range segs {
 		if s == "" {
-			panic("interceptor: Field(" + strconv.Quote(path) + "): empty segment")
+			panic("routelock: interceptor.Field(" + strconv.Quote(path) + "): empty segment")
 		}
 	}
 	return keyfunc.Custom(keyfunc.Source{
@@ -59,7 +59,64 @@ func Field(path string) keyfunc.Func {
 			}
 			return field(m.ProtoReflect(), segs)
 		},
+		Check: func(req any) error {
+			m, ok := req.(proto.Message)
+			if !ok || req == nil {
+				return errNotMessage
+			}
+			return checkPath(m.ProtoReflect().Descriptor(), segs)
+		},
 	})
+}
+
+// checkPath returns nil when field can read path in messages of type md,
+// and otherwise what stops it, in every message of the type: a field the
+// type does not have, or a path to something that is not a scalar. It
+// follows field's steps on the descriptors alone.
+func checkPath(md protoreflect.MessageDescriptor, path []string) error {
+	for i := 0; ; i++ {
+		fd := md.Fields().ByName(protoreflect.Name(path[i]))
+		if fd == nil {
+			return fmt.Errorf("%s has no field %s", md.FullName(), path[i])
+		}
+		last := i == len(path)-1
+		switch {
+		case fd.IsMap():
+			return fmt.Errorf("%s.%s is a map field", md.FullName(), fd.Name())
+		case fd.IsList():
+			if last {
+				return fmt.Errorf("%s.%s is a repeated field: index it", md.FullName(), fd.Name())
+			}
+			if idx, err := strconv.Atoi(path[i+1]); err != nil || idx < 0 {
+				return fmt.Errorf("%s.%s is a repeated field indexed by a name", md.FullName(), fd.Name())
+			}
+			i++
+			last = i == len(path)-1
+		}
+		if last {
+			if !scalarKind(fd) {
+				return fmt.Errorf("%s.%s is not a scalar", md.FullName(), fd.Name())
+			}
+			return nil
+		}
+		if fd.Message() == nil {
+			return fmt.Errorf("%s.%s is a scalar, and the path goes on through it", md.FullName(), fd.Name())
+		}
+		md = fd.Message()
+	}
+}
+
+// scalarKind reports whether scalar can format a value of field fd.
+func scalarKind(fd protoreflect.FieldDescriptor) bool {
+	if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
+		return true
+	}
+	m := fd.Message()
+	if !strings.HasPrefix(string(m.FullName()), "google.protobuf.") || !strings.HasSuffix(string(m.Name()), "Value") {
+		return false
+	}
+	vfd := m.Fields().ByName("value")
+	return vfd != nil && !vfd.IsList() && !vfd.IsMap() && vfd.Message() == nil
 }
 
 // Metadata returns the key function of gRPC request metadata entry name
@@ -96,10 +153,10 @@ func Metadata(name string) keyfunc.Func {
 // function fn.
 func checkName(fn, name string) {
 	if name == "" {
-		panic("interceptor: " + fn + ": empty name")
+		panic("routelock: interceptor." + fn + ": empty name")
 	}
 	if len(name) > keylimit.PartLen {
-		panic(fmt.Sprintf("interceptor: %s: name longer than %d bytes", fn, keylimit.PartLen))
+		panic(fmt.Sprintf("routelock: interceptor.%s: name longer than %d bytes", fn, keylimit.PartLen))
 	}
 }
 

@@ -319,7 +319,7 @@ func TestFieldPublic(t *testing.T) {
 		if public(err) != tc.want {
 			t.Errorf("Field(%s): error %v, want Public() %q", tc.path, err, tc.want)
 		}
-		if want := "keyfunc: " + tc.want; err.Error() != want {
+		if want := "routelock: " + tc.want; err.Error() != want {
 			t.Errorf("Field(%s): Error() = %q, want %q", tc.path, err, want)
 		}
 	}

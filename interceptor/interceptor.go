@@ -33,7 +33,7 @@ type Rule struct {
 	// key does not apply to a method (Field of a field its request message
 	// does not have, keyfunc.ErrSkip) the call passes through unlocked; for
 	// a rule that names the method exactly it is a configuration error and
-	// the call fails with codes.Internal.
+	// the call fails with codes.Internal (Check reports it at startup).
 	Key keyfunc.Func
 
 	// Policy is how the lock is acquired: how long a call waits for a lock
@@ -111,7 +111,7 @@ func (c Config) validate() error {
 			return err
 		}
 		if seen[r.Method] {
-			return fmt.Errorf("routelock/interceptor: two rules for %s", r.Method)
+			return fmt.Errorf("routelock: interceptor.Config: two rules for %s", r.Method)
 		}
 		seen[r.Method] = true
 	}
@@ -124,18 +124,18 @@ func (r Rule) validate() error {
 	case m == "*":
 	case !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 || strings.HasSuffix(m, "/") ||
 		strings.HasPrefix(m, "//") || strings.Contains(m, "*") && !strings.HasSuffix(m, "/*"):
-		return fmt.Errorf("routelock/interceptor: method %q: want /package.Service/Method, /package.Service/* or *", m)
+		return fmt.Errorf("routelock: interceptor rule for method %q: want /package.Service/Method, /package.Service/* or *", m)
 	}
 	switch {
 	case !r.Key.ForRPC():
 		// The zero Func, which has no sources, reads nothing.
-		return fmt.Errorf("routelock/interceptor: %s: Key %v is required and must read gRPC calls", m, r.Key)
+		return fmt.Errorf("routelock: interceptor rule for %s: Key %v is required and must read gRPC calls", m, r.Key)
 	}
 	if err := r.Policy.Validate(); err != nil {
-		return fmt.Errorf("routelock/interceptor: %s: %w", m, err)
+		return fmt.Errorf("%w (interceptor rule for %s)", err, m)
 	}
 	if r.Policy.Segments != 0 {
-		return fmt.Errorf("routelock/interceptor: %s: %w: Segments %d: segmented resources are for HTTP routes (middleware.Lock) so far", m, lockcore.ErrMisconfigured, r.Policy.Segments)
+		return fmt.Errorf("%w: interceptor rule for %s: Segments %d: segmented resources are for HTTP routes (middleware.Lock) so far", lockcore.ErrMisconfigured, m, r.Policy.Segments)
 	}
 	return nil
 }
@@ -164,7 +164,7 @@ type server struct {
 
 func newServer(l lockcore.Engine, c Config) *server {
 	if l == nil {
-		panic("routelock/interceptor: nil Engine")
+		panic("routelock: nil Engine given to the interceptor")
 	}
 	if err := c.validate(); err != nil {
 		panic(err.Error())

@@ -32,7 +32,7 @@ func TestStatus(t *testing.T) {
 		{classifytest.KeyError("Metadata(x)", lockcore.ErrInvalidKey), codes.InvalidArgument, "routelock: invalid lock key: Metadata(x): invalid", 0},
 		{fmt.Errorf("%w: too many parts", lockcore.ErrInvalidKey), codes.InvalidArgument, "routelock: invalid lock key", 0},
 		{fmt.Errorf("%w: short", lockcore.ErrInvalidToken), codes.InvalidArgument, "routelock: invalid routelock-token metadata", 0},
-		{classifytest.KeyError("Field(id)", keyfunc.ErrSkip), codes.Internal, "routelock: lock key: Field(id): invalid", 0},
+		{classifytest.KeyError("Field(id)", keyfunc.ErrSkip), codes.Internal, "routelock: the lock configuration of this method is wrong: its key Field(id): invalid", 0},
 		{&lockcore.ContentionError{Key: "k", RetryAfter: 1500 * time.Millisecond}, codes.Aborted, "routelock: resource busy, retry later", 1500 * time.Millisecond},
 		{&lockcore.ContentionError{Key: "k"}, codes.Aborted, "routelock: resource busy, retry later", 0},
 		{errors.Join(&lockcore.ContentionError{Key: "k"}, context.Canceled), codes.Canceled, "routelock: call cancelled while waiting for the lock", 0},

@@ -54,7 +54,9 @@ var codeTable = []outcome.Row[codes.Code]{
 //	DeadlineExceeded  the call's deadline passed while waiting
 //	Internal          the engine set up wrongly (lockcore.ErrMisconfigured),
 //	                  and anything else, e.g. an exact rule whose key does
-//	                  not apply to its method (keyfunc.ErrSkip)
+//	                  not apply to its method (keyfunc.ErrSkip: the message
+//	                  says the method's lock configuration is wrong; Check
+//	                  finds such a rule at startup)
 //
 // and a
 // message that names what is wrong without repeating the call's values,
@@ -102,6 +104,10 @@ func Status(err error) error {
 		msg = "routelock: deadline exceeded while waiting for the lock"
 	case codes.Internal:
 		switch {
+		case k.Has(outcome.NotApplicable) && skipped(err, &kerr):
+			// A rule that names the method exactly, with a key the
+			// method's request does not have: the server's fault.
+			msg = "routelock: the lock configuration of this method is wrong: its key " + kerr.Public()
 		case errors.As(err, &kerr):
 			msg = "routelock: lock key: " + kerr.Public()
 		case k.Has(outcome.Misconfigured):
@@ -109,4 +115,27 @@ func Status(err error) error {
 		}
 	}
 	return status.Error(code, msg)
+}
+
+// skipped finds in err's tree the error of a key function that does not
+// apply to the call (keyfunc.ErrSkip) and has a method Public() string,
+// and sets *kerr to it.
+func skipped(err error, kerr *interface{ Public() string }) bool {
+	if p, ok := err.(interface{ Public() string }); ok && errors.Is(err, keyfunc.ErrSkip) {
+		*kerr = p
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		if e := u.Unwrap(); e != nil {
+			return skipped(e, kerr)
+		}
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if skipped(e, kerr) {
+				return true
+			}
+		}
+	}
+	return false
 }

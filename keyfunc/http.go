@@ -250,7 +250,7 @@ func single(vs []string) (string, error) {
 func Context(name string, key any) Func {
 	checkName("Context", name)
 	if key == nil {
-		panic("keyfunc: Context: nil key")
+		panic("routelock: keyfunc.Context: nil key")
 	}
 	get := func(ctx context.Context) (string, error) { return contextValue(ctx.Value(key)) }
 	return one(source{

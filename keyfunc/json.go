@@ -41,11 +41,11 @@ func JSONLimit(path string, maxBytes int64) Func {
 	segs := strings.Split(path, ".")
 	for _, s := range segs {
 		if s == "" {
-			panic(fmt.Sprintf("keyfunc: JSON: path %q has an empty segment", path))
+			panic(fmt.Sprintf("routelock: keyfunc.JSON: path %q has an empty segment", path))
 		}
 	}
 	if maxBytes <= 0 {
-		panic("keyfunc: JSONLimit: limit must be positive")
+		panic("routelock: keyfunc.JSONLimit: limit must be positive")
 	}
 	return one(source{
 		name: path,

@@ -41,17 +41,17 @@ var (
 	// route that has no such parameter, or a path that routes of other
 	// methods only match (the router answers 405). The middleware serves it
 	// unlocked.
-	ErrSkip = errors.New("keyfunc: not applicable to this request")
+	ErrSkip = errors.New("routelock: key not applicable to this request")
 
 	// ErrMissing means the value is absent or empty: the client did not
 	// state the key, as opposed to stating it wrongly. It matches
 	// lockcore.ErrInvalidKey.
-	ErrMissing error = &sentinel{"keyfunc: missing", lockcore.ErrInvalidKey}
+	ErrMissing error = &sentinel{"routelock: key missing", lockcore.ErrInvalidKey}
 
 	// ErrTooLarge means a request body was larger than the limit a key
 	// function reads (JSON, Form). It matches lockcore.ErrInvalidKey; the
 	// middleware answers it with 413 rather than 400.
-	ErrTooLarge error = &sentinel{"keyfunc: request body too large", lockcore.ErrInvalidKey}
+	ErrTooLarge error = &sentinel{"routelock: request body too large", lockcore.ErrInvalidKey}
 )
 
 // sentinel is an error value of this package that matches one of
@@ -72,7 +72,16 @@ type keyError struct {
 	err    error
 }
 
-func (e *keyError) Error() string { return "keyfunc: " + e.source + ": " + e.err.Error() }
+// Error reads "routelock: ", the source and what went wrong, with the
+// prefix once: that of a wrapped error of this module is left out.
+func (e *keyError) Error() string {
+	return prefix + e.source + ": " + strings.TrimPrefix(e.err.Error(), prefix)
+}
+
+// prefix begins every error and panic of this module (see lockcore's
+// sentinel errors).
+const prefix = "routelock: "
+
 func (e *keyError) Unwrap() error { return e.err }
 
 // Public returns a description of the error that is safe to show to the
@@ -148,6 +157,8 @@ type source struct {
 	httpRoute func(*http.Request) (value, route string, err error)
 
 	message bool // rpc reads the request message (interceptor.Field)
+
+	check func(req any) error // Source.Check
 }
 
 func one(s source) Func { return Func{groups: []group{{srcs: []source{s}}}} }
@@ -155,10 +166,10 @@ func one(s source) Func { return Func{groups: []group{{srcs: []source{s}}}} }
 // checkName panics unless name is usable as a resource name.
 func checkName(fn, name string) {
 	if name == "" {
-		panic("keyfunc: " + fn + ": empty name")
+		panic("routelock: keyfunc." + fn + ": empty name")
 	}
 	if len(name) > keylimit.PartLen {
-		panic(fmt.Sprintf("keyfunc: %s: name longer than %d bytes", fn, keylimit.PartLen))
+		panic(fmt.Sprintf("routelock: keyfunc.%s: name longer than %d bytes", fn, keylimit.PartLen))
 	}
 }
 
@@ -172,20 +183,20 @@ func checkName(fn, name string) {
 // 8 parts, names included.
 func Join(fs ...Func) Func {
 	if len(fs) == 0 {
-		panic("keyfunc: Join of nothing")
+		panic("routelock: keyfunc.Join of nothing")
 	}
 	var j Func
 	for _, f := range fs {
 		if len(f.groups) == 0 {
-			panic("keyfunc: Join: zero Func")
+			panic("routelock: keyfunc.Join: zero Func")
 		}
 		if len(f.also) > 0 {
-			panic("keyfunc: Join of a Func with Also")
+			panic("routelock: keyfunc.Join of a Func with Also")
 		}
 		j.groups = append(j.groups, f.groups...)
 	}
 	if n := j.parts(); n > keylimit.Parts {
-		panic(fmt.Sprintf("keyfunc: Join: %d key parts, more than %d", n, keylimit.Parts))
+		panic(fmt.Sprintf("routelock: keyfunc.Join: %d key parts, more than %d", n, keylimit.Parts))
 	}
 	return j
 }
@@ -201,10 +212,10 @@ func Join(fs ...Func) Func {
 func (f Func) As(name string) Func {
 	checkName("As", name)
 	if len(f.groups) == 0 {
-		panic("keyfunc: As of a zero Func")
+		panic("routelock: keyfunc.As of a zero Func")
 	}
 	if len(f.also) > 0 {
-		panic("keyfunc: As of a Func with Also: name each resource before Also")
+		panic("routelock: keyfunc.As of a Func with Also: name each resource before Also")
 	}
 	g := group{name: name}
 	for _, fg := range f.groups {
@@ -227,12 +238,12 @@ func (f Func) As(name string) Func {
 // Panics if f or any of more is the zero Func.
 func (f Func) Also(more ...Func) Func {
 	if len(f.groups) == 0 {
-		panic("keyfunc: Also of a zero Func")
+		panic("routelock: keyfunc.Also of a zero Func")
 	}
 	a := Func{groups: f.groups, also: slices.Clone(f.also)}
 	for _, m := range more {
 		if len(m.groups) == 0 {
-			panic("keyfunc: Also: zero Func")
+			panic("routelock: keyfunc.Also: zero Func")
 		}
 		a.also = append(a.also, Func{groups: m.groups})
 		a.also = append(a.also, m.also...)
@@ -455,6 +466,13 @@ type Source struct {
 	// runs; RPC then gets a nil req for a stream. Otherwise a stream is
 	// locked on its first message.
 	BeforeMessage bool
+
+	// Check, if set, tells before any call whether RPC can read the calls
+	// of a gRPC method, given a request message of the method's type (an
+	// empty one: only its type counts): nil, or an error that says what
+	// the type lacks, such as the field RPC reads. Func.CheckRPC calls it,
+	// and so interceptor.Check at startup. interceptor.Field has one.
+	Check func(req any) error
 }
 
 // Custom returns the key function of s. HTTP and RPC should return an
@@ -474,7 +492,7 @@ type Source struct {
 func Custom(s Source) Func {
 	checkName("Custom", s.Name)
 	if s.HTTP == nil && s.RPC == nil {
-		panic("keyfunc: Custom(" + s.Name + "): neither HTTP nor RPC")
+		panic("routelock: keyfunc.Custom(" + s.Name + "): neither HTTP nor RPC")
 	}
 	desc := s.Desc
 	if desc == "" {
@@ -486,5 +504,28 @@ func Custom(s Source) Func {
 		http:    s.HTTP,
 		rpc:     s.RPC,
 		message: s.RPC != nil && !s.BeforeMessage,
+		check:   s.Check,
 	})
+}
+
+// CheckRPC tells, before any call, whether f can read the calls of a gRPC
+// method whose request messages are of req's type (req's value does not
+// count): it returns the errors of the Source.Check of f's sources
+// (interceptor.Field's: a field path the type does not have), each
+// naming its source, joined; nil when they pass or have no Check. The
+// resources of a Func made with Also are checked too.
+func (f Func) CheckRPC(req any) error {
+	var errs []error
+	for _, r := range f.Resources() {
+		for _, g := range r.groups {
+			for i := range g.srcs {
+				if s := &g.srcs[i]; s.check != nil {
+					if err := s.check(req); err != nil {
+						errs = append(errs, &keyError{source: s.desc, err: err})
+					}
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -643,8 +643,8 @@ func TestConstructionPanics(t *testing.T) {
 			defer func() {
 				if r := recover(); r == nil {
 					t.Errorf("%s: no panic", name)
-				} else if !strings.HasPrefix(fmt.Sprint(r), "keyfunc: ") {
-					t.Errorf("%s: panic %q does not start with keyfunc:", name, r)
+				} else if !strings.HasPrefix(fmt.Sprint(r), "routelock: keyfunc.") {
+					t.Errorf("%s: panic %q does not start with routelock: keyfunc.", name, r)
 				}
 			}()
 			fn()

@@ -84,7 +84,7 @@ const segmentMark = " #"
 // out of range or k is zero or a segment's key itself.
 func (k Key) Segment(i int) Key {
 	if i < 0 || i >= MaxSegments || k.isZero() || strings.Contains(k.s, segmentMark) {
-		panic(fmt.Sprintf("lockcore: Key(%q).Segment(%d)", k.s, i))
+		panic(fmt.Sprintf("routelock: lockcore.Key(%q).Segment(%d)", k.s, i))
 	}
 	return Key{s: k.s + segmentMark + strconv.Itoa(i)}
 }

@@ -108,12 +108,21 @@ type Policy struct {
 	TTL time.Duration
 	// Route names what the acquisition is for, for telemetry: the route
 	// template or gRPC method whose request takes the lock, as the
-	// adapters set it; engines ignore it. The gRPC interceptors always set
-	// it; the HTTP middleware only for an engine with a method
-	// RecordsRoute() bool that reports true (package lockotel's wrapper,
-	// which labels its spans and metrics with it), since finding a
-	// request's route template costs an allocation.
+	// adapters set it. Engines that are Operators show it beside the
+	// holder or waiter it is for (Holder.Route, Waiter.Route). The gRPC
+	// interceptors always set it; the HTTP middleware for an engine that
+	// is an Operator, or has a method RecordsRoute() bool that reports
+	// true (package lockotel's wrapper, which labels its spans and metrics
+	// with it, and a lock.Locker whose engine is an Operator), since
+	// finding a request's route template costs an allocation.
 	Route string
+	// Trace is the trace id of the request that acquires (such as an
+	// OpenTelemetry trace id in hex), "" for none. Engines that are
+	// Operators show it, with Route, beside the holder or waiter it is
+	// for (Holder.Trace, Waiter.Trace), so that an operator can follow a
+	// stuck hold to its request. Package lock's Locker sets it from the
+	// function given to its Trace option; at most 64 bytes are kept.
+	Trace string
 	// MaxHold, when positive, is the longest a hold may last however long
 	// its handler runs: once it has been held that long, its context is
 	// cancelled with a cause matching ErrMaxHold (and ErrLockLost) and it
@@ -175,6 +184,9 @@ func (p Policy) Or(d Policy) Policy {
 	}
 	if p.Route == "" {
 		p.Route = d.Route
+	}
+	if p.Trace == "" {
+		p.Trace = d.Trace
 	}
 	if p.Share == 0 {
 		p.Share = d.Share
@@ -275,6 +287,11 @@ type held struct {
 	// together: AcquireAll took the hold with others for one request, so
 	// that it is not the request's one resource (see CloseGate)
 	together bool
+	// byToken: the hold re-entered, under a token the acquisition's
+	// context carried (propagated from another process), a hold that token
+	// has in the backend: a hold of this process's own, whose lease
+	// reports Reentered
+	byToken bool
 	// segments: the hold is of a segment of a resource split into that
 	// many (AcquireSegment); 0 for none
 	segments int32
@@ -438,6 +455,10 @@ func (h *held) lost() error {
 // acquisition with context ctx. The lease's context derives from ctx and
 // carries the hold (HeldFrom, TokensFrom) and ctx's lock
 // state; Begin(ctx', e, key, p) re-enters it from any context derived from it.
+// When token is one that ctx carries (TokensFrom: one propagated from
+// another process, say), the hold is a re-entry of that token's hold in
+// the backend, and the lease reports Reentered; a fresh acquisition's
+// token comes from NewToken, and no context carries it yet.
 //
 // ev, the engine's Events (nil for none), is told of the hold's end once,
 // as Events.Ended describes: when it is lost (Lose, or a Check that
@@ -451,9 +472,9 @@ func (h *held) lost() error {
 // Panics if e's dynamic type is not comparable.
 func NewLease(ctx context.Context, e Engine, key Key, token string, fence int64, hold Hold, ev Events) *Lease {
 	if t := reflect.TypeOf(e); t == nil || !t.Comparable() {
-		panic(fmt.Sprintf("lockcore: NewLease: engine of type %v is not comparable; use a pointer", t))
+		panic(fmt.Sprintf("routelock: lockcore.NewLease: engine of type %v is not comparable; use a pointer", t))
 	}
-	h := &held{e: e, hold: hold, key: key, token: token, fence: fence, ev: ev, slot: -1}
+	h := &held{e: e, hold: hold, key: key, token: token, fence: fence, ev: ev, slot: -1, byToken: carries(ctx, token)}
 	if s, ok := hold.(SharedHold); ok {
 		if slot, ok := s.Shared(); ok {
 			h.shared, h.slot = true, int32(max(slot, -1))
@@ -467,6 +488,17 @@ func NewLease(ctx context.Context, e Engine, key Key, token string, fence int64,
 	h.st = ctxState{token: token, held: h, parent: stateFrom(ctx)}
 	h.first = Lease{h: h, ctx: h}
 	return &h.first
+}
+
+// carries reports whether ctx carries tok: as the token of a lock it holds
+// or of one given to Intake. Unlike TokensFrom, it exposes no hold.
+func carries(ctx context.Context, tok string) bool {
+	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
+		if s.token == tok {
+			return true
+		}
+	}
+	return false
 }
 
 // reenter returns a new lease on the live hold of key that engine e made
@@ -494,7 +526,7 @@ func reenter(ctx context.Context, e Engine, key Key) *Lease {
 // process's: a hold re-entered in another process by its propagated
 // token has that process's own (see Policy.MaxHold).
 func LimitHold(ls *Lease, max time.Duration) {
-	if max <= 0 || ls.Reentered() || ls.h.ceiling.Load() != nil {
+	if max <= 0 || ls.inMemory() || ls.h.ceiling.Load() != nil {
 		return // Begin gives an in-memory re-entry's ceiling to its hold
 	}
 	ls.h.limit(max)
@@ -558,10 +590,26 @@ func (ls *Lease) Shared() bool { return ls.h.shared }
 // slot of the hold it re-entered.
 func (ls *Lease) Slot() (int, bool) { return int(ls.h.slot), ls.h.slot >= 0 }
 
-// Reentered reports whether the lease re-entered, in memory, a hold that
-// an outer lease of the same request made; the fresh lease of a hold
-// reports false.
-func (ls *Lease) Reentered() bool { return ls != &ls.h.first }
+// Reentered reports whether the lease re-entered a hold of its owner
+// instead of taking the lock afresh: in memory, a hold that an outer lease
+// of the same request made in this process (ReenteredInMemory), or in the
+// backend, by an owner token the acquisition's context carried
+// (propagated from another process: Intake). Either way its Fence is the
+// re-entered hold's. A re-entry by token is still a hold of this
+// process's own: it has its own renewals, ceiling (Policy.MaxHold) and
+// Events.Ended, and the lock is free only once every process released
+// its hold.
+func (ls *Lease) Reentered() bool { return ls.inMemory() || ls.h.byToken }
+
+// ReenteredInMemory reports whether the lease re-entered, in memory, a
+// hold that an outer lease of the same request made in this process: the
+// two share that hold, which ends (and Events.Ended hears of it) once,
+// when the last of its leases is released. A re-entry by propagated token
+// reports false: its hold is its own (see Reentered).
+func (ls *Lease) ReenteredInMemory() bool { return ls.inMemory() }
+
+// inMemory is ReenteredInMemory.
+func (ls *Lease) inMemory() bool { return ls != &ls.h.first }
 
 // Context returns a context derived from the one given to Acquire that
 // carries the owner token and this hold (see HeldFrom) and

@@ -7,14 +7,14 @@ import (
 )
 
 // ErrNotHeld is returned by Operator.Revoke when nobody holds the lock.
-var ErrNotHeld = errors.New("lock: not held")
+var ErrNotHeld = errors.New("routelock: not held")
 
 // ErrInvalidReason is matched by the error of Operator.Revoke for a reason
 // that is empty, longer than 256 bytes, not UTF-8, or has control
 // characters: the reason is kept in the audit record and shown to
 // operators. Package admin and the routelock command refuse such a reason
 // before they call Revoke.
-var ErrInvalidReason = errors.New("lock: invalid revoke reason")
+var ErrInvalidReason = errors.New("routelock: invalid revoke reason")
 
 // Operator is implemented by engines that can show and force-release their
 // locks: what an operations tool (package admin, the routelock command)
@@ -76,6 +76,19 @@ type Holder struct {
 	// Instances are the engines (processes) that acquired it, by their
 	// engine ids.
 	Instances []string
+	// Names are the instance names of Instances, in the same order, as
+	// their engines were named (the Redis engine's Options.Name, by
+	// default "<hostname>-<pid>"); "" where the backend does not know it
+	// (an engine whose record expired).
+	Names []string
+	// Route is the route template or gRPC method (Policy.Route) of the
+	// acquisition that took the hold, "" when not known. The Redis engine
+	// learns it from the engine that took the hold a moment after it was
+	// taken (see its Options.Name): a hold held briefly shows none.
+	Route string
+	// Trace is the trace id (Policy.Trace) of the request that took the
+	// hold, "" when none or not known (see Route).
+	Trace string
 	// Since is when the hold was taken; zero when the backend does not
 	// know. The Redis engine reads it from Redis's clock when the hold was
 	// granted to a waiter, and from the clock of the engine that took it
@@ -94,6 +107,13 @@ type Holder struct {
 type Waiter struct {
 	// Instance is the engine (process) that waits, by its engine id.
 	Instance string
+	// Name is Instance's instance name (see Holder.Names); "" when not
+	// known.
+	Name string
+	// Route and Trace are the route template or gRPC method and the trace
+	// id of the waiting acquisition (Policy.Route, Policy.Trace), "" when
+	// none or not known (see Holder.Route).
+	Route, Trace string
 	// Since is when it queued, by the backend's clock.
 	Since time.Time
 	// Deadline is when it gives up waiting.

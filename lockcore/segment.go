@@ -42,7 +42,7 @@ func turn(key Key) uint32 {
 func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, error) {
 	n := p.Segments
 	if n <= 0 {
-		panic(fmt.Sprintf("lockcore: AcquireSegment with Segments %d", n))
+		panic(fmt.Sprintf("routelock: lockcore.AcquireSegment with Segments %d", n))
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -64,7 +64,7 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 		if base, _, ok := h.key.Segmented(); ok && base == key {
 			ls, err := e.Acquire(ctx, h.key, p) // re-entry, in memory
 			if err == nil {
-				if !ls.Reentered() {
+				if !ls.inMemory() {
 					ls.h.segments = int32(n) // lost meanwhile, and taken afresh
 				}
 				return ls, nil

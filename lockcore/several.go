@@ -123,7 +123,7 @@ func markTogether(leases []*Lease) {
 		return
 	}
 	for _, ls := range leases {
-		if !ls.Reentered() {
+		if !ls.inMemory() {
 			ls.h.together = true
 		}
 	}

@@ -111,7 +111,7 @@ func parseTokens(s string) ([]string, error) {
 	for i, f := range strings.Split(s, ",") {
 		tok, err := parseToken(strings.Trim(f, " \t"))
 		if err != nil {
-			return nil, fmt.Errorf("token %d: %w", i+1, err)
+			return nil, fmt.Errorf("%w (token %d)", err, i+1)
 		}
 		out = append(out, tok)
 	}
@@ -173,7 +173,7 @@ func WithHoldSlot(ctx context.Context) (context.Context, func(*Lease)) {
 	return context.WithValue(ctx, ctxKey{}, st), func(ls *Lease) {
 		for p := &ls.h.st; p != nil; p = p.parent {
 			if p == st {
-				panic("lockcore: WithHoldSlot: the lease was acquired with the slot's own context")
+				panic("routelock: lockcore.WithHoldSlot: the lease was acquired with the slot's own context")
 			}
 		}
 		st.slot.Store(&ls.h.st)

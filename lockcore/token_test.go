@@ -69,7 +69,7 @@ func TestIntake(t *testing.T) {
 		trustYes
 		trustNo
 	)
-	invalid := "lock: invalid owner token: "
+	invalid := "routelock: invalid owner token: "
 	for _, c := range []struct {
 		name  string
 		own   bool // ctx already carries a token
@@ -89,24 +89,24 @@ func TestIntake(t *testing.T) {
 		{name: "same token twice in a list", vals: []string{tok + "," + tok}, want: []string{tok}},
 		{name: "16 tokens", vals: []string{list16}, want: toks16},
 		{name: "17 tokens", vals: []string{list17}, err: invalid + "17 tokens, want at most 16"},
-		{name: "empty value", vals: []string{""}, err: "token 1: " + invalid + "length 0, want 16 to 64"},
-		{name: "blank value", vals: []string{" \t "}, err: "token 1: " + invalid + "length 0, want 16 to 64"},
-		{name: "empty element", vals: []string{tok + ",," + tok2}, err: "token 2: " + invalid + "length 0, want 16 to 64"},
-		{name: "trailing comma", vals: []string{tok + ","}, err: "token 2: " + invalid + "length 0, want 16 to 64"},
+		{name: "empty value", vals: []string{""}, err: invalid + "length 0, want 16 to 64 (token 1)"},
+		{name: "blank value", vals: []string{" \t "}, err: invalid + "length 0, want 16 to 64 (token 1)"},
+		{name: "empty element", vals: []string{tok + ",," + tok2}, err: invalid + "length 0, want 16 to 64 (token 2)"},
+		{name: "trailing comma", vals: []string{tok + ","}, err: invalid + "length 0, want 16 to 64 (token 2)"},
 		{name: "given twice", vals: []string{tok, tok2}, err: invalid + name + " given 2 times"},
 		{name: "given twice, same", vals: []string{tok, tok}, err: invalid + name + " given 2 times"},
 		{name: "given three times, trusted", trust: trustYes, vals: []string{tok, "", "third"}, err: invalid + name + " given 3 times", calls: 1},
-		{name: "undersized", vals: []string{short}, err: "token 1: " + invalid + "length 15, want 16 to 64"},
-		{name: "oversized", vals: []string{big}, err: "token 1: " + invalid + "length 65, want 16 to 64"},
-		{name: "huge", vals: []string{huge}, err: "token 1: " + invalid + "length 4000, want 16 to 64"},
-		{name: "inner space", vals: []string{"abcdefgh ijklmnop"}, err: "token 1: " + invalid + "byte 8 is not a letter, digit, '-' or '_'"},
-		{name: "NUL", vals: []string{"abcdefghijklmnop\x00"}, err: "token 1: " + invalid + "byte 16 is not a letter, digit, '-' or '_'"},
-		{name: "CRLF", vals: []string{"abcdefghijklmnop\r\nX-Evil: 1"}, err: "token 1: " + invalid + "byte 16 is not a letter, digit, '-' or '_'"},
-		{name: "DEL", vals: []string{"abcdefgh\x7fijklmnop"}, err: "token 1: " + invalid + "byte 8 is not a letter, digit, '-' or '_'"},
-		{name: "invalid UTF-8", vals: []string{"\xff\xfe-bad-utf8-bad-utf8"}, err: "token 1: " + invalid + "byte 0 is not a letter, digit, '-' or '_'"},
-		{name: "non-ASCII", vals: []string{"ünïcødé-ünïcødé-ü"}, err: "token 1: " + invalid + "byte 0 is not a letter, digit, '-' or '_'"},
-		{name: "semicolon", vals: []string{tok + ";" + tok2}, err: "token 1: " + invalid + "length 65, want 16 to 64"},
-		{name: "bad second token", vals: []string{tok + "," + tok2[:20] + "{x}"}, err: "token 2: " + invalid + "byte 20 is not a letter, digit, '-' or '_'"},
+		{name: "undersized", vals: []string{short}, err: invalid + "length 15, want 16 to 64 (token 1)"},
+		{name: "oversized", vals: []string{big}, err: invalid + "length 65, want 16 to 64 (token 1)"},
+		{name: "huge", vals: []string{huge}, err: invalid + "length 4000, want 16 to 64 (token 1)"},
+		{name: "inner space", vals: []string{"abcdefgh ijklmnop"}, err: invalid + "byte 8 is not a letter, digit, '-' or '_' (token 1)"},
+		{name: "NUL", vals: []string{"abcdefghijklmnop\x00"}, err: invalid + "byte 16 is not a letter, digit, '-' or '_' (token 1)"},
+		{name: "CRLF", vals: []string{"abcdefghijklmnop\r\nX-Evil: 1"}, err: invalid + "byte 16 is not a letter, digit, '-' or '_' (token 1)"},
+		{name: "DEL", vals: []string{"abcdefgh\x7fijklmnop"}, err: invalid + "byte 8 is not a letter, digit, '-' or '_' (token 1)"},
+		{name: "invalid UTF-8", vals: []string{"\xff\xfe-bad-utf8-bad-utf8"}, err: invalid + "byte 0 is not a letter, digit, '-' or '_' (token 1)"},
+		{name: "non-ASCII", vals: []string{"ünïcødé-ünïcødé-ü"}, err: invalid + "byte 0 is not a letter, digit, '-' or '_' (token 1)"},
+		{name: "semicolon", vals: []string{tok + ";" + tok2}, err: invalid + "length 65, want 16 to 64 (token 1)"},
+		{name: "bad second token", vals: []string{tok + "," + tok2[:20] + "{x}"}, err: invalid + "byte 20 is not a letter, digit, '-' or '_' (token 2)"},
 		{name: "untrusted, valid", trust: trustNo, vals: []string{tok}, calls: 1},
 		{name: "untrusted, malformed", trust: trustNo, vals: []string{"\x00bad"}, calls: 1},
 		{name: "untrusted, given twice", trust: trustNo, vals: []string{tok, tok2}, calls: 1},

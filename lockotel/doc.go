@@ -36,7 +36,9 @@
 //	lock.share      the Policy's Share, for a shared acquisition: n permits, -1 readers
 //	lock.slot       the hold's slot among its permits, when it has one
 //	lock.wait       seconds spent in Acquire
-//	lock.reentered  whether it re-entered, in memory, a hold of the request
+//	lock.reentered  whether it re-entered a hold of the request's owner instead
+//	                of taking the lock afresh: in memory, or by an owner token
+//	                propagated from another process (lockcore.Lease.Reentered)
 //	lock.fence      the fencing token, when acquired
 //	lock.key        the whole key (productID:42), only with Config.KeyValues
 //

@@ -26,8 +26,12 @@ type engine struct {
 // Acquire implements lockcore.Engine: it calls the wrapped engine's
 // Acquire with ctx itself, so that the lease's context (the handler's)
 // keeps ctx's span as its current span, and records the call in a span
-// lock.acquire, a child of ctx's span, that ends when it returns.
+// lock.acquire, a child of ctx's span, that ends when it returns. An
+// acquisition without a trace id of its own (lockcore.Policy.Trace, set by
+// lock.Trace) is labelled with the trace id of ctx's span, which the admin
+// page and the routelock command show beside its holder or waiter.
 func (e *engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	p = withTrace(ctx, p)
 	start := time.Now()
 	ls, err := e.inner.Acquire(ctx, key, p)
 	e.record(ctx, key, p, start, time.Since(start), ls, err)
@@ -43,6 +47,7 @@ func (e *engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 	if !ok {
 		return nil, nil
 	}
+	p = withTrace(ctx, p)
 	start := time.Now()
 	leases, err := g.AcquireGroup(ctx, keys, p)
 	wait := time.Since(start)
@@ -119,7 +124,7 @@ func (e *engine) record(ctx context.Context, key lockcore.Key, p lockcore.Policy
 	span.End(trace.WithTimestamp(start.Add(wait)))
 
 	t.acquireDur.Record(ctx, wait.Seconds(), t.attrs.get(kindAcquire, res, p.Route, out).rec...)
-	if ls != nil && !ls.Reentered() {
+	if ls != nil && !ls.ReenteredInMemory() {
 		t.attrs.get(kindResource, res, "", "").held.Add(1)
 	}
 }
@@ -181,4 +186,15 @@ var outcomes = []outcome.Row[string]{
 	{Kinds: outcome.Busy, To: outcomeBusy},
 	{Kinds: outcome.Upgrade, To: outcomeUpgrade},
 	{Kinds: outcome.GateClosed, To: outcomeGateClosed},
+}
+
+// withTrace returns p labelled with the trace id of ctx's span, unless p
+// has a trace id already or ctx has no span.
+func withTrace(ctx context.Context, p lockcore.Policy) lockcore.Policy {
+	if p.Trace == "" {
+		if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+			p.Trace = sc.TraceID().String()
+		}
+	}
+	return p
 }

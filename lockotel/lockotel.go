@@ -131,7 +131,7 @@ func New(c Config) lockcore.Observer {
 func (t *telemetry) Wrap(e lockcore.Engine) lockcore.Engine {
 	switch w := e.(type) {
 	case nil:
-		panic("lockotel: Wrap(nil)")
+		panic("routelock: lockotel.Wrap(nil)")
 	case *engine:
 		if w.t == t {
 			return w

@@ -64,7 +64,8 @@ var statuses = []outcome.Row[int]{
 // keyfunc.ErrSkip). A 409 for a busy lock carries
 // Retry-After: the engine's estimate of when the lock is free
 // (lockcore.ContentionError.RetryAfter) rounded up to whole seconds, the
-// header's unit, and at least 1; one for lockcore.ErrUpgrade (the request
+// header's unit, and at least 1 (so 1 for the engines' first hint of
+// 100ms, given before they have seen a hold of the resource end); one for lockcore.ErrUpgrade (the request
 // holds the lock shared and asked for it exclusively) does not: no retry
 // helps. A 410 for a closed gate (lockcore.ErrGateClosed) reads "sold
 // out" and carries no Retry-After either.

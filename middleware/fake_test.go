@@ -101,7 +101,8 @@ func okHandler(runs *atomic.Int32) http.HandlerFunc {
 }
 
 // TestFakePolicies: Config.Policy reaches the engine as it was given: the
-// zero Policy (the engine's defaults), a wait and a TTL, fail fast.
+// zero Policy (the engine's defaults), a wait and a TTL, fail fast; with
+// the route, which the engine, an Operator, shows to operators.
 func TestFakePolicies(t *testing.T) {
 	e := newFake()
 	var runs atomic.Int32
@@ -126,10 +127,10 @@ func TestFakePolicies(t *testing.T) {
 		}
 	}
 	want := []call{
-		{Key: fakeKey(t, "id", "1"), Policy: lockcore.Policy{}},
-		{Key: fakeKey(t, "id", "2"), Policy: lockcore.Policy{Wait: 2 * time.Second, TTL: 3 * time.Second}},
-		{Key: fakeKey(t, "id", "3"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
-		{Key: fakeKey(t, "id", "4"), Policy: lockcore.Policy{TTL: 30 * time.Millisecond}},
+		{Key: fakeKey(t, "id", "1"), Policy: lockcore.Policy{Route: "/default/{id}"}},
+		{Key: fakeKey(t, "id", "2"), Policy: lockcore.Policy{Wait: 2 * time.Second, TTL: 3 * time.Second, Route: "/wait/{id}"}},
+		{Key: fakeKey(t, "id", "3"), Policy: lockcore.Policy{Wait: lockcore.FailFast, Route: "/failfast/{id}"}},
+		{Key: fakeKey(t, "id", "4"), Policy: lockcore.Policy{TTL: 30 * time.Millisecond, Route: "/ttl/{id}"}},
 	}
 	got := e.Calls()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -138,7 +139,7 @@ func TestFakePolicies(t *testing.T) {
 }
 
 // TestFakeStatuses: a missing or invalid key or token is a 400, a busy lock
-// a 409 with Retry-After (the holder's remaining lease, rounded up) both
+// a 409 with Retry-After (the engine's first hint, 100 ms, rounded up to 1 s) both
 // fail-fast and after a wait, an unreachable engine a 503, and a caller
 // that goes away while waiting leaves nothing queued; the handler runs in
 // none of these cases, and does once the lock is free.
@@ -175,8 +176,8 @@ func TestFakeStatuses(t *testing.T) {
 	}
 	for _, path := range []string{"/ff/42", "/wait/42"} {
 		resp, body := do(t, c, fakeCtx(t), "POST", srv.URL+path)
-		if resp.StatusCode != 409 || resp.Header.Get("Retry-After") != "3" {
-			t.Errorf("%s while held: %d Retry-After %q %q, want 409 and 3", path, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		if resp.StatusCode != 409 || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("%s while held: %d Retry-After %q %q, want 409 and 1", path, resp.StatusCode, resp.Header.Get("Retry-After"), body)
 		}
 	}
 	if n := e.Waiters(k); n != 0 {

@@ -71,10 +71,12 @@ type Config struct {
 // An engine that reads lockcore.Policy.Route (package lockotel's, which
 // labels its spans and metrics with it) says so with a method
 // RecordsRoute() bool. Lock asks l once, when it is made, and for an
-// engine whose RecordsRoute reports true sets Route to the template of
-// each request's route (chi's pattern, such as /products/{productID}/buy,
-// or http.ServeMux's Request.Pattern). For other engines Route stays
-// empty: finding chi's pattern costs a request an allocation.
+// engine whose RecordsRoute reports true, or that is a lockcore.Operator
+// (which shows the route to operators beside each holder and waiter),
+// sets Route to the template of each request's route (chi's pattern, such
+// as /products/{productID}/buy, or http.ServeMux's Request.Pattern). For
+// other engines Route stays empty: finding chi's pattern costs a request
+// an allocation.
 //
 // Panics if c.Key is zero or cannot read HTTP requests, or c.Policy is
 // invalid (lockcore.Policy.Validate).
@@ -111,20 +113,20 @@ func (c Config) validate() error {
 	switch {
 	case !c.Key.ForHTTP():
 		// The zero Func, which has no sources, reads nothing.
-		return fmt.Errorf("routelock/middleware: Config.Key %v is required and must read HTTP requests", c.Key)
+		return fmt.Errorf("routelock: middleware.Config.Key %v is required and must read HTTP requests", c.Key)
 	}
 	if err := c.Policy.Validate(); err != nil {
-		return fmt.Errorf("routelock/middleware: %w", err)
+		return fmt.Errorf("%w (middleware.Config.Policy)", err)
 	}
 	if c.Policy.Segments > 0 && len(c.Key.Resources()) > 1 {
-		return fmt.Errorf("routelock/middleware: %w: Segments %d with several resources (%v): only one resource can be segmented", lockcore.ErrMisconfigured, c.Policy.Segments, c.Key)
+		return fmt.Errorf("%w: middleware.Config: Segments %d with several resources (%v): only one resource can be segmented", lockcore.ErrMisconfigured, c.Policy.Segments, c.Key)
 	}
 	return nil
 }
 
 func newLocker(l lockcore.Engine, c Config) *locker {
 	if l == nil {
-		panic("routelock/middleware: nil Engine")
+		panic("routelock: middleware.Lock: nil Engine")
 	}
 	if err := c.validate(); err != nil {
 		panic(err.Error())
@@ -137,6 +139,9 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 		m.onError = Error
 	}
 	if rr, ok := l.(routeRecorder); ok && rr.RecordsRoute() {
+		m.route = true
+	}
+	if _, ok := l.(lockcore.Operator); ok {
 		m.route = true
 	}
 	return m

@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -8,25 +9,40 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/routelock/lock/keyfunc"
+	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/middleware"
 )
 
 // routeEngine is the fake engine as one that records routes (a method
-// RecordsRoute reporting true, see middleware.Lock), or not.
+// RecordsRoute reporting true, see middleware.Lock), or not; it is not an
+// Operator, which the middleware gives routes to as well.
 type routeEngine struct {
-	*fakeEngine
+	f       *fakeEngine
 	records bool
 }
 
+func (e *routeEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	return e.f.Acquire(ctx, key, p)
+}
+
 func (e *routeEngine) RecordsRoute() bool { return e.records }
+
+// acquireOnly is the fake engine with Acquire alone: no RecordsRoute, not
+// an Operator.
+type acquireOnly struct{ f *fakeEngine }
+
+func (e acquireOnly) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	return e.f.Acquire(ctx, key, p)
+}
 
 // TestPolicyRoute: an engine that records routes gets the template of each
 // request's route in Policy.Route, wherever the middleware sits: r.With,
 // a router's r.Use (before the router has matched the route), the r.Use
 // of a mounted router, r.Group, and around an http.ServeMux route, whether
 // the key function matched the route itself (Param in a router's r.Use)
-// or the middleware has to (Header); an engine that does not, or says it
-// does not, gets "".
+// or the middleware has to (Header); so does an Operator, which shows it
+// to operators; an engine that does neither, or says it does not record
+// routes, gets "".
 func TestPolicyRoute(t *testing.T) {
 	handler := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }
 	for _, tc := range []struct {
@@ -82,7 +98,7 @@ func TestPolicyRoute(t *testing.T) {
 			}
 			for i := range 2 * len(keys) {
 				key, records := keys[i/2], i%2 == 0
-				e := &routeEngine{fakeEngine: newFake(), records: records}
+				e := &routeEngine{f: newFake(), records: records}
 				h := tc.router(middleware.Lock(e, middleware.Config{Key: key}))
 				w := httptest.NewRecorder()
 				req := httptest.NewRequest("POST", tc.path, nil)
@@ -91,7 +107,7 @@ func TestPolicyRoute(t *testing.T) {
 				if w.Code != http.StatusNoContent {
 					t.Fatalf("status %d: %s", w.Code, w.Body)
 				}
-				calls := e.Calls()
+				calls := e.f.Calls()
 				if len(calls) != 1 {
 					t.Fatalf("%d acquisitions, want 1", len(calls))
 				}
@@ -105,12 +121,20 @@ func TestPolicyRoute(t *testing.T) {
 			}
 		})
 	}
-	// An engine with no RecordsRoute method at all.
-	e := newFake()
-	r := chi.NewRouter()
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)
-	r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/42/buy", nil))
-	if calls := e.Calls(); len(calls) != 1 || calls[0].Policy.Route != "" {
-		t.Fatalf("calls %+v, want one without a Route", calls)
+	// An engine with no RecordsRoute method at all, and one that is an
+	// Operator.
+	for _, op := range []bool{false, true} {
+		f := newFake()
+		var e lockcore.Engine = acquireOnly{f}
+		want := ""
+		if op {
+			e, want = f, "/products/{productID}/buy"
+		}
+		r := chi.NewRouter()
+		r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)
+		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/42/buy", nil))
+		if calls := f.Calls(); len(calls) != 1 || calls[0].Policy.Route != want {
+			t.Fatalf("Operator %v: calls %+v, want one with Route %q", op, calls, want)
+		}
 	}
 }

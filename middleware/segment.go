@@ -80,7 +80,7 @@ func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.
 		}
 		lockcore.LimitHold(lease, p.MaxHold)
 		tw := &writeTracker{ResponseWriter: w}
-		if !m.serveHeld(tw, r, next, lease) || tw.wrote || lease.Reentered() {
+		if !m.serveHeld(tw, r, next, lease) || tw.wrote || lease.ReenteredInMemory() {
 			return
 		}
 	}

@@ -19,13 +19,15 @@ func TestJSONFormat(t *testing.T) {
 	at := time.Date(2026, 11, 23, 14, 2, 3, 456789000, time.FixedZone("CET", 3600))
 	op := &fakeOp{locks: map[string]lockcore.Info{
 		"productID:42": {
-			Key:       "productID:42",
-			Holders:   []lockcore.Holder{{Owner: "3f9a1c2e", Count: 2, Instances: []string{"e1a2b3c4d5e6f708"}, Since: at.Add(-1500 * time.Millisecond)}},
+			Key: "productID:42",
+			Holders: []lockcore.Holder{{Owner: "3f9a1c2e", Count: 2, Instances: []string{"e1a2b3c4d5e6f708"}, Names: []string{"shop-7f9c-a"},
+				Route: "/products/{productID}/buy", Trace: "4bf92f3577b34da6a3ce929d0e0e4736", Since: at.Add(-1500 * time.Millisecond)}},
 			Fence:     1017,
 			LastFence: 1019,
 			TTL:       8250 * time.Millisecond,
-			Waiters:   []lockcore.Waiter{{Instance: "9b8c7d6e5f403122", Since: at.Add(-time.Second), Deadline: at.Add(4 * time.Second)}},
-			Audit:     []lockcore.Revocation{{Key: "productID:42", Owner: "77aa00bb", Fence: 1001, NewFence: 1002, Reason: "stuck\x1b[31m <after> & deploy", At: at.Add(-time.Hour)}},
+			Waiters: []lockcore.Waiter{{Instance: "9b8c7d6e5f403122", Name: "shop-7f9c-b", Route: "/products/{productID}/buy",
+				Trace: "0af7651916cd43dd8448eb211c80319c", Since: at.Add(-time.Second), Deadline: at.Add(4 * time.Second)}},
+			Audit: []lockcore.Revocation{{Key: "productID:42", Owner: "77aa00bb", Fence: 1001, NewFence: 1002, Reason: "stuck\x1b[31m <after> & deploy", At: at.Add(-time.Hour)}},
 		},
 		"orderID:1234567": {
 			Key:     "orderID:1234567",

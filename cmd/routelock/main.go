@@ -11,9 +11,10 @@
 //	routelock [flags] open KEY
 //
 // ls lists the locks held or awaited whose key starts with PREFIX (an
-// escaped key prefix such as productID:), in key order; inspect shows one
-// lock: its holder, fencing tokens, lease, waiters in order and its latest
-// force-releases; release force-releases the hold of KEY, whoever holds it,
+// escaped key prefix such as productID:), in key order, each with its
+// holder's instance and route; inspect shows one lock: its holder,
+// fencing tokens, lease, waiters in order and its latest force-releases;
+// release force-releases the hold of KEY, whoever holds it,
 // and keeps the reason in the key's audit record. The holder's lease
 // context is cancelled with cause lockcore.ErrRevoked (at its next renewal
 // at the latest), and the next waiter gets the lock with a greater fencing
@@ -24,6 +25,17 @@
 // A segment's key (lock.Segments) has a space: quote it in a shell, as
 // routelock open 'productID:42 #3'; after a restock open the segments
 // first, then the resource.
+//
+// Holders and waiters are named by their instance: the name of the engine
+// that took the hold or waits (redisengine.Options.Name, by default
+// <hostname>-<pid>, such as a pod's name) and its engine id, as
+// "pod-a (033a2e7db54e2a2f)", or the engine id alone when the name is not
+// known (an engine whose record expired). inspect shows, for each holder,
+// the route or gRPC method that took the hold and its request's trace id
+// (lock.Trace), and for each waiter the same, when the engine knows them:
+// the Redis engine learns them a moment after a hold or wait began (a
+// third of its TTL, at most a second), so that a hold held briefly shows
+// none.
 //
 // The Redis is the one the environment names, as for the package-level
 // lock.ByParam without lock.SetDefault: REDIS_URL for one server
@@ -107,7 +119,9 @@ REDIS_CLUSTER_URL (a Cluster: redis://node1:6379?addr=node2:6379) or
 REDIS_SENTINEL_URL (Sentinel: redis://sentinel1:26379?master_name=mymaster)
 names; localhost:6379 when none is set. KEY is a key as ls prints it, such as
 productID:42; quote a segment's, which has a space: 'productID:42 #3'.
-Flags may come before or after the command.
+Flags may come before or after the command. Holders and waiters are named
+by their instance, "pod-a (033a2e7db54e2a2f)": the engine's name and id;
+inspect shows the route and trace id of each when known.
 
 Exit status: 0 done, 1 error, 2 usage, 3 release of a lock nobody holds.
 
@@ -246,7 +260,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	defer cancel()
 	op, where, closeOp, err := open(env, o.prefix)
 	if err != nil {
-		fmt.Fprintf(stderr, "routelock: %v\n", err)
+		fmt.Fprintf(stderr, "routelock: %s\n", unprefixed(err))
 		return exitError
 	}
 	defer closeOp()
@@ -256,11 +270,11 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 			fmt.Fprintf(stderr, "routelock: %s is not held\n", key)
 			return exitNotHeld
 		case errors.Is(err, lockcore.ErrMisconfigured):
-			fmt.Fprintf(stderr, "routelock: Redis at %s refuses the engine (check the password and database of its URL): %v\n", where, err)
+			fmt.Fprintf(stderr, "routelock: Redis at %s refuses the engine (check the password and database of its URL): %s\n", where, unprefixed(err))
 		case errors.Is(err, lockcore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-			fmt.Fprintf(stderr, "routelock: Redis at %s is unavailable: %v\n", where, err)
+			fmt.Fprintf(stderr, "routelock: Redis at %s is unavailable: %s\n", where, unprefixed(err))
 		default:
-			fmt.Fprintf(stderr, "routelock: %v\n", err)
+			fmt.Fprintf(stderr, "routelock: %s\n", unprefixed(err))
 		}
 		return exitError
 	}
@@ -336,7 +350,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		out.gates(gs)
 	}
 	if err := out.err(); err != nil {
-		fmt.Fprintf(stderr, "routelock: %v\n", err)
+		fmt.Fprintf(stderr, "routelock: %s\n", unprefixed(err))
 		return exitError
 	}
 	return exitOK
@@ -346,7 +360,7 @@ func writeJSON(stdout, stderr io.Writer, v any) int {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
-		fmt.Fprintf(stderr, "routelock: %v\n", err)
+		fmt.Fprintf(stderr, "routelock: %s\n", unprefixed(err))
 		return exitError
 	}
 	return exitOK
@@ -372,10 +386,14 @@ func openRedis(env func(string) string, prefix string) (lockcore.Operator, strin
 	e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix})
 	if err != nil {
 		_ = rdb.Close()
-		return nil, "", nil, fmt.Errorf("-prefix: %w", err)
+		return nil, "", nil, fmt.Errorf("%w (-prefix)", err)
 	}
 	return e, conf.Where, func() {
 		_ = e.Close()
 		_ = rdb.Close()
 	}, nil
 }
+
+// unprefixed returns err's text without the "routelock: " it begins with,
+// for a line that says "routelock: " itself: the prefix is said once.
+func unprefixed(err error) string { return strings.TrimPrefix(err.Error(), "routelock: ") }

@@ -82,14 +82,15 @@ var now = time.Now()
 func sampleOp() *fakeOp {
 	return &fakeOp{locks: map[string]lockcore.Info{
 		"productID:42": {
-			Key:       "productID:42",
-			Holders:   []lockcore.Holder{{Owner: "3f9a1c2e", Count: 2, Instances: []string{"e1a2b3c4d5e6f708"}, Since: now.Add(-1500 * time.Millisecond)}},
+			Key: "productID:42",
+			Holders: []lockcore.Holder{{Owner: "3f9a1c2e", Count: 2, Instances: []string{"e1a2b3c4d5e6f708"}, Names: []string{"shop-7f9c-a"},
+				Route: "/products/{productID}/buy", Trace: "4bf92f3577b34da6a3ce929d0e0e4736", Since: now.Add(-1500 * time.Millisecond)}},
 			Fence:     1017,
 			LastFence: 1019,
 			TTL:       8250 * time.Millisecond,
 			Waiters: []lockcore.Waiter{
 				{Instance: "9b8c7d6e5f403122", Since: now.Add(-time.Second), Deadline: now.Add(4 * time.Second)},
-				{Instance: "e1a2b3c4d5e6f708", Since: now.Add(-500 * time.Millisecond), Deadline: now.Add(1500 * time.Millisecond)},
+				{Instance: "e1a2b3c4d5e6f708", Name: "shop-7f9c-a", Route: "/shop.Inventory/Reserve", Trace: "0af7651916cd43dd8448eb211c80319c", Since: now.Add(-500 * time.Millisecond), Deadline: now.Add(1500 * time.Millisecond)},
 			},
 			Audit: []lockcore.Revocation{{Key: "productID:42", Owner: "77aa00bb", Fence: 1001, NewFence: 1002, Reason: "stuck\x1b[31m after deploy", At: now.Add(-time.Hour)}},
 		},
@@ -188,10 +189,10 @@ func TestOutput(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 	want := []string{
-		"KEY              HOLDER    COUNT  FENCE  TTL    HELD FOR  WAITERS",
-		"cartID:9         -         -      -      -      -         1",
-		"orderID:1234567  c0ffee11  1      5      2s     -         0",
-		"productID:42     3f9a1c2e  2      1017   8.25s  1.5s      2",
+		"KEY              HOLDER    INSTANCE                        ROUTE                      COUNT  FENCE  TTL    HELD FOR  WAITERS",
+		"cartID:9         -         -                               -                          -      -      -      -         1",
+		"orderID:1234567  c0ffee11  9b8c7d6e5f403122                -                          1      5      2s     -         0",
+		"productID:42     3f9a1c2e  shop-7f9c-a (e1a2b3c4d5e6f708)  /products/{productID}/buy  2      1017   8.25s  1.5s      2",
 	}
 	if !slices.Equal(lines, want) {
 		t.Errorf("ls:\n%s\nwant:\n%s", r.stdout, strings.Join(want, "\n"))
@@ -226,14 +227,16 @@ func TestOutput(t *testing.T) {
 	for _, want := range []string{
 		"key:         productID:42\n",
 		"state:       held\n",
-		"holder:      3f9a1c2e, 2 acquisitions, on e1a2b3c4d5e6f708, since " + now.Add(-1500*time.Millisecond).UTC().Format("2006-01-02T15:04:05.000Z") + " (1.5s ago)\n",
+		"holder:      3f9a1c2e, 2 acquisitions, on shop-7f9c-a (e1a2b3c4d5e6f708), since " + now.Add(-1500*time.Millisecond).UTC().Format("2006-01-02T15:04:05.000Z") + " (1.5s ago)\n",
+		"  route:     /products/{productID}/buy\n",
+		"  trace:     4bf92f3577b34da6a3ce929d0e0e4736\n",
 		"fence:       1017\n",
 		"ttl:         8.25s\n",
 		"last fence:  1019\n",
 		"waiters:     2\n",
-		"  #  INSTANCE          MODE       QUEUED     GIVES UP\n",
-		"  1  9b8c7d6e5f403122  exclusive  1s ago     in 4s\n",
-		"  2  e1a2b3c4d5e6f708  exclusive  500ms ago  in 1.5s\n",
+		"  #  INSTANCE                        MODE       QUEUED     GIVES UP  ROUTE                    TRACE\n",
+		"  1  9b8c7d6e5f403122                exclusive  1s ago     in 4s     -                        -\n",
+		"  2  shop-7f9c-a (e1a2b3c4d5e6f708)  exclusive  500ms ago  in 1.5s   /shop.Inventory/Reserve  0af7651916cd43dd8448eb211c80319c\n",
 		"force-releases: 1\n",
 		"1001   1002       stuck\\x1b[31m after deploy\n", // no escape sequence reaches the terminal
 	} {

@@ -51,10 +51,10 @@ func (p *printer) list(infos []lockcore.Info) {
 		return
 	}
 	tw := p.table()
-	fmt.Fprintln(tw, "KEY\tHOLDER\tCOUNT\tFENCE\tTTL\tHELD FOR\tWAITERS")
+	fmt.Fprintln(tw, "KEY\tHOLDER\tINSTANCE\tROUTE\tCOUNT\tFENCE\tTTL\tHELD FOR\tWAITERS")
 	for _, in := range infos {
 		if len(in.Holders) == 0 {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%d\n", clean(in.Key), len(in.Waiters))
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t%d\n", clean(in.Key), len(in.Waiters))
 			continue
 		}
 		h := in.Holders[0]
@@ -62,7 +62,14 @@ func (p *printer) list(infos []lockcore.Info) {
 		if len(in.Holders) > 1 {
 			owner += fmt.Sprintf(" +%d %s", len(in.Holders)-1, operate.Mode(h.Share))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\n", clean(in.Key), owner, h.Count, in.Fence, humantime.Duration(in.TTL), p.since(h.Since), len(in.Waiters))
+		inst := "-"
+		if len(h.Instances) > 0 {
+			inst = instance(h.Names, 0, h.Instances[0])
+			if len(h.Instances) > 1 {
+				inst += fmt.Sprintf(" +%d", len(h.Instances)-1)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\n", clean(in.Key), owner, inst, orDash(h.Route), h.Count, in.Fence, humantime.Duration(in.TTL), p.since(h.Since), len(in.Waiters))
 	}
 	p.flush(tw)
 }
@@ -88,7 +95,13 @@ func (p *printer) lock(in lockcore.Info) {
 	} else {
 		fmt.Fprintf(tw, "state:\theld\n")
 		for _, h := range in.Holders {
-			fmt.Fprintf(tw, "holder:\t%s, %s%s, on %s, since %s\n", clean(h.Owner), plural(h.Count, "acquisition"), modeOf(h), cleanList(h.Instances), p.stamp(h.Since))
+			fmt.Fprintf(tw, "holder:\t%s, %s%s, on %s, since %s\n", clean(h.Owner), plural(h.Count, "acquisition"), modeOf(h), instances(h), p.stamp(h.Since))
+			if h.Route != "" {
+				fmt.Fprintf(tw, "  route:\t%s\n", clean(h.Route))
+			}
+			if h.Trace != "" {
+				fmt.Fprintf(tw, "  trace:\t%s\n", clean(h.Trace))
+			}
 		}
 		fmt.Fprintf(tw, "fence:\t%d\n", in.Fence)
 		fmt.Fprintf(tw, "ttl:\t%s\n", humantime.Duration(in.TTL))
@@ -98,9 +111,9 @@ func (p *printer) lock(in lockcore.Info) {
 	p.flush(tw)
 	if len(in.Waiters) > 0 {
 		tw = p.table()
-		fmt.Fprintln(tw, "  #\tINSTANCE\tMODE\tQUEUED\tGIVES UP")
+		fmt.Fprintln(tw, "  #\tINSTANCE\tMODE\tQUEUED\tGIVES UP\tROUTE\tTRACE")
 		for i, w := range in.Waiters {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", i+1, clean(w.Instance), operate.Mode(w.Share), p.ago(w.Since), p.until(w.Deadline))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, named(w.Name, w.Instance), operate.Mode(w.Share), p.ago(w.Since), p.until(w.Deadline), orDash(w.Route), orDash(w.Trace))
 		}
 		p.flush(tw)
 	}
@@ -183,15 +196,44 @@ func plural(n int, what string) string {
 	return strconv.Itoa(n) + " " + what + "s"
 }
 
-func cleanList(ss []string) string {
-	if len(ss) == 0 {
+// instances names the instances of h: each by its instance name and
+// engine id, "pod-a (033a2e7db54e2a2f)", or by its engine id alone when
+// its name is not known.
+func instances(h lockcore.Holder) string {
+	if len(h.Instances) == 0 {
 		return "an unknown instance"
 	}
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = clean(s)
+	out := make([]string, len(h.Instances))
+	for i, id := range h.Instances {
+		out[i] = instance(h.Names, i, id)
 	}
 	return strings.Join(out, ", ")
+}
+
+// instance names the i-th instance, of engine id id, of a holder whose
+// instance names are names (see instances).
+func instance(names []string, i int, id string) string {
+	name := ""
+	if i < len(names) {
+		name = names[i]
+	}
+	return named(name, id)
+}
+
+// named names an instance by its name and engine id (see instances).
+func named(name, id string) string {
+	if name == "" || name == id {
+		return clean(id)
+	}
+	return clean(name) + " (" + clean(id) + ")"
+}
+
+// orDash returns s made safe for a table, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return clean(s)
 }
 
 // clean makes s safe for a terminal and a table: control characters

@@ -40,6 +40,9 @@ type Holder struct {
 	Owner     string    `json:"owner"`             // digest of the owner token
 	Count     int       `json:"count"`             // acquisitions holding it
 	Instances []string  `json:"instances"`         // engine ids of the processes
+	Names     []string  `json:"names"`             // their instance names, "" where unknown
+	Route     string    `json:"route,omitempty"`   // route or gRPC method that took the hold
+	Trace     string    `json:"trace,omitempty"`   // trace id of the request that took it
 	Since     time.Time `json:"since,omitzero"`    // when the hold was taken
 	Mode      string    `json:"mode"`              // exclusive, shared or permit (Mode)
 	Permits   int       `json:"permits,omitempty"` // a permit's n
@@ -50,6 +53,9 @@ type Holder struct {
 // Waiter is the JSON form of a lockcore.Waiter.
 type Waiter struct {
 	Instance string    `json:"instance"`          // engine id of the process
+	Name     string    `json:"name,omitempty"`    // its instance name
+	Route    string    `json:"route,omitempty"`   // route or gRPC method that waits
+	Trace    string    `json:"trace,omitempty"`   // trace id of the request that waits
 	Since    time.Time `json:"since,omitzero"`    // when it queued
 	Deadline time.Time `json:"deadline,omitzero"` // when it gives up
 	Mode     string    `json:"mode"`              // exclusive, shared or permit (Mode)
@@ -108,15 +114,17 @@ func FromInfo(in lockcore.Info) Lock {
 		if inst == nil {
 			inst = []string{}
 		}
-		l.Holders[i] = Holder{Owner: h.Owner, Count: h.Count, Instances: inst, Since: utc(h.Since),
-			Mode: Mode(h.Share), Permits: max(h.Share, 0), Fence: h.Fence}
+		names := make([]string, len(inst))
+		copy(names, h.Names)
+		l.Holders[i] = Holder{Owner: h.Owner, Count: h.Count, Instances: inst, Names: names, Route: h.Route, Trace: h.Trace,
+			Since: utc(h.Since), Mode: Mode(h.Share), Permits: max(h.Share, 0), Fence: h.Fence}
 		if h.Share > 0 {
 			slot := h.Slot
 			l.Holders[i].Slot = &slot
 		}
 	}
 	for i, w := range in.Waiters {
-		l.Waiters[i] = Waiter{Instance: w.Instance, Since: utc(w.Since), Deadline: utc(w.Deadline), Mode: Mode(w.Share), Permits: max(w.Share, 0)}
+		l.Waiters[i] = Waiter{Instance: w.Instance, Name: w.Name, Route: w.Route, Trace: w.Trace, Since: utc(w.Since), Deadline: utc(w.Deadline), Mode: Mode(w.Share), Permits: max(w.Share, 0)}
 	}
 	for i, r := range in.Audit {
 		l.Audit[i] = FromRevocation(r)

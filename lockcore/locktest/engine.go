@@ -54,6 +54,11 @@ type Engine struct {
 	// before the first Acquire.
 	Events lockcore.Events
 
+	// Name is the instance name the Operator methods show for the engine
+	// (lockcore.Holder.Names, lockcore.Waiter.Name), beside its engine id
+	// "locktest". Default: "locktest". Set it before the first Acquire.
+	Name string
+
 	mu      sync.Mutex
 	keys    map[lockcore.Key]*keyState
 	gates   map[lockcore.Key]lockcore.Gate // the closed ones
@@ -69,6 +74,7 @@ type keyState struct {
 	owners  []*owner  // the live holds: one exclusive, or any number of shared ones
 	queue   []*waiter // in arrival order
 	audit   []lockcore.Revocation
+	held    time.Duration // mean of how long its released holds lasted; 0 before the first
 }
 
 // owner is one live hold of a key by one owner token.
@@ -80,6 +86,8 @@ type owner struct {
 	share   int     // the Policy's Share; 0 for an exclusive hold
 	slot    int     // among the key's permits; -1 for none
 	entries []*hold // its fresh acquisition and token re-entries
+	route   string  // Policy.Route of its fresh acquisition
+	trace   string  // Policy.Trace of its fresh acquisition
 }
 
 // hold is one entry of a key's hold: what a lease wraps.
@@ -102,6 +110,8 @@ type waiter struct {
 	share    int
 	since    time.Time
 	deadline time.Time
+	route    string          // Policy.Route
+	trace    string          // Policy.Trace
 	ready    chan struct{}   // closed when granted
 	ls       *lockcore.Lease // the granted lease; guarded by e.mu
 }
@@ -116,8 +126,9 @@ type waiter struct {
 // p.Wait is lockcore.FailFast, or is waited for in arrival order up to p.Wait (then a
 // ContentionError with TimedOut) or until ctx ends (then errors.Join of a
 // ContentionError, TimedOut for a deadline, and ctx.Err()). RetryAfter is
-// the holder's TTL: the engine renews perfectly. On error nothing is held
-// or queued.
+// how long the key's released holds lasted (a weighted mean), or 100ms
+// before any was released, and never more than the holder's TTL (the
+// engine renews perfectly). On error nothing is held or queued.
 func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
 	ls, err := e.acquire(ctx, key, p)
 	if err == nil && !e.defects.maxHoldIgnored {
@@ -164,7 +175,7 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		e.mu.Unlock()
 		return h.ls, nil
 	case (len(ks.queue) == 0 || e.defects.readersPass && p.Share != 0) && ks.admits(p.Share) || e.defects.grantTwice && len(ks.owners) == 1 && len(ks.owners[0].entries) == 1:
-		ls := e.take(ks, ctx, ttl, p.Share)
+		ls := e.take(ks, ctx, ttl, p.Share, p.Route, trimTrace(p.Trace))
 		e.mu.Unlock()
 		return ls, nil
 	case p.Wait <= 0:
@@ -173,7 +184,7 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		return nil, ce
 	}
 	now := time.Now()
-	w := &waiter{ctx: ctx, ttl: ttl, share: p.Share, since: now, deadline: now.Add(p.Wait), ready: make(chan struct{})}
+	w := &waiter{ctx: ctx, ttl: ttl, share: p.Share, since: now, deadline: now.Add(p.Wait), route: p.Route, trace: trimTrace(p.Trace), ready: make(chan struct{})}
 	if d, ok := ctx.Deadline(); ok && d.Before(w.deadline) {
 		w.deadline = d
 	}
@@ -249,7 +260,14 @@ func (e *Engine) state(key lockcore.Key) *keyState {
 	return ks
 }
 
-// retryAfter is the hint of a ContentionError: the holders' longest
+// firstRetry is the hint of a ContentionError while no hold of the key
+// was released yet, as the Redis engine's (see
+// lockcore.ContentionError.RetryAfter).
+const firstRetry = 100 * time.Millisecond
+
+// retryAfter is the hint of a ContentionError: how long the key's holds
+// lasted (an exponentially weighted mean, as the Redis engine keeps), or
+// firstRetry before any was released; never more than the holders' longest
 // remaining lease, which is their TTL since the engine renews perfectly;
 // 0 when free.
 func (ks *keyState) retryAfter() time.Duration {
@@ -257,7 +275,20 @@ func (ks *keyState) retryAfter() time.Duration {
 	for _, o := range ks.owners {
 		d = max(d, o.ttl)
 	}
-	return d
+	if ks.held > 0 {
+		return min(ks.held, d)
+	}
+	return min(firstRetry, d)
+}
+
+// ended adds a hold of ks that lasted d to its mean.
+func (ks *keyState) ended(d time.Duration) {
+	d = max(d, 1) // a mean of 0 is none
+	if ks.held == 0 {
+		ks.held = d
+		return
+	}
+	ks.held += (d - ks.held) / 8
 }
 
 // ownedBy returns the live hold of ks owned by one of toks, or nil.
@@ -284,13 +315,13 @@ func (ks *keyState) admits(share int) bool {
 }
 
 // take makes a fresh hold of ks, which admits it, for an acquisition with
-// ctx and returns its lease. e.mu is held.
-func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration, share int) *lockcore.Lease {
+// ctx, route and trace and returns its lease. e.mu is held.
+func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration, share int, route, trace string) *lockcore.Lease {
 	ks.counter++
 	if e.defects.fenceReset && len(ks.owners) == 0 {
 		ks.counter = 1
 	}
-	o := &owner{token: lockcore.NewToken(), fence: ks.counter, ttl: ttl, since: time.Now(), share: share, slot: -1}
+	o := &owner{token: lockcore.NewToken(), fence: ks.counter, ttl: ttl, since: time.Now(), share: share, slot: -1, route: route, trace: trace}
 	if toks := lockcore.TokensFrom(ctx); e.defects.tokenTakesFree && len(toks) > 0 {
 		o.token = toks[0]
 	}
@@ -332,7 +363,7 @@ func (e *Engine) admit(ks *keyState) {
 			break
 		}
 		ks.queue = slices.Delete(ks.queue, i, i+1)
-		w.ls = e.take(ks, w.ctx, w.ttl, w.share)
+		w.ls = e.take(ks, w.ctx, w.ttl, w.share, w.route, w.trace)
 		close(w.ready)
 	}
 	e.notify()
@@ -378,6 +409,7 @@ func (h *hold) Release(ctx context.Context) error {
 	o.entries = slices.DeleteFunc(o.entries, func(x *hold) bool { return x == h })
 	if len(o.entries) == 0 {
 		ks.owners = slices.DeleteFunc(ks.owners, func(x *owner) bool { return x == o })
+		ks.ended(time.Since(o.since))
 		e.admit(ks)
 	}
 	e.notify()
@@ -413,19 +445,39 @@ func (e *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, 
 	defer e.mu.Unlock()
 	info := lockcore.Info{Key: key.String()}
 	if ks := e.keys[key]; ks != nil {
-		info = ks.info()
+		info = ks.info(e.name())
 	}
 	return info, nil
 }
 
-// info is the Info of ks. e.mu is held.
-func (ks *keyState) info() lockcore.Info {
+// name is the engine's instance name: Name, or "locktest".
+func (e *Engine) name() string {
+	if e.Name != "" {
+		return e.Name
+	}
+	return instance
+}
+
+// trimTrace returns the first 64 bytes of a Policy.Trace, the most an
+// engine keeps.
+func trimTrace(t string) string {
+	if len(t) > 64 {
+		return t[:64]
+	}
+	return t
+}
+
+// info is the Info of ks, whose engine is named name. e.mu is held.
+func (ks *keyState) info(name string) lockcore.Info {
 	info := lockcore.Info{Key: ks.key.String(), LastFence: ks.counter, Audit: slices.Clone(ks.audit)}
 	for _, o := range ks.owners {
 		info.Holders = append(info.Holders, lockcore.Holder{
 			Owner:     operate.OwnerDigest(o.token),
 			Count:     len(o.entries),
 			Instances: []string{instance},
+			Names:     []string{name},
+			Route:     o.route,
+			Trace:     o.trace,
 			Since:     o.since,
 			Fence:     o.fence,
 			Share:     o.share,
@@ -434,7 +486,7 @@ func (ks *keyState) info() lockcore.Info {
 		info.Fence, info.TTL = max(info.Fence, o.fence), max(info.TTL, o.ttl)
 	}
 	for _, w := range ks.queue {
-		info.Waiters = append(info.Waiters, lockcore.Waiter{Instance: instance, Since: w.since, Deadline: w.deadline, Share: w.share})
+		info.Waiters = append(info.Waiters, lockcore.Waiter{Instance: instance, Name: name, Route: w.route, Trace: w.trace, Since: w.since, Deadline: w.deadline, Share: w.share})
 	}
 	return info
 }
@@ -447,7 +499,7 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore
 	var locks []lockcore.Info
 	for k, ks := range e.keys {
 		if (len(ks.owners) > 0 || len(ks.queue) > 0) && strings.HasPrefix(k.String(), prefix) {
-			locks = append(locks, ks.info())
+			locks = append(locks, ks.info(e.name()))
 		}
 	}
 	sort.Slice(locks, func(i, j int) bool { return locks[i].Key < locks[j].Key })

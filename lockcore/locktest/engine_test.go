@@ -175,8 +175,8 @@ func TestFIFO(t *testing.T) {
 }
 
 // TestFailFast: lockcore.FailFast on a held key fails at once with a ContentionError
-// that matches ErrNotAcquired but not ErrWaitTimeout, with the holder's TTL
-// as RetryAfter, and queues nothing.
+// that matches ErrNotAcquired but not ErrWaitTimeout, with 100 ms as
+// RetryAfter (no hold of the key ended yet), and queues nothing.
 func TestFailFast(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "ff", "1")
@@ -186,11 +186,42 @@ func TestFailFast(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, lockcore.ErrNotAcquired) || errors.Is(err, lockcore.ErrWaitTimeout) {
 		t.Fatalf("fail fast: %v", err)
 	}
-	if ce.Key != k.String() || ce.RetryAfter != 3*time.Second || ce.TimedOut {
+	if ce.Key != k.String() || ce.RetryAfter != 100*time.Millisecond || ce.TimedOut {
 		t.Fatalf("ContentionError %+v", *ce)
 	}
 	if n := e.Waiters(k); n != 0 {
 		t.Fatalf("%d waiters after a fail-fast attempt", n)
+	}
+	release(t, holder)
+	wantFree(t, e, k)
+}
+
+// TestRetryAfterWithoutHistory: with no hold of the key ended yet, a
+// refused caller is told to retry after 100 ms, not after the holder's
+// TTL; once holds ended, after about as long as they lasted, and never
+// more than the holder's TTL.
+func TestRetryAfterWithoutHistory(t *testing.T) {
+	e := new(locktest.Engine)
+	k := key(t, "productID", "42")
+	retryAfter := func(p lockcore.Policy) time.Duration {
+		t.Helper()
+		_, err := e.Acquire(bounded(t), k, p)
+		var ce *lockcore.ContentionError
+		if !errors.As(err, &ce) {
+			t.Fatalf("acquire of a held key with %+v: %v", p, err)
+		}
+		return ce.RetryAfter
+	}
+	holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
+	for _, p := range []lockcore.Policy{{Wait: lockcore.FailFast}, {Wait: 30 * time.Millisecond}} {
+		if d := retryAfter(p); d != 100*time.Millisecond {
+			t.Fatalf("RetryAfter %v with %+v and no history, want 100ms", d, p)
+		}
+	}
+	release(t, holder)
+	holder = acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 40 * time.Millisecond})
+	if d := retryAfter(lockcore.Policy{Wait: lockcore.FailFast}); d <= 0 || d > 40*time.Millisecond {
+		t.Fatalf("RetryAfter %v after a hold of next to nothing, with a holder's TTL of 40ms", d)
 	}
 	release(t, holder)
 	wantFree(t, e, k)
@@ -204,7 +235,7 @@ func TestWaitTimeout(t *testing.T) {
 	holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
 	_, err := e.Acquire(bounded(t), k, lockcore.Policy{Wait: 30 * time.Millisecond})
 	var ce *lockcore.ContentionError
-	if !errors.As(err, &ce) || !ce.TimedOut || !errors.Is(err, lockcore.ErrWaitTimeout) || ce.RetryAfter != 10*time.Second {
+	if !errors.As(err, &ce) || !ce.TimedOut || !errors.Is(err, lockcore.ErrWaitTimeout) || ce.RetryAfter != 100*time.Millisecond {
 		t.Fatalf("wait ran out: %v", err)
 	}
 	if n := e.Waiters(k); n != 0 {

@@ -465,16 +465,17 @@ func (r *rig) wantEnded(k lockcore.Key, n int, cause error) {
 }
 
 // checkTokenReentry: the owner token of a hold, propagated to another
-// engine (another process), re-enters the hold there with the same fence,
-// as a hold of its own for Events; the key is free only when both are
-// released.
+// engine (another process), re-enters the hold there with the same fence:
+// Reentered, but not in memory, since it is a hold of its own for Events;
+// the key is free only when both are released.
 func checkTokenReentry(r *rig) {
 	k := r.key("k")
 	first := r.acquire(r.a, r.ctx, k, failFast)
 	ctx2 := r.carried(first.Context())
 	second := r.acquire(r.b, ctx2, k, failFast)
-	if second.Fence() != first.Fence() || second.Token() != first.Token() || second.Reentered() {
-		r.t.Fatalf("token re-entry: fence %d, reentered %v; want fence %d, not reentered", second.Fence(), second.Reentered(), first.Fence())
+	if second.Fence() != first.Fence() || second.Token() != first.Token() || !second.Reentered() || second.ReenteredInMemory() {
+		r.t.Fatalf("token re-entry: fence %d, reentered %v (in memory %v); want fence %d, reentered, not in memory",
+			second.Fence(), second.Reentered(), second.ReenteredInMemory(), first.Fence())
 	}
 	r.release(first)
 	r.wantBusy(r.a, k, "first released, token re-entry not")

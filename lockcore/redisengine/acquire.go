@@ -67,6 +67,7 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	}
 	h := l.newHold(key, lockcore.NewToken(), p.TTL)
 	h.share, h.slot = p.Share, -1
+	h.setOrigin(p)
 	if toks := lockcore.TokensFrom(ctx); len(toks) > 0 {
 		h.others = strings.Join(toks, " ")
 	}
@@ -213,7 +214,8 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	// and lose its place to those who queued after it. (One queued before
 	// the subscription dropped may still lose it.)
 	early := l.trustArg == "1" && !l.nf.live.Load()
-	local := false // in the notifier's local queue
+	local := false    // in the notifier's local queue
+	var unlist func() // takes the attempt off the Engine's record's waiters
 	for {
 		if g := w.grant.Load(); g != nil {
 			return l.tookLocal(h, g, member)
@@ -278,6 +280,10 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		if ev != nil && !queued {
 			queued = true
 			ev.Waiting(h.key, +1)
+		}
+		if unlist == nil {
+			unlist = l.waits(h)
+			defer unlist()
 		}
 		// Sleep until handed the lock, or until the holder's lease would have
 		// run out (the notification may be lost), or the deadline; and never
@@ -478,7 +484,7 @@ func acquired(h *hold, cmd redis.Cmder) (int64, error) {
 			return f, nil
 		}
 	}
-	return 0, fmt.Errorf("redisengine: unexpected reply %v from the acquire script", v)
+	return 0, fmt.Errorf("unexpected reply %v from the acquire script", v)
 }
 
 // shareArg returns a Policy's Share as a script argument.
@@ -603,7 +609,7 @@ func (l *Engine) released(c *call) {
 					return
 				}
 			}
-			cmd.SetErr(fmt.Errorf("redisengine: unexpected release reply %v", v))
+			cmd.SetErr(fmt.Errorf("unexpected release reply %v", v))
 		}
 	}
 	l.nf.nudge(c.h.keys[0])

@@ -102,7 +102,7 @@ func (l *Engine) checkRedis(ctx context.Context) error {
 		return l.report(unavailable("check: settings", err))
 	}
 	if bad != nil {
-		return l.report(fmt.Errorf("check: %w", bad))
+		return l.report(bad) // ErrMisconfigured, and why
 	}
 	if l.run.noScript != nil {
 		// Loading the scripts would hide a restart from the other Engines.
@@ -159,7 +159,8 @@ func (l *Engine) report(err error) error {
 }
 
 // wentDown notes that a call found Redis unreachable; the first such call
-// after Redis answered is logged, not every one.
+// after Redis answered is logged, not every one, however many fail at
+// once.
 func (l *Engine) wentDown(err error) {
 	now := time.Now().UnixNano()
 	if l.downSince.CompareAndSwap(0, now) {
@@ -170,7 +171,51 @@ func (l *Engine) wentDown(err error) {
 // answered notes that Redis answered a call: the first answer after it was
 // unreachable is logged, with how long that lasted.
 func (l *Engine) answered() {
-	if since := l.downSince.Load(); since != 0 && l.downSince.CompareAndSwap(since, 0) && l.opt.Logger != nil {
-		l.opt.Logger.Info("routelock: Redis answers again", "down", time.Duration(time.Now().UnixNano()-since).Round(time.Millisecond))
+	if since := l.downSince.Load(); since != 0 && l.downSince.CompareAndSwap(since, 0) {
+		now := time.Now().UnixNano()
+		l.upSince.Store(now)
+		if l.opt.Logger != nil {
+			l.opt.Logger.Info("routelock: Redis answers again", "down", time.Duration(now-since).Round(time.Millisecond))
+		}
+	}
+}
+
+// notServing reports whether err is Redis saying that it serves no command
+// for now: loading its data after a start, busy with a script, a replica
+// cut off from its master, a Cluster that is down.
+func notServing(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN"} {
+		if strings.HasPrefix(rerr.Error(), p) {
+			return true
+		}
+	}
+	return false
+}
+
+// saw notes the outcome of a call of the Engine's own, sent at sent, that
+// no caller is told of (a renewal, the notification subscription, the
+// periodic read of the gates): an answer (err nil), or err. A failure to
+// reach Redis, or to hear from it in time, an answer that it serves no
+// command for now (notServing), or one that says the client is set up
+// wrongly, is reported as a caller's would be, so that the log hears of an
+// outage the moment the Engine first meets it, with or without lock
+// traffic. A call sent before Redis last answered again failed in the
+// outage that ended then: it is not a new one. Neither is a call that
+// Close ended.
+func (l *Engine) saw(op string, sent time.Time, err error) {
+	switch {
+	case err == nil:
+		l.answered()
+	case l.closed.Load() || errors.Is(err, context.Canceled):
+	case !misconfigured(err) && !unreachable(err) && !notServing(err) &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errNoAnswer):
+		// Redis answered, with an error of the call's own.
+	case sent.UnixNano() < l.upSince.Load():
+	default:
+		_ = l.report(unavailable(op, err))
 	}
 }

@@ -147,6 +147,24 @@
 // their notification channels, which renew at once and cancel the lease
 // contexts with cause lockcore.ErrRevoked.
 //
+// # Logging
+//
+// With Options.Logger set, an outage is one warning, "Redis unreachable",
+// at the first call of the Engine's that fails, whichever it is (an
+// acquisition, a renewal, a release, the notification subscription, the
+// periodic read of the gates), and one info line, "Redis answers again",
+// at the next that succeeds: a restart of Redis is logged even while no
+// lock is taken, as its subscription drops. go-redis logs on its own,
+// through the standard log package to stderr, not through Options.Logger:
+// while Redis is down each dial that fails prints a line such as "redis:
+// connection pool: failed to dial after 5 attempts: dial tcp ...:
+// connection refused", many a second under load. Quiet them with
+// redis.SetLogger(&logging.VoidLogger{}) (package
+// github.com/redis/go-redis/v9/logging), or route them to slog by giving
+// redis.SetLogger a type whose Printf(ctx, format, args...) calls, say,
+// slog.DebugContext(ctx, fmt.Sprintf(format, args...)); either holds for
+// every client of the process.
+//
 // # Events
 //
 // Options.Events, when set, hears of waits, wake-ups, renewals and the end

@@ -158,6 +158,7 @@ func (l *Engine) readGates(ctx context.Context) (map[string]gateEntry, error) {
 	if err != nil {
 		return nil, l.report(unavailable("gates", err))
 	}
+	l.answered()
 	m := make(map[string]gateEntry, len(all))
 	var done []string // gates whose time is up
 	now := time.Now()
@@ -282,9 +283,10 @@ func (l *Engine) loadGates(ctx context.Context) {
 // established: messages may have been missed while it was down, or since
 // the first read of the server's settings read the gates (see settle), so
 // they are read again; unless this is the first subscription and that
-// read is still to come.
+// read is still to come, and Redis was not found unreachable meanwhile
+// (the read then tells the log whether it answers again).
 func (l *Engine) gatesSubscribed() {
-	if l.gates.again.Swap(true) || l.settled.Load() {
+	if l.gates.again.Swap(true) || l.settled.Load() || l.downSince.Load() != 0 {
 		l.reloadGates()
 	}
 }

@@ -52,6 +52,7 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		}
 		h := l.newHold(k, lockcore.NewToken(), p.TTL)
 		h.slot = -1
+		h.setOrigin(p)
 		h.setEntry(l.nextID(now))
 		if !l.guarded && i > 0 && slotOf(h.keys[0]) != slotOf(hs[0].keys[0]) {
 			return nil, nil // a Cluster's slots: one by one, each in its own
@@ -130,7 +131,7 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 	case !r.refused():
 		// Ran before (a re-sent call) and partly undone since, or a reply no
 		// run gives: whatever it holds is given back.
-		err := fmt.Errorf("redisengine: group acquire script replied %v", v)
+		err := fmt.Errorf("group acquire script replied %v", v)
 		for _, h := range hs {
 			l.undo(ctx, h, "", err)
 		}

@@ -25,7 +25,9 @@ type hold struct {
 	entry  string    // the attempt id that holds the lock in Redis
 	fence  int64
 	ttl    time.Duration
-	share  int // the Policy's Share: 0 for an exclusive acquisition
+	share  int    // the Policy's Share: 0 for an exclusive acquisition
+	route  string // the Policy's Route, for the Engine's record and log lines (origin.go)
+	trace  string // the Policy's Trace, at most maxTrace bytes, likewise
 	// shared: the hold is a shared entry in Redis (a shared acquisition
 	// that did not re-enter an exclusive hold); slot is its slot, or -1
 	shared bool
@@ -89,7 +91,21 @@ func (h *hold) setValidUntil(t time.Time) { h.valid.Store(int64(t.Sub(monoBase))
 // errRanOut is the cause of a lease whose renewals failed until it ran out:
 // it matches ErrUnavailable too, so that telemetry and logs tell a lock
 // lost to an outage from one found gone.
-var errRanOut = fmt.Errorf("%w: renewals failed until the lease ran out (%w)", lockcore.ErrLockLost, lockcore.ErrUnavailable)
+var errRanOut error = &both{"routelock: lease lost: renewals failed until the lease ran out (lock service unavailable)", [2]error{lockcore.ErrLockLost, lockcore.ErrUnavailable}}
+
+// errLostClosed is the cause of a lease lost because its Engine was
+// closed: it matches ErrLockLost and ErrClosed.
+var errLostClosed error = &both{"routelock: lease lost: locker closed", [2]error{lockcore.ErrLockLost, lockcore.ErrClosed}}
+
+// both is an error that matches two sentinels and reads as msg, which
+// says both with the module's prefix once.
+type both struct {
+	msg  string
+	errs [2]error
+}
+
+func (b *both) Error() string   { return b.msg }
+func (b *both) Unwrap() []error { return b.errs[:] }
 
 // live reports whether the hold is neither released nor lost.
 func (h *hold) live() bool { return !h.ended.Load() }
@@ -105,7 +121,7 @@ func (h *hold) Check() error {
 	if lg := h.l.opt.Logger; lg != nil && first {
 		// lockcore loses it here, before the watchdog would: the log hears
 		// of it as from lose.
-		lg.Warn("routelock: a lease was lost while its holder ran", "resource", resourceName(h.key), "cause", errRanOut)
+		lg.Warn("routelock: a lease was lost while its holder ran", append(h.origins(), "resource", resourceName(h.key), "cause", errRanOut)...)
 	}
 	return errRanOut
 }
@@ -120,13 +136,26 @@ func (h *hold) lose(cause error) bool {
 		return false
 	}
 	if lg := h.l.opt.Logger; lg != nil && !errors.Is(cause, lockcore.ErrClosed) {
-		lg.Warn("routelock: a lease was lost while its holder ran", "resource", resourceName(h.key), "cause", cause)
+		lg.Warn("routelock: a lease was lost while its holder ran", append(h.origins(), "resource", resourceName(h.key), "cause", cause)...)
 	}
 	return true
 }
 
 // Shared implements lockcore.SharedHold.
 func (h *hold) Shared() (int, bool) { return h.slot, h.shared }
+
+// origins returns the log attributes of the route and trace id that h was
+// acquired with, those it has.
+func (h *hold) origins() []any {
+	var a []any
+	if h.route != "" {
+		a = append(a, "route", h.route)
+	}
+	if h.trace != "" {
+		a = append(a, "trace", h.trace)
+	}
+	return a
+}
 
 // setEntry makes id the hold's entry in Redis.
 func (h *hold) setEntry(id string) {
@@ -230,7 +259,7 @@ func (l *Engine) latch(h *hold, err error) {
 	}
 	if lg := l.opt.Logger; lg != nil {
 		lg.Warn("routelock: a release failed; retrying in the background until the lease would have expired",
-			"resource", resourceName(h.key), "err", err)
+			append(h.origins(), "resource", resourceName(h.key), "err", err)...)
 	}
 	l.retry(h, "", time.Now().Add(h.ttl+margin(h.ttl)))
 }

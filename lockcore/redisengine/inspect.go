@@ -37,11 +37,13 @@ func (l *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, 
 	p := l.rdb.Pipeline()
 	r := readState(ctx, p, l.redisKeys(key))
 	_, _ = p.Exec(ctx)
-	info, err := r.info(key.String())
+	info, rs, err := r.info(key.String())
 	if err != nil {
 		return lockcore.Info{}, unavailable("inspect", err)
 	}
-	return info, nil
+	infos := []lockcore.Info{info}
+	l.describe(ctx, infos, []refs{rs})
+	return infos[0], nil
 }
 
 // stateRead is the commands that read one lock's state, queued in a
@@ -72,16 +74,19 @@ func readState(ctx context.Context, p redis.Pipeliner, ks [7]string) stateRead {
 	}
 }
 
-// info returns the state that r read of the lock on key (escaped), or the
-// first error of its commands.
-func (r stateRead) info(key string) (lockcore.Info, error) {
+// info returns the state that r read of the lock on key (escaped), and
+// the attempt ids of its holders and waiters, or the first error of its
+// commands.
+func (r stateRead) info(key string) (lockcore.Info, refs, error) {
+	var rs refs
 	for _, c := range []redis.Cmder{r.hold, r.shared, r.ends, r.now, r.pttl, r.fence, r.queue, r.audit} {
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return lockcore.Info{}, err
+			return lockcore.Info{}, rs, err
 		}
 	}
 	info := lockcore.Info{Key: key}
 	if h, ok := parseHold(r.hold.Val()); ok {
+		rs.holders = [][]string{h.entries}
 		info.Holders = []lockcore.Holder{{
 			Owner:     operate.OwnerDigest(h.token),
 			Count:     len(h.entries),
@@ -95,7 +100,7 @@ func (r stateRead) info(key string) (lockcore.Info, error) {
 			info.TTL = d
 		}
 	} else if r.hold.Val() == sharedMark {
-		info.Holders = sharedHolders(r.shared.Val(), r.ends.Val(), r.now.Val().UnixMilli())
+		info.Holders, rs.holders = sharedHolders(r.shared.Val(), r.ends.Val(), r.now.Val().UnixMilli())
 		for _, h := range info.Holders {
 			info.Fence = max(info.Fence, h.Fence)
 		}
@@ -107,14 +112,15 @@ func (r stateRead) info(key string) (lockcore.Info, error) {
 		info.LastFence, _ = strconv.ParseInt(s, 10, 64)
 	}
 	for _, z := range r.queue.Val() {
-		if w, ok := parseWaiter(z); ok {
+		if w, id, ok := parseWaiter(z); ok {
 			info.Waiters = append(info.Waiters, w)
+			rs.waiters = append(rs.waiters, id)
 		}
 	}
 	for _, m := range r.audit.Val() {
 		info.Audit = append(info.Audit, parseAudit(key, m))
 	}
-	return info, nil
+	return info, rs, nil
 }
 
 // sharedMark is the hold of a lock held shared (see lua/common.lua).
@@ -123,8 +129,8 @@ const sharedMark = "~"
 // sharedHolders returns the holders of a lock held shared: one per owner
 // token, from the fields of each entry ("<share> <slot> <fence> <since>
 // <token>", see lua/common.lua) whose lease in ends had not ended at
-// nowMS (the server's clock), in slot order.
-func sharedHolders(fields map[string]string, ends []redis.Z, nowMS int64) []lockcore.Holder {
+// nowMS (the server's clock), in slot order, and each one's attempt ids.
+func sharedHolders(fields map[string]string, ends []redis.Z, nowMS int64) ([]lockcore.Holder, [][]string) {
 	live := make(map[string]bool, len(ends))
 	for _, z := range ends {
 		if id, ok := z.Member.(string); ok && z.Score > float64(nowMS) {
@@ -133,6 +139,7 @@ func sharedHolders(fields map[string]string, ends []redis.Z, nowMS int64) []lock
 	}
 	byToken := map[string]int{}
 	var out []lockcore.Holder
+	var ids [][]string
 	for _, id := range slices.Sorted(maps.Keys(fields)) {
 		f := strings.Fields(fields[id])
 		if len(f) != 5 || !live[id] {
@@ -153,14 +160,24 @@ func sharedHolders(fields map[string]string, ends []redis.Z, nowMS int64) []lock
 				Owner: operate.OwnerDigest(f[4]), Since: unixMicro(since),
 				Fence: fence, Share: share, Slot: slot,
 			})
+			ids = append(ids, nil)
 		}
+		ids[i] = append(ids[i], id)
 		out[i].Count++
 		if e := engineOf(id); !slices.Contains(out[i].Instances, e) {
 			out[i].Instances = append(out[i].Instances, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b lockcore.Holder) int { return cmp.Compare(a.Slot, b.Slot) })
-	return out
+	order := make([]int, len(out))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(out[a].Slot, out[b].Slot) })
+	sorted, sortedIDs := make([]lockcore.Holder, len(out)), make([][]string, len(out))
+	for i, j := range order {
+		sorted[i], sortedIDs[i] = out[j], ids[j]
+	}
+	return sorted, sortedIDs
 }
 
 // engineOf returns the Engine id in attempt id "<engine id>.<seq>".
@@ -190,25 +207,25 @@ func unixMicro(us int64) time.Time {
 
 // parseWaiter reads a member of the wait queue, scored by when it queued
 // (see lua/common.lua): "<deadline ms> <ttl ms> <channel> <attempt id>
-// <token>", and " <share>" for a shared acquisition. The token stays
-// where it is.
-func parseWaiter(z redis.Z) (lockcore.Waiter, bool) {
+// <token>", and " <share>" for a shared acquisition, and returns the
+// waiter and its attempt id. The token stays where it is.
+func parseWaiter(z redis.Z) (lockcore.Waiter, string, bool) {
 	m, ok := z.Member.(string)
 	if !ok {
-		return lockcore.Waiter{}, false
+		return lockcore.Waiter{}, "", false
 	}
 	f := strings.Fields(m)
 	if len(f) != 5 && len(f) != 6 {
-		return lockcore.Waiter{}, false
+		return lockcore.Waiter{}, "", false
 	}
 	dl, err := strconv.ParseInt(f[0], 10, 64)
 	if err != nil {
-		return lockcore.Waiter{}, false
+		return lockcore.Waiter{}, "", false
 	}
 	share := 0
 	if len(f) == 6 {
 		if share, err = strconv.Atoi(f[5]); err != nil {
-			return lockcore.Waiter{}, false
+			return lockcore.Waiter{}, "", false
 		}
 	}
 	return lockcore.Waiter{
@@ -216,7 +233,7 @@ func parseWaiter(z redis.Z) (lockcore.Waiter, bool) {
 		Since:    unixMicro(int64(z.Score)),
 		Deadline: time.UnixMilli(dl),
 		Share:    share,
-	}, true
+	}, f[3], true
 }
 
 // parseAudit reads an audit record of the lock on key (see lua/revoke.lua).
@@ -260,6 +277,7 @@ func (l *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore
 	}
 	slices.Sort(keys)
 	var out []lockcore.Info
+	var rs []refs
 	for len(keys) > 0 && (limit <= 0 || len(out) <= limit) {
 		n := min(len(keys), listReadBatch)
 		if limit > 0 {
@@ -274,19 +292,22 @@ func (l *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore
 		}
 		_, _ = p.Exec(ctx)
 		for i, r := range reads {
-			info, err := r.info(batch[i])
+			info, ir, err := r.info(batch[i])
 			if err != nil {
 				return nil, false, unavailable("list", err)
 			}
 			if (len(info.Holders) > 0) || len(info.Waiters) > 0 {
 				out = append(out, info)
+				rs = append(rs, ir)
 			}
 		}
 	}
+	more := false
 	if limit > 0 && len(out) > limit {
-		return out[:limit], true, nil
+		out, rs, more = out[:limit], rs[:limit], true
 	}
-	return out, false, nil
+	l.describe(ctx, out, rs)
+	return out, more, nil
 }
 
 // scanKeys returns, once each, the escaped keys starting with prefix of

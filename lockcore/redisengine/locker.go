@@ -24,6 +24,24 @@ type Options struct {
 	// contain '{' or '}'. Default: "routelock:".
 	Prefix string
 
+	// Name is the instance name operators know the Engine by: the pod,
+	// host or process it runs in. Inspect and List (package admin, the
+	// routelock command) show it beside the Engine's holds and waiters
+	// (lockcore.Holder.Names, lockcore.Waiter.Name), with the route and
+	// trace id of each (lockcore.Policy.Route, Policy.Trace), and the
+	// Logger's lines carry it as "instance". The Engine keeps them in
+	// Redis, in a hash "<Prefix>engine:<engine id>", for the holds and
+	// waiters that have lasted a third of the TTL (at least 100ms, at most
+	// a second; a shorter hold shows its engine id alone): a background
+	// goroutine rewrites the hash, in one MULTI, when that set changes, at
+	// most once per such period, and refreshes it every 30 seconds while
+	// the set is not empty; it expires 90 seconds after the last write.
+	// None of it is on an acquisition's path: an acquisition costs no
+	// extra command or byte. At most 128 bytes of UTF-8 without control
+	// characters. Default: "<hostname>-<pid>", as os.Hostname and
+	// os.Getpid say.
+	Name string
+
 	// TTL is the lease length when a Policy gives none. The watchdog renews
 	// a held lease about every TTL/3; a holder cut off from Redis learns the
 	// lease is lost after about 0.9×TTL. Minimum 30ms. Default: 10s.
@@ -77,10 +95,16 @@ type Options struct {
 	// Logger, if set, is told: once when Redis says the engine is set up
 	// wrongly (lockcore.ErrMisconfigured: a wrong password, a database out
 	// of range, a server too old); when Redis stops answering and when it
-	// answers again (once per transition, not per request); when a lease
+	// answers again (once per transition, not per request, from whichever
+	// call of the Engine's meets it first, renewals and the notification
+	// subscription included: see Logging in the package doc, which says
+	// too how to quiet go-redis's own log); when a lease
 	// is lost while its holder runs, and why; when a release fails (see
 	// OnReleaseError). Lines name the resource (a key's first part, such as
-	// productID), never a key's values or a token. Default: nil, silent.
+	// productID), never a key's values or a token; they carry the Engine's
+	// Name as "instance", and a lost or unreleased hold's route and trace
+	// id (lockcore.Policy.Route, Policy.Trace) as "route" and "trace".
+	// Default: nil, silent.
 	Logger *slog.Logger
 
 	// Events, if set, is told what the engine does: waits starting and
@@ -197,13 +221,19 @@ func (o Options) withDefaults() (Options, error) {
 		o.Prefix = defaultPrefix
 	}
 	if strings.ContainsAny(o.Prefix, "{} ") {
-		return o, fmt.Errorf("redisengine: Prefix %q must not contain '{', '}' or spaces", o.Prefix)
+		return o, fmt.Errorf("routelock: redisengine.Options.Prefix %q must not contain '{', '}' or spaces", o.Prefix)
+	}
+	if o.Name == "" {
+		o.Name = defaultName()
+	}
+	if err := checkName(o.Name); err != nil {
+		return o, err
 	}
 	if o.TTL == 0 {
 		o.TTL = defaultTTL
 	}
 	if err := (lockcore.Policy{TTL: o.TTL}).Validate(); err != nil {
-		return o, fmt.Errorf("redisengine: Options.TTL: %w", err)
+		return o, fmt.Errorf("%w (redisengine.Options.TTL)", err)
 	}
 	for _, d := range []struct {
 		v    *time.Duration
@@ -220,14 +250,14 @@ func (o Options) withDefaults() (Options, error) {
 			*d.v = d.def
 		}
 		if *d.v < 0 {
-			return o, fmt.Errorf("redisengine: negative %s %v", d.name, *d.v)
+			return o, fmt.Errorf("routelock: redisengine.Options: negative %s %v", d.name, *d.v)
 		}
 	}
 	if o.Replicas < 0 {
-		return o, fmt.Errorf("redisengine: negative Replicas %d", o.Replicas)
+		return o, fmt.Errorf("routelock: redisengine.Options: negative Replicas %d", o.Replicas)
 	}
 	if o.Replicas > 0 && o.ReplicaTimeout >= o.Timeout {
-		return o, fmt.Errorf("redisengine: ReplicaTimeout %v must be shorter than Timeout %v, which bounds the acquisition's call, WAIT included", o.ReplicaTimeout, o.Timeout)
+		return o, fmt.Errorf("routelock: redisengine.Options: ReplicaTimeout %v must be shorter than Timeout %v, which bounds the acquisition's call, WAIT included", o.ReplicaTimeout, o.Timeout)
 	}
 	switch {
 	case o.LocalHandOvers == 0:
@@ -235,7 +265,7 @@ func (o Options) withDefaults() (Options, error) {
 	case o.LocalHandOvers < 0:
 		o.LocalHandOvers = 0 // off
 	case o.LocalHandOvers > maxLocalHandOvers:
-		return o, fmt.Errorf("redisengine: LocalHandOvers %d: it must be at most %d (or negative: off)", o.LocalHandOvers, maxLocalHandOvers)
+		return o, fmt.Errorf("routelock: redisengine.Options: LocalHandOvers %d: it must be at most %d (or negative: off)", o.LocalHandOvers, maxLocalHandOvers)
 	}
 	if o.Replicas > 0 {
 		o.LocalHandOvers = 0 // a successor's call is not acknowledged by replicas
@@ -244,7 +274,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.ClaimWindow = defaultClaimWindow
 	}
 	if err := (lockcore.Policy{TTL: o.ClaimWindow}).Validate(); err != nil {
-		return o, fmt.Errorf("redisengine: Options.ClaimWindow (as a TTL): %w", err)
+		return o, fmt.Errorf("%w (redisengine.Options.ClaimWindow, as a TTL)", err)
 	}
 	return o, nil
 }
@@ -269,6 +299,7 @@ type Engine struct {
 	run          runner // sends the scripts
 	logMisconfig sync.Once
 	downSince    atomic.Int64 // when Redis stopped answering, unix ns; 0 while it answers
+	upSince      atomic.Int64 // when it last answered again after that, unix ns
 	stats        holdStats
 	wd           watchdog
 	nf           notifier
@@ -310,6 +341,8 @@ type Engine struct {
 
 	gates     gates  // the closed gates (lockcore.Gatekeeper)
 	gatesChan string // their channel (see gatesChannel)
+
+	rec instanceRecord // the Engine's record in Redis (see origin.go)
 }
 
 // New returns an Engine on rdb. The Engine does not own rdb: Close leaves it
@@ -323,13 +356,16 @@ type Engine struct {
 func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	switch rdb.(type) {
 	case nil:
-		return nil, fmt.Errorf("redisengine: nil redis client")
+		return nil, fmt.Errorf("routelock: redisengine.New: nil redis client")
 	case *redis.Ring:
-		return nil, fmt.Errorf("redisengine: a *redis.Ring cannot hold locks: it moves keys between independent servers when one is down, so two owners could hold one lock; use a *redis.Client or a *redis.ClusterClient")
+		return nil, fmt.Errorf("routelock: redisengine.New: a *redis.Ring cannot hold locks: it moves keys between independent servers when one is down, so two owners could hold one lock; use a *redis.Client or a *redis.ClusterClient")
 	}
 	opt, err := opt.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if opt.Logger != nil {
+		opt.Logger = opt.Logger.With("instance", opt.Name)
 	}
 
 	var b [8]byte
@@ -388,7 +424,7 @@ const failoverAddr = "FailoverClient"
 func subscribe(ctx context.Context, rdb redis.UniversalClient) (ps *redis.PubSub, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("redisengine: %T cannot subscribe to notifications: %v", rdb, r)
+			err = fmt.Errorf("routelock: redisengine.New: %T cannot subscribe to notifications: %v", rdb, r)
 		}
 	}()
 	return rdb.Subscribe(ctx), nil

@@ -3,7 +3,9 @@ package redisengine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -86,6 +88,247 @@ func TestLogsTransitionsAndLosses(t *testing.T) {
 		}
 		if strings.Contains(out, "4242") || strings.Contains(out, ls.Token()) {
 			t.Errorf("the log repeats a key value or a token:\n%s", out)
+		}
+	})
+}
+
+// logRecords is a slog.Handler that keeps the records it is given, in
+// order.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (r *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecords) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecords) WithGroup(string) slog.Handler            { return r }
+
+func (r *logRecords) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec.Clone())
+	return nil
+}
+
+// count returns how many records' messages contain s.
+func (r *logRecords) count(s string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.recs {
+		if strings.Contains(rec.Message, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// first returns the position of the first record whose message contains
+// s, and its level; -1 when there is none.
+func (r *logRecords) first(s string) (int, slog.Level) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, rec := range r.recs {
+		if strings.Contains(rec.Message, s) {
+			return i, rec.Level
+		}
+	}
+	return -1, 0
+}
+
+func (r *logRecords) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, rec := range r.recs {
+		b.WriteString(rec.Level.String() + " " + rec.Message)
+		rec.Attrs(func(a slog.Attr) bool {
+			b.WriteString(" " + a.String())
+			return true
+		})
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+const (
+	logDown = "Redis unreachable"
+	logUp   = "Redis answers again"
+)
+
+// TestOutageLoggedBeforeLeaseLost: the only traffic is a held lease when
+// Redis goes away. The engine logs the outage, as a warning, from the first
+// call that fails (its subscription, a renewal), before the lease is
+// declared lost, not when the release of the lost lease fails afterwards;
+// once, though the release and many acquisitions fail together after it;
+// and once, as info, that Redis answers again when it is back.
+func TestOutageLoggedBeforeLeaseLost(t *testing.T) {
+	t.Parallel() // it waits on a lease; its keys are its own
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		// Last, once the client is closed: go-redis redials an address
+		// that refused its dials from a goroutine that looks once a second
+		// whether its pool was closed.
+		t.Cleanup(func() {
+			eventuallyOK(5*time.Second, func() bool {
+				buf := make([]byte, 1<<20)
+				return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "(*ConnPool).tryDial")
+			})
+		})
+		logged := new(logRecords)
+		l, p := cutOffLocker(t, b, defaultKind, redistest.Prefix(t), Options{TTL: 600 * time.Millisecond, Logger: slog.New(logged)})
+		warmScripts(t, l)
+		ctx := context.Background()
+		ls, err := l.Acquire(ctx, mustKey(t, "productID", "7"), lockcore.Policy{Wait: lockcore.FailFast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Down(true); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ls.Context().Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the lease was not declared lost with Redis down")
+		}
+		down, level := logged.first(logDown)
+		if down < 0 {
+			t.Fatalf("the lease was declared lost (%v) before %q was logged:\n%s", context.Cause(ls.Context()), logDown, logged)
+		}
+		if level != slog.LevelWarn {
+			t.Errorf("%q logged at %v, want WARN", logDown, level)
+		}
+		if lost, _ := logged.first("a lease was lost"); lost >= 0 && lost < down {
+			t.Errorf("the loss was logged before the outage:\n%s", logged)
+		}
+
+		// The release of the lost lease and many acquisitions fail at once.
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = ls.Release(ctx)
+		}()
+		for i := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if ls, err := l.Acquire(ctx, mustKey(t, "productID", fmt.Sprint(100+i)), lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
+					_ = ls.Release(ctx)
+					t.Errorf("acquisition %d succeeded with Redis down", i)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := logged.count(logDown); n != 1 {
+			t.Fatalf("%q logged %d times, want 1:\n%s", logDown, n, logged)
+		}
+		if n := logged.count(logUp); n != 0 {
+			t.Fatalf("%q logged with Redis down:\n%s", logUp, logged)
+		}
+
+		if err := p.Down(false); err != nil {
+			t.Fatal(err)
+		}
+		// go-redis refuses to dial for up to a second after the dials that
+		// failed: the acquisitions fail until then, as one outage.
+		eventually(t, 5*time.Second, "an acquisition with Redis back", func() bool {
+			again, err := l.Acquire(ctx, mustKey(t, "productID", "7"), lockcore.Policy{Wait: lockcore.FailFast})
+			if err != nil {
+				return false
+			}
+			_ = again.Release(ctx)
+			return true
+		})
+		if up, level := logged.first(logUp); up < 0 || level != slog.LevelInfo {
+			t.Errorf("%q not logged at INFO once Redis answered:\n%s", logUp, logged)
+		}
+		for what, want := range map[string]int{logDown: 1, logUp: 1} {
+			if n := logged.count(what); n != want {
+				t.Errorf("%q logged %d times, want %d:\n%s", what, n, want, logged)
+			}
+		}
+	})
+}
+
+// TestRestartLoggedWithoutTraffic: an Engine that holds nothing and takes
+// nothing notices that Redis restarted, through its subscription, and
+// logs the outage and the return, once each, within a bounded time.
+func TestRestartLoggedWithoutTraffic(t *testing.T) {
+	t.Parallel() // it waits on a restart; its servers are its own
+	restarts := map[string]func(t *testing.T) (addr string, restart func() error){
+		"miniredis": func(t *testing.T) (string, func() error) {
+			b := redistest.Mini(t)
+			return b.Addr, func() error {
+				b.Mini.Close()
+				return b.Mini.Restart()
+			}
+		},
+	}
+	if srv := redistest.OwnReal(t); srv != nil {
+		restarts["redis"] = func(*testing.T) (string, func() error) { return srv.Addr, srv.Restart }
+	}
+	for name, start := range restarts {
+		t.Run(name, func(t *testing.T) {
+			addr, restart := start(t)
+			logged := new(logRecords)
+			l := lockerOn(t, defaultKind.client(t, addr), redistest.Prefix(t), Options{Logger: slog.New(logged)})
+			if err := l.Check(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if logged.count(logDown)+logged.count(logUp) != 0 {
+				t.Fatalf("an outage logged before the restart:\n%s", logged)
+			}
+			if err := restart(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 10*time.Second, "the restart logged", func() bool {
+				return logged.count(logDown) > 0 && logged.count(logUp) > 0
+			})
+			down, downLevel := logged.first(logDown)
+			up, upLevel := logged.first(logUp)
+			if down > up || downLevel != slog.LevelWarn || upLevel != slog.LevelInfo {
+				t.Errorf("want a warning that Redis is unreachable, then the info that it answers again:\n%s", logged)
+			}
+			for what, want := range map[string]int{logDown: 1, logUp: 1} {
+				if n := logged.count(what); n != want {
+					t.Errorf("%q logged %d times, want %d:\n%s", what, n, want, logged)
+				}
+			}
+		})
+	}
+}
+
+// TestPartitionLoggedBeforeLeaseLost: Redis stops answering without
+// closing a connection (a partition), while the only traffic is a held
+// lease. The renewal that goes unanswered for Options.Timeout is logged
+// as the outage, once, well before the lease runs out, and before the
+// subscription's health check could notice.
+func TestPartitionLoggedBeforeLeaseLost(t *testing.T) {
+	t.Parallel() // it waits on a lease; its keys are its own
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		logged := new(logRecords)
+		l, p := cutOffLocker(t, b, defaultKind, redistest.Prefix(t), Options{TTL: 3 * time.Second, Timeout: 500 * time.Millisecond, Logger: slog.New(logged)})
+		warmScripts(t, l)
+		ctx := context.Background()
+		ls, err := l.Acquire(ctx, mustKey(t, "productID", "8"), lockcore.Policy{Wait: lockcore.FailFast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Blackhole(true)
+		select {
+		case <-ls.Context().Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the lease was not declared lost with Redis silent")
+		}
+		down, level := logged.first(logDown)
+		if down < 0 || level != slog.LevelWarn {
+			t.Fatalf("the lease was declared lost (%v) before %q was logged as a warning:\n%s", context.Cause(ls.Context()), logDown, logged)
+		}
+		if lost, _ := logged.first("a lease was lost"); lost >= 0 && lost < down {
+			t.Errorf("the loss was logged before the outage:\n%s", logged)
+		}
+		if n := logged.count(logDown); n != 1 {
+			t.Errorf("%q logged %d times, want 1:\n%s", logDown, n, logged)
 		}
 	})
 }

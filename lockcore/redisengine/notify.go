@@ -40,8 +40,9 @@ type notifier struct {
 	live     atomic.Bool  // the subscription is established
 	// liveCh is closed when the subscription is established, and replaced
 	// by an open one when it is lost (guarded by mu).
-	liveCh  chan struct{}
-	current *redis.PubSub // the established one, for check to replace
+	liveCh   chan struct{}
+	current  *redis.PubSub                // the established one, for check to replace
+	replaced atomic.Pointer[redis.PubSub] // the one check closed
 
 	// sh, on a Cluster, receives the hand-overs (see shards); the
 	// subscription above then receives revocations only.
@@ -114,7 +115,8 @@ func (n *notifier) check() {
 		ps := n.current
 		n.mu.Unlock()
 		if ps != nil && n.live.Load() {
-			_ = ps.Close() // run subscribes again, through the client's dialer
+			n.replaced.Store(ps) // its end is no outage
+			_ = ps.Close()       // run subscribes again, through the client's dialer
 		}
 	})
 }
@@ -307,10 +309,18 @@ func (n *notifier) run(channel string, ps *redis.PubSub) {
 }
 
 // session serves one subscription until it fails; it reports whether the
-// subscription was ever established.
+// subscription was ever established. A subscription that drops, as when
+// Redis restarts, or cannot be made, counts as a call of the Engine's that
+// failed (see Engine.saw), so that the outage is logged even when no lock
+// is taken. One established again does not say that Redis answers
+// commands (go-redis dials subscriptions apart from its pool, which may
+// still be refusing to dial for a while): the read of the gates that it
+// starts (see gatesSubscribed) says so when it is answered.
 func (n *notifier) session(ctx context.Context, ps *redis.PubSub, channel string) (ok bool) {
 	gates := n.l.gatesChannel()
+	sent := time.Now()
 	if err := ps.Subscribe(ctx, channel, gates); err != nil {
+		n.l.saw("notifications", sent, err)
 		return false
 	}
 	pinged := false
@@ -320,12 +330,18 @@ func (n *notifier) session(ctx context.Context, ps *redis.PubSub, channel string
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && !pinged {
 				pinged = true
-				if ps.Ping(ctx) == nil {
+				sent = time.Now()
+				if err = ps.Ping(ctx); err == nil {
 					continue
 				}
 			}
+			if n.replaced.CompareAndSwap(ps, nil) {
+				return ok
+			}
+			n.l.saw("notifications", sent, err)
 			return ok
 		}
+		sent = time.Now()
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Subscription:

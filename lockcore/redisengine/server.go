@@ -113,6 +113,7 @@ func (l *Engine) settle(ctx context.Context) <-chan struct{} {
 		})
 		l.bg.add()
 		go l.watchSettings()
+		l.startRecords()
 	})
 	return l.firstRead
 }

@@ -50,17 +50,21 @@ func (s *holdStats) record(k lockcore.Key, d time.Duration) {
 	}
 }
 
+// firstRetry is the retry hint while nothing is known of a resource's
+// holds (see lockcore.ContentionError.RetryAfter): short, for a client to
+// back off from, since the holder's remaining lease says only how long a
+// holder that crashed would keep the lock, not when a live one is done.
+const firstRetry = 100 * time.Millisecond
+
 // retryAfter returns when a caller refused k may retry: the mean hold of
 // k's resource, and never more than pttl, the holder's remaining lease;
-// pttl itself while nothing is known.
+// firstRetry (or pttl, if shorter) while nothing is known.
 func (s *holdStats) retryAfter(k lockcore.Key, pttl time.Duration) time.Duration {
-	v, ok := s.means.Load(resourceName(k))
-	if !ok {
-		return pttl
+	m := firstRetry
+	if v, ok := s.means.Load(resourceName(k)); ok {
+		if d := time.Duration(v.(*atomic.Int64).Load()); d > 0 {
+			m = d
+		}
 	}
-	m := time.Duration(v.(*atomic.Int64).Load())
-	if m <= 0 || m > pttl {
-		return pttl
-	}
-	return m
+	return min(m, pttl)
 }

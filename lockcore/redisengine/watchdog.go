@@ -191,14 +191,38 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 	}
 	rctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	var (
+		mu   sync.Mutex
+		back bool // the renewals came back, answered or failed
+	)
+	if w.l.opt.Logger != nil {
+		// A renewal not answered within Timeout is an outage, as an
+		// acquisition's call is: the log hears of it then, well before
+		// the lease runs out, however long the client waits.
+		slow := time.AfterFunc(w.l.opt.Timeout, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !back {
+				w.l.saw("renew", sent, errNoAnswer)
+			}
+		})
+		defer slow.Stop()
+	}
 	cmds := w.send(rctx, due)
+	mu.Lock()
+	back = true
+	mu.Unlock()
 	lost := false
+	var failed error // the first renewal that Redis did not answer
 	w.mu.Lock()
 	for i, h := range due {
 		ok, cerr := cmds[i].(*redis.IntCmd).Result()
 		switch {
 		case cerr != nil:
 			// Retried at h.at, or lost when its validity ends.
+			if failed == nil {
+				failed = cerr
+			}
 		case ok == 1:
 			w.extend(h, sent)
 		default:
@@ -209,6 +233,7 @@ func (w *watchdog) renew(ctx context.Context, due []*hold, sent time.Time) {
 		}
 	}
 	w.mu.Unlock()
+	w.l.saw("renew", sent, failed)
 	ev := w.l.opt.Events
 	if ev == nil && !lost {
 		return
@@ -320,7 +345,7 @@ func (w *watchdog) shutdown() {
 	}
 	w.mu.Unlock()
 	for _, h := range hs {
-		h.lose(fmt.Errorf("%w: %w", lockcore.ErrLockLost, lockcore.ErrClosed))
+		h.lose(errLostClosed)
 	}
 }
 

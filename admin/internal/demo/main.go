@@ -29,7 +29,7 @@ import (
 
 func main() {
 	shot := flag.String("shot", "", "write a screenshot of the page to this PNG file with headless Chromium, and exit")
-	size := flag.String("size", "1100,700", "the screenshot's window size")
+	size := flag.String("size", "1320,760", "the screenshot's window size")
 	chromium := flag.String("chromium", "chromium", "the Chromium binary")
 	flag.Parse()
 	if err := run(*shot, *size, *chromium); err != nil {
@@ -50,11 +50,11 @@ func run(shot, size, chromium string) error {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	defer rdb.Close()
 
-	// Three instances of an app, each with its engine, and one for the
-	// page.
+	// Three instances of an app (pods), each with its engine, and one for
+	// the page.
 	var engines []*redisengine.Engine
-	for range 4 {
-		e, err := redisengine.New(rdb, redisengine.Options{})
+	for _, name := range []string{"shop-7f9c-a", "shop-7f9c-b", "shop-7f9c-c", "ops"} {
+		e, err := redisengine.New(rdb, redisengine.Options{Name: name})
 		if err != nil {
 			return err
 		}
@@ -94,7 +94,8 @@ func run(shot, size, chromium string) error {
 // populate takes the locks the page shows: a product held with two
 // waiters, an order force-released once and held again, a user held by two
 // instances (a nested call that re-entered with the owner token), and a
-// cart held with one waiter.
+// cart held with one waiter; each through a route or gRPC method, with a
+// trace id.
 func populate(ctx context.Context, a, b, c, ops *redisengine.Engine) error {
 	key := func(parts ...string) lockcore.Key {
 		k, err := lockcore.NewKey(parts...)
@@ -103,33 +104,33 @@ func populate(ctx context.Context, a, b, c, ops *redisengine.Engine) error {
 		}
 		return k
 	}
-	hold := func(e *redisengine.Engine, ctx context.Context, k lockcore.Key) (*lockcore.Lease, error) {
-		return e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second})
+	hold := func(e *redisengine.Engine, ctx context.Context, k lockcore.Key, route, trace string) (*lockcore.Lease, error) {
+		return e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second, Route: route, Trace: trace})
 	}
-	wait := func(e *redisengine.Engine, k lockcore.Key, d time.Duration) {
-		go e.Acquire(ctx, k, lockcore.Policy{Wait: d, TTL: 10 * time.Second})
+	wait := func(e *redisengine.Engine, k lockcore.Key, d time.Duration, route, trace string) {
+		go e.Acquire(ctx, k, lockcore.Policy{Wait: d, TTL: 10 * time.Second, Route: route, Trace: trace})
 	}
 
 	order := key("orderID", "A-10234")
-	if _, err := hold(c, ctx, order); err != nil {
+	if _, err := hold(c, ctx, order, "/orders/{orderID}/pay", "5b8aa5a2d2c872e8321cf37308d69df2"); err != nil {
 		return err
 	}
 	if _, err := ops.Revoke(ctx, order, "payment provider timed out; holder stuck since 14:02"); err != nil {
 		return err
 	}
-	if _, err := hold(b, ctx, order); err != nil {
+	if _, err := hold(b, ctx, order, "/orders/{orderID}/pay", "9d2c1e7a40f35b6c8e01a7f4b3d95c20"); err != nil {
 		return err
 	}
 
 	product := key("productID", "42")
-	if _, err := hold(a, ctx, product); err != nil {
+	if _, err := hold(a, ctx, product, "/products/{productID}/buy", "4bf92f3577b34da6a3ce929d0e0e4736"); err != nil {
 		return err
 	}
-	wait(b, product, 45*time.Second)
-	wait(c, product, 30*time.Second)
+	wait(b, product, 45*time.Second, "/products/{productID}/buy", "0af7651916cd43dd8448eb211c80319c")
+	wait(c, product, 30*time.Second, "/shop.Inventory/Reserve", "e3b0c44298fc1c149afbf4c8996fb924")
 
 	user := key("userID", "7")
-	outer, err := hold(a, ctx, user)
+	outer, err := hold(a, ctx, user, "/users/{userID}/checkout", "a3ce929d0e0e47364bf92f3577b34da6")
 	if err != nil {
 		return err
 	}
@@ -137,27 +138,34 @@ func populate(ctx context.Context, a, b, c, ops *redisengine.Engine) error {
 	if err != nil {
 		return err
 	}
-	if _, err := hold(c, propagated, user); err != nil {
+	if _, err := hold(c, propagated, user, "/shop.Orders/Create", "a3ce929d0e0e47364bf92f3577b34da6"); err != nil {
 		return err
 	}
 
 	cart := key("cartID", "c9f2")
-	if _, err := hold(c, ctx, cart); err != nil {
+	if _, err := hold(c, ctx, cart, "/carts/{cartID}/items", "c0ffee5577b34da6a3ce929d0e0e4736"); err != nil {
 		return err
 	}
-	wait(a, cart, 5*time.Second)
+	wait(a, cart, 30*time.Second, "/carts/{cartID}/checkout", "7d1e2f0b9a4c4b6e8f3a2d1c0b9e8f7a")
 
-	// Until the page shows every waiter.
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		n := 0
+	// Until the page shows every waiter, and the engines' records name
+	// the route of each holder and waiter.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n, known := 0, true
 		locks, _, err := ops.List(ctx, "", 0)
 		if err != nil {
 			return err
 		}
 		for _, in := range locks {
 			n += len(in.Waiters)
+			for _, h := range in.Holders {
+				known = known && h.Route != ""
+			}
+			for _, w := range in.Waiters {
+				known = known && w.Route != ""
+			}
 		}
-		if n == 3 {
+		if n == 3 && known {
 			return nil
 		}
 		if time.Now().After(deadline) {

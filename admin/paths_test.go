@@ -1,0 +1,113 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/operate"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
+)
+
+// TestOnlyDocumentedPaths: the handler serves its documented routes
+// relative to where it is mounted, and nothing else: a release posted to
+// /admin/locks/locks/productID:42/release, under a handler mounted at
+// /admin, answers 404 and releases nothing.
+func TestOnlyDocumentedPaths(t *testing.T) {
+	e := new(locktest.Engine)
+	key, err := lockcore.NewKey("productID", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := e.Acquire(t.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(context.Background())
+	h := admin.Handler(e, admin.Config{})
+	mux := http.NewServeMux()
+	mux.Handle("/ops/admin/", http.StripPrefix("/ops/admin", h))
+	chiSrv, stripSrv := mount(t, h), httptest.NewServer(mux)
+	defer stripSrv.Close()
+	reason := []string{"Content-Type", jsonCT}
+	for _, c := range []struct {
+		srv          *httptest.Server
+		method, path string
+	}{
+		{chiSrv, "POST", "/admin/locks/locks/productID:42/release"},
+		{chiSrv, "POST", "/admin/admin/locks/productID:42/release"},
+		{chiSrv, "POST", "/admin/locks/productID:42/release/x"},
+		{chiSrv, "GET", "/admin/locks/locks/productID:42"},
+		{chiSrv, "GET", "/admin/locks/locks"},
+		{chiSrv, "GET", "/admin/other"},
+		{chiSrv, "GET", "/admin/locks/"},
+		{stripSrv, "POST", "/ops/admin/locks/locks/productID:42/release"},
+		{stripSrv, "GET", "/ops/admin/x/locks"},
+	} {
+		r := do(t, c.srv, c.method, c.path, `{"reason":"not here"}`, reason...)
+		if r.code != http.StatusNotFound {
+			t.Errorf("%s %s: %d %s, want 404", c.method, c.path, r.code, r.body)
+		}
+	}
+	if err := ls.Err(); err != nil {
+		t.Fatalf("the hold was lost: %v", err)
+	}
+	in, err := e.Inspect(t.Context(), key)
+	if err != nil || len(in.Holders) != 1 || in.Fence != ls.Fence() || len(in.Audit) != 0 {
+		t.Fatalf("after the 404s: %+v, %v; want held with fence %d and no audit record", in, err, ls.Fence())
+	}
+	// The documented path releases.
+	if r := do(t, chiSrv, "POST", "/admin/locks/productID:42/release", `{"reason":"here"}`, reason...); r.code != http.StatusOK {
+		t.Fatalf("POST /admin/locks/productID:42/release: %d %s", r.code, r.body)
+	}
+}
+
+// TestMemoryOrigins: the in-memory engine names its holders and waiters
+// as the Redis engine does: the instance name, the route and the trace id
+// of each, which the handler shows.
+func TestMemoryOrigins(t *testing.T) {
+	e := &locktest.Engine{Name: "pod-a"}
+	key, err := lockcore.NewKey("productID", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const route = "/products/{productID}/buy"
+	ls, err := e.Acquire(t.Context(), key, lockcore.Policy{Route: route, Trace: "4bf92f3577b34da6a3ce929d0e0e4736"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	waited := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(ctx, key, lockcore.Policy{Wait: time.Minute, Route: "/shop.Inventory/Reserve", Trace: "0af7651916cd43dd8448eb211c80319c"})
+		waited <- err
+	}()
+	defer func() {
+		cancel()
+		<-waited
+		_ = ls.Release(context.Background())
+	}()
+	if err := e.Await(t.Context(), func() bool {
+		in, _ := e.Inspect(t.Context(), key)
+		return len(in.Waiters) == 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srv := mount(t, admin.Handler(e, admin.Config{}))
+	r := do(t, srv, "GET", "/admin/locks/productID:42", "")
+	var l operate.Lock
+	if err := json.Unmarshal([]byte(r.body), &l); err != nil || len(l.Holders) != 1 || len(l.Waiters) != 1 {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	if h := l.Holders[0]; len(h.Names) != 1 || h.Names[0] != "pod-a" || h.Route != route || h.Trace != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("holder %+v", h)
+	}
+	if w := l.Waiters[0]; w.Name != "pod-a" || w.Route != "/shop.Inventory/Reserve" || w.Trace != "0af7651916cd43dd8448eb211c80319c" {
+		t.Errorf("waiter %+v", w)
+	}
+}

@@ -1,0 +1,282 @@
+package redisengine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Each Engine keeps a record of itself in Redis, for operators: a hash
+// "<Prefix>engine:<engine id>" with the field "name" (Options.Name), and
+// one field per attempt id of its holds and waiters that have lasted
+// recordEvery, "<route>\n<trace>" (Policy.Route, Policy.Trace). It is
+// written off the acquisition's path, by a goroutine of the Engine that
+// starts with its first acquisition: every recordEvery, while the Engine
+// has a hold or a waiter that lasted that long, it rewrites the record in
+// one MULTI (DEL, HSET, PEXPIRE) when the set of such holds and waiters
+// changed, and at least every recordRefresh; once they are gone it
+// rewrites it once more, with the name alone. An Engine whose holds and
+// waits are all shorter writes nothing. The record expires recordTTL after
+// it was last written. Inspect and List read the records of the engines
+// their locks name, in one more round trip.
+
+// recordRefresh is how often an Engine rewrites its record when nothing
+// changed; recordTTL how long the record outlives the last write.
+const (
+	recordRefresh = 30 * time.Second
+	recordTTL     = 3 * recordRefresh
+)
+
+// maxName is the longest Options.Name; maxTrace the most of a
+// Policy.Trace that is kept.
+const (
+	maxName  = 128
+	maxTrace = 64
+)
+
+// defaultName is the Options.Name of an Engine that is given none:
+// "<hostname>-<pid>".
+func defaultName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
+// checkName reports what is wrong with an Options.Name.
+func checkName(name string) error {
+	if len(name) > maxName || !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl) {
+		return fmt.Errorf("routelock: redisengine.Options.Name %q: at most %d bytes of UTF-8 without control characters", name, maxName)
+	}
+	return nil
+}
+
+// setOrigin notes on h the route and trace id of p, the acquisition's, for
+// the Engine's record and its log lines: no allocation.
+func (h *hold) setOrigin(p lockcore.Policy) {
+	h.route, h.trace = p.Route, p.Trace
+	if len(h.trace) > maxTrace {
+		h.trace = h.trace[:maxTrace]
+	}
+}
+
+// origin returns what the Engine's record keeps of h: "<route>\n<trace>",
+// "" for neither.
+func (h *hold) origin() string {
+	if h.route == "" && h.trace == "" {
+		return ""
+	}
+	return strings.ReplaceAll(h.route, "\n", " ") + "\n" + h.trace
+}
+
+// splitOrigin is the inverse of hold.origin.
+func splitOrigin(v string) (route, trace string) {
+	route, trace, _ = strings.Cut(v, "\n")
+	return route, trace
+}
+
+// instanceRecord is the Engine's record's state: the acquisitions waiting
+// behind another owner's hold, and what was last written.
+type instanceRecord struct {
+	mu      sync.Mutex
+	waiting map[*hold]time.Time // queued waiters, and since when they wait
+	written string              // the fields last written
+	at      time.Time           // when they were
+	writing sync.Mutex          // one write at a time
+}
+
+// recordKey is the Redis key of the record of the engine with id.
+func (l *Engine) recordKey(id string) string { return l.opt.Prefix + "engine:" + id }
+
+// recordEvery is how often the record is brought up to date: a third of
+// the TTL, between 100ms and a second. A hold or waiter is shown once it
+// lasted that long.
+func (l *Engine) recordEvery() time.Duration {
+	return min(max(l.opt.TTL/3, 100*time.Millisecond), time.Second)
+}
+
+// waits notes that h waits behind another owner's hold; the returned func
+// notes that it no longer does.
+func (l *Engine) waits(h *hold) func() {
+	r := &l.rec
+	r.mu.Lock()
+	if r.waiting == nil {
+		r.waiting = make(map[*hold]time.Time)
+	}
+	r.waiting[h] = time.Now()
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.waiting, h)
+		r.mu.Unlock()
+	}
+}
+
+// record writes the Engine's record if it changed or is due for refresh.
+func (l *Engine) record() {
+	r := &l.rec
+	r.writing.Lock()
+	defer r.writing.Unlock()
+	now := time.Now()
+	old := now.Add(-l.recordEvery())
+	// The holds and waiters that lasted recordEvery, gathered under the
+	// mutexes; their entries, routes and trace ids do not change.
+	var shown []*hold
+	l.wd.mu.Lock()
+	for _, h := range l.wd.holds {
+		if !h.start.IsZero() && h.start.Before(old) && !h.ended.Load() {
+			shown = append(shown, h)
+		}
+	}
+	l.wd.mu.Unlock()
+	r.mu.Lock()
+	for h, since := range r.waiting {
+		if since.Before(old) {
+			shown = append(shown, h)
+		}
+	}
+	r.mu.Unlock()
+	var fields []string // attempt id, origin, ...
+	for _, h := range shown {
+		if o := h.origin(); o != "" {
+			fields = append(fields, h.entry, o)
+		}
+	}
+	sig := signature(fields)
+	switch {
+	case len(shown) == 0 && r.at.IsZero():
+		return // nothing to show yet
+	case sig == r.written && (len(shown) == 0 || now.Sub(r.at) < recordRefresh):
+		return // up to date, or left to expire
+	}
+	args := make([]any, 0, 2+len(fields))
+	args = append(args, "name", l.opt.Name)
+	for _, f := range fields {
+		args = append(args, f)
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.opt.Timeout)
+	defer cancel()
+	key := l.recordKey(l.id)
+	_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, key)
+		p.HSet(ctx, key, args...)
+		p.PExpire(ctx, key, recordTTL)
+		return nil
+	})
+	if err == nil {
+		r.written, r.at = sig, now
+	}
+}
+
+// signature returns fields (pairs of attempt id and origin) as one
+// string, whatever their order.
+func signature(fields []string) string {
+	pairs := make([]string, 0, len(fields)/2)
+	for i := 0; i+1 < len(fields); i += 2 {
+		pairs = append(pairs, fields[i]+"\x00"+fields[i+1])
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, "\x00")
+}
+
+// startRecords starts the goroutine that keeps the Engine's record. It
+// runs once, with the Engine's first acquisition.
+func (l *Engine) startRecords() {
+	l.bg.add()
+	go l.every(l.recordEvery(), l.record)
+}
+
+// refs are the attempt ids behind an Info: each holder's, in its
+// Instances' order of first appearance, and each waiter's.
+type refs struct {
+	holders [][]string
+	waiters []string
+}
+
+// describe fills in the instance names, routes and trace ids of infos,
+// whose attempt ids are rs, from the records of their engines, in one
+// round trip. A record that cannot be read leaves them empty.
+func (l *Engine) describe(ctx context.Context, infos []lockcore.Info, rs []refs) {
+	want := map[string][]string{} // engine id -> attempt ids
+	add := func(id string) {
+		e := engineOf(id)
+		if !slices.Contains(want[e], id) {
+			want[e] = append(want[e], id)
+		}
+	}
+	for _, r := range rs {
+		for _, ids := range r.holders {
+			for _, id := range ids {
+				add(id)
+			}
+		}
+		for _, id := range r.waiters {
+			add(id)
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	p := l.rdb.Pipeline()
+	cmds := make(map[string]*redis.SliceCmd, len(want))
+	for e, ids := range want {
+		args := append([]string{"name"}, ids...)
+		cmds[e] = p.HMGet(ctx, l.recordKey(e), args...)
+	}
+	_, _ = p.Exec(ctx)
+	names := map[string]string{}
+	origins := map[string]string{}
+	for e, c := range cmds {
+		vs, err := c.Result()
+		if err != nil || len(vs) != len(want[e])+1 {
+			continue
+		}
+		if s, ok := vs[0].(string); ok {
+			names[e] = s
+		}
+		for i, id := range want[e] {
+			if s, ok := vs[i+1].(string); ok {
+				origins[id] = s
+			}
+		}
+	}
+	for i := range infos {
+		in, r := &infos[i], rs[i]
+		for j := range in.Holders {
+			h := &in.Holders[j]
+			h.Names = make([]string, len(h.Instances))
+			for k, e := range h.Instances {
+				h.Names[k] = names[e]
+			}
+			if j < len(r.holders) {
+				for _, id := range r.holders[j] {
+					if o, ok := origins[id]; ok {
+						h.Route, h.Trace = splitOrigin(o)
+						break
+					}
+				}
+			}
+		}
+		for j := range in.Waiters {
+			w := &in.Waiters[j]
+			w.Name = names[w.Instance]
+			if j < len(r.waiters) {
+				if o, ok := origins[r.waiters[j]]; ok {
+					w.Route, w.Trace = splitOrigin(o)
+				}
+			}
+		}
+	}
+}
