@@ -97,6 +97,9 @@ func TestRouterWideLockAfterRewrites(t *testing.T) {
 		} {
 			for _, after := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/after=%v", c.name, after), func(t *testing.T) {
+					// Each case waits out meetSecond's window once; they
+					// run side by side, each on a prefix of its own.
+					t.Parallel()
 					var in inside
 					a := newAppOn(t, mk(), redistest.Prefix(t), func(a *app) http.Handler {
 						r := chi.NewRouter()

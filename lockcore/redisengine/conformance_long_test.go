@@ -24,3 +24,15 @@ func TestConformanceQueue(t *testing.T) {
 		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, -1))
 	})
 }
+
+// TestConformanceMiniCluster runs the engine conformance suite on
+// miniredis through a ClusterClient (a cluster of one node), at the
+// defaults.
+func TestConformanceMiniCluster(t *testing.T) {
+	b := redistest.Mini(t)
+	locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{b.Addr}})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}, miniTimeout, 0))
+}

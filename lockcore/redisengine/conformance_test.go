@@ -14,9 +14,10 @@ import (
 // TestConformance runs the engine conformance suite on the Engine, on
 // every deployment of redistest.Deployments: miniredis, a real
 // redis-server, a Cluster of 3 masters with replicas, and a master with
-// replicas under Sentinel, at the defaults (hand-over in memory on); and on
-// miniredis as a cluster of one node. TestConformanceQueue runs it again
-// with every hold handed over through Redis (go test -tags long). The
+// replicas under Sentinel, at the defaults (hand-over in memory on).
+// TestConformanceQueue runs it again with every hold handed over through
+// Redis, and TestConformanceMiniCluster on miniredis as a cluster of one
+// node (go test -tags long). The
 // engines of one check share a key prefix, as the processes of one service
 // do; each check has a prefix of its own.
 func TestConformance(t *testing.T) {
@@ -26,14 +27,6 @@ func TestConformance(t *testing.T) {
 			timeout = miniTimeout
 		}
 		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 0))
-	})
-	t.Run("miniredis-cluster", func(t *testing.T) {
-		b := redistest.Mini(t)
-		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{b.Addr}})
-			t.Cleanup(func() { _ = c.Close() })
-			return c
-		}, miniTimeout, 0))
 	})
 }
 
