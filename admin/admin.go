@@ -157,32 +157,49 @@ func parseRoute(p string) route {
 }
 
 // ownPath returns the handler's own part of r's escaped path: what follows
-// the mount point. Under chi's Mount, the route context's RoutePath (the
-// path left to the mounted handler) says how many of the path's last
-// segments that is: a key's segment has no '/' (keySegment escapes it).
-// Under an http.ServeMux pattern ending in '/', or a chi pattern ending in
-// '/*', that the path still starts with (not stripped), it is what follows
-// the pattern.
+// the mount point. The innermost router that matched r set r.Pattern:
+//   - chi (its route context's pattern is r.Pattern): a pattern ending in
+//     '*' (Mount, Handle("/admin/*"), under Route or CleanPath too) leaves
+//     the handler the path's last segments that its "*" value has (a key's
+//     segment has no '/': keySegment escapes it); any other pattern is the
+//     mount point itself, with or without its '/';
+//   - an http.ServeMux pattern ending in '/' that the path still starts
+//     with leaves what follows it, unless a handler between the mux and
+//     this one (http.StripPrefix) rewrote the path after the match.
+//
 // Otherwise the path is the handler's own already (http.StripPrefix, or
 // the handler at the root).
 func ownPath(r *http.Request) string {
 	p := r.URL.EscapedPath()
-	if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.RoutePath != "" {
-		if rctx.RoutePath == "/" && !strings.HasSuffix(p, "/") {
-			return "" // the mount point without its '/'
+	if rctx := chi.RouteContext(r.Context()); rctx != nil && r.Pattern != "" && rctx.RoutePattern() == r.Pattern {
+		switch {
+		case strings.HasSuffix(r.Pattern, "/"):
+			return "/"
+		case !strings.HasSuffix(r.Pattern, "*"):
+			return ""
 		}
-		s := strings.Split(p, "/")
-		if n := strings.Count(rctx.RoutePath, "/"); n < len(s) {
+		// The request's value, not the route context's: chi's Mount
+		// empties the latter before calling the mounted handler.
+		n := strings.Count("/"+r.PathValue("*"), "/")
+		if s := strings.Split(p, "/"); n < len(s) {
 			return "/" + strings.Join(s[len(s)-n:], "/")
 		}
 		return p
 	}
-	pat := patternPath(r.Pattern)
-	pat = strings.TrimSuffix(pat, "*")
-	if strings.HasSuffix(pat, "/") && strings.HasPrefix(p, pat) {
+	if pat := patternPath(r.Pattern); strings.HasSuffix(pat, "/") && strings.HasPrefix(p, pat) && !rewritten(r) {
 		return p[len(pat)-1:]
 	}
 	return p
+}
+
+// rewritten says whether r's path is no longer the one it arrived with
+// (http.StripPrefix took a prefix off).
+func rewritten(r *http.Request) bool {
+	if r.RequestURI == "" {
+		return false
+	}
+	u, err := url.ParseRequestURI(r.RequestURI)
+	return err == nil && u.Path != r.URL.Path
 }
 
 // patternPath returns the path of an http.ServeMux pattern, without its

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-chi/chi/v5"
@@ -86,8 +87,12 @@ func Example() {
 	call("POST", "/admin/locks/productID:42/release", `{"reason": "stuck since the 14:02 deploy"}`, &rev)
 	fmt.Println("reason:", rev.Reason, "| fence moved on:", rev.NewFence > rev.Fence)
 
-	<-lease.Context().Done() // the holder's context ends, with the cause ErrRevoked
-	fmt.Println(context.Cause(lease.Context()))
+	select { // the holder's context ends, with the cause ErrRevoked
+	case <-lease.Context().Done():
+		fmt.Println(context.Cause(lease.Context()))
+	case <-time.After(10 * time.Second):
+		fmt.Println("the holder was not told")
+	}
 
 	res, err := http.Get(srv.URL + "/admin/")
 	if err != nil {

@@ -3,11 +3,15 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
 	"github.com/routelock/lock/admin"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
@@ -109,5 +113,98 @@ func TestMemoryOrigins(t *testing.T) {
 	}
 	if w := l.Waiters[0]; w.Name != "pod-a" || w.Route != "/shop.Inventory/Reserve" || w.Trace != "0af7651916cd43dd8448eb211c80319c" {
 		t.Errorf("waiter %+v", w)
+	}
+}
+
+// TestMountForms: under every way of mounting that the package doc names
+// (chi's Mount, a chi "/x/*" pattern under Route or after CleanPath, an
+// http.ServeMux pattern ending in '/', with or without http.StripPrefix,
+// a ServeMux mounted in chi) the documented routes answer, a release
+// posted to its documented path revokes the hold, and a path the doc does
+// not name answers 404 and releases nothing, even when the mount point's
+// own name is also one of the handler's words.
+func TestMountForms(t *testing.T) {
+	reason := []string{"Content-Type", jsonCT}
+	for _, c := range []struct {
+		name  string
+		serve func(h http.Handler) http.Handler
+		base  string // where the documented routes start
+		wrong string // a release posted to a path the doc does not name
+	}{
+		{"chi Mount", func(h http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Mount("/admin", h)
+			return r
+		}, "/admin", "/admin/admin/locks/productID:42/release"},
+		{"chi Route and a wildcard", func(h http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Route("/ops", func(r chi.Router) { r.Handle("/admin/*", h) })
+			return r
+		}, "/ops/admin", "/ops/admin/locks/locks/productID:42/release"},
+		{"chi CleanPath and a wildcard", func(h http.Handler) http.Handler {
+			r := chi.NewRouter()
+			r.Use(chimw.CleanPath)
+			r.Handle("/admin/*", h)
+			return r
+		}, "/admin", "/admin/x/locks/productID:42/release"},
+		{"ServeMux", func(h http.Handler) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("/admin/", h)
+			return mux
+		}, "/admin", "/admin/admin/locks/productID:42/release"},
+		{"ServeMux and StripPrefix named like a route", func(h http.Handler) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("/locks/", http.StripPrefix("/locks", h))
+			return mux
+		}, "/locks", "/locks/x/locks/productID:42/release"},
+		{"ServeMux and StripPrefix, the mount point twice", func(h http.Handler) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("/admin/", http.StripPrefix("/admin", h))
+			return mux
+		}, "/admin", "/admin/admin/locks/productID:42/release"},
+		{"ServeMux in chi", func(h http.Handler) http.Handler {
+			mux := http.NewServeMux()
+			mux.Handle("/admin/", h)
+			r := chi.NewRouter()
+			r.Mount("/", mux)
+			return r
+		}, "/admin", "/admin/locks/locks/productID:42/release"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := new(locktest.Engine)
+			key, err := lockcore.NewKey("productID", "42")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls, err := e.Acquire(t.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ls.Release(context.Background())
+			srv := httptest.NewServer(c.serve(admin.Handler(e, admin.Config{})))
+			defer srv.Close()
+			pages := []string{c.base + "/locks", c.base + "/locks/productID:42", c.base + "/gates"}
+			if !strings.Contains(c.name, "CleanPath") { // which sends /admin/ to /admin, no route of chi's
+				pages = append(pages, c.base+"/")
+			}
+			for _, p := range pages {
+				if r := do(t, srv, "GET", p, ""); r.code != http.StatusOK {
+					t.Errorf("GET %s: %d %s, want 200", p, r.code, r.body)
+				}
+			}
+			if r := do(t, srv, "POST", c.wrong, `{"reason":"not here"}`, reason...); r.code != http.StatusNotFound {
+				t.Errorf("POST %s: %d %s, want 404", c.wrong, r.code, r.body)
+			}
+			if err := ls.Err(); err != nil {
+				t.Fatalf("a release posted to %s revoked the hold: %v", c.wrong, err)
+			}
+			p := c.base + "/locks/productID:42/release"
+			if r := do(t, srv, "POST", p, `{"reason":"here"}`, reason...); r.code != http.StatusOK {
+				t.Fatalf("POST %s: %d %s, want 200", p, r.code, r.body)
+			}
+			if err := ls.Err(); !errors.Is(err, lockcore.ErrRevoked) {
+				t.Fatalf("after POST %s the hold says %v, want ErrRevoked", p, err)
+			}
+		})
 	}
 }

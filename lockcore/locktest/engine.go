@@ -462,7 +462,7 @@ func (e *Engine) name() string {
 // engine keeps.
 func trimTrace(t string) string {
 	if len(t) > 64 {
-		return t[:64]
+		return strings.ToValidUTF8(t[:64], "")
 	}
 	return t
 }

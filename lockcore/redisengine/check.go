@@ -171,10 +171,12 @@ func (l *Engine) wentDown(err error) {
 // answered notes that Redis answered a call: the first answer after it was
 // unreachable is logged, with how long that lasted.
 func (l *Engine) answered() {
-	if since := l.downSince.Load(); since != 0 && l.downSince.CompareAndSwap(since, 0) {
+	if since := l.downSince.Load(); since != 0 {
+		// upSince first: a failure of a call sent before now, reported
+		// between the two, is one of this outage's, not a new one.
 		now := time.Now().UnixNano()
 		l.upSince.Store(now)
-		if l.opt.Logger != nil {
+		if l.downSince.CompareAndSwap(since, 0) && l.opt.Logger != nil {
 			l.opt.Logger.Info("routelock: Redis answers again", "down", time.Duration(now-since).Round(time.Millisecond))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -291,6 +292,11 @@ func (l *Engine) retry(h *hold, member string, until time.Time) {
 // unavailable wraps err, an error of a call to Redis, in ErrUnavailable,
 // or in ErrMisconfigured when Redis said the client is set up wrongly.
 func unavailable(op string, err error) error {
+	if errors.Is(err, lockcore.ErrMisconfigured) {
+		// Says so already: op goes after the sentinel's text, once.
+		rest := strings.TrimPrefix(err.Error(), lockcore.ErrMisconfigured.Error()+": ")
+		return &both{lockcore.ErrMisconfigured.Error() + ": " + op + ": " + rest, [2]error{lockcore.ErrMisconfigured, err}}
+	}
 	if misconfigured(err) {
 		return fmt.Errorf("%w: %s: %w", lockcore.ErrMisconfigured, op, err)
 	}

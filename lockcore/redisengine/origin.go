@@ -28,7 +28,8 @@ import (
 // changed, and at least every recordRefresh; once they are gone it
 // rewrites it once more, with the name alone. An Engine whose holds and
 // waits are all shorter writes nothing. The record expires recordTTL after
-// it was last written. Inspect and List read the records of the engines
+// it was last written, or the longest lease it shows and recordRefresh
+// after, if later. Inspect and List read the records of the engines
 // their locks name, in one more round trip.
 
 // recordRefresh is how often an Engine rewrites its record when nothing
@@ -52,7 +53,11 @@ func defaultName() string {
 	if err != nil || host == "" {
 		host = "localhost"
 	}
-	return host + "-" + strconv.Itoa(os.Getpid())
+	pid := "-" + strconv.Itoa(os.Getpid())
+	if len(host)+len(pid) > maxName { // a long host name: cut, never refused
+		host = strings.ToValidUTF8(host[:maxName-len(pid)], "")
+	}
+	return host + pid
 }
 
 // checkName reports what is wrong with an Options.Name.
@@ -64,11 +69,12 @@ func checkName(name string) error {
 }
 
 // setOrigin notes on h the route and trace id of p, the acquisition's, for
-// the Engine's record and its log lines: no allocation.
+// the Engine's record and its log lines: no allocation, unless a trace id
+// of more than maxTrace bytes is cut.
 func (h *hold) setOrigin(p lockcore.Policy) {
 	h.route, h.trace = p.Route, p.Trace
 	if len(h.trace) > maxTrace {
-		h.trace = h.trace[:maxTrace]
+		h.trace = strings.ToValidUTF8(h.trace[:maxTrace], "") // no rune cut in two
 	}
 }
 
@@ -94,6 +100,7 @@ type instanceRecord struct {
 	waiting map[*hold]time.Time // queued waiters, and since when they wait
 	written string              // the fields last written
 	at      time.Time           // when they were
+	refused bool                // a write was refused as misconfigured, and logged
 	writing sync.Mutex          // one write at a time
 }
 
@@ -169,14 +176,26 @@ func (l *Engine) record() {
 	ctx, cancel := context.WithTimeout(l.ctx, l.opt.Timeout)
 	defer cancel()
 	key := l.recordKey(l.id)
+	// The record outlives the leases it describes: an operator looks for
+	// the holder of a lock whose engine died, until the lock runs out.
+	ttl := recordTTL
+	for _, h := range shown {
+		ttl = max(ttl, h.ttl+recordRefresh)
+	}
 	_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)
 		p.HSet(ctx, key, args...)
-		p.PExpire(ctx, key, recordTTL)
+		p.PExpire(ctx, key, ttl)
 		return nil
 	})
-	if err == nil {
+	switch {
+	case err == nil:
 		r.written, r.at = sig, now
+	case misconfigured(err) && !r.refused && l.opt.Logger != nil:
+		// An ACL or a proxy that refuses MULTI, HSET, PEXPIRE: said once.
+		r.refused = true
+		l.opt.Logger.Warn("routelock: the engine's record for operators cannot be written: the admin page and the command show its id, not its name, routes and trace ids",
+			"instance", l.opt.Name, "err", err)
 	}
 }
 
