@@ -546,8 +546,8 @@ func checkPolicy(r *rig) {
 	holder := r.acquire(r.a, r.ctx, k, failFast) // nothing was held by the refusals
 
 	// The zero Policy waits (5 seconds): here until the context's deadline.
+	start := time.Now() // before the deadline is set: a pause between the two must not shorten the wait seen
 	zctx, zcancel := context.WithTimeout(r.ctx, 150*time.Millisecond)
-	start := time.Now()
 	_, err := r.b.Acquire(zctx, k, lockcore.Policy{})
 	zcancel()
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) < 100*time.Millisecond {
