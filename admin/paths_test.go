@@ -23,16 +23,7 @@ import (
 // /admin/locks/locks/productID:42/release, under a handler mounted at
 // /admin, answers 404 and releases nothing.
 func TestOnlyDocumentedPaths(t *testing.T) {
-	e := new(locktest.Engine)
-	key, err := lockcore.NewKey("productID", "42")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := e.Acquire(t.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ls.Release(context.Background())
+	e, key, ls := heldProduct(t)
 	h := admin.Handler(e, admin.Config{})
 	mux := http.NewServeMux()
 	mux.Handle("/ops/admin/", http.StripPrefix("/ops/admin", h))
@@ -171,16 +162,7 @@ func TestMountForms(t *testing.T) {
 		}, "/admin", "/admin/locks/locks/productID:42/release"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := new(locktest.Engine)
-			key, err := lockcore.NewKey("productID", "42")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ls, err := e.Acquire(t.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ls.Release(context.Background())
+			e, _, ls := heldProduct(t)
 			srv := httptest.NewServer(c.serve(admin.Handler(e, admin.Config{})))
 			defer srv.Close()
 			pages := []string{c.base + "/locks", c.base + "/locks/productID:42", c.base + "/gates"}
@@ -207,4 +189,21 @@ func TestMountForms(t *testing.T) {
 			}
 		})
 	}
+}
+
+// heldProduct returns an in-memory engine on which productID:42 is held,
+// the key, and the hold's lease, released when the test ends.
+func heldProduct(t *testing.T) (*locktest.Engine, lockcore.Key, *lockcore.Lease) {
+	t.Helper()
+	e := new(locktest.Engine)
+	key, err := lockcore.NewKey("productID", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := e.Acquire(t.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ls.Release(context.Background()) })
+	return e, key, ls
 }

@@ -4,7 +4,6 @@ package redisengine
 
 import (
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,15 +14,7 @@ import (
 // TestConformanceQueue runs the engine conformance suite, as
 // TestConformance does, on every deployment with hand-over in memory off
 // (LocalHandOvers -1): every hold passes through Redis's queue.
-func TestConformanceQueue(t *testing.T) {
-	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
-		var timeout time.Duration // the default
-		if !b.Real() {
-			timeout = miniTimeout
-		}
-		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, -1))
-	})
-}
+func TestConformanceQueue(t *testing.T) { conformOnDeployments(t, -1) }
 
 // TestConformanceMiniCluster runs the engine conformance suite on
 // miniredis through a ClusterClient (a cluster of one node), at the

@@ -20,13 +20,17 @@ import (
 // node (go test -tags long). The
 // engines of one check share a key prefix, as the processes of one service
 // do; each check has a prefix of its own.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { conformOnDeployments(t, 0) }
+
+// conformOnDeployments runs the conformance suite on every deployment,
+// with Options.LocalHandOvers handOvers and, on miniredis, miniTimeout.
+func conformOnDeployments(t *testing.T, handOvers int) {
 	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		var timeout time.Duration // the default
 		if !b.Real() {
 			timeout = miniTimeout
 		}
-		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, 0))
+		locktest.Run(t, conformingEngines(func(t *testing.T) redis.UniversalClient { return b.Universal(t) }, timeout, handOvers))
 	})
 }
 
