@@ -36,12 +36,17 @@ func TestLogNamesInstanceRouteTrace(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the revoked hold's context was not cancelled")
 	}
+	// The line follows the cancellation: the engine logs once lockcore
+	// has ended the lease.
 	line := ""
-	for _, s := range strings.Split(logged.String(), "\n") {
-		if strings.Contains(s, "a lease was lost") {
-			line = s
+	eventually(t, 5*time.Second, "the loss logged", func() bool {
+		for _, s := range strings.Split(logged.String(), "\n") {
+			if strings.Contains(s, "a lease was lost") {
+				line = s
+			}
 		}
-	}
+		return line != ""
+	})
 	for _, want := range []string{"instance=pod-a", "route=/products/{productID}/buy", "trace=4bf92f3577b34da6a3ce929d0e0e4736", "resource=productID"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("the loss's log line lacks %s:\n%s", want, logged.String())
