@@ -75,6 +75,9 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 		}
 	}
 	leases, orig := make([]*Lease, 0, len(ks)), ctx
+	if len(ks) > 1 {
+		ctx = context.WithValue(ctx, inSetKey{}, true)
+	}
 	for _, k := range ks {
 		q := p
 		if p.Wait > 0 {
@@ -213,4 +216,20 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 		note(d.h.ended(ctx, d.live, began, d.err))
 	}
 	return first
+}
+
+// inSetKey marks the context of the acquisitions AcquireAll makes one key
+// at a time (InSet).
+type inSetKey struct{}
+
+// InSet reports whether ctx is that of an acquisition that AcquireAll
+// makes as one of a set of keys taken one at a time: the set may still
+// fail after it, and its lease be released before any caller saw it. An
+// engine that hands a released hold straight to a waiting acquisition
+// (without its store) hands none to such an acquisition, since what the
+// hold went through (an operator's revocation, say) is told to whoever
+// holds it next, and nobody would hear it.
+func InSet(ctx context.Context) bool {
+	v, _ := ctx.Value(inSetKey{}).(bool)
+	return v
 }

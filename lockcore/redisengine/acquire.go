@@ -76,23 +76,15 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if err != nil {
 		return nil, err
 	}
-	if !time.Now().Before(h.startsValid(sent, length)) {
+	if h.grant == nil && !time.Now().Before(h.startsValid(sent, length)) {
 		// Answered after the lease it confirmed had run out (a server or a
 		// client slower than the TTL): Redis may have let the key go to
 		// another owner already. Given back, as a call not answered in
-		// time is, before any lease or watchdog sees it. Its own member
-		// is withdrawn before a hold handed to it in memory goes back.
+		// time is, before any lease or watchdog sees it. (A hold handed
+		// over in memory is the attempt's already, its releaser gone: it
+		// runs, and is lost if its validity runs out first.)
 		h.ended.Store(true)
-		g, member := h.grant, ""
-		if g != nil {
-			member = h.member
-		}
-		l.bg.do(func() {
-			l.withdraw(h, member)
-			if g != nil {
-				l.giveBack(g)
-			}
-		})
+		l.bg.do(func() { l.withdraw(h, "") })
 		return nil, unavailable("acquire", errLate)
 	}
 	h.start = time.Now()
@@ -191,7 +183,9 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	w := l.nf.register(h.entry, h.keys[0])
 	defer func() {
 		if g := l.nf.leave(w); g != nil && h.grant != g {
-			l.giveBack(g) // handed over in memory as the attempt ended otherwise
+			// Unreachable while holds go only to waiters asleep, which
+			// take them: the hold goes back as its holder's release would.
+			l.giveBack(g)
 		}
 	}()
 	ev := l.opt.Events
@@ -218,7 +212,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	var unlist func() // takes the attempt off the Engine's record's waiters
 	for {
 		if g := w.grant.Load(); g != nil {
-			return l.tookLocal(h, g, member)
+			return l.tookLocal(h, w, g, member)
 		}
 		if woke != "" {
 			ev.Woken(h.key, woke)
@@ -243,7 +237,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			// the pass landed. (A call that was not answered is withdrawn
 			// once it lands, which would drop the hold this attempt was
 			// handed: the attempt fails as below, and the hold goes back.)
-			return l.tookLocal(h, g, member)
+			return l.tookLocal(h, w, g, member)
 		}
 		if errors.Is(err, lockcore.ErrUpgrade) {
 			return sent, 0, err // nothing taken, nothing queued
@@ -272,8 +266,9 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, h.ttl, nil
 		}
 		pttl = -v
-		if h.passable && !local {
-			// Before Events hears it waits: in arrival order.
+		if h.passable && !local && !lockcore.InSet(ctx) {
+			// Before Events hears it waits: in arrival order. (Not one
+			// of a set: the set could give the hold back unseen.)
 			l.nf.queueLocal(w)
 			local = true
 		}
@@ -297,10 +292,15 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			timer.Reset(sleep)
 		}
 		polled = false
+		if local {
+			l.nf.park(w, ctx.Done())
+		}
 		select {
 		case f := <-w.ch:
-			if g := w.grant.Load(); g != nil {
-				return l.tookLocal(h, g, member)
+			if local {
+				if g := l.nf.unpark(w); g != nil {
+					return l.tookLocal(h, w, g, member)
+				}
 			}
 			if f <= 0 {
 				// Nudged: the subscription was re-established, or a release
@@ -347,25 +347,45 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 				return sent, w.px, nil
 			}
 		case <-timer.C:
+			if local {
+				l.nf.unpark(w) // the loop's top takes a hold handed meanwhile
+			}
 			if ev != nil {
 				woke = wokenByTimer
 			}
 			polled = sleep == l.recheck()
 		case <-ctx.Done():
+			if local {
+				if g := l.nf.unpark(w); g != nil {
+					// Handed the hold before the caller left: it is this
+					// attempt's, and its pass call tells it of a
+					// revocation that its releaser did not hear of.
+					return l.tookLocal(h, w, g, member)
+				}
+			}
 			return sent, 0, l.giveUp(h, member, pttl, ctx.Err())
 		case <-l.ctx.Done():
+			if local {
+				if g := l.nf.unpark(w); g != nil {
+					return l.tookLocal(h, w, g, member) // Acquire gives it back
+				}
+			}
 			l.withdraw(h, member)
 			return sent, 0, lockcore.ErrClosed
 		}
 	}
 }
 
-// tookLocal makes h, the attempt queued as member, the
+// tookLocal makes h, the attempt of waiter w queued as member, the
 // successor of the hold g handed it in memory, and returns as acquire.
-func (l *Engine) tookLocal(h *hold, g *localGrant, member string) (time.Time, time.Duration, error) {
+// (The hold is taken even if its validity ran out before the attempt
+// woke: the lease is then lost at once, and its release says what the
+// pass call found.)
+func (l *Engine) tookLocal(h *hold, w *waiter, g *localGrant, member string) (time.Time, time.Duration, error) {
 	if ev := l.opt.Events; ev != nil {
 		ev.Woken(h.key, wokenByMemory)
 	}
+	w.grant.Store(nil) // taken: leave has nothing to hand back
 	h.member = member
 	h.take(g)
 	return time.Time{}, 0, nil

@@ -34,6 +34,14 @@ import (
 //   - an operator's revocation names the released hold, which Redis still
 //     has: the pass script finds it revoked, and the successor is told.
 //
+// A hold is handed only to a waiter asleep on its channel (notifier.park),
+// not busy with a call of its own, whose caller has not left: the
+// hand-over is then final, and the waiter takes the hold first thing when
+// it wakes, even if its caller left meanwhile (it got the lock before
+// then). So every hold a revocation names is either released through
+// Redis, whose answer tells its holder, or taken by a successor whose
+// pass call tells it: none goes to an attempt that ends without a lease.
+//
 // The released hold's token never left the process (Expose), so nobody can
 // re-enter by it meanwhile.
 
@@ -76,7 +84,7 @@ func (n *notifier) dropLocal(w *waiter) {
 	if !w.local {
 		return
 	}
-	w.local = false
+	w.local, w.parked = false, false
 	q := n.local[w.key]
 	if i := slices.Index(q, w); i >= 0 {
 		q = slices.Delete(q, i, i+1)
@@ -88,17 +96,44 @@ func (n *notifier) dropLocal(w *waiter) {
 	}
 }
 
+// park marks w, in n.local, as asleep on its channel until unpark, for
+// a caller whose context ends with done: only then may passTo hand it a
+// hold.
+func (n *notifier) park(w *waiter, done <-chan struct{}) {
+	n.mu.Lock()
+	w.parked, w.done = w.local, done
+	n.mu.Unlock()
+}
+
+// unpark ends w's sleep: no hold is handed to it until it parks again. It
+// returns the hold handed to it meanwhile, if any, which w must take.
+func (n *notifier) unpark(w *waiter) *localGrant {
+	n.mu.Lock()
+	w.parked = false
+	n.mu.Unlock()
+	return w.grant.Load()
+}
+
 // passTo hands g to the longest waiting attempt for the lock at Redis key
-// key that may take a hold in memory, and reports whether there was one.
+// key that may take a hold in memory, if it sleeps and its caller has not
+// left, and reports whether it did: the attempt then takes it.
 func (n *notifier) passTo(key string, g *localGrant) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	q := n.local[key]
-	if len(q) == 0 {
+	if len(q) == 0 || !q[0].parked {
+		// One busy with a call of its own is woken by Redis instead, in
+		// the queue's order.
 		return false
 	}
-	g.prev.handedOn.Store(true)
 	w := q[0]
+	select {
+	case <-w.done:
+		return false // its caller left: it will not run; Redis decides
+	default:
+	}
+	g.prev.handedOn.Store(true)
+	w.parked = false
 	n.dropLocal(w)
 	delete(n.waiters, w.id)
 	select {
@@ -110,8 +145,8 @@ func (n *notifier) passTo(key string, g *localGrant) bool {
 	return true
 }
 
-// leave unregisters w and returns the hold handed to it in memory, if any:
-// after it, no hand-over reaches w.
+// leave unregisters w and returns the hold handed to it in memory and not
+// taken, if any: after it, no hand-over reaches w.
 func (n *notifier) leave(w *waiter) *localGrant {
 	n.mu.Lock()
 	n.dropLocal(w)

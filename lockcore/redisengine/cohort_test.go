@@ -185,8 +185,19 @@ func (r *cohortRig) eventually(what string, cond func() bool) {
 	}
 }
 
+// sleeping reports whether the latest waiter of e queued for the lock at
+// Redis key lock in memory sleeps where a release hands it the hold in
+// memory (a waiter busy with a call of its own is woken through Redis).
+func sleeping(e *Engine, lock string) bool {
+	e.nf.mu.Lock()
+	defer e.nf.mu.Unlock()
+	q := e.nf.local[lock]
+	return len(q) > 0 && q[len(q)-1].parked
+}
+
 // waiter starts an acquisition of k on e that waits, and returns once it
-// is queued; its result comes on the channel.
+// is queued, and on the Engine that hands over in memory once it sleeps;
+// its result comes on the channel.
 func (r *cohortRig) waiter(ctx context.Context, e *Engine, p lockcore.Policy) <-chan *lockcore.Lease {
 	r.t.Helper()
 	out := make(chan *lockcore.Lease, 1)
@@ -203,6 +214,7 @@ func (r *cohortRig) waiter(ctx context.Context, e *Engine, p lockcore.Policy) <-
 		case <-time.After(5 * time.Second):
 			r.t.Fatal("the waiter was never queued")
 		}
+		r.eventually("the waiter sleeps", func() bool { return sleeping(e, r.lock) })
 	}
 	return out
 }
@@ -616,12 +628,13 @@ func (p *holdAcquireReplies) ProcessPipelineHook(next redis.ProcessPipelineHook)
 	}
 }
 
-// TestLocalHandOverDuringUnansweredCall: a waiter is handed the hold in
-// memory while its own acquire call goes unanswered past Options.Timeout.
-// That call is withdrawn once it lands, which drops whatever hold the
-// attempt has in Redis: the waiter must not run on the hold it was handed
-// (it fails, and the hold goes back), so that the key is never free in
-// Redis while it runs.
+// TestLocalHandOverDuringUnansweredCall: a hold is released while the only
+// waiter of its Engine has an acquire call of its own unanswered past
+// Options.Timeout. That call is withdrawn once it lands, which drops
+// whatever hold the attempt has in Redis. The hold is not handed over in
+// memory to a waiter busy with a call (the release goes through Redis),
+// and whatever the waiter gets, the key is never free in Redis while it
+// runs.
 func TestLocalHandOverDuringUnansweredCall(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
@@ -682,6 +695,9 @@ func TestLocalHandOverDuringUnansweredCall(t *testing.T) {
 		}
 		replies.armed.Store(false)
 		unblock()
+		if n := ev.wokenBy(wokenByMemory); n != 0 {
+			t.Errorf("handed over in memory %d times to a waiter whose call was on the wire", n)
+		}
 		if r.err == nil {
 			// It runs: the key must stay held in Redis for as long.
 			defer func() { _ = r.ls.Release(ctx) }()
@@ -803,5 +819,160 @@ func TestLocalHandOverChainLostLeavesNobodyQueued(t *testing.T) {
 			t.Fatalf("another Engine, once nobody holds or waits: %v", err)
 		}
 		_ = ls.Release(ctx)
+	})
+}
+
+// TestLocalHandOverRevokedAsCallerLeaves: an operator revoked a hold
+// before its Engine heard of it (and the lock went to a waiter of another
+// Engine); its holder releases it just as the caller of the waiter it may
+// hand it to in memory leaves, before or after. Either that waiter got the
+// hold (Acquire returns it, even if its caller left meanwhile) and is told
+// of the revocation, or the release went through Redis and is told itself:
+// never neither, in any of the rounds.
+func TestLocalHandOverRevokedAsCallerLeaves(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		r.openPasses()
+		bg := context.Background()
+		type result struct {
+			ls  *lockcore.Lease
+			err error
+		}
+		rounds, inMemory := 0, 0
+		for end := time.Now().Add(5 * time.Second); rounds < 40 && time.Now().Before(end); rounds++ {
+			first, err := r.a.Acquire(bg, r.k, lockcore.Policy{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The revocation grants the lock to the waiter first in the
+			// queue, of the other Engine.
+			remote := make(chan result, 1)
+			go func() {
+				ls, err := r.b.Acquire(bg, r.k, lockcore.Policy{Wait: 5 * time.Second})
+				remote <- result{ls, err}
+			}()
+			r.eventually("the other Engine's waiter queued", func() bool { return len(inspect(t, r.b, r.k).Waiters) == 1 })
+			wctx, leave := context.WithCancel(bg)
+			local := make(chan result, 1)
+			go func() {
+				ls, err := r.a.Acquire(wctx, r.k, lockcore.Policy{Wait: 5 * time.Second})
+				local <- result{ls, err}
+			}()
+			select {
+			case <-r.ev.queued:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter was never queued")
+			}
+			r.eventually("the waiter sleeps", func() bool { return sleeping(r.a, r.lock) })
+			// Revoked without telling the holding Engine: it learns of it
+			// from its release, or its successor from the pass call.
+			if _, err := r.b.revoke(bg, r.k, "test", false); err != nil {
+				t.Fatal(err)
+			}
+			// The caller leaves just before the release, or just after.
+			if rounds%2 == 0 {
+				leave()
+			}
+			relErr := first.Release(bg)
+			leave()
+			told := errors.Is(relErr, lockcore.ErrRevoked)
+			var got result
+			select {
+			case got = <-local:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the leaving waiter never returned")
+			}
+			if got.ls != nil {
+				inMemory++
+				if err := got.ls.Release(bg); errors.Is(err, lockcore.ErrRevoked) || errors.Is(context.Cause(got.ls.Context()), lockcore.ErrRevoked) {
+					told = true
+				}
+			} else if !errors.Is(got.err, context.Canceled) {
+				t.Errorf("round %d: the leaving waiter's error %v, want context.Canceled", rounds, got.err)
+			}
+			if !told {
+				t.Errorf("round %d: the revoked hold was released without being told (release %v; the waiter got %v, %v)", rounds, relErr, got.ls != nil, got.err)
+			}
+			select {
+			case got = <-remote:
+				if got.err != nil {
+					t.Fatalf("round %d: the other Engine's waiter: %v", rounds, got.err)
+				}
+				_ = got.ls.Release(bg)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the other Engine's waiter was never granted the lock")
+			}
+			r.eventually("the key is free", func() bool { tok, _ := r.hold(); return tok == "" })
+		}
+		t.Logf("%d rounds, the leaving waiter took the hold in %d", rounds, inMemory)
+	})
+}
+
+// TestLocalHandOverNotToASet: a hold revoked before its Engine heard of it
+// is released while the only waiter of its Engine is the first key of a
+// set that lockcore.AcquireAll takes one key at a time, and whose second
+// key stays held: the set fails and gives its first lease back unseen. The
+// hold is not handed to it in memory: the release goes through Redis and
+// tells its holder of the revocation.
+func TestLocalHandOverNotToASet(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		r := newCohortRig(t, b)
+		r.openPasses()
+		bg := context.Background()
+		second, _ := lockcore.NewKey("z") // after k: taken second
+		other, err := r.b.Acquire(bg, second, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Release(bg)
+		first, err := r.a.Acquire(bg, r.k, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The revocation grants k to a waiter of the other Engine, first in
+		// the queue.
+		remote := make(chan *lockcore.Lease, 1)
+		go func() {
+			ls, err := r.b.Acquire(bg, r.k, lockcore.Policy{Wait: 5 * time.Second})
+			if err != nil {
+				t.Errorf("the other Engine's waiter: %v", err)
+			}
+			remote <- ls
+		}()
+		r.eventually("the other Engine's waiter queued", func() bool { return len(inspect(t, r.b, r.k).Waiters) == 1 })
+		set := make(chan error, 1)
+		go func() {
+			ls, err := lockcore.AcquireAll(bg, r.a, []lockcore.Key{r.k, second}, lockcore.Policy{Wait: 300 * time.Millisecond})
+			if err == nil {
+				_ = lockcore.ReleaseAll(bg, ls)
+			}
+			set <- err
+		}()
+		r.eventually("the set's waiter queued", func() bool { return len(inspect(t, r.b, r.k).Waiters) == 2 })
+		if _, err := r.b.revoke(bg, r.k, "test", false); err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Release(bg); !errors.Is(err, lockcore.ErrRevoked) {
+			t.Errorf("the revoked hold's release: %v, want ErrRevoked", err)
+		}
+		if n := r.ev.wokenBy(wokenByMemory); n != 0 {
+			t.Errorf("handed over in memory %d times to a set's acquisition", n)
+		}
+		select {
+		case err := <-set:
+			if err == nil {
+				t.Error("the set was taken while its second key was held")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the set's acquisition never returned")
+		}
+		select {
+		case ls := <-remote:
+			if ls != nil {
+				_ = ls.Release(bg)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the other Engine's waiter was never granted the lock")
+		}
 	})
 }

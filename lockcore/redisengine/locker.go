@@ -187,7 +187,10 @@ type Options struct {
 	// operator's Revoke names the hold Redis has: a successor still
 	// running on a hold revoked before its call landed is told
 	// ErrRevoked, with a fencing token between the revocation's Fence and
-	// NewFence. Default (0): 8. A negative value turns hand-over in memory
+	// NewFence. A hold goes in memory only to a waiter whose caller has
+	// not left, which then takes it even if its caller leaves before it
+	// wakes (Acquire returns the lease), so that a revocation is never
+	// lost with an attempt that got no lease. Default (0): 8. A negative value turns hand-over in memory
 	// off: every release goes through Redis, to its longest waiter.
 	LocalHandOvers int
 

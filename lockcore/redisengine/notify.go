@@ -61,11 +61,14 @@ type waiter struct {
 	from time.Time
 	px   time.Duration
 
-	// local: the waiter is in notifier.local (guarded by notifier.mu);
-	// grant is set, before its fencing token is sent on ch, when a hold
-	// is handed to it in memory.
-	local bool
-	grant atomic.Pointer[localGrant]
+	// local: the waiter is in notifier.local; parked: it sleeps on ch and
+	// may be handed a hold in memory unless done, its caller's context's,
+	// is closed (all guarded by notifier.mu); grant is set, before its
+	// fencing token is sent on ch, when a hold is handed to it in memory.
+	local  bool
+	parked bool
+	done   <-chan struct{}
+	grant  atomic.Pointer[localGrant]
 }
 
 // healthInterval is how long the subscription may be silent before it is
@@ -165,7 +168,7 @@ func (n *notifier) unregister(w *waiter) {
 	case <-w.ch: // a hand-over that came after the wait ended
 	default:
 	}
-	w.id, w.key, w.from, w.px = "", "", time.Time{}, 0
+	w.id, w.key, w.from, w.px, w.parked, w.done = "", "", time.Time{}, 0, false, nil
 	w.grant.Store(nil)
 	waiterPool.Put(w)
 }
