@@ -106,6 +106,8 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 	}
 	start := int(turn(key) % uint32(n))
 	var busy error
+	ctx, done := markSet(ctx) // a lease may go back unseen, below
+	defer done()
 	for j := range n {
 		k := key.Segment((start + j) % n)
 		if g != nil {

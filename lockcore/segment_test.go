@@ -3,6 +3,7 @@ package lockcore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -287,4 +288,51 @@ func TestSegmentGateOverOuterHold(t *testing.T) {
 		t.Fatalf("the outer hold ended: %v", context.Cause(outer.Context()))
 	case <-time.After(200 * time.Millisecond): // four times the segment route's ceiling
 	}
+}
+
+// inSetRecorder records lockcore.InSet of each acquisition's context.
+type inSetRecorder struct {
+	inner lockcore.Engine
+	inSet []bool
+}
+
+func (r *inSetRecorder) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	r.inSet = append(r.inSet, lockcore.InSet(ctx))
+	return r.inner.Acquire(ctx, key, p)
+}
+
+func (r *inSetRecorder) Unwrap() lockcore.Engine { return r.inner }
+
+// TestInSet: the acquisitions AcquireAll makes one key at a time and those
+// AcquireSegment makes are marked (an engine then hands them no hold in
+// memory, since they may go back unseen); a lone Acquire is not, and
+// neither are the contexts of the leases handed out.
+func TestInSet(t *testing.T) {
+	ctx := context.Background()
+	r := &inSetRecorder{inner: &locktest.Engine{}}
+	a, _ := lockcore.NewKey("a")
+	b, _ := lockcore.NewKey("b")
+	ls, err := r.Acquire(ctx, a, lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ls.Release(ctx)
+	set, err := lockcore.AcquireAll(ctx, r, []lockcore.Key{a, b}, lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg, err := lockcore.AcquireSegment(ctx, r, a, lockcore.Policy{Segments: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, true, true, true}; !slices.Equal(r.inSet, want) {
+		t.Errorf("InSet of the acquisitions: %v, want %v (Acquire, AcquireAll's two, AcquireSegment's)", r.inSet, want)
+	}
+	for _, ls := range append(set, seg) {
+		if lockcore.InSet(ls.Context()) {
+			t.Errorf("the lease of %v handed out with a context InSet", ls.Key())
+		}
+	}
+	_ = lockcore.ReleaseAll(ctx, set)
+	_ = seg.Release(ctx)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,9 +76,8 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 		}
 	}
 	leases, orig := make([]*Lease, 0, len(ks)), ctx
-	if len(ks) > 1 {
-		ctx = context.WithValue(ctx, inSetKey{}, true)
-	}
+	ctx, done := markSet(ctx)
+	defer done()
 	for _, k := range ks {
 		q := p
 		if p.Wait > 0 {
@@ -218,18 +218,28 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 	return first
 }
 
-// inSetKey marks the context of the acquisitions AcquireAll makes one key
-// at a time (InSet).
+// inSetKey marks the context of the acquisitions that AcquireAll and
+// AcquireSegment make (InSet).
 type inSetKey struct{}
 
+// markSet returns ctx marked for InSet until done is called: the leases'
+// contexts, derived from it, are not marked once they are handed out.
+func markSet(ctx context.Context) (context.Context, func()) {
+	m := new(atomic.Bool)
+	m.Store(true)
+	return context.WithValue(ctx, inSetKey{}, m), func() { m.Store(false) }
+}
+
 // InSet reports whether ctx is that of an acquisition that AcquireAll
-// makes as one of a set of keys taken one at a time: the set may still
-// fail after it, and its lease be released before any caller saw it. An
-// engine that hands a released hold straight to a waiting acquisition
-// (without its store) hands none to such an acquisition, since what the
-// hold went through (an operator's revocation, say) is told to whoever
-// holds it next, and nobody would hear it.
+// makes as one of a set of keys taken one at a time, or that
+// AcquireSegment makes for one segment of a key: the set may still fail,
+// or the segment turn out exhausted, after it, and its lease be released
+// before any caller saw it. An engine that hands a released hold straight
+// to a waiting acquisition (without its store) hands none to such an
+// acquisition, since what the hold went through (an operator's
+// revocation, say) is told to whoever holds it next, and nobody would
+// hear it. It is false again once AcquireAll or AcquireSegment returned.
 func InSet(ctx context.Context) bool {
-	v, _ := ctx.Value(inSetKey{}).(bool)
-	return v
+	m, _ := ctx.Value(inSetKey{}).(*atomic.Bool)
+	return m != nil && m.Load()
 }

@@ -29,7 +29,9 @@ import (
 // waiting up to p.Wait, ErrWaitTimeout. A waiter is queued in Redis and
 // woken when the lock is handed to it, in arrival order, except that a
 // release may first hand it to a waiter of this Engine in memory
-// (Options.LocalHandOvers).
+// (Options.LocalHandOvers). A waiter handed the lock in memory before ctx
+// ended takes it, even if ctx ended before it woke: the lease's context
+// is then done already.
 //
 // Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable,
 // ErrMisconfigured (the server may evict held locks: see Check) or
@@ -102,6 +104,11 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		return nil, lockcore.ErrClosed
 	}
 	if h.grant != nil {
+		if mono() >= h.inherit {
+			// Taken after the validity it was handed ran out: lost before
+			// its handler starts; its release says what the pass found.
+			h.lose(errRanOut)
+		}
 		l.bg.do(func() { l.runPass(h) })
 	}
 	if read != nil {
@@ -230,15 +237,10 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		if early {
 			m, mw = "", 0
 		}
+		// Not asleep: no hold is handed to it in memory during the call
+		// (one not answered is withdrawn once it lands, which would drop
+		// such a hold).
 		v, err := l.runAcquire(ctx, h, mw, m, sent)
-		if g := w.grant.Load(); g != nil && err == nil {
-			// Handed the lock in memory meanwhile: this call found it held
-			// by the holder that handed it over, or by this attempt once
-			// the pass landed. (A call that was not answered is withdrawn
-			// once it lands, which would drop the hold this attempt was
-			// handed: the attempt fails as below, and the hold goes back.)
-			return l.tookLocal(h, w, g, member)
-		}
 		if errors.Is(err, lockcore.ErrUpgrade) {
 			return sent, 0, err // nothing taken, nothing queued
 		}
@@ -379,8 +381,8 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 // tookLocal makes h, the attempt of waiter w queued as member, the
 // successor of the hold g handed it in memory, and returns as acquire.
 // (The hold is taken even if its validity ran out before the attempt
-// woke: the lease is then lost at once, and its release says what the
-// pass call found.)
+// woke: Acquire then loses it before handing out its lease, whose release
+// says what the pass call found.)
 func (l *Engine) tookLocal(h *hold, w *waiter, g *localGrant, member string) (time.Time, time.Duration, error) {
 	if ev := l.opt.Events; ev != nil {
 		ev.Woken(h.key, wokenByMemory)

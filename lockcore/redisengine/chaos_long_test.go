@@ -607,22 +607,38 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	// fence, or a later one of the chain when the ones in between handed
 	// on before their calls were sent. A chain's fences are consecutive
 	// and within the maxLocalHandOvers its first hold reserved.
+	fences := map[int]map[int64]bool{} // by key, the fences held
+	for _, s := range sections {
+		if fences[s.key] == nil {
+			fences[s.key] = map[int64]bool{}
+		}
+		fences[s.key][s.fence] = true
+	}
 	toldSuccessor := func(s section) bool {
 		if cfg.engine.LocalHandOvers < 0 {
 			return false
 		}
 		for _, n := range byKey[s.key] {
 			if n.fence > s.fence && n.fence <= s.fence+maxLocalHandOvers && n.revoked {
-				return true
+				// Its chain: every fence in between was held (each
+				// successor in memory gets a lease, and a section here).
+				chain := true
+				for f := s.fence + 1; f < n.fence; f++ {
+					chain = chain && fences[s.key][f]
+				}
+				if chain {
+					return true
+				}
 			}
 		}
 		return false
 	}
 	for _, s := range sections {
 		// A hold an operator revoked is fenced out: the store may refuse it
-		// before it hears of the revocation (a hold released by a
-		// hand-over in memory never does; a successor does, checked next).
-		if s.stale && !forced(s) {
+		// before it hears of the revocation; one that then never hears of
+		// it (it handed the hold over in memory) must have a successor in
+		// its chain that did.
+		if s.stale && !(forced(s) && toldSuccessor(s)) {
 			res.violations = append(res.violations, fmt.Sprintf("fenced store refused a live holder of k%d (fence %d)", s.key, s.fence))
 		}
 		if forced(s) && s.clean && !toldSuccessor(s) {

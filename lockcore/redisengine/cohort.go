@@ -40,7 +40,9 @@ import (
 // it wakes, even if its caller left meanwhile (it got the lock before
 // then). So every hold a revocation names is either released through
 // Redis, whose answer tells its holder, or taken by a successor whose
-// pass call tells it: none goes to an attempt that ends without a lease.
+// pass call tells it. None goes to an attempt whose lease could go back
+// unseen (lockcore.InSet), nor after Close; a hold that goes back anyway
+// (giveBack) logs a revocation its release finds.
 //
 // The released hold's token never left the process (Expose), so nobody can
 // re-enter by it meanwhile.
@@ -190,7 +192,13 @@ func (l *Engine) giveBack(g *localGrant) {
 		for _, q := range unpassed {
 			l.withdraw(q, q.member)
 		}
-		if _, err := l.release(context.Background(), p, ""); err != nil {
+		n, err := l.release(context.Background(), p, "")
+		if n == -3 && l.opt.Logger != nil {
+			// Its holder released it already, and no successor ran on it.
+			l.opt.Logger.Warn("routelock: a hold handed over in memory was found revoked as it went back, with nobody left to tell",
+				append(p.origins(), "resource", resourceName(p.key), "fence", p.fence)...)
+		}
+		if err != nil {
 			l.latch(p, l.report(unavailable("release", err)))
 		}
 	})
@@ -213,7 +221,7 @@ func (h *hold) passedFrom() (*hold, []string) {
 // memory, if it may be and one waits; it reports whether it did.
 func (h *hold) passOn(first bool) bool {
 	l := h.l
-	if !first || !h.passable || h.passes >= l.opt.LocalHandOvers || h.exposed.Load() {
+	if !first || !h.passable || h.passes >= l.opt.LocalHandOvers || h.exposed.Load() || l.closed.Load() {
 		return false
 	}
 	// Only a hold released by its holder, while certainly held: not one

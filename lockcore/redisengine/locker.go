@@ -189,8 +189,9 @@ type Options struct {
 	// ErrRevoked, with a fencing token between the revocation's Fence and
 	// NewFence. A hold goes in memory only to a waiter whose caller has
 	// not left, which then takes it even if its caller leaves before it
-	// wakes (Acquire returns the lease), so that a revocation is never
-	// lost with an attempt that got no lease. Default (0): 8. A negative value turns hand-over in memory
+	// wakes (Acquire returns the lease), and to none whose lease could go
+	// back unseen (lockcore.InSet), so that a successor is there to be
+	// told. Default (0): 8. A negative value turns hand-over in memory
 	// off: every release goes through Redis, to its longest waiter.
 	LocalHandOvers int
 
