@@ -200,10 +200,13 @@ func parseGate(k, v string) (lockcore.Gate, bool) {
 	return g, true
 }
 
-// setGate sets (closed) or clears the gate of escaped key k in memory.
+// setGate sets (closed) or clears the gate of escaped key k in memory. It
+// counts as news, as a message does: a read of the gates that began
+// before it is made again (loadGates) rather than undo it.
 func (l *Engine) setGate(k string, g lockcore.Gate, closed bool) {
 	l.gates.mu.Lock()
 	defer l.gates.mu.Unlock()
+	l.gates.seen.Add(1)
 	old := l.gates.m.Load()
 	m := make(map[string]gateEntry)
 	if old != nil {
