@@ -32,6 +32,7 @@ type Locker struct {
 	defaults lockcore.Policy              // Defaults
 	logger   *slog.Logger                 // Logger
 	trace    func(context.Context) string // Trace
+	watch    *watcher                     // logs what FromEngine's engine does not; nil for none
 
 	// Set by options, read while the Locker is made.
 	redis redisengine.Options                   // New's engine
@@ -45,8 +46,8 @@ type Locker struct {
 // open. The engine's instance name, which operators see beside its holds
 // and waiters (package admin, the routelock command), is
 // "<hostname>-<pid>": a Kubernetes pod's name is its hostname. For other
-// engine options, such as a name or a key prefix of your own, make the
-// engine with redisengine.New and give it to FromEngine.
+// engine options, such as a name, a key prefix or replica
+// acknowledgements of your own, use NewRedis.
 //
 // Panics if rdb is nil or a *redis.Ring (see redisengine.New), or an
 // option is invalid.
@@ -54,8 +55,20 @@ func New(rdb redis.UniversalClient, opts ...Option) *Locker {
 	return newRedis(rdb, redisengine.Options{}, opts)
 }
 
-// newRedis is New with the Redis engine's options o, over which opts
-// (Logger, Observe) set theirs.
+// NewRedis is New with the Redis engine's options o, such as an instance
+// name, a key prefix or Replicas, which New leaves at their defaults. The
+// Locker owns the engine as New's: Logger, Observe and a Defaults TTL
+// apply to it (they override o's Logger and Events, and fill in a zero
+// o.TTL), and Close closes it.
+//
+//	locker := lock.NewRedis(rdb, redisengine.Options{Name: "checkout-1", Prefix: "shop:"}, lock.Logger(slog.Default()))
+//
+// Panics if rdb is nil or a *redis.Ring, or o or an option is invalid.
+func NewRedis(rdb redis.UniversalClient, o redisengine.Options, opts ...Option) *Locker {
+	return newRedis(rdb, o, opts)
+}
+
+// newRedis is NewRedis.
 func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *Locker {
 	if rdb == nil {
 		panic("routelock: lock.New(nil)")
@@ -78,12 +91,18 @@ func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *
 	return l
 }
 
-// FromEngine returns a Locker that takes its locks from e: the Redis engine
-// made with options of your own (redisengine.New), another backend, or a
-// wrapper around one (telemetry, a test double such as
-// locktest.Engine). Close does not close e. When e is a Locker, its
+// FromEngine returns a Locker that takes its locks from e: another
+// backend, a wrapper around one (telemetry, a test double such as
+// locktest.Engine), or a Redis engine shared with other Lockers
+// (redisengine.New). Close does not close e. When e is a Locker, its
 // Defaults fill in what the new Locker's leave zero, so that the new
 // Locker's observers see the Policy that e's engine gets.
+//
+// Logger logs what any engine shows the Locker: a lease lost while its
+// holder ran (force-released too), and e becoming unavailable and
+// answering again. What only the engine sees (the Redis engine's release
+// retries, its instance name, a Redis set up wrongly) it logs through its
+// own options (redisengine.Options.Logger); NewRedis sets both at once.
 //
 // Panics if e is nil or an option is invalid.
 func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
@@ -95,6 +114,7 @@ func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
 	if inner, ok := e.(*Locker); ok {
 		l.defaults = l.defaults.Or(inner.defaults)
 	}
+	l.watch = newWatcher(l.logger, false, e)
 	l.engine = l.wrapped(e)
 	return l
 }
@@ -123,7 +143,11 @@ func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if l.trace != nil && p.Trace == "" {
 		p.Trace = l.trace(ctx)
 	}
-	return l.engine.Acquire(ctx, key, p.Or(l.defaults))
+	ls, err := l.engine.Acquire(ctx, key, p.Or(l.defaults))
+	if l.watch != nil {
+		l.watch.acquired(key, ls, err)
+	}
+	return ls, err
 }
 
 // AcquireAll takes the locks of keys all or nothing, as lockcore.AcquireAll
@@ -136,7 +160,16 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p lockcore
 	if l.trace != nil && p.Trace == "" {
 		p.Trace = l.trace(ctx)
 	}
-	return lockcore.AcquireAll(ctx, l.engine, keys, p.Or(l.defaults))
+	ls, err := lockcore.AcquireAll(ctx, l.engine, keys, p.Or(l.defaults))
+	if l.watch != nil {
+		if err != nil {
+			l.watch.acquired(lockcore.Key{}, nil, err)
+		}
+		for i, s := range ls {
+			l.watch.acquired(keys[i], s, nil)
+		}
+	}
+	return ls, err
 }
 
 // Unwrap returns the Locker's engine, through its observers: what the
@@ -236,8 +269,8 @@ func find[T any](e lockcore.Engine) (T, bool) {
 // or the Policy is invalid.
 func (l *Locker) By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) http.Handler {
 	var e lockcore.Engine = l.engine
-	if l.trace != nil {
-		e = l // Acquire labels each acquisition with its trace id
+	if l.trace != nil || l.watch != nil {
+		e = l // Acquire labels each acquisition with its trace id, or logs
 	}
 	return middleware.Lock(e, middleware.Config{
 		Key:    key,

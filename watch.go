@@ -1,0 +1,59 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// watcher logs, for a Locker given Logger, what its engine does not log
+// itself because the Locker did not make it (FromEngine): a lease lost
+// while its holder ran, and the engine becoming unavailable and answering
+// again, once per transition. New's and NewRedis's engine logs these
+// itself, with more detail (its instance name, the route, the trace id),
+// and gets no watcher.
+type watcher struct {
+	log  *slog.Logger
+	down atomic.Int64 // when the engine was first found unavailable (Unix ns), 0 while it answers
+}
+
+// newWatcher returns the watcher of a Locker on engine base that logs
+// through lg, or nil when it needs none: no logger, an engine the Locker
+// made (it logs itself), or a Locker that logs its own engine's events.
+func newWatcher(lg *slog.Logger, owned bool, base lockcore.Engine) *watcher {
+	if lg == nil || owned {
+		return nil
+	}
+	if inner, ok := base.(*Locker); ok && (inner.owned != nil && inner.logger != nil || inner.watch != nil) {
+		return nil
+	}
+	return &watcher{log: lg}
+}
+
+// acquired notes the outcome of one acquisition of key: err, or ls, which
+// it logs if it is lost while held.
+func (w *watcher) acquired(key lockcore.Key, ls *lockcore.Lease, err error) {
+	switch {
+	case err == nil:
+		if since := w.down.Load(); since != 0 && w.down.CompareAndSwap(since, 0) {
+			w.log.Info("routelock: the lock engine answers again", "down", time.Since(time.Unix(0, since)).Round(time.Millisecond))
+		}
+		if ls.ReenteredInMemory() {
+			return // the outer lease of this process reports its hold's loss
+		}
+		ctx := ls.Context()
+		context.AfterFunc(ctx, func() {
+			if cause := context.Cause(ctx); errors.Is(cause, lockcore.ErrLockLost) {
+				w.log.Warn("routelock: a lease was lost while its holder ran", "resource", key.Name(), "cause", cause)
+			}
+		})
+	case errors.Is(err, lockcore.ErrUnavailable):
+		if w.down.CompareAndSwap(0, time.Now().UnixNano()) {
+			w.log.Warn("routelock: the lock engine is unavailable: locked requests are refused (503) until it answers", "err", err)
+		}
+	}
+}
