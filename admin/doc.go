@@ -97,7 +97,8 @@
 //	            that took the hold; left out when not known
 //	trace       string: the trace id of the request that took it (lock.Trace); left out
 //	            when none. The Redis engine shows route and trace once a hold or
-//	            waiter has lasted about a third of its TTL (at most a second)
+//	            waiter has lasted a third of its engine's TTL (at most a second),
+//	            checked that often: it shows within twice that
 //	since       time: when the hold was taken
 //	mode        string: exclusive, shared (a reader, lock.Shared) or permit (lock.Permits)
 //	permits     number: a permit's n; left out otherwise

@@ -34,8 +34,8 @@
 // the route or gRPC method that took the hold and its request's trace id
 // (lock.Trace), and for each waiter the same, when the engine knows them:
 // the Redis engine learns them a moment after a hold or wait began (a
-// third of its TTL, at most a second), so that a hold held briefly shows
-// none.
+// third of the engine's TTL, at most a second, checked that often: within
+// twice that), so that a hold held briefly shows none.
 //
 // The Redis is the one the environment names, as for the package-level
 // lock.ByParam without lock.SetDefault: REDIS_URL for one server

@@ -316,3 +316,19 @@ func TestScrub(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldForNeverNegative: a hold whose start, by its engine's clock, is
+// a few ms after the server's now is shown as held for 0s, not -5ms.
+func TestHeldForNeverNegative(t *testing.T) {
+	now := time.Date(2026, 12, 6, 4, 0, 0, 0, time.UTC)
+	var out strings.Builder
+	p := newPrinter(&out, now)
+	p.list([]lockcore.Info{{Key: "productID:7", Fence: 3, TTL: time.Second,
+		Holders: []lockcore.Holder{{Owner: "o", Count: 1, Since: now.Add(5 * time.Millisecond)}}}})
+	if err := p.err(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "-5ms") || !strings.Contains(out.String(), " 0s ") {
+		t.Errorf("held for a negative time:\n%s", out.String())
+	}
+}

@@ -164,7 +164,9 @@ func (p *printer) since(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return humantime.Duration(p.now.Sub(t))
+	// A hold's start comes from its engine's clock, which may run a few ms
+	// ahead of the server's, by which now is read.
+	return humantime.Duration(max(p.now.Sub(t), 0))
 }
 
 func (p *printer) ago(t time.Time) string {

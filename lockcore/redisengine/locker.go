@@ -32,7 +32,8 @@ type Options struct {
 	// Logger's lines carry it as "instance". The Engine keeps them in
 	// Redis, in a hash "<Prefix>engine:<engine id>", for the holds and
 	// waiters that have lasted a third of the TTL (at least 100ms, at most
-	// a second; a shorter hold shows its engine id alone): a background
+	// a second; a shorter hold shows its engine id alone), which it finds
+	// within twice that: a background
 	// goroutine rewrites the hash, in one MULTI, when that set changes, at
 	// most once per such period, and refreshes it every 30 seconds while
 	// the set is not empty; it expires 90 seconds after the last write.
