@@ -372,6 +372,29 @@ func defaultLocker() *Locker {
 	return l
 }
 
+// RedisFromEnv returns a new client of the Redis that the environment
+// names, as the package-level helpers' own Locker reads it (see
+// SetDefault): REDIS_URL for one server, REDIS_CLUSTER_URL for a Redis
+// Cluster, REDIS_SENTINEL_URL for a master behind Sentinel, at most one of
+// them, or localhost:6379 when none is set. The client applies context
+// deadlines (ContextTimeoutEnabled), as the README's does; the caller
+// closes it. The error names the variable and the syntax it takes, never
+// its value, which may hold a password.
+//
+//	rdb, err := lock.RedisFromEnv()
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer rdb.Close()
+//	locker := lock.New(rdb)
+func RedisFromEnv() (redis.UniversalClient, error) {
+	conf, err := redisconf.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("routelock: %w", err)
+	}
+	return conf.Open(func(o *redisconf.Common) { *o.ContextTimeoutEnabled = true }), nil
+}
+
 // defaultConf reads the default Locker's Redis from the environment. The
 // error shows the expected form and never the value, which may hold a
 // password.
