@@ -420,19 +420,31 @@ func By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) http.Handler
 			panic(err.Error())
 		}
 	}
-	return func(next http.Handler) http.Handler {
-		var cur atomic.Pointer[bound]
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			l := defaultLocker()
-			b := cur.Load()
-			if b == nil || b.l != l {
-				b = &bound{l: l, h: l.By(key, ps...)(next)}
-				cur.Store(b)
-			}
-			b.h.ServeHTTP(w, r)
-		})
-	}
+	return func(next http.Handler) http.Handler { return &deferred{key: key, ps: ps, next: next} }
 }
+
+// deferred is a package-level route's middleware around next, built for
+// the default Locker of each request.
+type deferred struct {
+	key  keyfunc.Func
+	ps   []lockcore.Policy
+	next http.Handler
+	cur  atomic.Pointer[bound]
+}
+
+func (d *deferred) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l := defaultLocker()
+	b := d.cur.Load()
+	if b == nil || b.l != l {
+		b = &bound{l: l, h: l.By(d.key, d.ps...)(d.next)}
+		d.cur.Store(b)
+	}
+	b.h.ServeHTTP(w, r)
+}
+
+// LockKey returns the key function the middleware locks on, and nil: it
+// locks every HTTP method. middleware.Check reads it.
+func (d *deferred) LockKey() (keyfunc.Func, []string) { return d.key, nil }
 
 // unbuilt is the engine that a package-level route is checked against
 // while the Locker it will use is not known yet; it is never called.

@@ -59,6 +59,7 @@ func Param(name string) Func {
 	names := chiroute.NewNames(name)
 	return one(source{
 		name:      name,
+		param:     name,
 		desc:      "Param(" + name + ")",
 		httpRoute: func(r *http.Request) (string, string, error) { return param(r, name, names) },
 	})

@@ -158,6 +158,8 @@ type source struct {
 
 	message bool // rpc reads the request message (interceptor.Field)
 
+	param string // the route parameter it reads (Param), else ""
+
 	check func(req any) error // Source.Check
 }
 
@@ -301,6 +303,23 @@ func (f Func) all(ok func(*source) bool) bool {
 		}
 	}
 	return true
+}
+
+// Params returns the names of the route parameters that f reads (Param),
+// of each resource of a Func made with Also too, in order, each once: what
+// a route locked on f must have in its pattern (middleware.Check tells).
+func (f Func) Params() []string {
+	var ps []string
+	for _, r := range f.Resources() {
+		for _, g := range r.groups {
+			for _, s := range g.srcs {
+				if s.param != "" && !slices.Contains(ps, s.param) {
+					ps = append(ps, s.param)
+				}
+			}
+		}
+	}
+	return ps
 }
 
 // ReadsMessage reports whether f reads the gRPC request message (a field

@@ -82,13 +82,23 @@ type Config struct {
 // invalid (lockcore.Policy.Validate).
 func Lock(l lockcore.Engine, c Config) func(http.Handler) http.Handler {
 	m := newLocker(l, c)
-	return func(next http.Handler) http.Handler {
-		var once logOnce
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			m.serve(w, r, next, &once)
-		})
-	}
+	return func(next http.Handler) http.Handler { return &handler{m: m, next: next} }
 }
+
+// handler is the lock middleware of m around next.
+type handler struct {
+	m    *locker
+	next http.Handler
+	once logOnce
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.m.serve(w, r, h.next, &h.once)
+}
+
+// LockKey returns the key function the middleware locks on and the HTTP
+// methods it locks (nil: every one), for Check.
+func (h *handler) LockKey() (keyfunc.Func, []string) { return h.m.full, h.m.methods }
 
 // routeRecorder is an engine that reads lockcore.Policy.Route (see Lock).
 type routeRecorder interface {
@@ -98,6 +108,7 @@ type routeRecorder interface {
 // locker is one configured middleware.
 type locker struct {
 	l       lockcore.Engine
+	full    keyfunc.Func   // Config.Key
 	key     keyfunc.Func   // the first resource's
 	also    []keyfunc.Func // the others', for a key made with keyfunc.Func.Also
 	policy  lockcore.Policy
@@ -131,7 +142,7 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 	if err := c.validate(); err != nil {
 		panic(err.Error())
 	}
-	m := &locker{l: l, key: c.Key, policy: c.Policy, trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
+	m := &locker{l: l, full: c.Key, key: c.Key, policy: c.Policy, trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
 	if rs := c.Key.Resources(); len(rs) > 1 {
 		m.key, m.also = rs[0], rs[1:]
 	}
