@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,8 +36,8 @@ type Locker struct {
 	watch    *watcher                     // logs what FromEngine's engine does not; nil for none
 
 	// Set by options, read while the Locker is made.
-	redis redisengine.Options                   // New's engine
-	wrap  func(lockcore.Engine) lockcore.Engine // Observe
+	redis     redisengine.Options // New's engine
+	observers []lockcore.Observer // Observe, in the order given
 }
 
 // New returns a Locker on a Redis engine (package redisengine, with its
@@ -129,11 +130,34 @@ func (l *Locker) apply(opts []Option) {
 	l.redis.Logger = l.logger // New's engine logs where the Locker does
 }
 
-func (l *Locker) wrapped(e lockcore.Engine) lockcore.Engine {
-	if l.wrap == nil {
-		return e
+// wrapped returns e wrapped by the Locker's observers, the last
+// outermost, but for those that observe e already: a Locker given to
+// FromEngine that was given the same Observer, which would otherwise
+// count each acquisition twice.
+func (l *Locker) wrapped(base lockcore.Engine) lockcore.Engine {
+	e := base
+	for _, o := range l.observers {
+		if !observes(base, o) {
+			e = o.Wrap(e)
+		}
 	}
-	return l.wrap(e)
+	return e
+}
+
+// observes reports whether e is a Locker, or a Locker's engine through
+// Lockers, that o observes.
+func observes(e lockcore.Engine, o lockcore.Observer) bool {
+	for range 8 {
+		inner, ok := e.(*Locker)
+		if !ok {
+			return false
+		}
+		if slices.ContainsFunc(inner.observers, func(p lockcore.Observer) bool { return sameObserver(p, o) }) {
+			return true
+		}
+		e = inner.base
+	}
+	return false
 }
 
 // Acquire implements lockcore.Engine: it takes the lock on key from the

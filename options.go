@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -211,7 +212,8 @@ func Trace(f func(context.Context) string) Option {
 // it wraps the engine; give o.Events() to the engine's own events option
 // too. Given more than once, the observers wrap the engine in the order
 // given (the last outermost) and each is told the events; one given again
-// is counted once.
+// is counted once, also when the engine given to FromEngine is a Locker
+// that it observes already.
 //
 // Panics if o is nil.
 func Observe(o lockcore.Observer) Option {
@@ -219,10 +221,8 @@ func Observe(o lockcore.Observer) Option {
 		panic("routelock: lock.Observe(nil)")
 	}
 	return Option{func(l *Locker) {
-		if inner := l.wrap; inner != nil {
-			l.wrap = func(e lockcore.Engine) lockcore.Engine { return o.Wrap(inner(e)) }
-		} else {
-			l.wrap = o.Wrap
+		if !slices.ContainsFunc(l.observers, func(p lockcore.Observer) bool { return sameObserver(p, o) }) {
+			l.observers = append(l.observers, o)
 		}
 		l.redis.Events = joinEvents(l.redis.Events, o.Events())
 	}}
@@ -274,6 +274,13 @@ func joinEvents(a, b lockcore.Events) lockcore.Events {
 		}
 	}
 	return append(all[:len(all):len(all)], b)
+}
+
+// sameObserver reports whether a and b are one value; values that cannot
+// be compared are not.
+func sameObserver(a, b lockcore.Observer) (eq bool) {
+	defer func() { _ = recover() }()
+	return a == b
 }
 
 // same reports whether a and b are one value; values that cannot be

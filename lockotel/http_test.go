@@ -458,3 +458,22 @@ func TestHTTPModeOverLockerDefaults(t *testing.T) {
 		"lock.outcome": "busy", "lock.wait": nil,
 	})
 }
+
+// TestHTTPInnerAndOuterLockerCountOnce: the same telemetry given to a Locker
+// and to a Locker made from it with FromEngine records one request's
+// acquisition once, not once per Locker.
+func TestHTTPInnerAndOuterLockerCountOnce(t *testing.T) {
+	r := newRig(t)
+	fe := &locktest.Engine{Events: r.tel.Events()}
+	inner := lock.FromEngine(fe, lock.Observe(r.tel))
+	outer := lock.FromEngine(inner, lock.Observe(r.tel))
+	router := chi.NewRouter()
+	router.Use(r.traced)
+	router.With(outer.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	srv := serve(t, router)
+	if code, body := post(client(t, nil), bounded(t), srv.URL+"/products/42/buy"); code != http.StatusOK {
+		t.Fatalf("status %d: %s, want 200", code, body)
+	}
+	r.only(t, "lock.acquire", r.wait(t))
+	r.collect(t).wantCount(t, "routelock.acquire.duration", 1, "lock.resource", "productID", "lock.route", "/products/{productID}/buy", "lock.outcome", "acquired")
+}
