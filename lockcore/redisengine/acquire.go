@@ -578,6 +578,13 @@ func (l *Engine) neverSent(err error) bool {
 // one of this Engine's waiters on the key without their knowing, so they
 // ask Redis again.
 func (l *Engine) release(ctx context.Context, h *hold, member string) (int64, error) {
+	l.kept(h, member, time.Now())
+	return l.send(ctx, h, member)
+}
+
+// send sends a release of h, or the withdrawal of member, as release does,
+// and keeps nothing to send again.
+func (l *Engine) send(ctx context.Context, h *hold, member string) (int64, error) {
 	c := l.releaseCall(ctx, h, member, time.Now())
 	if l.batch.do(context.Background(), c) != answered {
 		return 0, errNoAnswer

@@ -81,8 +81,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // deployment of redistest.Deployments (one server, a Cluster of 3 masters
 // with a replica each, a master with 2 replicas under Sentinel), with
 // go-redis at its defaults: raw, a SET NX PX and a Lua compare-and-delete,
-// the floor of any Redis lock; the Engine; and, where the deployment has
-// replicas, the Engine with Options.Replicas 1. par=P runs P goroutines
+// the floor of any Redis lock; the Engine at its defaults (on Sentinel,
+// replicas acknowledge); and, where the deployment has replicas, the
+// Engine with Options.Replicas off and 1. par=P runs P goroutines
 // per CPU (b.SetParallelism), each on a key of its own.
 func BenchmarkDeployments(b *testing.B) {
 	for _, be := range redistest.Deployments(b) {
@@ -91,7 +92,7 @@ func BenchmarkDeployments(b *testing.B) {
 		}
 		kinds := []string{"raw", "engine"}
 		if be.MultiNode() {
-			kinds = append(kinds, "engine-replicas=1")
+			kinds = append(kinds, "engine-replicas=0", "engine-replicas=1")
 		}
 		for _, kind := range kinds {
 			for _, par := range []int{1, 16} {
@@ -101,7 +102,10 @@ func BenchmarkDeployments(b *testing.B) {
 					var l *Engine
 					if kind != "raw" {
 						opt := Options{Prefix: prefix}
-						if kind == "engine-replicas=1" {
+						switch kind {
+						case "engine-replicas=0":
+							opt.Replicas = -1
+						case "engine-replicas=1":
 							opt.Replicas = 1
 						}
 						var err error

@@ -104,15 +104,15 @@ func enginesOn(t *testing.T, set *redistest.Set, n int, opt Options) []*Engine {
 	return es
 }
 
-// withReplicas runs f as subtests with Options.Replicas 0 and 1, on a
+// withReplicas runs f as subtests with Options.Replicas off and 1, on a
 // machine with redis-server (the deployments are the test's own).
 func withReplicas(t *testing.T, f func(t *testing.T, replicas int)) {
 	t.Helper()
 	if redistest.OwnReal(t) == nil { // redis-server is not on PATH
 		return
 	}
-	for _, replicas := range []int{0, 1} {
-		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) { f(t, replicas) })
+	for _, replicas := range []int{-1, 1} { // -1: off, whatever the deployment
+		t.Run(fmt.Sprintf("replicas=%d", max(replicas, 0)), func(t *testing.T) { f(t, replicas) })
 	}
 }
 

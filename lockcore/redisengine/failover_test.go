@@ -367,3 +367,47 @@ func TestReplicaShortfallIsNoOutage(t *testing.T) {
 		t.Errorf("a shortfall was logged as an outage: %s", logged.String())
 	}
 }
+
+// TestReplicasDefault: replicas acknowledge acquisitions by default on a
+// failover client (Sentinel), which then hands nothing over in memory, and
+// on no other client; a negative Replicas turns it off anywhere, and a
+// Timeout shorter than the default ReplicaTimeout leaves the WAIT half of
+// it.
+func TestReplicasDefault(t *testing.T) {
+	failover := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}})
+	defer failover.Close()
+	one := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer one.Close()
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cluster.Close()
+	for _, tc := range []struct {
+		name       string
+		rdb        redis.UniversalClient
+		opt        Options
+		ack, hands int
+	}{
+		{"sentinel", failover, Options{}, 1, 0},
+		{"sentinel, off", failover, Options{Replicas: -1}, 0, defaultLocalHandOvers},
+		{"sentinel, 2", failover, Options{Replicas: 2}, 2, 0},
+		{"one server", one, Options{}, 0, defaultLocalHandOvers},
+		{"one server, off", one, Options{Replicas: -1}, 0, defaultLocalHandOvers},
+		{"cluster", cluster, Options{}, 0, defaultLocalHandOvers},
+	} {
+		e, err := New(tc.rdb, tc.opt)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		_ = e.Close()
+		if e.run.ack != tc.ack || e.opt.LocalHandOvers != tc.hands {
+			t.Errorf("%s: replicas %d, hand-overs in memory %d; want %d, %d", tc.name, e.run.ack, e.opt.LocalHandOvers, tc.ack, tc.hands)
+		}
+	}
+	e, err := New(failover, Options{Timeout: 60 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = e.Close()
+	if e.opt.ReplicaTimeout != 30*time.Millisecond {
+		t.Errorf("Timeout 60ms on Sentinel: ReplicaTimeout %v, want 30ms", e.opt.ReplicaTimeout)
+	}
+}

@@ -156,7 +156,17 @@ type Options struct {
 	// Cluster each master's acquisitions go to that master's own
 	// connection, with WAIT, and an acquisition whose slot is moving
 	// (resharding) fails until it has moved. A shortfall is not an
-	// outage: it is not logged as Redis unreachable. Default: 0, off.
+	// outage: it is not logged as Redis unreachable.
+	//
+	// Default (0): 1 on a failover client (redis.NewFailoverClient:
+	// Sentinel), whose master always has replicas, and in whose switch
+	// window (from the promotion of a replica until every client has
+	// moved to it) the old master and the new one would both grant
+	// without it; off on one server and on a Cluster, whose coordinated
+	// failover has no such window. It costs a WAIT per acquisition,
+	// and hand-over in memory (LocalHandOvers), which a hold taken with
+	// Replicas never does: see docs/deployments.md for the numbers. A
+	// negative value turns it off.
 	Replicas int
 
 	// ReplicaTimeout bounds how long an acquisition waits for the
@@ -221,7 +231,9 @@ const (
 	defaultLocalHandOvers = 8
 )
 
-func (o Options) withDefaults() (Options, error) {
+// withDefaults returns o with every default set, for a client whose
+// deployment is replicated (a failover client) or not.
+func (o Options) withDefaults(replicated bool) (Options, error) {
 	if o.Prefix == "" {
 		o.Prefix = defaultPrefix
 	}
@@ -258,8 +270,16 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("routelock: redisengine.Options: negative %s %v", d.name, *d.v)
 		}
 	}
-	if o.Replicas < 0 {
-		return o, fmt.Errorf("routelock: redisengine.Options: negative Replicas %d", o.Replicas)
+	switch {
+	case o.Replicas < 0:
+		o.Replicas = 0 // off
+	case o.Replicas == 0 && replicated:
+		o.Replicas = 1
+		if o.ReplicaTimeout >= o.Timeout {
+			// A Timeout set shorter than the default ReplicaTimeout:
+			// the WAIT gets half of it.
+			o.ReplicaTimeout = max(o.Timeout/2, time.Millisecond)
+		}
 	}
 	if o.Replicas > 0 && o.ReplicaTimeout >= o.Timeout {
 		return o, fmt.Errorf("routelock: redisengine.Options: ReplicaTimeout %v must be shorter than Timeout %v, which bounds the acquisition's call, WAIT included", o.ReplicaTimeout, o.Timeout)
@@ -344,6 +364,8 @@ type Engine struct {
 	// The batcher's hooks, made once.
 	lateAcquire, afterRelease func(*call)
 
+	sw switches // a failover client's master switches (see switch.go)
+
 	gates     gates  // the closed gates (lockcore.Gatekeeper)
 	gatesChan string // their channel (see gatesChannel)
 
@@ -365,7 +387,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	case *redis.Ring:
 		return nil, fmt.Errorf("routelock: redisengine.New: a *redis.Ring cannot hold locks: it moves keys between independent servers when one is down, so two owners could hold one lock; use a *redis.Client or a *redis.ClusterClient")
 	}
-	opt, err := opt.withDefaults()
+	opt, err := opt.withDefaults(isFailover(rdb))
 	if err != nil {
 		return nil, err
 	}
@@ -412,6 +434,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 		l.noRetries = c.Options().MaxRetries < 0
 	}
 	l.lateAcquire, l.afterRelease = l.withdrawLate, l.released
+	l.watchSwitches(rdb)
 	l.wd.start(l)
 	l.nf.start(l, ps)
 	l.bg.add()
@@ -422,6 +445,12 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 // failoverAddr is the Addr of the options of a client made by
 // redis.NewFailoverClient.
 const failoverAddr = "FailoverClient"
+
+// isFailover reports whether rdb is a failover client (Sentinel).
+func isFailover(rdb redis.UniversalClient) bool {
+	c, ok := rdb.(*redis.Client)
+	return ok && c.Options().Addr == failoverAddr
+}
 
 // subscribe returns a subscription with no channels yet. A client of a type
 // this package does not know may panic here (a Ring does); that is an error

@@ -58,11 +58,11 @@ func TestLogNamesInstanceRouteTrace(t *testing.T) {
 // the default names the host and process.
 func TestNameChecked(t *testing.T) {
 	for _, name := range []string{"pod\n-a", strings.Repeat("x", maxName+1), "\xff"} {
-		if _, err := (Options{Name: name}).withDefaults(); err == nil {
+		if _, err := (Options{Name: name}).withDefaults(false); err == nil {
 			t.Errorf("Name %q accepted", name)
 		}
 	}
-	o, err := (Options{}).withDefaults()
+	o, err := (Options{}).withDefaults(false)
 	if err != nil || o.Name == "" || !strings.HasSuffix(o.Name, "-"+strconv.Itoa(os.Getpid())) {
 		t.Errorf("default Name %q, %v", o.Name, err)
 	}

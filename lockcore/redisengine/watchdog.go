@@ -319,6 +319,21 @@ func (w *watchdog) renewNow(id string) {
 	}
 }
 
+// renewAll makes every hold due for renewal now: the master changed (see
+// switches), and a renewal is how a hold learns whether the new one has it.
+func (w *watchdog) renewAll() {
+	w.mu.Lock()
+	now := time.Now()
+	for _, h := range w.holds {
+		if h.grant == nil || h.passed.Load() != passPending {
+			h.at = now
+		}
+	}
+	heap.Init(&w.holds)
+	w.mu.Unlock()
+	w.poke()
+}
+
 // send renews hs in one pipeline and returns the answers, in order.
 func (w *watchdog) send(ctx context.Context, hs []*hold) []redis.Cmder {
 	cmds := make([]redis.Cmder, len(hs))
