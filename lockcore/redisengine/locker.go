@@ -49,12 +49,13 @@ type Options struct {
 	TTL time.Duration
 
 	// FenceRetention is how long a key's last fencing token is kept after
-	// it was handed out. A token is the Redis server's clock (microseconds
-	// since the epoch), or one more than the last token when that is
-	// greater, so tokens increase as long as that clock does not step back
-	// by more than this, and across a failover as long as the new master's
-	// clock is not behind the old one's by more than the failover took.
-	// Default: 1h.
+	// the Redis server's clock has passed it. A token is that clock (four
+	// per microsecond since 2009-08-11), or one more than the last token
+	// when that is greater, and never more than 100µs ahead of the clock,
+	// so tokens increase as long as that clock does not step back by more
+	// than this, and across a failover as long as the new master's clock
+	// is not behind the old one's by more than the failover took, less
+	// 100µs. Default: 1h.
 	FenceRetention time.Duration
 
 	// ReleaseTimeout bounds how long a release, and the withdrawal of a

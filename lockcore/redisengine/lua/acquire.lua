@@ -27,26 +27,21 @@ if young > 0 then
 end
 
 -- The fence is drawn before the lock is tried, so that a free lock is taken
--- by the SET itself; a draw that finds the lock held is skipped. A waiting
--- acquisition that took a free lock keeps it unless others queue for it.
--- The fence is next_fence's (see common.lua), inline.
-local c = redis.call('TIME')
-local fs = c[1] .. string.sub('00000' .. c[2], -6)
-local f = tonumber(fs)
-local last = tonumber(redis.call('SET', F, fence_top(f), 'PX', ret, 'GET'))
-if last and last >= f then
-  f = last + 1
-  fs = string.format('%.0f', f)
-  redis.call('SET', F, fence_top(f), 'PX', ret)
-end
+-- by the SET itself, and kept only when the attempt holds the lock: an
+-- attempt that finds it held, or gives it to the waiters queued for it,
+-- draws nothing (see fence_next in hold.lua). A waiting acquisition that
+-- took a free lock keeps it unless others queue for it.
+local f, fs, top, c = fence_next(tonumber(redis.call('GET', F)), FENCE_RESERVE)
 local v = redis.call('SET', L, hold_make(tok, fs, '0', false, id), 'NX', 'PX', ttl, 'GET')
 if not v and (member == '' or redis.call('EXISTS', Q) == 0) then
+  fence_keep(F, top, c, ret)
   return f
 end
 -- @common
 
 if not v then
   if member == '' or redis.call('EXISTS', Q) == 0 then
+    fence_keep(F, top, c, ret)
     return f
   end
   -- The lock was free but others queue for it (their holder expired, or a
@@ -61,7 +56,9 @@ if not v then
   elseif not any then
     -- Nobody waits any more (this attempt's own deadline passed too).
     redis.call('ZREM', Q, member)
-    return (take(tok, ttl, id, nows, ret, redis.call('EXISTS', Q) == 1))
+    f, fs, top, c = take(tok, ttl, id, nows, redis.call('EXISTS', Q) == 1)
+    fence_keep(F, top, c, ret)
+    return f
   end
   return -math.max(redis.call('PTTL', L), 0)
 end

@@ -39,19 +39,14 @@ elseif mine > 0 then
 elseif busy then
   return {0, busy, math.max(redis.call('PTTL', KEYS[3 * busy - 1]), 0)}
 end
--- Each lock's fence as the acquire script draws it (next_fence in
--- common.lua): the server clock in microseconds, or one more than the
--- lock's last token when that is greater.
-local c = redis.call('TIME')
-local now = c[1] .. string.sub('00000' .. c[2], -6)
+-- Each lock's fence as the acquire script draws it (fence_next in
+-- hold.lua), with no tokens reserved: these holds are not handed over in
+-- memory.
 for i = 1, n do
-  local F, fs = KEYS[3 * i + 1], now
-  local last = tonumber(redis.call('SET', F, fs, 'PX', ARGV[2], 'GET'))
-  if last and last >= tonumber(fs) then
-    fs = string.format('%.0f', last + 1)
-    redis.call('SET', F, fs, 'PX', ARGV[2])
-  end
+  local F = KEYS[3 * i + 1]
+  local f, fs, top, c = fence_next(tonumber(redis.call('GET', F)), 0)
+  fence_keep(F, top, c, ARGV[2])
   redis.call('SET', KEYS[3 * i - 1], hold_make(ARGV[2 + 2 * i], fs, '0', false, ARGV[3 + 2 * i]), 'PX', ARGV[1])
-  fences[i] = tonumber(fs)
+  fences[i] = f
 end
 return fences

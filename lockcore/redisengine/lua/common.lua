@@ -7,7 +7,7 @@
 --   Q  zset    waiters, scored by arrival (server clock, microseconds); member
 --              "<deadline ms> <ttl ms> <channel> <attempt id> <token>", and
 --              " <share>" after it for a shared acquisition (Policy.Share)
---   F  string  the last fencing token (see next_fence)
+--   F  string  the last fencing token (see fence_next in hold.lua)
 --   R  string  the revoked entries (see hold.lua), which live as long as
 --              the revoked hold would have; only revoke writes it
 --   A  stream  the audit records of revocations; only revoke writes it
@@ -18,31 +18,24 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2]), t[1] .. string.sub('00000' .. t[2], -6)
 end
 
--- The next fencing token of the lock, as a number and a decimal string:
--- the server clock in microseconds, or one more than the last token (F)
--- when that is greater, with the tokens above it reserved (see fence_top) (more than one token in a microsecond, or a clock
--- stepped back). The clock keeps tokens increasing where a counter alone
--- would not: a replica promoted by a failover may have missed the old
--- master's last tokens, but not the time that passed since it issued
--- them. The acquire script's fast path does the same inline.
-local function next_fence(retention)
-  local f, fs = now_us()
-  local last = tonumber(redis.call('SET', F, fence_top(f), 'PX', retention, 'GET'))
-  if last and last >= f then
-    f = last + 1
-    fs = string.format('%.0f', f)
-    redis.call('SET', F, fence_top(f), 'PX', retention)
-  end
+-- Draws the next fencing token of the lock and keeps it (see fence_next
+-- in hold.lua), reserving reserve tokens above it; returns it as a number
+-- and a decimal string.
+local function next_fence(retention, reserve)
+  local f, fs, top, c = fence_next(tonumber(redis.call('GET', F)), reserve)
+  fence_keep(F, top, c, retention)
   return f, fs
 end
 
 -- Make tok the sole holder for attempt id for ttl ms, taken at since (the
--- server clock in microseconds, a decimal string), with waiters flag w,
--- and return the new fencing token as a number and a string.
-local function take(tok, ttl, id, since, retention, w)
-  local f, fs = next_fence(retention)
+-- server clock in microseconds, a decimal string), with waiters flag w;
+-- returns the fencing token drawn for it, as a number and a string, the
+-- top of its reservation and the clock's token, which the caller keeps
+-- (fence_keep) once the hold is handed out.
+local function take(tok, ttl, id, since, w)
+  local f, fs, top, c = fence_next(tonumber(redis.call('GET', F)), FENCE_RESERVE)
   redis.call('SET', L, hold_make(tok, fs, since, w, id), 'PX', ttl)
-  return f, fs
+  return f, fs, top, c
 end
 
 -- The shared holds of the lock (Policy.Share). While any is held, L is the
@@ -123,11 +116,14 @@ end
 
 -- Makes entry id of token tok a fresh shared hold with Policy Share share
 -- (a decimal string) in slot slot for ttl ms, taken at since (a decimal
--- string, us); returns its fencing token as a number and a string.
-local function shared_take(tok, share, slot, id, ttl, since, retention, now_ms)
-  local f, fs = next_fence(retention)
+-- string, us); returns its fencing token as a number and a string, the top
+-- of its reservation (none: a shared hold is not handed over in memory)
+-- and the clock's token, which the caller keeps (fence_keep) once the hold
+-- is handed out.
+local function shared_take(tok, share, slot, id, ttl, since, now_ms)
+  local f, fs, top, c = fence_next(tonumber(redis.call('GET', F)), 0)
   shared_add(id, share .. ' ' .. slot .. ' ' .. fs .. ' ' .. since .. ' ' .. tok, ttl, now_ms)
-  return f, fs
+  return f, fs, top, c
 end
 
 -- How long until a shared acquisition that does not get in may: until the
@@ -197,11 +193,15 @@ local function grant_next(now, nows, retention, self, mine, claim, trust)
       if e[1] ~= self then
         px = math.min(claim, px)
       end
-      local f, fs
+      -- Each admission draws its token with a reading of the clock of
+      -- its own, and keeps it only once the waiter is told: a skipped
+      -- waiter's token is handed to nobody, and is drawn again for the
+      -- next.
+      local f, fs, top, c
       if share == '' then
-        f, fs = take(tok, px, id, nows, retention, redis.call('EXISTS', Q) == 1)
+        f, fs, top, c = take(tok, px, id, nows, redis.call('EXISTS', Q) == 1)
       else
-        f, fs = shared_take(tok, share, slot, id, px, nows, retention, now_ms)
+        f, fs, top, c = shared_take(tok, share, slot, id, px, nows, now_ms)
       end
       local told = true
       if e[1] == self then
@@ -236,6 +236,7 @@ local function grant_next(now, nows, retention, self, mine, claim, trust)
         end
       end
       if told then
+        fence_keep(F, top, c, retention)
         any = true
         if share == '' then
           break

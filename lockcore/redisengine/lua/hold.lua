@@ -14,13 +14,81 @@
 -- These functions are the only code that reads or writes that format; the
 -- engine's Go code reads it in parseHold (scripts.go).
 
--- The last fencing token key F keeps for a hold drawn fencing token f (a
--- number), as a decimal string: f + 15. The tokens above f up to it are
--- the hold's, for the holders its Engine hands it to in memory, one after
--- the other, without a call to Redis first (Options.LocalHandOvers, at
--- most 15 in a row; see pass.lua): the next draw is above them all.
-local function fence_top(f)
-  return string.format('%.0f', f + 15)
+-- Fencing tokens. A lock's tokens grow with the server's clock: four per
+-- microsecond since 2009-08-11 (FENCE_EPOCH, in microseconds since 1970).
+-- A draw takes the clock's token, or one more than the lock's last token
+-- (F) when that is greater, and leaves F at the top of what it reserved.
+-- What keeps tokens increasing once F is lost (a restart without
+-- persistence, a failover to a replica that missed it, a retention that
+-- lapsed) is that no token ever runs far ahead of the clock:
+--   - a draw costs little clock: an exclusive hold reserves FENCE_RESERVE
+--     tokens above its own, 4 us of clock, and two exclusive holds of one
+--     lock are at least a round trip apart (one is released before the
+--     next is drawn); a shared hold reserves none, a quarter of a us, and
+--     a script that admits many runs several commands for each;
+--   - nothing is drawn for an attempt that does not get the hold: an
+--     acquisition that finds the lock held, a waiter that is skipped;
+--   - a draw that would put F more than FENCE_LEAD ahead of the clock
+--     (100 us) waits for the clock first (fence_next), so the bound holds
+--     whatever the load; only a clock that stepped back, or a failed-over
+--     master's clock behind the old one's, leaves F further ahead, and F
+--     then orders the tokens while it lives;
+--   - F lives until the clock has passed it, plus the fence retention
+--     (fence_keep).
+-- So a token is at most FENCE_LEAD above the clock when it is drawn, and
+-- after a loss that took longer than that, the first draw is above every
+-- token handed out before. Tokens stay exact in Lua's numbers (doubles,
+-- exact to 2^53) until 2080. The scale keeps every token above those of
+-- the versions that drew the clock's microseconds (one per us): the
+-- clock's token is above the clock's microseconds by about 12 years' worth
+-- in 2026, and grows three times as fast.
+local FENCE_EPOCH, FENCE_PER_US, FENCE_LEAD = 1250000000000000, 4, 400
+
+-- The tokens above its own that an exclusive hold reserves, for the
+-- holders its Engine hands it to in memory, one after the other, without
+-- a call to Redis first (Options.LocalHandOvers, at most 15 in a row; see
+-- pass.lua): the next draw is above them all.
+local FENCE_RESERVE = 15
+
+-- The server clock as a fencing token.
+local function fence_clock()
+  local t = redis.call('TIME')
+  return (tonumber(t[1]) * 1000000 + tonumber(t[2]) - FENCE_EPOCH) * FENCE_PER_US
+end
+
+-- The next fencing token after last (F's value, a number, or nil when F is
+-- gone) for a hold that reserves reserve tokens above it: returns the token
+-- as a number and a decimal string, the top of its reservation, and the
+-- clock's token when it was drawn, for fence_keep. Nothing is written: the
+-- caller keeps the draw only when the hold is handed out. A draw that
+-- would lead the clock by more than FENCE_LEAD, by no more than one draw's
+-- reservation (the clock has not stepped back), reads the clock again
+-- until it does not (a few us at most, and a bounded number of reads).
+local function fence_next(last, reserve)
+  local c = fence_clock()
+  local f = c
+  if last and last >= f then
+    f = last + 1
+  end
+  local over = f + reserve - c - FENCE_LEAD
+  if over > 0 and over <= FENCE_RESERVE + 1 then
+    for _ = 1, 1000 do
+      c = fence_clock()
+      if last + 1 + reserve <= c + FENCE_LEAD then
+        break
+      end
+    end
+    f = math.max(c, last + 1)
+  end
+  return f, string.format('%.0f', f), f + reserve, c
+end
+
+-- Keeps a draw of fence_next, whose reservation ends at top, drawn when the
+-- clock's token was c: F is top, kept for retention ms (a decimal string)
+-- after the clock has passed it.
+local function fence_keep(F, top, c, retention)
+  local ahead = math.max(math.ceil((top - c) / (FENCE_PER_US * 1000)), 0)
+  redis.call('SET', F, string.format('%.0f', top), 'PX', tonumber(retention) + ahead)
 end
 
 -- The hold of tok, fencing token fs and since s (decimal strings), waiters

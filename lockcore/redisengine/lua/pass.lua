@@ -8,7 +8,7 @@
 -- successor's: its Engine handed the hold over in memory, to an attempt of
 -- its own that waited (Options.LocalHandOvers), which runs already. The
 -- successor's fencing token is one of the holder's reserved ones (see
--- fence_top), so the key's last fencing token stays above it; its waiter
+-- FENCE_RESERVE in hold.lua), so the key's last fencing token stays above it; its waiter
 -- member leaves the queue, with those in between, and the waiters flag stays; its lease is its
 -- own ttl, or what is left of the holder's when that is longer.
 -- Returns 1 when the successor holds the lock (also when this call ran

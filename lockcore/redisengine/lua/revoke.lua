@@ -81,7 +81,7 @@ if old then
 end
 redis.call('SET', R, gone, 'PX', keep)
 
-local _, nfs = next_fence(ret)
+local _, nfs = next_fence(ret, 0)
 local now, nows = now_us()
 if redis.call('EXISTS', Q) == 1 then
   grant_next(now, nows, ret, nil, '', tonumber(ARGV[3]), ARGV[4] == '1')

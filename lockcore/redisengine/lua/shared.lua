@@ -117,7 +117,8 @@ elseif not v then
   free = 0
 end
 if redis.call('EXISTS', Q) == 0 and (n <= 0 or owners < n) then
-  local f = shared_take(tok, share, free, id, ttl, nows, ret, now_ms)
+  local f, _, top, c = shared_take(tok, share, free, id, ttl, nows, now_ms)
+  fence_keep(F, top, c, ret)
   return {f, free, tok}
 end
 if member == '' and redis.call('EXISTS', Q) == 1 then
@@ -131,7 +132,8 @@ if member == '' and redis.call('EXISTS', Q) == 1 then
       owners, free = shared_scan(nil, now_ms)
     end
     if n <= 0 or owners < n then
-      local f = shared_take(tok, share, free, id, ttl, nows, ret, now_ms)
+      local f, _, top, c = shared_take(tok, share, free, id, ttl, nows, now_ms)
+      fence_keep(F, top, c, ret)
       return {f, free, tok}
     end
   end
