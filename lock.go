@@ -77,11 +77,14 @@ func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *
 	l := &Locker{redis: o}
 	l.apply(opts)
 	if l.redis.TTL == 0 {
-		// The engine's default lease is the Locker's: the restart guard
-		// waits for the longest lease the engine may have granted, which
-		// starts at its default, and a shorter one of Defaults would
-		// otherwise wait the engine's 10 s.
+		// The engine's default lease is the Locker's.
 		l.redis.TTL = l.defaults.TTL
+	}
+	if l.redis.MaxTTL == 0 && l.redis.TTL > 0 {
+		// The bound on leases, which the restart guard lasts, covers the
+		// Locker's default lease; Lockers of the same configuration share
+		// one server, and so agree on it.
+		l.redis.MaxTTL = max(l.redis.TTL, 30*time.Second)
 	}
 	e, err := redisengine.New(rdb, l.redis)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,9 +16,16 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
@@ -244,33 +252,87 @@ func TestDefaultSaysWhichRedis(t *testing.T) {
 	}
 }
 
-// TestRestartGuardWaitsForDefaultsTTL: after a server without an
-// append-only file starts, a fresh lock waits until the server is as old
-// as the acquiring Locker's longest lease, "the lock's own TTL, or a
-// longer one that Locker has granted" (README, What Redis must promise).
-// A Locker of lock.New whose Defaults set a TTL of 1 s, and which has
-// granted nothing longer, takes its first lock on a brand-new server once
-// the server is about 1 s old, as lock.New(rdb, lock.TTL(time.Second))
-// did before Defaults replaced it; not once it is 10 s old, the Redis
-// engine's own default TTL, which no lease of this Locker has.
-func TestRestartGuardWaitsForDefaultsTTL(t *testing.T) {
+// TestRestartGuardSaysSo: a Locker at its defaults (and Defaults' TTL of
+// 1 s) on a redis-server that has just started without an append-only
+// file, as docker's image and Debian's package start it. Its restart guard
+// refuses every lock for the engine's MaxTTL (30 s) after the start: nobody
+// holds the lock, so a fail-fast request and a waiting one whose wait is
+// shorter than the guard are answered at once 503 with Retry-After = the
+// guard's time left in whole seconds, rounded up, not 409 "held by another
+// owner" (after the wait); a gRPC call is answered Unavailable; the
+// Locker's logger says so once, whatever the number of requests.
+func TestRestartGuardSaysSo(t *testing.T) {
 	srv := redistest.OwnVolatile(t)
 	if srv == nil {
 		return
 	}
-	locker := lock.New(client(t, srv.Addr), lock.Defaults(lock.TTL(time.Second)))
+	var buf syncBuffer
+	locker := lock.New(client(t, srv.Addr), lock.Defaults(lock.TTL(time.Second)),
+		lock.Logger(slog.New(slog.NewTextHandler(&buf, nil))))
 	t.Cleanup(func() { _ = locker.Close() })
+	eng := locker.Wrapped().(*redisengine.Engine)
 	r := chi.NewRouter()
-	r.With(locker.ByParam("productID", lock.Wait(6*time.Second))).Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {})
+	ran := atomic.Int32{}
+	h := func(http.ResponseWriter, *http.Request) { ran.Add(1) }
+	r.With(locker.ByParam("productID", lock.FailFast())).Post("/products/{productID}/buy", h)
+	r.With(locker.ByParam("productID", lock.Wait(2*time.Second))).Post("/products/{productID}/wait", h)
 	hs := httptest.NewServer(r)
 	t.Cleanup(hs.Close)
-	start := time.Now()
-	res := do(t, httpClient(t, nil), "POST", hs.URL+"/products/42/buy", nil)
-	if res.status != http.StatusOK {
-		t.Fatalf("the first buy on a fresh server: %d %q after %v, want 200 once the server is as old as the Locker's 1 s TTL",
-			res.status, res.body, time.Since(start).Round(time.Millisecond))
+	c := httpClient(t, nil)
+
+	for i, path := range []string{"/products/42/buy", "/products/42/wait", "/products/43/buy", "/products/43/wait"} {
+		start := time.Now()
+		res := do(t, c, "POST", hs.URL+path, nil)
+		took := time.Since(start)
+		left, err := eng.RestartGuard(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.status != http.StatusServiceUnavailable {
+			t.Fatalf("request %d, %s on a server just started: %d %q after %v; want 503 while the restart guard lasts (%v more)",
+				i, path, res.status, strings.TrimSpace(res.body), took.Round(time.Millisecond), left)
+		}
+		if took > time.Second {
+			t.Errorf("%s answered after %v: the guard outlasts the wait, so it is answered at once", path, took.Round(time.Millisecond))
+		}
+		// The guard's time left, read after the answer: Retry-After is it
+		// rounded up, as it was when the request was refused.
+		lo, hi := int((left+time.Second-1)/time.Second), int((left+took+time.Second-1)/time.Second)
+		if ra, err := strconv.Atoi(res.header.Get("Retry-After")); err != nil || ra < lo || ra > hi {
+			t.Fatalf("%s: Retry-After %q; want the guard's %v left in seconds, rounded up (%d to %d)", path, res.header.Get("Retry-After"), left, lo, hi)
+		}
+		if !strings.Contains(res.body, "restart") {
+			t.Errorf("%s: body %q does not say the lock service restarted", path, res.body)
+		}
 	}
-	t.Logf("the first buy was let in after %v", time.Since(start).Round(time.Millisecond))
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times while the restart guard refused", n)
+	}
+
+	// gRPC, on the same Locker.
+	addr := serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
+		ran.Add(1)
+		return shop.New("ReserveReply"), nil
+	}}, grpc.ChainUnaryInterceptor(unaryServer(locker,
+		interceptor.Method(shop.Reserve, interceptor.Field("product_id"), lock.FailFast()))))
+	_, err := reserve(context.Background(), dial(t, addr), 42)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("gRPC call while the restart guard lasts: %v; want Unavailable", err)
+	}
+	var ri *errdetails.RetryInfo
+	for _, d := range status.Convert(err).Details() {
+		if d, ok := d.(*errdetails.RetryInfo); ok {
+			ri = d
+		}
+	}
+	if ri == nil || ri.RetryDelay.AsDuration() <= 0 || ri.RetryDelay.AsDuration() > 30*time.Second {
+		t.Errorf("gRPC Unavailable for the restart guard carries RetryInfo %v; want the guard's time left", ri)
+	}
+
+	if n := strings.Count(buf.String(), "restart guard"); n != 1 {
+		t.Fatalf("the logger said %d lines of the restart guard for 5 refusals, want 1:\n%s", n, buf.String())
+	}
+	t.Logf("logged: %s", strings.TrimSpace(buf.String()))
 }
 
 // TestDefaultLockerOnEveryDeployment: the package-level helpers reach a

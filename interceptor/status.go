@@ -63,7 +63,10 @@ var codeTable = []outcome.Row[codes.Code]{
 // Redis errors, keys or owner tokens: for an error of a key function, what
 // its method Public() string returns (see keyfunc.ErrSkip). An Aborted status carries a
 // google.rpc.RetryInfo detail with the engine's estimate of when the lock
-// is free (lockcore.ContentionError.RetryAfter).
+// is free (lockcore.ContentionError.RetryAfter); an Unavailable status
+// while the engine's restart guard refuses fresh holds
+// (lockcore.ErrRestartGuard) says so, with a RetryInfo of the guard's time
+// left.
 func Status(err error) error {
 	k := outcome.Of(err, keyErrors...)
 	code := outcome.First(k, codeTable, codes.Internal)
@@ -97,6 +100,14 @@ func Status(err error) error {
 		}
 		msg = "routelock: the call holds this lock shared and cannot take it exclusively"
 	case codes.Unavailable:
+		var gerr *lockcore.RestartGuardError
+		if errors.As(err, &gerr) {
+			st := status.New(code, "routelock: lock service restarted without its data: no lock is taken until every earlier lease has ended")
+			if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(gerr.RetryAfter)}); derr == nil {
+				st = d
+			}
+			return st.Err()
+		}
 		msg = "routelock: lock service unavailable"
 	case codes.Canceled:
 		msg = "routelock: call cancelled while waiting for the lock"

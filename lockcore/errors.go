@@ -35,6 +35,15 @@ var (
 	// by the caller.
 	ErrUnavailable = errors.New("routelock: lock service unavailable")
 
+	// ErrRestartGuard means the backend restarted lately without its data
+	// (Redis without an append-only file) and refuses fresh holds until
+	// every lease granted before the restart could have ended: a holder
+	// from before it may still run. Nobody need hold the lock. It matches
+	// ErrUnavailable too, and comes as a *RestartGuardError, which says
+	// how long the refusal lasts; the adapters answer 503 with Retry-After
+	// / Unavailable.
+	ErrRestartGuard error = &derived{"routelock: restart guard: the lock service restarted without its data and takes no lock until every earlier lease has ended", ErrUnavailable}
+
 	// ErrRevoked is the cancellation cause of a lease's context when an
 	// operator force-released the hold (Operator.Revoke). It matches
 	// ErrLockLost too.
@@ -132,6 +141,20 @@ func (e *ContentionError) Unwrap() error {
 	}
 	return ErrNotAcquired
 }
+
+// RestartGuardError is returned while the backend's restart guard refuses
+// fresh holds (ErrRestartGuard, which it matches, with ErrUnavailable).
+type RestartGuardError struct {
+	// RetryAfter is how long the guard still refuses them.
+	RetryAfter time.Duration
+}
+
+func (e *RestartGuardError) Error() string {
+	return fmt.Sprintf("%v (%v more)", ErrRestartGuard, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Unwrap returns ErrRestartGuard.
+func (e *RestartGuardError) Unwrap() error { return ErrRestartGuard }
 
 // upgradeError is the error of an exclusive acquisition of key by a shared
 // holder of it.

@@ -21,7 +21,8 @@ import (
 //	                           that no route of the router matches; the middleware
 //	                           itself answers with the router's NotFound handler
 //	413 Content Too Large      body larger than a JSON key function reads
-//	503 Service Unavailable    the engine (Redis) unreachable, or closed
+//	503 Service Unavailable    the engine (Redis) unreachable, or closed, or its
+//	                           restart guard refusing fresh holds (lockcore.ErrRestartGuard)
 //	500 Internal Server Error  the engine set up wrongly (lockcore.ErrMisconfigured:
 //	                           a wrong password, a database out of range), and
 //	                           a lock on a route that does not name its key
@@ -68,7 +69,10 @@ var statuses = []outcome.Row[int]{
 // 100ms, given before they have seen a hold of the resource end); one for lockcore.ErrUpgrade (the request
 // holds the lock shared and asked for it exclusively) does not: no retry
 // helps. A 410 for a closed gate (lockcore.ErrGateClosed) reads "sold
-// out" and carries no Retry-After either.
+// out" and carries no Retry-After either. A 503 while the engine's restart
+// guard refuses fresh holds (a *lockcore.RestartGuardError, matching
+// lockcore.ErrRestartGuard) says so, and carries Retry-After: the guard's
+// time left, rounded up to whole seconds.
 func Error(w http.ResponseWriter, r *http.Request, err error) {
 	k := outcome.Of(err, keyErrors...)
 	status := outcome.First(k, statuses, http.StatusInternalServerError)
@@ -104,6 +108,12 @@ func Error(w http.ResponseWriter, r *http.Request, err error) {
 		msg = "404 page not found"
 	case http.StatusServiceUnavailable:
 		msg = "routelock: lock service unavailable"
+		var gerr *lockcore.RestartGuardError
+		if errors.As(err, &gerr) {
+			msg = "routelock: lock service restarted without its data: no lock is taken until every earlier lease has ended"
+			secs := max(int64((gerr.RetryAfter+time.Second-1)/time.Second), 1)
+			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		}
 	case http.StatusInternalServerError:
 		switch {
 		case errors.As(err, &kerr):

@@ -33,8 +33,10 @@ import (
 // ended takes it, even if ctx ended before it woke: the lease's context
 // is then done already.
 //
-// Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable,
-// ErrMisconfigured (the server may evict held locks: see Check) or
+// Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable
+// (and ErrRestartGuard, a *lockcore.RestartGuardError, while the restart
+// guard refuses fresh holds), ErrMisconfigured (the server may evict held
+// locks: see Check; or p.TTL is longer than Options.MaxTTL) or
 // ErrClosed; when ctx ends while waiting, the error also matches
 // ctx.Err(). A call that Redis does not answer within Options.Timeout, or
 // by ctx's deadline, fails with ErrUnavailable. On error nothing is held:
@@ -54,15 +56,16 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if p.TTL == 0 {
 		p.TTL = l.opt.TTL
 	}
+	if p.TTL > l.opt.MaxTTL {
+		// The restart guard bounds every lease by MaxTTL.
+		return nil, fmt.Errorf("%w: TTL %v is longer than redisengine.Options.MaxTTL %v, which the restart guard protects", lockcore.ErrMisconfigured, p.TTL, l.opt.MaxTTL)
+	}
 	var read <-chan struct{} // the settings' first read, while it has not landed
 	if !l.settled.Load() {
 		read = l.settle(ctx)
 	}
 	if bad := l.refuse.Load(); bad != nil {
 		return nil, l.report(*bad)
-	}
-	if int64(p.TTL) > l.longest.Load() {
-		l.lengthen(p.TTL)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&lockcore.ContentionError{Key: key.String()}, err)
@@ -161,7 +164,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	if wait <= 0 {
 		sent := now
 		v, err := l.runAcquire(ctx, h, 0, "", sent)
-		if errors.Is(err, lockcore.ErrUpgrade) {
+		if errors.Is(err, lockcore.ErrUpgrade) || errors.Is(err, lockcore.ErrRestartGuard) {
 			return sent, 0, err // nothing taken, nothing queued
 		}
 		if err != nil {
@@ -243,6 +246,27 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		v, err := l.runAcquire(ctx, h, mw, m, sent)
 		if errors.Is(err, lockcore.ErrUpgrade) {
 			return sent, 0, err // nothing taken, nothing queued
+		}
+		var guard *lockcore.RestartGuardError
+		if errors.As(err, &guard) {
+			// Refused before anything was written. A wait that outlasts the
+			// guard waits it out; another fails at once, with how long the
+			// guard lasts, rather than as a busy lock after its wait.
+			// (A restart that the guard follows emptied the queue; an
+			// attempt queued before it is withdrawn all the same.)
+			if guard.RetryAfter >= time.Until(deadline) {
+				if unlist != nil {
+					l.withdraw(h, member)
+				}
+				return sent, 0, err
+			}
+			if err := l.sleepOut(ctx, guard.RetryAfter); err != nil {
+				if errors.Is(err, lockcore.ErrClosed) {
+					return sent, 0, err
+				}
+				return sent, 0, l.giveUp(h, member, 0, err)
+			}
+			continue
 		}
 		if err != nil {
 			return sent, 0, l.acquireFailed(ctx, h, m, err)
@@ -410,6 +434,21 @@ func (l *Engine) awaitSubscription(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
+// sleepOut waits d, for the restart guard to end: ctx's error when ctx
+// ends first, ErrClosed when the Engine closes.
+func (l *Engine) sleepOut(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.ctx.Done():
+		return lockcore.ErrClosed
+	}
+}
+
 // waited tells Options.Events, which is set, that a wait ended, if the
 // attempt was queued (*queued).
 func (l *Engine) waited(key lockcore.Key, queued *bool) {
@@ -440,7 +479,7 @@ func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member str
 	// entries' two, then the token.
 	a[2], a[6], a[7], a[8], a[9] = 6, h.guard, &h.keys[5], &h.keys[6], h.args[3]
 	a[10], a[11], a[12], a[13], a[14], a[15], a[16] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
-	a[17], a[18] = *l.longestArg.Load(), shareArg(h.share)
+	a[17], a[18] = l.maxArg, shareArg(h.share)
 	if n == 20 {
 		a[19] = h.others
 	}
@@ -453,7 +492,10 @@ func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member str
 	case answered:
 		v, err := acquired(h, c.cmd)
 		c.recycle()
-		if err == nil {
+		if gerr := l.guardError(err); gerr != nil {
+			v, err = 0, gerr
+		}
+		if err == nil || errors.Is(err, lockcore.ErrRestartGuard) {
 			l.answered()
 		}
 		return v, err
@@ -547,7 +589,7 @@ func (l *Engine) newCall(ctx context.Context, h *hold, member string, sent, dead
 func (l *Engine) withdrawLate(c *call) {
 	if c.member == "" {
 		v, err := acquired(c.h, c.cmd)
-		if err == nil && v <= 0 || l.neverSent(err) {
+		if err == nil && v <= 0 || l.neverSent(err) || redis.HasErrorPrefix(err, "GUARD") {
 			return
 		}
 	}

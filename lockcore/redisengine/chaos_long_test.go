@@ -55,7 +55,7 @@ type chaosConfig struct {
 	keys       int
 	ttl        time.Duration
 	client     redis.Options                                          // every Engine's client, Addr aside
-	engine     Options                                                // every Engine's options, Prefix and TTL aside
+	engine     Options                                                // every Engine's options, Prefix, TTL and MaxTTL aside
 	fault      func(ctx context.Context, f *faultEnv, rng *rand.Rand) // runs during the load; nil: none
 	srv        *redistest.Server                                      // b's server when the run owns it (restarts, memory limits); nil when shared
 }
@@ -184,7 +184,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		c := redis.NewClient(&opt)
 		clients = append(clients, c)
 		eng := cfg.engine
-		eng.Prefix, eng.TTL = prefix, cfg.ttl
+		eng.Prefix, eng.TTL, eng.MaxTTL = prefix, cfg.ttl, cfg.ttl
 		if eng.LocalHandOvers >= 0 && eng.Events == nil {
 			eng.Events = wokenEvents(func(by string) {
 				if by == wokenByMemory {

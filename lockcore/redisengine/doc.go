@@ -38,7 +38,7 @@
 // and, on one server (not a Cluster), two keys of the server's, whatever
 // the prefix:
 //
-//	routelock:restart-guard      set for ten minutes after a server
+//	routelock:restart-guard      set for Options.MaxTTL after a server
 //	                             without an append-only file starts (see
 //	                             "What Redis must promise")
 //	routelock:restart-guard:run  the run of the server it was decided for
@@ -93,14 +93,20 @@
 // first call of any Engine afterwards, whatever its prefix, is answered
 // NOSCRIPT; before loading the script again, that Engine decides the
 // restart guard, once per run of the server: when the server started less
-// than ten minutes ago and keeps no append-only file, the guard lives until
-// it is ten minutes old, and meanwhile the acquire script takes no fresh
-// hold before the server is as old as the acquiring Engine's longest lease
-// (the TTL of the acquisition, or any longer one the Engine has granted).
-// A holder from before the restart has lost its lease (its context is
-// cancelled) by then, so no second holder gets in beside it. A server with
-// an append-only file reloads its holds and gets no guard; leases longer
-// than ten minutes are not covered. A Cluster keeps no guard.
+// than Options.MaxTTL ago and keeps no append-only file, the guard lives
+// until the server is that old, and meanwhile the acquire scripts take no
+// fresh hold, of any Engine: the holds the server lost may have been any
+// Engine's, of any route, and it cannot tell how long they were, so the
+// guard lasts the bound every lease is kept within (MaxTTL, which every
+// Engine on the server must share; an acquisition with a longer TTL fails
+// with lockcore.ErrMisconfigured). A holder from before the restart has
+// lost its lease (its context is cancelled) by then, so no second holder
+// gets in beside it. Meanwhile an acquisition fails with a
+// *lockcore.RestartGuardError (lockcore.ErrRestartGuard, which matches
+// lockcore.ErrUnavailable), with the guard's time left; one that may wait
+// longer than that waits it out. The Logger says so once per guard, and
+// RestartGuard tells an operator. A server with an append-only file
+// reloads its holds and gets no guard. A Cluster keeps no guard.
 //
 // # Waiting
 //

@@ -691,7 +691,7 @@ func TestRoundTrips(t *testing.T) {
 // has not run yet — as when the scheduler delays it past the validity.
 func TestErrReadsTheClock(t *testing.T) {
 	b := redistest.Mini(t)
-	l := newLocker(t, b, redistest.Prefix(t), Options{TTL: time.Minute})
+	l := newLocker(t, b, redistest.Prefix(t), Options{TTL: time.Minute, MaxTTL: time.Minute})
 	ls, err := l.Acquire(context.Background(), mustKey(t, "clock"), lockcore.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)

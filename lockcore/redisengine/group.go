@@ -44,6 +44,9 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 	if p.TTL == 0 {
 		p.TTL = l.opt.TTL
 	}
+	if p.TTL > l.opt.MaxTTL {
+		return nil, nil // one by one, each refused
+	}
 	now := time.Now()
 	hs := make([]*hold, len(keys))
 	for i, k := range keys {
@@ -58,9 +61,6 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 			return nil, nil // a Cluster's slots: one by one, each in its own
 		}
 		hs[i] = h
-	}
-	if int64(p.TTL) > l.longest.Load() {
-		l.lengthen(p.TTL)
 	}
 
 	c := newCall()
@@ -82,7 +82,7 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		a[j], a[j+1], a[j+2] = h.args[0], h.args[1], h.args[2]
 		j += 3
 	}
-	a[j], a[j+1], a[j+2] = l.ttlArg(p.TTL), l.retArg, *l.longestArg.Load()
+	a[j], a[j+1], a[j+2] = l.ttlArg(p.TTL), l.retArg, l.maxArg
 	j += 3
 	for _, h := range hs {
 		a[j], a[j+1] = h.args[3], h.args[4]
@@ -93,8 +93,8 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 			if r := readGroup(c.cmd.(*redis.Cmd).Val(), len(hs)); r.refused() {
 				return // nothing was written
 			}
-		} else if l.neverSent(err) {
-			return
+		} else if l.neverSent(err) || redis.HasErrorPrefix(err, "GUARD") {
+			return // nothing was written
 		}
 		l.bg.do(func() {
 			for _, h := range hs {
@@ -117,6 +117,12 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		err = errUnsent
 	default:
 		err = errNoAnswer
+	}
+	if gerr := l.guardError(err); gerr != nil {
+		// Refused by the restart guard before writing anything: the same
+		// for every key, alone or together.
+		l.answered()
+		return nil, gerr
 	}
 	if err != nil {
 		for _, h := range hs {
@@ -178,11 +184,10 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 type groupReply struct {
 	fences []int64 // each lock's, when it took them all (or had, when run before)
 	busy   int     // the index of the lock it found held or waited for; -1: none
-	pttl   int64   // that lock's remaining lease in ms (0: free but waited for), or the restart guard's
+	pttl   int64   // that lock's remaining lease in ms (0: free but waited for)
 }
 
-// refused reports a reply that took nothing: a held lock, or the restart
-// guard.
+// refused reports a reply that took nothing: a held lock.
 func (r groupReply) refused() bool { return r.fences == nil && r.busy >= 0 }
 
 // readGroup reads v, the group acquire script's reply for n locks. A reply
@@ -190,10 +195,6 @@ func (r groupReply) refused() bool { return r.fences == nil && r.busy >= 0 }
 func readGroup(v any, n int) groupReply {
 	r := groupReply{busy: -1}
 	switch v := v.(type) {
-	case int64:
-		if v <= 0 { // the restart guard: the first key waits for it
-			r.busy, r.pttl = 0, -v
-		}
 	case []any:
 		if len(v) == 3 && v[0] == int64(0) {
 			i, ok1 := v[1].(int64)

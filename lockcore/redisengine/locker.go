@@ -45,8 +45,23 @@ type Options struct {
 
 	// TTL is the lease length when a Policy gives none. The watchdog renews
 	// a held lease about every TTL/3; a holder cut off from Redis learns the
-	// lease is lost after about 0.9×TTL. Minimum 30ms. Default: 10s.
+	// lease is lost after about 0.9×TTL. Minimum 30ms, at most MaxTTL.
+	// Default: 10s.
 	TTL time.Duration
+
+	// MaxTTL bounds every lease the Engine grants: an acquisition whose
+	// Policy asks for a longer TTL fails with lockcore.ErrMisconfigured.
+	// It is also how long the restart guard keeps fresh holds out after a
+	// server without an append-only file starts (see "What Redis must
+	// promise" in the package documentation): the holds such a server
+	// lost may be any Engine's, so the guard must outlast the longest
+	// lease any Engine on the server may have granted, which the server no
+	// longer remembers. Every Engine on one server must therefore have the
+	// same MaxTTL (or the largest one the first to meet the restart): an
+	// Engine with a longer one lengthens a guard it finds, but not one that
+	// has already ended. Lower it (on every Engine) to shorten the guard,
+	// raise it for longer leases. Minimum 30ms. Default: 30s.
+	MaxTTL time.Duration
 
 	// FenceRetention is how long a key's last fencing token is kept after
 	// the Redis server's clock has passed it. A token is that clock (four
@@ -216,6 +231,7 @@ type Options struct {
 const (
 	defaultPrefix         = "routelock:"
 	defaultTTL            = 10 * time.Second
+	defaultMaxTTL         = 30 * time.Second
 	defaultFenceRetention = time.Hour
 	defaultReleaseTimeout = 2 * time.Second
 	defaultTimeout        = time.Second
@@ -252,6 +268,15 @@ func (o Options) withDefaults(replicated bool) (Options, error) {
 	}
 	if err := (lockcore.Policy{TTL: o.TTL}).Validate(); err != nil {
 		return o, fmt.Errorf("%w (redisengine.Options.TTL)", err)
+	}
+	if o.MaxTTL == 0 {
+		o.MaxTTL = defaultMaxTTL
+	}
+	if err := (lockcore.Policy{TTL: o.MaxTTL}).Validate(); err != nil {
+		return o, fmt.Errorf("%w (redisengine.Options.MaxTTL)", err)
+	}
+	if o.TTL > o.MaxTTL {
+		return o, fmt.Errorf("%w: redisengine.Options.TTL %v is longer than MaxTTL %v", lockcore.ErrMisconfigured, o.TTL, o.MaxTTL)
 	}
 	for _, d := range []struct {
 		v    *time.Duration
@@ -349,14 +374,12 @@ type Engine struct {
 	settled   atomic.Bool   // it has
 
 	// guarded: the restart guard is kept (see lua/guard.lua), which a
-	// Cluster does not. longest is the longest lease the engine has
-	// granted, in ns, which a fresh hold waits for after a restart;
-	// longestArg the same in ms, boxed once for the acquire script.
-	guarded     bool
-	longest     atomic.Int64
-	longestArg  atomic.Pointer[any]
-	lengthening sync.Mutex
-	lastGuard   atomic.Int64 // the guard's ms left when last logged
+	// Cluster does not. maxArg is Options.MaxTTL in ms, boxed once for the
+	// scripts: the length of the guard. guardEnd is when the last guard
+	// this Engine logged ends, unix ns (see noteGuard).
+	guarded  bool
+	maxArg   any
+	guardEnd atomic.Int64
 
 	// noRetries: the client sends each call once (MaxRetries < 0), so a
 	// call that failed to dial never reached Redis.
@@ -415,7 +438,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	if c, ok := rdb.(*redis.ClusterClient); ok && opt.Replicas > 0 {
 		l.run.node = c.MasterForKey
 	}
-	l.lengthen(opt.TTL)
+	l.maxArg = ms(opt.MaxTTL)
 	if _, ok := rdb.(*redis.ClusterClient); !ok {
 		l.guarded = true
 		l.run.noScript = l.guard

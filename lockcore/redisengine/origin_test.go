@@ -76,7 +76,7 @@ func TestRecordOutlivesLongHold(t *testing.T) {
 	t.Parallel()
 	b := redistest.Mini(t)
 	prefix := redistest.Prefix(t)
-	l := newLocker(t, b, prefix, Options{Name: "pod-a"})
+	l := newLocker(t, b, prefix, Options{Name: "pod-a", MaxTTL: 3 * time.Minute})
 	ops := newLocker(t, b, prefix, Options{})
 	key := mustKey(t, "productID", "42")
 	if _, err := l.Acquire(t.Context(), key, lockcore.Policy{TTL: 3 * time.Minute, Route: "/x"}); err != nil {

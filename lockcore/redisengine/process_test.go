@@ -351,7 +351,7 @@ func TestRedisRestart(t *testing.T) {
 	run := func(t *testing.T, addr string, restart func()) {
 		rdb := redis.NewClient(&redis.Options{Addr: addr}) // go-redis's defaults
 		defer rdb.Close()
-		l, err := New(rdb, Options{Prefix: redistest.Prefix(t), TTL: 600 * time.Millisecond, ReleaseTimeout: 200 * time.Millisecond})
+		l, err := New(rdb, Options{Prefix: redistest.Prefix(t), TTL: 600 * time.Millisecond, MaxTTL: 600 * time.Millisecond, ReleaseTimeout: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +360,7 @@ func TestRedisRestart(t *testing.T) {
 		var leases []*lockcore.Lease
 		var before int64
 		// A server that has just started may have lost held locks: its
-		// restart guard lets nobody in for a TTL.
+		// restart guard lets nobody in for MaxTTL.
 		eventually(t, 5*time.Second, "acquire once the server's restart guard ended", func() bool {
 			ls, err := l.Acquire(ctx, mustKey(t, "restart", "first"), lockcore.Policy{Wait: lockcore.FailFast})
 			if err == nil {

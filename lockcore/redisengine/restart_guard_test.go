@@ -2,6 +2,7 @@ package redisengine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -31,13 +32,13 @@ func TestRestartGuardOtherPrefix(t *testing.T) {
 			pa, pb := redistest.Prefix(t)+"a:", redistest.Prefix(t)+"b:"
 			// Warm up on the fresh server with a short-TTL Engine of prefix B,
 			// so that its guard from this start is short.
-			warm := lockerOn(t, k.client(t, srv.Addr), pb, Options{TTL: 50 * time.Millisecond})
+			warm := lockerOn(t, k.client(t, srv.Addr), pb, Options{TTL: 50 * time.Millisecond, MaxTTL: 50 * time.Millisecond})
 			if err := warm.Check(ctx); err != nil {
 				t.Fatal(err)
 			}
-			other := lockerOn(t, k.client(t, srv.Addr), pa, Options{TTL: ttl})
-			holderEng := lockerOn(t, k.client(t, srv.Addr), pb, Options{TTL: ttl})
-			secondEng := lockerOn(t, k.client(t, srv.Addr), pb, Options{TTL: ttl})
+			other := lockerOn(t, k.client(t, srv.Addr), pa, Options{TTL: ttl, MaxTTL: ttl})
+			holderEng := lockerOn(t, k.client(t, srv.Addr), pb, Options{TTL: ttl, MaxTTL: ttl})
+			secondEng := lockerOn(t, k.client(t, srv.Addr), pb, Options{TTL: ttl, MaxTTL: ttl})
 			key := mustKey(t, "restart", "prefix")
 
 			var holder *lockcore.Lease
@@ -85,8 +86,8 @@ func TestRestartGuardPerRouteTTL(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			ctx := context.Background()
 			prefix := redistest.Prefix(t)
-			a := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: def})
-			b := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: def})
+			a := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: def, MaxTTL: long})
+			b := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: def, MaxTTL: long})
 			key := mustKey(t, "restart", "long-route")
 			other := mustKey(t, "restart", "short-route")
 			// Scripts loaded and this start's guard decided with 1 s.
@@ -141,8 +142,8 @@ func TestRestartGuardUptimeRounding(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			ctx := context.Background()
 			prefix := redistest.Prefix(t)
-			a := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl})
-			b := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl})
+			a := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl, MaxTTL: ttl})
+			b := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl, MaxTTL: ttl})
 			admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			defer admin.Close()
 			key := mustKey(t, "restart", "uptime")
@@ -189,4 +190,81 @@ func TestRestartGuardUptimeRounding(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRestartGuardOtherEngine: the restart guard protects the leases of
+// every Engine on the server, not only the acquiring one's. Engine A holds
+// a lock with a 3 s lease; Redis restarts without persistence; engine B,
+// made after the restart, with a 300 ms TTL and no longer route, tries the
+// same key fail-fast until A's context ends. B must not hold the lock while
+// A's context is live: both declare the deployment's bound on leases,
+// MaxTTL 3 s, and the guard lasts that long, whatever B's own TTL. B's
+// refusals meanwhile say they are the guard's (ErrRestartGuard, matching
+// ErrUnavailable), not a lock held by another owner. (The server's first
+// start is decided by a warm-up Engine with a bound of 50 ms, so that A
+// gets in at once.)
+func TestRestartGuardOtherEngine(t *testing.T) {
+	srv := redistest.OwnVolatile(t)
+	if srv == nil {
+		return
+	}
+	const long, short = 3 * time.Second, 300 * time.Millisecond
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	warm := lockerOn(t, defaultKind.client(t, srv.Addr), prefix, Options{TTL: 50 * time.Millisecond, MaxTTL: 50 * time.Millisecond})
+	if err := warm.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := lockerOn(t, defaultKind.client(t, srv.Addr), prefix, Options{TTL: long, MaxTTL: long})
+	key := mustKey(t, "restart", "other-engine")
+	var holder *lockcore.Lease
+	var err error
+	eventually(t, long+time.Second, "A's acquire once the start's guard ended", func() bool {
+		holder, err = a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		return err == nil
+	})
+	defer holder.Release(ctx)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	b := lockerOn(t, defaultKind.client(t, srv.Addr), prefix, Options{TTL: short, MaxTTL: long})
+
+	guarded := 0
+	deadline := restarted.Add(long + time.Second)
+	for holder.Context().Err() == nil && time.Now().Before(deadline) {
+		ls, err := b.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		if err == nil {
+			live := holder.Context().Err() == nil
+			_ = ls.Release(ctx)
+			if live {
+				t.Fatalf("B (TTL %v) holds the lock %v after the restart (fence %d) while A's %v lease's context is live (fence %d)",
+					short, time.Since(restarted).Round(time.Millisecond), ls.Fence(), long, holder.Fence())
+			}
+			break
+		}
+		var ge *lockcore.RestartGuardError
+		switch {
+		case errors.As(err, &ge):
+			if !errors.Is(err, lockcore.ErrUnavailable) || errors.Is(err, lockcore.ErrNotAcquired) || ge.RetryAfter <= 0 || ge.RetryAfter > long {
+				t.Fatalf("B's refusal %v: want one matching ErrRestartGuard and ErrUnavailable only, with 0 < RetryAfter <= %v", err, long)
+			}
+			guarded++
+		case errors.Is(err, lockcore.ErrUnavailable):
+			// The server still starting.
+		default:
+			t.Fatalf("B's refusal %v %v after the restart: want the restart guard's", err, time.Since(restarted).Round(time.Millisecond))
+		}
+		time.Sleep(5 * time.Millisecond) // polling, bounded by deadline
+	}
+	if holder.Context().Err() == nil {
+		t.Fatalf("A's context still live %v after the restart", time.Since(restarted).Round(time.Millisecond))
+	}
+	if !errors.Is(context.Cause(holder.Context()), lockcore.ErrLockLost) {
+		t.Fatalf("A's context ended with %v, want ErrLockLost", context.Cause(holder.Context()))
+	}
+	if guarded == 0 {
+		t.Fatal("B was never refused by the restart guard")
+	}
+	t.Logf("A's context ended %v after the restart; B was refused by the guard %d times meanwhile", time.Since(restarted).Round(time.Millisecond), guarded)
 }

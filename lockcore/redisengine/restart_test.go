@@ -28,8 +28,8 @@ func TestRestartWithoutDataLetsNobodyIn(t *testing.T) {
 			t.Run(k.name+"/"+into.String(), func(t *testing.T) {
 				ctx := context.Background()
 				prefix := redistest.Prefix(t)
-				holderEng := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl})
-				waiterEng := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl})
+				holderEng := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl, MaxTTL: ttl})
+				waiterEng := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl, MaxTTL: ttl})
 				key := mustKey(t, "restart", "held")
 
 				var holder *lockcore.Lease

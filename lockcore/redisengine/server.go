@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -170,38 +171,30 @@ var (
 	guardRunKey = "routelock:restart-guard:run"
 )
 
-// guardWindow is how long after a server without an append-only file
-// starts its restart guard lives: the longest lease it protects.
-const guardWindow = 10 * time.Minute
-
-// lengthen makes ttl the engine's longest lease, if it is longer.
-func (l *Engine) lengthen(ttl time.Duration) {
-	l.lengthening.Lock()
-	defer l.lengthening.Unlock()
-	if int64(ttl) > l.longest.Load() {
-		var arg any = ms(ttl)
-		l.longestArg.Store(&arg)
-		l.longest.Store(int64(ttl))
-	}
-}
-
 // guard is the runner's noScript hook: Redis does not know a script, as
 // after a restart, so before any script is loaded again it sets the
 // restart guard when the server may have lost holds that their holders
 // still believe in (see lua/guard.lua): the acquire script then takes no
-// fresh hold until the server is as old as the longest lease of the
-// acquiring Engine (guardWindow at most). A server that cannot say (miniredis, a service
+// fresh hold until the server is as old as Options.MaxTTL, the bound of
+// every Engine's leases. A server that cannot say (miniredis, a service
 // that refuses INFO in scripts) gets no guard; one that cannot be reached
 // fails the call.
 func (l *Engine) guard(ctx context.Context) error {
-	run := func(v int) (int64, error) {
-		return l.rdb.Eval(ctx, guardScript.src[v].(string), []string{guardKey, guardRunKey}, ms(guardWindow)).Int64()
+	_, err := l.decideGuard(ctx)
+	return err
+}
+
+// decideGuard is guard, which also returns how long the guard refuses
+// fresh holds.
+func (l *Engine) decideGuard(ctx context.Context) (time.Duration, error) {
+	run := func(v int) ([]int64, error) {
+		return l.rdb.Eval(ctx, guardScript.src[v].(string), []string{guardKey, guardRunKey}, l.maxArg).Int64Slice()
 	}
 	v := l.run.variant()
-	left, err := run(v)
+	r, err := run(v)
 	if v == 0 && noShebang(err) {
 		l.run.plain.Store(true)
-		left, err = run(1)
+		r, err = run(1)
 	}
 	if err != nil {
 		var reply redis.Error
@@ -209,22 +202,79 @@ func (l *Engine) guard(ctx context.Context) error {
 		case errors.Is(err, context.DeadlineExceeded):
 			// Not answered by the call's deadline: undecided, so the call
 			// fails rather than load a script unguarded.
-			return errExpired
+			return 0, errExpired
 		case !errors.As(err, &reply):
-			return err // not answered: undecided
+			return 0, err // not answered: undecided
 		case strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command"):
 			// An ACL that denies INFO, or the guard's keys: the guard cannot
 			// be decided, so no lock is taken unguarded.
-			return fmt.Errorf("%w: the restart guard needs INFO and the keys %s*: %w", lockcore.ErrMisconfigured, guardKey, err)
+			return 0, fmt.Errorf("%w: the restart guard needs INFO and the keys %s*: %w", lockcore.ErrMisconfigured, guardKey, err)
 		case misconfigured(err) || !strings.HasPrefix(msg, "ERR "):
-			return err // LOADING, BUSY, READONLY, ...: undecided
+			return 0, err // LOADING, BUSY, READONLY, ...: undecided
 		}
-		return nil // the script failed on a server that does not say when it started (miniredis)
+		return 0, nil // the script failed on a server that does not say when it started (miniredis)
 	}
-	if left > 0 && l.opt.Logger != nil && l.lastGuard.Swap(left) != left {
-		up := guardWindow - time.Duration(left)*time.Millisecond
-		l.opt.Logger.Warn("routelock: Redis started lately without an append-only file and may have lost held locks: no lock is taken until every lease granted before could have ended",
-			"up", up.Round(time.Second), "for", max(time.Duration(l.longest.Load())-up, 0).Round(time.Millisecond))
+	if len(r) != 2 || r[0] <= 0 {
+		return 0, nil
 	}
-	return nil
+	left := time.Duration(r[0]) * time.Millisecond
+	l.noteGuard(left)
+	return left, nil
+}
+
+// noteGuard notes that the restart guard refuses fresh holds for left
+// more, as its decision or a refused acquisition says, and logs it once per
+// guard: not again for a guard that ends when the one last logged does
+// (within a second, the precision of the server's uptime), however many
+// calls meet it.
+func (l *Engine) noteGuard(left time.Duration) {
+	end := time.Now().Add(left).UnixNano()
+	for {
+		last := l.guardEnd.Load()
+		if end <= last+int64(time.Second) {
+			return
+		}
+		if l.guardEnd.CompareAndSwap(last, end) {
+			break
+		}
+	}
+	if l.opt.Logger != nil {
+		l.opt.Logger.Warn("routelock: restart guard: Redis started lately without an append-only file and may have lost held locks; no lock is taken until every lease granted before could have ended",
+			"for", left.Round(time.Millisecond), "max_ttl", l.opt.MaxTTL)
+	}
+}
+
+// RestartGuard returns how long the restart guard still refuses fresh
+// holds on the Engine's server: 0 when it does not (see "What Redis must
+// promise" in the package documentation). It decides the guard, as the
+// first call of any Engine after a restart does, when no Engine has yet.
+// Operators see it in package admin's page and the routelock command. A
+// Cluster keeps no guard: 0.
+func (l *Engine) RestartGuard(ctx context.Context) (time.Duration, error) {
+	if !l.guarded {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
+	defer cancel()
+	left, err := l.decideGuard(ctx)
+	if err != nil {
+		return 0, unavailable("restart guard", err)
+	}
+	return left, nil
+}
+
+// guardError reads the restart guard's refusal from err, a script's
+// error reply "GUARD <ms>" (see guard_refusal in lua/hold.lua), noting it;
+// nil when err is not one.
+func (l *Engine) guardError(err error) error {
+	if err == nil || !redis.HasErrorPrefix(err, "GUARD") {
+		return nil
+	}
+	n, perr := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(err.Error(), "GUARD")), 10, 64)
+	if perr != nil || n <= 0 {
+		n = 1
+	}
+	left := time.Duration(n) * time.Millisecond
+	l.noteGuard(left)
+	return &lockcore.RestartGuardError{RetryAfter: left}
 }

@@ -1,7 +1,7 @@
 -- ARGV: token, ttl ms, fence retention ms, remaining wait ms (0: fail fast),
 --       attempt id, waiter member ('' when failing fast), claim window ms,
 --       '1' when PUBLISH counts every subscriber (one server, not a cluster),
---       the longest lease of the caller's Engine ms (at least ttl), the
+--       the caller's Engine's bound on leases ms (Options.MaxTTL), the
 --       Policy's Share (0 here; see shared.lua), and optionally the tokens
 --       that may re-enter a hold they own (space-separated). A free lock is always taken with the token, which
 --       the caller mints for the attempt: another token only re-enters.
@@ -13,9 +13,9 @@
 -- (<= 0) when another owner holds it (and the attempt is queued when
 -- waiting). Run again with
 -- the same arguments, it returns the same and changes nothing more.
--- While the restart guard lives (see guard.lua) and the server is younger
--- than the Engine's longest lease, it returns -(the ms until it is that
--- old) and does nothing: a holder from before the restart may still run.
+-- While the restart guard lives (see guard.lua), it returns the error
+-- "GUARD <ms left>" (guard_refusal) and does nothing: a holder from before
+-- the restart may still run.
 -- KEYS: the hold, the wait queue, the last fencing token, the restart guard,
 -- the shared entries and their fields.
 local L, Q, F, S, P = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
@@ -23,7 +23,7 @@ local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4
 local id, member = ARGV[5], ARGV[6]
 local young = guard_young(KEYS[4], tonumber(ARGV[9]))
 if young > 0 then
-  return -young
+  return guard_refusal(young)
 end
 
 -- The fence is drawn before the lock is tried, so that a free lock is taken

@@ -4,18 +4,18 @@
 -- share one Cluster slot.
 -- KEYS: the restart guard, then each lock's hold, wait queue and last
 --       fencing token.
--- ARGV: ttl ms, fence retention ms, the longest lease of the caller's
---       Engine ms (at least ttl), then each lock's token and attempt id.
+-- ARGV: ttl ms, fence retention ms, the caller's Engine's bound on
+--       leases ms (Options.MaxTTL), then each lock's token and attempt id.
 -- Returns the fencing tokens, one per lock, in order; {0, i, pttl} when
 -- lock i is held (for pttl ms more; 0: free, but waited for) or waited for,
--- having written nothing; or, like the acquire script, -(ms) while the
--- restart guard refuses. Run again with the same arguments (a client
+-- having written nothing; or, like the acquire script, the error
+-- "GUARD <ms>" while the restart guard refuses. Run again with the same arguments (a client
 -- re-sent it after a lost reply), it finds its own holds and returns their
 -- fences again; or {0, 0, 0} when only some of them are left (released
 -- or expired meanwhile), which the caller withdraws.
 local young = guard_young(KEYS[1], tonumber(ARGV[3]))
 if young > 0 then
-  return -young
+  return guard_refusal(young)
 end
 local n = (#KEYS - 1) / 3
 local fences, mine, busy = {}, 0, nil

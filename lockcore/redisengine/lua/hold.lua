@@ -148,14 +148,23 @@ local function hold_revoked(r, id)
   return r and hold_has(r, id)
 end
 
--- How many ms more the restart guard G refuses acquisitions of an Engine
--- whose longest lease is longest ms (<= 0: it does not): while the guard
--- lives (see guard.lua) and the server is younger than that lease, a
--- holder from before a restart may still run.
-local function guard_young(G, longest)
+-- How many ms more the restart guard G refuses fresh holds (<= 0: it does
+-- not), for an Engine whose leases are at most bound ms (Options.MaxTTL):
+-- while the guard lives (see guard.lua), a holder from before a restart
+-- may still run, whichever Engine granted its lease. The guard lasts the
+-- bound of the Engine that decided it, or the longer bound of this one
+-- (the server's age is the guard's value less its pttl).
+local function guard_young(G, bound)
   local g = redis.call('PTTL', G)
   if g > 0 then
-    return longest - (tonumber(redis.call('GET', G)) - g)
+    return math.max(g, bound - (tonumber(redis.call('GET', G)) - g))
   end
   return 0
+end
+
+-- The reply of a script that the restart guard refused for ms more: an
+-- error, which no other outcome of a script is, so that the caller tells
+-- it from a held lock.
+local function guard_refusal(ms)
+  return redis.error_reply('GUARD ' .. string.format('%.0f', ms))
 end

@@ -2,7 +2,7 @@
 -- ARGV: as acquire.lua's: token, ttl ms, fence retention ms, remaining wait
 --       ms (0: fail fast), attempt id, waiter member ('' when failing
 --       fast), claim window ms, '1' when PUBLISH counts every subscriber,
---       the longest lease of the caller's Engine ms, the Policy's Share
+--       the caller's Engine's bound on leases ms, the Policy's Share
 --       (-1: any number of holders; n > 0: n permits), and optionally the
 --       tokens that may re-enter a hold they own (space-separated).
 -- A shared attempt enters when no exclusive hold is held, nobody waits
@@ -25,7 +25,7 @@ local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4
 local id, member, share, others = ARGV[5], ARGV[6], ARGV[10], ARGV[11] or ''
 local young = guard_young(KEYS[4], tonumber(ARGV[9]))
 if young > 0 then
-  return -young
+  return guard_refusal(young)
 end
 -- @common
 local claim, trust = tonumber(ARGV[7]), ARGV[8] == '1'
