@@ -387,6 +387,58 @@ func ExampleSoldOut() {
 	// handler ran 2 times
 }
 
+// A sold-out product's page still shows that none is left (a reader
+// route passes the closed gate), and its restock route runs through the
+// gate and reopens it: buyers are served again.
+func ExampleRestock() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	locker := lock.New(rdb)
+	defer locker.Close()
+
+	stock := 0
+	show := func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, stock, "left") }
+	r := chi.NewRouter()
+	r.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		if stock == 0 {
+			_ = lock.SoldOut(r.Context(), 0)
+			http.Error(w, "sold out", http.StatusGone)
+			return
+		}
+		stock--
+		fmt.Fprintln(w, "bought")
+	})
+	// readme:begin restock
+	r.With(locker.ByParam("productID", lock.Shared())).Get("/products/{productID}", show) // "0 left"
+	r.With(locker.ByParam("productID", lock.Restock())).Post("/products/{productID}/restock", func(w http.ResponseWriter, r *http.Request) {
+		stock += 100
+		if err := lock.InStock(r.Context()); err != nil { // reopens the gate on every instance
+			http.Error(w, "restocked; the gate is still closed: retry", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "restocked")
+	})
+	// readme:end
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	for _, req := range [][2]string{{"POST", "/buy"}, {"POST", "/buy"}, {"GET", ""}, {"POST", "/restock"}, {"POST", "/buy"}, {"GET", ""}} {
+		fmt.Print(get(srv.Client(), req[0], srv.URL+"/products/42"+req[1]))
+	}
+	// Output:
+	// 410 sold out
+	// 410 routelock: sold out
+	// 200 0 left
+	// 200 restocked
+	// 200 bought
+	// 200 99 left
+}
+
 // A product's stock of 4 kept as 2 segments of 2, each sold under its
 // own lock, so that two buyers pay at once. A buyer whose segment is empty
 // moves on to the other (its request is served again there); once both

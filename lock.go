@@ -581,12 +581,43 @@ func NextSegment(ctx context.Context) error {
 // lockcore.ErrMisconfigured when its engine has no gates or the route
 // names several resources (keyfunc.Func.Also: say which one is sold out
 // with the engine's CloseGate and its key), and lockcore.ErrUnavailable
-// when Redis did not confirm the write: it may not have reached the other
-// instances; this one refuses the resource until it next reads the gates
-// from Redis (within 30 s). Closing a gate that is closed until opened
-// writes nothing, as the buyers still waiting find it one after another.
+// when Redis did not confirm the write: then no instance closes it (the
+// handlers that find the stock empty close it again), unless the write
+// landed after all, when every one does. Under memory pressure (Redis at
+// its maxmemory, noeviction) the write is still taken.
+//
+// The gate refuses the routes that take from the resource, exclusive ones
+// and Permits; a reader route (Shared), such as the product's page, still
+// runs and can show that none is left, and so does a restock route
+// (Restock), whose handler reopens the gate (InStock). A newly started
+// instance refuses the resource from its first request. The gate is kept
+// in Redis: it survives a restart of Redis that keeps its data (an
+// append-only file), and is gone after one that does not, when the
+// handlers that find the stock empty close it again (see docs/modes.md).
+// Closing a gate that is closed until opened writes nothing, as the buyers
+// still waiting find it one after another.
 func SoldOut(ctx context.Context, d time.Duration) error {
 	return lockcore.CloseGate(ctx, d)
+}
+
+// InStock opens the gate that SoldOut closed, of the resource of the
+// innermost lock ctx holds, as the handler of a restock route (Restock)
+// does once the stock is back; on a resource split into segments, the
+// segments' gates first, then the resource's. Every instance sells it
+// again within milliseconds.
+//
+//	r.With(locker.ByParam("productID", lock.Restock())).Post("/products/{productID}/restock", func(w http.ResponseWriter, r *http.Request) {
+//		stock += 100
+//		if err := lock.InStock(r.Context()); err != nil {
+//			http.Error(w, "restocked; the gate is still closed: retry", http.StatusServiceUnavailable)
+//		}
+//	})
+//
+// Opening an open gate is no error. It fails as SoldOut does; when Redis
+// did not confirm the write (lockcore.ErrUnavailable), no instance opens
+// it, unless the write landed after all.
+func InStock(ctx context.Context) error {
+	return lockcore.OpenGate(ctx)
 }
 
 // Keys returns the keys of the locks ctx holds, innermost first, such as

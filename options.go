@@ -134,6 +134,20 @@ func Segments(n int) lockcore.Policy {
 	return lockcore.Policy{Segments: n}
 }
 
+// Restock lets the route through its resource's closed gate (SoldOut),
+// as a route that restocks a sold-out product must get through; its
+// handler reopens the gate with InStock once the stock is back, and then
+// every instance sells again:
+//
+//	r.With(locker.ByParam("productID", lock.Restock())).Post("/products/{productID}/restock", restock)
+//
+// It holds the lock as the route would without it (exclusive, unless
+// given Shared or Permits too), so that no buyer runs meanwhile. Readers
+// (Shared) pass a closed gate without it. Not with Segments: a restock
+// locks the resource itself (a segmented route's product key); a route
+// given both panics. It is lockcore.Policy{Restock: true}.
+func Restock() lockcore.Policy { return lockcore.Policy{Restock: true} }
+
 // policy returns ps as one Policy: each field is the last non-zero one
 // given.
 func policy(ps []lockcore.Policy) lockcore.Policy {
@@ -151,15 +165,16 @@ func policy(ps []lockcore.Policy) lockcore.Policy {
 //	locker := lock.New(rdb, lock.Defaults(lock.FailFast(), lock.TTL(30*time.Second)))
 //
 // Panics if the Policy is invalid (lockcore.Policy.Validate), or shares
-// the lock (Shared, Permits) or splits it (Segments): that is a route's or
-// method's own, and a Locker-wide default would leave no way to write.
+// the lock (Shared, Permits), splits it (Segments) or passes closed gates
+// (Restock): that is a route's or method's own, and a Locker-wide default
+// would leave no way to write, or no gate.
 func Defaults(ps ...lockcore.Policy) Option {
 	p := policy(ps)
 	if err := p.Validate(); err != nil {
 		panic("routelock: lock.Defaults: " + strings.TrimPrefix(err.Error(), "routelock: "))
 	}
-	if p.Share != 0 || p.Segments != 0 {
-		panic("routelock: lock.Defaults: Shared, Permits and Segments are given to routes and methods, not as defaults")
+	if p.Share != 0 || p.Segments != 0 || p.Restock {
+		panic("routelock: lock.Defaults: Shared, Permits, Segments and Restock are given to routes and methods, not as defaults")
 	}
 	return Option{func(l *Locker) { l.defaults = p.Or(l.defaults) }}
 }

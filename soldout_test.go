@@ -2,6 +2,7 @@ package lock_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -235,4 +236,198 @@ func TestGRPCSoldOut(t *testing.T) {
 			t.Fatalf("another product: %v", err)
 		}
 	})
+}
+
+// gateShop is a flash sale of one product's stock over HTTP: buy takes
+// one (an exclusive lock; SoldOut once none is left, answering 410), show
+// reads it (a reader, lock.Shared), restock adds 5 and reopens the gate
+// (lock.Restock, lock.InStock). It counts the entries of each handler.
+type gateShop struct {
+	stock                 atomic.Int64
+	buys, shows, restocks atomic.Int64
+	t                     *testing.T
+}
+
+func (s *gateShop) build(a *app) http.Handler {
+	r := chi.NewRouter()
+	r.With(a.locker.ByParam("productID", lock.Wait(5*time.Second))).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		s.buys.Add(1)
+		if s.stock.Add(-1) < 0 {
+			s.stock.Add(1)
+			if err := lock.SoldOut(r.Context(), 0); err != nil {
+				s.t.Errorf("SoldOut: %v", err)
+			}
+			http.Error(w, "sold out", http.StatusGone)
+			return
+		}
+		fmt.Fprintln(w, "bought")
+	})
+	r.With(a.locker.ByParam("productID", lock.Shared())).Get("/products/{productID}", func(w http.ResponseWriter, r *http.Request) {
+		s.shows.Add(1)
+		fmt.Fprintf(w, "%d left\n", s.stock.Load())
+	})
+	r.With(a.locker.ByParam("productID", lock.Restock())).Post("/products/{productID}/restock", func(w http.ResponseWriter, r *http.Request) {
+		s.restocks.Add(1)
+		s.stock.Add(5)
+		if err := lock.InStock(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "restocked")
+	})
+	return r
+}
+
+// firstBuys sends n buys for product 42 at once to a, and returns how many
+// were answered 410 and how many times the buy handler ran meanwhile.
+func (s *gateShop) firstBuys(t *testing.T, hc *http.Client, a *app, n int) (gone, ran int64) {
+	t.Helper()
+	before := s.buys.Load()
+	var wg sync.WaitGroup
+	var g atomic.Int64
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if res := do(t, hc, "POST", a.srv.URL+"/products/42/buy", nil); res.status == http.StatusGone {
+				g.Add(1)
+			} else {
+				t.Errorf("a buy of a sold-out product: %d %q, want 410", res.status, res.body)
+			}
+		}()
+	}
+	wg.Wait()
+	return g.Load(), s.buys.Load() - before
+}
+
+// TestSoldOutNewInstance: once a product is sold out, an instance started
+// after it refuses the product from its very first requests: 16 buys at
+// once as the first requests of each of 4 new instances are all answered
+// 410, and the buy handler never runs.
+func TestSoldOutNewInstance(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		s := &gateShop{t: t}
+		hc := httpClient(t, nil)
+		first := newApp(t, b, prefix, s.build)
+		if res := do(t, hc, "POST", first.srv.URL+"/products/42/buy", nil); res.status != http.StatusGone || s.buys.Load() != 1 {
+			t.Fatalf("the buy that finds the stock empty: %d %q, want 410 from the handler", res.status, res.body)
+		}
+		var gone, ran int64
+		for range 4 {
+			g, r := s.firstBuys(t, hc, newApp(t, b, prefix, s.build), 16)
+			gone, ran = gone+g, ran+r
+		}
+		if gone != 4*16 || ran != 0 {
+			t.Fatalf("first buys of new instances of a sold-out product: %d answered 410, the handler ran %d times; want %d and 0", gone, ran, 4*16)
+		}
+	})
+}
+
+// TestSoldOutReaderAndRestock: a sold-out product's reader route
+// (lock.Shared) still runs on every instance and shows "0 left"; its
+// restock route (lock.Restock) runs through the closed gate and reopens
+// it (lock.InStock), after which every instance sells again.
+func TestSoldOutReaderAndRestock(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		s := &gateShop{t: t}
+		s.stock.Store(1)
+		hc := httpClient(t, nil)
+		a, c := newApp(t, b, prefix, s.build), newApp(t, b, prefix, s.build)
+		buy := func(x *app) result { return do(t, hc, "POST", x.srv.URL+"/products/42/buy", nil) }
+		if res := buy(a); res.status != http.StatusOK {
+			t.Fatalf("the last item: %d %q", res.status, res.body)
+		}
+		if res := buy(c); res.status != http.StatusGone {
+			t.Fatalf("a buy after the last item: %d %q, want 410", res.status, res.body)
+		}
+		eventually(t, 5*time.Second, "the other instance refusing the sold-out product", func() bool {
+			before := s.buys.Load()
+			return buy(a).status == http.StatusGone && s.buys.Load() == before
+		})
+		for i, x := range []*app{a, c} {
+			before := s.shows.Load()
+			res := do(t, hc, "GET", x.srv.URL+"/products/42", nil)
+			if res.status != http.StatusOK || res.body != "0 left\n" || s.shows.Load() != before+1 {
+				t.Fatalf("instance %d, the sold-out product's page: %d %q (its handler ran %d times), want 200 \"0 left\" from the handler",
+					i, res.status, res.body, s.shows.Load()-before)
+			}
+		}
+		res := do(t, hc, "POST", c.srv.URL+"/products/42/restock", nil)
+		if res.status != http.StatusOK || s.restocks.Load() != 1 {
+			t.Fatalf("restocking the sold-out product: %d %q (its handler ran %d times), want 200 from the handler", res.status, res.body, s.restocks.Load())
+		}
+		for i, x := range []*app{c, a} {
+			eventually(t, 5*time.Second, "instance "+strconv.Itoa(i)+" selling the restocked product", func() bool {
+				return buy(x).status == http.StatusOK
+			})
+		}
+	})
+}
+
+// TestSoldOutAcrossRestart: what a sold-out gate survives, as
+// docs/modes.md says, on a redis-server of the test's own killed and
+// started again. With an append-only file the gate is still closed after
+// the restart: the instance that was running and a new one answer 410
+// without running the handler. Without persistence the gate is gone with
+// the rest of Redis's data: the next buy runs the handler, which finds
+// the stock empty and closes the gate again, after which a new instance
+// refuses the product from its first request.
+func TestSoldOutAcrossRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		start func(testing.TB) *redistest.Server
+		kept  bool
+	}{{"append-only file", redistest.OwnReal, true}, {"no persistence", redistest.OwnVolatile, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := tc.start(t)
+			if srv == nil {
+				return
+			}
+			b := redistest.At(srv.Addr)
+			prefix := redistest.Prefix(t)
+			s := &gateShop{t: t}
+			hc := httpClient(t, nil)
+			// A short TTL: the restart guard of a server without
+			// persistence lasts as long as the longest lease.
+			short := lock.Defaults(lock.TTL(100 * time.Millisecond))
+			a := newApp(t, b, prefix, s.build, short)
+			buy := func(x *app) result { return do(t, hc, "POST", x.srv.URL+"/products/42/buy", nil) }
+			if res := buy(a); res.status != http.StatusGone || s.buys.Load() != 1 {
+				t.Fatalf("the buy that finds the stock empty: %d %q, want 410 from the handler", res.status, res.body)
+			}
+			if err := srv.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.kept {
+				// The running instance is back on Redis (its reader route
+				// answers), and has read the gates again: still closed.
+				eventually(t, 10*time.Second, "the running instance answering after the restart", func() bool {
+					return do(t, hc, "GET", a.srv.URL+"/products/42", nil).status == http.StatusOK
+				})
+				gk := a.locker.Operator().(lockcore.Gatekeeper)
+				if gates, err := gk.Gates(context.Background()); err != nil || len(gates) != 1 {
+					t.Fatalf("Gates after a restart with an append-only file: %+v %v, want the product's", gates, err)
+				}
+				if g, r := s.firstBuys(t, hc, a, 16); g != 16 || r != 0 {
+					t.Fatalf("the running instance after the restart: %d of 16 buys answered 410, the handler ran %d times; want 16 and 0", g, r)
+				}
+			} else {
+				// Gone: the next buy reaches the handler (once the restart
+				// guard lets locks be taken), which closes it again.
+				before := s.buys.Load()
+				eventually(t, 10*time.Second, "a buy reaching the handler after the gate was lost", func() bool {
+					buy(a)
+					return s.buys.Load() > before
+				})
+				if res := buy(a); res.status != http.StatusGone {
+					t.Fatalf("a buy after the handler closed the gate again: %d %q, want 410", res.status, res.body)
+				}
+			}
+			if g, r := s.firstBuys(t, hc, newApp(t, b, prefix, s.build, short), 16); g != 16 || r != 0 {
+				t.Fatalf("a new instance after the restart: %d of 16 first buys answered 410, the handler ran %d times; want 16 and 0", g, r)
+			}
+		})
+	}
 }

@@ -25,10 +25,16 @@ func (g Gate) Open(now time.Time) bool { return !g.Until.IsZero() && !now.Before
 // product that a million buyers still ask for. A gate closed on one engine
 // closes on the others within a moment (milliseconds on one Redis), and
 // the ones that missed it (their connection was down) learn of it when
-// they reconnect. An acquisition that re-enters in memory a hold of its
-// own request is not refused; one that would re-enter it by a propagated
-// token (a nested call to another service) is, as any other. Waiters
-// queued before the gate closed are not: they get the lock in turn.
+// they reconnect; an engine learns the closed gates before its first
+// acquisition is decided, so a new process refuses a closed resource from
+// its first request. The gate refuses the acquisitions that take from the
+// resource, exclusive ones and permits (Policy.Share n > 0); readers
+// (ShareAll) pass it, as they only look, and so does a Policy with
+// Restock, which restocks the resource and reopens the gate (OpenGate). An
+// acquisition that re-enters in memory a hold of its own request is not
+// refused; one that would re-enter it by a propagated token (a nested call
+// to another service) is, as any other. Waiters queued before the gate
+// closed are not: they get the lock in turn.
 type Gatekeeper interface {
 	// CloseGate closes the gate of key for d, or until opened when d is
 	// 0. Closing a closed gate sets its new time.
@@ -75,6 +81,43 @@ func CloseGate(ctx context.Context, d time.Duration) error {
 		key = base // the resource is sold out, not only the segment
 	}
 	return g.CloseGate(ctx, key, d)
+}
+
+// OpenGate opens the gate of the resource of the innermost lock ctx holds,
+// on the engine that took it, as the handler of a route that restocks it
+// does once the stock is back (Policy.Restock lets that route through the
+// closed gate); for a resource split into segments, the closed segments'
+// gates first (as the backend lists them: Gatekeeper.Gates), then the
+// resource's, so that no request finds the resource open and every segment
+// closed. Opening an open gate is no error. It fails as CloseGate does.
+func OpenGate(ctx context.Context) error {
+	h, err := innermost(ctx, "no gate to open")
+	switch {
+	case err != nil:
+		return err
+	case h.together:
+		return fmt.Errorf("%w: the context holds %s with other resources taken together; open the gate of the one restocked by its key, with the engine's OpenGate", ErrMisconfigured, h.key)
+	}
+	g, ok := h.e.(Gatekeeper)
+	if !ok {
+		return fmt.Errorf("%w: the engine of %s (%T) has no gates", ErrMisconfigured, h.key, h.e)
+	}
+	key := h.key
+	if base, _, ok := key.Segmented(); ok {
+		key = base // the resource is restocked, not only the segment
+	}
+	gates, err := g.Gates(ctx)
+	if err != nil {
+		return err
+	}
+	for _, gt := range gates {
+		if base, _, ok := gt.Key.Segmented(); ok && base == key {
+			if err := g.OpenGate(ctx, gt.Key); err != nil {
+				return err
+			}
+		}
+	}
+	return g.OpenGate(ctx, key)
 }
 
 // GateError returns the error of an acquisition of key that its closed

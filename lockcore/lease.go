@@ -164,6 +164,13 @@ type Policy struct {
 	// engine's Acquire refuses it (ErrMisconfigured). At most MaxSegments;
 	// not with Share.
 	Segments int
+	// Restock lets the acquisition through the resource's closed gate
+	// (Gatekeeper), as a route that restocks a sold-out resource must
+	// get through; its handler reopens the gate with OpenGate once the
+	// stock is back. Readers (Share ShareAll) pass a closed gate without
+	// it: they only look. Not with Segments: a restock locks the
+	// resource itself.
+	Restock bool
 }
 
 // ShareAll, as Policy.Share, lets any number of owners share the lock:
@@ -194,13 +201,15 @@ func (p Policy) Or(d Policy) Policy {
 	if p.Segments == 0 {
 		p.Segments = d.Segments
 	}
+	p.Restock = p.Restock || d.Restock
 	return p
 }
 
 // Validate returns an error matching ErrMisconfigured when p cannot be
 // acquired with: a negative Wait other than FailFast, a TTL that is
-// negative or below 30ms, a negative MaxHold, a Share below ShareAll, or
-// Segments negative, above MaxSegments or with a Share.
+// negative or below 30ms, a negative MaxHold, a Share below ShareAll,
+// Segments negative, above MaxSegments or with a Share, or Restock with
+// Segments.
 func (p Policy) Validate() error {
 	switch {
 	case p.Wait < 0 && p.Wait != FailFast:
@@ -215,6 +224,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: Segments %d, want 0 to %d", ErrMisconfigured, p.Segments, MaxSegments)
 	case p.Segments > 0 && p.Share != 0:
 		return fmt.Errorf("%w: Segments %d with Share %d: a segment is an exclusive lock", ErrMisconfigured, p.Segments, p.Share)
+	case p.Segments > 0 && p.Restock:
+		return fmt.Errorf("%w: Segments %d with Restock: a restock locks the resource itself, not a segment", ErrMisconfigured, p.Segments)
 	}
 	return nil
 }

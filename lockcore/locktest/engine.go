@@ -151,7 +151,9 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	}
 
 	e.mu.Lock()
-	if g, closed := e.gates[key]; closed && !g.Open(time.Now()) && !e.defects.gateIgnored {
+	// Readers and restocks pass a closed gate (lockcore.Gatekeeper).
+	passes := p.Share == lockcore.ShareAll || p.Restock
+	if g, closed := e.gates[key]; closed && !passes && !g.Open(time.Now()) && !e.defects.gateIgnored {
 		e.mu.Unlock()
 		return nil, lockcore.GateError(key)
 	}
@@ -556,7 +558,8 @@ func (e *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (l
 }
 
 // CloseGate implements lockcore.Gatekeeper: from now on, for d (0: until
-// opened), every fresh acquisition of key fails with ErrGateClosed.
+// opened), every fresh acquisition of key fails with ErrGateClosed, but a
+// reader's and a restock's.
 func (e *Engine) CloseGate(ctx context.Context, key lockcore.Key, d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("%w: a gate closed for %v", lockcore.ErrMisconfigured, d)

@@ -14,7 +14,9 @@ import (
 // ErrGateClosed and not ErrNotAcquired. lockcore.CloseGate closes the gate
 // of the context's lock, and refuses (closing nothing) when that lock is
 // released or was taken with others; the request holding it still re-enters in memory;
-// other keys are untouched; Gates lists it on every engine; a gate closed
+// other keys are untouched; Gates lists it on every engine; permits are
+// refused, readers and restocks (Policy.Restock) are not, and
+// lockcore.OpenGate from a restock's context opens it; a gate closed
 // for a time opens by itself then, not before; OpenGate opens it.
 func checkGates(r *rig) {
 	a, other := r.key("a"), r.key("b")
@@ -92,9 +94,21 @@ func checkGates(r *rig) {
 		}
 	}
 
-	if err := gb.OpenGate(r.ctx, a); err != nil {
-		r.t.Fatal(err)
+	// Permits take from the resource: refused. Readers only look, and a
+	// restock gets through, on either engine; the restock's request
+	// reopens the gate (lockcore.OpenGate) for every engine.
+	if !refused(r.a, lockcore.Policy{Wait: lockcore.FailFast, Share: 4}) {
+		r.t.Fatal("a closed gate let a permit through")
 	}
+	for _, e := range r.engines() {
+		rd := r.acquire(e, r.ctx, a, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+		r.release(rd)
+	}
+	restock := r.acquire(r.b, r.ctx, a, lockcore.Policy{Wait: lockcore.FailFast, Restock: true})
+	if err := lockcore.OpenGate(restock.Context()); err != nil {
+		r.t.Fatalf("OpenGate from a restock's context: %v", err)
+	}
+	r.release(restock)
 	if !r.eventually(func() bool { return !refused(r.a, failFast) }) {
 		r.t.Fatal("an opened gate still refuses on the other engine")
 	}

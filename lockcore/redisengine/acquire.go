@@ -33,6 +33,12 @@ import (
 // ended takes it, even if ctx ended before it woke: the lease's context
 // is then done already.
 //
+// A closed gate (see CloseGate) refuses it from memory with an error
+// matching ErrGateClosed, unless p is a reader's or a restock's; an
+// Engine's first acquisitions wait for its first read of the gates (one
+// round trip, sent with the first), so that a new Engine refuses a
+// closed resource from its first request.
+//
 // Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable
 // (and ErrRestartGuard, a *lockcore.RestartGuardError, while the restart
 // guard refuses fresh holds), ErrMisconfigured (the server may evict held
@@ -50,8 +56,19 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if l.closed.Load() {
 		return nil, lockcore.ErrClosed
 	}
-	if err := l.gated(key); err != nil {
-		return nil, err
+	var read <-chan struct{} // the settings' first read, while it has not landed
+	if !l.settled.Load() {
+		read = l.settle(ctx)
+	}
+	if gatedBy(p) {
+		// A new Engine reads the gates before its first acquisition is
+		// decided: it refuses a closed resource from its first request.
+		if err := l.knowGates(ctx, key); err != nil {
+			return nil, err
+		}
+		if err := l.gated(key, p); err != nil {
+			return nil, err
+		}
 	}
 	if p.TTL == 0 {
 		p.TTL = l.opt.TTL
@@ -59,10 +76,6 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if p.TTL > l.opt.MaxTTL {
 		// The restart guard bounds every lease by MaxTTL.
 		return nil, fmt.Errorf("%w: TTL %v is longer than redisengine.Options.MaxTTL %v, which the restart guard protects", lockcore.ErrMisconfigured, p.TTL, l.opt.MaxTTL)
-	}
-	var read <-chan struct{} // the settings' first read, while it has not landed
-	if !l.settled.Load() {
-		read = l.settle(ctx)
 	}
 	if bad := l.refuse.Load(); bad != nil {
 		return nil, l.report(*bad)

@@ -2,6 +2,7 @@ package redisengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -25,7 +26,8 @@ import (
 // change is written there and published on the channel <prefix>gates as
 // "close <key> <since ms> <until ms>" or "open <key>", by one script on the
 // hash's server (so that the messages come in the order of the writes),
-// which every Engine's subscription receives. An Engine reads the whole hash when its
+// which every Engine's subscription receives. An Engine reads the whole
+// hash before it decides its first acquisition (knowGates), when its
 // subscription is (re)established, so that one that was away learns what
 // it missed, and again every settingsEvery.
 type gates struct {
@@ -34,6 +36,14 @@ type gates struct {
 	seen atomic.Int64 // messages applied: a read of the hash that overlapped one reads again
 	// again: the subscription has been established before (gatesSubscribed)
 	again atomic.Bool
+	// known: m holds a read of the hash (and the messages since), not
+	// only what the Engine heard: until then an acquisition waits for a
+	// read (knowGates).
+	known atomic.Bool
+	// started: the first read of the hash has begun (settle), and first
+	// is closed when it has ended, read or not.
+	started atomic.Bool
+	first   chan struct{}
 }
 
 // gateEntry is a closed gate and the error that refuses its key, made
@@ -61,11 +71,44 @@ func (l *Engine) GateOf(key lockcore.Key) (lockcore.Gate, bool) {
 	return e.g, ok
 }
 
-// gated returns the error that refuses key when its gate is closed, and
-// nil otherwise: an acquisition's check.
-func (l *Engine) gated(key lockcore.Key) error {
+// gated returns the error that refuses an acquisition of key with p when
+// key's gate is closed, and nil otherwise: an acquisition's check, from
+// memory. Readers and restocks pass a closed gate (lockcore.Gatekeeper).
+func (l *Engine) gated(key lockcore.Key, p lockcore.Policy) error {
+	if !gatedBy(p) {
+		return nil
+	}
 	e, _ := l.gateEntry(key)
 	return e.err
+}
+
+// gatedBy reports whether a closed gate refuses an acquisition with p:
+// one that takes from the resource, exclusive or a permit, and does not
+// restock it.
+func gatedBy(p lockcore.Policy) bool { return p.Share != lockcore.ShareAll && !p.Restock }
+
+// knowGates returns once the Engine knows the closed gates from Redis, so
+// that an acquisition is refused from the Engine's first one on: it waits
+// for the first read (see settle: sent when the first acquisition begins,
+// one round trip), and when that read did not land, reads them itself. It
+// fails when ctx ends first (with a *lockcore.ContentionError for key, as
+// Acquire's wait does), or with ErrUnavailable when Redis does not answer
+// the read. Once known, the gates are kept by the messages and the reads
+// that follow: this is a load.
+func (l *Engine) knowGates(ctx context.Context, key lockcore.Key) error {
+	if l.gates.known.Load() {
+		return nil
+	}
+	l.settle(ctx)
+	select {
+	case <-l.gates.first:
+	case <-ctx.Done():
+		return errors.Join(&lockcore.ContentionError{Key: key.String()}, ctx.Err())
+	}
+	if l.gates.known.Load() {
+		return nil
+	}
+	return l.loadGates(ctx)
 }
 
 // gateEntry returns key's closed gate, if it is closed.
@@ -81,10 +124,15 @@ func (l *Engine) gateEntry(key lockcore.Key) (gateEntry, bool) {
 	return e, true
 }
 
-// CloseGate implements lockcore.Gatekeeper: the gate of key closes on this
-// Engine at once, and on every Engine with the same Prefix on this Redis
-// as soon as the message reaches it. It fails with ErrUnavailable when
-// Redis does not take it.
+// CloseGate implements lockcore.Gatekeeper: the gate of key closes in
+// Redis, on this Engine once Redis has confirmed it, and on every Engine
+// with the same Prefix on this Redis as soon as the message reaches it.
+// It fails with ErrUnavailable when Redis does not confirm it: then no
+// Engine closes the gate, unless the write landed after all, when every
+// one does (its message, or their next read of the gates). The write is
+// taken under memory pressure (a maxmemory reached, noeviction), as the
+// locks' releases are: a gate is a small field, and refusing it would
+// leave the other instances selling on.
 func (l *Engine) CloseGate(ctx context.Context, key lockcore.Key, d time.Duration) error {
 	if key == (lockcore.Key{}) {
 		return fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
@@ -106,15 +154,14 @@ func (l *Engine) CloseGate(ctx context.Context, key lockcore.Key, d time.Duratio
 		g.Until = time.UnixMilli(until)
 	}
 	v := strconv.FormatInt(g.Since.UnixMilli(), 10) + " " + strconv.FormatInt(until, 10)
-	l.setGate(key.String(), g, true)
-	return l.writeGate(ctx, key, v)
+	return l.writeGate(ctx, key, v, g)
 }
 
-// OpenGate implements lockcore.Gatekeeper: the gate of key opens on this
-// Engine at once, and on the others as soon as the message reaches them.
+// OpenGate implements lockcore.Gatekeeper: the gate of key opens in Redis,
+// on this Engine once Redis has confirmed it, and on the others as soon as
+// the message reaches them; it fails as CloseGate does.
 func (l *Engine) OpenGate(ctx context.Context, key lockcore.Key) error {
-	l.setGate(key.String(), lockcore.Gate{}, false)
-	return l.writeGate(ctx, key, "")
+	return l.writeGate(ctx, key, "", lockcore.Gate{})
 }
 
 // Gates implements lockcore.Gatekeeper: the closed gates in Redis, by key.
@@ -132,12 +179,17 @@ func (l *Engine) Gates(ctx context.Context) ([]lockcore.Gate, error) {
 	return out, nil
 }
 
-// writeGate closes the gate of key in Redis with value v, or opens it
-// when v is "", and tells the other Engines (lua/gate.lua); it waits for
-// Redis up to Options.Timeout.
-func (l *Engine) writeGate(ctx context.Context, key lockcore.Key, v string) error {
+// writeGate closes the gate of key in Redis with value v (g, as this
+// Engine keeps it), or opens it when v is "", and tells the other Engines
+// (lua/gate.lua); it waits for Redis up to Options.Timeout. Once Redis
+// confirms it, this Engine keeps the change too, unless a message came in
+// meanwhile: that may be the change itself, or a newer one (another
+// Engine's, written after it), which must not be undone; the change's own
+// message follows any older one.
+func (l *Engine) writeGate(ctx context.Context, key lockcore.Key, v string, g lockcore.Gate) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opt.Timeout)
 	defer cancel()
+	seen := l.gates.seen.Load()
 	cmd := l.run.cmd(ctx, gateScript, []any{nil, nil, 1, l.gatesKey(), l.gatesChannel(), key.String(), v})
 	cmds := []redis.Cmder{cmd}
 	if err := l.run.run(ctx, cmds); err != nil {
@@ -145,6 +197,11 @@ func (l *Engine) writeGate(ctx context.Context, key lockcore.Key, v string) erro
 	}
 	if err := cmds[0].Err(); err != nil {
 		return l.report(unavailable("gate", err))
+	}
+	l.gates.mu.Lock()
+	defer l.gates.mu.Unlock()
+	if l.gates.seen.Load() == seen {
+		l.putGate(key.String(), g, v != "")
 	}
 	return nil
 }
@@ -206,6 +263,11 @@ func parseGate(k, v string) (lockcore.Gate, bool) {
 func (l *Engine) setGate(k string, g lockcore.Gate, closed bool) {
 	l.gates.mu.Lock()
 	defer l.gates.mu.Unlock()
+	l.putGate(k, g, closed)
+}
+
+// putGate is setGate with l.gates.mu held.
+func (l *Engine) putGate(k string, g lockcore.Gate, closed bool) {
 	l.gates.seen.Add(1)
 	old := l.gates.m.Load()
 	m := make(map[string]gateEntry)
@@ -256,40 +318,44 @@ func (l *Engine) watchGates() { l.every(settingsEvery, l.reloadGates) }
 // reloadGates replaces what the Engine knows of the gates with what Redis
 // has, in the background (see loadGates).
 func (l *Engine) reloadGates() {
-	l.bg.do(func() { l.loadGates(l.ctx) })
+	l.bg.do(func() { _ = l.loadGates(l.ctx) })
 }
 
 // loadGates replaces what the Engine knows of the gates with what Redis
-// has: with the first read of the server's settings (see settle), when
-// the subscription is established again, and every settingsEvery. A read
-// that messages overlapped is made again (a few times at most): the
-// message may be newer than the read.
-func (l *Engine) loadGates(ctx context.Context) {
+// has: before the first acquisition is decided (see settle, knowGates),
+// when the subscription is established again, and every settingsEvery. A
+// read that messages overlapped is made again (a few times at most): the
+// message may be newer than the read. It returns the error of a read that
+// failed, or one matching ErrUnavailable when messages overlapped every
+// read.
+func (l *Engine) loadGates(ctx context.Context) error {
 	ctx = background.Mark(ctx)
 	for range 3 {
 		seen := l.gates.seen.Load()
 		m, err := l.readGates(ctx)
 		if err != nil {
-			return
+			return err
 		}
 		l.gates.mu.Lock()
 		if l.gates.seen.Load() == seen {
 			l.gates.m.Store(&m)
+			l.gates.known.Store(true)
 			l.gates.mu.Unlock()
-			return
+			return nil
 		}
 		l.gates.mu.Unlock()
 	}
+	return unavailable("gates", errors.New("the gates changed during every read"))
 }
 
 // gatesSubscribed is told that the subscription to the gates channel is
 // established: messages may have been missed while it was down, or since
-// the first read of the server's settings read the gates (see settle), so
-// they are read again; unless this is the first subscription and that
-// read is still to come, and Redis was not found unreachable meanwhile
-// (the read then tells the log whether it answers again).
+// the first read of the gates began (see settle), so they are read again;
+// unless this is the first subscription and that read is still to begin,
+// and Redis was not found unreachable meanwhile (the read then tells the
+// log whether it answers again).
 func (l *Engine) gatesSubscribed() {
-	if l.gates.again.Swap(true) || l.settled.Load() || l.downSince.Load() != 0 {
+	if l.gates.again.Swap(true) || l.gates.started.Load() || l.downSince.Load() != 0 {
 		l.reloadGates()
 	}
 }

@@ -2,12 +2,15 @@ package redisengine
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 )
 
 // TestGatesPerDatabase: Pub/Sub does not know databases, yet Engines with
@@ -102,5 +105,59 @@ func TestSegmentGateMessage(t *testing.T) {
 			_, closed := other.GateOf(seg)
 			return !closed
 		})
+	})
+}
+
+// TestNewEngineRefusesClosedGate: a gate closed by one Engine refuses the
+// very first acquisitions of an Engine started after it, 16 at once,
+// failing fast and willing to wait: none gets the lock, each fails with
+// ErrGateClosed. Five fresh Engines in turn, on every backend. A reader
+// of the key still gets in on a fresh Engine.
+func TestNewEngineRefusesClosedGate(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		p := redistest.Prefix(t)
+		ctx := context.Background()
+		k := mustKey(t, "productID", "42")
+		if err := newLocker(t, b, p, Options{}).CloseGate(ctx, k, 0); err != nil {
+			t.Fatal(err)
+		}
+		var got, refused, other int
+		for range 5 {
+			l := newLocker(t, b, p, Options{})
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for i := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					pol := lockcore.Policy{Wait: lockcore.FailFast}
+					if i%2 == 1 {
+						pol.Wait = time.Second
+					}
+					ls, err := l.Acquire(ctx, k, pol)
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						got++
+						_ = ls.Release(ctx)
+					case errors.Is(err, lockcore.ErrGateClosed):
+						refused++
+					default:
+						other++
+						t.Errorf("first acquisitions of a new Engine: %v", err)
+					}
+				}()
+			}
+			wg.Wait()
+		}
+		if got != 0 || refused != 5*16 {
+			t.Fatalf("first acquisitions of new Engines of a closed key: %d took it, %d refused, %d failed otherwise; want 0, %d, 0", got, refused, other, 5*16)
+		}
+		rd, err := newLocker(t, b, p, Options{}).Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+		if err != nil {
+			t.Fatalf("a reader's first acquisition on a new Engine of a closed key: %v, want it held", err)
+		}
+		_ = rd.Release(ctx)
 	})
 }

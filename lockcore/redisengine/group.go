@@ -24,7 +24,8 @@ const maxGroup = 32
 // when the keys are in more than one slot (each key has a slot of its own
 // but for the chance of a hash collision, so on a Cluster this is rare),
 // when replicas must acknowledge acquisitions (Options.Replicas), before
-// the Engine has read the server's settings, and for more than 32 keys;
+// the Engine has read the server's settings and the closed gates, and for
+// more than 32 keys;
 // nor after finding one of the keys held or waited for, unless p.Wait is
 // lockcore.FailFast and the key is held: it then fails with that key's
 // *lockcore.ContentionError. Its other errors are Acquire's.
@@ -32,12 +33,12 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 	for _, k := range keys {
 		// A closed gate refuses the lot before any call, whether or not
 		// they could go together.
-		if err := l.gated(k); err != nil {
+		if err := l.gated(k, p); err != nil {
 			return nil, err
 		}
 	}
 	if len(keys) < 2 || len(keys) > maxGroup || p.Share != 0 || p.Validate() != nil || l.run.ack > 0 ||
-		!l.settled.Load() || l.refuse.Load() != nil || l.closed.Load() || ctx.Err() != nil ||
+		!l.settled.Load() || !l.gates.known.Load() || l.refuse.Load() != nil || l.closed.Load() || ctx.Err() != nil ||
 		len(lockcore.TokensFrom(ctx)) > 0 {
 		return nil, nil
 	}

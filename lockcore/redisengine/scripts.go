@@ -50,7 +50,9 @@ var (
 // whole before it writes anything (503: no lock is taken), while releases,
 // renewals and revocations, flagged allow-oom, run whole: they keep or free
 // locks that are held, and a script refused halfway would leave a half-done
-// hand-over.
+// hand-over. So does a gate's close or open, one small field: a sold-out
+// resource refused in Redis spares it the buyers' locks, and a close
+// refused there would be known to no other instance.
 var (
 	acquireScript = newScript(luaAcquire, "", false)
 	// reenterScript is the acquire script called with other tokens that
@@ -61,7 +63,7 @@ var (
 	// allScript takes several free locks at once (Engine.AcquireGroup).
 	allScript = newScript(luaAll, "", true)
 	// gateScript closes or opens a gate (Engine.CloseGate, OpenGate).
-	gateScript    = newScript(luaGate, "", false)
+	gateScript    = newScript(luaGate, "allow-oom", false)
 	releaseScript = newScript(luaRelease, "allow-oom", true)
 	renewScript   = newScript(luaRenew, "allow-oom", false)
 	// sharedRenewScript renews a shared hold.

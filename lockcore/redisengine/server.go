@@ -82,16 +82,20 @@ func (l *Engine) noteSettings(bad, err error) {
 	}
 }
 
-// settle starts, once, the first read of the server's settings, which the
-// Engine's first locks wait for after they are taken (see firstLock), and
-// then has them read again every settingsEvery (watchSettings). Both are
-// tracked in l.bg, which Close waits for. It returns a channel closed when
-// the first read has landed. An Engine that never locks never reads them.
+// settle starts, once, the first read of the closed gates and of the
+// server's settings: the gates, which the Engine's first acquisitions wait
+// for before they are decided (see knowGates), first; then the settings,
+// which its first locks wait for after they are taken (see firstLock). It
+// then has the settings read again every settingsEvery (watchSettings).
+// Both are tracked in l.bg, which Close waits for. It returns a channel
+// closed when the first read has landed. An Engine that never locks never
+// reads them.
 //
 // The first read is waited for until Options.Timeout after it was sent, by
 // every lock taken meanwhile and by none after, even when it has not landed
 // by then (a client that ignores deadlines may take seconds): it is the
-// watcher's to find an evicting server then.
+// watcher's to find an evicting server then, and each acquisition's to
+// read the gates while they are not known.
 func (l *Engine) settle(ctx context.Context) <-chan struct{} {
 	l.watching.Do(func() {
 		read := make(chan struct{})
@@ -103,12 +107,16 @@ func (l *Engine) settle(ctx context.Context) <-chan struct{} {
 			})
 		}
 		l.firstRead = read
+		gatesRead := make(chan struct{})
+		l.gates.first = gatesRead
+		l.gates.started.Store(true)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opt.Timeout)
 		stop := time.AfterFunc(l.opt.Timeout, done)
 		l.bg.do(func() {
 			defer cancel()
+			_ = l.loadGates(rctx)
+			close(gatesRead)
 			l.noteSettings(l.settings(rctx))
-			l.loadGates(rctx)
 			stop.Stop()
 			done()
 		})
