@@ -171,10 +171,11 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 //
 // It fails as CloseGate does, and with an error matching ErrMisconfigured
 // when the innermost lock is not a segment's; then nothing moves. When the
-// gate's write was not confirmed (ErrUnavailable), this process knows the
-// gate closed (until it next reads the gates from the backend), the
-// request moves on all the same, and it returns nil: the other processes
-// find the segment exhausted themselves.
+// gate's write was not confirmed (ErrUnavailable), the request moves on
+// all the same, and it returns nil: the segment stays open wherever the
+// write did not land (the Redis engine closes a gate only once Redis has
+// it), and a request served it next finds it exhausted and closes it
+// again.
 func NextSegment(ctx context.Context) error {
 	h, err := innermost(ctx, "no segment to move on from")
 	if err != nil {
