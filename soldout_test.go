@@ -389,10 +389,11 @@ func TestSoldOutAcrossRestart(t *testing.T) {
 			prefix := redistest.Prefix(t)
 			s := &gateShop{t: t}
 			hc := httpClient(t, nil)
-			// A short TTL: the restart guard of a server without
-			// persistence lasts as long as the longest lease.
+			// A short TTL, and as the bound of every lease: the restart
+			// guard of a server without persistence lasts that long.
 			short := lock.Defaults(lock.TTL(100 * time.Millisecond))
-			a := newApp(t, b, prefix, s.build, short)
+			opt := redisengine.Options{Prefix: prefix, MaxTTL: 100 * time.Millisecond}
+			a := newAppWith(t, clientOf(t, b), opt, s.build, short)
 			buy := func(x *app) result { return do(t, hc, "POST", x.srv.URL+"/products/42/buy", nil) }
 			if res := buy(a); res.status != http.StatusGone || s.buys.Load() != 1 {
 				t.Fatalf("the buy that finds the stock empty: %d %q, want 410 from the handler", res.status, res.body)
@@ -425,7 +426,7 @@ func TestSoldOutAcrossRestart(t *testing.T) {
 					t.Fatalf("a buy after the handler closed the gate again: %d %q, want 410", res.status, res.body)
 				}
 			}
-			if g, r := s.firstBuys(t, hc, newApp(t, b, prefix, s.build, short), 16); g != 16 || r != 0 {
+			if g, r := s.firstBuys(t, hc, newAppWith(t, clientOf(t, b), opt, s.build, short), 16); g != 16 || r != 0 {
 				t.Fatalf("a new instance after the restart: %d of 16 first buys answered 410, the handler ran %d times; want 16 and 0", g, r)
 			}
 		})

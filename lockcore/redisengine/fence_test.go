@@ -121,7 +121,7 @@ func (r *drawRig) engines(addr string, ret time.Duration) {
 			_ = e.Close()
 		}
 	}
-	opt := Options{TTL: r.load.ttl, FenceRetention: ret}
+	opt := Options{TTL: r.load.ttl, MaxTTL: r.load.ttl, FenceRetention: ret}
 	r.a = lockerOn(r.t, defaultKind.client(r.t, addr), r.prefix, opt)
 	r.b = lockerOn(r.t, defaultKind.client(r.t, addr), r.prefix, opt)
 	r.admin = defaultKind.client(r.t, addr)
