@@ -752,6 +752,7 @@ func (c counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next(ctx, cmd)
 	}
 }
+
 // ProcessPipelineHook counts a pipeline as one: on Sentinel an acquire
 // goes with its WAIT for a replica (redisengine.Options.Replicas), in one
 // round trip.

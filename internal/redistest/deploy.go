@@ -82,6 +82,19 @@ func Deployments(t testing.TB) []*Backend {
 	if len(bs) == 1 && os.Getenv(ClusterVar) == "" {
 		return bs // no redis-server here, and none named
 	}
+	// The binary's own sets, when the environment names none, start side
+	// by side: each waits mostly for its nodes to agree.
+	var wg sync.WaitGroup
+	for _, d := range []struct {
+		env    string
+		start  func() (*Set, error)
+		shared *sharedSet
+	}{{ClusterVar, StartClusterSet, &sharedCluster}, {SentinelVar, StartSentinelSet, &sharedSentinel}} {
+		if os.Getenv(d.env) == "" {
+			wg.Go(func() { _, _ = d.shared.get(d.start) })
+		}
+	}
+	wg.Wait()
 	for _, d := range []struct {
 		name, env string
 		start     func() (*Set, error)

@@ -1,3 +1,5 @@
+//go:build long
+
 package redisengine
 
 import (
@@ -10,21 +12,6 @@ import (
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
-
-// TestReleaseLatch: a release that Redis does not answer (a partition,
-// here a blackhole between Redis and a client at go-redis's defaults, or
-// with a tight read timeout) fails with
-// ErrUnavailable, calls OnReleaseError, and is retried in the background:
-// once the partition heals, the key is freed within one retry interval,
-// long before its 10 s lease would have expired (before, the release was
-// not retried, and the key stayed held until go-redis's own retry, after
-// its 3 s read timeout, or the lease's end).
-func TestReleaseLatch(t *testing.T) {
-	t.Parallel() // it mostly waits on timers; its keys are its own
-	for _, k := range []clientKind{defaultKind, tightKind(150 * time.Millisecond)} {
-		t.Run(k.name, func(t *testing.T) { testReleaseLatch(t, k) })
-	}
-}
 
 func testReleaseLatch(t *testing.T, k clientKind) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
@@ -63,4 +50,19 @@ func testReleaseLatch(t *testing.T, k clientKind) {
 			t.Fatalf("freed %v after healing: more than one retry interval", took)
 		}
 	})
+}
+
+// TestReleaseLatch: a release that Redis does not answer (a partition,
+// here a blackhole between Redis and a client at go-redis's defaults, or
+// with a tight read timeout) fails with
+// ErrUnavailable, calls OnReleaseError, and is retried in the background:
+// once the partition heals, the key is freed within one retry interval,
+// long before its 10 s lease would have expired (before, the release was
+// not retried, and the key stayed held until go-redis's own retry, after
+// its 3 s read timeout, or the lease's end).
+func TestReleaseLatch(t *testing.T) {
+	t.Parallel() // it mostly waits on timers; its keys are its own
+	for _, k := range []clientKind{defaultKind, tightKind(150 * time.Millisecond)} {
+		t.Run(k.name, func(t *testing.T) { testReleaseLatch(t, k) })
+	}
 }

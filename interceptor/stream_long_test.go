@@ -1,3 +1,5 @@
+//go:build long
+
 package interceptor_test
 
 // The stream path of the server interceptor on the Redis engine: a stream
@@ -12,18 +14,28 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 const streamBound = 5 * time.Second
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(streamBound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", streamBound, what)
+		}
+		time.Sleep(2 * time.Millisecond) // polling a condition, bounded by the deadline
+	}
+}
 
 // TestStreamCallerGoesAwayWhileWaiting: a stream whose first message
 // names a held key waits for it inside the handler's first RecvMsg. When
@@ -124,15 +136,4 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		}
 		_ = next.Release(ctx)
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(streamBound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", streamBound, what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling a condition, bounded by the deadline
-	}
 }

@@ -1,3 +1,5 @@
+//go:build long
+
 package main
 
 import (
@@ -11,13 +13,12 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/routelock/lock"
 	"github.com/routelock/lock/admin"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore/redisengine"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // otelTrace is the trace id of the OpenTelemetry span context in ctx, as
@@ -38,6 +39,21 @@ func withTrace(t *testing.T, ctx context.Context, hex string) context.Context {
 	}
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	return trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
+}
+
+// between returns the part of s between the first from and the next to
+// after it.
+func between(t *testing.T, s, from, to string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(s, from)
+	if !ok {
+		t.Fatalf("no %q in:\n%s", from, s)
+	}
+	part, _, ok := strings.Cut(rest, to)
+	if !ok {
+		t.Fatalf("no %q after %q in:\n%s", to, from, s)
+	}
+	return part
 }
 
 // TestWhoHolds: two instances, pod-a and pod-b, lock productID:42 through
@@ -208,19 +224,4 @@ func TestWhoHolds(t *testing.T) {
 			t.Errorf("inspect -json waiter: %+v", w)
 		}
 	})
-}
-
-// between returns the part of s between the first from and the next to
-// after it.
-func between(t *testing.T, s, from, to string) string {
-	t.Helper()
-	_, rest, ok := strings.Cut(s, from)
-	if !ok {
-		t.Fatalf("no %q in:\n%s", from, s)
-	}
-	part, _, ok := strings.Cut(rest, to)
-	if !ok {
-		t.Fatalf("no %q after %q in:\n%s", to, from, s)
-	}
-	return part
 }

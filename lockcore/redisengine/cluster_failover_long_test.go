@@ -1,3 +1,5 @@
+//go:build long
+
 package redisengine
 
 import (
@@ -71,37 +73,6 @@ func (c *lossChecker) leave(p string, s *heldSection, told time.Time) {
 	}
 	c.told++
 	c.delays = append(c.delays, told.Sub(s.joined))
-}
-
-// ownSet starts a deployment for the test alone with start
-// (redistest.StartClusterSet or StartSentinelSet), stopped at its end.
-func ownSet(t *testing.T, start func() (*redistest.Set, error)) *redistest.Set {
-	t.Helper()
-	set, err := start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(set.Stop)
-	return set
-}
-
-// enginesOn returns n Engines with opt, each on a client of its own of set
-// at go-redis's defaults, closed at the end of the test.
-func enginesOn(t *testing.T, set *redistest.Set, n int, opt Options) []*Engine {
-	t.Helper()
-	conf := set.Conf()
-	var es []*Engine
-	for range n {
-		rdb := conf.Open(nil)
-		t.Cleanup(func() { _ = rdb.Close() })
-		e, err := New(rdb, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = e.Close() })
-		es = append(es, e)
-	}
-	return es
 }
 
 // withReplicas runs f as subtests with Options.Replicas off and 1, on a
@@ -581,4 +552,35 @@ func keySlot(key string) int {
 		}
 	}
 	return int(crc % 16384)
+}
+
+// ownSet starts a deployment for the test alone with start
+// (redistest.StartClusterSet or StartSentinelSet), stopped at its end.
+func ownSet(t *testing.T, start func() (*redistest.Set, error)) *redistest.Set {
+	t.Helper()
+	set, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Stop)
+	return set
+}
+
+// enginesOn returns n Engines with opt, each on a client of its own of set
+// at go-redis's defaults, closed at the end of the test.
+func enginesOn(t *testing.T, set *redistest.Set, n int, opt Options) []*Engine {
+	t.Helper()
+	conf := set.Conf()
+	var es []*Engine
+	for range n {
+		rdb := conf.Open(nil)
+		t.Cleanup(func() { _ = rdb.Close() })
+		e, err := New(rdb, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		es = append(es, e)
+	}
+	return es
 }
