@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -16,6 +18,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
 )
 
@@ -485,4 +488,29 @@ func ExampleSegments() {
 	// 410 routelock: sold out
 	// 410 routelock: sold out
 	// left: [0 0]
+}
+
+// NewRedis makes a Locker whose Redis engine has options of its own: here
+// an instance name and a key prefix. lock.Logger reaches that engine too.
+func ExampleNewRedis() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+
+	locker := lock.NewRedis(rdb, redisengine.Options{Name: "checkout-1", Prefix: "shop:"})
+	defer locker.Close()
+	r := chi.NewRouter()
+	r.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+		held := slices.ContainsFunc(mr.Keys(), func(k string) bool { return strings.HasPrefix(k, "shop:{productID:42}") })
+		fmt.Fprintln(w, "bought; the lock's key in Redis starts with shop:", held)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	fmt.Print(get(srv.Client(), "POST", srv.URL+"/products/42/buy"))
+	// Output:
+	// 200 bought; the lock's key in Redis starts with shop: true
 }

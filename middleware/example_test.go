@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
 )
@@ -55,4 +57,23 @@ func ExampleLock() {
 	// Output:
 	// 200 bought, fence > 0: true
 	// 409 Retry-After 1 routelock: resource busy, retry later
+}
+
+// Check finds, at startup, a lock whose route cannot name its key: here a
+// parameter spelt productId on a route of {productID}, which would answer
+// every request with 500.
+func ExampleCheck() {
+	engine := new(locktest.Engine) // any engine: Check reads only the routes
+	r := chi.NewRouter()
+	r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productId")})).
+		Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {})
+	r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productID")})).
+		Post("/products/{productID}/refund", func(http.ResponseWriter, *http.Request) {})
+
+	err := middleware.Check(r)
+	fmt.Println(errors.Is(err, lockcore.ErrMisconfigured))
+	fmt.Println(err)
+	// Output:
+	// true
+	// routelock: misconfigured: POST /products/{productID}/buy is locked on Param(productId), but its pattern has no parameter {productId}
 }
