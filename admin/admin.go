@@ -336,12 +336,12 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request, rt route, html bo
 		h.opFailed(w, r, rt, html, "list", err)
 		return
 	}
-	l := operate.List{Locks: make([]operate.Lock, len(infos)), More: more}
+	l := operate.List{Locks: make([]operate.Lock, len(infos)), More: more, RestartGuardMillis: h.guardMillis(r)}
 	for i, in := range infos {
 		l.Locks[i] = operate.FromInfo(in)
 	}
 	if html {
-		p := &page{Root: rt.root(), Prefix: prefix, Limit: limit, Locks: l.Locks, More: more}
+		p := &page{Root: rt.root(), Prefix: prefix, Limit: limit, Locks: l.Locks, More: more, GuardMillis: l.RestartGuardMillis}
 		h.fillGates(r, p)
 		h.page(w, r, http.StatusOK, p)
 		return
@@ -365,8 +365,9 @@ func (h *handler) lock(w http.ResponseWriter, r *http.Request, rt route) {
 		in.Key = key.String()
 	}
 	l := operate.FromInfo(in)
+	l.RestartGuardMillis = h.guardMillis(r)
 	if html {
-		h.page(w, r, http.StatusOK, &page{Root: rt.root(), Single: true, Locks: []operate.Lock{l}})
+		h.page(w, r, http.StatusOK, &page{Root: rt.root(), Single: true, Locks: []operate.Lock{l}, GuardMillis: l.RestartGuardMillis})
 		return
 	}
 	writeJSON(w, http.StatusOK, l)
@@ -433,6 +434,19 @@ func (h *handler) post(w http.ResponseWriter, r *http.Request, rt route) (lockco
 func (h *handler) gatekeeper() (lockcore.Gatekeeper, bool) {
 	g, ok := h.op.(lockcore.Gatekeeper)
 	return g, ok
+}
+
+// guardMillis returns how long the restart guard of the handler's
+// Operator still refuses fresh locks, in milliseconds
+// (operate.RestartGuard): 0 when it does not, when the Operator keeps no
+// guard (is no lockcore.RestartGuarder), and when it cannot say, as the
+// answer it goes with then says or will.
+func (h *handler) guardMillis(r *http.Request) int64 {
+	left, err := operate.RestartGuard(r.Context(), h.op)
+	if err != nil {
+		return 0
+	}
+	return left.Milliseconds()
 }
 
 // gates answers the closed gates: JSON, or the index page.

@@ -23,7 +23,11 @@
 // escaped as a URL path segment (url.PathEscape); a key that reads locks,
 // release, gates, open, "." or ".." has its first byte escaped (%6Cocks).
 // The page lists the closed gates above the locks, each with an Open
-// button. The answers
+// button. While the restart guard refuses fresh locks (the Operator is a
+// lockcore.RestartGuarder, as the Redis engine is: after a Redis without
+// an append-only file starts, for redisengine.Options.MaxTTL), the page
+// says so above them: "Redis restarted without its data: no lock is taken
+// for 4.2s more (restart guard)". The answers
 // are JSON (see below); a browser (Accept: text/html) gets the page for
 // GET /locks and GET /locks/{key} too, and for a release posted from the
 // page's form. A list shows Config.PageSize locks (100 unless set) when
@@ -71,8 +75,10 @@
 //
 // GET /locks answers a list:
 //
-//	locks       array of lock objects, in key order
-//	more        bool: the limit left some locks out
+//	locks             array of lock objects, in key order
+//	more              bool: the limit left some locks out
+//	restart_guard_ms  number: how long the restart guard still refuses fresh locks, in
+//	                  milliseconds; left out when it does not (or the Operator keeps none)
 //
 // GET /locks/{key} answers a lock object, and a list holds them:
 //
@@ -85,6 +91,8 @@
 //	ttl_ms      number: the hold's remaining lease in milliseconds, 0 when free
 //	waiters     array of waiter objects: the queued acquisitions, first in line first
 //	audit       array of revocation objects: the latest force-releases of the key, newest first
+//	restart_guard_ms  number: as in a list, in the answer of GET /locks/{key} only;
+//	                  left out in a list's lock objects and when the guard does not refuse
 //
 // A free key is a lock object with held false, not an error. A holder:
 //

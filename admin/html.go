@@ -26,9 +26,12 @@ type page struct {
 	Released *operate.Revocation // the force-release this page answers
 	Gates    []operate.Gate      // the closed gates, on the index
 	Opened   string              // the key whose gate this page answers the opening of
-	Status   int
-	Error    string
-	Now      time.Time
+	// GuardMillis is how long the restart guard still refuses fresh
+	// locks, in ms: 0 when it does not.
+	GuardMillis int64
+	Status      int
+	Error       string
+	Now         time.Time
 }
 
 // fillGates sets p's closed gates, when the handler's Operator has gates
@@ -200,6 +203,7 @@ li .small{display:block}
 .flash,.error{padding:8px 12px;border-radius:4px;margin:0 0 14px}
 .flash{background:#ecfdf3;border:1px solid #75e0a7}
 .error{background:#fef3f2;border:1px solid #fda29b}
+.guard{padding:8px 12px;border-radius:4px;margin:0 0 14px;background:#fffaeb;border:1px solid #fec84b}
 footer{margin-top:14px;font-size:12px}
 </style>
 </head>
@@ -212,6 +216,7 @@ footer{margin-top:14px;font-size:12px}
 {{if or .Prefix .Single .Error}}<a href="{{.Root}}">all locks</a>{{end}}
 </form>
 {{with .Error}}<p class="error" role="alert">{{$.Status}} {{$.StatusText}}: {{.}}</p>{{end}}
+{{with .GuardMillis}}<p class="guard" role="alert">Redis restarted without its data: no lock is taken for {{$.Millis .}} more (restart guard). Every acquisition meanwhile fails with 503 and Retry-After, so that no holder from before the restart, which Redis no longer remembers, has a second beside it.</p>{{end}}
 {{with .Opened}}<p class="flash" role="status">Opened the gate of <code>{{.}}</code>: every instance sells it again.</p>{{end}}
 {{with .Gates}}<h2>Sold out</h2>
 <table class="gates"><thead><tr><th>Gate</th><th>Closed</th><th>Opens</th><th></th></tr></thead><tbody>

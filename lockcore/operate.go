@@ -42,6 +42,18 @@ type Operator interface {
 	Revoke(ctx context.Context, key Key, reason string) (Revocation, error)
 }
 
+// RestartGuarder is implemented by an engine whose backend keeps a restart
+// guard: after the backend restarts without its data, it takes no fresh
+// lock for a while, and every acquisition meanwhile fails with a
+// *RestartGuardError (ErrRestartGuard). An operations tool (package admin,
+// the routelock command) asks an Operator that is one, so that an
+// operator sees why no lock is taken. The Redis engine implements it.
+type RestartGuarder interface {
+	// RestartGuard returns how long the restart guard still refuses fresh
+	// locks: 0 when it does not.
+	RestartGuard(ctx context.Context) (time.Duration, error)
+}
+
 // Info is the state of one lock, as an Operator read it.
 type Info struct {
 	// Key is the lock's key, escaped (Key.String).

@@ -26,6 +26,15 @@
 // routelock open 'productID:42 #3'; after a restock open the segments
 // first, then the resource.
 //
+// While the restart guard refuses fresh locks (after a Redis without an
+// append-only file starts, for the application engines'
+// redisengine.Options.MaxTTL), ls and inspect say so in a line before
+// their output, "Redis restarted without its data: no lock is taken for
+// 4.2s more (restart guard)", and with -json in the field
+// restart_guard_ms. The command's engine is a redisengine.Options.Observer:
+// it takes no lock and decides no guard, and reads the one the
+// application's engines decided (none until one has).
+//
 // Holders and waiters are named by their instance: the name of the engine
 // that took the hold or waits (redisengine.Options.Name, by default
 // <hostname>-<pid>, such as a pod's name) and its engine id, as
@@ -49,7 +58,7 @@
 //
 // Flags, before or after the command:
 //
-//	-json           print JSON instead of a table: a list, a lock, a revocation, the gates or an opening, as package admin answers them
+//	-json           print JSON instead of a table: a list, a lock, a revocation, the gates or an opening, as package admin answers them (with restart_guard_ms while the restart guard lasts)
 //	-prefix P       the engine's Redis key prefix (redisengine.Options.Prefix), default "routelock:"
 //	-timeout D      give up after D (default 10s)
 //	-limit N        ls: show at most N locks (default 1000; 0: all)
@@ -121,7 +130,9 @@ names; localhost:6379 when none is set. KEY is a key as ls prints it, such as
 productID:42; quote a segment's, which has a space: 'productID:42 #3'.
 Flags may come before or after the command. Holders and waiters are named
 by their instance, "pod-a (033a2e7db54e2a2f)": the engine's name and id;
-inspect shows the route and trace id of each when known.
+inspect shows the route and trace id of each when known. While the restart
+guard refuses fresh locks (Redis restarted without its data), ls and inspect
+say so in a line before their output (-json: restart_guard_ms).
 
 Exit status: 0 done, 1 error, 2 usage, 3 release of a lock nobody holds.
 
@@ -290,13 +301,15 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		if err != nil {
 			return fail(err)
 		}
+		guard := guardLeft(ctx, op)
 		if o.json {
-			l := operate.List{Locks: make([]operate.Lock, len(infos)), More: more}
+			l := operate.List{Locks: make([]operate.Lock, len(infos)), More: more, RestartGuardMillis: guard.Milliseconds()}
 			for i, in := range infos {
 				l.Locks[i] = operate.FromInfo(in)
 			}
 			return writeJSON(stdout, stderr, l)
 		}
+		out.guard(guard)
 		out.list(infos)
 		if more {
 			fmt.Fprintf(stderr, "routelock: more locks than -limit %d: narrow the prefix or raise the limit\n", o.limit)
@@ -309,9 +322,13 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		if in.Key == "" {
 			in.Key = key.String()
 		}
+		guard := guardLeft(ctx, op)
 		if o.json {
-			return writeJSON(stdout, stderr, operate.FromInfo(in))
+			l := operate.FromInfo(in)
+			l.RestartGuardMillis = guard.Milliseconds()
+			return writeJSON(stdout, stderr, l)
 		}
+		out.guard(guard)
 		out.lock(in)
 	case "release":
 		rev, err := op.Revoke(ctx, key, o.reason)
@@ -356,6 +373,17 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	return exitOK
 }
 
+// guardLeft returns how long the restart guard of op still refuses fresh
+// locks (operate.RestartGuard): 0 when it does not, and when op keeps no
+// guard or cannot say, as the listing it goes with then says.
+func guardLeft(ctx context.Context, op lockcore.Operator) time.Duration {
+	left, err := operate.RestartGuard(ctx, op)
+	if err != nil {
+		return 0
+	}
+	return left
+}
+
 func writeJSON(stdout, stderr io.Writer, v any) int {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
@@ -383,7 +411,10 @@ func openRedis(env func(string) string, prefix string) (lockcore.Operator, strin
 	// Calls stop at the context's deadline (-timeout), not after the
 	// client's own retries.
 	rdb := conf.Open(func(o *redisconf.Common) { *o.ContextTimeoutEnabled = true })
-	e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix})
+	// An Observer: the command takes no lock, and must not decide the
+	// restart guard with a MaxTTL that is not the one the application's
+	// engines share.
+	e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix, Observer: true})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, "", nil, fmt.Errorf("%w (-prefix)", err)

@@ -44,6 +44,14 @@ func (p *printer) printf(format string, a ...any) {
 	}
 }
 
+// guard prints, when the restart guard refuses fresh locks for left more,
+// a line that says so; nothing when left is 0.
+func (p *printer) guard(left time.Duration) {
+	if left > 0 {
+		p.printf("Redis restarted without its data: no lock is taken for %s more (restart guard)\n", humantime.Duration(left))
+	}
+}
+
 // list prints one line per lock.
 func (p *printer) list(infos []lockcore.Info) {
 	if len(infos) == 0 {

@@ -1,6 +1,7 @@
 package operate
 
 import (
+	"context"
 	"time"
 
 	"github.com/routelock/lock/lockcore"
@@ -32,6 +33,10 @@ type Lock struct {
 	Waiters []Waiter `json:"waiters"`
 	// Audit holds the latest force-releases of the key, newest first.
 	Audit []Revocation `json:"audit"`
+	// RestartGuardMillis is how long the restart guard still refuses
+	// fresh locks (lockcore.RestartGuarder), in milliseconds, on a lock
+	// answered alone; left out when 0 and in a List, which has its own.
+	RestartGuardMillis int64 `json:"restart_guard_ms,omitempty"`
 }
 
 // Holder is the JSON form of a lockcore.Holder. It names the owner by a
@@ -90,6 +95,10 @@ type Revocation struct {
 type List struct {
 	Locks []Lock `json:"locks"`
 	More  bool   `json:"more"`
+	// RestartGuardMillis is how long the restart guard still refuses
+	// fresh locks (lockcore.RestartGuarder), in milliseconds; left out
+	// when 0: no guard, or an engine that keeps none.
+	RestartGuardMillis int64 `json:"restart_guard_ms,omitempty"`
 }
 
 // Error is the body of every JSON error response of package admin.
@@ -169,4 +178,20 @@ func FromGates(gs []lockcore.Gate) Gates {
 		out.Gates[i] = Gate{Key: g.Key.String(), Since: utc(g.Since), Until: utc(g.Until)}
 	}
 	return out
+}
+
+// RestartGuard returns how long the restart guard of op still refuses
+// fresh locks, when op is a lockcore.RestartGuarder, rounded up to the
+// millisecond (a guard that still lives never shows as none): 0 when it
+// does not, and when op keeps no guard; op's error when it cannot say.
+func RestartGuard(ctx context.Context, op lockcore.Operator) (time.Duration, error) {
+	g, ok := op.(lockcore.RestartGuarder)
+	if !ok {
+		return 0, nil
+	}
+	left, err := g.RestartGuard(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return max(left+time.Millisecond-1, 0).Truncate(time.Millisecond), nil
 }

@@ -42,7 +42,8 @@ import (
 // Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable
 // (and ErrRestartGuard, a *lockcore.RestartGuardError, while the restart
 // guard refuses fresh holds), ErrMisconfigured (the server may evict held
-// locks: see Check; or p.TTL is longer than Options.MaxTTL) or
+// locks: see Check; p.TTL is longer than Options.MaxTTL; or the Engine is
+// an Options.Observer) or
 // ErrClosed; when ctx ends while waiting, the error also matches
 // ctx.Err(). A call that Redis does not answer within Options.Timeout, or
 // by ctx's deadline, fails with ErrUnavailable. On error nothing is held:
@@ -55,6 +56,10 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	}
 	if l.closed.Load() {
 		return nil, lockcore.ErrClosed
+	}
+	if l.opt.Observer {
+		// It would take a lock without deciding the restart guard.
+		return nil, fmt.Errorf("%w: an Observer engine (redisengine.Options.Observer) takes no lock", lockcore.ErrMisconfigured)
 	}
 	var read <-chan struct{} // the settings' first read, while it has not landed
 	if !l.settled.Load() {

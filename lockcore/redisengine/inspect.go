@@ -19,7 +19,10 @@ import (
 )
 
 // The Engine is an Operator: it shows its locks and force-releases them.
-var _ lockcore.Operator = (*Engine)(nil)
+var (
+	_ lockcore.Operator       = (*Engine)(nil)
+	_ lockcore.RestartGuarder = (*Engine)(nil)
+)
 
 // auditShown is how many of a key's latest revocations Inspect and List
 // return.

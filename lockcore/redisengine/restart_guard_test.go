@@ -86,3 +86,38 @@ func TestRestartGuardOtherEngine(t *testing.T) {
 	}
 	t.Logf("A's context ended %v after the restart; B was refused by the guard %d times meanwhile", time.Since(restarted).Round(time.Millisecond), guarded)
 }
+
+// TestObserverGuard: an Observer engine, with the default MaxTTL (30 s),
+// on a server started without persistence, decides no restart guard: its
+// RestartGuard says 0 until an Engine that takes locks (MaxTTL 1 s) has
+// decided it, and then that Engine's guard, not longer; its Acquire
+// fails with ErrMisconfigured.
+func TestObserverGuard(t *testing.T) {
+	srv := redistest.OwnVolatile(t)
+	if srv == nil {
+		return
+	}
+	const maxTTL = time.Second
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	obs := lockerOn(t, defaultKind.client(t, srv.Addr), prefix, Options{Observer: true})
+	key := mustKey(t, "restart", "observer")
+	if left, err := obs.RestartGuard(ctx); err != nil || left != 0 {
+		t.Fatalf("Observer's RestartGuard before any Engine decided: %v, %v; want 0", left, err)
+	}
+	if _, err := obs.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrMisconfigured) {
+		t.Fatalf("Observer's Acquire: %v, want ErrMisconfigured", err)
+	}
+	if _, _, err := obs.List(ctx, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	e := lockerOn(t, defaultKind.client(t, srv.Addr), prefix, Options{TTL: maxTTL / 2, MaxTTL: maxTTL})
+	_, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+	var ge *lockcore.RestartGuardError
+	if !errors.As(err, &ge) || ge.RetryAfter > maxTTL {
+		t.Fatalf("first acquisition after the Observer's calls: %v, want the restart guard's refusal for at most %v", err, maxTTL)
+	}
+	if left, err := obs.RestartGuard(ctx); err != nil || left <= 0 || left > maxTTL {
+		t.Fatalf("Observer's RestartGuard while the guard lasts: %v, %v; want 0 < left <= %v", left, err, maxTTL)
+	}
+}

@@ -255,15 +255,26 @@ func (l *Engine) noteGuard(left time.Duration) {
 // RestartGuard returns how long the restart guard still refuses fresh
 // holds on the Engine's server: 0 when it does not (see "What Redis must
 // promise" in the package documentation). It decides the guard, as the
-// first call of any Engine after a restart does, when no Engine has yet.
-// Operators see it in package admin's page and the routelock command. A
-// Cluster keeps no guard: 0.
+// first call of any Engine after a restart does, when no Engine has yet;
+// an Observer only reads the guard that one decided, with the time that
+// guard was set for (an Engine with a longer MaxTTL is refused longer).
+// Operators see it in package admin's page and the routelock command
+// (lockcore.RestartGuarder). A Cluster keeps no guard: 0.
 func (l *Engine) RestartGuard(ctx context.Context) (time.Duration, error) {
 	if !l.guarded {
 		return 0, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
 	defer cancel()
+	if l.opt.Observer {
+		left, err := l.rdb.PTTL(ctx, guardKey).Result()
+		if err != nil {
+			return 0, unavailable("restart guard", err)
+		}
+		// No guard key (-2) or none that expires (-1, never set so) come
+		// back negative.
+		return max(left, 0), nil
+	}
 	left, err := l.decideGuard(ctx)
 	if err != nil {
 		return 0, unavailable("restart guard", err)
