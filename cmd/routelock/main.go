@@ -31,7 +31,7 @@
 // redisengine.Options.MaxTTL), ls and inspect say so in a line before
 // their output, "Redis restarted without its data: no lock is taken for
 // 4.2s more (restart guard)", and with -json in the field
-// restart_guard_ms. The command's engine is a redisengine.Options.Observer:
+// restart_guard_ms. The command's engine is a redisengine.Options.OperatorOnly one:
 // it takes no lock and decides no guard, and reads the one the
 // application's engines decided (none until one has).
 //
@@ -411,10 +411,10 @@ func openRedis(env func(string) string, prefix string) (lockcore.Operator, strin
 	// Calls stop at the context's deadline (-timeout), not after the
 	// client's own retries.
 	rdb := conf.Open(func(o *redisconf.Common) { *o.ContextTimeoutEnabled = true })
-	// An Observer: the command takes no lock, and must not decide the
+	// OperatorOnly: the command takes no lock, and must not decide the
 	// restart guard with a MaxTTL that is not the one the application's
 	// engines share.
-	e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix, Observer: true})
+	e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix, OperatorOnly: true})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, "", nil, fmt.Errorf("%w (-prefix)", err)

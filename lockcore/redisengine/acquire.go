@@ -43,7 +43,7 @@ import (
 // (and ErrRestartGuard, a *lockcore.RestartGuardError, while the restart
 // guard refuses fresh holds), ErrMisconfigured (the server may evict held
 // locks: see Check; p.TTL is longer than Options.MaxTTL; or the Engine is
-// an Options.Observer) or
+// an Options.OperatorOnly engine) or
 // ErrClosed; when ctx ends while waiting, the error also matches
 // ctx.Err(). A call that Redis does not answer within Options.Timeout, or
 // by ctx's deadline, fails with ErrUnavailable. On error nothing is held:
@@ -57,9 +57,9 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if l.closed.Load() {
 		return nil, lockcore.ErrClosed
 	}
-	if l.opt.Observer {
+	if l.opt.OperatorOnly {
 		// It would take a lock without deciding the restart guard.
-		return nil, fmt.Errorf("%w: an Observer engine (redisengine.Options.Observer) takes no lock", lockcore.ErrMisconfigured)
+		return nil, fmt.Errorf("%w: an OperatorOnly engine (redisengine.Options.OperatorOnly) takes no lock", lockcore.ErrMisconfigured)
 	}
 	var read <-chan struct{} // the settings' first read, while it has not landed
 	if !l.settled.Load() {

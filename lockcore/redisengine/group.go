@@ -37,7 +37,7 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 			return nil, err
 		}
 	}
-	if len(keys) < 2 || len(keys) > maxGroup || p.Share != 0 || p.Validate() != nil || l.run.ack > 0 || l.opt.Observer ||
+	if len(keys) < 2 || len(keys) > maxGroup || p.Share != 0 || p.Validate() != nil || l.run.ack > 0 || l.opt.OperatorOnly ||
 		!l.settled.Load() || !l.gates.known.Load() || l.refuse.Load() != nil || l.closed.Load() || ctx.Err() != nil ||
 		len(lockcore.TokensFrom(ctx)) > 0 {
 		return nil, nil

@@ -227,16 +227,16 @@ type Options struct {
 	// are kept anyway. Default: 7 days.
 	AuditRetention time.Duration
 
-	// Observer makes the Engine an operator's: it lists, inspects and
+	// OperatorOnly makes the Engine an operator's: it lists, inspects and
 	// force-releases locks and opens and closes gates (the routelock
 	// command's Engine is one), but takes no lock: Acquire fails with
 	// lockcore.ErrMisconfigured. It never decides the restart guard (see
 	// "What Redis must promise" in the package documentation), which the
 	// Engines that take locks decide with the MaxTTL they share: an
-	// Observer's own MaxTTL, which it does not know, would lengthen their
+	// OperatorOnly Engine's own MaxTTL, which it does not know, would lengthen their
 	// guard or, shorter, end it before their leases. Its RestartGuard
 	// reads the guard they decided: 0 until one has.
-	Observer bool
+	OperatorOnly bool
 }
 
 const (
@@ -452,7 +452,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	l.maxArg = ms(opt.MaxTTL)
 	if _, ok := rdb.(*redis.ClusterClient); !ok {
 		l.guarded = true
-		if !opt.Observer {
+		if !opt.OperatorOnly {
 			l.run.noScript = l.guard
 		}
 	}

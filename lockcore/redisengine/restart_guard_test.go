@@ -87,12 +87,12 @@ func TestRestartGuardOtherEngine(t *testing.T) {
 	t.Logf("A's context ended %v after the restart; B was refused by the guard %d times meanwhile", time.Since(restarted).Round(time.Millisecond), guarded)
 }
 
-// TestObserverGuard: an Observer engine, with the default MaxTTL (30 s),
+// TestOperatorOnlyGuard: an OperatorOnly engine, with the default MaxTTL (30 s),
 // on a server started without persistence, decides no restart guard: its
 // RestartGuard says 0 until an Engine that takes locks (MaxTTL 1 s) has
 // decided it, and then that Engine's guard, not longer; its Acquire
 // fails with ErrMisconfigured.
-func TestObserverGuard(t *testing.T) {
+func TestOperatorOnlyGuard(t *testing.T) {
 	srv := redistest.OwnVolatile(t)
 	if srv == nil {
 		return
@@ -100,13 +100,13 @@ func TestObserverGuard(t *testing.T) {
 	const maxTTL = time.Second
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
-	obs := lockerOn(t, defaultKind.client(t, srv.Addr), prefix, Options{Observer: true})
+	obs := lockerOn(t, defaultKind.client(t, srv.Addr), prefix, Options{OperatorOnly: true})
 	key := mustKey(t, "restart", "observer")
 	if left, err := obs.RestartGuard(ctx); err != nil || left != 0 {
-		t.Fatalf("Observer's RestartGuard before any Engine decided: %v, %v; want 0", left, err)
+		t.Fatalf("the OperatorOnly engine's RestartGuard before any Engine decided: %v, %v; want 0", left, err)
 	}
 	if _, err := obs.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrMisconfigured) {
-		t.Fatalf("Observer's Acquire: %v, want ErrMisconfigured", err)
+		t.Fatalf("the OperatorOnly engine's Acquire: %v, want ErrMisconfigured", err)
 	}
 	if _, _, err := obs.List(ctx, "", 0); err != nil {
 		t.Fatal(err)
@@ -115,9 +115,9 @@ func TestObserverGuard(t *testing.T) {
 	_, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
 	var ge *lockcore.RestartGuardError
 	if !errors.As(err, &ge) || ge.RetryAfter > maxTTL {
-		t.Fatalf("first acquisition after the Observer's calls: %v, want the restart guard's refusal for at most %v", err, maxTTL)
+		t.Fatalf("first acquisition after the OperatorOnly engine's calls: %v, want the restart guard's refusal for at most %v", err, maxTTL)
 	}
 	if left, err := obs.RestartGuard(ctx); err != nil || left <= 0 || left > maxTTL {
-		t.Fatalf("Observer's RestartGuard while the guard lasts: %v, %v; want 0 < left <= %v", left, err, maxTTL)
+		t.Fatalf("the OperatorOnly engine's RestartGuard while the guard lasts: %v, %v; want 0 < left <= %v", left, err, maxTTL)
 	}
 }

@@ -256,7 +256,7 @@ func (l *Engine) noteGuard(left time.Duration) {
 // holds on the Engine's server: 0 when it does not (see "What Redis must
 // promise" in the package documentation). It decides the guard, as the
 // first call of any Engine after a restart does, when no Engine has yet;
-// an Observer only reads the guard that one decided, with the time that
+// an OperatorOnly Engine only reads the guard that one decided, with the time that
 // guard was set for (an Engine with a longer MaxTTL is refused longer).
 // Operators see it in package admin's page and the routelock command
 // (lockcore.RestartGuarder). A Cluster keeps no guard: 0.
@@ -266,7 +266,7 @@ func (l *Engine) RestartGuard(ctx context.Context) (time.Duration, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
 	defer cancel()
-	if l.opt.Observer {
+	if l.opt.OperatorOnly {
 		left, err := l.rdb.PTTL(ctx, guardKey).Result()
 		if err != nil {
 			return 0, unavailable("restart guard", err)
