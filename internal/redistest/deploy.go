@@ -236,6 +236,21 @@ func startNode(dir string, port int, args ...string) (*Server, error) {
 // on loopback (redis-cli --cluster create), and waits until every node
 // reports it whole. Its nodes time each other out after 2 s.
 func StartClusterSet() (*Set, error) {
+	return startClusterSet(6)
+}
+
+// StartVolatileClusterSet starts a Redis Cluster of 3 masters without
+// replicas or persistence, as StartClusterSet does: a master's Restart
+// brings it back empty, serving the slots it served (its cluster state
+// file stays), with nobody to take over meanwhile, and the engine's
+// restart guard applies after each start.
+func StartVolatileClusterSet() (*Set, error) {
+	return startClusterSet(3, "--appendonly", "no")
+}
+
+// startClusterSet starts a Cluster of n nodes, 3 masters and the rest
+// their replicas, each started with the flags after the common ones.
+func startClusterSet(n int, flags ...string) (*Set, error) {
 	dir, err := os.MkdirTemp("", "redistest-cluster-")
 	if err != nil {
 		return nil, err
@@ -243,14 +258,14 @@ func StartClusterSet() (*Set, error) {
 	set := &Set{dir: dir}
 	fail := func(err error) (*Set, error) { set.Stop(); return nil, err }
 	var addrs []string
-	for range 6 {
+	for range n {
 		p, err := bothFree()
 		if err != nil {
 			return fail(err)
 		}
-		srv, err := startNode(dir, p, "--cluster-enabled", "yes",
+		srv, err := startNode(dir, p, append([]string{"--cluster-enabled", "yes",
 			"--cluster-config-file", filepath.Join(dir, strconv.Itoa(p), "nodes.conf"),
-			"--cluster-node-timeout", "2000")
+			"--cluster-node-timeout", "2000"}, flags...)...)
 		if err != nil {
 			return fail(err)
 		}
@@ -258,7 +273,7 @@ func StartClusterSet() (*Set, error) {
 		addrs = append(addrs, srv.Addr)
 	}
 	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, addrs...),
-		"--cluster-replicas", "1", "--cluster-yes")...).CombinedOutput()
+		"--cluster-replicas", strconv.Itoa(n/3-1), "--cluster-yes")...).CombinedOutput()
 	if err != nil {
 		return fail(fmt.Errorf("redis-cli --cluster create: %v: %s", err, out))
 	}

@@ -390,10 +390,13 @@ func ClusterBackends(t testing.TB) []*Backend {
 }
 
 // StartCluster starts redis-server in cluster mode on a free loopback port,
-// with its cluster state file in dir, makes it a cluster of one node that
-// owns all 16384 slots, and waits until it reports cluster_state:ok.
+// with its cluster state file and an append-only file in dir (so that the
+// engine's restart guard does not apply to it, as with Start), makes it a
+// cluster of one node that owns all 16384 slots, and waits until it
+// reports cluster_state:ok.
 func StartCluster(dir string) (*Server, error) {
-	s, err := startWith("", "--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf", "--dir", dir)
+	s, err := startWith("", "--appendonly", "yes", "--appendfsync", "no",
+		"--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf", "--dir", dir)
 	if err != nil {
 		return nil, err
 	}

@@ -145,10 +145,8 @@ func (l *Engine) newHold(key lockcore.Key, tok string, ttl time.Duration) *hold 
 	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1}
 	h.args = [5]any{&h.keys[0], &h.keys[1], &h.keys[2], tok}
 	h.guard, h.ch = &guardKey, &l.channel
-	if !l.guarded {
-		// A Cluster: no guard, a key in the lock's slot that nobody sets.
-		g := h.keys[0] + ":g"
-		h.guard = &g
+	if l.cluster {
+		h.guard = slotGuardKey(slotOf(h.keys[0])) // the guard of the lock's slot
 	}
 	if sh := l.nf.sh; sh != nil {
 		h.ch = sh.channel(slotOf(h.keys[0]))

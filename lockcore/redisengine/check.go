@@ -106,7 +106,7 @@ func (l *Engine) checkRedis(ctx context.Context) error {
 	}
 	if l.run.noScript != nil {
 		// Loading the scripts would hide a restart from the other Engines.
-		if err := l.run.noScript(ctx); err != nil {
+		if err := l.run.noScript(ctx, ""); err != nil {
 			return l.report(unavailable("check: restart guard", err))
 		}
 	}

@@ -43,6 +43,12 @@
 //	                             "What Redis must promise")
 //	routelock:restart-guard:run  the run of the server it was decided for
 //
+// and on a Cluster, instead, one key per slot, whatever the prefix:
+//
+//	routelock:restart-guard:{T}  the restart guard of the slot of hash
+//	                             tag T, set in every slot of a master
+//	                             that started without an append-only file
+//
 // The hold's format is defined, and read, in lua/hold.lua, which every
 // script starts with, and in parseHold on the Go side. Acquire and release
 // are one EVALSHA each; each script is sent whole, with a "#!lua" shebang
@@ -106,7 +112,11 @@
 // lockcore.ErrUnavailable), with the guard's time left; one that may wait
 // longer than that waits it out. The Logger says so once per guard, and
 // RestartGuard tells an operator. A server with an append-only file
-// reloads its holds and gets no guard. A Cluster keeps no guard.
+// reloads its holds and gets no guard. On a Cluster, each master is such a
+// server for the slots it serves: the first call that meets its NOSCRIPT,
+// in any of them, decides the guard in every one (see lua/guardslots.lua),
+// since a master restarted without its data and without a replica taking
+// over lost the holds of all of them; the other masters keep granting.
 //
 // # Waiting
 //

@@ -58,7 +58,7 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		h.slot = -1
 		h.setOrigin(p)
 		h.setEntry(l.nextID(now))
-		if !l.guarded && i > 0 && slotOf(h.keys[0]) != slotOf(hs[0].keys[0]) {
+		if l.cluster && i > 0 && slotOf(h.keys[0]) != slotOf(hs[0].keys[0]) {
 			return nil, nil // a Cluster's slots: one by one, each in its own
 		}
 		hs[i] = h

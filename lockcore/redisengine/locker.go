@@ -384,11 +384,11 @@ type Engine struct {
 	firstRead chan struct{} // closed when settle's first read landed
 	settled   atomic.Bool   // it has
 
-	// guarded: the restart guard is kept (see lua/guard.lua), which a
-	// Cluster does not. maxArg is Options.MaxTTL in ms, boxed once for the
-	// scripts: the length of the guard. guardEnd is when the last guard
-	// this Engine logged ends, unix ns (see noteGuard).
-	guarded  bool
+	// cluster: the client is a Cluster's, whose restart guard is kept per
+	// slot (see lua/guardslots.lua). maxArg is Options.MaxTTL in ms, boxed
+	// once for the scripts: the length of the guard. guardEnd is when the
+	// last guard this Engine logged ends, unix ns (see noteGuard).
+	cluster  bool
 	maxArg   any
 	guardEnd atomic.Int64
 
@@ -450,11 +450,10 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 		l.run.node = c.MasterForKey
 	}
 	l.maxArg = ms(opt.MaxTTL)
-	if _, ok := rdb.(*redis.ClusterClient); !ok {
-		l.guarded = true
-		if !opt.OperatorOnly {
-			l.run.noScript = l.guard
-		}
+	_, l.cluster = rdb.(*redis.ClusterClient)
+	l.run.cluster = l.cluster
+	if !opt.OperatorOnly {
+		l.run.noScript = l.guard
 	}
 	l.batch.run, l.batch.bg, l.batch.direct = &l.run, &l.bg, honoursDeadlines(rdb)
 	l.batch.idle, l.batch.quit = make(chan []*call), l.ctx.Done()

@@ -30,6 +30,8 @@ var (
 	luaRevoke string
 	//go:embed lua/guard.lua
 	luaGuard string
+	//go:embed lua/guardslots.lua
+	luaGuardSlots string
 	//go:embed lua/shared.lua
 	luaShared string
 	//go:embed lua/srenew.lua
@@ -75,6 +77,9 @@ var (
 	// guardScript is always sent with EVAL: it runs when the server knows
 	// none of the scripts (see runner.known).
 	guardScript = newScript(luaGuard, "allow-oom", false)
+	// slotsGuardScript is guardScript on a Cluster node, for each slot it
+	// serves, whose keys it names itself.
+	slotsGuardScript = newScript(luaGuardSlots, "allow-oom,allow-cross-slot-keys", false)
 
 	scripts = []*script{acquireScript, reenterScript, sharedScript, allScript, gateScript, releaseScript, renewScript, sharedRenewScript, revokeScript, passScript}
 )
@@ -120,8 +125,13 @@ type runner struct {
 	// plain: the server does not read a shebang, so the scripts go without.
 	plain atomic.Bool
 	// noScript, if set, runs when Redis does not know a script, before it
-	// is sent with EVAL (and so cached again); its error is the call's.
-	noScript func(context.Context) error
+	// is sent with EVAL (and so cached again), with the call's first key,
+	// which names the server on a Cluster; its error is the call's.
+	noScript func(ctx context.Context, key string) error
+	// cluster: the client is a Cluster's, whose nodes each have a script
+	// cache of their own, so noScript runs for each slot that answers
+	// NOSCRIPT in a run, not once per run.
+	cluster bool
 	// ack, when > 0, is how many replicas must acknowledge an acquisition
 	// within ackMS: a pipeline with acquire calls ends with WAIT, which
 	// counts the replicas that have every write of the pipeline's
@@ -255,7 +265,7 @@ func (r *runner) run(ctx context.Context, cmds []redis.Cmder) error {
 	default:
 		err = r.acked(ctx, r.rdb, cmds, acks)
 	}
-	checked := false // noScript ran for this run
+	var checked []int // the slots noScript ran for in this run
 	for i, c := range cmds {
 		cmds[i] = r.known(ctx, c, &checked)
 	}
@@ -366,9 +376,9 @@ func keyArg(cmd redis.Cmder) string {
 // the master runOnMasters chose: its slot moved to the master the answer
 // names. cmd is sent there again with WAIT, and the Cluster reloads its
 // slots' owners. An ASK is not followed: the acquisition declares a key that
-// never exists on a Cluster (the restart guard's), so while its slot
-// migrates the target answers TRYAGAIN whatever is asked; the acquisition
-// fails (ErrUnavailable) until the slot has moved.
+// seldom exists (its slot's restart guard), so while its slot migrates the
+// target answers TRYAGAIN whatever is asked; the acquisition fails
+// (ErrUnavailable) until the slot has moved.
 func (r *runner) redirect(ctx context.Context, cmd redis.Cmder) {
 	err := cmd.Err()
 	if err == nil || !redis.HasErrorPrefix(err, "MOVED") {
@@ -406,10 +416,11 @@ func (r *runner) redirect(ctx context.Context, cmd redis.Cmder) {
 }
 
 // known returns cmd, which has run, or, when Redis did not know its script,
-// the same call run again with EVAL, once noScript, if any, has run
-// (*checked says it has). A server that cannot compile the script's
+// the same call run again with EVAL, once noScript, if any, has run for
+// its server (*checked lists the slots it has run for: on one server, any
+// slot stands for the server). A server that cannot compile the script's
 // shebang gets it without, from then on.
-func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *bool) redis.Cmder {
+func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *[]int) redis.Cmder {
 	err := cmd.Err()
 	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return cmd
@@ -419,12 +430,18 @@ func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *bool) redi
 	if s == nil {
 		return cmd
 	}
-	if r.noScript != nil && !*checked {
-		if err := r.noScript(ctx); err != nil {
-			cmd.SetErr(err)
-			return cmd
+	if r.noScript != nil {
+		key, slot := keyArg(cmd), 0
+		if r.cluster {
+			slot = slotOf(key)
 		}
-		*checked = true
+		if !slices.Contains(*checked, slot) {
+			if err := r.noScript(ctx, key); err != nil {
+				cmd.SetErr(err)
+				return cmd
+			}
+			*checked = append(*checked, slot)
+		}
 	}
 	_, array := cmd.(*redis.Cmd)
 	acks := r.ack > 0 && isAcquire(cmd)

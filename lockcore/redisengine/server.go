@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -173,11 +174,39 @@ func (l *Engine) every(d time.Duration, f func()) {
 }
 
 // The restart guard's keys: the server's, whatever an Engine's Prefix (see
-// lua/guard.lua).
+// lua/guard.lua). On a Cluster, each slot has a guard of its own,
+// guardKey + ":{<a tag in the slot>}" (see slotGuardKey), and no run key.
 var (
 	guardKey    = "routelock:restart-guard"
 	guardRunKey = "routelock:restart-guard:run"
 )
+
+// slotGuards holds the restart guard's key of each Cluster slot, made on
+// first use.
+var slotGuards [slots]atomic.Pointer[string]
+
+// slotGuardKey returns the restart guard's key of Cluster slot s.
+func slotGuardKey(s int) *string {
+	if k := slotGuards[s].Load(); k != nil {
+		return k
+	}
+	k := guardKey + ":{" + slotTag(s) + "}"
+	slotGuards[s].Store(&k) // a racing store stores the same name
+	return &k
+}
+
+// slotTagList is every slot's tag (slotTag), by slot, space-separated: the
+// names of the guards that lua/guardslots.lua sets.
+var slotTagList = sync.OnceValue(func() string {
+	var b strings.Builder
+	for s := range slots {
+		if s > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(slotTag(s))
+	}
+	return b.String()
+})
 
 // guard is the runner's noScript hook: Redis does not know a script, as
 // after a restart, so before any script is loaded again it sets the
@@ -186,17 +215,78 @@ var (
 // fresh hold until the server is as old as Options.MaxTTL, the bound of
 // every Engine's leases. A server that cannot say (miniredis, a service
 // that refuses INFO in scripts) gets no guard; one that cannot be reached
-// fails the call.
-func (l *Engine) guard(ctx context.Context) error {
-	_, err := l.decideGuard(ctx)
+// fails the call. On a Cluster, the server is the master of key's slot,
+// and the guard is set in every slot it serves (see lua/guardslots.lua),
+// since the holds of all of them were lost with the script cache; with no
+// key (Check), on every master.
+func (l *Engine) guard(ctx context.Context, key string) error {
+	var err error
+	switch {
+	case !l.cluster:
+		_, err = l.decideGuard(ctx, l.rdb, guardScript, []string{guardKey, guardRunKey})
+	case key != "":
+		_, err = l.decideGuard(ctx, l.rdb, slotsGuardScript, []string{*slotGuardKey(slotOf(key))})
+	default:
+		_, err = l.guardMasters(ctx)
+	}
 	return err
 }
 
-// decideGuard is guard, which also returns how long the guard refuses
-// fresh holds.
-func (l *Engine) decideGuard(ctx context.Context) (time.Duration, error) {
+// guardMasters decides the restart guard of a Cluster on every master,
+// and returns the longest time any of them refuses fresh holds for.
+func (l *Engine) guardMasters(ctx context.Context) (time.Duration, error) {
+	var (
+		mu      sync.Mutex
+		longest time.Duration
+	)
+	err := l.rdb.(*redis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		left, err := l.decideGuard(ctx, node, slotsGuardScript, nil)
+		mu.Lock()
+		longest = max(longest, left)
+		mu.Unlock()
+		return err
+	})
+	return longest, err
+}
+
+// readGuard returns how long the guard that the Engines taking locks
+// decided still lasts, deciding none: on one server its key's, on a
+// Cluster the longest of the masters', each read on the first slot of each
+// range the master serves.
+func (l *Engine) readGuard(ctx context.Context) (time.Duration, error) {
+	keys := []string{guardKey}
+	if l.cluster {
+		ranges, err := l.rdb.ClusterSlots(ctx).Result()
+		if err != nil {
+			return 0, unavailable("restart guard", err)
+		}
+		keys = keys[:0]
+		for _, r := range ranges {
+			keys = append(keys, *slotGuardKey(int(r.Start)))
+		}
+	}
+	var longest time.Duration
+	for _, k := range keys {
+		left, err := l.rdb.PTTL(ctx, k).Result()
+		if err != nil {
+			return 0, unavailable("restart guard", err)
+		}
+		// No guard key (-2) or none that expires (-1, never set so) come
+		// back negative.
+		longest = max(longest, left)
+	}
+	return longest, nil
+}
+
+// decideGuard runs s, guardScript or slotsGuardScript, with keys on c, and
+// returns how long the guard it decided refuses fresh holds.
+func (l *Engine) decideGuard(ctx context.Context, c redis.Scripter, s *script, keys []string) (time.Duration, error) {
+	args := []any{l.maxArg}
+	if s == slotsGuardScript {
+		args = append(args, guardKey+":", slotTagList())
+	}
 	run := func(v int) ([]int64, error) {
-		return l.rdb.Eval(ctx, guardScript.src[v].(string), []string{guardKey, guardRunKey}, l.maxArg).Int64Slice()
+		return c.Eval(ctx, s.src[v].(string), keys, args...).Int64Slice()
 	}
 	v := l.run.variant()
 	r, err := run(v)
@@ -214,11 +304,12 @@ func (l *Engine) decideGuard(ctx context.Context) (time.Duration, error) {
 		case !errors.As(err, &reply):
 			return 0, err // not answered: undecided
 		case strings.Contains(msg, "NOPERM") || strings.Contains(msg, "can't run this command"):
-			// An ACL that denies INFO, or the guard's keys: the guard cannot
-			// be decided, so no lock is taken unguarded.
+			// An ACL that denies INFO (or CLUSTER on a Cluster), or the
+			// guard's keys: the guard cannot be decided, so no lock is
+			// taken unguarded.
 			return 0, fmt.Errorf("%w: the restart guard needs INFO and the keys %s*: %w", lockcore.ErrMisconfigured, guardKey, err)
 		case misconfigured(err) || !strings.HasPrefix(msg, "ERR "):
-			return 0, err // LOADING, BUSY, READONLY, ...: undecided
+			return 0, err // LOADING, BUSY, READONLY, MOVED, ...: undecided
 		}
 		return 0, nil // the script failed on a server that does not say when it started (miniredis)
 	}
@@ -256,26 +347,25 @@ func (l *Engine) noteGuard(left time.Duration) {
 // holds on the Engine's server: 0 when it does not (see "What Redis must
 // promise" in the package documentation). It decides the guard, as the
 // first call of any Engine after a restart does, when no Engine has yet;
-// an OperatorOnly Engine only reads the guard that one decided, with the time that
-// guard was set for (an Engine with a longer MaxTTL is refused longer).
-// Operators see it in package admin's page and the routelock command
-// (lockcore.RestartGuarder). A Cluster keeps no guard: 0.
+// an OperatorOnly Engine only reads the guard that one decided, with the
+// time that guard was set for (an Engine with a longer MaxTTL is refused
+// longer). Operators see it in package admin's page and the routelock
+// command (lockcore.RestartGuarder). On a Cluster, it is the longest of
+// the masters' guards, each of which refuses the locks of the slots that
+// master serves.
 func (l *Engine) RestartGuard(ctx context.Context) (time.Duration, error) {
-	if !l.guarded {
-		return 0, nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
 	defer cancel()
 	if l.opt.OperatorOnly {
-		left, err := l.rdb.PTTL(ctx, guardKey).Result()
-		if err != nil {
-			return 0, unavailable("restart guard", err)
-		}
-		// No guard key (-2) or none that expires (-1, never set so) come
-		// back negative.
-		return max(left, 0), nil
+		return l.readGuard(ctx)
 	}
-	left, err := l.decideGuard(ctx)
+	var left time.Duration
+	var err error
+	if l.cluster {
+		left, err = l.guardMasters(ctx)
+	} else {
+		left, err = l.decideGuard(ctx, l.rdb, guardScript, []string{guardKey, guardRunKey})
+	}
 	if err != nil {
 		return 0, unavailable("restart guard", err)
 	}
