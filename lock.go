@@ -42,8 +42,9 @@ type Locker struct {
 
 // New returns a Locker on a Redis engine (package redisengine, with its
 // default options: keys under "routelock:"; a TTL given to Defaults is
-// also the engine's Options.TTL, the lease its restart guard starts from)
-// on rdb, configured by opts. The Locker does not own rdb: Close leaves it
+// also the engine's Options.TTL, and raises its Options.MaxTTL, the bound
+// of every lease and the length of the restart guard, from 30 s when
+// longer) on rdb, configured by opts. The Locker does not own rdb: Close leaves it
 // open. The engine's instance name, which operators see beside its holds
 // and waiters (package admin, the routelock command), is
 // "<hostname>-<pid>": a Kubernetes pod's name is its hostname. For other
