@@ -15,7 +15,7 @@ func TestFencesAcrossLossesLong(t *testing.T) {
 	total := 0
 	deadline := time.Now().Add(10 * time.Minute)
 	for total < 100000 && time.Now().Before(deadline) {
-		total += checkFencesAcrossLosses(t, 2, fenceLoad{churn: 6000, refusals: 3000, readers: 2000, skipped: 30000, ttl: 200 * time.Millisecond})
+		total += checkFencesAcrossLosses(t, 2, fenceLoad{churn: 6000, refusals: 3000, readers: 2000, skipped: 30000, ttl: 1500 * time.Millisecond})
 		if t.Failed() {
 			break
 		}
