@@ -83,12 +83,15 @@ local function fence_next(last, reserve)
   return f, string.format('%.0f', f), f + reserve, c
 end
 
--- Keeps a draw of fence_next, whose reservation ends at top, drawn when the
--- clock's token was c: F is top, kept for retention ms (a decimal string)
--- after the clock has passed it.
+-- Keeps a draw of fence_next, whose reservation ends at top (c, the
+-- clock's token it was drawn at, is not needed): F is top, kept for
+-- retention ms (a decimal string) after the clock has passed it. The
+-- expiry is the absolute time top stands for, plus retention (PXAT), not a
+-- length counted from the script's start, which a server may take as the
+-- time of every command of a long script.
 local function fence_keep(F, top, c, retention)
-  local ahead = math.max(math.ceil((top - c) / (FENCE_PER_US * 1000)), 0)
-  redis.call('SET', F, string.format('%.0f', top), 'PX', tonumber(retention) + ahead)
+  local at = math.ceil((top / FENCE_PER_US + FENCE_EPOCH) / 1000) + tonumber(retention)
+  redis.call('SET', F, string.format('%.0f', top), 'PXAT', string.format('%.0f', at))
 end
 
 -- The hold of tok, fencing token fs and since s (decimal strings), waiters
