@@ -44,6 +44,10 @@ type gates struct {
 	// is closed when it has ended, read or not.
 	started atomic.Bool
 	first   chan struct{}
+	// rereading is closed when the read of the hash under way (reread)
+	// has ended; nil when none is. Under rmu.
+	rmu       sync.Mutex
+	rereading chan struct{}
 }
 
 // gateEntry is a closed gate and the error that refuses its key, made
@@ -90,25 +94,58 @@ func gatedBy(p lockcore.Policy) bool { return p.Share != lockcore.ShareAll && !p
 // knowGates returns once the Engine knows the closed gates from Redis, so
 // that an acquisition is refused from the Engine's first one on: it waits
 // for the first read (see settle: sent when the first acquisition begins,
-// one round trip), and when that read did not land, reads them itself. It
-// fails when ctx ends first (with a *lockcore.ContentionError for key, as
-// Acquire's wait does), or with ErrUnavailable when Redis does not answer
-// the read. Once known, the gates are kept by the messages and the reads
+// one round trip), and when that read did not land, for one more, shared
+// by the acquisitions under way (reread). It fails when ctx ends first
+// (with a *lockcore.ContentionError for key, as Acquire's wait does), or
+// with ErrUnavailable when the reads have not landed within
+// Options.Timeout, however long the client would take to give up. Once known, the gates are kept by the messages and the reads
 // that follow: this is a load.
 func (l *Engine) knowGates(ctx context.Context, key lockcore.Key) error {
 	if l.gates.known.Load() {
 		return nil
 	}
 	l.settle(ctx)
-	select {
-	case <-l.gates.first:
-	case <-ctx.Done():
-		return errors.Join(&lockcore.ContentionError{Key: key.String()}, ctx.Err())
+	// Waited for no longer than Options.Timeout, as every call of an
+	// acquisition is, whatever the client does with deadlines: a client
+	// that ignores them (go-redis's default) may take seconds to give up.
+	t := time.NewTimer(l.opt.Timeout)
+	defer t.Stop()
+	for _, read := range []func() <-chan struct{}{
+		func() <-chan struct{} { return l.gates.first },
+		l.reread, // the first read failed: one more, shared by every acquisition meanwhile
+	} {
+		select {
+		case <-read():
+		case <-ctx.Done():
+			return errors.Join(&lockcore.ContentionError{Key: key.String()}, ctx.Err())
+		case <-t.C:
+			return unavailable("gates", errNoAnswer)
+		}
+		if l.gates.known.Load() {
+			return nil
+		}
 	}
-	if l.gates.known.Load() {
-		return nil
+	return unavailable("gates", errNoAnswer)
+}
+
+// reread starts a read of the gates in the background, unless one is
+// under way, and returns a channel closed when it has ended, read or not.
+func (l *Engine) reread() <-chan struct{} {
+	g := &l.gates
+	g.rmu.Lock()
+	defer g.rmu.Unlock()
+	if g.rereading == nil {
+		done := make(chan struct{})
+		g.rereading = done
+		l.bg.do(func() {
+			_ = l.loadGates(l.ctx)
+			g.rmu.Lock()
+			g.rereading = nil
+			g.rmu.Unlock()
+			close(done)
+		})
 	}
-	return l.loadGates(ctx)
+	return g.rereading
 }
 
 // gateEntry returns key's closed gate, if it is closed.
