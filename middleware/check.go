@@ -120,8 +120,11 @@ func checkWide(rs chi.Routes, prefix string, k keyed, errs *[]error) {
 }
 
 // hasParam reports whether chi pattern has parameter name ({name} or
-// {name:regexp}).
+// {name:regexp}; "*" is a wildcard route's rest of the path, /files/*).
 func hasParam(pattern, name string) bool {
+	if name == "*" {
+		return strings.HasSuffix(pattern, "*")
+	}
 	return strings.Contains(pattern, "{"+name+"}") || strings.Contains(pattern, "{"+name+":")
 }
 
