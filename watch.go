@@ -47,7 +47,10 @@ func (w *watcher) acquired(key lockcore.Key, ls *lockcore.Lease, err error) {
 		}
 		ctx := ls.Context()
 		context.AfterFunc(ctx, func() {
-			if cause := context.Cause(ctx); errors.Is(cause, lockcore.ErrLockLost) {
+			// A hold ended at its MaxHold is not lost: the route asked for
+			// that end, and the engine that logs its own losses does not
+			// log it either.
+			if cause := context.Cause(ctx); errors.Is(cause, lockcore.ErrLockLost) && !errors.Is(cause, lockcore.ErrMaxHold) {
 				w.log.Warn("routelock: a lease was lost while its holder ran", "resource", key.Name(), "cause", cause)
 			}
 		})
