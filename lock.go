@@ -81,10 +81,12 @@ func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *
 		// The engine's default lease is the Locker's.
 		l.redis.TTL = l.defaults.TTL
 	}
-	if l.redis.MaxTTL == 0 && l.redis.TTL > 0 {
+	if l.redis.MaxTTL == 0 {
 		// The bound on leases, which the restart guard lasts, covers the
 		// Locker's default lease; Lockers of the same configuration share
-		// one server, and so agree on it.
+		// one server, and so agree on it. Set here, not left to the
+		// engine's default (the same 30 s), so that By refuses a route
+		// whose lease would exceed it where the route is built.
 		l.redis.MaxTTL = max(l.redis.TTL, 30*time.Second)
 	}
 	e, err := redisengine.New(rdb, l.redis)
@@ -294,15 +296,20 @@ func find[T any](e lockcore.Engine) (T, bool) {
 // response).
 //
 // Panics if key is zero or cannot read HTTP requests (interceptor.Field),
-// or the Policy is invalid.
+// or the Policy is invalid, or its TTL is longer than the Redis engine's
+// redisengine.Options.MaxTTL (30 s, or the Defaults TTL when longer).
 func (l *Locker) By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) http.Handler {
+	p := policy(ps).Or(l.defaults)
+	if l.owned != nil && p.TTL > l.redis.MaxTTL {
+		panic(fmt.Sprintf("routelock: Locker.By: TTL %v is longer than the engine's redisengine.Options.MaxTTL %v, the bound of every lease that the restart guard waits out: raise MaxTTL on every instance (lock.NewRedis)", p.TTL, l.redis.MaxTTL))
+	}
 	var e lockcore.Engine = l.engine
 	if l.trace != nil || l.watch != nil {
 		e = l // Acquire labels each acquisition with its trace id, or logs
 	}
 	return middleware.Lock(e, middleware.Config{
 		Key:    key,
-		Policy: policy(ps).Or(l.defaults),
+		Policy: p,
 		Logger: l.logger,
 	})
 }

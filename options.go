@@ -41,7 +41,11 @@ func FailFast() lockcore.Policy { return lockcore.Policy{Wait: lockcore.FailFast
 // TTL sets the lease length: how long the lock outlives a process that
 // crashed while holding it. While the handler runs the engine renews the
 // lease about every d/3, so a long handler keeps its lock. Default: the
-// engine's, 10 seconds for the Redis engine. Combine it with a wait:
+// engine's, 10 seconds for the Redis engine, which bounds every lease by
+// its Options.MaxTTL (30 s unless set; lock.NewRedis sets it): a longer
+// TTL is refused where the route is built, or, where the engine alone
+// sees it (lock.ByParam before SetDefault, gRPC rules), with
+// lockcore.ErrMisconfigured (500, codes.Internal). Combine it with a wait:
 //
 //	locker.ByParam("productID", lock.Wait(time.Second), lock.TTL(30*time.Second))
 //
@@ -142,7 +146,10 @@ func Segments(n int) lockcore.Policy {
 //	r.With(locker.ByParam("productID", lock.Restock())).Post("/products/{productID}/restock", restock)
 //
 // It holds the lock as the route would without it (exclusive, unless
-// given Shared or Permits too), so that no buyer runs meanwhile. Readers
+// given Shared or Permits too), so that no buyer of the resource runs
+// meanwhile; of a segmented product (Segments) it holds the product's own
+// key, which excludes no buyer: buyers of segments whose gates are open
+// run on beside it, as for any route on the product's key. Readers
 // (Shared) pass a closed gate without it. Not with Segments: a restock
 // locks the resource itself (a segmented route's product key); a route
 // given both panics. It is lockcore.Policy{Restock: true}.
