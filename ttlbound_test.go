@@ -1,8 +1,10 @@
 package lock_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +34,9 @@ func TestRouteTTLAboveTheEngineBound(t *testing.T) {
 	built := func() (built bool) {
 		defer func() {
 			if p := recover(); p != nil {
-				t.Logf("the route was refused where it was built: %v", p)
+				if msg := fmt.Sprint(p); !strings.Contains(msg, "MaxTTL") {
+					t.Errorf("the route was refused where it was built, without naming the bound to raise: %v", p)
+				}
 			}
 		}()
 		r.With(locker.ByParam("productID", lock.TTL(45*time.Second))).Post("/products/{productID}/buy", func(w http.ResponseWriter, _ *http.Request) {
