@@ -68,7 +68,7 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if gatedBy(p) {
 		// A new Engine reads the gates before its first acquisition is
 		// decided: it refuses a closed resource from its first request.
-		if err := l.knowGates(ctx, key); err != nil {
+		if err := l.knowGates(ctx); err != nil {
 			return nil, err
 		}
 		if err := l.gated(key, p); err != nil {

@@ -48,6 +48,9 @@ type gates struct {
 	// has ended; nil when none is. Under rmu.
 	rmu       sync.Mutex
 	rereading chan struct{}
+	// failed: why the last read of the hash failed, nil once one has
+	// landed.
+	failed atomic.Pointer[error]
 }
 
 // gateEntry is a closed gate and the error that refuses its key, made
@@ -95,12 +98,13 @@ func gatedBy(p lockcore.Policy) bool { return p.Share != lockcore.ShareAll && !p
 // that an acquisition is refused from the Engine's first one on: it waits
 // for the first read (see settle: sent when the first acquisition begins,
 // one round trip), and when that read did not land, for one more, shared
-// by the acquisitions under way (reread). It fails when ctx ends first
-// (with a *lockcore.ContentionError for key, as Acquire's wait does), or
-// with ErrUnavailable when the reads have not landed within
-// Options.Timeout, however long the client would take to give up. Once known, the gates are kept by the messages and the reads
+// by the acquisitions under way (reread). It fails with ErrUnavailable
+// when ctx ends first (the error then matches ctx.Err() too) or the reads
+// have not landed within Options.Timeout, however long the client would
+// take to give up, and with what the read found (ErrMisconfigured, say)
+// when it failed. Once known, the gates are kept by the messages and the reads
 // that follow: this is a load.
-func (l *Engine) knowGates(ctx context.Context, key lockcore.Key) error {
+func (l *Engine) knowGates(ctx context.Context) error {
 	if l.gates.known.Load() {
 		return nil
 	}
@@ -117,13 +121,17 @@ func (l *Engine) knowGates(ctx context.Context, key lockcore.Key) error {
 		select {
 		case <-read():
 		case <-ctx.Done():
-			return errors.Join(&lockcore.ContentionError{Key: key.String()}, ctx.Err())
+			// Waiting on Redis, not on another owner.
+			return errors.Join(unavailable("gates", errNoAnswer), ctx.Err())
 		case <-t.C:
 			return unavailable("gates", errNoAnswer)
 		}
 		if l.gates.known.Load() {
 			return nil
 		}
+	}
+	if err := l.gates.failed.Load(); err != nil {
+		return *err // what the read found: a server set up wrongly is no outage
 	}
 	return unavailable("gates", errNoAnswer)
 }
@@ -371,12 +379,14 @@ func (l *Engine) loadGates(ctx context.Context) error {
 		seen := l.gates.seen.Load()
 		m, err := l.readGates(ctx)
 		if err != nil {
+			l.gates.failed.Store(&err)
 			return err
 		}
 		l.gates.mu.Lock()
 		if l.gates.seen.Load() == seen {
 			l.gates.m.Store(&m)
 			l.gates.known.Store(true)
+			l.gates.failed.Store(nil)
 			l.gates.mu.Unlock()
 			return nil
 		}
