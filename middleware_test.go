@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -753,12 +754,13 @@ func (c counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// ProcessPipelineHook counts a pipeline as one: on Sentinel an acquire
-// goes with its WAIT for a replica (redisengine.Options.Replicas), in one
-// round trip.
+// ProcessPipelineHook counts a pipeline of a script as one: on Sentinel an
+// acquire goes with its WAIT for a replica (redisengine.Options.Replicas),
+// in one round trip. Other pipelines (the engine's record for operators)
+// are not a request's.
 func (c counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !background.Marked(ctx) {
+		if !background.Marked(ctx) && slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return cmd.Name() == "evalsha" }) {
 			c.n.Add(1)
 		}
 		return next(ctx, cmds)
