@@ -232,7 +232,8 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	// run out, or the recheck interval passed; it is not told to Events as
 	// waiting meanwhile. Otherwise such a waiter would be reported queued
 	// and lose its place to those who queued after it. (One queued before
-	// the subscription dropped may still lose it.)
+	// the subscription dropped is parked behind the others, and takes its
+	// place back with its next call: see grant_next.)
 	early := l.trustArg == "1" && !l.nf.live.Load()
 	local := false    // in the notifier's local queue
 	var unlist func() // takes the attempt off the Engine's record's waiters

@@ -132,7 +132,10 @@
 // A waiter in another process holds its grant only for part of
 // Options.ClaimWindow until it claims it (by a renewal, or by asking),
 // so that one that vanished does not keep the lock; on a single Redis server
-// a waiter whose Engine has no subscription any more is skipped at once.
+// a waiter whose Engine has no subscription any more is skipped at once,
+// and parked behind the others: when it asks again (its subscription came
+// back), it takes its place back, passed over only for the hand-over it
+// could not hear of; one still unheard at its next turn is dropped.
 // Because pub/sub can lose messages, a waiter also asks Redis again every
 // 3/10 of the claim window, when the holder's lease would have run out, and
 // whenever the subscription is re-established; when a release's reply is

@@ -208,6 +208,10 @@ func unixMicro(us int64) time.Time {
 	return time.UnixMicro(us)
 }
 
+// parked is what the scripts add to the score of a waiter parked behind
+// the others (PARKED in lua/common.lua).
+const parked = 4_000_000_000_000_000
+
 // parseWaiter reads a member of the wait queue, scored by when it queued
 // (see lua/common.lua): "<deadline ms> <ttl ms> <channel> <attempt id>
 // <token>", and " <share>" for a shared acquisition, and returns the
@@ -231,9 +235,13 @@ func parseWaiter(z redis.Z) (lockcore.Waiter, string, bool) {
 			return lockcore.Waiter{}, "", false
 		}
 	}
+	since := int64(z.Score)
+	if since >= parked {
+		since -= parked // parked behind the others (see grant_next)
+	}
 	return lockcore.Waiter{
 		Instance: engineOf(f[3]),
-		Since:    unixMicro(int64(z.Score)),
+		Since:    unixMicro(since),
 		Deadline: time.UnixMilli(dl),
 		Share:    share,
 	}, f[3], true

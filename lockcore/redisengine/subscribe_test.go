@@ -2,6 +2,7 @@ package redisengine
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"runtime"
 	"slices"
@@ -225,4 +226,209 @@ func (h *holdSubscription) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 		}
 		return err
 	}
+}
+
+// TestQueuedKeepsPlaceAcrossDroppedSubscription: a waiter queued while its
+// Engine's subscription was up, which then dropped, keeps its place. On one
+// server a hand-over that reaches no subscriber passes to the next waiter;
+// the waiter that could not be told is passed over for that hand-over
+// only, and is next once its subscription is back. Before, it was dropped
+// from the queue and queued again behind everyone who came after it.
+func TestQueuedKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		k, _ := lockcore.NewKey("k")
+		waiting := make(chan string, 8) // reported waiting, by Engine
+		newEngine := func(name string, rdb *redis.Client) *Engine {
+			events := waitingEvents(func(delta int) {
+				if delta > 0 {
+					waiting <- name
+				}
+			})
+			e, err := New(rdb, Options{Prefix: prefix, Events: events})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close() })
+			return e
+		}
+		a := newEngine("a", b.Client(t))
+		unblock := make(chan struct{})
+		var once sync.Once
+		open := func() { once.Do(func() { close(unblock) }) }
+		t.Cleanup(open)
+		asked := make(chan struct{}, 64) // an acquire call of the Engine named "b"
+		cb := b.Client(t)
+		hook := &holdSubscription{unblock: unblock, key: a.redisKeys(k)[0], asked: asked, armed: new(atomic.Bool)}
+		cb.AddHook(hook)
+		nb := newEngine("b", cb)
+		c, d := newEngine("c", b.Client(t)), newEngine("d", b.Client(t))
+
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := nb.nf.ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		holder, err := a.Acquire(ctx, k, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan string, 3)
+		let := map[string]chan struct{}{"b": make(chan struct{}), "c": make(chan struct{}), "d": make(chan struct{})}
+		for _, ch := range let {
+			t.Cleanup(func() {
+				select {
+				case <-ch:
+				default:
+					close(ch)
+				}
+			})
+		}
+		wait := func(e *Engine, name string) {
+			ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 15 * time.Second})
+			if err != nil {
+				t.Errorf("waiter on %s: %v", name, err)
+				served <- "error"
+				return
+			}
+			served <- name
+			select {
+			case <-let[name]:
+			case <-ctx.Done():
+			}
+			_ = ls.Release(context.Background())
+		}
+		queue := func(e *Engine, name string) {
+			go wait(e, name)
+			select {
+			case got := <-waiting:
+				if got != name {
+					t.Fatalf("reported waiting: %s, want %s", got, name)
+				}
+			case <-ctx.Done():
+				t.Fatalf("the waiter on %s was never reported waiting", name)
+			}
+		}
+		next := func() string {
+			select {
+			case s := <-served:
+				return s
+			case <-ctx.Done():
+				t.Fatal("no waiter was served")
+				return ""
+			}
+		}
+		queue(nb, "b") // first in the queue, told on its subscription
+		queue(c, "c")
+		queue(d, "d")
+
+		// b's subscription drops, and its new dial is held back.
+		hook.armed.Store(true)
+		nb.nf.mu.Lock()
+		ps := nb.nf.current
+		nb.nf.mu.Unlock()
+		if ps == nil {
+			t.Fatal("no established subscription to drop")
+		}
+		_ = ps.Close()
+		for deadline := time.Now().Add(5 * time.Second); nb.nf.live.Load(); {
+			if time.Now().After(deadline) {
+				t.Fatal("the subscription never dropped")
+			}
+			time.Sleep(time.Millisecond) // polling a flag, bounded above
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// b cannot be told: the lock passes to c.
+		if got := next(); got != "c" {
+			t.Fatalf("served %s first, want c: b's subscription was down", got)
+		}
+		// b's subscription comes back, and b asks Redis again.
+		for len(asked) > 0 {
+			<-asked
+		}
+		open()
+		select {
+		case <-asked:
+		case <-ctx.Done():
+			t.Fatal("b never asked for the lock again")
+		}
+		close(let["c"])
+		if got := next(); got != "b" {
+			t.Fatalf("served %s after c, want b, which queued before d", got)
+		}
+		close(let["b"])
+		if got := next(); got != "d" {
+			t.Fatalf("served %s last, want d", got)
+		}
+	})
+}
+
+// TestGoneWaitersParkedThenDropped: the waiters of an Engine whose process
+// is gone (nobody reads their channel) are passed over at once by the
+// release that hands the lock on, parked behind the live waiter queued
+// after them, and dropped at the next hand-over nobody else is queued for:
+// the queue is empty once the live waiter has released.
+func TestGoneWaitersParkedThenDropped(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		a := lockerOn(t, b.Client(t), prefix, Options{})
+		c := lockerOn(t, b.Client(t), prefix, Options{ClaimWindow: 10 * time.Second})
+		k := mustKey(t, "gone")
+		q := a.redisKeys(k)[1]
+		admin := b.Client(t)
+		holder, err := a.Acquire(ctx, k, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const gone = 500
+		arrived := float64(time.Now().UnixMicro())
+		deadline := time.Now().Add(time.Minute).UnixMilli()
+		zs := make([]redis.Z, gone)
+		for i := range zs {
+			zs[i] = redis.Z{
+				Score:  arrived - float64(gone-i),
+				Member: fmt.Sprintf("%d 30000 %snotify:gone gone.%d.0 %s", deadline, prefix, i, lockcore.NewToken()),
+			}
+		}
+		if err := admin.ZAdd(ctx, q, zs...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *lockcore.Lease, 1)
+		go func() {
+			ls, err := c.Acquire(ctx, k, lockcore.Policy{Wait: 15 * time.Second})
+			if err != nil {
+				t.Errorf("the live waiter: %v", err)
+			}
+			got <- ls
+		}()
+		eventually(t, 5*time.Second, "the live waiter queued", func() bool {
+			return admin.ZCard(ctx, q).Val() == gone+1
+		})
+		released := time.Now()
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ls := <-got
+		if ls == nil {
+			t.FailNow()
+		}
+		// Told by the release itself: not after a claim window (10 s) of
+		// each gone waiter, nor after the live waiter's recheck (3 s).
+		if d := time.Since(released); d > 2*time.Second {
+			t.Fatalf("the live waiter got the lock %v after the release", d)
+		}
+		if n := admin.ZCard(ctx, q).Val(); n != gone {
+			t.Fatalf("%d waiters queued while the live one holds, want the %d gone ones parked", n, gone)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := admin.ZCard(ctx, q).Val(); n != 0 {
+			t.Fatalf("%d waiters left queued after the release, want the gone ones dropped", n)
+		}
+	})
 }

@@ -49,7 +49,7 @@ if not v then
   -- one.
   redis.call('DEL', L)
   local now, nows = now_us()
-  redis.call('ZADD', Q, 'NX', nows, member)
+  queue_join(member, nows)
   local any, g = grant_next(now, nows, ret, member, '', tonumber(ARGV[7]), ARGV[8] == '1')
   if g then
     return g
@@ -103,7 +103,7 @@ end
 
 if wait > 0 then
   local _, nows = now_us()
-  redis.call('ZADD', Q, 'NX', nows, member)
+  queue_join(member, nows)
   if redis.call('PTTL', Q) < wait + ttl then
     redis.call('PEXPIRE', Q, wait + ttl)
   end

@@ -136,6 +136,31 @@ local function shared_wait(now_ms)
   return math.max(redis.call('PTTL', L), 0)
 end
 
+-- A parked waiter's score is its arrival plus PARKED (see grant_next):
+-- above every arrival until the clock passes 4e15 us (2096), and exact in
+-- a double until the clock passes 5e15 us (2128).
+local PARKED = 4000000000000000
+
+-- Queues member, arriving at nows, unless it is queued; a member parked
+-- behind the others (see grant_next) takes its place back.
+local function queue_join(member, nows)
+  if redis.call('ZADD', Q, 'NX', nows, member) == 0 then
+    local sc = tonumber(redis.call('ZSCORE', Q, member))
+    if sc >= PARKED then
+      redis.call('ZADD', Q, string.format('%.0f', sc - PARKED), member)
+    end
+  end
+end
+
+-- Parks member, scored sc (a decimal string), behind the other waiters
+-- (see grant_next), unless it was parked already: then it is dropped.
+local function park(member, sc)
+  sc = tonumber(sc)
+  if sc < PARKED then
+    redis.call('ZADD', Q, string.format('%.0f', sc + PARKED), member)
+  end
+end
+
 -- Admit the waiters at the head of the queue, oldest first, while the
 -- lock admits the first of them: an exclusive waiter when the lock is
 -- free (L deleted), then nobody else; shared waiters one after another
@@ -149,10 +174,16 @@ end
 -- of the caller's Locker (channel mine) is woken by the caller; any other
 -- is told on its Locker's channel (on a Cluster, its shard channel of the
 -- lock's slot). When trust is set (one Redis server: PUBLISH counts every
--- subscriber), a waiter whose channel nobody reads, because its process
--- is gone, is skipped at once. Each entry leaves the queue once, whatever
--- its fate, so the loop costs one step per queued entry over the queue's
--- life.
+-- subscriber), a waiter whose channel nobody reads is skipped at once:
+-- its process is gone, or its subscription dropped for a moment. It is
+-- not dropped but parked: moved behind every waiter, its arrival kept
+-- (PARKED is added to its score). Its next acquire call takes its place
+-- back (queue_join), so a waiter whose subscription came back is next
+-- once it asks again; it was passed over only for the hand-over it could
+-- not be told of. A parked waiter that nobody reads when it comes to the
+-- front again is dropped, as is one whose deadline passed. So each entry
+-- costs at most two steps of the loop over the queue's life, and a
+-- channel found unread is not published to again within the same run.
 -- now is the server clock in microseconds, as a number and as nows, a
 -- decimal string (now_us).
 -- Returns whether a waiter was admitted; the fencing token of the caller,
@@ -161,8 +192,9 @@ end
 local function grant_next(now, nows, retention, self, mine, claim, trust)
   local any, selff, to, tof
   local now_ms = math.floor(now / 1000)
+  local unread = {} -- channels that reached nobody in this run
   while true do
-    local e = redis.call('ZRANGE', Q, 0, 0)
+    local e = redis.call('ZRANGE', Q, 0, 0, 'WITHSCORES')
     if #e == 0 then
       break
     end
@@ -189,57 +221,62 @@ local function grant_next(now, nows, retention, self, mine, claim, trust)
         end
       end
       redis.call('ZREM', Q, e[1])
-      local px = tonumber(ttl)
-      if e[1] ~= self then
-        px = math.min(claim, px)
-      end
-      -- Each admission draws its token with a reading of the clock of
-      -- its own, and keeps it only once the waiter is told: a skipped
-      -- waiter's token is handed to nobody, and is drawn again for the
-      -- next.
-      local f, fs, top, c
-      if share == '' then
-        f, fs, top, c = take(tok, px, id, nows, redis.call('EXISTS', Q) == 1)
+      if unread[ch] and e[1] ~= self and (ch ~= mine or to) then
+        park(e[1], e[2]) -- its channel reached nobody in this run already
       else
-        f, fs, top, c = shared_take(tok, share, slot, id, px, nows, now_ms)
-      end
-      local told = true
-      if e[1] == self then
-        selff = f
-      elseif ch == mine and not to then
-        to, tof = id, f
-      else
-        -- A shard channel (a Cluster's: "<channel>{<slot tag>}") is told
-        -- with SPUBLISH, on the lock's shard only. When that reaches
-        -- nobody here (the Engine's subscription is not in place yet, or
-        -- is on a replica, or the server has no sharded pub/sub), the
-        -- Engine's own channel is told too, with PUBLISH, which reaches
-        -- every node.
-        local msg, n = id .. ' ' .. fs .. ' ' .. px
-        if string.find(ch, '{', 1, true) then
-          n = redis.pcall('SPUBLISH', ch, msg)
-          if type(n) ~= 'number' or n == 0 then
-            n = redis.call('PUBLISH', string.match(ch, '^[^{]*'), msg)
-          end
-        else
-          n = redis.call('PUBLISH', ch, msg)
+        local px = tonumber(ttl)
+        if e[1] ~= self then
+          px = math.min(claim, px)
         end
-        if n == 0 and trust then
-          told = false
-          if share == '' then
-            redis.call('DEL', L)
-          else
-            redis.call('ZREM', S, id)
-            redis.call('HDEL', P, id)
-            shared_settle(now_ms)
-          end
-        end
-      end
-      if told then
-        fence_keep(F, top, c, retention)
-        any = true
+        -- Each admission draws its token with a reading of the clock of
+        -- its own, and keeps it only once the waiter is told: a skipped
+        -- waiter's token is handed to nobody, and is drawn again for the
+        -- next.
+        local f, fs, top, c
         if share == '' then
-          break
+          f, fs, top, c = take(tok, px, id, nows, redis.call('EXISTS', Q) == 1)
+        else
+          f, fs, top, c = shared_take(tok, share, slot, id, px, nows, now_ms)
+        end
+        local told = true
+        if e[1] == self then
+          selff = f
+        elseif ch == mine and not to then
+          to, tof = id, f
+        else
+          -- A shard channel (a Cluster's: "<channel>{<slot tag>}") is told
+          -- with SPUBLISH, on the lock's shard only. When that reaches
+          -- nobody here (the Engine's subscription is not in place yet, or
+          -- is on a replica, or the server has no sharded pub/sub), the
+          -- Engine's own channel is told too, with PUBLISH, which reaches
+          -- every node.
+          local msg, n = id .. ' ' .. fs .. ' ' .. px
+          if string.find(ch, '{', 1, true) then
+            n = redis.pcall('SPUBLISH', ch, msg)
+            if type(n) ~= 'number' or n == 0 then
+              n = redis.call('PUBLISH', string.match(ch, '^[^{]*'), msg)
+            end
+          else
+            n = redis.call('PUBLISH', ch, msg)
+          end
+          if n == 0 and trust then
+            told, unread[ch] = false, true
+            park(e[1], e[2])
+            if share == '' then
+              redis.call('DEL', L)
+            else
+              redis.call('ZREM', S, id)
+              redis.call('HDEL', P, id)
+              shared_settle(now_ms)
+            end
+          end
+        end
+        if told then
+          fence_keep(F, top, c, retention)
+          any = true
+          if share == '' then
+            break
+          end
         end
       end
     end

@@ -38,7 +38,7 @@ local function queue()
   if wait <= 0 then
     return -shared_wait(now_ms)
   end
-  redis.call('ZADD', Q, 'NX', nows, member)
+  queue_join(member, nows)
   if redis.call('PTTL', Q) < wait + ttl then
     redis.call('PEXPIRE', Q, wait + ttl)
   end
