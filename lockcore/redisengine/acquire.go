@@ -99,11 +99,13 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if err != nil {
 		return nil, err
 	}
-	if h.grant == nil && !time.Now().Before(h.startsValid(sent, length)) {
-		// Answered after the lease it confirmed had run out (a server or a
-		// client slower than the TTL): Redis may have let the key go to
-		// another owner already. Given back, as a call not answered in
-		// time is, before any lease or watchdog sees it. (A hold handed
+	if h.grant == nil && late(sent, length) {
+		// Answered after the lease it confirmed had run out, or with less
+		// than a tenth of it left (a server or a client nearly as slow as
+		// the TTL): Redis may have let the key go to another owner
+		// already, or soon will, before a renewal lands. Given back, as a
+		// call not answered in time is, before any lease or watchdog sees
+		// it. (A hold handed
 		// over in memory is the attempt's already, its releaser gone: it
 		// runs, and is lost if its validity runs out first.)
 		h.ended.Store(true)
@@ -159,8 +161,9 @@ var (
 	errNoAnswer = errors.New("no answer from redis in time")
 	// errUnsent: the caller stopped waiting before its call was sent.
 	errUnsent = errors.New("call not sent in time")
-	// errLate: a grant was answered after the lease it confirmed ran out.
-	errLate = errors.New("answered after the lease it granted ran out")
+	// errLate: a grant was answered with less than a tenth of the lease it
+	// confirmed left (see late).
+	errLate = errors.New("answered with less than a tenth of the lease it granted left")
 )
 
 // What woke a waiting acquisition, as Events.Woken is told.

@@ -153,8 +153,9 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		return nil, &lockcore.ContentionError{Key: k.String(), RetryAfter: l.stats.retryAfter(k, time.Duration(r.pttl)*time.Millisecond)}
 	}
 
-	if !time.Now().Before(now.Add(p.TTL - margin(p.TTL))) {
-		// Answered after the leases ran out: given back, as Acquire does.
+	if late(now, p.TTL) {
+		// Answered with too little of the leases left: given back, as
+		// Acquire does.
 		for _, h := range hs {
 			h.ended.Store(true)
 			l.bg.do(func() { l.withdraw(h, "") })

@@ -77,13 +77,13 @@ func mono() int64 { return int64(time.Since(monoBase)) }
 // validUntil returns the local time until which the lease is certainly held.
 func (h *hold) validUntil() time.Time { return monoBase.Add(time.Duration(h.valid.Load())) }
 
-// startsValid returns the validity h starts with, confirmed for length by
-// a call sent at sent or, handed over in memory, inherited.
-func (h *hold) startsValid(sent time.Time, length time.Duration) time.Time {
-	if h.grant != nil {
-		return monoBase.Add(time.Duration(h.inherit))
-	}
-	return sent.Add(length - margin(length))
+// late reports whether a lease confirmed for length by a call sent at sent
+// is answered too late to be handed out: with less than a tenth of length
+// of its validity left, the time the watchdog gives a renewal to land
+// before it tries again (see watchdog.addAll). Handed out, it would likely
+// be lost before its first renewal landed, its handler begun.
+func late(sent time.Time, length time.Duration) bool {
+	return !time.Now().Before(sent.Add(length - 2*margin(length)))
 }
 
 // setValidUntil sets the local time until which the lease is certainly held.

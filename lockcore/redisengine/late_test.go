@@ -103,3 +103,71 @@ func TestAcquireAnsweredAfterItsLease(t *testing.T) {
 		})
 	})
 }
+
+// TestAcquireAnsweredWithLittleLeaseLeft: an acquisition answered with less
+// than a tenth of its lease still valid fails with ErrUnavailable and
+// hands out no lease: its first renewal would most likely land after the
+// lease ran out, its handler begun. Before, Acquire returned the lease
+// with 5% of its TTL left. One answered at half its lease is handed out,
+// and stays held past the TTL it was granted (the watchdog renews it).
+func TestAcquireAnsweredWithLittleLeaseLeft(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		const ttl = 400 * time.Millisecond
+		hook := &lateHook{}
+		rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
+		rdb.AddHook(hook)
+		t.Cleanup(func() { _ = rdb.Close() })
+		prefix := redistest.Prefix(t)
+		l := lockerOn(t, rdb, prefix, Options{TTL: ttl, Timeout: 2 * time.Second})
+		key := mustKey(t, "late")
+		// A first lock answered in time: the settings are read.
+		ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		slowed := func(late time.Duration) (*lockcore.Lease, error) {
+			hook.late = late
+			seen := hook.seen.Load()
+			hook.on.Store(true)
+			ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+			hook.on.Store(false)
+			if hook.seen.Load() == seen {
+				t.Fatal("no acquire reply was held back")
+			}
+			return ls, err
+		}
+
+		ls, err = slowed(ttl * 85 / 100)
+		if err == nil {
+			_ = ls.Release(context.Background())
+			t.Fatalf("Acquire answered at 85%% of its %v lease: a lease (fence %d), want ErrUnavailable", ttl, ls.Fence())
+		}
+		if !errors.Is(err, lockcore.ErrUnavailable) {
+			t.Fatalf("Acquire answered at 85%% of its lease: %v, want ErrUnavailable", err)
+		}
+
+		// Given back: the key is free again within a TTL.
+		eventually(t, 5*time.Second, "the key free again", func() bool {
+			ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+			if err != nil {
+				return false
+			}
+			_ = ls.Release(context.Background())
+			return true
+		})
+
+		ls, err = slowed(ttl / 2)
+		if err != nil {
+			t.Fatalf("Acquire answered at half its lease: %v, want a lease", err)
+		}
+		defer func() { _ = ls.Release(context.Background()) }()
+		select {
+		case <-ls.Context().Done():
+			t.Fatalf("the lease answered at half its TTL was lost: %v", ls.Err())
+		case <-time.After(ttl): // the granted TTL passes: renewed meanwhile
+		}
+	})
+}
