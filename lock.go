@@ -169,6 +169,9 @@ func observes(e lockcore.Engine, o lockcore.Observer) bool {
 // Acquire implements lockcore.Engine: it takes the lock on key from the
 // Locker's engine (through its observers), with p's zero fields taken from
 // the Locker's Defaults.
+// Promises implements lockcore.Engine: its engine's.
+func (l *Locker) Promises() lockcore.Promises { return l.engine.Promises() }
+
 func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
 	if l.trace != nil && p.Trace == "" {
 		p.Trace = l.trace(ctx)
@@ -487,6 +490,12 @@ type unbuilt struct{}
 
 func (unbuilt) Acquire(context.Context, lockcore.Key, lockcore.Policy) (*lockcore.Lease, error) {
 	return nil, lockcore.ErrClosed
+}
+
+// Promises implements lockcore.Engine: every promise, so that a route is
+// checked against its own Locker's engine once that is known.
+func (unbuilt) Promises() lockcore.Promises {
+	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true}
 }
 
 // bound is a package-level route's middleware built for one Locker.

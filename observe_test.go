@@ -53,6 +53,8 @@ func (e *watched) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Poli
 	return e.inner.Acquire(ctx, key, p)
 }
 
+func (e *watched) Promises() lockcore.Promises { return e.inner.Promises() }
+
 func (e *watched) Unwrap() lockcore.Engine { return e.inner }
 
 // checkable is the in-memory engine with a Check method.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/routelock/lock/internal/promised"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -171,6 +172,9 @@ func newServer(l lockcore.Engine, c Config) *server {
 	}
 	s := &server{l: l, exact: map[string]*rule{}, service: map[string]*rule{}, trust: c.TrustToken, logger: c.Logger}
 	for _, r := range c.Rules {
+		if err := promised.Refusal(l, r.Policy); err != nil {
+			panic(fmt.Sprintf("%v (interceptor rule for %s)", err, r.Method))
+		}
 		ru := &rule{method: r.Method, key: r.Key, policy: r.Policy, onError: r.OnError, stream: r.Key.ReadsMessage()}
 		if rs := r.Key.Resources(); len(rs) > 1 {
 			ru.key, ru.also = rs[0], rs[1:]

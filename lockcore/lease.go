@@ -36,6 +36,10 @@ import (
 //     needs) and calls Lose the moment it can no longer be sure the hold
 //     is held.
 //
+// Promises declares what the engine promises beyond mutual exclusion; an
+// engine that does not promise Shared or Permits refuses a Policy with
+// such a Share (ErrMisconfigured).
+//
 // Errors match ErrInvalidKey (a zero Key), ErrMisconfigured (an invalid
 // Policy), ErrNotAcquired (a
 // *ContentionError: held by another owner, ErrWaitTimeout when a wait ran
@@ -45,6 +49,9 @@ import (
 // comparable (a pointer, typically): it is how a hold knows its engine.
 type Engine interface {
 	Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
+	// Promises says what the engine promises beyond mutual exclusion
+	// (see Promises). A wrapper returns its engine's.
+	Promises() Promises
 }
 
 // Hold is an engine's hold of one key in its backend: what a Lease wraps.

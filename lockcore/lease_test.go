@@ -62,6 +62,8 @@ func (e *testEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.P
 	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence, e.last, e.ev), nil
 }
 
+func (e *testEngine) Promises() lockcore.Promises { return lockcore.Promises{} }
+
 func testKey(t *testing.T) lockcore.Key {
 	t.Helper()
 	k, err := lockcore.NewKey("productID", "42")
@@ -252,6 +254,8 @@ func (e mapEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Pol
 	}
 	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence.Add(1), &testHold{}, nil), nil
 }
+
+func (e mapEngine) Promises() lockcore.Promises { return lockcore.Promises{} }
 
 // TestEngineMustBeComparable: an engine whose dynamic type is not
 // comparable (a value type holding a map) cannot tell its holds from

@@ -24,6 +24,8 @@ func (w *wrapper) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Poli
 	return w.inner.Acquire(ctx, key, p)
 }
 
+func (w *wrapper) Promises() lockcore.Promises { return w.inner.Promises() }
+
 func (w *wrapper) Unwrap() lockcore.Engine { return w.inner }
 
 // TestAcquireSegment, through a wrapper: segments are handed out in turn;
@@ -300,6 +302,8 @@ func (r *inSetRecorder) Acquire(ctx context.Context, key lockcore.Key, p lockcor
 	r.inSet = append(r.inSet, lockcore.InSet(ctx))
 	return r.inner.Acquire(ctx, key, p)
 }
+
+func (r *inSetRecorder) Promises() lockcore.Promises { return r.inner.Promises() }
 
 func (r *inSetRecorder) Unwrap() lockcore.Engine { return r.inner }
 

@@ -30,6 +30,9 @@ type engine struct {
 // acquisition without a trace id of its own (lockcore.Policy.Trace, set by
 // lock.Trace) is labelled with the trace id of ctx's span, which the admin
 // page and the routelock command show beside its holder or waiter.
+// Promises implements lockcore.Engine: the wrapped engine's.
+func (e *engine) Promises() lockcore.Promises { return e.inner.Promises() }
+
 func (e *engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
 	p = withTrace(ctx, p)
 	start := time.Now()

@@ -116,6 +116,8 @@ func (p plain) Acquire(ctx context.Context, key lockcore.Key, pol lockcore.Polic
 	return p.e.Acquire(ctx, key, pol)
 }
 
+func (p plain) Promises() lockcore.Promises { return p.e.Promises() }
+
 // TestOperatorThroughWrapper: a Locker made with FromEngine on an engine
 // wrapped for telemetry still offers the wrapped engine's operations
 // (admin page, routelock command), through one wrapper or two.

@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/routelock/lock/internal/chiroute"
+	"github.com/routelock/lock/internal/promised"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -141,6 +142,9 @@ func newLocker(l lockcore.Engine, c Config) *locker {
 	}
 	if err := c.validate(); err != nil {
 		panic(err.Error())
+	}
+	if err := promised.Refusal(l, c.Policy); err != nil {
+		panic(fmt.Sprintf("%v (middleware.Config.Policy)", err))
 	}
 	m := &locker{l: l, full: c.Key, key: c.Key, policy: c.Policy, trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
 	if rs := c.Key.Resources(); len(rs) > 1 {

@@ -25,6 +25,8 @@ func (e *routeEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.
 	return e.f.Acquire(ctx, key, p)
 }
 
+func (e *routeEngine) Promises() lockcore.Promises { return e.f.Promises() }
+
 func (e *routeEngine) RecordsRoute() bool { return e.records }
 
 // acquireOnly is the fake engine with Acquire alone: no RecordsRoute, not
@@ -34,6 +36,8 @@ type acquireOnly struct{ f *fakeEngine }
 func (e acquireOnly) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
 	return e.f.Acquire(ctx, key, p)
 }
+
+func (e acquireOnly) Promises() lockcore.Promises { return e.f.Promises() }
 
 // TestPolicyRoute: an engine that records routes gets the template of each
 // request's route in Policy.Route, wherever the middleware sits: r.With,

@@ -129,6 +129,12 @@ type waiter struct {
 // how long the key's released holds lasted (a weighted mean), or 100ms
 // before any was released, and never more than the holder's TTL (the
 // engine renews perfectly). On error nothing is held or queued.
+// Promises implements lockcore.Engine: the in-memory engine makes every
+// promise (a defect planted in it breaks the one it names).
+func (e *Engine) Promises() lockcore.Promises {
+	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true}
+}
+
 func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
 	ls, err := e.acquire(ctx, key, p)
 	if err == nil && !e.defects.maxHoldIgnored {

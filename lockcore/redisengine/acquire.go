@@ -49,6 +49,12 @@ import (
 // by ctx's deadline, fails with ErrUnavailable. On error nothing is held:
 // an attempt whose call may have reached Redis is withdrawn (in the
 // background when Redis is not answering).
+// Promises implements lockcore.Engine: the Redis engine makes every
+// promise, FIFO with Options.LocalHandOvers hand-overs in memory in a row.
+func (l *Engine) Promises() lockcore.Promises {
+	return lockcore.Promises{FIFO: true, LocalHandOvers: l.opt.LocalHandOvers, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true}
+}
+
 func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
 	ls, p, err := lockcore.Begin(ctx, l, key, p)
 	if ls != nil || err != nil {

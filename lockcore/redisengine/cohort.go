@@ -346,7 +346,3 @@ func (l *Engine) pass(h, from *hold, skipped []string, sent time.Time) (int64, e
 	}
 	return 0, errNoAnswer
 }
-
-// LocalHandOvers returns Options.LocalHandOvers as in effect: how many
-// times in a row a hold may be handed over in memory (0: never).
-func (l *Engine) LocalHandOvers() int { return l.opt.LocalHandOvers }
