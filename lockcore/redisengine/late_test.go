@@ -171,3 +171,87 @@ func TestAcquireAnsweredWithLittleLeaseLeft(t *testing.T) {
 		}
 	})
 }
+
+// slowSendHook holds back, once armed, the next release call on its way
+// to Redis by slow: a client stalled before its release went out.
+type slowSendHook struct {
+	armed atomic.Bool
+	slow  time.Duration
+}
+
+func (h *slowSendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *slowSendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, c redis.Cmder) error {
+		h.hold([]redis.Cmder{c})
+		return next(ctx, c)
+	}
+}
+
+func (h *slowSendHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.hold(cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (h *slowSendHook) hold(cmds []redis.Cmder) {
+	for _, c := range cmds {
+		a := c.Args()
+		if len(a) > 1 && (a[1] == releaseScript.sha[0] || a[1] == releaseScript.sha[1] ||
+			a[1] == releaseScript.src[0] || a[1] == releaseScript.src[1]) && h.armed.CompareAndSwap(true, false) {
+			<-time.After(h.slow) // the fault: the release goes out this late
+			return
+		}
+	}
+}
+
+// TestWokenByReleaseReplyAfterSlowSend: a waiter of the releasing Engine
+// (hand-over in memory off), woken from the release's reply, gets the lock
+// when the release reached Redis late (its client stalled for 85% of the
+// claim window before sending it): the script granted the lock to the
+// waiter a moment ago, until claimed, and the waiter can claim it. It does
+// not fail with ErrUnavailable after waiting its turn.
+func TestWokenByReleaseReplyAfterSlowSend(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		const window = time.Second // claimed within 600 ms
+		hook := &slowSendHook{slow: window * 3 / 5 * 85 / 100}
+		rdb := redis.NewClient(&redis.Options{Addr: b.Addr})
+		rdb.AddHook(hook)
+		t.Cleanup(func() { _ = rdb.Close() })
+		prefix := redistest.Prefix(t)
+		l := lockerOn(t, rdb, prefix, Options{ClaimWindow: window, LocalHandOvers: -1})
+		k := mustKey(t, "slow-release")
+		q := l.redisKeys(k)[1]
+		admin := b.Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		holder, err := l.Acquire(ctx, k, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			ls  *lockcore.Lease
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: 5 * time.Second})
+			got <- result{ls, err}
+		}()
+		eventually(t, 5*time.Second, "the waiter queued", func() bool {
+			return admin.ZCard(ctx, q).Val() == 1
+		})
+		hook.armed.Store(true)
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("the waiter woken by a release sent %v late: %v, want the lock", hook.slow, r.err)
+		}
+		if err := r.ls.Release(context.Background()); err != nil {
+			t.Fatalf("the waiter's lease: %v", err)
+		}
+	})
+}
