@@ -3,6 +3,8 @@ package redisengine
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,5 +69,131 @@ func TestGoneWriterDoesNotHoldOffReaders(t *testing.T) {
 			t.Fatalf("a reader failing fast while only a reader holds and the writer queued ahead is gone: %v, want a lease (queue: %v)", err, left)
 		}
 		_ = second.Release(context.Background())
+	})
+}
+
+// TestQueuedReaderKeepsPlaceAcrossDroppedSubscription: a reader queued
+// while its Engine's subscription was up, which then dropped, keeps its
+// place as a writer does (TestQueuedKeepsPlaceAcrossDroppedSubscription).
+// Readers b and c queue in that order; b's subscription drops; the release
+// admits c, which b could not hear of. A writer w then queues behind c. Once
+// b's subscription is back and b asks again, b arrived before w: it enters
+// beside c, and w waits for both.
+func TestQueuedReaderKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
+	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
+		prefix := redistest.Prefix(t)
+		k, _ := lockcore.NewKey("k")
+		waiting := make(chan string, 8) // reported waiting, by Engine
+		newEngine := func(name string, rdb *redis.Client) *Engine {
+			events := waitingEvents(func(delta int) {
+				if delta > 0 {
+					waiting <- name
+				}
+			})
+			e, err := New(rdb, Options{Prefix: prefix, Events: events})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Close() })
+			return e
+		}
+		a := newEngine("a", b.Client(t))
+		unblock := make(chan struct{})
+		var once sync.Once
+		open := func() { once.Do(func() { close(unblock) }) }
+		t.Cleanup(open)
+		asked := make(chan struct{}, 64) // an acquire call of the Engine named "b"
+		cb := b.Client(t)
+		hook := &holdSubscription{unblock: unblock, key: a.redisKeys(k)[0], asked: asked, armed: new(atomic.Bool)}
+		cb.AddHook(hook)
+		nb := newEngine("b", cb)
+		c, w := newEngine("c", b.Client(t)), newEngine("w", b.Client(t))
+
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := nb.nf.ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		holder, err := a.Acquire(ctx, k, lockcore.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan string, 3)
+		let := make(chan struct{}) // every holder releases
+		t.Cleanup(func() {
+			select {
+			case <-let:
+			default:
+				close(let)
+			}
+		})
+		wait := func(e *Engine, name string, share int) {
+			ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 15 * time.Second, Share: share})
+			if err != nil {
+				t.Errorf("waiter on %s: %v", name, err)
+				served <- "error"
+				return
+			}
+			served <- name
+			select {
+			case <-let:
+			case <-ctx.Done():
+			}
+			_ = ls.Release(context.Background())
+		}
+		queue := func(e *Engine, name string, share int) {
+			go wait(e, name, share)
+			select {
+			case got := <-waiting:
+				if got != name {
+					t.Fatalf("reported waiting: %s, want %s", got, name)
+				}
+			case <-ctx.Done():
+				t.Fatalf("the waiter on %s was never reported waiting", name)
+			}
+		}
+		queue(nb, "b", lockcore.ShareAll)
+		queue(c, "c", lockcore.ShareAll)
+
+		// b's subscription drops, and its new dial is held back.
+		hook.armed.Store(true)
+		nb.nf.mu.Lock()
+		ps := nb.nf.current
+		nb.nf.mu.Unlock()
+		if ps == nil {
+			t.Fatal("no established subscription to drop")
+		}
+		_ = ps.Close()
+		for deadline := time.Now().Add(5 * time.Second); nb.nf.live.Load(); {
+			if time.Now().After(deadline) {
+				t.Fatal("the subscription never dropped")
+			}
+			time.Sleep(time.Millisecond) // polling a flag, bounded above
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-served; got != "c" {
+			t.Fatalf("served %s first, want c: b's subscription was down", got)
+		}
+		queue(w, "w", 0) // behind the reader c, after b
+		for len(asked) > 0 {
+			<-asked
+		}
+		open()
+		select {
+		case <-asked:
+		case <-ctx.Done():
+			t.Fatal("b never asked for the lock again")
+		}
+		select {
+		case got := <-served:
+			if got != "b" {
+				t.Fatalf("served %s while c reads, want b", got)
+			}
+		case <-time.After(3 * time.Second): // b asks again every 300 ms
+			n, _ := a.rdb.ZRangeWithScores(ctx, a.redisKeys(k)[1], 0, -1).Result()
+			t.Fatalf("b, queued before the writer w, is not let in beside c within 3 s (queue %v)", n)
+		}
 	})
 }
