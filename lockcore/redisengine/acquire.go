@@ -380,10 +380,19 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 				// Woken by a release of this Engine, which granted the lock
 				// until claimed, as to any waiter, in a call sent at w.from:
 				// the watchdog claims it for the whole TTL well before then.
+				// Woken late in that grant (the release was slow to go
+				// out), it claims the grant first, as one told by message
+				// does: the next call finds it granted and extends it.
 				if ev != nil {
-					ev.Woken(h.key, wokenByReply)
+					woke = wokenByReply
 				}
-				return w.from, min(l.claimPX(), h.ttl), nil
+				if length := min(l.claimPX(), h.ttl); time.Since(w.from) < length/2 {
+					if ev != nil {
+						ev.Woken(h.key, woke)
+					}
+					return w.from, length, nil
+				}
+				continue
 			}
 			// Told by message: the lock is this attempt's for w.px from a
 			// moment after its last call was sent. With most of that left it

@@ -195,5 +195,9 @@ func TestQueuedReaderKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
 			n, _ := a.rdb.ZRangeWithScores(ctx, a.redisKeys(k)[1], 0, -1).Result()
 			t.Fatalf("b, queued before the writer w, is not let in beside c within 3 s (queue %v)", n)
 		}
+		close(let) // the readers release: the writer comes last
+		if got := <-served; got != "w" {
+			t.Fatalf("served %s last, want w", got)
+		}
 	})
 }

@@ -154,11 +154,19 @@ end
 
 -- Parks member, scored sc (a decimal string), behind the other waiters
 -- (see grant_next), unless it was parked already: then it is dropped.
+-- Reports whether it parked it.
 local function park(member, sc)
   sc = tonumber(sc)
   if sc < PARKED then
     redis.call('ZADD', Q, string.format('%.0f', sc + PARKED), member)
+    return true
   end
+  return false
+end
+
+-- The number of waiters queued and not parked: those who wait their turn.
+local function queued_live()
+  return redis.call('ZCOUNT', Q, '-inf', '(' .. string.format('%.0f', PARKED))
 end
 
 -- Admit the waiters at the head of the queue, oldest first, while the
@@ -180,10 +188,13 @@ end
 -- (PARKED is added to its score). Its next acquire call takes its place
 -- back (queue_join), so a waiter whose subscription came back is next
 -- once it asks again; it was passed over only for the hand-over it could
--- not be told of. A parked waiter that nobody reads when it comes to the
--- front again is dropped, as is one whose deadline passed. So each entry
--- costs at most two steps of the loop over the queue's life, and a
--- channel found unread is not published to again within the same run.
+-- not be told of. Parked waiters hold nobody back: the others go first,
+-- and a waiter that finds only parked ones queued does not wait for them
+-- (queued_live). A parked waiter that nobody reads when it comes to the
+-- front again in a later run is dropped, as is one whose deadline passed;
+-- the run ends at the first waiter it parked itself. So each entry costs
+-- at most two steps of the loop over the queue's life, and a channel found
+-- unread is not published to again within the same run.
 -- now is the server clock in microseconds, as a number and as nows, a
 -- decimal string (now_us).
 -- Returns whether a waiter was admitted; the fencing token of the caller,
@@ -193,10 +204,11 @@ local function grant_next(now, nows, retention, self, mine, claim, trust)
   local any, selff, to, tof
   local now_ms = math.floor(now / 1000)
   local unread = {} -- channels that reached nobody in this run
+  local parked = {} -- the waiters this run parked
   while true do
     local e = redis.call('ZRANGE', Q, 0, 0, 'WITHSCORES')
-    if #e == 0 then
-      break
+    if #e == 0 or parked[e[1]] then
+      break -- what is left is parked
     end
     local dl, ttl, ch, id, tok, share = string.match(e[1], '^(%d+) (%d+) (%S+) (%S+) (%S+) ?(%-?%d*)$')
     if not dl or tonumber(dl) * 1000 <= now then
@@ -222,7 +234,7 @@ local function grant_next(now, nows, retention, self, mine, claim, trust)
       end
       redis.call('ZREM', Q, e[1])
       if unread[ch] and e[1] ~= self and (ch ~= mine or to) then
-        park(e[1], e[2]) -- its channel reached nobody in this run already
+        parked[e[1]] = park(e[1], e[2]) -- its channel reached nobody in this run already
       else
         local px = tonumber(ttl)
         if e[1] ~= self then
@@ -261,7 +273,7 @@ local function grant_next(now, nows, retention, self, mine, claim, trust)
           end
           if n == 0 and trust then
             told, unread[ch] = false, true
-            park(e[1], e[2])
+            parked[e[1]] = park(e[1], e[2])
             if share == '' then
               redis.call('DEL', L)
             else

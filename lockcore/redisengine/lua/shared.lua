@@ -116,17 +116,17 @@ if n <= 0 then
 elseif not v then
   free = 0
 end
-if redis.call('EXISTS', Q) == 0 and (n <= 0 or owners < n) then
+if queued_live() == 0 and (n <= 0 or owners < n) then
   local f, _, top, c = shared_take(tok, share, free, id, ttl, nows, now_ms)
   fence_keep(F, top, c, ret)
   return {f, free, tok}
 end
-if member == '' and redis.call('EXISTS', Q) == 1 then
+if member == '' and queued_live() > 0 then
   -- Failing fast behind a queue: let it admit whom it may (waiters whose
   -- deadline passed leave it); this attempt enters only if that empties it.
   grant_next(now, nows, ret, nil, '', claim, trust)
   v = redis.call('GET', L)
-  if redis.call('EXISTS', Q) == 0 and (not v or v == '~') then
+  if queued_live() == 0 and (not v or v == '~') then
     free = -1
     if n > 0 then
       owners, free = shared_scan(nil, now_ms)
