@@ -26,18 +26,20 @@ import (
 	"github.com/routelock/lock/lockcore/locktest"
 )
 
-// miniEngine is the smallest engine: locks in a map under a mutex,
-// exclusive only, waiters in no particular order, and no promise beyond
-// mutual exclusion. Engines of one miniBackend share its locks, as the
-// processes of one service share a lock service.
+// miniEngine is the smallest engine: a lockcore.Backend with locks in a
+// map under a mutex, exclusive only, waiters in no particular order, and
+// no promise beyond mutual exclusion. It takes holds and gives them back;
+// lockcore.Serve makes its leases. Engines of one miniBackend share its
+// locks, as the processes of one service share a lock service.
 type miniEngine struct {
-	b  *miniBackend
-	ev lockcore.Events // nil for none
+	b      *miniBackend
+	ev     lockcore.Events // nil for none
+	closed chan struct{}
 }
 
 type miniBackend struct {
 	mu    sync.Mutex
-	held  map[lockcore.Key]chan struct{} // closed when the hold ends
+	held  map[lockcore.Key]*miniHold
 	fence int64
 }
 
@@ -45,63 +47,58 @@ func newMini(b *miniBackend, ev lockcore.Events) *miniEngine {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.held == nil {
-		b.held = map[lockcore.Key]chan struct{}{}
+		b.held = map[lockcore.Key]*miniHold{}
 	}
-	return &miniEngine{b: b, ev: ev}
+	return &miniEngine{b: b, ev: ev, closed: make(chan struct{})}
 }
 
 func (e *miniEngine) Promises() lockcore.Promises { return lockcore.Promises{} }
 
-func (e *miniEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	ls, p, err := lockcore.Begin(ctx, e, key, p)
-	if ls != nil || err != nil {
-		return ls, err
-	}
-	if p.Share != 0 {
-		return nil, fmt.Errorf("%w: Share %d: exclusive holds only", lockcore.ErrMisconfigured, p.Share)
-	}
+func (e *miniEngine) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, error) {
 	var budget <-chan time.Time
-	if p.Wait != lockcore.FailFast {
-		t := time.NewTimer(p.Wait)
+	if r.Wait != lockcore.FailFast {
+		t := time.NewTimer(r.Wait)
 		defer t.Stop()
 		budget = t.C
 	}
 	waiting := false
 	defer func() {
 		if waiting && e.ev != nil {
-			e.ev.Waiting(key, -1)
+			e.ev.Waiting(r.Key, -1)
 		}
 	}()
 	for {
 		e.b.mu.Lock()
-		gone, busy := e.b.held[key]
-		if !busy {
-			h := &miniHold{b: e.b, key: key, gone: make(chan struct{})}
-			e.b.held[key] = h.gone
+		cur := e.b.held[r.Key]
+		if cur == nil && !isClosed(e.closed) {
 			e.b.fence++
-			fence := e.b.fence
+			h := &miniHold{e: e, key: r.Key, token: r.Token, fence: e.b.fence, gone: make(chan struct{}), lost: make(chan struct{})}
+			e.b.held[r.Key] = h
 			e.b.mu.Unlock()
-			ls := lockcore.NewLease(ctx, e, key, lockcore.NewToken(), fence, h, e.ev)
-			lockcore.LimitHold(ls, p.MaxHold)
-			return ls, nil
+			return h, nil
 		}
 		e.b.mu.Unlock()
-		if budget == nil {
-			return nil, &lockcore.ContentionError{Key: key.String()}
-		}
-		if !waiting && e.ev != nil {
-			e.ev.Waiting(key, +1)
+		ce := &lockcore.ContentionError{Key: r.Key.String()}
+		switch {
+		case isClosed(e.closed):
+			return nil, lockcore.ErrClosed
+		case budget == nil:
+			return nil, ce
+		case !waiting && e.ev != nil:
+			e.ev.Waiting(r.Key, +1)
 		}
 		waiting = true
 		select {
-		case <-gone:
-			e.woken(key, "message")
+		case <-cur.gone:
+			e.woken(r.Key, "message")
 		case <-budget:
-			e.woken(key, "timer")
-			return nil, &lockcore.ContentionError{Key: key.String(), TimedOut: true}
+			e.woken(r.Key, "timer")
+			ce.TimedOut = true
+			return nil, ce
 		case <-ctx.Done():
-			ce := &lockcore.ContentionError{Key: key.String(), TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)}
+			ce.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
 			return nil, errors.Join(ce, ctx.Err())
+		case <-e.closed:
 		}
 	}
 }
@@ -112,26 +109,75 @@ func (e *miniEngine) woken(key lockcore.Key, by string) {
 	}
 }
 
-// miniHold is a hold of a miniEngine: held until released.
-type miniHold struct {
-	b    *miniBackend
-	key  lockcore.Key
-	gone chan struct{}
-}
-
-func (h *miniHold) Check() error { return nil }
-
-func (h *miniHold) Release(context.Context) error {
-	h.b.mu.Lock()
-	delete(h.b.held, h.key)
-	h.b.mu.Unlock()
-	close(h.gone)
+// Close fails the engine's waiters and loses its holds.
+func (e *miniEngine) Close() error {
+	e.b.mu.Lock()
+	defer e.b.mu.Unlock()
+	if !isClosed(e.closed) {
+		close(e.closed)
+		for _, h := range e.b.held {
+			if h.e == e {
+				h.end(lockcore.ErrClosed)
+			}
+		}
+	}
 	return nil
 }
 
-// TestMinimalEngine: an engine that promises nothing beyond mutual
-// exclusion passes the conformance suite's checks that every engine
-// passes, and only those run.
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// miniHold is a hold of a miniEngine: held until released or its engine
+// closes.
+type miniHold struct {
+	e     *miniEngine
+	key   lockcore.Key
+	token string
+	fence int64
+	gone  chan struct{} // closed when the hold ends
+	lost  chan struct{} // closed when it is lost
+	err   error         // why it was lost; set before lost is closed
+}
+
+// end ends the hold, lost with cause unless nil; b.mu is held.
+func (h *miniHold) end(cause error) {
+	delete(h.e.b.held, h.key)
+	close(h.gone)
+	if cause != nil {
+		h.err = fmt.Errorf("%w: %w", lockcore.ErrLockLost, cause)
+		close(h.lost)
+	}
+}
+
+func (h *miniHold) Fence() int64          { return h.fence }
+func (h *miniHold) Slot() int             { return -1 }
+func (h *miniHold) Token() string         { return h.token }
+func (h *miniHold) Done() <-chan struct{} { return h.lost }
+
+func (h *miniHold) Err() error {
+	h.e.b.mu.Lock()
+	defer h.e.b.mu.Unlock()
+	return h.err
+}
+
+func (h *miniHold) Release(context.Context) error {
+	h.e.b.mu.Lock()
+	defer h.e.b.mu.Unlock()
+	if h.e.b.held[h.key] == h {
+		h.end(nil)
+	}
+	return nil
+}
+
+// TestMinimalEngine: a backend that promises nothing beyond mutual
+// exclusion, served by lockcore.Serve, passes the conformance suite's
+// checks that every engine passes, and only those run.
 func TestMinimalEngine(t *testing.T) {
 	var mu sync.Mutex
 	backends := map[*testing.T]*miniBackend{}
@@ -143,7 +189,7 @@ func TestMinimalEngine(t *testing.T) {
 			backends[t] = b
 		}
 		mu.Unlock()
-		return newMini(b, ev)
+		return lockcore.Serve(newMini(b, ev), ev)
 	})
 }
 
@@ -154,7 +200,7 @@ func TestMinimalEngine(t *testing.T) {
 // for what the engine does not promise (readers, permits) fails when it
 // is built.
 func TestMinimalEngineServes(t *testing.T) {
-	locker := lock.FromEngine(newMini(new(miniBackend), nil))
+	locker := lock.FromEngine(lockcore.Serve(newMini(new(miniBackend), nil), nil))
 	const buyers, initial = 40, 10
 	var (
 		mu     sync.Mutex

@@ -18,7 +18,9 @@ import (
 //
 // # Adding an engine
 //
-// An engine's Acquire:
+// A new engine is best written as a Backend, which only takes holds and
+// gives them back; Serve makes the Engine that owns their leases, doing
+// all that follows. An Engine written directly has an Acquire that:
 //
 //  1. calls Begin(ctx, e, key, p), which checks key and p, and returns
 //     what it returns when it gives a lease or an error: a context that
