@@ -23,7 +23,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/examples/internal/redisenv"
+	"github.com/routelock/lock/examples/redisenv"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"

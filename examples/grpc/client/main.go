@@ -23,7 +23,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/examples/grpc/shoppb"
 	"github.com/routelock/lock/examples/grpc/shopsvc"
-	"github.com/routelock/lock/examples/internal/redisenv"
+	"github.com/routelock/lock/examples/redisenv"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/lockcore/redisengine"
 )

@@ -1,6 +1,8 @@
 // Package redisenv gives the examples their Redis: the server that
 // REDIS_URL names, the Redis Cluster that REDIS_CLUSTER_URL names, or else
-// an embedded miniredis on a loopback port.
+// an embedded miniredis on a loopback port. It is not internal, so that an
+// example copied out of this repository still builds; a program of your
+// own gets its client from lock.RedisFromEnv, or builds one itself.
 package redisenv
 
 import (
