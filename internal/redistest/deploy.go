@@ -79,7 +79,7 @@ func (b *Backend) MultiNode() bool { return b.conf != nil }
 func Deployments(t testing.TB) []*Backend {
 	t.Helper()
 	bs := Backends(t)
-	if len(bs) == 1 && os.Getenv(ClusterVar) == "" {
+	if !bs[len(bs)-1].Real() && os.Getenv(ClusterVar) == "" {
 		return bs // no redis-server here, and none named
 	}
 	// The binary's own sets, when the environment names none, start side

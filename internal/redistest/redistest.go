@@ -1,6 +1,8 @@
-// Package redistest provides Redis servers for tests: embedded miniredis
-// always, and a real redis-server when REDIS_ADDR names one or redis-server
-// is on PATH (started once per test binary on a free loopback port).
+// Package redistest provides Redis servers for tests: a real redis-server
+// when REDIS_ADDR names one or redis-server is on PATH (started once per
+// test binary on a free loopback port), and embedded miniredis on a
+// machine without one; with the long tag, which CI selects, miniredis
+// runs beside the real server too.
 //
 // Set ROUTELOCK_REQUIRE_REDIS=1 (CI does) to make a missing real server a
 // test failure instead of a narrower run.
@@ -89,18 +91,24 @@ func Best(t testing.TB) *Backend {
 	return bs[len(bs)-1]
 }
 
-// Backends returns miniredis and, when available, a real redis-server.
+// Backends returns a real redis-server when there is one, and miniredis
+// when there is none; with the long tag (CI selects it) miniredis comes
+// first beside the real server. Miniredis is the last backend only when
+// there is no real one.
 func Backends(t testing.TB) []*Backend {
 	t.Helper()
-	bs := []*Backend{Mini(t)}
-	if addr, err := realAddr(); err != nil {
+	addr, err := realAddr()
+	switch {
+	case err != nil:
 		t.Fatalf("real redis: %v", err)
-	} else if addr != "" {
-		bs = append(bs, &Backend{Name: "redis", Addr: addr})
-	} else if os.Getenv("ROUTELOCK_REQUIRE_REDIS") == "1" {
+	case addr != "" && besideReal:
+		return []*Backend{Mini(t), {Name: "redis", Addr: addr}}
+	case addr != "":
+		return []*Backend{{Name: "redis", Addr: addr}}
+	case os.Getenv("ROUTELOCK_REQUIRE_REDIS") == "1":
 		t.Fatal("ROUTELOCK_REQUIRE_REDIS=1 but no REDIS_ADDR and no redis-server on PATH")
 	}
-	return bs
+	return []*Backend{Mini(t)}
 }
 
 // Run runs f as a subtest once per backend.
@@ -371,22 +379,26 @@ func DebugBackends(t testing.TB) []*Backend {
 }
 
 // ClusterBackends returns servers for a redis.ClusterClient, each a cluster
-// of one node that owns every slot: miniredis, which answers CLUSTER SLOTS so,
-// and, when redis-server is on PATH, a real one started for the test with
-// cluster mode on (see StartCluster) and stopped at its end.
+// of one node that owns every slot: when redis-server is on PATH, a real
+// one started for the test with cluster mode on (see StartCluster) and
+// stopped at its end, and miniredis, which answers CLUSTER SLOTS so, when
+// it is not or (Backends) beside it with the long tag.
 // ROUTELOCK_REQUIRE_REDIS=1 makes a missing redis-server a failure.
 func ClusterBackends(t testing.TB) []*Backend {
 	t.Helper()
-	bs := []*Backend{Mini(t)}
 	if !onPath(t, "the cluster runs on miniredis only") {
-		return bs
+		return []*Backend{Mini(t)}
 	}
 	srv, err := StartCluster(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	return append(bs, &Backend{Name: "redis-cluster", Addr: srv.Addr})
+	real := &Backend{Name: "redis-cluster", Addr: srv.Addr}
+	if besideReal {
+		return []*Backend{Mini(t), real}
+	}
+	return []*Backend{real}
 }
 
 // StartCluster starts redis-server in cluster mode on a free loopback port,
