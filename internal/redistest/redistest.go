@@ -166,6 +166,10 @@ func StopShared() {
 	if shared.srv != nil {
 		shared.srv.Stop()
 	}
+	if oneNode.srv != nil {
+		oneNode.srv.Stop()
+		_ = os.RemoveAll(oneNode.dir)
+	}
 	stopSharedSets()
 }
 
@@ -378,23 +382,40 @@ func DebugBackends(t testing.TB) []*Backend {
 	return []*Backend{{Name: "redis", Addr: srv.Addr}}
 }
 
+// oneNode is the one-node cluster of ClusterBackends, started once per
+// test binary and stopped by StopShared.
+var oneNode struct {
+	once sync.Once
+	srv  *Server
+	dir  string
+	err  error
+}
+
 // ClusterBackends returns servers for a redis.ClusterClient, each a cluster
 // of one node that owns every slot: when redis-server is on PATH, a real
-// one started for the test with cluster mode on (see StartCluster) and
-// stopped at its end, and miniredis, which answers CLUSTER SLOTS so, when
-// it is not or (Backends) beside it with the long tag.
+// one with cluster mode on (see StartCluster), started once per test
+// binary and shared by its tests, which use keys of their own; and
+// miniredis, which answers CLUSTER SLOTS so, when redis-server is not on
+// PATH or, as Backends, beside it with the long tag.
 // ROUTELOCK_REQUIRE_REDIS=1 makes a missing redis-server a failure.
 func ClusterBackends(t testing.TB) []*Backend {
 	t.Helper()
 	if !onPath(t, "the cluster runs on miniredis only") {
 		return []*Backend{Mini(t)}
 	}
-	srv, err := StartCluster(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
+	oneNode.once.Do(func() {
+		dir, err := os.MkdirTemp("", "routelock-cluster-")
+		if err != nil {
+			oneNode.err = err
+			return
+		}
+		oneNode.dir = dir
+		oneNode.srv, oneNode.err = StartCluster(dir)
+	})
+	if oneNode.err != nil {
+		t.Fatal(oneNode.err)
 	}
-	t.Cleanup(srv.Stop)
-	real := &Backend{Name: "redis-cluster", Addr: srv.Addr}
+	real := &Backend{Name: "redis-cluster", Addr: oneNode.srv.Addr}
 	if besideReal {
 		return []*Backend{Mini(t), real}
 	}
