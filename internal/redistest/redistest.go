@@ -10,6 +10,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -177,9 +178,10 @@ func StopShared() {
 type Server struct {
 	Addr string
 	Port int
-	cmd  *exec.Cmd
-	dir  string   // its append-only file's, or "" for none
-	args []string // beyond the common ones
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited (and was waited for)
+	dir    string        // its append-only file's, or "" for none
+	args   []string      // beyond the common ones
 
 	sentinel string // a sentinel's config file; "" for a server
 }
@@ -210,13 +212,23 @@ func StartVolatile() (*Server, error) {
 }
 
 func startWith(dir string, args ...string) (*Server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, args: args}
+		if err := s.start(); !errors.Is(err, errExited) {
+			return s, err
+		}
+		// Another process took the free port before the server bound it.
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, args: args}
-	return s, s.start()
+	return nil, fmt.Errorf("redis-server: %w five times", errExited)
 }
+
+// errExited: a started redis-server exited before it answered, as when
+// another process took its port first.
+var errExited = errors.New("redis-server exited before it answered")
 
 func (s *Server) start() error {
 	if s.sentinel != "" {
@@ -231,15 +243,31 @@ func (s *Server) start() error {
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
 	}
+	cmd, exited := s.cmd, make(chan struct{})
+	s.exited = exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
+		info := c.InfoMap(ctx, "server")
+		err, pid := info.Err(), info.Item("Server", "process_id")
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil && pid == strconv.Itoa(cmd.Process.Pid):
 			return nil
+		case err == nil:
+			err = fmt.Errorf("process %s answers, not %d", pid, cmd.Process.Pid)
+		}
+		select {
+		case <-exited:
+			s.cmd = nil
+			return fmt.Errorf("%w: %s: %v", errExited, s.Addr, err)
+		default:
 		}
 		if time.Now().After(deadline) {
 			s.Stop()
@@ -265,7 +293,7 @@ func (s *Server) Kill() { s.kill() }
 func (s *Server) kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
+		<-s.exited
 		s.cmd = nil
 	}
 }
