@@ -72,16 +72,17 @@ func (b *Backend) Env() (name, value string) {
 func (b *Backend) MultiNode() bool { return b.conf != nil }
 
 // Deployments returns the backends of Backends and, where redis-server is
-// available, a Cluster (3 masters, 3 replicas) and a master with 2
-// replicas under 3 sentinels: those REDIS_TEST_CLUSTER_URL and
-// REDIS_TEST_SENTINEL_URL name, or else ones started once for the test
-// binary. Tests that run on them use only Universal clients, and keys of
+// available and with the long tag (or when the environment names them), a
+// Cluster (3 masters, 3 replicas) and a master with 2 replicas under 3
+// sentinels: those REDIS_TEST_CLUSTER_URL and REDIS_TEST_SENTINEL_URL
+// name, or else ones started once for the test binary. Tests that run on them use only Universal clients, and keys of
 // their own prefix; they must not stop or reconfigure a node.
 func Deployments(t testing.TB) []*Backend {
 	t.Helper()
 	bs := Backends(t)
-	if !bs[len(bs)-1].Real() && os.Getenv(ClusterVar) == "" {
-		return bs // no redis-server here, and none named
+	named := os.Getenv(ClusterVar) != "" || os.Getenv(SentinelVar) != ""
+	if !bs[len(bs)-1].Real() && os.Getenv(ClusterVar) == "" || !thorough && !named {
+		return bs // no redis-server here, and none named; or not the long tag
 	}
 	// The binary's own sets, when the environment names none, start side
 	// by side: each waits mostly for its nodes to agree.

@@ -10,9 +10,9 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -102,7 +102,7 @@ func Backends(t testing.TB) []*Backend {
 	switch {
 	case err != nil:
 		t.Fatalf("real redis: %v", err)
-	case addr != "" && besideReal:
+	case addr != "" && thorough:
 		return []*Backend{Mini(t), {Name: "redis", Addr: addr}}
 	case addr != "":
 		return []*Backend{{Name: "redis", Addr: addr}}
@@ -176,8 +176,8 @@ func StopShared() {
 
 // Server is a redis-server process started by a test.
 type Server struct {
-	Addr string
-	Port int
+	Addr   string
+	Port   int
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited (and was waited for)
 	dir    string        // its append-only file's, or "" for none
@@ -444,7 +444,7 @@ func ClusterBackends(t testing.TB) []*Backend {
 		t.Fatal(oneNode.err)
 	}
 	real := &Backend{Name: "redis-cluster", Addr: oneNode.srv.Addr}
-	if besideReal {
+	if thorough {
 		return []*Backend{Mini(t), real}
 	}
 	return []*Backend{real}
