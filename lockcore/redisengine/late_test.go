@@ -93,14 +93,7 @@ func TestAcquireAnsweredAfterItsLease(t *testing.T) {
 		if !errors.Is(err, lockcore.ErrUnavailable) {
 			t.Fatalf("Acquire answered after its lease: %v, want ErrUnavailable", err)
 		}
-		eventually(t, 5*time.Second, "the key free for another engine", func() bool {
-			ls, err := other.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
-			if err != nil {
-				return false
-			}
-			_ = ls.Release(context.Background())
-			return true
-		})
+		eventually(t, 5*time.Second, "the key free for another engine", takes(other, key))
 	})
 }
 
@@ -150,14 +143,7 @@ func TestAcquireAnsweredWithLittleLeaseLeft(t *testing.T) {
 		}
 
 		// Given back: the key is free again within a TTL.
-		eventually(t, 5*time.Second, "the key free again", func() bool {
-			ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
-			if err != nil {
-				return false
-			}
-			_ = ls.Release(context.Background())
-			return true
-		})
+		eventually(t, 5*time.Second, "the key free again", takes(l, key))
 
 		ls, err = slowed(ttl / 2)
 		if err != nil {
@@ -254,4 +240,17 @@ func TestWokenByReleaseReplyAfterSlowSend(t *testing.T) {
 			t.Fatalf("the waiter's lease: %v", err)
 		}
 	})
+}
+
+// takes returns a condition for eventually: that e takes key failing fast
+// (and releases it), so that the key is free.
+func takes(e *Engine, key lockcore.Key) func() bool {
+	return func() bool {
+		ls, err := e.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+		if err != nil {
+			return false
+		}
+		_ = ls.Release(context.Background())
+		return true
+	}
 }

@@ -3,8 +3,6 @@ package redisengine
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,33 +79,9 @@ func TestGoneWriterDoesNotHoldOffReaders(t *testing.T) {
 // beside c, and w waits for both.
 func TestQueuedReaderKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		prefix := redistest.Prefix(t)
-		k, _ := lockcore.NewKey("k")
-		waiting := make(chan string, 8) // reported waiting, by Engine
-		newEngine := func(name string, rdb *redis.Client) *Engine {
-			events := waitingEvents(func(delta int) {
-				if delta > 0 {
-					waiting <- name
-				}
-			})
-			e, err := New(rdb, Options{Prefix: prefix, Events: events})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = e.Close() })
-			return e
-		}
-		a := newEngine("a", b.Client(t))
-		unblock := make(chan struct{})
-		var once sync.Once
-		open := func() { once.Do(func() { close(unblock) }) }
-		t.Cleanup(open)
-		asked := make(chan struct{}, 64) // an acquire call of the Engine named "b"
-		cb := b.Client(t)
-		hook := &holdSubscription{unblock: unblock, key: a.redisKeys(k)[0], asked: asked, armed: new(atomic.Bool)}
-		cb.AddHook(hook)
-		nb := newEngine("b", cb)
-		c, w := newEngine("c", b.Client(t)), newEngine("w", b.Client(t))
+		r := newDropRig(t, b)
+		k, a, nb, waiting, asked, open := r.k, r.a, r.b, r.waiting, r.asked, r.open
+		c, w := r.engine("c"), r.engine("w")
 
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -155,21 +129,7 @@ func TestQueuedReaderKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
 		queue(nb, "b", lockcore.ShareAll)
 		queue(c, "c", lockcore.ShareAll)
 
-		// b's subscription drops, and its new dial is held back.
-		hook.armed.Store(true)
-		nb.nf.mu.Lock()
-		ps := nb.nf.current
-		nb.nf.mu.Unlock()
-		if ps == nil {
-			t.Fatal("no established subscription to drop")
-		}
-		_ = ps.Close()
-		for deadline := time.Now().Add(5 * time.Second); nb.nf.live.Load(); {
-			if time.Now().After(deadline) {
-				t.Fatal("the subscription never dropped")
-			}
-			time.Sleep(time.Millisecond) // polling a flag, bounded above
-		}
+		r.drop() // b's subscription drops, and its new dial is held back
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

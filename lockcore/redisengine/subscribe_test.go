@@ -88,20 +88,7 @@ func queuedOnlySubscribed(t *testing.T, b *redistest.Backend, reconnect bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hook.armed.Store(true)
-		nb.nf.mu.Lock()
-		ps := nb.nf.current
-		nb.nf.mu.Unlock()
-		if ps == nil {
-			t.Fatal("no established subscription to drop")
-		}
-		_ = ps.Close()
-		for deadline := time.Now().Add(5 * time.Second); nb.nf.live.Load(); {
-			if time.Now().After(deadline) {
-				t.Fatal("the subscription never dropped")
-			}
-			time.Sleep(time.Millisecond) // polling a flag, bounded above
-		}
+		dropSubscription(t, nb, hook)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -236,33 +223,9 @@ func (h *holdSubscription) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 // from the queue and queued again behind everyone who came after it.
 func TestQueuedKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		prefix := redistest.Prefix(t)
-		k, _ := lockcore.NewKey("k")
-		waiting := make(chan string, 8) // reported waiting, by Engine
-		newEngine := func(name string, rdb *redis.Client) *Engine {
-			events := waitingEvents(func(delta int) {
-				if delta > 0 {
-					waiting <- name
-				}
-			})
-			e, err := New(rdb, Options{Prefix: prefix, Events: events})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = e.Close() })
-			return e
-		}
-		a := newEngine("a", b.Client(t))
-		unblock := make(chan struct{})
-		var once sync.Once
-		open := func() { once.Do(func() { close(unblock) }) }
-		t.Cleanup(open)
-		asked := make(chan struct{}, 64) // an acquire call of the Engine named "b"
-		cb := b.Client(t)
-		hook := &holdSubscription{unblock: unblock, key: a.redisKeys(k)[0], asked: asked, armed: new(atomic.Bool)}
-		cb.AddHook(hook)
-		nb := newEngine("b", cb)
-		c, d := newEngine("c", b.Client(t)), newEngine("d", b.Client(t))
+		r := newDropRig(t, b)
+		k, a, nb, waiting, asked, open := r.k, r.a, r.b, r.waiting, r.asked, r.open
+		c, d := r.engine("c"), r.engine("d")
 
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -322,21 +285,7 @@ func TestQueuedKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
 		queue(c, "c")
 		queue(d, "d")
 
-		// b's subscription drops, and its new dial is held back.
-		hook.armed.Store(true)
-		nb.nf.mu.Lock()
-		ps := nb.nf.current
-		nb.nf.mu.Unlock()
-		if ps == nil {
-			t.Fatal("no established subscription to drop")
-		}
-		_ = ps.Close()
-		for deadline := time.Now().Add(5 * time.Second); nb.nf.live.Load(); {
-			if time.Now().After(deadline) {
-				t.Fatal("the subscription never dropped")
-			}
-			time.Sleep(time.Millisecond) // polling a flag, bounded above
-		}
+		r.drop() // b's subscription drops, and its new dial is held back
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -431,4 +380,76 @@ func TestGoneWaitersParkedThenDropped(t *testing.T) {
 			t.Fatalf("%d waiters left queued after the release, want the gone ones dropped", n)
 		}
 	})
+}
+
+// dropRig is what the tests of a subscription that drops work with: Engines
+// on one backend whose waits are reported to waiting by name, "a" to hold
+// the lock k, and "b", whose subscription drop drops and holds down until
+// open; asked hears each acquire call of b's that names k.
+type dropRig struct {
+	t       *testing.T
+	backend *redistest.Backend
+	prefix  string
+	k       lockcore.Key
+	a, b    *Engine
+	hook    *holdSubscription
+	waiting chan string
+	asked   chan struct{}
+	open    func()
+}
+
+func newDropRig(t *testing.T, b *redistest.Backend) *dropRig {
+	r := &dropRig{t: t, backend: b, prefix: redistest.Prefix(t), waiting: make(chan string, 8), asked: make(chan struct{}, 64)}
+	r.k, _ = lockcore.NewKey("k")
+	r.a = r.engineOn("a", b.Client(t))
+	unblock := make(chan struct{})
+	var once sync.Once
+	r.open = func() { once.Do(func() { close(unblock) }) }
+	t.Cleanup(r.open)
+	cb := b.Client(t)
+	r.hook = &holdSubscription{unblock: unblock, key: r.a.redisKeys(r.k)[0], asked: r.asked, armed: new(atomic.Bool)}
+	cb.AddHook(r.hook)
+	r.b = r.engineOn("b", cb)
+	return r
+}
+
+// engine returns a new Engine named name, on a client of its own.
+func (r *dropRig) engine(name string) *Engine { return r.engineOn(name, r.backend.Client(r.t)) }
+
+func (r *dropRig) engineOn(name string, rdb *redis.Client) *Engine {
+	events := waitingEvents(func(delta int) {
+		if delta > 0 {
+			r.waiting <- name
+		}
+	})
+	e, err := New(rdb, Options{Prefix: r.prefix, Events: events})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// drop drops b's subscription and holds its next dial back until open.
+func (r *dropRig) drop() { dropSubscription(r.t, r.b, r.hook) }
+
+// dropSubscription closes e's established subscription, whose client has
+// hook, with hook armed to hold its next dial back, and waits until e
+// knows it dropped.
+func dropSubscription(t *testing.T, e *Engine, hook *holdSubscription) {
+	t.Helper()
+	hook.armed.Store(true)
+	e.nf.mu.Lock()
+	ps := e.nf.current
+	e.nf.mu.Unlock()
+	if ps == nil {
+		t.Fatal("no established subscription to drop")
+	}
+	_ = ps.Close()
+	for deadline := time.Now().Add(5 * time.Second); e.nf.live.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the subscription never dropped")
+		}
+		time.Sleep(time.Millisecond) // polling a flag, bounded above
+	}
 }

@@ -140,6 +140,7 @@ end
 -- above every arrival until the clock passes 4e15 us (2096), and exact in
 -- a double until the clock passes 5e15 us (2128).
 local PARKED = 4000000000000000
+local BELOW_PARKED = '(4000000000000000' -- ZCOUNT's bound below PARKED
 
 -- Queues member, arriving at nows, unless it is queued; a member parked
 -- behind the others (see grant_next) takes its place back.
@@ -166,7 +167,7 @@ end
 
 -- The number of waiters queued and not parked: those who wait their turn.
 local function queued_live()
-  return redis.call('ZCOUNT', Q, '-inf', '(' .. string.format('%.0f', PARKED))
+  return redis.call('ZCOUNT', Q, '-inf', BELOW_PARKED)
 end
 
 -- Admit the waiters at the head of the queue, oldest first, while the
