@@ -124,6 +124,7 @@ func TestErrorTexts(t *testing.T) {
 	if _, err := e.Revoke(ctx, k, "test"); err != nil {
 		t.Fatal(err)
 	}
+	<-ls.Context().Done() // bounded by ctx, from which it derives
 	add("revoked lease's context", context.Cause(ls.Context()), lockcore.ErrLockLost)
 	add("revoked lease's Release", ls.Release(ctx), lockcore.ErrRevoked)
 	add("lease lost, wrapped", fmt.Errorf("%w: the key is gone", lockcore.ErrLockLost), lockcore.ErrLockLost)

@@ -156,7 +156,7 @@ func (h *miniHold) end(cause error) {
 }
 
 func (h *miniHold) Fence() int64          { return h.fence }
-func (h *miniHold) Slot() int             { return -1 }
+func (h *miniHold) Shared() (int, bool)   { return -1, false }
 func (h *miniHold) Token() string         { return h.token }
 func (h *miniHold) Done() <-chan struct{} { return h.lost }
 
@@ -166,7 +166,7 @@ func (h *miniHold) Err() error {
 	return h.err
 }
 
-func (h *miniHold) Release(context.Context) error {
+func (h *miniHold) Release(context.Context, error) error {
 	h.e.b.mu.Lock()
 	defer h.e.b.mu.Unlock()
 	if h.e.b.held[h.key] == h {

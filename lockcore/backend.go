@@ -39,31 +39,68 @@ type Request struct {
 	// Wait is FailFast or positive.
 	Wait         time.Duration
 	Route, Trace string // labels for operators (Policy.Route, Policy.Trace)
+	// Restock is Policy.Restock: the acquisition passes a closed gate.
+	Restock bool
+	// Set: the acquisition is one of several for one request (AcquireAll,
+	// AcquireSegment), whose hold may be given back before any handler
+	// sees it, when another of the set fails.
+	Set bool
 }
 
-// Taken is a hold a Backend took. Its methods do not block, but Release.
+// Taken is a hold a Backend took. Its methods do not block, but Release
+// and, briefly, Token.
 type Taken interface {
 	Fence() int64
-	// Slot is the hold's slot among permits, or -1.
-	Slot() int
+	// Shared reports whether the hold is one of several owners' at once
+	// (a reader's or a permit's), and its slot among the key's permits:
+	// 0..n-1 for Share n > 0, -1 for none. A hold that re-entered another
+	// by token is shared as that one is.
+	Shared() (slot int, ok bool)
 	// Token is the hold's owner token: the Request's, or the one of its
-	// Join it re-entered.
+	// Join it re-entered. Serve reads it when the token may leave the
+	// process (an outgoing call, Lease.Token), and, for a Request without
+	// Join, not before: from then on another process may re-enter the hold
+	// by it, so a backend that hands holds over in memory releases this one
+	// through its store. It may block briefly until the store knows the
+	// token.
 	Token() string
 	// Done is closed when the hold is lost; Err then says why.
 	Done() <-chan struct{}
 	// Err returns nil while the hold is certainly held, judged without
 	// I/O, and once it is not, why, matching ErrLockLost.
 	Err() error
-	// Release gives the hold up, once; ctx may be cancelled already (see
-	// Hold.Release).
-	Release(ctx context.Context) error
+	// Release gives the hold up, once. early is nil when its holder
+	// released it, and otherwise why its lease ended first, matching
+	// ErrLockLost (ErrMaxHold at the hold's ceiling, while its handler may
+	// still run). ctx may be cancelled already: the release goes ahead
+	// regardless, bounded by a timeout of the backend's own; ctx is for
+	// its values (see Hold.Release).
+	Release(ctx context.Context, early error) error
+}
+
+// Batch is a Backend that takes several holds, and gives several up, in
+// one exchange with its store; it declares so with Promises.Batch.
+type Batch interface {
+	Backend
+	// TakeAll takes the holds of rs, at least two, their keys distinct
+	// and sorted by Key.String, all or none. It returns nil holds and a
+	// nil error, having taken nothing, when it cannot take them so;
+	// Serve then takes them one by one. When the Wait is FailFast it may
+	// fail with the *ContentionError of a key it found held.
+	TakeAll(ctx context.Context, rs []Request) ([]Taken, error)
+	// ReleaseAll releases holds of this Backend that their holders
+	// released, as their Release methods would, each once, and returns
+	// each one's error in order.
+	ReleaseAll(ctx context.Context, ts []Taken) []error
 }
 
 // Serve returns the Engine that takes its holds from b and owns their
 // leases: it validates each Policy, re-enters in memory, mints owner
 // tokens, makes the leases and their contexts, bounds them by MaxHold,
 // and ends a lease when its hold is lost. ev is told of the holds' ends
-// (Events.Ended); b tells it of its waits.
+// (Events.Ended); b tells it of its waits. The Engine is a GroupEngine:
+// when b is a Batch that declares Promises.Batch, several holds go in one
+// exchange.
 func Serve(b Backend, ev Events) Engine { return &served{b: b, ev: ev} }
 
 // served is the Engine of Serve.
@@ -76,43 +113,141 @@ func (s *served) Promises() Promises { return s.b.Promises() }
 
 func (s *served) Close() error { return s.b.Close() }
 
+// request is the Request of an acquisition of key with p under ctx.
+func (s *served) request(ctx context.Context, key Key, p Policy, join []string) (Request, error) {
+	if ps := s.b.Promises(); p.Share == ShareAll && !ps.Shared || p.Share > 0 && !ps.Permits {
+		return Request{}, fmt.Errorf("%w: Share %d: the backend (%T) does not promise it", ErrMisconfigured, p.Share, s.b)
+	}
+	return Request{Key: key, Token: NewToken(), Join: join, Share: p.Share, TTL: p.TTL, Wait: p.Wait,
+		Route: p.Route, Trace: p.Trace, Restock: p.Restock, Set: InSet(ctx)}, nil
+}
+
 func (s *served) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error) {
 	ls, p, err := Begin(ctx, s, key, p)
 	if ls != nil || err != nil {
 		return ls, err
 	}
-	if ps := s.b.Promises(); p.Share == ShareAll && !ps.Shared || p.Share > 0 && !ps.Permits {
-		return nil, fmt.Errorf("%w: Share %d: the backend (%T) does not promise it", ErrMisconfigured, p.Share, s.b)
-	}
-	t, err := s.b.Take(ctx, Request{Key: key, Token: NewToken(), Join: TokensFrom(ctx), Share: p.Share, TTL: p.TTL, Wait: p.Wait, Route: p.Route, Trace: p.Trace})
+	r, err := s.request(ctx, key, p, TokensFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
-	h := &servedHold{t: t, shared: p.Share != 0, released: make(chan struct{})}
-	ls = NewLease(ctx, s, key, t.Token(), t.Fence(), h, s.ev)
-	go func() {
-		select {
-		case <-t.Done():
-			ls.h.lose(t.Err())
-		case <-h.released:
+	t, err := s.b.Take(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return s.lease(ctx, r, t, p.MaxHold), nil
+}
+
+// lease makes the lease of t, taken for r under ctx.
+func (s *served) lease(ctx context.Context, r Request, t Taken, maxHold time.Duration) *Lease {
+	h := &servedHold{t: t, released: make(chan struct{})}
+	tok := r.Token
+	if len(r.Join) > 0 {
+		// It may have re-entered one of them; their holds left the process
+		// already, so reading it exposes nothing.
+		tok = t.Token()
+	}
+	ls := NewLease(ctx, s, r.Key, tok, t.Fence(), h, s.ev)
+	h.h = ls.h
+	select {
+	case <-t.Done():
+		ls.h.lose(t.Err()) // lost before it was handed out: its handler never runs
+	default:
+		go h.watch()
+	}
+	LimitHold(ls, maxHold)
+	return ls
+}
+
+// AcquireGroup implements GroupEngine: a Batch backend takes the lot in
+// one exchange.
+func (s *served) AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lease, error) {
+	b, ok := s.b.(Batch)
+	if !ok || !s.b.Promises().Batch || p.Validate() != nil {
+		return nil, nil
+	}
+	join := TokensFrom(ctx)
+	rs := make([]Request, len(keys))
+	for i, k := range keys {
+		if k.isZero() {
+			return nil, nil
 		}
-	}()
-	LimitHold(ls, p.MaxHold)
-	return ls, nil
+		r, err := s.request(ctx, k, p, join)
+		if err != nil {
+			return nil, nil // one by one, each refused
+		}
+		rs[i] = r
+	}
+	ts, err := b.TakeAll(ctx, rs)
+	if ts == nil || err != nil {
+		return nil, err
+	}
+	leases := make([]*Lease, len(ts))
+	for i, t := range ts {
+		leases[i] = s.lease(ctx, rs[i], t, p.MaxHold)
+		ctx = leases[i].Context()
+	}
+	return leases, nil
+}
+
+// ReleaseHolds implements GroupEngine: the holds Serve made go to a Batch
+// backend together.
+func (s *served) ReleaseHolds(ctx context.Context, holds []Hold) []error {
+	errs := make([]error, len(holds))
+	b, ok := s.b.(Batch)
+	var (
+		ts []Taken
+		at []int
+	)
+	for i, hh := range holds {
+		if h, mine := hh.(*servedHold); ok && mine && h.early() == nil {
+			close(h.released)
+			ts, at = append(ts, h.t), append(at, i)
+			continue
+		}
+		errs[i] = hh.Release(ctx)
+	}
+	if len(ts) > 0 {
+		for i, err := range b.ReleaseAll(ctx, ts) {
+			errs[at[i]] = err
+		}
+	}
+	return errs
 }
 
 // servedHold is a Taken as a lease's Hold.
 type servedHold struct {
 	t        Taken
-	shared   bool
+	h        *held         // the lease's hold
 	released chan struct{} // closed by Release, which is called once
+}
+
+// watch loses the lease when its hold is lost, until it is released.
+func (h *servedHold) watch() {
+	select {
+	case <-h.t.Done():
+		h.h.lose(h.t.Err())
+	case <-h.released:
+	}
 }
 
 func (h *servedHold) Check() error { return h.t.Err() }
 
 func (h *servedHold) Release(ctx context.Context) error {
 	close(h.released)
-	return h.t.Release(ctx)
+	return h.t.Release(ctx, h.early())
 }
 
-func (h *servedHold) Shared() (int, bool) { return h.t.Slot(), h.shared }
+// early is Taken.Release's early: nil for a hold its holder released.
+func (h *servedHold) early() error {
+	if h.h.state.Load() == holdReleased {
+		return nil
+	}
+	return h.h.lost()
+}
+
+func (h *servedHold) Shared() (int, bool) { return h.t.Shared() }
+
+// Expose reads the hold's token, which may now leave the process (see
+// Taken.Token).
+func (h *servedHold) Expose() { h.t.Token() }

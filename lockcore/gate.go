@@ -72,7 +72,7 @@ func CloseGate(ctx context.Context, d time.Duration) error {
 	case d < 0:
 		return fmt.Errorf("%w: a gate closed for %v", ErrMisconfigured, d)
 	}
-	g, ok := h.e.(Gatekeeper)
+	g, ok := h.gates()
 	if !ok {
 		return fmt.Errorf("%w: the engine of %s (%T) has no gates", ErrMisconfigured, h.key, h.e)
 	}
@@ -98,7 +98,7 @@ func OpenGate(ctx context.Context) error {
 	case h.together:
 		return fmt.Errorf("%w: the context holds %s with other resources taken together; open the gate of the one restocked by its key, with the engine's OpenGate", ErrMisconfigured, h.key)
 	}
-	g, ok := h.e.(Gatekeeper)
+	g, ok := h.gates()
 	if !ok {
 		return fmt.Errorf("%w: the engine of %s (%T) has no gates", ErrMisconfigured, h.key, h.e)
 	}
@@ -124,4 +124,15 @@ func OpenGate(ctx context.Context) error {
 // gate refuses: it matches ErrGateClosed and names key.
 func GateError(key Key) error {
 	return fmt.Errorf("%w: %s", ErrGateClosed, key)
+}
+
+// gates returns the Gatekeeper of the engine that made h: for an Engine
+// of Serve, its Backend's.
+func (h *held) gates() (Gatekeeper, bool) {
+	var e any = h.e
+	if s, ok := e.(*served); ok {
+		e = s.b
+	}
+	g, ok := e.(Gatekeeper)
+	return g, ok
 }

@@ -34,4 +34,7 @@ type Promises struct {
 	// Permits: Policy.Share n > 0, each holder in a slot of its own. An
 	// engine without it refuses such a Policy with ErrMisconfigured.
 	Permits bool
+	// Batch: the engine takes several holds, and gives several up, in one
+	// exchange with its store (a Backend that is a Batch).
+	Batch bool
 }

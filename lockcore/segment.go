@@ -185,7 +185,7 @@ func NextSegment(ctx context.Context) error {
 	if !ok || h.segments <= 0 {
 		return fmt.Errorf("%w: the innermost lock, of %s, is not a segment's (Policy.Segments)", ErrMisconfigured, h.key)
 	}
-	g, ok := h.e.(Gatekeeper)
+	g, ok := h.gates()
 	if !ok {
 		return fmt.Errorf("%w: the engine of %s (%T) has no gates", ErrMisconfigured, h.key, h.e)
 	}
@@ -234,9 +234,14 @@ func gatekeeperOf(e Engine) (g Gatekeeper) {
 	return g
 }
 
-// wraps reports whether inner is e or an engine that e wraps.
+// wraps reports whether inner is e or an engine that e wraps, or the
+// Engine Serve made of one of them.
 func wraps(e, inner Engine) bool {
-	return through(e, func(x Engine) bool { return x == inner })
+	var b any = inner
+	if s, ok := inner.(*served); ok {
+		b = s.b
+	}
+	return through(e, func(x Engine) bool { return x == inner || any(x) == b })
 }
 
 // through calls f with e and then with each engine e wraps (a method

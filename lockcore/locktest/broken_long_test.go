@@ -43,12 +43,10 @@ var caughtBy = map[string][]string{
 	"revokeNoBump": {"FencingOrder", "Operator"},
 	// Every check that waits for a held key.
 	"waitIgnored": {"Events", "Exclusion", "FIFO", "MaxHold", "Operator", "Permits", "Policy", "SeveralKeys", "Shared", "TokenGrantsNothing", "Withdrawal", "WriterBound"},
-	// A hold outlives its ceiling.
-	"maxHoldIgnored": {"MaxHold"},
-	"slotReused":     {"Permits"},
-	"writerJoins":    {"Permits", "Shared"},
-	"readersPass":    {"Shared"},
-	"gateIgnored":    {"Gates"},
+	"slotReused":  {"Permits"},
+	"writerJoins": {"Permits", "Shared"},
+	"readersPass": {"Shared"},
+	"gateIgnored": {"Gates"},
 }
 
 // mayCatch names, for a defect, checks that catch it only when the

@@ -4,10 +4,10 @@
 // (the in-memory one and package redisengine's included) and that a new
 // engine runs in its own tests.
 //
-// Engine is an engine of equal rank: it keeps the contract of
-// lockcore.Engine as the Redis engine does (exclusive holds, fencing
-// tokens, waiting in arrival order, shared holds and permits, in-memory and
-// token re-entry) and is a
+// Engine is an engine of equal rank: a lockcore.Backend, as the Redis
+// engine is, that makes every promise the Redis engine makes (exclusive
+// holds, fencing tokens, waiting in arrival order, shared holds and
+// permits, token re-entry; lockcore.Serve re-enters in memory), and a
 // lockcore.Operator, whose Revoke plays a lost lock. It is for tests, not
 // for production: its locks live in one process and its leases never
 // expire.
@@ -37,9 +37,11 @@ const auditKeep = 100
 // instance is the engine id the Operator methods name the engine by.
 const instance = "locktest"
 
-// Engine is an in-memory lockcore.Engine and lockcore.Operator. The zero
-// Engine is ready to use; it must not be copied after first use. All
-// methods are safe for concurrent use.
+// Engine is an in-memory lockcore.Engine, lockcore.Operator and
+// lockcore.Gatekeeper, made as every new engine is: a lockcore.Backend
+// whose leases lockcore.Serve makes. The zero Engine is ready to use; it
+// must not be copied after first use. All methods are safe for concurrent
+// use.
 type Engine struct {
 	// Events, if set, is told what the engine does, as lockcore.Events
 	// describes: Waiting when an acquisition starts and stops waiting;
@@ -49,9 +51,9 @@ type Engine struct {
 	// which is a hold of its own) is released or revoked. The engine never
 	// renews, so Renewed is never called. Waiting(key, +1) is called with
 	// the engine's lock held, so that a waiter is counted before Inspect or
-	// Await can see it, and so is Ended of a revocation, before the lease's
-	// context is cancelled; the other calls are made without it. Set it
-	// before the first Acquire.
+	// Await can see it; the other calls are made without it (Ended of a
+	// revocation just after Revoke returns, before the lease's context is
+	// cancelled). Set it before the first Acquire.
 	Events lockcore.Events
 
 	// Name is the instance name the Operator methods show for the engine
@@ -59,11 +61,16 @@ type Engine struct {
 	// "locktest". Default: "locktest". Set it before the first Acquire.
 	Name string
 
+	srvOnce sync.Once
+	srv     lockcore.Engine // the leases of its holds (lockcore.Serve)
+
 	mu      sync.Mutex
 	keys    map[lockcore.Key]*keyState
 	gates   map[lockcore.Key]lockcore.Gate // the closed ones
 	changed chan struct{}                  // closed and replaced on every change (see Await)
 	defects defects                        // deliberate faults, set only by this package's tests
+	closed  bool                           // Close was called
+	shut    chan struct{}                  // closed by Close: its waiters give up
 }
 
 // keyState is what the backend knows of one key. It is kept after the key
@@ -90,64 +97,117 @@ type owner struct {
 	trace   string  // Policy.Trace of its fresh acquisition
 }
 
-// hold is one entry of a key's hold: what a lease wraps.
+// hold is one entry of a key's hold: the lockcore.Taken a lease is made
+// of.
 type hold struct {
 	e    *Engine
 	ks   *keyState
 	o    *owner
-	ls   *lockcore.Lease
-	lost atomic.Pointer[error] // the cause of its loss; read by Check without the mutex
+	lost atomic.Pointer[error] // the cause of its loss; read by Err without the mutex
+	gone chan struct{}         // closed when it is lost
 	done bool                  // released or lost; guarded by e.mu
 }
 
-// Shared implements lockcore.SharedHold.
+// newHold returns a fresh entry of o's hold of ks.
+func (e *Engine) newHold(ks *keyState, o *owner) *hold {
+	h := &hold{e: e, ks: ks, o: o, gone: make(chan struct{})}
+	o.entries = append(o.entries, h)
+	return h
+}
+
+// Shared implements lockcore.Taken.
 func (h *hold) Shared() (int, bool) { return h.o.slot, h.o.share != 0 }
+
+// Fence implements lockcore.Taken.
+func (h *hold) Fence() int64 { return h.o.fence }
+
+// Token implements lockcore.Taken.
+func (h *hold) Token() string { return h.o.token }
+
+// Done implements lockcore.Taken: closed when the hold is revoked.
+func (h *hold) Done() <-chan struct{} { return h.gone }
 
 // waiter is one blocked acquisition.
 type waiter struct {
-	ctx      context.Context
 	ttl      time.Duration
 	share    int
+	token    string   // the Request's Token
+	join     []string // and its Join
 	since    time.Time
 	deadline time.Time
-	route    string          // Policy.Route
-	trace    string          // Policy.Trace
-	ready    chan struct{}   // closed when granted
-	ls       *lockcore.Lease // the granted lease; guarded by e.mu
+	route    string        // Policy.Route
+	trace    string        // Policy.Trace
+	ready    chan struct{} // closed when granted
+	h        *hold         // the granted hold; guarded by e.mu
 }
 
-// Acquire implements lockcore.Engine. A zero key fails with
-// lockcore.ErrInvalidKey, an invalid Policy with lockcore.ErrMisconfigured
-// (lockcore.Begin); a TTL of 0 is 10 seconds. A context
-// that holds the key through this engine re-enters it in memory.
-// Otherwise a free key is taken for a fresh hold; a hold owned by one of
-// lockcore.TokensFrom(ctx) gets one more entry under its token; and a hold
-// of another owner fails at once with a *lockcore.ContentionError when
-// p.Wait is lockcore.FailFast, or is waited for in arrival order up to p.Wait (then a
-// ContentionError with TimedOut) or until ctx ends (then errors.Join of a
-// ContentionError, TimedOut for a deadline, and ctx.Err()). RetryAfter is
-// how long the key's released holds lasted (a weighted mean), or 100ms
-// before any was released, and never more than the holder's TTL (the
-// engine renews perfectly). On error nothing is held or queued.
-// Promises implements lockcore.Engine: the in-memory engine makes every
+// Acquire implements lockcore.Engine: it takes the lock on key, as
+// lockcore.Serve does with the engine's holds (see Take). A zero key fails
+// with lockcore.ErrInvalidKey, an invalid Policy with
+// lockcore.ErrMisconfigured; a context that holds the key through this
+// engine re-enters it in memory.
+func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	return e.served().Acquire(ctx, key, p)
+}
+
+// served is the Engine that makes leases of e's holds.
+func (e *Engine) served() lockcore.Engine {
+	e.srvOnce.Do(func() { e.srv = lockcore.Serve(e, e.events()) })
+	return e.srv
+}
+
+// Promises implements lockcore.Backend: the in-memory engine makes every
 // promise (a defect planted in it breaks the one it names).
 func (e *Engine) Promises() lockcore.Promises {
 	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true}
 }
 
-func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	ls, err := e.acquire(ctx, key, p)
-	if err == nil && !e.defects.maxHoldIgnored {
-		lockcore.LimitHold(ls, p.MaxHold)
+// errLostClosed is the cause of a hold lost to Close.
+var errLostClosed = fmt.Errorf("%w: %w", lockcore.ErrLockLost, lockcore.ErrClosed)
+
+// Close implements lockcore.Backend: from then on every acquisition fails
+// with lockcore.ErrClosed, and so do the engine's waiters; its holds are
+// lost, with a cause matching lockcore.ErrLockLost and ErrClosed. Its
+// Operator and Gatekeeper methods still answer. Closing twice changes
+// nothing.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
 	}
-	return ls, err
+	e.closed = true
+	close(e.shutdown())
+	for _, ks := range e.keys {
+		if len(ks.owners) > 0 {
+			e.lose(ks, errLostClosed)
+			ks.owners = nil
+		}
+	}
+	e.notify()
+	return nil
 }
 
-func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	ls, p, err := lockcore.Begin(ctx, e, key, p)
-	if ls != nil || err != nil {
-		return ls, err
+// shutdown returns the channel Close closes. e.mu is held.
+func (e *Engine) shutdown() chan struct{} {
+	if e.shut == nil {
+		e.shut = make(chan struct{})
 	}
+	return e.shut
+}
+
+// Take implements lockcore.Backend: a TTL of 0 is 10 seconds. A free key
+// is taken for a fresh hold; a hold owned by one of r.Join gets one more
+// entry under its token; and a hold of another owner fails at once with a
+// *lockcore.ContentionError when r.Wait is lockcore.FailFast, or is waited
+// for in arrival order up to r.Wait (then a ContentionError with TimedOut)
+// or until ctx ends (then errors.Join of a ContentionError, TimedOut for a
+// deadline, and ctx.Err()). RetryAfter is how long the key's released
+// holds lasted (a weighted mean), or 100ms before any was released, and
+// never more than the holder's TTL (the engine renews perfectly). On error
+// nothing is held or queued.
+func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, error) {
+	key, p := r.Key, r
 	ttl := p.TTL
 	if ttl == 0 {
 		ttl = defaultTTL
@@ -157,6 +217,10 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	}
 
 	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, lockcore.ErrClosed
+	}
 	// Readers and restocks pass a closed gate (lockcore.Gatekeeper).
 	passes := p.Share == lockcore.ShareAll || p.Restock
 	if g, closed := e.gates[key]; closed && !passes && !g.Open(time.Now()) && !e.defects.gateIgnored {
@@ -169,30 +233,28 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		e.mu.Unlock()
 		return nil, errors.Join(ce, err)
 	}
-	o := ks.ownedBy(lockcore.TokensFrom(ctx))
+	o := ks.ownedBy(r.Join)
 	switch {
 	case o != nil && !e.defects.ignoreTokens:
 		if o.share != 0 && p.Share == 0 {
 			e.mu.Unlock()
 			return nil, fmt.Errorf("%w: %s", lockcore.ErrUpgrade, key)
 		}
-		h := &hold{e: e, ks: ks, o: o}
-		h.ls = lockcore.NewLease(ctx, e, key, o.token, o.fence, h, e.events())
-		o.entries = append(o.entries, h)
+		h := e.newHold(ks, o)
 		e.notify()
 		e.mu.Unlock()
-		return h.ls, nil
+		return h, nil
 	case (len(ks.queue) == 0 || e.defects.readersPass && p.Share != 0) && ks.admits(p.Share) || e.defects.grantTwice && len(ks.owners) == 1 && len(ks.owners[0].entries) == 1:
-		ls := e.take(ks, ctx, ttl, p.Share, p.Route, trimTrace(p.Trace))
+		h := e.take(ks, r.Token, r.Join, ttl, p.Share, p.Route, trimTrace(p.Trace))
 		e.mu.Unlock()
-		return ls, nil
+		return h, nil
 	case p.Wait <= 0:
 		ce := &lockcore.ContentionError{Key: key.String(), RetryAfter: ks.retryAfter()}
 		e.mu.Unlock()
 		return nil, ce
 	}
 	now := time.Now()
-	w := &waiter{ctx: ctx, ttl: ttl, share: p.Share, since: now, deadline: now.Add(p.Wait), route: p.Route, trace: trimTrace(p.Trace), ready: make(chan struct{})}
+	w := &waiter{token: r.Token, join: r.Join, ttl: ttl, share: p.Share, since: now, deadline: now.Add(p.Wait), route: p.Route, trace: trimTrace(p.Trace), ready: make(chan struct{})}
 	if d, ok := ctx.Deadline(); ok && d.Before(w.deadline) {
 		w.deadline = d
 	}
@@ -202,6 +264,7 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		defer ev.Waiting(key, -1)
 	}
 	e.notify()
+	shut := e.shutdown()
 	e.mu.Unlock()
 
 	timer := time.NewTimer(p.Wait)
@@ -209,34 +272,42 @@ func (e *Engine) acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	select {
 	case <-w.ready:
 		e.woken(key, wokenByMessage)
-		return w.ls, nil
+		return w.h, nil
 	case <-timer.C:
 		e.woken(key, wokenByTimer)
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if w.ls != nil {
-			return w.ls, nil // granted as the wait ran out
+		if w.h != nil {
+			return w.h, nil // granted as the wait ran out
 		}
 		e.dequeue(ks, w)
 		return nil, &lockcore.ContentionError{Key: key.String(), RetryAfter: ks.retryAfter(), TimedOut: true}
+	case <-shut:
+		e.mu.Lock()
+		h := w.h
+		if h == nil {
+			e.dequeue(ks, w)
+		}
+		e.mu.Unlock()
+		if h != nil {
+			_ = h.Release(context.Background(), lockcore.ErrClosed)
+		}
+		return nil, lockcore.ErrClosed
 	case <-ctx.Done():
 		err := ctx.Err()
 		ce := &lockcore.ContentionError{Key: key.String(), TimedOut: errors.Is(err, context.DeadlineExceeded)}
 		e.mu.Lock()
-		ls := w.ls
-		if ls == nil {
+		h := w.h
+		if h == nil {
 			if !e.defects.keepWaiter {
 				e.dequeue(ks, w)
 			}
 			ce.RetryAfter = ks.retryAfter()
-		} else {
-			// Never handed out: not a hold to report.
-			lockcore.Lose(ls, err)
 		}
 		e.mu.Unlock()
-		if ls != nil {
+		if h != nil {
 			// Granted as ctx ended: give it back, to the next waiter.
-			_ = ls.Release(context.Background())
+			_ = h.Release(context.Background(), err)
 		}
 		return nil, errors.Join(ce, err)
 	}
@@ -322,16 +393,16 @@ func (ks *keyState) admits(share int) bool {
 	return share < 0 || len(ks.owners) < share
 }
 
-// take makes a fresh hold of ks, which admits it, for an acquisition with
-// ctx, route and trace and returns its lease. e.mu is held.
-func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration, share int, route, trace string) *lockcore.Lease {
+// take makes a fresh hold of ks, which admits it, for token and returns
+// it; join is the Request's Join. e.mu is held.
+func (e *Engine) take(ks *keyState, token string, join []string, ttl time.Duration, share int, route, trace string) *hold {
 	ks.counter++
 	if e.defects.fenceReset && len(ks.owners) == 0 {
 		ks.counter = 1
 	}
-	o := &owner{token: lockcore.NewToken(), fence: ks.counter, ttl: ttl, since: time.Now(), share: share, slot: -1, route: route, trace: trace}
-	if toks := lockcore.TokensFrom(ctx); e.defects.tokenTakesFree && len(toks) > 0 {
-		o.token = toks[0]
+	o := &owner{token: token, fence: ks.counter, ttl: ttl, since: time.Now(), share: share, slot: -1, route: route, trace: trace}
+	if e.defects.tokenTakesFree && len(join) > 0 {
+		o.token = join[0]
 	}
 	if share > 0 {
 		// The lowest slot no other holder has.
@@ -342,14 +413,13 @@ func (e *Engine) take(ks *keyState, ctx context.Context, ttl time.Duration, shar
 		}
 	}
 	ks.owners = append(ks.owners, o)
-	h := &hold{e: e, ks: ks, o: o}
-	h.ls = lockcore.NewLease(ctx, e, ks.key, o.token, o.fence, h, e.events())
-	o.entries = append(o.entries, h)
+	h := e.newHold(ks, o)
 	e.notify()
-	return h.ls
+	return h
 }
 
-// events is what the leases of the engine's holds tell of their ends.
+// events is what the leases of the engine's holds tell of their ends
+// (lockcore.Serve).
 func (e *Engine) events() lockcore.Events {
 	if e.defects.endsUntold {
 		return nil
@@ -359,9 +429,9 @@ func (e *Engine) events() lockcore.Events {
 
 // admit hands ks to its waiters in arrival order, as long as it admits the
 // first of them: the first exclusive one when ks is free, or a run of
-// shared ones. e.mu is held.
+// shared ones; none once the engine is closed. e.mu is held.
 func (e *Engine) admit(ks *keyState) {
-	for n := len(ks.queue); n > 0; n = len(ks.queue) {
+	for n := len(ks.queue); n > 0 && !e.closed; n = len(ks.queue) {
 		i := 0
 		if e.defects.lifo {
 			i = n - 1
@@ -371,7 +441,7 @@ func (e *Engine) admit(ks *keyState) {
 			break
 		}
 		ks.queue = slices.Delete(ks.queue, i, i+1)
-		w.ls = e.take(ks, w.ctx, w.ttl, w.share, w.route, w.trace)
+		w.h = e.take(ks, w.token, w.join, w.ttl, w.share, w.route, w.trace)
 		close(w.ready)
 	}
 	e.notify()
@@ -393,19 +463,19 @@ func (e *Engine) notify() {
 	}
 }
 
-// Check implements lockcore.Hold: nil until the hold was taken away, then
+// Err implements lockcore.Taken: nil until the hold was taken away, then
 // the cause it was taken away with.
-func (h *hold) Check() error {
+func (h *hold) Err() error {
 	if cause := h.lost.Load(); cause != nil {
 		return *cause
 	}
 	return nil
 }
 
-// Release implements lockcore.Hold: it drops this entry of the hold and
+// Release implements lockcore.Taken: it drops this entry of the hold and
 // frees the key, for its oldest waiter, when none is left. Releasing an
 // entry that was taken away changes nothing. It never fails.
-func (h *hold) Release(ctx context.Context) error {
+func (h *hold) Release(context.Context, error) error {
 	e := h.e
 	e.mu.Lock()
 	if h.done {
@@ -426,16 +496,16 @@ func (h *hold) Release(ctx context.Context) error {
 }
 
 // lose ends the live hold of ks as lost with cause, which matches
-// lockcore.ErrLockLost: each entry's lease is lost (lockcore.Lose, which
-// tells Events of the entry's end before it cancels the lease's context),
-// with the engine's lock held. The key is not freed. e.mu is held.
+// lockcore.ErrLockLost: each entry's Done is closed, so that lockcore
+// loses its leases (telling Events of the entry's end before it cancels
+// their contexts). The key is not freed. e.mu is held.
 func (e *Engine) lose(ks *keyState, cause error) {
 	for _, o := range ks.owners {
 		for _, h := range o.entries {
 			h.done = true
 			if !e.defects.silentLoss {
 				h.lost.Store(&cause)
-				lockcore.Lose(h.ls, cause)
+				close(h.gone)
 			}
 		}
 	}
@@ -519,11 +589,12 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore
 
 // Revoke implements lockcore.Operator: it takes the hold of key away from
 // its owner (every owner of a shared one), as a backend that lost it
-// would. Events is told that each of its entries ended, with cause lockcore.ErrRevoked; then the contexts of
-// all its leases (its fresh acquisition, its token re-entries and their
-// in-memory re-entries) are cancelled with that cause, the key's fencing
-// counter moves past the revoked hold's fence, and the key goes to its
-// oldest waiter or is freed. It returns lockcore.ErrNotHeld when nobody
+// would: the key's fencing counter moves past the revoked hold's fence,
+// and the key goes to its oldest waiter or is freed. Its leases (its fresh
+// acquisition, its token re-entries and their in-memory re-entries) report
+// lockcore.ErrRevoked from Err at once; just after Revoke returns, Events
+// is told that each of its entries ended with that cause, and then their
+// contexts are cancelled with it. It returns lockcore.ErrNotHeld when nobody
 // holds key, and an error matching lockcore.ErrInvalidReason for a reason
 // that is empty, longer than 256 bytes, not UTF-8, or has control
 // characters. Tests use it to play a lock lost while its handler runs.
@@ -660,7 +731,6 @@ type defects struct {
 	endsUntold     bool // leases are given no Events: no hold's end is told
 	revokeNoBump   bool // Revoke does not move the fencing counter on
 	waitIgnored    bool // every acquisition fails fast
-	maxHoldIgnored bool // a Policy's MaxHold ends nothing
 	slotReused     bool // every permit gets slot 0
 	writerJoins    bool // a waiter is admitted beside shared holders, exclusive or not
 	readersPass    bool // a shared acquisition enters past queued waiters

@@ -404,7 +404,7 @@ func TestLose(t *testing.T) {
 	for name, c := range map[string]context.Context{"lease": ls.Context(), "token re-entry": byToken.Context(), "derived": derived} {
 		select {
 		case <-c.Done():
-		default:
+		case <-time.After(5 * time.Second):
 			t.Fatalf("%s: context not cancelled by Lose", name)
 		}
 		if cause := context.Cause(c); !errors.Is(cause, lockcore.ErrLockLost) {

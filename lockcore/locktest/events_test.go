@@ -74,6 +74,18 @@ func wantCalls(t *testing.T, r *recorder, want ...string) {
 	}
 }
 
+// lost waits, a bounded time, until the contexts of leases are cancelled.
+func lost(t *testing.T, leases ...*lockcore.Lease) {
+	t.Helper()
+	for _, ls := range leases {
+		select {
+		case <-ls.Context().Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the context of the lease of %v was not cancelled", ls.Key())
+		}
+	}
+}
+
 // wantUnordered is wantCalls for calls made by goroutines of their own.
 func wantUnordered(t *testing.T, r *recorder, want ...string) {
 	t.Helper()
@@ -152,8 +164,10 @@ func TestEvents(t *testing.T) {
 	if !e.Lose(k) {
 		t.Fatal("Lose found no hold")
 	}
-	wantCalls(t, &r, "ended ev:1 lost err=<nil>", "ended ev:1 lost err=<nil>")
-	if n := len(r.ctxs); r.ctxs[n-2] != next.Context() || r.ctxs[n-1] != byToken.Context() {
+	lost(t, next, byToken) // Ended is told before the context is cancelled
+	wantUnordered(t, &r, "ended ev:1 lost err=<nil>", "ended ev:1 lost err=<nil>")
+	if n := len(r.ctxs); !(r.ctxs[n-2] == next.Context() && r.ctxs[n-1] == byToken.Context() ||
+		r.ctxs[n-1] == next.Context() && r.ctxs[n-2] == byToken.Context()) {
 		t.Fatal("Ended of a loss did not get the lease's context")
 	}
 	if err := next.Release(ctx); !errors.Is(err, lockcore.ErrLockLost) {
@@ -168,6 +182,7 @@ func TestEvents(t *testing.T) {
 	if _, err := e.Revoke(bounded(t), k, "by a test"); err != nil {
 		t.Fatal(err)
 	}
+	lost(t, ls)
 	if cause := context.Cause(ls.Context()); !errors.Is(cause, lockcore.ErrRevoked) {
 		t.Fatalf("cause %v, want ErrRevoked", cause)
 	}

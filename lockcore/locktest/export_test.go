@@ -50,7 +50,7 @@ func (e *Engine) Waiters(key lockcore.Key) int {
 var Defects = []string{
 	"grantTwice", "lifo", "ignoreTokens", "tokenTakesFree", "silentLoss",
 	"fenceReset", "keepWaiter", "endsUntold", "revokeNoBump", "waitIgnored",
-	"maxHoldIgnored", "slotReused", "writerJoins", "readersPass", "gateIgnored",
+	"slotReused", "writerJoins", "readersPass", "gateIgnored",
 }
 
 // Broken returns an Engine with the named defect, reporting to ev.
@@ -78,8 +78,6 @@ func Broken(defect string, ev lockcore.Events) *Engine {
 		d.revokeNoBump = true
 	case "waitIgnored":
 		d.waitIgnored = true
-	case "maxHoldIgnored":
-		d.maxHoldIgnored = true
 	case "slotReused":
 		d.slotReused = true
 	case "writerJoins":

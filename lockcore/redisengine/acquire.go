@@ -52,14 +52,16 @@ import (
 // Promises implements lockcore.Engine: the Redis engine makes every
 // promise, FIFO with Options.LocalHandOvers hand-overs in memory in a row.
 func (l *Engine) Promises() lockcore.Promises {
-	return lockcore.Promises{FIFO: true, LocalHandOvers: l.opt.LocalHandOvers, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true}
+	return lockcore.Promises{FIFO: true, LocalHandOvers: l.opt.LocalHandOvers, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true, Batch: true}
 }
 
 func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	ls, p, err := lockcore.Begin(ctx, l, key, p)
-	if ls != nil || err != nil {
-		return ls, err // Close lost every hold: no lease re-enters after it
-	}
+	return l.srv.Acquire(ctx, key, p)
+}
+
+// Take implements lockcore.Backend: the hold of one acquisition (see
+// Acquire), which lockcore.Serve makes a lease of.
+func (l *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, error) {
 	if l.closed.Load() {
 		return nil, lockcore.ErrClosed
 	}
@@ -67,6 +69,8 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		// It would take a lock without deciding the restart guard.
 		return nil, fmt.Errorf("%w: an OperatorOnly engine (redisengine.Options.OperatorOnly) takes no lock", lockcore.ErrMisconfigured)
 	}
+	p := lockcore.Policy{Share: r.Share, Restock: r.Restock}
+	key := r.Key
 	var read <-chan struct{} // the settings' first read, while it has not landed
 	if !l.settled.Load() {
 		read = l.settle(ctx)
@@ -81,12 +85,13 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 			return nil, err
 		}
 	}
-	if p.TTL == 0 {
-		p.TTL = l.opt.TTL
+	ttl := r.TTL
+	if ttl == 0 {
+		ttl = l.opt.TTL
 	}
-	if p.TTL > l.opt.MaxTTL {
+	if ttl > l.opt.MaxTTL {
 		// The restart guard bounds every lease by MaxTTL.
-		return nil, fmt.Errorf("%w: TTL %v is longer than redisengine.Options.MaxTTL %v, which the restart guard protects", lockcore.ErrMisconfigured, p.TTL, l.opt.MaxTTL)
+		return nil, fmt.Errorf("%w: TTL %v is longer than redisengine.Options.MaxTTL %v, which the restart guard protects", lockcore.ErrMisconfigured, ttl, l.opt.MaxTTL)
 	}
 	if bad := l.refuse.Load(); bad != nil {
 		return nil, l.report(*bad)
@@ -94,14 +99,15 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(&lockcore.ContentionError{Key: key.String()}, err)
 	}
-	h := l.newHold(key, lockcore.NewToken(), p.TTL)
-	h.share, h.slot = p.Share, -1
-	h.setOrigin(p)
-	if toks := lockcore.TokensFrom(ctx); len(toks) > 0 {
-		h.others = strings.Join(toks, " ")
+	h := l.newHold(key, r.Token, ttl)
+	h.share, h.slot = r.Share, -1
+	h.setOrigin(r.Route, r.Trace)
+	if len(r.Join) > 0 {
+		h.others = strings.Join(r.Join, " ")
 	}
-	h.passable = l.opt.LocalHandOvers > 0 && p.Share == 0 && h.others == ""
-	sent, length, err := l.acquire(ctx, h, max(p.Wait, 0))
+	h.passable = l.opt.LocalHandOvers > 0 && r.Share == 0 && h.others == ""
+	h.inSet = r.Set
+	sent, length, err := l.acquire(ctx, h, max(r.Wait, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -119,10 +125,8 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		return nil, unavailable("acquire", errLate)
 	}
 	h.start = time.Now()
-	h.ls = lockcore.NewLease(ctx, l, key, h.token, h.fence, h, l.opt.Events)
 	if !l.wd.add(h, sent, length) {
-		// Closed while acquiring: give it back. Its lease was never handed
-		// out: lost with ErrClosed, Events hears nothing of it.
+		// Closed while acquiring: give it back, never handed out.
 		h.lose(lockcore.ErrClosed)
 		if h.grant != nil {
 			l.giveBack(h.grant)
@@ -141,16 +145,15 @@ func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 		l.bg.do(func() { l.runPass(h) })
 	}
 	if read != nil {
-		if err := l.firstLock(h.ls, read); err != nil {
+		if err := l.firstLock(h, read); err != nil {
 			return nil, err
 		}
 	}
-	lockcore.LimitHold(h.ls, p.MaxHold)
-	return h.ls, nil
+	return h, nil
 }
 
 func (l *Engine) newHold(key lockcore.Key, tok string, ttl time.Duration) *hold {
-	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1}
+	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1, lost: make(chan struct{})}
 	h.args = [5]any{&h.keys[0], &h.keys[1], &h.keys[2], tok}
 	h.guard, h.ch = &guardKey, &l.channel
 	if l.cluster {
@@ -318,7 +321,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 			return sent, h.ttl, nil
 		}
 		pttl = -v
-		if h.passable && !local && !lockcore.InSet(ctx) {
+		if h.passable && !local && !h.inSet {
 			// Before Events hears it waits: in arrival order. (Not one
 			// of a set: the set could give the hold back unseen.)
 			l.nf.queueLocal(w)

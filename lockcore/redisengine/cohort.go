@@ -2,7 +2,6 @@ package redisengine
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
@@ -29,7 +28,7 @@ import (
 //   - the successor is not renewed, and is lost when the validity it
 //     inherited runs out;
 //   - its release waits for the call (at most Options.ReleaseTimeout);
-//   - its token is not handed out (Expose waits, at most Options.Timeout),
+//   - its token is not handed out (Token waits, at most Options.Timeout),
 //     since Redis would not let another process re-enter by it;
 //   - an operator's revocation names the released hold, which Redis still
 //     has: the pass script finds it revoked, and the successor is told.
@@ -41,10 +40,10 @@ import (
 // then). So every hold a revocation names is either released through
 // Redis, whose answer tells its holder, or taken by a successor whose
 // pass call tells it. None goes to an attempt whose lease could go back
-// unseen (lockcore.InSet), nor after Close; a hold that goes back anyway
+// unseen (lockcore.Request.Set), nor after Close; a hold that goes back anyway
 // (giveBack) logs a revocation its release finds.
 //
-// The released hold's token never left the process (Expose), so nobody can
+// The released hold's token never left the process (Token), so nobody can
 // re-enter by it meanwhile.
 
 // localGrant is a hold handed over in memory to a waiter.
@@ -217,8 +216,8 @@ func (h *hold) passedFrom() (*hold, []string) {
 	return p, members
 }
 
-// passOn hands h, whose release began, to a waiter of this Engine in
-// memory, if it may be and one waits; it reports whether it did.
+// passOn hands h, whose holder began to release it, to a waiter of this
+// Engine in memory, if it may be and one waits; it reports whether it did.
 func (h *hold) passOn(first bool) bool {
 	l := h.l
 	if !first || !h.passable || h.passes >= l.opt.LocalHandOvers || h.exposed.Load() || l.closed.Load() {
@@ -227,19 +226,20 @@ func (h *hold) passOn(first bool) bool {
 	// Only a hold released by its holder, while certainly held: not one
 	// lost, or released at its ceiling while its handler may still run.
 	valid := h.valid.Load()
-	if mono() >= valid || h.ls == nil || !errors.Is(h.ls.Err(), lockcore.ErrReleased) {
+	if mono() >= valid {
 		return false
 	}
 	return l.nf.passTo(h.keys[0], &localGrant{prev: h, fence: h.fence + 1, passes: h.passes + 1, valid: valid})
 }
 
-// Expose implements lockcore's Expose: h's token may leave the process, so
+// Token implements lockcore.Taken: h's token may leave the process, so
 // its release goes through Redis; a successor's waits until Redis has it.
-func (h *hold) Expose() {
+func (h *hold) Token() string {
 	h.exposed.Store(true)
 	if h.pending != nil {
 		h.settle(h.l.opt.Timeout)
 	}
+	return h.token
 }
 
 // settle waits up to d for h's pass call, and reports its outcome.

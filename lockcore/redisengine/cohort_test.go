@@ -528,7 +528,7 @@ func TestPassRetriedAfterLostReply(t *testing.T) {
 			r.a.wd.mu.Lock()
 			defer r.a.wd.mu.Unlock()
 			for _, x := range r.a.wd.holds {
-				if x.ls == next && x.passed.Load() == passDone {
+				if x.key == next.Key() && x.fence == next.Fence() && x.passed.Load() == passDone {
 					h = x
 				}
 			}

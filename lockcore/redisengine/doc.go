@@ -1,8 +1,9 @@
 // Package redisengine is routelock's Redis engine: reentrant, fenced,
 // watchdog-renewed locks on one Redis (a server, or a Cluster), with
-// fail-fast and blocking acquisition. It implements lockcore.Engine; the
-// HTTP middleware and the gRPC interceptors use it through that interface,
-// and lock.New makes one.
+// fail-fast and blocking acquisition. It is a lockcore.Backend, which
+// takes holds and gives them back, and a lockcore.Engine whose leases
+// lockcore.Serve makes of them; the HTTP middleware and the gRPC
+// interceptors use it through that interface, and lock.New makes one.
 //
 //	engine, err := redisengine.New(rdb, redisengine.Options{})
 //	lease, err := engine.Acquire(ctx, key, lockcore.Policy{Wait: 2 * time.Second})

@@ -15,48 +15,55 @@ import (
 // one by one.
 const maxGroup = 32
 
-// AcquireGroup implements lockcore.GroupEngine: it takes the exclusive
-// locks of keys in one call to Redis, all or none, when every one of them
-// is free and nobody waits for it.
+// AcquireGroup implements lockcore.GroupEngine (see TakeAll).
+func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
+	return l.srv.(lockcore.GroupEngine).AcquireGroup(ctx, keys, p)
+}
+
+// TakeAll implements lockcore.Batch: it takes the exclusive locks of rs'
+// keys in one call to Redis, all or none, when every one of them is free
+// and nobody waits for it.
 //
 // It does not try, and returns (nil, nil), for shared acquisitions, for a
-// context that holds or carries any lock already (re-entry), on a Cluster
-// when the keys are in more than one slot (each key has a slot of its own
-// but for the chance of a hash collision, so on a Cluster this is rare),
-// when replicas must acknowledge acquisitions (Options.Replicas), before
-// the Engine has read the server's settings and the closed gates, and for
-// more than 32 keys;
-// nor after finding one of the keys held or waited for, unless p.Wait is
+// context that holds or carries any lock already (re-entry: Join), on a
+// Cluster when the keys are in more than one slot (each key has a slot of
+// its own but for the chance of a hash collision, so on a Cluster this is
+// rare), when replicas must acknowledge acquisitions (Options.Replicas),
+// before the Engine has read the server's settings and the closed gates,
+// and for more than 32 keys;
+// nor after finding one of the keys held or waited for, unless the Wait is
 // lockcore.FailFast and the key is held: it then fails with that key's
-// *lockcore.ContentionError. Its other errors are Acquire's.
-func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
-	for _, k := range keys {
+// *lockcore.ContentionError. Its other errors are Take's.
+func (l *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore.Taken, error) {
+	for _, r := range rs {
 		// A closed gate refuses the lot before any call, whether or not
 		// they could go together.
-		if err := l.gated(k, p); err != nil {
+		if err := l.gated(r.Key, lockcore.Policy{Share: r.Share, Restock: r.Restock}); err != nil {
 			return nil, err
 		}
 	}
-	if len(keys) < 2 || len(keys) > maxGroup || p.Share != 0 || p.Validate() != nil || l.run.ack > 0 || l.opt.OperatorOnly ||
-		!l.settled.Load() || !l.gates.known.Load() || l.refuse.Load() != nil || l.closed.Load() || ctx.Err() != nil ||
-		len(lockcore.TokensFrom(ctx)) > 0 {
+	if len(rs) < 2 || len(rs) > maxGroup || l.run.ack > 0 || l.opt.OperatorOnly ||
+		!l.settled.Load() || !l.gates.known.Load() || l.refuse.Load() != nil || l.closed.Load() || ctx.Err() != nil {
 		return nil, nil
 	}
-	if p.TTL == 0 {
-		p.TTL = l.opt.TTL
+	ttl, wait := rs[0].TTL, rs[0].Wait
+	if ttl == 0 {
+		ttl = l.opt.TTL
 	}
-	if p.TTL > l.opt.MaxTTL {
+	for _, r := range rs {
+		if r.Share != 0 || len(r.Join) > 0 || r.TTL != rs[0].TTL || r.Wait != wait {
+			return nil, nil
+		}
+	}
+	if ttl > l.opt.MaxTTL {
 		return nil, nil // one by one, each refused
 	}
 	now := time.Now()
-	hs := make([]*hold, len(keys))
-	for i, k := range keys {
-		if k == (lockcore.Key{}) {
-			return nil, nil
-		}
-		h := l.newHold(k, lockcore.NewToken(), p.TTL)
+	hs := make([]*hold, len(rs))
+	for i, r := range rs {
+		h := l.newHold(r.Key, r.Token, ttl)
 		h.slot = -1
-		h.setOrigin(p)
+		h.setOrigin(r.Route, r.Trace)
 		h.setEntry(l.nextID(now))
 		if l.cluster && i > 0 && slotOf(h.keys[0]) != slotOf(hs[0].keys[0]) {
 			return nil, nil // a Cluster's slots: one by one, each in its own
@@ -83,7 +90,7 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		a[j], a[j+1], a[j+2] = h.args[0], h.args[1], h.args[2]
 		j += 3
 	}
-	a[j], a[j+1], a[j+2] = l.ttlArg(p.TTL), l.retArg, l.maxArg
+	a[j], a[j+1], a[j+2] = l.ttlArg(ttl), l.retArg, l.maxArg
 	j += 3
 	for _, h := range hs {
 		a[j], a[j+1] = h.args[3], h.args[4]
@@ -143,7 +150,7 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 			l.undo(ctx, h, "", err)
 		}
 		return nil, l.failed(ctx, hs[0].key, err)
-	case p.Wait != lockcore.FailFast || r.pttl == 0:
+	case wait != lockcore.FailFast || r.pttl == 0:
 		// A held key to wait for, or a free one that others queue for,
 		// which a lone fail-fast attempt may still take: AcquireAll takes
 		// them one by one.
@@ -153,33 +160,29 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 		return nil, &lockcore.ContentionError{Key: k.String(), RetryAfter: l.stats.retryAfter(k, time.Duration(r.pttl)*time.Millisecond)}
 	}
 
-	if late(now, p.TTL) {
+	if late(now, ttl) {
 		// Answered with too little of the leases left: given back, as
-		// Acquire does.
+		// Take does.
 		for _, h := range hs {
 			h.ended.Store(true)
 			l.bg.do(func() { l.withdraw(h, "") })
 		}
 		return nil, unavailable("acquire", errLate)
 	}
-	leases := make([]*lockcore.Lease, len(hs))
+	ts := make([]lockcore.Taken, len(hs))
 	for i, h := range hs {
 		h.fence, h.start = r.fences[i], time.Now()
-		h.ls = lockcore.NewLease(ctx, l, h.key, h.token, h.fence, h, l.opt.Events)
-		leases[i], ctx = h.ls, h.ls.Context()
+		ts[i] = h
 	}
-	if !l.wd.addAll(now, p.TTL, hs...) {
-		// Closed while acquiring: given back, as Acquire does.
+	if !l.wd.addAll(now, ttl, hs...) {
+		// Closed while acquiring: given back, as Take does.
 		for _, h := range hs {
 			h.lose(lockcore.ErrClosed)
 			l.withdraw(h, "")
 		}
 		return nil, lockcore.ErrClosed
 	}
-	for _, ls := range leases {
-		lockcore.LimitHold(ls, p.MaxHold)
-	}
-	return leases, nil
+	return ts, nil
 }
 
 // groupReply is a reply of the group acquire script for n locks.
@@ -222,22 +225,27 @@ func readGroup(v any, n int) groupReply {
 	return r
 }
 
-// ReleaseHolds implements lockcore.GroupEngine: the releases of holds that
-// this Engine made go to Redis in one pipeline, each as its Release would
-// send it on its own; any other hold is released by its Release.
+// ReleaseHolds implements lockcore.GroupEngine (see ReleaseAll).
 func (l *Engine) ReleaseHolds(ctx context.Context, holds []lockcore.Hold) []error {
-	errs := make([]error, len(holds))
+	return l.srv.(lockcore.GroupEngine).ReleaseHolds(ctx, holds)
+}
+
+// ReleaseAll implements lockcore.Batch: the releases of holds that this
+// Engine made go to Redis in one pipeline, each as its Release would send
+// it on its own; any other hold is released by its Release.
+func (l *Engine) ReleaseAll(ctx context.Context, ts []lockcore.Taken) []error {
+	errs := make([]error, len(ts))
 	var (
 		mine []*hold
 		at   []int
 	)
-	for i, hh := range holds {
-		if h, ok := hh.(*hold); ok && h.l == l {
+	for i, t := range ts {
+		if h, ok := t.(*hold); ok && h.l == l {
 			h.letGo()
 			mine, at = append(mine, h), append(at, i)
 			continue
 		}
-		errs[i] = hh.Release(ctx)
+		errs[i] = t.Release(ctx, nil)
 	}
 	if len(mine) == 0 {
 		return errs

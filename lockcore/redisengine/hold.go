@@ -12,8 +12,8 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// hold is one Redis-level hold of a key by a token: the lockcore.Hold that
-// a lease wraps, and the watchdog's record of it.
+// hold is one Redis-level hold of a key by a token: the lockcore.Taken
+// that a lease is made of, and the watchdog's record of it.
 type hold struct {
 	l      *Engine
 	key    lockcore.Key
@@ -36,9 +36,16 @@ type hold struct {
 	// waitEnd is the deadline of a waiting attempt, when its place in the
 	// wait queue ends; zero for a fail-fast one.
 	waitEnd time.Time
-	ls      *lockcore.Lease // set once held
-	start   time.Time       // when it was held, for holdStats
-	ended   atomic.Bool     // released or lost: the watchdog drops it
+	start   time.Time   // when it was held, for holdStats
+	ended   atomic.Bool // released or lost: the watchdog drops it
+	// inSet: the acquisition is one of a set (lockcore.Request.Set), so
+	// it is handed no hold in memory
+	inSet bool
+	// let: Release was called; why: the cause of the loss, set once, before
+	// lost is closed
+	let  atomic.Bool
+	why  atomic.Pointer[error]
+	lost chan struct{}
 
 	// Hand-over in memory (see cohort.go). passable: the hold may be
 	// handed over (Options.LocalHandOvers); passes: how many hand-overs in
@@ -111,39 +118,46 @@ func (b *both) Unwrap() []error { return b.errs[:] }
 // live reports whether the hold is neither released nor lost.
 func (h *hold) live() bool { return !h.ended.Load() }
 
-// Check implements lockcore.Hold: nil while the local validity lasts. A
-// hold that fails it is lost (lockcore loses it, and tells Options.Events),
-// so the watchdog stops renewing it.
-func (h *hold) Check() error {
+// Fence implements lockcore.Taken.
+func (h *hold) Fence() int64 { return h.fence }
+
+// Shared implements lockcore.Taken.
+func (h *hold) Shared() (int, bool) { return h.slot, h.shared }
+
+// Done implements lockcore.Taken: closed when the hold is lost.
+func (h *hold) Done() <-chan struct{} { return h.lost }
+
+// Err implements lockcore.Taken: nil while the local validity lasts. A
+// hold that fails it is lost, so the watchdog stops renewing it.
+func (h *hold) Err() error {
+	if p := h.why.Load(); p != nil {
+		return *p
+	}
 	if mono() < h.valid.Load() {
 		return nil
 	}
-	first := !h.ended.Swap(true)
-	if lg := h.l.opt.Logger; lg != nil && first {
-		// lockcore loses it here, before the watchdog would: the log hears
-		// of it as from lose.
-		lg.Warn("routelock: a lease was lost while its holder ran", append(h.origins(), "resource", resourceName(h.key), "cause", errRanOut)...)
+	h.lose(errRanOut)
+	if p := h.why.Load(); p != nil {
+		return *p // lost with another cause meanwhile, or released
 	}
 	return errRanOut
 }
 
-// lose ends the hold as lost and cancels its lease's context (lockcore
-// tells Options.Events first); it reports whether this call did it. A
-// hold given back before its lease was handed out is lost with
-// lockcore.ErrClosed, of which Options.Events hears nothing.
+// lose ends the hold as lost with cause and closes Done, so that lockcore
+// ends its lease; it reports whether this call did it. A hold released
+// already, or given back before its lease was made (a cause that does not
+// match ErrLockLost, or ErrClosed), is lost without a word in the log.
 func (h *hold) lose(cause error) bool {
 	h.ended.Store(true)
-	if !lockcore.Lose(h.ls, cause) {
+	if h.let.Load() || !h.why.CompareAndSwap(nil, &cause) {
 		return false
 	}
-	if lg := h.l.opt.Logger; lg != nil && !errors.Is(cause, lockcore.ErrClosed) {
+	close(h.lost)
+	if lg := h.l.opt.Logger; lg != nil && errors.Is(cause, lockcore.ErrLockLost) && !errors.Is(cause, lockcore.ErrClosed) {
 		lg.Warn("routelock: a lease was lost while its holder ran", append(h.origins(), "resource", resourceName(h.key), "cause", cause)...)
 	}
 	return true
 }
-
-// Shared implements lockcore.SharedHold.
-func (h *hold) Shared() (int, bool) { return h.slot, h.shared }
 
 // origins returns the log attributes of the route and trace id that h was
 // acquired with, those it has.
@@ -164,7 +178,7 @@ func (h *hold) setEntry(id string) {
 	h.args[4] = id
 }
 
-// Release implements lockcore.Hold. Its entry in Redis is dropped, and when
+// Release implements lockcore.Taken. Its entry in Redis is dropped, and when
 // none is left the key goes to the next waiter or is deleted. The call runs
 // detached from ctx's cancellation and waits for Redis at most
 // Options.ReleaseTimeout; a release not answered by then goes on in the
@@ -179,9 +193,9 @@ func (h *hold) setEntry(id string) {
 // while Redis does not have it yet. Otherwise a hold handed over in memory
 // is released once Redis has it (its pass call), waiting for that at most
 // Options.ReleaseTimeout.
-func (h *hold) Release(ctx context.Context) error {
+func (h *hold) Release(ctx context.Context, early error) error {
 	first := h.letGo()
-	if h.passOn(first) {
+	if early == nil && h.passOn(first) {
 		// The successor runs before the rest of this holder's work, as
 		// sync.Mutex hands off in starvation mode.
 		runtime.Gosched()
@@ -226,6 +240,7 @@ func (h *hold) releaseUnpassed() error {
 // letGo is the start of h's release: the watchdog drops it. It reports
 // whether h was live until then.
 func (h *hold) letGo() bool {
+	h.let.Store(true)
 	first := !h.ended.Swap(true)
 	if first {
 		h.l.stats.record(h.key, time.Since(h.start))

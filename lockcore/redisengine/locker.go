@@ -217,7 +217,7 @@ type Options struct {
 	// NewFence. A hold goes in memory only to a waiter whose caller has
 	// not left, which then takes it even if its caller leaves before it
 	// wakes (Acquire returns the lease), and to none whose lease could go
-	// back unseen (lockcore.InSet), so that a successor is there to be
+	// back unseen (lockcore.Request.Set), so that a successor is there to be
 	// told. Default (0): 8. A negative value turns hand-over in memory
 	// off: every release goes through Redis, to its longest waiter.
 	LocalHandOvers int
@@ -348,6 +348,7 @@ func (o Options) withDefaults(replicated bool) (Options, error) {
 type Engine struct {
 	rdb redis.UniversalClient
 	opt Options
+	srv lockcore.Engine // the leases of its holds (lockcore.Serve)
 
 	id      string // random; names this Engine's notification channel
 	channel string
@@ -433,6 +434,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	l := &Engine{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
+	l.srv = lockcore.Serve(l, opt.Events)
 	l.channel = opt.Prefix + "notify:" + l.id
 	l.gatesChan = opt.Prefix + "gates"
 	if c, ok := rdb.(*redis.Client); ok && c.Options().DB != 0 {

@@ -68,11 +68,11 @@ func checkName(name string) error {
 	return nil
 }
 
-// setOrigin notes on h the route and trace id of p, the acquisition's, for
+// setOrigin notes on h the route and trace id of its acquisition, for
 // the Engine's record and its log lines: no allocation, unless a trace id
 // of more than maxTrace bytes is cut.
-func (h *hold) setOrigin(p lockcore.Policy) {
-	h.route, h.trace = p.Route, p.Trace
+func (h *hold) setOrigin(route, trace string) {
+	h.route, h.trace = route, trace
 	if len(h.trace) > maxTrace {
 		h.trace = strings.ToValidUTF8(h.trace[:maxTrace], "") // no rune cut in two
 	}

@@ -131,16 +131,16 @@ func (l *Engine) settle(ctx context.Context) <-chan struct{} {
 // firstLock is the end of an acquisition that began before the server's
 // settings were known: it waits for their first read (sent when the
 // Engine's first acquisition began, so normally landed already; see settle
-// for its bound), and gives ls back if the server evicts, so that not even
+// for its bound), and gives h back if the server evicts, so that not even
 // the Engine's first locks are held on such a server. The wait adds nothing
 // to an acquisition that fails: it returns first.
-func (l *Engine) firstLock(ls *lockcore.Lease, read <-chan struct{}) error {
+func (l *Engine) firstLock(h *hold, read <-chan struct{}) error {
 	<-read // bounded by settle
 	if bad := l.refuse.Load(); bad != nil {
-		// Given back, its lease never handed out: lost with a cause that
-		// is no loss, Events hears nothing of it.
-		lockcore.Lose(ls, *bad)
-		_ = ls.Release(context.Background())
+		// Given back, its lease never made: lost with a cause that is no
+		// loss, of which the log says nothing.
+		h.lose(*bad)
+		_ = h.Release(context.Background(), *bad)
 		return l.report(*bad)
 	}
 	return nil
