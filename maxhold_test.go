@@ -17,7 +17,6 @@ import (
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
-	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
@@ -151,55 +150,4 @@ func TestGRPCMaxHold(t *testing.T) {
 			t.Fatalf("the second holder's fence %d, not above the first's %d", f, s.fence)
 		}
 	})
-}
-
-// noCeiling is an engine written before MaxHold: it passes everything on
-// but the ceiling.
-type noCeiling struct{ lockcore.Engine }
-
-func (e noCeiling) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	p.MaxHold = 0
-	return e.Engine.Acquire(ctx, key, p)
-}
-
-// TestMaxHoldOnAnEngineWithoutIt: the HTTP middleware and the gRPC
-// interceptor give a route's or method's MaxHold to the lease of an engine
-// that does not (lockcore.LimitHold does nothing to a hold that has one).
-func TestMaxHoldOnAnEngineWithoutIt(t *testing.T) {
-	locker := lock.FromEngine(noCeiling{&locktest.Engine{}})
-	t.Cleanup(func() { locker.Close() })
-	causes := make(chan error, 2)
-	r := chi.NewRouter()
-	r.With(locker.ByParam("productID", lock.MaxHold(50*time.Millisecond))).Post("/products/{productID}/restock", func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-r.Context().Done():
-		case <-time.After(5 * time.Second): // no ceiling: the test fails below
-		}
-		causes <- context.Cause(r.Context())
-	})
-	srv := httptest.NewServer(r)
-	t.Cleanup(srv.Close)
-	resp, err := srv.Client().Post(srv.URL+"/products/42/restock", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-
-	addr := serveGRPC(t, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
-		select {
-		case <-ctx.Done():
-		case <-time.After(5 * time.Second):
-		}
-		causes <- context.Cause(ctx)
-		return shop.New("ReserveReply"), nil
-	}}, grpc.ChainUnaryInterceptor(unaryServer(locker,
-		interceptor.Method(shop.Reserve, interceptor.Field("product_id").As("productID"), lock.MaxHold(50*time.Millisecond)))))
-	if _, err := reserve(context.Background(), dial(t, addr), 42); err != nil {
-		t.Fatal(err)
-	}
-	for _, via := range []string{"HTTP", "gRPC"} {
-		if c := <-causes; !errors.Is(c, lockcore.ErrMaxHold) {
-			t.Errorf("%s: the handler's context ended with %v, want ErrMaxHold", via, c)
-		}
-	}
 }

@@ -72,7 +72,7 @@ func (e *miniEngine) Take(ctx context.Context, r lockcore.Request) (lockcore.Tak
 		cur := e.b.held[r.Key]
 		if cur == nil && !isClosed(e.closed) {
 			e.b.fence++
-			h := &miniHold{e: e, key: r.Key, token: r.Token, fence: e.b.fence, gone: make(chan struct{}), lost: make(chan struct{})}
+			h := &miniHold{e: e, key: r.Key, token: r.Token, fence: e.b.fence, gone: make(chan struct{})}
 			e.b.held[r.Key] = h
 			e.b.mu.Unlock()
 			return h, nil
@@ -141,24 +141,22 @@ type miniHold struct {
 	token string
 	fence int64
 	gone  chan struct{} // closed when the hold ends
-	lost  chan struct{} // closed when it is lost
-	err   error         // why it was lost; set before lost is closed
+	err   error         // why it was lost; set before gone is closed
 }
 
 // end ends the hold, lost with cause unless nil; b.mu is held.
 func (h *miniHold) end(cause error) {
 	delete(h.e.b.held, h.key)
-	close(h.gone)
 	if cause != nil {
 		h.err = fmt.Errorf("%w: %w", lockcore.ErrLockLost, cause)
-		close(h.lost)
 	}
+	close(h.gone)
 }
 
 func (h *miniHold) Fence() int64          { return h.fence }
 func (h *miniHold) Shared() (int, bool)   { return -1, false }
 func (h *miniHold) Token() string         { return h.token }
-func (h *miniHold) Done() <-chan struct{} { return h.lost }
+func (h *miniHold) Done() <-chan struct{} { return h.gone }
 
 func (h *miniHold) Err() error {
 	h.e.b.mu.Lock()

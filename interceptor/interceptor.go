@@ -320,9 +320,6 @@ func (s *server) lock(ctx context.Context, r *rule, fullMethod string, req any) 
 	p := r.policy
 	p.Route = fullMethod
 	ls, err = s.l.Acquire(ctx, key, p)
-	if err == nil {
-		lockcore.LimitHold(ls, p.MaxHold) // for an engine that does not: once is all it takes
-	}
 	return ls, nil, err
 }
 
@@ -347,9 +344,6 @@ func (s *server) lockAll(ctx context.Context, r *rule, fullMethod string, req an
 	leases, err := lockcore.AcquireAll(ctx, s.l, keys, p)
 	if err != nil {
 		return nil, nil, err
-	}
-	for _, ls := range leases {
-		lockcore.LimitHold(ls, p.MaxHold)
 	}
 	n := len(leases) - 1
 	return leases[n], leases[:n], nil

@@ -64,7 +64,8 @@ type Taken interface {
 	// through its store. It may block briefly until the store knows the
 	// token.
 	Token() string
-	// Done is closed when the hold is lost; Err then says why.
+	// Done is closed when the hold ends: lost (Err then says why), or
+	// released.
 	Done() <-chan struct{}
 	// Err returns nil while the hold is certainly held, judged without
 	// I/O, and once it is not, why, matching ErrLockLost.
@@ -74,7 +75,7 @@ type Taken interface {
 	// ErrLockLost (ErrMaxHold at the hold's ceiling, while its handler may
 	// still run). ctx may be cancelled already: the release goes ahead
 	// regardless, bounded by a timeout of the backend's own; ctx is for
-	// its values (see Hold.Release).
+	// its values.
 	Release(ctx context.Context, early error) error
 }
 
@@ -98,9 +99,9 @@ type Batch interface {
 // leases: it validates each Policy, re-enters in memory, mints owner
 // tokens, makes the leases and their contexts, bounds them by MaxHold,
 // and ends a lease when its hold is lost. ev is told of the holds' ends
-// (Events.Ended); b tells it of its waits. The Engine is a GroupEngine:
-// when b is a Batch that declares Promises.Batch, several holds go in one
-// exchange.
+// (Events.Ended); b tells it of its waits. When b is a Batch that
+// declares Promises.Batch, several holds go in one exchange (AcquireAll,
+// ReleaseAll).
 func Serve(b Backend, ev Events) Engine { return &served{b: b, ev: ev} }
 
 // served is the Engine of Serve.
@@ -119,11 +120,11 @@ func (s *served) request(ctx context.Context, key Key, p Policy, join []string) 
 		return Request{}, fmt.Errorf("%w: Share %d: the backend (%T) does not promise it", ErrMisconfigured, p.Share, s.b)
 	}
 	return Request{Key: key, Token: NewToken(), Join: join, Share: p.Share, TTL: p.TTL, Wait: p.Wait,
-		Route: p.Route, Trace: p.Trace, Restock: p.Restock, Set: InSet(ctx)}, nil
+		Route: p.Route, Trace: p.Trace, Restock: p.Restock, Set: inSet(ctx)}, nil
 }
 
 func (s *served) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error) {
-	ls, p, err := Begin(ctx, s, key, p)
+	ls, p, err := begin(ctx, s, key, p)
 	if ls != nil || err != nil {
 		return ls, err
 	}
@@ -140,14 +141,14 @@ func (s *served) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 
 // lease makes the lease of t, taken for r under ctx.
 func (s *served) lease(ctx context.Context, r Request, t Taken, maxHold time.Duration) *Lease {
-	h := &servedHold{t: t, released: make(chan struct{})}
+	h := &servedHold{t: t}
 	tok := r.Token
 	if len(r.Join) > 0 {
 		// It may have re-entered one of them; their holds left the process
 		// already, so reading it exposes nothing.
 		tok = t.Token()
 	}
-	ls := NewLease(ctx, s, r.Key, tok, t.Fence(), h, s.ev)
+	ls := newLease(ctx, s, r.Key, tok, t.Fence(), h, s.ev)
 	h.h = ls.h
 	select {
 	case <-t.Done():
@@ -155,12 +156,12 @@ func (s *served) lease(ctx context.Context, r Request, t Taken, maxHold time.Dur
 	default:
 		go h.watch()
 	}
-	LimitHold(ls, maxHold)
+	limitHold(ls, maxHold)
 	return ls
 }
 
-// AcquireGroup implements GroupEngine: a Batch backend takes the lot in
-// one exchange.
+// AcquireGroup takes the locks of keys in one exchange, when b is a Batch
+// (see groupAcquirer).
 func (s *served) AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lease, error) {
 	b, ok := s.b.(Batch)
 	if !ok || !s.b.Promises().Batch || p.Validate() != nil {
@@ -190,9 +191,9 @@ func (s *served) AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lea
 	return leases, nil
 }
 
-// ReleaseHolds implements GroupEngine: the holds Serve made go to a Batch
-// backend together.
-func (s *served) ReleaseHolds(ctx context.Context, holds []Hold) []error {
+// releaseHolds releases holds as their Release methods would, each once;
+// those Serve made go to a Batch backend together.
+func (s *served) releaseHolds(ctx context.Context, holds []engineHold) []error {
 	errs := make([]error, len(holds))
 	b, ok := s.b.(Batch)
 	var (
@@ -201,7 +202,6 @@ func (s *served) ReleaseHolds(ctx context.Context, holds []Hold) []error {
 	)
 	for i, hh := range holds {
 		if h, mine := hh.(*servedHold); ok && mine && h.early() == nil {
-			close(h.released)
 			ts, at = append(ts, h.t), append(at, i)
 			continue
 		}
@@ -215,26 +215,28 @@ func (s *served) ReleaseHolds(ctx context.Context, holds []Hold) []error {
 	return errs
 }
 
-// servedHold is a Taken as a lease's Hold.
+// servedHold is a Taken as a lease's engineHold.
 type servedHold struct {
-	t        Taken
-	h        *held         // the lease's hold
-	released chan struct{} // closed by Release, which is called once
+	t Taken
+	h *held // the lease's hold
 }
 
-// watch loses the lease when its hold is lost, until it is released.
+// watch loses the lease when its hold ends while the lease is live: a
+// hold the lease released, or lost already, ends after it.
 func (h *servedHold) watch() {
-	select {
-	case <-h.t.Done():
-		h.h.lose(h.t.Err())
-	case <-h.released:
+	<-h.t.Done()
+	if h.h.live() {
+		err := h.t.Err()
+		if err == nil {
+			err = ErrLockLost // a backend that ended it without a word
+		}
+		h.h.lose(err)
 	}
 }
 
 func (h *servedHold) Check() error { return h.t.Err() }
 
 func (h *servedHold) Release(ctx context.Context) error {
-	close(h.released)
 	return h.t.Release(ctx, h.early())
 }
 

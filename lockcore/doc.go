@@ -21,13 +21,13 @@
 // (Intake reads them from the header or metadata value that Outbound
 // wrote upstream); an acquisition re-enters a hold owned by one of them
 // instead of waiting for it, in memory when the context descends from the
-// lease (Begin), in the backend otherwise. A token never takes a free lock, so
+// lease (begin), in the backend otherwise. A token never takes a free lock, so
 // one that holds nothing grants nothing. HeldFrom reads the locks a context
 // holds, innermost first, each with its fencing token.
 //
 // # Leases
 //
-// A Lease wraps an engine's Hold. Its context is cancelled with cause
+// A Lease wraps an engine's hold (Taken). Its context is cancelled with cause
 // ErrLockLost the moment the engine can no longer be sure the hold is held,
 // and with ErrReleased when it is released; in-process re-entries share one
 // hold, which is released in the backend with the last of them.

@@ -167,7 +167,7 @@ func TestPolicySegments(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, _ := NewKey("a")
-	if _, _, err := Begin(t.Context(), nil, k, Policy{Segments: 2}); !errors.Is(err, ErrMisconfigured) {
+	if _, _, err := begin(t.Context(), nil, k, Policy{Segments: 2}); !errors.Is(err, ErrMisconfigured) {
 		t.Fatalf("Begin with Segments: %v", err)
 	}
 	if (Policy{}).Or(Policy{Segments: 3}).Segments != 3 {

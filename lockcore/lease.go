@@ -12,31 +12,16 @@ import (
 )
 
 // Engine takes locks. It is what the HTTP middleware and the gRPC
-// interceptors call, and all they know of a backend: the Redis engine
-// (package redisengine) implements it, and so can a wrapper that adds
-// telemetry around another engine, or an in-memory engine in tests.
+// interceptors call, and all they know of a backend.
 //
 // # Adding an engine
 //
-// A new engine is best written as a Backend, which only takes holds and
-// gives them back; Serve makes the Engine that owns their leases, doing
-// all that follows. An Engine written directly has an Acquire that:
-//
-//  1. calls Begin(ctx, e, key, p), which checks key and p, and returns
-//     what it returns when it gives a lease or an error: a context that
-//     already holds the lock through this engine re-enters it in memory;
-//  2. otherwise takes the lock in its backend, with the Policy Begin
-//     returned (TTL 0 being the engine's default), for a fresh hold owned
-//     by a token from NewToken, unless the hold there is owned by one of
-//     TokensFrom(ctx) (propagated from another process), which it re-enters
-//     under that token; it waits up to p.Wait (FailFast: not at all), and
-//     never past ctx;
-//  3. wraps its hold with NewLease, giving it the engine's Events, which
-//     makes the lease's context and tells Events.Ended of the hold's end,
-//     and gives the lease its ceiling with LimitHold(lease, p.MaxHold);
-//     from then on it keeps the hold alive (renewing it as the backend
-//     needs) and calls Lose the moment it can no longer be sure the hold
-//     is held.
+// A new engine is a Backend, which only takes holds and gives them back:
+// Serve makes the Engine that owns their leases (validation, re-entry in
+// memory, owner tokens, the lease and its context, MaxHold, loss). The
+// Redis engine (package redisengine) and the in-memory one (package
+// locktest) are made so. An Engine may also wrap another, to observe or
+// refuse its acquisitions, returning the leases the wrapped one made.
 //
 // Promises declares what the engine promises beyond mutual exclusion; an
 // engine that does not promise Shared or Permits refuses a Policy with
@@ -47,8 +32,7 @@ import (
 // *ContentionError: held by another owner, ErrWaitTimeout when a wait ran
 // out), ErrUnavailable (the backend did not answer) or ErrClosed, and, when
 // ctx ended while waiting, ctx.Err() too; on error nothing is held.
-// Acquire is safe for concurrent use. The engine's dynamic type must be
-// comparable (a pointer, typically): it is how a hold knows its engine.
+// Acquire is safe for concurrent use.
 type Engine interface {
 	Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 	// Promises says what the engine promises beyond mutual exclusion
@@ -56,9 +40,9 @@ type Engine interface {
 	Promises() Promises
 }
 
-// Hold is an engine's hold of one key in its backend: what a Lease wraps.
+// engineHold is an engine's hold of one key in its backend: what a Lease wraps.
 // Its methods must not block, except Release.
-type Hold interface {
+type engineHold interface {
 	// Check returns nil while the hold is certainly held, judged without
 	// I/O (on the engine's own clock), and once it is not, the cause of
 	// its loss, matching ErrLockLost. Lease.Err and in-memory re-entry call
@@ -68,7 +52,7 @@ type Hold interface {
 	// Release gives the hold up in the backend. It is called once: when
 	// the last lease of the hold is released, after the lease's context
 	// was cancelled with cause ErrReleased (or the hold was lost); or, for
-	// a hold with a ceiling (LimitHold), when the ceiling is reached, from
+	// a hold with a ceiling (limitHold), when the ceiling is reached, from
 	// a goroutine of its own while leases and handlers may still run; it
 	// returns an error matching ErrUnavailable when the backend did not
 	// confirm the release, which then happens by expiry, and one matching
@@ -81,7 +65,7 @@ type Hold interface {
 	Release(ctx context.Context) error
 }
 
-// A Hold may also have a method Expose(), which is called before its owner
+// An engineHold may also have a method Expose(), which is called before its owner
 // token is handed out while it may be held (by TokensFrom, and so
 // Outbound, and by Lease.Token), and may block briefly until the backend
 // knows that token. An engine that hands holds over in memory needs it: a
@@ -239,14 +223,14 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-// Begin is the start of an engine's Acquire (see Engine). It returns an
+// begin is the start of an engine's Acquire (see Engine). It returns an
 // error matching ErrInvalidKey for a zero key and the error of
 // p.Validate; then a new lease on the live hold of key that engine e made
 // and ctx descends from, if there is one (re-entry in memory, without a
 // call to the backend); otherwise p with its default wait filled in, so
 // that Wait is either positive or FailFast. A TTL of 0 is left for the
 // engine to fill in with its own default.
-func Begin(ctx context.Context, e Engine, key Key, p Policy) (*Lease, Policy, error) {
+func begin(ctx context.Context, e Engine, key Key, p Policy) (*Lease, Policy, error) {
 	if key.isZero() {
 		return nil, p, fmt.Errorf("%w: zero Key", ErrInvalidKey)
 	}
@@ -297,7 +281,7 @@ type held struct {
 	cancel          context.CancelCauseFunc
 
 	e     Engine
-	hold  Hold
+	hold  engineHold
 	key   Key
 	token string
 	fence int64
@@ -329,8 +313,8 @@ type held struct {
 	// lost waits on it, so that it returns only once the loss was told.
 	losing sync.Mutex
 
-	// ceiling ends the hold at its MaxHold (LimitHold, or a shorter one
-	// of an in-memory re-entry: Begin), if it has one; ceilingAt is when
+	// ceiling ends the hold at its MaxHold (limitHold, or a shorter one
+	// of an in-memory re-entry: begin), if it has one; ceilingAt is when
 	// (mono). Set under losing.
 	ceiling   atomic.Pointer[time.Timer]
 	ceilingAt int64
@@ -384,9 +368,9 @@ func (h *held) Value(key any) any {
 
 func (h *held) live() bool { return h.state.Load() == holdLive }
 
-// exposer is a Hold with a method Expose() (see Hold).
+// exposer is an engineHold with a method Expose() (see engineHold).
 type exposer interface {
-	Hold
+	engineHold
 	Expose()
 }
 
@@ -470,11 +454,11 @@ func (h *held) lost() error {
 	return ErrLockLost
 }
 
-// NewLease returns the lease of hold, a fresh hold of key owned by token
+// newLease returns the lease of hold, a fresh hold of key owned by token
 // with fencing token fence, which engine e has just taken for an
 // acquisition with context ctx. The lease's context derives from ctx and
 // carries the hold (HeldFrom, TokensFrom) and ctx's lock
-// state; Begin(ctx', e, key, p) re-enters it from any context derived from it.
+// state; begin(ctx', e, key, p) re-enters it from any context derived from it.
 // When token is one that ctx carries (TokensFrom: one propagated from
 // another process, say), the hold is a re-entry of that token's hold in
 // the backend, and the lease reports Reentered; a fresh acquisition's
@@ -490,12 +474,12 @@ func (h *held) lost() error {
 // released: Events hears nothing of it.
 //
 // Panics if e's dynamic type is not comparable.
-func NewLease(ctx context.Context, e Engine, key Key, token string, fence int64, hold Hold, ev Events) *Lease {
+func newLease(ctx context.Context, e Engine, key Key, token string, fence int64, hold engineHold, ev Events) *Lease {
 	if t := reflect.TypeOf(e); t == nil || !t.Comparable() {
-		panic(fmt.Sprintf("routelock: lockcore.NewLease: engine of type %v is not comparable; use a pointer", t))
+		panic(fmt.Sprintf("routelock: lockcore.newLease: engine of type %v is not comparable; use a pointer", t))
 	}
 	h := &held{e: e, hold: hold, key: key, token: token, fence: fence, ev: ev, slot: -1, byToken: carries(ctx, token)}
-	if s, ok := hold.(SharedHold); ok {
+	if s, ok := hold.(sharedHold); ok {
 		if slot, ok := s.Shared(); ok {
 			h.shared, h.slot = true, int32(max(slot, -1))
 		}
@@ -535,37 +519,29 @@ func reenter(ctx context.Context, e Engine, key Key) *Lease {
 	return nil
 }
 
-// LimitHold gives the hold of ls, a lease NewLease has just returned, a
+// limitHold gives the hold of ls, a lease newLease has just returned, a
 // ceiling of max (a Policy's MaxHold; 0 for none): once it has been held
 // that long and not released, it is lost with a cause matching ErrMaxHold
 // (Events.Ended is told, then its context is cancelled) and released in
 // the backend at once, while its leases may still be in use; their
 // Release then returns that cause. An engine calls it right after
-// NewLease; it does nothing to a hold that has a ceiling already, so the
+// newLease; it does nothing to a hold that has a ceiling already, so the
 // adapters call it too, for engines that do not. The ceiling is this
 // process's: a hold re-entered in another process by its propagated
 // token has that process's own (see Policy.MaxHold).
-func LimitHold(ls *Lease, max time.Duration) {
+func limitHold(ls *Lease, max time.Duration) {
 	if max <= 0 || ls.inMemory() || ls.h.ceiling.Load() != nil {
-		return // Begin gives an in-memory re-entry's ceiling to its hold
+		return // begin gives an in-memory re-entry's ceiling to its hold
 	}
 	ls.h.limit(max)
 }
 
-// Lose ends the hold of ls as lost: Events.Ended is told of it (see
-// NewLease) and then its context is cancelled with cause, which should
-// match ErrLockLost; a cause that does not (ErrClosed, say) is for a hold
-// given back before its lease was handed out, of which Events hears
-// nothing. An engine calls it when it finds the hold gone, taken over, or
-// no longer certain. It reports whether the hold was live until this call.
-func Lose(ls *Lease, cause error) bool { return ls.h.lose(cause) }
-
-// SharedHold is implemented by a Hold that may be one of several owners'
-// at once (Policy.Share); NewLease asks it. Shared reports whether the
+// sharedHold is implemented by an engineHold that may be one of several owners'
+// at once (Policy.Share); newLease asks it. Shared reports whether the
 // hold is shared, and its slot: 0..n-1 for a Policy with Share n > 0,
-// -1 for ShareAll. A Hold that does not implement it is exclusive.
-type SharedHold interface {
-	Hold
+// -1 for ShareAll. An engineHold that does not implement it is exclusive.
+type sharedHold interface {
+	engineHold
 	Shared() (slot int, ok bool)
 }
 

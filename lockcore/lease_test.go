@@ -1,8 +1,8 @@
-package lockcore_test
+package lockcore
 
-// Tests of the backend-neutral lease: the lease's context is lockcore's
-// held struct (a cancelable context with a Value override), and engines
-// plug in through Engine, Hold, Begin, NewLease and Lose.
+// Tests of the backend-neutral lease: the lease's context is the held
+// struct (a cancelable context with a Value override), made by begin,
+// newLease and lose, on which Serve makes the leases of every Backend.
 
 import (
 	"context"
@@ -14,9 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/routelock/lock/internal/enginetest"
-	"github.com/routelock/lock/lockcore"
 )
 
 const testBound = 5 * time.Second
@@ -28,7 +25,7 @@ type testHold struct {
 	err      error // what Release returns
 }
 
-var errTestGone = fmt.Errorf("%w: test: gone", lockcore.ErrLockLost)
+var errTestGone = fmt.Errorf("%w: test: gone", ErrLockLost)
 
 func (h *testHold) Check() error {
 	if h.lost.Load() {
@@ -42,31 +39,31 @@ func (h *testHold) Release(context.Context) error {
 	return h.err
 }
 
-// testEngine follows the steps of lockcore.Engine's doc: Begin, else a
-// fresh hold wrapped by NewLease. It never contends: tests use one owner.
+// testEngine follows the steps of Engine's doc: Begin, else a
+// fresh hold wrapped by newLease. It never contends: tests use one owner.
 type testEngine struct {
-	ev    lockcore.Events // given to NewLease
+	ev    Events // given to newLease
 	mu    sync.Mutex
 	fence int64
 	last  *testHold
 }
 
-func (e *testEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	if ls, _, err := lockcore.Begin(ctx, e, key, p); ls != nil || err != nil {
+func (e *testEngine) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error) {
+	if ls, _, err := begin(ctx, e, key, p); ls != nil || err != nil {
 		return ls, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.fence++
 	e.last = &testHold{}
-	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence, e.last, e.ev), nil
+	return newLease(ctx, e, key, NewToken(), e.fence, e.last, e.ev), nil
 }
 
-func (e *testEngine) Promises() lockcore.Promises { return lockcore.Promises{} }
+func (e *testEngine) Promises() Promises { return Promises{} }
 
-func testKey(t *testing.T) lockcore.Key {
+func testKey(t *testing.T) Key {
 	t.Helper()
-	k, err := lockcore.NewKey("productID", "42")
+	k, err := NewKey("productID", "42")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +91,7 @@ func TestHeldContextDerivations(t *testing.T) {
 	k := testKey(t)
 	parent, cancelParent := context.WithCancel(context.Background())
 	defer cancelParent()
-	ls, err := e.Acquire(parent, k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := e.Acquire(parent, k, Policy{Wait: FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,21 +136,21 @@ func TestHeldContextDerivations(t *testing.T) {
 		}
 	}()
 	for i, c := range derived {
-		if f, ok := enginetest.Fence(c); !ok || f != ls.Fence() {
+		if f, ok := fenceOf(c); !ok || f != ls.Fence() {
 			t.Fatalf("derived context %d: fence %d %v, want %d", i, f, ok, ls.Fence())
 		}
 	}
 	detached := context.WithoutCancel(lctx)
-	if f, ok := enginetest.Fence(detached); !ok || f != ls.Fence() {
+	if f, ok := fenceOf(detached); !ok || f != ls.Fence() {
 		t.Errorf("WithoutCancel of the lease's context while held: fence %d %v", f, ok)
 	}
 
-	if !lockcore.Lose(ls, errTestGone) {
+	if !loseLease(ls, errTestGone) {
 		t.Fatal("Lose: the hold was not live")
 	}
 	for i, c := range derived {
 		waitDone(t, fmt.Sprintf("derived context %d", i), c)
-		if cause := context.Cause(c); !errors.Is(cause, lockcore.ErrLockLost) {
+		if cause := context.Cause(c); !errors.Is(cause, ErrLockLost) {
 			t.Errorf("derived context %d: cause %v, want ErrLockLost", i, cause)
 		}
 	}
@@ -167,19 +164,19 @@ func TestHeldContextDerivations(t *testing.T) {
 	if detached.Err() != nil {
 		t.Errorf("WithoutCancel of the lease's context was cancelled: %v", detached.Err())
 	}
-	if _, ok := enginetest.Fence(detached); ok {
+	if _, ok := fenceOf(detached); ok {
 		t.Error("WithoutCancel of a lost lease's context still has a fencing token")
 	}
-	if h := lockcore.HeldFrom(detached); len(h) != 0 {
+	if h := HeldFrom(detached); len(h) != 0 {
 		t.Errorf("WithoutCancel of a lost lease's context still holds %v", h)
 	}
-	if toks := lockcore.TokensFrom(detached); len(toks) != 0 {
+	if toks := TokensFrom(detached); len(toks) != 0 {
 		t.Errorf("WithoutCancel of a lost lease's context still carries an owner token (%d bytes)", len(toks[0]))
 	}
-	if err := ls.Err(); !errors.Is(err, lockcore.ErrLockLost) {
+	if err := ls.Err(); !errors.Is(err, ErrLockLost) {
 		t.Errorf("Err after loss: %v", err)
 	}
-	if err := ls.Release(context.Background()); !errors.Is(err, lockcore.ErrLockLost) {
+	if err := ls.Release(context.Background()); !errors.Is(err, ErrLockLost) {
 		t.Errorf("Release after loss: %v, want ErrLockLost", err)
 	}
 	if n := hold.releases.Load(); n != 1 {
@@ -196,9 +193,9 @@ func TestCheckLosesAndReentry(t *testing.T) {
 	k := testKey(t)
 	ctx := context.Background()
 
-	outer, _ := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+	outer, _ := e.Acquire(ctx, k, Policy{Wait: FailFast})
 	hold := e.last
-	inner, _ := e.Acquire(outer.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	inner, _ := e.Acquire(outer.Context(), k, Policy{Wait: FailFast})
 	if e.last != hold || inner.Fence() != outer.Fence() {
 		t.Fatal("nested acquisition did not re-enter in memory")
 	}
@@ -212,20 +209,20 @@ func TestCheckLosesAndReentry(t *testing.T) {
 	if err := inner.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(context.Cause(outer.Context()), lockcore.ErrReleased) || hold.releases.Load() != 1 {
+	if !errors.Is(context.Cause(outer.Context()), ErrReleased) || hold.releases.Load() != 1 {
 		t.Fatalf("after both releases: cause %v, backend releases %d", context.Cause(outer.Context()), hold.releases.Load())
 	}
-	if err := inner.Release(ctx); !errors.Is(err, lockcore.ErrReleased) {
+	if err := inner.Release(ctx); !errors.Is(err, ErrReleased) {
 		t.Errorf("second Release: %v", err)
 	}
 
-	ls, _ := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls, _ := e.Acquire(ctx, k, Policy{Wait: FailFast})
 	hold = e.last
 	d, cancel := context.WithCancel(ls.Context())
 	defer cancel()
 	hold.lost.Store(true)
 	// Re-entry asks the engine (Check) and, finding it unsure, loses the hold.
-	again, _ := e.Acquire(d, k, lockcore.Policy{Wait: lockcore.FailFast})
+	again, _ := e.Acquire(d, k, Policy{Wait: FailFast})
 	if e.last == hold {
 		t.Error("re-entered a hold whose Check fails")
 	}
@@ -234,7 +231,7 @@ func TestCheckLosesAndReentry(t *testing.T) {
 	if cause := context.Cause(d); !errors.Is(cause, errTestGone) {
 		t.Errorf("cause %v, want the engine's", cause)
 	}
-	if err := ls.Err(); !errors.Is(err, lockcore.ErrLockLost) {
+	if err := ls.Err(); !errors.Is(err, ErrLockLost) {
 		t.Errorf("Err: %v", err)
 	}
 	_ = ls.Release(ctx)
@@ -242,34 +239,34 @@ func TestCheckLosesAndReentry(t *testing.T) {
 
 // mapEngine is an engine written as a plain value type that carries a map
 // (its configuration), as a test double or a thin adapter may be. Its
-// Acquire follows lockcore.Engine's steps exactly.
+// Acquire follows Engine's steps exactly.
 type mapEngine struct {
 	tags  map[string]string
 	fence *atomic.Int64
 }
 
-func (e mapEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	if ls, _, err := lockcore.Begin(ctx, e, key, p); ls != nil || err != nil {
+func (e mapEngine) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error) {
+	if ls, _, err := begin(ctx, e, key, p); ls != nil || err != nil {
 		return ls, err
 	}
-	return lockcore.NewLease(ctx, e, key, lockcore.NewToken(), e.fence.Add(1), &testHold{}, nil), nil
+	return newLease(ctx, e, key, NewToken(), e.fence.Add(1), &testHold{}, nil), nil
 }
 
-func (e mapEngine) Promises() lockcore.Promises { return lockcore.Promises{} }
+func (e mapEngine) Promises() Promises { return Promises{} }
 
 // TestEngineMustBeComparable: an engine whose dynamic type is not
 // comparable (a value type holding a map) cannot tell its holds from
-// another engine's, so NewLease refuses it at once with a message that
+// another engine's, so newLease refuses it at once with a message that
 // says what to do, rather than a nested Acquire panicking on ==.
 func TestEngineMustBeComparable(t *testing.T) {
-	var e lockcore.Engine = mapEngine{tags: map[string]string{"env": "test"}, fence: new(atomic.Int64)}
+	var e Engine = mapEngine{tags: map[string]string{"env": "test"}, fence: new(atomic.Int64)}
 	defer func() {
 		r := recover()
 		if s, _ := r.(string); !strings.Contains(s, "not comparable") || !strings.Contains(s, "mapEngine") {
 			t.Fatalf("Acquire on a non-comparable engine: panic %v, want one naming the type", r)
 		}
 	}()
-	_, _ = e.Acquire(context.Background(), testKey(t), lockcore.Policy{Wait: lockcore.FailFast})
+	_, _ = e.Acquire(context.Background(), testKey(t), Policy{Wait: FailFast})
 }
 
 // ending is one call of Events.Ended.
@@ -280,7 +277,7 @@ type ending struct {
 	cause, err    error
 }
 
-// endings is a lockcore.Events that keeps what Ended is told.
+// endings is a Events that keeps what Ended is told.
 type endings struct {
 	mu   sync.Mutex
 	got  []ending
@@ -290,9 +287,9 @@ type endings struct {
 	entered, proceed chan struct{}
 }
 
-func (r *endings) Waiting(lockcore.Key, int)   {}
-func (r *endings) Woken(lockcore.Key, string)  {}
-func (r *endings) Renewed(lockcore.Key, error) {}
+func (r *endings) Waiting(Key, int)   {}
+func (r *endings) Woken(Key, string)  {}
+func (r *endings) Renewed(Key, error) {}
 func (r *endings) take() []ending {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -301,11 +298,11 @@ func (r *endings) take() []ending {
 	return g
 }
 func (r *endings) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.got) }
-func (r *endings) Ended(ctx context.Context, _ lockcore.Key, held, release time.Duration, cause, err error) {
+func (r *endings) Ended(ctx context.Context, _ Key, held, release time.Duration, cause, err error) {
 	if r.slow {
 		time.Sleep(20 * time.Microsecond)
 	}
-	if r.entered != nil && cause != lockcore.ErrReleased {
+	if r.entered != nil && cause != ErrReleased {
 		r.entered <- struct{}{}
 		<-r.proceed
 	}
@@ -314,7 +311,7 @@ func (r *endings) Ended(ctx context.Context, _ lockcore.Key, held, release time.
 	r.got = append(r.got, ending{ctx, ctx.Err() != nil, held, release, cause, err})
 }
 
-// TestEndedOncePerHold: the Events given to NewLease hear of each fresh
+// TestEndedOncePerHold: the Events given to newLease hear of each fresh
 // hold's end once, from lockcore: a release after its backend release
 // returned (the release's context, ErrReleased), not an in-memory
 // re-entry's; a loss before the lease's context is cancelled (the lease's
@@ -329,8 +326,8 @@ func TestEndedOncePerHold(t *testing.T) {
 	type rctxKey struct{}
 	rctx := context.WithValue(context.Background(), rctxKey{}, "release")
 
-	ls, _ := e.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
-	in, _ := e.Acquire(ls.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls, _ := e.Acquire(context.Background(), k, Policy{Wait: FailFast})
+	in, _ := e.Acquire(ls.Context(), k, Policy{Wait: FailFast})
 	if err := in.Release(rctx); err != nil {
 		t.Fatal(err)
 	}
@@ -340,18 +337,18 @@ func TestEndedOncePerHold(t *testing.T) {
 	if err := ls.Release(rctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := ev.take(); len(got) != 1 || got[0].cause != lockcore.ErrReleased || got[0].err != nil || got[0].ctx != rctx || got[0].held < 0 || got[0].release < 0 {
+	if got := ev.take(); len(got) != 1 || got[0].cause != ErrReleased || got[0].err != nil || got[0].ctx != rctx || got[0].held < 0 || got[0].release < 0 {
 		t.Fatalf("Ended of a release: %+v, want once, ErrReleased, the release's context", got)
 	}
 
-	ls, _ = e.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
-	if !lockcore.Lose(ls, errTestGone) {
+	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: FailFast})
+	if !loseLease(ls, errTestGone) {
 		t.Fatal("Lose: not live")
 	}
 	if got := ev.take(); len(got) != 1 || got[0].cause != errTestGone || got[0].err != nil || got[0].ctx != ls.Context() || got[0].done || got[0].release != 0 {
 		t.Fatalf("Ended of a loss: %+v, want once, the cause, the lease's live context", got)
 	}
-	if err := ls.Release(rctx); !errors.Is(err, lockcore.ErrLockLost) {
+	if err := ls.Release(rctx); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("Release of a lost lease: %v", err)
 	}
 	if got := ev.take(); len(got) != 0 {
@@ -359,7 +356,7 @@ func TestEndedOncePerHold(t *testing.T) {
 	}
 
 	// Lost by a failing Check, found by Err.
-	ls, _ = e.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: FailFast})
 	e.last.lost.Store(true)
 	if err := ls.Err(); !errors.Is(err, errTestGone) {
 		t.Fatalf("Err: %v", err)
@@ -369,8 +366,8 @@ func TestEndedOncePerHold(t *testing.T) {
 		t.Fatalf("Ended of a hold whose Check failed: %+v", got)
 	}
 
-	ls, _ = e.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
-	revoked := fmt.Errorf("%w: test", lockcore.ErrRevoked)
+	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: FailFast})
+	revoked := fmt.Errorf("%w: test", ErrRevoked)
 	e.last.err = revoked
 	if err := ls.Release(rctx); err != revoked {
 		t.Fatalf("Release: %v, want the hold's", err)
@@ -379,8 +376,8 @@ func TestEndedOncePerHold(t *testing.T) {
 		t.Fatalf("Ended of a hold found revoked at its release: %+v", got)
 	}
 
-	ls, _ = e.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
-	if !lockcore.Lose(ls, lockcore.ErrClosed) {
+	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: FailFast})
+	if !loseLease(ls, ErrClosed) {
 		t.Fatal("Lose: not live")
 	}
 	_ = ls.Release(context.Background())
@@ -403,10 +400,10 @@ func TestEndedLoseRacesRelease(t *testing.T) {
 	ctx := context.Background()
 	var lost, released int
 	for i := range 400 {
-		ls, _ := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, _ := e.Acquire(ctx, k, Policy{Wait: FailFast})
 		racer := ls
 		if i%2 == 1 {
-			racer, _ = e.Acquire(ls.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
+			racer, _ = e.Acquire(ls.Context(), k, Policy{Wait: FailFast})
 		}
 		start := make(chan struct{})
 		var wg sync.WaitGroup
@@ -414,7 +411,7 @@ func TestEndedLoseRacesRelease(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			lockcore.Lose(ls, errTestGone)
+			loseLease(ls, errTestGone)
 		}()
 		var err error
 		var told int
@@ -426,11 +423,11 @@ func TestEndedLoseRacesRelease(t *testing.T) {
 		}()
 		close(start)
 		wg.Wait()
-		if errors.Is(err, lockcore.ErrLockLost) && told != 1 {
+		if errors.Is(err, ErrLockLost) && told != 1 {
 			t.Fatalf("Release returned %v with Ended told %d times", err, told)
 		}
 		if racer != ls {
-			if err != nil && !errors.Is(err, lockcore.ErrLockLost) {
+			if err != nil && !errors.Is(err, ErrLockLost) {
 				t.Fatalf("Release of the re-entry: %v", err)
 			}
 			err = ls.Release(ctx)
@@ -441,14 +438,14 @@ func TestEndedLoseRacesRelease(t *testing.T) {
 			t.Fatalf("Ended %d times for one hold (%d when its Release returned): %+v", len(got), told, got)
 		}
 		switch {
-		case errors.Is(err, lockcore.ErrLockLost):
+		case errors.Is(err, ErrLockLost):
 			lost++
 			if got[0].cause != errTestGone || got[0].done || got[0].release != 0 {
 				t.Fatalf("Ended of a loss %+v", got[0])
 			}
 		case err == nil:
 			released++
-			if got[0].cause != lockcore.ErrReleased || got[0].err != nil {
+			if got[0].cause != ErrReleased || got[0].err != nil {
 				t.Fatalf("Ended of a release %+v", got[0])
 			}
 		default:
@@ -466,12 +463,12 @@ func TestEndedLossBeforeRelease(t *testing.T) {
 		ev := &endings{entered: make(chan struct{}), proceed: make(chan struct{})}
 		e := &testEngine{ev: ev}
 		ctx := context.Background()
-		ls, _ := e.Acquire(ctx, testKey(t), lockcore.Policy{Wait: lockcore.FailFast})
+		ls, _ := e.Acquire(ctx, testKey(t), Policy{Wait: FailFast})
 		racer := ls
 		if reentry {
-			racer, _ = e.Acquire(ls.Context(), testKey(t), lockcore.Policy{Wait: lockcore.FailFast})
+			racer, _ = e.Acquire(ls.Context(), testKey(t), Policy{Wait: FailFast})
 		}
-		go lockcore.Lose(ls, errTestGone)
+		go loseLease(ls, errTestGone)
 		<-ev.entered
 		returned := make(chan error, 1)
 		go func() { returned <- racer.Release(ctx) }()
@@ -493,7 +490,7 @@ func TestEndedLossBeforeRelease(t *testing.T) {
 	}
 }
 
-// TestLimitHold: a hold given a ceiling by LimitHold is lost with
+// TestLimitHold: a hold given a ceiling by limitHold is lost with
 // ErrMaxHold when it has lasted that long, and released in the backend
 // then, once, while its leases are still out; their Release reports the
 // cause and releases nothing more. A hold released before its ceiling is
@@ -502,25 +499,25 @@ func TestEndedLossBeforeRelease(t *testing.T) {
 func TestLimitHold(t *testing.T) {
 	e := &testEngine{}
 	ctx := context.Background()
-	ls, err := e.Acquire(ctx, testKey(t), lockcore.Policy{})
+	ls, err := e.Acquire(ctx, testKey(t), Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := e.last
-	in, err := e.Acquire(ls.Context(), testKey(t), lockcore.Policy{})
+	in, err := e.Acquire(ls.Context(), testKey(t), Policy{})
 	if err != nil || !in.Reentered() {
 		t.Fatalf("re-entry: %v", err)
 	}
-	lockcore.LimitHold(in, time.Millisecond) // a re-entry: no ceiling
+	limitHold(in, time.Millisecond) // a re-entry: no ceiling
 	const ceiling = 50 * time.Millisecond
 	start := time.Now()
-	lockcore.LimitHold(ls, ceiling)
+	limitHold(ls, ceiling)
 	waitDone(t, "the hold past its ceiling", ls.Context())
 	if held := time.Since(start); held < ceiling {
 		t.Fatalf("ended after %v, before its ceiling %v: the re-entry's 1 ms ceiling counted", held, ceiling)
 	}
 	cause := context.Cause(in.Context())
-	if !errors.Is(cause, lockcore.ErrMaxHold) || !errors.Is(cause, lockcore.ErrLockLost) || !strings.Contains(cause.Error(), "50ms") {
+	if !errors.Is(cause, ErrMaxHold) || !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "50ms") {
 		t.Fatalf("cause %v: want ErrMaxHold, ErrLockLost, and the ceiling", cause)
 	}
 	deadline := time.Now().Add(testBound)
@@ -530,8 +527,8 @@ func TestLimitHold(t *testing.T) {
 	if n := h.releases.Load(); n != 1 {
 		t.Fatalf("released %d times in the backend at the ceiling, want 1", n)
 	}
-	for _, l := range []*lockcore.Lease{in, ls} {
-		if err := l.Release(ctx); !errors.Is(err, lockcore.ErrMaxHold) {
+	for _, l := range []*Lease{in, ls} {
+		if err := l.Release(ctx); !errors.Is(err, ErrMaxHold) {
 			t.Errorf("Release: %v, want ErrMaxHold", err)
 		}
 	}
@@ -539,27 +536,27 @@ func TestLimitHold(t *testing.T) {
 		t.Fatalf("released %d times in the backend in all, want 1", n)
 	}
 
-	ls, err = e.Acquire(ctx, testKey(t), lockcore.Policy{})
+	ls, err = e.Acquire(ctx, testKey(t), Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h = e.last
-	lockcore.LimitHold(ls, 20*time.Millisecond)
+	limitHold(ls, 20*time.Millisecond)
 	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	after := time.NewTimer(60 * time.Millisecond) // past the ceiling: it must end nothing
 	<-after.C
-	if n := h.releases.Load(); n != 1 || !errors.Is(context.Cause(ls.Context()), lockcore.ErrReleased) {
+	if n := h.releases.Load(); n != 1 || !errors.Is(context.Cause(ls.Context()), ErrReleased) {
 		t.Fatalf("released %d times, cause %v: want once, ErrReleased", n, context.Cause(ls.Context()))
 	}
 }
 
 func TestPolicyMaxHold(t *testing.T) {
-	if err := (lockcore.Policy{MaxHold: -time.Second}).Validate(); !errors.Is(err, lockcore.ErrMisconfigured) {
+	if err := (Policy{MaxHold: -time.Second}).Validate(); !errors.Is(err, ErrMisconfigured) {
 		t.Errorf("a negative MaxHold: %v", err)
 	}
-	p := lockcore.Policy{Wait: time.Second}.Or(lockcore.Policy{MaxHold: time.Minute})
+	p := Policy{Wait: time.Second}.Or(Policy{MaxHold: time.Minute})
 	if p.MaxHold != time.Minute || p.Wait != time.Second {
 		t.Errorf("Or: %+v", p)
 	}
@@ -574,12 +571,12 @@ func TestLimitHoldRacesRelease(t *testing.T) {
 	ctx := context.Background()
 	var ceilings, releases int
 	for i := range 300 {
-		ls, err := e.Acquire(ctx, testKey(t), lockcore.Policy{})
+		ls, err := e.Acquire(ctx, testKey(t), Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		h := e.last
-		lockcore.LimitHold(ls, 20*time.Microsecond)
+		limitHold(ls, 20*time.Microsecond)
 		// Release from at once to well past the ceiling: busy, since a
 		// sleep is coarser than the race.
 		for t0 := time.Now(); time.Since(t0) < time.Duration(i%200)*time.Microsecond; {
@@ -599,9 +596,9 @@ func TestLimitHoldRacesRelease(t *testing.T) {
 			t.Fatalf("try %d: Ended told %d times (%v), released %d times; want once each", i, len(got), got, h.releases.Load())
 		}
 		switch c := got[0].cause; {
-		case errors.Is(c, lockcore.ErrMaxHold) && errors.Is(err, lockcore.ErrMaxHold):
+		case errors.Is(c, ErrMaxHold) && errors.Is(err, ErrMaxHold):
 			ceilings++
-		case errors.Is(c, lockcore.ErrReleased) && err == nil:
+		case errors.Is(c, ErrReleased) && err == nil:
 			releases++
 		default:
 			t.Fatalf("try %d: Ended with %v, Release returned %v", i, c, err)
@@ -619,17 +616,17 @@ func TestLimitHoldRacesRelease(t *testing.T) {
 func TestReentryShortensCeiling(t *testing.T) {
 	e := &testEngine{}
 	ctx := context.Background()
-	ls, err := e.Acquire(ctx, testKey(t), lockcore.Policy{})
+	ls, err := e.Acquire(ctx, testKey(t), Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lockcore.LimitHold(ls, time.Hour)
-	later, err := e.Acquire(ls.Context(), testKey(t), lockcore.Policy{MaxHold: 2 * time.Hour})
+	limitHold(ls, time.Hour)
+	later, err := e.Acquire(ls.Context(), testKey(t), Policy{MaxHold: 2 * time.Hour})
 	if err != nil || !later.Reentered() {
 		t.Fatalf("re-entry: %v", err)
 	}
 	start := time.Now()
-	sooner, err := e.Acquire(ls.Context(), testKey(t), lockcore.Policy{MaxHold: 50 * time.Millisecond})
+	sooner, err := e.Acquire(ls.Context(), testKey(t), Policy{MaxHold: 50 * time.Millisecond})
 	if err != nil || !sooner.Reentered() {
 		t.Fatalf("re-entry: %v", err)
 	}
@@ -637,10 +634,21 @@ func TestReentryShortensCeiling(t *testing.T) {
 	if d := time.Since(start); d < 50*time.Millisecond {
 		t.Fatalf("ended %v after the inner acquisition, before its ceiling", d)
 	}
-	if c := context.Cause(ls.Context()); !errors.Is(c, lockcore.ErrMaxHold) || !strings.Contains(c.Error(), "50ms") {
+	if c := context.Cause(ls.Context()); !errors.Is(c, ErrMaxHold) || !strings.Contains(c.Error(), "50ms") {
 		t.Fatalf("cause %v, want ErrMaxHold of the inner 50ms ceiling", c)
 	}
-	for _, l := range []*lockcore.Lease{sooner, later, ls} {
+	for _, l := range []*Lease{sooner, later, ls} {
 		_ = l.Release(ctx)
 	}
+}
+
+// loseLease loses the hold of ls, as Serve does when its Taken ends.
+func loseLease(ls *Lease, cause error) bool { return ls.h.lose(cause) }
+
+// fenceOf returns the fencing token of the innermost lock ctx holds.
+func fenceOf(ctx context.Context) (int64, bool) {
+	if held := HeldFrom(ctx); len(held) > 0 {
+		return held[0].Fence, true
+	}
+	return 0, false
 }

@@ -55,7 +55,7 @@ type Events interface {
 	// before the request ends.
 	//
 	// lockcore makes these calls, for every engine: an engine gives its
-	// Events to NewLease and tells Ended nothing itself.
+	// Events to newLease and tells Ended nothing itself.
 	Ended(ctx context.Context, key Key, held, release time.Duration, cause, err error)
 }
 

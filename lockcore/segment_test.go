@@ -292,51 +292,50 @@ func TestSegmentGateOverOuterHold(t *testing.T) {
 	}
 }
 
-// inSetRecorder records lockcore.InSet of each acquisition's context.
-type inSetRecorder struct {
-	inner lockcore.Engine
-	inSet []bool
+// setRecorder is an in-memory Backend that records Request.Set of each
+// hold it is asked for.
+type setRecorder struct {
+	*locktest.Engine
+	sets []bool
 }
 
-func (r *inSetRecorder) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	r.inSet = append(r.inSet, lockcore.InSet(ctx))
-	return r.inner.Acquire(ctx, key, p)
+func (r *setRecorder) Take(ctx context.Context, req lockcore.Request) (lockcore.Taken, error) {
+	r.sets = append(r.sets, req.Set)
+	return r.Engine.Take(ctx, req)
 }
-
-func (r *inSetRecorder) Promises() lockcore.Promises { return r.inner.Promises() }
-
-func (r *inSetRecorder) Unwrap() lockcore.Engine { return r.inner }
 
 // TestInSet: the acquisitions AcquireAll makes one key at a time and those
-// AcquireSegment makes are marked (an engine then hands them no hold in
-// memory, since they may go back unseen); a lone Acquire is not, and
-// neither are the contexts of the leases handed out.
+// AcquireSegment makes ask the Backend with Request.Set (it then hands
+// them no hold in memory, since they may go back unseen); a lone Acquire
+// does not, and neither does one made under a context of a set's leases.
 func TestInSet(t *testing.T) {
 	ctx := context.Background()
-	r := &inSetRecorder{inner: &locktest.Engine{}}
+	r := &setRecorder{Engine: &locktest.Engine{}}
+	e := lockcore.Serve(r, nil)
 	a, _ := lockcore.NewKey("a")
 	b, _ := lockcore.NewKey("b")
-	ls, err := r.Acquire(ctx, a, lockcore.Policy{})
+	c, _ := lockcore.NewKey("c")
+	ls, err := e.Acquire(ctx, a, lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = ls.Release(ctx)
-	set, err := lockcore.AcquireAll(ctx, r, []lockcore.Key{a, b}, lockcore.Policy{})
+	set, err := lockcore.AcquireAll(ctx, e, []lockcore.Key{a, b}, lockcore.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	seg, err := lockcore.AcquireSegment(ctx, r, a, lockcore.Policy{Segments: 2})
+	seg, err := lockcore.AcquireSegment(ctx, e, a, lockcore.Policy{Segments: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []bool{false, true, true, true}; !slices.Equal(r.inSet, want) {
-		t.Errorf("InSet of the acquisitions: %v, want %v (Acquire, AcquireAll's two, AcquireSegment's)", r.inSet, want)
+	after, err := e.Acquire(set[1].Context(), c, lockcore.Policy{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, ls := range append(set, seg) {
-		if lockcore.InSet(ls.Context()) {
-			t.Errorf("the lease of %v handed out with a context InSet", ls.Key())
-		}
+	if want := []bool{false, true, true, true, false}; !slices.Equal(r.sets, want) {
+		t.Errorf("Request.Set of the acquisitions: %v, want %v (Acquire, AcquireAll's two, AcquireSegment's, Acquire under the set's context)", r.sets, want)
 	}
+	_ = after.Release(ctx)
 	_ = lockcore.ReleaseAll(ctx, set)
 	_ = seg.Release(ctx)
 }

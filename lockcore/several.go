@@ -24,9 +24,9 @@ import (
 // its Defaults to the lot and calls this function with its engine. (Such a
 // method must not call this function with its own receiver.)
 //
-// When e is a GroupEngine, AcquireAll asks it first to take them all in
-// one exchange with its backend, and takes them one by one only when it
-// declines.
+// When e can take them all in one exchange with its backend (an Engine
+// of Serve whose Backend is a Batch), AcquireAll asks it first, and takes
+// them one by one only when it declines.
 //
 // It returns the leases in the order taken. On error, the ones taken are
 // released, last first, and nothing is held; the error is that of the
@@ -67,7 +67,7 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 	if p.Wait > 0 {
 		deadline = time.Now().Add(p.Wait)
 	}
-	if g, ok := e.(GroupEngine); ok && len(ks) > 1 {
+	if g, ok := e.(groupAcquirer); ok && len(ks) > 1 {
 		if leases, err := g.AcquireGroup(ctx, ks, p); err != nil {
 			_ = ReleaseAll(context.WithoutCancel(ctx), leases)
 			return nil, err
@@ -137,12 +137,10 @@ type allAcquirer interface {
 	AcquireAll(ctx context.Context, keys []Key, p Policy) ([]*Lease, error)
 }
 
-// GroupEngine is an Engine that can take several locks, and give several
-// holds up, in one exchange with its backend: AcquireAll and ReleaseAll
-// then do so.
-type GroupEngine interface {
-	Engine
-
+// groupAcquirer is an Engine that can take several locks in one exchange
+// with its backend: an Engine of Serve whose Backend is a Batch, or a
+// wrapper of one.
+type groupAcquirer interface {
 	// AcquireGroup takes the locks of keys, at least two, distinct and
 	// sorted by Key.String, all at once or none, as AcquireAll would: in
 	// that order, each lease made with the context of the one before. It
@@ -152,16 +150,11 @@ type GroupEngine interface {
 	// is FailFast it may fail with the *ContentionError of a key it found
 	// held. p.Wait is positive or FailFast.
 	AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lease, error)
-
-	// ReleaseHolds gives up holds as their Release methods would, each
-	// called once, and returns each one's error in order; the holds the
-	// engine made go to the backend together.
-	ReleaseHolds(ctx context.Context, holds []Hold) []error
 }
 
 // ReleaseAll releases leases, last first, as AcquireAll returned them,
 // and returns the first error of their Releases. The backend releases of
-// holds made by one GroupEngine go together (GroupEngine.ReleaseHolds).
+// holds made by one Batch backend go together (Batch.ReleaseAll).
 func ReleaseAll(ctx context.Context, leases []*Lease) error {
 	if len(leases) == 1 {
 		return leases[0].Release(ctx)
@@ -188,13 +181,13 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 	}
 	began := mono()
 	var (
-		ge    GroupEngine
-		holds []Hold
+		ge    *served
+		holds []engineHold
 		of    []int // the index in dues of each of holds
 	)
 	for i := range dues {
 		h := dues[i].h
-		g, ok := h.e.(GroupEngine)
+		g, ok := h.e.(*served)
 		if !ok || ge != nil && g != ge {
 			dues[i].err = h.free(ctx)
 			continue
@@ -208,7 +201,7 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 	case 1:
 		dues[of[0]].err = holds[0].Release(ctx)
 	default:
-		for j, err := range ge.ReleaseHolds(ctx, holds) {
+		for j, err := range ge.releaseHolds(ctx, holds) {
 			dues[of[j]].err = err
 		}
 	}
@@ -219,10 +212,10 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 }
 
 // inSetKey marks the context of the acquisitions that AcquireAll and
-// AcquireSegment make (InSet).
+// AcquireSegment make (inSet).
 type inSetKey struct{}
 
-// markSet returns ctx marked for InSet until done is called: the leases'
+// markSet returns ctx marked for inSet until done is called: the leases'
 // contexts, derived from it, are not marked once they are handed out.
 func markSet(ctx context.Context) (context.Context, func()) {
 	m := new(atomic.Bool)
@@ -230,7 +223,7 @@ func markSet(ctx context.Context) (context.Context, func()) {
 	return context.WithValue(ctx, inSetKey{}, m), func() { m.Store(false) }
 }
 
-// InSet reports whether ctx is that of an acquisition that AcquireAll
+// inSet reports whether ctx is that of an acquisition that AcquireAll
 // makes as one of a set of keys taken one at a time, or that
 // AcquireSegment makes for one segment of a key: the set may still fail,
 // or the segment turn out exhausted, after it, and its lease be released
@@ -239,7 +232,7 @@ func markSet(ctx context.Context) (context.Context, func()) {
 // acquisition, since what the hold went through (an operator's
 // revocation, say) is told to whoever holds it next, and nobody would
 // hear it. It is false again once AcquireAll or AcquireSegment returned.
-func InSet(ctx context.Context) bool {
+func inSet(ctx context.Context) bool {
 	m, _ := ctx.Value(inSetKey{}).(*atomic.Bool)
 	return m != nil && m.Load()
 }

@@ -41,12 +41,12 @@ func (e *engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	return ls, err
 }
 
-// AcquireGroup implements lockcore.GroupEngine when the wrapped engine
-// does, and declines otherwise: each key it takes is recorded as Acquire
+// AcquireGroup takes several locks in one exchange for
+// lockcore.AcquireAll when the wrapped engine can, and declines otherwise: each key it takes is recorded as Acquire
 // records one, with the whole call's wait; a failure is recorded once, for
 // the key it names (or the first).
 func (e *engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
-	g, ok := e.inner.(lockcore.GroupEngine)
+	g, ok := e.inner.(groupAcquirer)
 	if !ok {
 		return nil, nil
 	}
@@ -72,18 +72,10 @@ func (e *engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 	return leases, err
 }
 
-// ReleaseHolds implements lockcore.GroupEngine: the wrapped engine's, or
-// each hold's Release. (lockcore.ReleaseAll calls the engine that made the
-// holds, not this one.)
-func (e *engine) ReleaseHolds(ctx context.Context, holds []lockcore.Hold) []error {
-	if g, ok := e.inner.(lockcore.GroupEngine); ok {
-		return g.ReleaseHolds(ctx, holds)
-	}
-	errs := make([]error, len(holds))
-	for i, h := range holds {
-		errs[i] = h.Release(ctx)
-	}
-	return errs
+// groupAcquirer is an engine that takes several locks in one exchange
+// (see lockcore.AcquireAll).
+type groupAcquirer interface {
+	AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error)
 }
 
 // record records an acquisition of key with p and context ctx, begun at

@@ -226,7 +226,6 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 		m.onError(w, r, err)
 		return
 	}
-	lockcore.LimitHold(lease, p.MaxHold) // for an engine that does not: once is all it takes
 	// Deferred, so that a panicking handler releases too; the panic goes on.
 	// A failed release has no one to tell: the key expires with its TTL.
 	defer lease.Release(r.Context())
@@ -252,9 +251,6 @@ func (m *locker) serveAll(w http.ResponseWriter, r *http.Request, next http.Hand
 	if err != nil {
 		m.onError(w, r, err)
 		return
-	}
-	for _, ls := range leases {
-		lockcore.LimitHold(ls, p.MaxHold)
 	}
 	defer lockcore.ReleaseAll(r.Context(), leases)
 	next.ServeHTTP(w, r.WithContext(leases[len(leases)-1].Context()))

@@ -78,7 +78,6 @@ func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.
 			route = saveRoute(r)
 			header = w.Header().Clone()
 		}
-		lockcore.LimitHold(lease, p.MaxHold)
 		tw := &writeTracker{ResponseWriter: w}
 		if !m.serveHeld(tw, r, next, lease) || tw.wrote || lease.ReenteredInMemory() {
 			return

@@ -20,6 +20,8 @@ type Fake struct {
 	mu    sync.Mutex
 	calls []Call
 	down  bool
+	once  sync.Once
+	srv   lockcore.Engine // the leases of its holds (lockcore.Serve)
 }
 
 // Call is one Acquire call, as it was made.
@@ -39,16 +41,21 @@ func New() *Fake { return &Fake{Engine: new(locktest.Engine)} }
 func (f *Fake) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, Call{Key: key, Policy: p})
+	f.mu.Unlock()
+	f.once.Do(func() { f.srv = lockcore.Serve(f, f.Engine.Events) })
+	return f.srv.Acquire(ctx, key, p)
+}
+
+// Take implements lockcore.Backend: the in-memory engine's, or ErrDown
+// while the engine is down.
+func (f *Fake) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, error) {
+	f.mu.Lock()
 	down := f.down
 	f.mu.Unlock()
 	if down {
-		ls, _, err := lockcore.Begin(ctx, f.Engine, key, p)
-		if ls != nil || err != nil {
-			return ls, err
-		}
 		return nil, ErrDown
 	}
-	return f.Engine.Acquire(ctx, key, p)
+	return f.Engine.Take(ctx, r)
 }
 
 // Calls returns every Acquire call made so far, in order.

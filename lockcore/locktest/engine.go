@@ -104,7 +104,7 @@ type hold struct {
 	ks   *keyState
 	o    *owner
 	lost atomic.Pointer[error] // the cause of its loss; read by Err without the mutex
-	gone chan struct{}         // closed when it is lost
+	gone chan struct{}         // closed when it is lost or released
 	done bool                  // released or lost; guarded by e.mu
 }
 
@@ -124,7 +124,8 @@ func (h *hold) Fence() int64 { return h.o.fence }
 // Token implements lockcore.Taken.
 func (h *hold) Token() string { return h.o.token }
 
-// Done implements lockcore.Taken: closed when the hold is revoked.
+// Done implements lockcore.Taken: closed when the hold is revoked or
+// released.
 func (h *hold) Done() <-chan struct{} { return h.gone }
 
 // waiter is one blocked acquisition.
@@ -483,6 +484,7 @@ func (h *hold) Release(context.Context, error) error {
 		return nil
 	}
 	h.done = true
+	close(h.gone)
 	ks, o := h.ks, h.o
 	o.entries = slices.DeleteFunc(o.entries, func(x *hold) bool { return x == h })
 	if len(o.entries) == 0 {

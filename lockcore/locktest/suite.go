@@ -568,7 +568,7 @@ func checkPolicy(r *rig) {
 			if err == nil {
 				_ = ls.Release(context.Background())
 			}
-			r.t.Fatalf("Policy %+v: %v, want ErrMisconfigured (lockcore.Begin)", p, err)
+			r.t.Fatalf("Policy %+v: %v, want ErrMisconfigured", p, err)
 		}
 	}
 	// What the engine does not promise it refuses, rather than serve it

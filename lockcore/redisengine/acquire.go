@@ -153,7 +153,7 @@ func (l *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, 
 }
 
 func (l *Engine) newHold(key lockcore.Key, tok string, ttl time.Duration) *hold {
-	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1, lost: make(chan struct{})}
+	h := &hold{l: l, key: key, keys: l.redisKeys(key), token: tok, ttl: ttl, index: -1, done: make(chan struct{})}
 	h.args = [5]any{&h.keys[0], &h.keys[1], &h.keys[2], tok}
 	h.guard, h.ch = &guardKey, &l.channel
 	if l.cluster {

@@ -15,9 +15,12 @@ import (
 // one by one.
 const maxGroup = 32
 
-// AcquireGroup implements lockcore.GroupEngine (see TakeAll).
+// AcquireGroup takes the locks of keys in one call to Redis for
+// lockcore.AcquireAll (see TakeAll).
 func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
-	return l.srv.(lockcore.GroupEngine).AcquireGroup(ctx, keys, p)
+	return l.srv.(interface {
+		AcquireGroup(context.Context, []lockcore.Key, lockcore.Policy) ([]*lockcore.Lease, error)
+	}).AcquireGroup(ctx, keys, p)
 }
 
 // TakeAll implements lockcore.Batch: it takes the exclusive locks of rs'
@@ -223,11 +226,6 @@ func readGroup(v any, n int) groupReply {
 		r.fences = fences
 	}
 	return r
-}
-
-// ReleaseHolds implements lockcore.GroupEngine (see ReleaseAll).
-func (l *Engine) ReleaseHolds(ctx context.Context, holds []lockcore.Hold) []error {
-	return l.srv.(lockcore.GroupEngine).ReleaseHolds(ctx, holds)
 }
 
 // ReleaseAll implements lockcore.Batch: the releases of holds that this

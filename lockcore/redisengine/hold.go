@@ -42,10 +42,12 @@ type hold struct {
 	// it is handed no hold in memory
 	inSet bool
 	// let: Release was called; why: the cause of the loss, set once, before
-	// lost is closed
-	let  atomic.Bool
-	why  atomic.Pointer[error]
-	lost chan struct{}
+	// done is closed; done: closed once (ending), when the hold is lost or
+	// released
+	let    atomic.Bool
+	why    atomic.Pointer[error]
+	done   chan struct{}
+	ending atomic.Bool
 
 	// Hand-over in memory (see cohort.go). passable: the hold may be
 	// handed over (Options.LocalHandOvers); passes: how many hand-overs in
@@ -124,8 +126,16 @@ func (h *hold) Fence() int64 { return h.fence }
 // Shared implements lockcore.Taken.
 func (h *hold) Shared() (int, bool) { return h.slot, h.shared }
 
-// Done implements lockcore.Taken: closed when the hold is lost.
-func (h *hold) Done() <-chan struct{} { return h.lost }
+// Done implements lockcore.Taken: closed when the hold is lost or
+// released.
+func (h *hold) Done() <-chan struct{} { return h.done }
+
+// end closes Done, once.
+func (h *hold) end() {
+	if h.ending.CompareAndSwap(false, true) {
+		close(h.done)
+	}
+}
 
 // Err implements lockcore.Taken: nil while the local validity lasts. A
 // hold that fails it is lost, so the watchdog stops renewing it.
@@ -152,7 +162,7 @@ func (h *hold) lose(cause error) bool {
 	if h.let.Load() || !h.why.CompareAndSwap(nil, &cause) {
 		return false
 	}
-	close(h.lost)
+	h.end()
 	if lg := h.l.opt.Logger; lg != nil && errors.Is(cause, lockcore.ErrLockLost) && !errors.Is(cause, lockcore.ErrClosed) {
 		lg.Warn("routelock: a lease was lost while its holder ran", append(h.origins(), "resource", resourceName(h.key), "cause", cause)...)
 	}
@@ -241,6 +251,7 @@ func (h *hold) releaseUnpassed() error {
 // whether h was live until then.
 func (h *hold) letGo() bool {
 	h.let.Store(true)
+	h.end()
 	first := !h.ended.Swap(true)
 	if first {
 		h.l.stats.record(h.key, time.Since(h.start))
