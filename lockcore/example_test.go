@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
@@ -67,4 +68,44 @@ func ExampleEngine() {
 	// nested: <nil> true
 	// another owner: true
 	// acquired 2 busy 1
+}
+
+// maintenance is a Backend that takes its holds from another, and refuses
+// fresh ones while an operator has switched it off: a Backend only takes
+// holds and gives them back, so it composes as any other interface does.
+type maintenance struct {
+	lockcore.Backend
+	off atomic.Bool
+}
+
+func (m *maintenance) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, error) {
+	if m.off.Load() {
+		return nil, fmt.Errorf("%w: %s: down for maintenance", lockcore.ErrUnavailable, r.Key)
+	}
+	return m.Backend.Take(ctx, r)
+}
+
+// Serve makes an Engine of a Backend: the leases, their contexts,
+// re-entry in memory, owner tokens and MaxHold are Serve's, so a nested
+// acquisition by the same request re-enters without asking the backend.
+func ExampleServe() {
+	m := &maintenance{Backend: new(locktest.Engine)}
+	e := lockcore.Serve(m, nil)
+
+	ctx := context.Background()
+	key, _ := lockcore.NewKey("productID", "42")
+	outer, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+	if err != nil {
+		panic(err)
+	}
+	m.off.Store(true)
+	inner, err := e.Acquire(outer.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+	fmt.Println("nested, backend off:", err, inner.ReenteredInMemory(), inner.Fence() == outer.Fence())
+	_, err = e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+	fmt.Println("another request:", errors.Is(err, lockcore.ErrUnavailable))
+	_ = inner.Release(ctx)
+	_ = outer.Release(ctx)
+	// Output:
+	// nested, backend off: <nil> true true
+	// another request: true
 }
