@@ -141,20 +141,18 @@ func (s *served) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 
 // lease makes the lease of t, taken for r under ctx.
 func (s *served) lease(ctx context.Context, r Request, t Taken, maxHold time.Duration) *Lease {
-	h := &servedHold{t: t}
 	tok := r.Token
 	if len(r.Join) > 0 {
 		// It may have re-entered one of them; their holds left the process
 		// already, so reading it exposes nothing.
 		tok = t.Token()
 	}
-	ls := newLease(ctx, s, r.Key, tok, t.Fence(), h, s.ev)
-	h.h = ls.h
+	ls := newLease(ctx, s, r.Key, tok, t, s.ev)
 	select {
 	case <-t.Done():
 		ls.h.lose(t.Err()) // lost before it was handed out: its handler never runs
 	default:
-		go h.watch()
+		go ls.h.watch()
 	}
 	limitHold(ls, maxHold)
 	return ls
@@ -191,21 +189,21 @@ func (s *served) AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lea
 	return leases, nil
 }
 
-// releaseHolds releases holds as their Release methods would, each once;
-// those Serve made go to a Batch backend together.
-func (s *served) releaseHolds(ctx context.Context, holds []engineHold) []error {
-	errs := make([]error, len(holds))
+// releaseHolds releases the backend holds of hs, each once, as free
+// would; those its holders released go to a Batch backend together.
+func (s *served) releaseHolds(ctx context.Context, hs []*held) []error {
+	errs := make([]error, len(hs))
 	b, ok := s.b.(Batch)
 	var (
 		ts []Taken
 		at []int
 	)
-	for i, hh := range holds {
-		if h, mine := hh.(*servedHold); ok && mine && h.early() == nil {
-			ts, at = append(ts, h.t), append(at, i)
+	for i, h := range hs {
+		if early := h.early(); !ok || early != nil {
+			errs[i] = h.t.Release(ctx, early)
 			continue
 		}
-		errs[i] = hh.Release(ctx)
+		ts, at = append(ts, h.t), append(at, i)
 	}
 	if len(ts) > 0 {
 		for i, err := range b.ReleaseAll(ctx, ts) {
@@ -214,42 +212,3 @@ func (s *served) releaseHolds(ctx context.Context, holds []engineHold) []error {
 	}
 	return errs
 }
-
-// servedHold is a Taken as a lease's engineHold.
-type servedHold struct {
-	t Taken
-	h *held // the lease's hold
-}
-
-// watch loses the lease when its hold ends while the lease is live: a
-// hold the lease released, or lost already, ends after it.
-func (h *servedHold) watch() {
-	<-h.t.Done()
-	if h.h.live() {
-		err := h.t.Err()
-		if err == nil {
-			err = ErrLockLost // a backend that ended it without a word
-		}
-		h.h.lose(err)
-	}
-}
-
-func (h *servedHold) Check() error { return h.t.Err() }
-
-func (h *servedHold) Release(ctx context.Context) error {
-	return h.t.Release(ctx, h.early())
-}
-
-// early is Taken.Release's early: nil for a hold its holder released.
-func (h *servedHold) early() error {
-	if h.h.state.Load() == holdReleased {
-		return nil
-	}
-	return h.h.lost()
-}
-
-func (h *servedHold) Shared() (int, bool) { return h.t.Shared() }
-
-// Expose reads the hold's token, which may now leave the process (see
-// Taken.Token).
-func (h *servedHold) Expose() { h.t.Token() }

@@ -40,38 +40,6 @@ type Engine interface {
 	Promises() Promises
 }
 
-// engineHold is an engine's hold of one key in its backend: what a Lease wraps.
-// Its methods must not block, except Release.
-type engineHold interface {
-	// Check returns nil while the hold is certainly held, judged without
-	// I/O (on the engine's own clock), and once it is not, the cause of
-	// its loss, matching ErrLockLost. Lease.Err and in-memory re-entry call
-	// it; a non-nil answer loses the hold.
-	Check() error
-
-	// Release gives the hold up in the backend. It is called once: when
-	// the last lease of the hold is released, after the lease's context
-	// was cancelled with cause ErrReleased (or the hold was lost); or, for
-	// a hold with a ceiling (limitHold), when the ceiling is reached, from
-	// a goroutine of its own while leases and handlers may still run; it
-	// returns an error matching ErrUnavailable when the backend did not
-	// confirm the release, which then happens by expiry, and one matching
-	// ErrRevoked when it found the hold force-released before the release
-	// reached the backend (Events.Ended then hears of a loss, with that
-	// cause). ctx is often cancelled already (the adapters release with
-	// the request's context after the handler returned, and a client that
-	// went away cancels it): the release must go ahead anyway, bounded by
-	// a timeout of the engine's own; ctx is for its values.
-	Release(ctx context.Context) error
-}
-
-// An engineHold may also have a method Expose(), which is called before its owner
-// token is handed out while it may be held (by TokensFrom, and so
-// Outbound, and by Lease.Token), and may block briefly until the backend
-// knows that token. An engine that hands holds over in memory needs it: a
-// hold whose token left the process can be re-entered by it from another
-// process, so its release must go through the backend.
-
 // defaultWait is the wait of a Policy whose Wait is 0.
 const defaultWait = 5 * time.Second
 
@@ -281,7 +249,7 @@ type held struct {
 	cancel          context.CancelCauseFunc
 
 	e     Engine
-	hold  engineHold
+	t     Taken // the backend's hold
 	key   Key
 	token string
 	fence int64
@@ -318,7 +286,7 @@ type held struct {
 	// (mono). Set under losing.
 	ceiling   atomic.Pointer[time.Timer]
 	ceilingAt int64
-	freed     atomic.Bool // hold.Release was called: it is called once
+	freed     atomic.Bool // t.Release was called: it is called once
 }
 
 // limit makes the hold end at its ceiling of max from now, unless it has
@@ -347,7 +315,30 @@ func (h *held) free(ctx context.Context) error {
 	if !h.freed.CompareAndSwap(false, true) {
 		return nil
 	}
-	return h.hold.Release(ctx)
+	return h.t.Release(ctx, h.early())
+}
+
+// early is Taken.Release's early: nil for a hold its holder released, or
+// why it ended first.
+func (h *held) early() error {
+	if h.state.Load() == holdReleased {
+		return nil
+	}
+	return h.lost()
+}
+
+// watch loses the hold when its Taken ends while it is live: a Taken the
+// lease released, or one lost already, ends after it. Serve runs it in a
+// goroutine of its own for each fresh hold.
+func (h *held) watch() {
+	<-h.t.Done()
+	if h.live() {
+		err := h.t.Err()
+		if err == nil {
+			err = ErrLockLost // a backend that ended it without a word
+		}
+		h.lose(err)
+	}
 }
 
 // String describes the context as the context package does its own, with
@@ -368,19 +359,12 @@ func (h *held) Value(key any) any {
 
 func (h *held) live() bool { return h.state.Load() == holdLive }
 
-// exposer is an engineHold with a method Expose() (see engineHold).
-type exposer interface {
-	engineHold
-	Expose()
-}
-
-// expose tells h's hold that its token may leave the process (exposer),
-// then reports whether h is live: in that order, so that a release that
-// finds the hold not exposed happened before this reads it live.
+// expose tells h's hold that its token may leave the process (it reads
+// Taken.Token), then reports whether h is live: in that order, so that a
+// release that finds the hold not exposed happened before this reads it
+// live.
 func (h *held) expose() bool {
-	if x, ok := h.hold.(exposer); ok {
-		x.Expose()
-	}
+	h.t.Token()
 	return h.live()
 }
 
@@ -391,7 +375,7 @@ func (h *held) certain() bool {
 	if !h.live() {
 		return false
 	}
-	if err := h.hold.Check(); err != nil {
+	if err := h.t.Err(); err != nil {
 		h.lose(err)
 		return false
 	}
@@ -454,35 +438,29 @@ func (h *held) lost() error {
 	return ErrLockLost
 }
 
-// newLease returns the lease of hold, a fresh hold of key owned by token
-// with fencing token fence, which engine e has just taken for an
-// acquisition with context ctx. The lease's context derives from ctx and
-// carries the hold (HeldFrom, TokensFrom) and ctx's lock
-// state; begin(ctx', e, key, p) re-enters it from any context derived from it.
-// When token is one that ctx carries (TokensFrom: one propagated from
-// another process, say), the hold is a re-entry of that token's hold in
-// the backend, and the lease reports Reentered; a fresh acquisition's
-// token comes from NewToken, and no context carries it yet.
+// newLease returns the lease of t, a fresh hold of key owned by token,
+// which engine e (an Engine of Serve) has just taken for an acquisition
+// with context ctx. The lease's context derives from ctx and carries the
+// hold (HeldFrom, TokensFrom) and ctx's lock state; begin(ctx', e, key, p)
+// re-enters it from any context derived from it. When token is one that
+// ctx carries (TokensFrom: one propagated from another process, say), the
+// hold is a re-entry of that token's hold in the backend, and the lease
+// reports Reentered; a fresh acquisition's token comes from NewToken, and
+// no context carries it yet.
 //
-// ev, the engine's Events (nil for none), is told of the hold's end once,
-// as Events.Ended describes: when it is lost (Lose, or a Check that
-// fails), before its context is cancelled; or when the Release of its last
-// lease returns from the backend release (Hold.Release). The engine tells
-// Ended nothing itself. A hold that the engine gives back before handing
-// its lease out is ended with Lose and a cause that does not match
-// ErrLockLost (ErrClosed, or the acquisition's ctx.Err()) and then
-// released: Events hears nothing of it.
+// ev (nil for none) is told of the hold's end once, as Events.Ended
+// describes: when it is lost (its Taken ends, or its Err fails), before
+// its context is cancelled; or when the Release of its last lease returns
+// from the backend release (Taken.Release).
 //
 // Panics if e's dynamic type is not comparable.
-func newLease(ctx context.Context, e Engine, key Key, token string, fence int64, hold engineHold, ev Events) *Lease {
+func newLease(ctx context.Context, e Engine, key Key, token string, t Taken, ev Events) *Lease {
 	if t := reflect.TypeOf(e); t == nil || !t.Comparable() {
 		panic(fmt.Sprintf("routelock: lockcore.newLease: engine of type %v is not comparable; use a pointer", t))
 	}
-	h := &held{e: e, hold: hold, key: key, token: token, fence: fence, ev: ev, slot: -1, byToken: carries(ctx, token)}
-	if s, ok := hold.(sharedHold); ok {
-		if slot, ok := s.Shared(); ok {
-			h.shared, h.slot = true, int32(max(slot, -1))
-		}
+	h := &held{e: e, t: t, key: key, token: token, fence: t.Fence(), ev: ev, slot: -1, byToken: carries(ctx, token)}
+	if slot, ok := t.Shared(); ok {
+		h.shared, h.slot = true, int32(max(slot, -1))
 	}
 	if ev != nil {
 		h.start = mono()
@@ -534,15 +512,6 @@ func limitHold(ls *Lease, max time.Duration) {
 		return // begin gives an in-memory re-entry's ceiling to its hold
 	}
 	ls.h.limit(max)
-}
-
-// sharedHold is implemented by an engineHold that may be one of several owners'
-// at once (Policy.Share); newLease asks it. Shared reports whether the
-// hold is shared, and its slot: 0..n-1 for a Policy with Share n > 0,
-// -1 for ShareAll. An engineHold that does not implement it is exclusive.
-type sharedHold interface {
-	engineHold
-	Shared() (slot int, ok bool)
 }
 
 // Lease is a held lock. Its Context is cancelled, with cause ErrLockLost,

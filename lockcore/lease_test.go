@@ -18,23 +18,29 @@ import (
 
 const testBound = 5 * time.Second
 
-// testHold is a Hold that is held until told otherwise.
+// testHold is a Taken that is held until told otherwise.
 type testHold struct {
+	fence    int64
 	lost     atomic.Bool
 	releases atomic.Int32
 	err      error // what Release returns
 }
 
+func (h *testHold) Fence() int64          { return h.fence }
+func (h *testHold) Shared() (int, bool)   { return -1, false }
+func (h *testHold) Token() string         { return "" }
+func (h *testHold) Done() <-chan struct{} { return nil }
+
 var errTestGone = fmt.Errorf("%w: test: gone", ErrLockLost)
 
-func (h *testHold) Check() error {
+func (h *testHold) Err() error {
 	if h.lost.Load() {
 		return errTestGone
 	}
 	return nil
 }
 
-func (h *testHold) Release(context.Context) error {
+func (h *testHold) Release(context.Context, error) error {
 	h.releases.Add(1)
 	return h.err
 }
@@ -55,8 +61,8 @@ func (e *testEngine) Acquire(ctx context.Context, key Key, p Policy) (*Lease, er
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.fence++
-	e.last = &testHold{}
-	return newLease(ctx, e, key, NewToken(), e.fence, e.last, e.ev), nil
+	e.last = &testHold{fence: e.fence}
+	return newLease(ctx, e, key, NewToken(), e.last, e.ev), nil
 }
 
 func (e *testEngine) Promises() Promises { return Promises{} }
@@ -249,7 +255,7 @@ func (e mapEngine) Acquire(ctx context.Context, key Key, p Policy) (*Lease, erro
 	if ls, _, err := begin(ctx, e, key, p); ls != nil || err != nil {
 		return ls, err
 	}
-	return newLease(ctx, e, key, NewToken(), e.fence.Add(1), &testHold{}, nil), nil
+	return newLease(ctx, e, key, NewToken(), &testHold{fence: e.fence.Add(1)}, nil), nil
 }
 
 func (e mapEngine) Promises() Promises { return Promises{} }

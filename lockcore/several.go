@@ -182,7 +182,7 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 	began := mono()
 	var (
 		ge    *served
-		holds []engineHold
+		holds []*held
 		of    []int // the index in dues of each of holds
 	)
 	for i := range dues {
@@ -193,13 +193,13 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 			continue
 		}
 		if h.freed.CompareAndSwap(false, true) { // else released already, as free would find
-			ge, holds, of = g, append(holds, h.hold), append(of, i)
+			ge, holds, of = g, append(holds, h), append(of, i)
 		}
 	}
 	switch len(holds) {
 	case 0:
 	case 1:
-		dues[of[0]].err = holds[0].Release(ctx)
+		dues[of[0]].err = holds[0].t.Release(ctx, holds[0].early())
 	default:
 		for j, err := range ge.releaseHolds(ctx, holds) {
 			dues[of[j]].err = err
