@@ -150,7 +150,7 @@ func (s *served) lease(ctx context.Context, r Request, t Taken, maxHold time.Dur
 	ls := newLease(ctx, s, r.Key, tok, t, s.ev)
 	select {
 	case <-t.Done():
-		ls.h.lose(t.Err()) // lost before it was handed out: its handler never runs
+		ls.h.watch() // lost before it was handed out: its handler never runs
 	default:
 		go ls.h.watch()
 	}
@@ -190,10 +190,12 @@ func (s *served) AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lea
 }
 
 // releaseHolds releases the backend holds of hs, each once, as free
-// would; those its holders released go to a Batch backend together.
+// would; those its holders released go together to a Batch backend that
+// declares Promises.Batch, as AcquireGroup asks only such a one.
 func (s *served) releaseHolds(ctx context.Context, hs []*held) []error {
 	errs := make([]error, len(hs))
 	b, ok := s.b.(Batch)
+	ok = ok && s.b.Promises().Batch
 	var (
 		ts []Taken
 		at []int

@@ -38,6 +38,9 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 // lockcore.FailFast and the key is held: it then fails with that key's
 // *lockcore.ContentionError. Its other errors are Take's.
 func (l *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore.Taken, error) {
+	if l.closed.Load() {
+		return nil, nil // one by one, each ErrClosed, as Take checks first
+	}
 	for _, r := range rs {
 		// A closed gate refuses the lot before any call, whether or not
 		// they could go together.
