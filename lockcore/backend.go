@@ -128,7 +128,7 @@ func (s *served) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 	if ls != nil || err != nil {
 		return ls, err
 	}
-	r, err := s.request(ctx, key, p, TokensFrom(ctx))
+	r, err := s.request(ctx, key, p, joinFor(ctx, key))
 	if err != nil {
 		return nil, err
 	}
@@ -165,13 +165,12 @@ func (s *served) AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lea
 	if !ok || !s.b.Promises().Batch || p.Validate() != nil {
 		return nil, nil
 	}
-	join := TokensFrom(ctx)
 	rs := make([]Request, len(keys))
 	for i, k := range keys {
-		if k.isZero() {
-			return nil, nil
+		if k.isZero() || holds(ctx, s, k) {
+			return nil, nil // one by one: refused, or re-entered in memory
 		}
-		r, err := s.request(ctx, k, p, join)
+		r, err := s.request(ctx, k, p, joinFor(ctx, k))
 		if err != nil {
 			return nil, nil // one by one, each refused
 		}

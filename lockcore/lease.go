@@ -483,6 +483,17 @@ func carries(ctx context.Context, tok string) bool {
 	return false
 }
 
+// holds reports whether ctx descends from a live lease on key that engine
+// e made: whether an acquisition of key would re-enter it in memory.
+func holds(ctx context.Context, e Engine, key Key) bool {
+	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
+		if h := s.held; h != nil && h.e == e && h.key == key && h.live() {
+			return true
+		}
+	}
+	return false
+}
+
 // reenter returns a new lease on the live hold of key that engine e made
 // and ctx descends from, or nil when there is none: an acquisition by a
 // context that already holds the lock re-enters it in memory, without a
