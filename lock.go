@@ -27,7 +27,7 @@ import (
 // itself: give it to package interceptor's server interceptors, or to
 // middleware.Lock, to lock with its engine and Defaults.
 type Locker struct {
-	engine   lockcore.Engine              // what requests lock through: base, or a wrapper of it
+	engine   lockcore.Engine              // what requests lock through: base, or base observed
 	base     lockcore.Engine              // the engine of New or FromEngine
 	owned    *redisengine.Engine          // the engine New made, closed by Close
 	defaults lockcore.Policy              // Defaults
@@ -136,18 +136,93 @@ func (l *Locker) apply(opts []Option) {
 	l.redis.Logger = l.logger // New's engine logs where the Locker does
 }
 
-// wrapped returns e wrapped by the Locker's observers, the last
-// outermost, but for those that observe e already: a Locker given to
+// wrapped returns base observed by the Locker's observers, the last
+// outermost, but for those that observe base already: a Locker given to
 // FromEngine that was given the same Observer, which would otherwise
 // count each acquisition twice.
 func (l *Locker) wrapped(base lockcore.Engine) lockcore.Engine {
-	e := base
+	var obs []lockcore.Observer
 	for _, o := range l.observers {
 		if !observes(base, o) {
-			e = o.Wrap(e)
+			obs = append(obs, o)
 		}
 	}
-	return e
+	if len(obs) == 0 {
+		return base
+	}
+	return &observed{base: base, obs: obs}
+}
+
+// observed is an engine whose acquisitions its observers see (the
+// Locker's engine, when it has observers): each calls the next one's
+// Observe, the last given outermost, and the innermost calls the engine.
+type observed struct {
+	base lockcore.Engine
+	obs  []lockcore.Observer
+}
+
+func (o *observed) Promises() lockcore.Promises { return o.base.Promises() }
+
+func (o *observed) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	c := &observation{o: o, i: len(o.obs) - 1}
+	c.key[0] = key
+	c.keys = c.key[:]
+	c.next = c.step
+	leases, err := c.step(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return leases[0], nil
+}
+
+// AcquireGroup takes keys in one exchange when the engine can (see
+// lockcore.AcquireAll), observed as one acquisition; it declines, with no
+// observer told, when the engine cannot.
+func (o *observed) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
+	g, ok := o.base.(interface {
+		AcquireGroup(context.Context, []lockcore.Key, lockcore.Policy) ([]*lockcore.Lease, error)
+	})
+	if !ok {
+		return nil, nil
+	}
+	c := &observation{o: o, i: len(o.obs) - 1, keys: keys, group: g}
+	c.next = c.step
+	return c.step(ctx, p)
+}
+
+// observation is one acquisition on its way through the observers: each
+// calls next, which is step, and the innermost step calls the engine. One
+// allocation for the lot (and one for next), whatever the observers.
+type observation struct {
+	o     *observed
+	i     int // the observer step calls next; -1: the engine
+	keys  []lockcore.Key
+	key   [1]lockcore.Key    // keys, for one key
+	ls    [1]*lockcore.Lease // the result, for one key
+	group interface {
+		AcquireGroup(context.Context, []lockcore.Key, lockcore.Policy) ([]*lockcore.Lease, error)
+	}
+	next func(context.Context, lockcore.Policy) ([]*lockcore.Lease, error)
+}
+
+// step calls the next observer, the outermost first, with next; or, past
+// the innermost, the engine. Each observer calls next once (see
+// lockcore.Observer), so the observers are passed in turn.
+func (c *observation) step(ctx context.Context, p lockcore.Policy) ([]*lockcore.Lease, error) {
+	if c.i >= 0 {
+		ob := c.o.obs[c.i]
+		c.i--
+		return ob.Observe(ctx, c.keys, p, c.next)
+	}
+	if c.group != nil {
+		return c.group.AcquireGroup(ctx, c.keys, p)
+	}
+	ls, err := c.o.base.Acquire(ctx, c.keys[0], p)
+	if err != nil {
+		return nil, err
+	}
+	c.ls[0] = ls
+	return c.ls[:], nil
 }
 
 // observes reports whether e is a Locker, or a Locker's engine through
@@ -205,20 +280,23 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p lockcore
 	return ls, err
 }
 
-// Unwrap returns the Locker's engine, through its observers: what the
-// Locker wraps (lockcore.AcquireSegment finds the engine's gates through
-// it).
-func (l *Locker) Unwrap() lockcore.Engine { return l.engine }
+// Unwrap returns the Locker's engine, that of New or FromEngine
+// (lockcore.AcquireSegment finds the engine's gates through it).
+func (l *Locker) Unwrap() lockcore.Engine { return l.base }
 
-// RecordsRoute reports whether the Locker's engine, through its
-// observers, labels each acquisition with its route (lockcore.Policy.Route,
-// as package lockotel's does), or shows it to operators (an engine that is
-// a lockcore.Operator, as the Redis engine is: see Operator):
-// middleware.Lock asks, to find each request's route template only when
-// it will be recorded.
+// RecordsRoute reports whether the Locker's acquisitions are labelled
+// with their route (lockcore.Policy.Route): for its observers (package
+// lockotel's spans and metrics carry it), or for operators (an engine
+// that is a lockcore.Operator, as the Redis engine is: see Operator), or
+// by the engine given to FromEngine (a Locker, or an engine with a method
+// RecordsRoute() bool that reports true): middleware.Lock asks, to find
+// each request's route template only when it will be recorded.
 func (l *Locker) RecordsRoute() bool {
-	rr, ok := l.engine.(interface{ RecordsRoute() bool })
-	return ok && rr.RecordsRoute() || l.Operator() != nil
+	if _, ok := l.engine.(*observed); ok || l.Operator() != nil {
+		return true
+	}
+	rr, ok := l.base.(interface{ RecordsRoute() bool })
+	return ok && rr.RecordsRoute()
 }
 
 // Close stops the background work of the Redis engine that New made (lease
@@ -236,8 +314,7 @@ func (l *Locker) Close() error {
 // Check verifies that the Locker's engine can work, when the engine can
 // tell (the Redis engine: connectivity, credentials, database, scripting,
 // notifications, server version; see redisengine.Engine.Check), also
-// through a wrapper of the engine given to FromEngine that has an Unwrap()
-// lockcore.Engine method (as lockotel's does). Call it at startup: an
+// when the engine given to FromEngine is a Locker. Call it at startup: an
 // error matching lockcore.ErrMisconfigured will not mend itself, one
 // matching lockcore.ErrUnavailable may.
 //
@@ -254,30 +331,24 @@ func (l *Locker) Check(ctx context.Context) error {
 // Operator returns the Locker's engine as a lockcore.Operator, for listing,
 // inspecting and force-releasing its locks (package admin, the routelock
 // command), or nil when the engine cannot do that. The Redis engine can,
-// also when the engine given to FromEngine wraps it and has an Unwrap()
-// lockcore.Engine method (as lockotel's does).
+// also when the engine given to FromEngine is a Locker on it.
 func (l *Locker) Operator() lockcore.Operator {
 	op, _ := find[lockcore.Operator](l.base)
 	return op
 }
 
-// find returns e as a T, or the first engine that is one among those that
-// e wraps, through wrappers that say what they wrap with an Unwrap()
-// lockcore.Engine method (lockotel's), a few deep.
+// find returns e as a T, or, when e is a Locker (given to FromEngine),
+// its engine as one, a few Lockers deep.
 func find[T any](e lockcore.Engine) (T, bool) {
 	for range 8 {
 		if t, ok := e.(T); ok {
 			return t, true
 		}
-		switch u := e.(type) {
-		case *Locker: // a Locker given to FromEngine
-			e = u.base
-		case interface{ Unwrap() lockcore.Engine }:
-			e = u.Unwrap()
-		default:
-			var zero T
-			return zero, false
+		l, ok := e.(*Locker)
+		if !ok {
+			break
 		}
+		e = l.base
 	}
 	var zero T
 	return zero, false
@@ -307,8 +378,10 @@ func (l *Locker) By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) 
 		panic(fmt.Sprintf("routelock: Locker.By: TTL %v is longer than the engine's redisengine.Options.MaxTTL %v, the bound of every lease that the restart guard waits out: raise MaxTTL on every instance (lock.NewRedis)", p.TTL, l.redis.MaxTTL))
 	}
 	var e lockcore.Engine = l.engine
-	if l.trace != nil || l.watch != nil {
-		e = l // Acquire labels each acquisition with its trace id, or logs
+	if l.trace != nil || l.watch != nil || e != l.base {
+		// Acquire labels each acquisition with its trace id, or logs; and
+		// RecordsRoute says that observers record routes.
+		e = l
 	}
 	return middleware.Lock(e, middleware.Config{
 		Key:    key,

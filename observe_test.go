@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,16 +15,28 @@ import (
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
-// watcher is an Observer that counts what it sees: acquisitions through
-// its wrappers, holds its Events were told ended.
+// watcher is an Observer that counts what it sees: acquisitions it was
+// called around, holds its Events were told ended; and, with order set,
+// notes its name there each time it is called, before the acquisition.
 type watcher struct {
 	mu       sync.Mutex
 	acquired int
 	ended    int
+	name     string
+	order    *[]string
 }
 
-func (w *watcher) Wrap(e lockcore.Engine) lockcore.Engine { return &watched{w: w, inner: e} }
-func (w *watcher) Events() lockcore.Events                { return w }
+func (w *watcher) Observe(ctx context.Context, keys []lockcore.Key, p lockcore.Policy, acquire func(context.Context, lockcore.Policy) ([]*lockcore.Lease, error)) ([]*lockcore.Lease, error) {
+	w.mu.Lock()
+	w.acquired++
+	if w.order != nil {
+		*w.order = append(*w.order, w.name)
+	}
+	w.mu.Unlock()
+	return acquire(ctx, p)
+}
+
+func (w *watcher) Events() lockcore.Events { return w }
 
 func (w *watcher) Waiting(lockcore.Key, int)   {}
 func (w *watcher) Woken(lockcore.Key, string)  {}
@@ -40,23 +53,6 @@ func (w *watcher) counts() (acquired, ended int) {
 	return w.acquired, w.ended
 }
 
-// watched is a watcher's wrapper: it says what it wraps and has no Check.
-type watched struct {
-	w     *watcher
-	inner lockcore.Engine
-}
-
-func (e *watched) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	e.w.mu.Lock()
-	e.w.acquired++
-	e.w.mu.Unlock()
-	return e.inner.Acquire(ctx, key, p)
-}
-
-func (e *watched) Promises() lockcore.Promises { return e.inner.Promises() }
-
-func (e *watched) Unwrap() lockcore.Engine { return e.inner }
-
 // checkable is the in-memory engine with a Check method.
 type checkable struct {
 	*locktest.Engine
@@ -65,24 +61,32 @@ type checkable struct {
 
 func (c *checkable) Check(context.Context) error { return c.err }
 
-// TestObserveFromEngine: observers given to FromEngine wrap its engine in
-// the order given, the last outermost, and the Locker's Check reaches the
-// engine through wrappers that have no Check of their own.
+// TestObserveFromEngine: observers given to FromEngine are called around
+// each acquisition in the order given, the last outermost, and the
+// Locker's Check and Operator are its engine's: observers wrap nothing.
 func TestObserveFromEngine(t *testing.T) {
-	a, b := new(watcher), new(watcher)
+	var order []string
+	a, b := &watcher{name: "a", order: &order}, &watcher{name: "b", order: &order}
 	want := errors.New("not set up")
 	base := &checkable{Engine: new(locktest.Engine), err: want}
 	l := lock.FromEngine(base, lock.Observe(a), lock.Observe(b))
-	outer, ok := l.Wrapped().(*watched)
-	if !ok || outer.w != b {
-		t.Fatalf("the outermost engine is %T, want the last observer's wrapper", l.Wrapped())
+	k, err := lockcore.NewKey("productID", "42")
+	if err != nil {
+		t.Fatal(err)
 	}
-	inner, ok := outer.inner.(*watched)
-	if !ok || inner.w != a || inner.inner != lockcore.Engine(base) {
-		t.Fatalf("under the last wrapper: %T, want the first observer's wrapper of the engine", outer.inner)
+	ls, err := l.Acquire(context.Background(), k, lock.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = ls.Release(context.Background())
+	if !slices.Equal(order, []string{"b", "a"}) {
+		t.Fatalf("observers called in the order %v, want [b a]: the last given outermost", order)
 	}
 	if err := l.Check(context.Background()); err != want {
 		t.Fatalf("Check = %v, want the engine's", err)
+	}
+	if l.Operator() != lockcore.Operator(base) {
+		t.Fatalf("Operator = %v, want the engine's", l.Operator())
 	}
 
 	defer func() {
@@ -94,8 +98,8 @@ func TestObserveFromEngine(t *testing.T) {
 }
 
 // TestObserveNew: the Redis engine that New makes tells each observer's
-// Events of its holds, and acquisitions go through each observer's
-// wrapper, once per observer however often it was given.
+// Events of its holds, and each observer is called around each
+// acquisition, once however often it was given.
 func TestObserveNew(t *testing.T) {
 	a, b := new(watcher), new(watcher)
 	l := lock.NewRedis(redistest.Mini(t).Client(t), redisengine.Options{Prefix: redistest.Prefix(t)},
@@ -115,7 +119,7 @@ func TestObserveNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	if acq, ended := a.counts(); acq != 1 || ended != 1 {
-		t.Errorf("observer given twice: %d acquisitions through its wrappers, %d holds ended, want 1 and 1", acq, ended)
+		t.Errorf("observer given twice: called around %d acquisitions, %d holds ended, want 1 and 1", acq, ended)
 	}
 	if acq, ended := b.counts(); acq != 1 || ended != 1 {
 		t.Errorf("observer given once: %d acquisitions, %d holds ended, want 1 and 1", acq, ended)

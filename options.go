@@ -229,13 +229,13 @@ func Trace(f func(context.Context) string) Option {
 //
 //	locker := lock.New(rdb, lock.Observe(lockotel.New(lockotel.Config{})))
 //
-// The Locker locks through o.Wrap of its engine, and for New, the Redis
-// engine is told o.Events() (redisengine.Options.Events). For FromEngine
-// it wraps the engine; give o.Events() to the engine's own events option
-// too. Given more than once, the observers wrap the engine in the order
-// given (the last outermost) and each is told the events; one given again
-// is counted once, also when the engine given to FromEngine is a Locker
-// that it observes already.
+// The Locker calls o.Observe around each acquisition, and for New, the
+// Redis engine is told o.Events() (redisengine.Options.Events); for
+// FromEngine, give o.Events() to the engine's own events option too.
+// Given more than once, the observers are called in the order given (the
+// last outermost) and each is told the events; one given again is counted
+// once, also when the engine given to FromEngine is a Locker that it
+// observes already.
 //
 // Panics if o is nil.
 func Observe(o lockcore.Observer) Option {

@@ -4,8 +4,9 @@
 // the sentinel errors, and Engine, the one interface the HTTP middleware
 // and the gRPC interceptors call. It imports no Redis client: the Redis
 // engine is package lockcore/redisengine, and other engines (a quorum over
-// independent masters, etcd, a wrapper that adds telemetry, an in-memory
-// engine in tests) sit beside it. The doc of Engine says how to write one.
+// independent masters, etcd, an in-memory engine in tests) sit beside it,
+// each a Backend that Serve makes an Engine of; the doc of Backend says
+// how to write one.
 //
 // # Keys
 //

@@ -73,8 +73,9 @@ type Policy struct {
 	// holder or waiter it is for (Holder.Route, Waiter.Route). The gRPC
 	// interceptors always set it; the HTTP middleware for an engine that
 	// is an Operator, or has a method RecordsRoute() bool that reports
-	// true (package lockotel's wrapper, which labels its spans and metrics
-	// with it, and a lock.Locker whose engine is an Operator), since
+	// true (a lock.Locker with observers, such as package lockotel's,
+	// which label their spans and metrics with it, or whose engine is an
+	// Operator), since
 	// finding a request's route template costs an allocation.
 	Route string
 	// Trace is the trace id of the request that acquires (such as an

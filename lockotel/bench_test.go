@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -56,10 +57,12 @@ func BenchmarkTelemetryCPU(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { e.Close() })
-		var engine lockcore.Engine = e
+		// A Locker either way, so that the difference is the telemetry's.
+		var opts []lock.Option
 		if tel != nil {
-			engine = tel.Wrap(e)
+			opts = append(opts, lock.Observe(tel))
 		}
+		engine := lock.FromEngine(e, opts...)
 		r := chi.NewRouter()
 		r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)
 		return r

@@ -13,15 +13,15 @@
 // instrumentation scope github.com/routelock/lock/lockotel, its import
 // path: the name to select its instruments by, in a view for instance.
 //
-// New returns a lockcore.Observer. lock.Observe(tel) wraps the Locker's
-// engine (tel.Wrap: spans and metrics of each acquisition) and, for
+// New returns a lockcore.Observer. With lock.Observe(tel) the Locker calls
+// tel around each acquisition (spans and metrics of each) and, for
 // lock.New, gives tel.Events() to the Redis engine (the rest: releases,
-// losses, waits, renewals, wake-ups). For lock.FromEngine, lock.Observe
-// wraps the engine; give tel.Events() to the engine's own events option
-// too, as redisengine.Options.Events; an engine used directly is
-// tel.Wrap(e). The metric routelock.held counts up in the wrapper and down
-// in its Events' Ended, so it is right only when the engine's Events reach the same
-// telemetry.
+// losses, waits, renewals, wake-ups). For lock.FromEngine, give
+// tel.Events() to the engine's own events option too, as
+// redisengine.Options.Events. tel wraps no engine: the Locker's Check,
+// Operator and gates stay its engine's. The metric routelock.held counts
+// up around each acquisition and down in its Events' Ended, so it is right
+// only when the engine's Events reach the same telemetry.
 //
 // # Spans
 //

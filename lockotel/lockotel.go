@@ -123,23 +123,6 @@ func New(c Config) lockcore.Observer {
 	return t
 }
 
-// Wrap returns an engine that takes its locks from e and records each
-// acquisition to t (see engine). An engine that t wrapped already is
-// returned as is.
-//
-// Panics if e is nil.
-func (t *telemetry) Wrap(e lockcore.Engine) lockcore.Engine {
-	switch w := e.(type) {
-	case nil:
-		panic("routelock: lockotel.Wrap(nil)")
-	case *engine:
-		if w.t == t {
-			return w
-		}
-	}
-	return &engine{t: t, inner: e}
-}
-
 // Events returns t, which records the releases, losses, waits, renewals
-// and wake-ups the engines it wraps tell of.
+// and wake-ups the engines of the Lockers it observes tell of.
 func (t *telemetry) Events() lockcore.Events { return t }

@@ -4,18 +4,19 @@ import (
 	"context"
 	"testing"
 
+	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
 
-// TestWrapLabelsTrace: an engine wrapped by lockotel labels each hold and
-// each waiter with the trace id of the acquiring request's span, so that
-// the admin page and the routelock command show it without lock.Trace; a
-// trace id the caller gave (lockcore.Policy.Trace) is kept.
-func TestWrapLabelsTrace(t *testing.T) {
+// TestObserveLabelsTrace: a Locker observed by lockotel labels each hold
+// and each waiter with the trace id of the acquiring request's span, so
+// that the admin page and the routelock command show it without
+// lock.Trace; a trace id the caller gave (lockcore.Policy.Trace) is kept.
+func TestObserveLabelsTrace(t *testing.T) {
 	mem := &locktest.Engine{Name: "pod-a"}
 	r := newRig(t)
-	e := r.tel.Wrap(mem)
+	e := lock.FromEngine(mem, lock.Observe(r.tel))
 	tracer := r.tp.Tracer("test")
 	ctx, span := tracer.Start(bounded(t), "request")
 	defer span.End()

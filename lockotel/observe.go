@@ -13,46 +13,21 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// engine is an engine that records to its telemetry each acquisition it
-// passes on to the engine it wraps: a span lock.acquire and the metric
-// routelock.acquire.duration, and routelock.held counting up for each fresh
-// hold. Make it with telemetry.Wrap. The leases are the wrapped engine's
-// own: re-entry, renewal and release work as they do without telemetry.
-type engine struct {
-	t     *telemetry
-	inner lockcore.Engine
-}
-
-// Acquire implements lockcore.Engine: it calls the wrapped engine's
-// Acquire with ctx itself, so that the lease's context (the handler's)
-// keeps ctx's span as its current span, and records the call in a span
-// lock.acquire, a child of ctx's span, that ends when it returns. An
-// acquisition without a trace id of its own (lockcore.Policy.Trace, set by
-// lock.Trace) is labelled with the trace id of ctx's span, which the admin
-// page and the routelock command show beside its holder or waiter.
-// Promises implements lockcore.Engine: the wrapped engine's.
-func (e *engine) Promises() lockcore.Promises { return e.inner.Promises() }
-
-func (e *engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+// Observe implements lockcore.Observer: it calls acquire with ctx itself,
+// so that the lease's context (the handler's) keeps ctx's span as its
+// current span, and records each key of the call in a span lock.acquire,
+// a child of ctx's span, that ends when acquire returns, and in the metric
+// routelock.acquire.duration, with routelock.held counting up for each
+// fresh hold; keys taken in one exchange are each recorded with the
+// exchange's wait, and a failure once, for the key it names (or the
+// first). An acquisition without a trace id of its own
+// (lockcore.Policy.Trace, set by lock.Trace) is labelled with the trace id
+// of ctx's span, which the admin page and the routelock command show
+// beside its holder or waiter.
+func (t *telemetry) Observe(ctx context.Context, keys []lockcore.Key, p lockcore.Policy, acquire func(context.Context, lockcore.Policy) ([]*lockcore.Lease, error)) ([]*lockcore.Lease, error) {
 	p = withTrace(ctx, p)
 	start := time.Now()
-	ls, err := e.inner.Acquire(ctx, key, p)
-	e.record(ctx, key, p, start, time.Since(start), ls, err)
-	return ls, err
-}
-
-// AcquireGroup takes several locks in one exchange for
-// lockcore.AcquireAll when the wrapped engine can, and declines otherwise: each key it takes is recorded as Acquire
-// records one, with the whole call's wait; a failure is recorded once, for
-// the key it names (or the first).
-func (e *engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
-	g, ok := e.inner.(groupAcquirer)
-	if !ok {
-		return nil, nil
-	}
-	p = withTrace(ctx, p)
-	start := time.Now()
-	leases, err := g.AcquireGroup(ctx, keys, p)
+	leases, err := acquire(ctx, p)
 	wait := time.Since(start)
 	if err != nil {
 		key := keys[0]
@@ -64,24 +39,17 @@ func (e *engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 				}
 			}
 		}
-		e.record(ctx, key, p, start, wait, nil, err)
+		t.record(ctx, key, p, start, wait, nil, err)
 	}
 	for _, ls := range leases {
-		e.record(ctx, ls.Key(), p, start, wait, ls, nil)
+		t.record(ctx, ls.Key(), p, start, wait, ls, nil)
 	}
 	return leases, err
 }
 
-// groupAcquirer is an engine that takes several locks in one exchange
-// (see lockcore.AcquireAll).
-type groupAcquirer interface {
-	AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error)
-}
-
 // record records an acquisition of key with p and context ctx, begun at
 // start, that took wait and returned ls and err: its span and metrics.
-func (e *engine) record(ctx context.Context, key lockcore.Key, p lockcore.Policy, start time.Time, wait time.Duration, ls *lockcore.Lease, err error) {
-	t := e.t
+func (t *telemetry) record(ctx context.Context, key lockcore.Key, p lockcore.Policy, start time.Time, wait time.Duration, ls *lockcore.Lease, err error) {
 	_, span := t.tracer.Start(ctx, "lock.acquire", trace.WithTimestamp(start))
 	res := key.Name()
 	out := outcomeOf(ctx, err)
@@ -123,23 +91,6 @@ func (e *engine) record(ctx context.Context, key lockcore.Key, p lockcore.Policy
 		t.attrs.get(kindResource, res, "", "").held.Add(1)
 	}
 }
-
-// Check calls the wrapped engine's Check(ctx) error, when it has one (the
-// Redis engine: see redisengine.Engine.Check); it returns nil otherwise.
-func (e *engine) Check(ctx context.Context) error {
-	if c, ok := e.inner.(interface{ Check(context.Context) error }); ok {
-		return c.Check(ctx)
-	}
-	return nil
-}
-
-// Unwrap returns the wrapped engine.
-func (e *engine) Unwrap() lockcore.Engine { return e.inner }
-
-// RecordsRoute reports true: the HTTP middleware gives the engine each
-// request's route template in lockcore.Policy.Route (see middleware.Lock),
-// which its spans and metrics carry.
-func (e *engine) RecordsRoute() bool { return true }
 
 // Outcomes of an acquisition (lock.outcome).
 const (
