@@ -280,9 +280,14 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p lockcore
 	return ls, err
 }
 
-// Unwrap returns the Locker's engine, that of New or FromEngine
-// (lockcore.AcquireSegment finds the engine's gates through it).
-func (l *Locker) Unwrap() lockcore.Engine { return l.base }
+// Gatekeeper returns the gates of the Locker's engine (the Redis
+// engine's, or those of the engine given to FromEngine, or of its engine
+// when that is a Locker), or nil when it has none: lockcore.AcquireSegment
+// finds the gates of a segmented resource through it.
+func (l *Locker) Gatekeeper() lockcore.Gatekeeper {
+	g, _ := find[lockcore.Gatekeeper](l.base)
+	return g
+}
 
 // RecordsRoute reports whether the Locker's acquisitions are labelled
 // with their route (lockcore.Policy.Route): for its observers (package

@@ -114,6 +114,13 @@ func (s *served) Promises() Promises { return s.b.Promises() }
 
 func (s *served) Close() error { return s.b.Close() }
 
+// Gatekeeper returns the Backend's gates, when it has them (see
+// AcquireSegment).
+func (s *served) Gatekeeper() Gatekeeper {
+	g, _ := s.b.(Gatekeeper)
+	return g
+}
+
 // request is the Request of an acquisition of key with p under ctx.
 func (s *served) request(ctx context.Context, key Key, p Policy, join []string) (Request, error) {
 	if ps := s.b.Promises(); p.Share == ShareAll && !ps.Shared || p.Share > 0 && !ps.Permits {

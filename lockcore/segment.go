@@ -36,9 +36,9 @@ func turn(key Key) uint32 {
 // of it; and when every segment's is, after closing the resource's gate
 // (once: a write to the backend); with FailFast and every open segment busy, with the
 // ContentionError of the last one tried; otherwise as Acquire does. The
-// gates are known only to an engine that is a Gatekeeper, or wraps one
-// (a method Unwrap() Engine): with any other engine every segment is
-// open. Panics if p.Segments is not positive.
+// gates are known only to an engine that is a Gatekeeper, or offers one
+// (a method Gatekeeper() Gatekeeper, as a lock.Locker has): with any other
+// engine every segment is open. Panics if p.Segments is not positive.
 func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, error) {
 	n := p.Segments
 	if n <= 0 {
@@ -57,7 +57,7 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 	holdsKey := false // ctx holds the resource's own lock through e
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		h := s.held
-		if h == nil || !h.live() || !wraps(e, h.e) {
+		if h == nil || !h.live() || !madeBy(e, h) {
 			continue
 		}
 		holdsKey = holdsKey || h.key == key
@@ -224,39 +224,28 @@ func innermost(ctx context.Context, none string) (*held, error) {
 	return h, nil
 }
 
-// gatekeeperOf returns e as a Gatekeeper, or the first engine that is one
-// among those e wraps; nil for none.
-func gatekeeperOf(e Engine) (g Gatekeeper) {
-	through(e, func(x Engine) bool {
-		g, _ = x.(Gatekeeper)
-		return g != nil
-	})
-	return g
+// gatekeeperOf returns the gates of e: e itself when it is a Gatekeeper,
+// or the one it offers with a method Gatekeeper() Gatekeeper (a
+// lock.Locker offers its engine's, and an Engine of Serve its Backend's);
+// nil for none.
+func gatekeeperOf(e Engine) Gatekeeper {
+	if g, ok := e.(Gatekeeper); ok {
+		return g
+	}
+	if o, ok := e.(interface{ Gatekeeper() Gatekeeper }); ok {
+		return o.Gatekeeper()
+	}
+	return nil
 }
 
-// wraps reports whether inner is e or an engine that e wraps, or the
-// Engine Serve made of one of them.
-func wraps(e, inner Engine) bool {
-	var b any = inner
-	if s, ok := inner.(*served); ok {
-		b = s.b
+// madeBy reports whether the hold h was made through e: by e itself, or
+// by an engine with e's gates (e a lock.Locker, say, or a wrapper that
+// offers its engine's gates).
+func madeBy(e Engine, h *held) bool {
+	if h.e == e {
+		return true
 	}
-	return through(e, func(x Engine) bool { return x == inner || any(x) == b })
-}
-
-// through calls f with e and then with each engine e wraps (a method
-// Unwrap() Engine), a few deep, until f returns true, and reports whether
-// it did.
-func through(e Engine, f func(Engine) bool) bool {
-	for range 8 {
-		if f(e) {
-			return true
-		}
-		u, ok := e.(interface{ Unwrap() Engine })
-		if !ok {
-			return false
-		}
-		e = u.Unwrap()
-	}
-	return false
+	g := gatekeeperOf(e)
+	hg, ok := h.gates()
+	return g != nil && ok && g == hg
 }

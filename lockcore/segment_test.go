@@ -26,7 +26,7 @@ func (w *wrapper) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Poli
 
 func (w *wrapper) Promises() lockcore.Promises { return w.inner.Promises() }
 
-func (w *wrapper) Unwrap() lockcore.Engine { return w.inner }
+func (w *wrapper) Gatekeeper() lockcore.Gatekeeper { return w.inner.(lockcore.Gatekeeper) }
 
 // TestAcquireSegment, through a wrapper: segments are handed out in turn;
 // fail-fast acquisitions pass busy segments by; a request that holds a
