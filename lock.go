@@ -281,12 +281,21 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p lockcore
 }
 
 // Gatekeeper returns the gates of the Locker's engine (the Redis
-// engine's, or those of the engine given to FromEngine, or of its engine
-// when that is a Locker), or nil when it has none: lockcore.AcquireSegment
-// finds the gates of a segmented resource through it.
+// engine's, or those of the engine given to FromEngine: one that is a
+// lockcore.Gatekeeper, or offers one with a method Gatekeeper()
+// lockcore.Gatekeeper, as an engine of lockcore.Serve and a Locker do),
+// or nil when it has none: lockcore.AcquireSegment finds the gates of a
+// segmented resource through it.
 func (l *Locker) Gatekeeper() lockcore.Gatekeeper {
-	g, _ := find[lockcore.Gatekeeper](l.base)
-	return g
+	switch e := l.base.(type) {
+	case lockcore.Gatekeeper:
+		return e
+	case interface{ Gatekeeper() lockcore.Gatekeeper }:
+		// An engine of Serve offers its Backend's gates, a Locker its
+		// engine's: the same ones, to which segments' holds answer.
+		return e.Gatekeeper()
+	}
+	return nil
 }
 
 // RecordsRoute reports whether the Locker's acquisitions are labelled
