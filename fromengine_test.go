@@ -170,3 +170,32 @@ func TestLockerAsEngine(t *testing.T) {
 		t.Fatalf("the engine received %+v, want [%+v]", e.policies, want)
 	}
 }
+
+// labelled is an engine of one's own passed by value, as a small wrapper
+// may be: it is not comparable (its labels are a slice).
+type labelled struct {
+	e      *locktest.Engine
+	labels []string
+}
+
+func (l labelled) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+	return l.e.Acquire(ctx, key, p)
+}
+
+func (l labelled) Promises() lockcore.Promises { return l.e.Promises() }
+
+// TestFromEngineUncomparable: a Locker on an engine value that cannot be
+// compared guards a route as any other (By compares no engines).
+func TestFromEngineUncomparable(t *testing.T) {
+	locker := lock.FromEngine(labelled{e: new(locktest.Engine), labels: []string{"shop"}})
+	var ran atomic.Int64
+	r := chi.NewRouter()
+	r.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {
+		ran.Add(1)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	if res := do(t, httpClient(t, nil), "POST", srv.URL+"/products/42/buy", nil); res.status != http.StatusOK || ran.Load() != 1 {
+		t.Fatalf("%d %q, handler ran %d times", res.status, res.body, ran.Load())
+	}
+}

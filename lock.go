@@ -392,9 +392,10 @@ func (l *Locker) By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) 
 		panic(fmt.Sprintf("routelock: Locker.By: TTL %v is longer than the engine's redisengine.Options.MaxTTL %v, the bound of every lease that the restart guard waits out: raise MaxTTL on every instance (lock.NewRedis)", p.TTL, l.redis.MaxTTL))
 	}
 	var e lockcore.Engine = l.engine
-	if l.trace != nil || l.watch != nil || e != l.base {
+	if _, observed := e.(*observed); observed || l.trace != nil || l.watch != nil {
 		// Acquire labels each acquisition with its trace id, or logs; and
-		// RecordsRoute says that observers record routes.
+		// RecordsRoute says that observers record routes. (Asked by type:
+		// the engine of FromEngine may be a value that cannot be compared.)
 		e = l
 	}
 	return middleware.Lock(e, middleware.Config{
