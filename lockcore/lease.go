@@ -361,12 +361,16 @@ func (h *held) Value(key any) any {
 func (h *held) live() bool { return h.state.Load() == holdLive }
 
 // expose tells h's hold that its token may leave the process (it reads
-// Taken.Token), then reports whether h is live: in that order, so that a
-// release that finds the hold not exposed happened before this reads it
-// live.
+// Taken.Token), then reports whether h is certainly held: in that order,
+// so that a release that finds the hold not exposed happened before this
+// reads it live. Certainly held, not only live: a hold its backend lost a
+// moment ago, whose lease Serve's watcher has yet to end, neither joins an
+// acquisition nor leaves the process (its token may own a hold of the key
+// again in the backend, with another fence: the attempt of an in-memory
+// successor whose pass found the hold gone).
 func (h *held) expose() bool {
 	h.t.Token()
-	return h.live()
+	return h.certain()
 }
 
 // certain reports whether the hold is certainly held now: live, and its
