@@ -129,10 +129,6 @@ func GateError(key Key) error {
 // gates returns the Gatekeeper of the engine that made h: for an Engine
 // of Serve, its Backend's.
 func (h *held) gates() (Gatekeeper, bool) {
-	var e any = h.e
-	if s, ok := e.(*served); ok {
-		e = s.b
-	}
-	g, ok := e.(Gatekeeper)
-	return g, ok
+	g := gatekeeperOf(h.e)
+	return g, g != nil
 }
