@@ -135,7 +135,7 @@ func (s *served) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
 	if ls != nil || err != nil {
 		return ls, err
 	}
-	r, err := s.request(ctx, key, p, joinFor(ctx, key))
+	r, err := s.request(ctx, key, p, TokensFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -172,12 +172,13 @@ func (s *served) AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lea
 	if !ok || !s.b.Promises().Batch || p.Validate() != nil {
 		return nil, nil
 	}
+	join := TokensFrom(ctx)
 	rs := make([]Request, len(keys))
 	for i, k := range keys {
 		if k.isZero() || holds(ctx, s, k) {
 			return nil, nil // one by one: refused, or re-entered in memory
 		}
-		r, err := s.request(ctx, k, p, joinFor(ctx, k))
+		r, err := s.request(ctx, k, p, join)
 		if err != nil {
 			return nil, nil // one by one, each refused
 		}

@@ -211,23 +211,6 @@ func tokenFrom(ctx context.Context) (string, bool) {
 // (see Outbound), so that the callee re-enters any lock of the chain.
 func TokensFrom(ctx context.Context) []string { return stateFrom(ctx).tokens() }
 
-// joinFor returns the owner tokens whose hold of key an acquisition of key
-// under ctx may re-enter (Request.Join), innermost first and at most
-// maxTokens: those given to Intake, which may own a hold of any key, and
-// those of the live locks ctx holds on key itself (through another
-// engine). A token of a lock of another key owns no hold of key (every
-// fresh hold has a token of its own), so it is neither joined nor exposed:
-// its hold may still be handed over in memory.
-func joinFor(ctx context.Context, key Key) []string {
-	var out []string
-	for s := stateFrom(ctx).first(); s != nil && len(out) < maxTokens; s = s.next() {
-		if (s.held == nil || s.held.key == key && s.held.expose()) && !slices.Contains(out, s.token) {
-			out = append(out, s.token)
-		}
-	}
-	return out
-}
-
 // tokens returns the distinct tokens of st and its parents, skipping locks
 // no longer held, innermost first and at most maxTokens.
 func (st *ctxState) tokens() []string {

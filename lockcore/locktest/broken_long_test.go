@@ -32,9 +32,8 @@ var caughtBy = map[string][]string{
 	// A reader's propagated token asking for the exclusive lock waits.
 	"ignoreTokens": {"Operator", "TokenReentry", "Upgrade"},
 	// A free key taken under the caller's propagated token: a made-up
-	// token gets in. (A set's second key is asked with no token of the
-	// first: a token of another key cannot own its hold.)
-	"tokenTakesFree": {"TokenGrantsNothing"},
+	// token gets in, and a set's second key looks re-entered, not taken.
+	"tokenTakesFree": {"SeveralKeys", "TokenGrantsNothing"},
 	// A loss never told: not to Close's leases either.
 	"silentLoss": {"Close", "LossThroughContext"},
 	// Every hold has fence 1: fences stop rising wherever they are watched.

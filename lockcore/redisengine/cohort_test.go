@@ -360,36 +360,6 @@ func TestExposedHoldNotHandedOverInMemory(t *testing.T) {
 	})
 }
 
-// TestNestedLockKeepsHandOver: a request that holds k and, inside, locks
-// another key does not give k's token away by it (no hold of the other
-// key can be k's token's), so k is still handed over in memory.
-func TestNestedLockKeepsHandOver(t *testing.T) {
-	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
-		r := newCohortRig(t, b)
-		r.openPasses()
-		ctx := context.Background()
-		other, _ := lockcore.NewKey("other")
-		first, err := r.a.Acquire(ctx, r.k, lockcore.Policy{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		inner, err := r.a.Acquire(first.Context(), other, lockcore.Policy{Wait: lockcore.FailFast})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = inner.Release(ctx)
-		ch := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
-		if err := first.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		next := r.got(ch)
-		if next.Fence() != first.Fence()+1 {
-			t.Errorf("fence %d after %d: not handed over in memory", next.Fence(), first.Fence())
-		}
-		_ = next.Release(ctx)
-	})
-}
-
 // TestCeilingNotHandedOverInMemory: a hold released at its ceiling
 // (MaxHold), while its handler may still run, goes through Redis.
 func TestCeilingNotHandedOverInMemory(t *testing.T) {

@@ -28,8 +28,7 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 // and nobody waits for it.
 //
 // It does not try, and returns (nil, nil), for shared acquisitions, for a
-// request that may re-enter a hold (Join: the context carries propagated
-// tokens, or holds one of the keys through another engine), on a
+// context that holds or carries any lock already (re-entry: Join), on a
 // Cluster when the keys are in more than one slot (each key has a slot of
 // its own but for the chance of a hash collision, so on a Cluster this is
 // rare), when replicas must acknowledge acquisitions (Options.Replicas),

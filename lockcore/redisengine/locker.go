@@ -203,11 +203,9 @@ type Options struct {
 	// Engine that may be handed a hold (exclusive ones without propagated
 	// tokens) are served in the order they queued. A hold is not handed
 	// over in memory when its owner token may have left the process
-	// (lockcore.TokensFrom, and so an outgoing call, or Lease.Token, or an
-	// acquisition of the same key under its context through another
-	// engine, read it while it was held: another process could re-enter it
-	// by that token after its release; a nested lock of another key reads
-	// no token of it),
+	// (lockcore.TokensFrom, and so an outgoing call or another acquisition
+	// under its context, or Lease.Token, was read while it was held:
+	// another process could re-enter it by that token after its release),
 	// nor one taken with a Policy's Share, re-entered under a propagated
 	// token, or taken with Replicas set. Until a successor's call has
 	// landed, its owner token is held back from lockcore.TokensFrom (at
