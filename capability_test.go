@@ -27,6 +27,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
@@ -239,7 +240,7 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 	defer holder.Close()
 
 	// An expired hold: its key vanished from Redis, and the lease knew.
-	old, err := holder.Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast, TTL: 200 * time.Millisecond})
+	old, err := holder.Acquire(ctx, key(t, "productID", "42"), lifecycle.Policy{Wait: lockcore.FailFast, TTL: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,12 +252,12 @@ func TestTokenGrantsOnlyItsLiveHold(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the vanished hold was not declared lost")
 	}
-	live42, err := holder.Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast})
+	live42, err := holder.Acquire(ctx, key(t, "productID", "42"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer live42.Release(ctx)
-	live7, err := holder.Acquire(ctx, key(t, "productID", "7"), lockcore.Policy{Wait: lockcore.FailFast})
+	live7, err := holder.Acquire(ctx, key(t, "productID", "7"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +349,7 @@ func TestChainReentersEveryLock(t *testing.T) {
 				}
 				v.fences[i] = info.Fence
 			}
-			held := lockcore.HeldFrom(r.Context())
+			held := lifecycle.HeldFrom(r.Context())
 			if len(held) != 2 {
 				t.Errorf("C's context holds %d locks, want 2", len(held))
 			}
@@ -428,19 +429,19 @@ func TestHostileTokens(t *testing.T) {
 
 	holder := lock.NewRedis(defaultClient(t, b.Addr), redisengine.Options{Prefix: prefix})
 	defer holder.Close()
-	old, err := holder.Acquire(ctx, key(t, "productID", "41"), lockcore.Policy{Wait: lockcore.FailFast})
+	old, err := holder.Acquire(ctx, key(t, "productID", "41"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := old.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	held, err := holder.Acquire(ctx, key(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast})
+	held, err := holder.Acquire(ctx, key(t, "productID", "42"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Release(ctx)
-	other, err := holder.Acquire(ctx, key(t, "productID", "7"), lockcore.Policy{Wait: lockcore.FailFast})
+	other, err := holder.Acquire(ctx, key(t, "productID", "7"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +479,7 @@ func TestHostileTokens(t *testing.T) {
 			sent = append(sent, tok)
 			return []string{tok}, "random"
 		case 1:
-			tok := lockcore.NewToken()
+			tok := lifecycle.NewToken()
 			sent = append(sent, tok)
 			return []string{tok}, "minted"
 		case 2:
@@ -488,11 +489,11 @@ func TestHostileTokens(t *testing.T) {
 		case 4:
 			return []string{word(rng.IntN(16), alnum)}, "undersized"
 		case 5:
-			return []string{lockcore.NewToken(), lockcore.NewToken()}, "duplicated"
+			return []string{lifecycle.NewToken(), lifecycle.NewToken()}, "duplicated"
 		case 6:
 			toks := make([]string, 1+rng.IntN(24))
 			for i := range toks {
-				toks[i] = lockcore.NewToken()
+				toks[i] = lifecycle.NewToken()
 			}
 			if rng.IntN(2) == 0 {
 				toks[rng.IntN(len(toks))] = ""
@@ -601,9 +602,9 @@ func (s *syncBuffer) String() string {
 }
 
 // innermostToken returns the innermost owner token ctx carries (the first
-// of lockcore.TokensFrom), or "" when it carries none.
+// of lifecycle.TokensFrom), or "" when it carries none.
 func innermostToken(ctx context.Context) string {
-	if toks := lockcore.TokensFrom(ctx); len(toks) > 0 {
+	if toks := lifecycle.TokensFrom(ctx); len(toks) > 0 {
 		return toks[0]
 	}
 	return ""

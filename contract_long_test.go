@@ -19,6 +19,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
@@ -45,7 +46,7 @@ func TestStreamReentryAndLoss(t *testing.T) {
 		rdb := b.Universal(t)
 		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix}, lock.Defaults(lock.TTL(300*time.Millisecond)))
 		defer l.Close()
-		other := lock.FromEngine(l, lock.Defaults(lock.FailFast()))
+		other := lock.FromEngine(l.Backend(), lock.Defaults(lock.FailFast(), lock.TTL(300*time.Millisecond)))
 		k := key(t, "product_id", "42")
 
 		var unaryFence atomic.Int64
@@ -90,7 +91,7 @@ func TestStreamReentryAndLoss(t *testing.T) {
 				// In memory, through the Locker's own engine.
 				dctx, cancelD := context.WithTimeout(ss.Context(), testBound)
 				defer cancelD()
-				inner, err := l.Acquire(dctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+				inner, err := l.Acquire(dctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 				switch {
 				case err != nil:
 					p = append(p, "engine re-entry from a derived context: "+err.Error())

@@ -25,6 +25,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
@@ -233,8 +234,8 @@ func TestOOMKeepsHeldLocks(t *testing.T) {
 }
 
 // TestSameEngineReentryAcrossLockers: in-memory re-entry is keyed by
-// the engine: two Lockers on one engine (lock.New and lock.FromEngine of that
-// Locker) re-enter each other in memory (the hold keeps one entry in
+// the engine: two Lockers on one engine (lock.FromEngine of one
+// redisengine.New, twice) re-enter each other in memory (the hold keeps one entry in
 // Redis), while a Locker from a second lock.New (same Redis, same prefix)
 // re-enters through Redis with the owner token the context carries (two
 // entries). All see the same fencing token, and the key is gone after the
@@ -242,9 +243,13 @@ func TestOOMKeepsHeldLocks(t *testing.T) {
 func TestSameEngineReentryAcrossLockers(t *testing.T) {
 	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
-		a := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
-		defer a.Close()
-		same := lock.FromEngine(a, lock.Defaults(lock.FailFast()))
+		e, err := redisengine.New(b.Universal(t), redisengine.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		a := lock.FromEngine(e, lock.Defaults(lock.FailFast()))
+		same := lock.FromEngine(e, lock.Defaults(lock.FailFast()))
 		c := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 		defer c.Close()
 		k := key(t, "productID", "42")
@@ -288,7 +293,7 @@ func TestSameEngineReentryAcrossLockers(t *testing.T) {
 			return n
 		}
 		if viaSame.code != http.StatusOK || viaSame.fence != outerFence || count(viaSame.holders) != 1 {
-			t.Errorf("FromEngine(a) nested: %d fence %s (outer %s), entries %v: want 200, same fence, one entry (in memory)",
+			t.Errorf("a second FromEngine(e) nested: %d fence %s (outer %s), entries %v: want 200, same fence, one entry (in memory)",
 				viaSame.code, viaSame.fence, outerFence, viaSame.holders)
 		}
 		if viaOther.code != http.StatusOK || viaOther.fence != outerFence || count(viaOther.holders) != 2 {
@@ -330,7 +335,7 @@ func TestGRPCDefaultsAndOverrides(t *testing.T) {
 			return status.Error(codes.ResourceExhausted, "server default")
 		},
 	}))))
-	held, err := l.Acquire(context.Background(), key(t, "product_id", "42"), lockcore.Policy{Wait: lockcore.FailFast})
+	held, err := l.Acquire(context.Background(), key(t, "product_id", "42"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/faultproxy"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -79,7 +80,7 @@ func TestBoundsWithRedisDown(t *testing.T) {
 				l, p := locker(t, engineOpts)
 				down(t, p)
 				_, err := within(t, "Acquire", timeout+downSlack, func() error {
-					_, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+					_, err := l.Acquire(context.Background(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 					return err
 				})
 				unavailable(t, "fail-fast Acquire", err)
@@ -94,7 +95,7 @@ func TestBoundsWithRedisDown(t *testing.T) {
 				_, err := within(t, "Acquire", deadline+downSlack, func() error {
 					ctx, cancel := context.WithTimeout(context.Background(), deadline)
 					defer cancel()
-					_, err := l.Acquire(ctx, key, lockcore.Policy{Wait: 5 * time.Second})
+					_, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: 5 * time.Second})
 					return err
 				})
 				unavailable(t, "Acquire with a deadline", err)
@@ -105,7 +106,7 @@ func TestBoundsWithRedisDown(t *testing.T) {
 			t.Run("release", func(t *testing.T) {
 				l, p := locker(t, engineOpts)
 				ctx := context.Background()
-				ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}

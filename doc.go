@@ -11,7 +11,7 @@
 //	r.With(locker.ByParam("productID", lock.Wait(2*time.Second))).Post("/products/{productID}/buy", buy)
 //	r.With(locker.ByParam("userID", lock.FailFast())).Post("/users/{userID}/checkout", checkout)
 //
-// A Locker is a lockcore.Engine, so gRPC methods lock through it with
+// A Locker locks gRPC methods too, with
 // package interceptor, which sits beside this one so that a program that
 // serves only HTTP links no gRPC:
 //
@@ -23,7 +23,7 @@
 //
 // # Policies and options
 //
-// How a route or method locks is a lockcore.Policy, the one shape a policy
+// How a route or method locks is a Policy, the one shape a policy
 // has from the route to the engine: Wait, FailFast, TTL and MaxHold each
 // return one, and the zero Policy means the defaults. An Option (Defaults,
 // Logger, Observe, Trace) configures a Locker and is accepted nowhere else. The rest of a
@@ -88,10 +88,10 @@
 // # Packages
 //
 //	lock (this one)        the facade: New, FromEngine, Policy helpers, Locker options, ByParam & co.
-//	middleware             the net/http middleware, on any lockcore.Engine
-//	interceptor            the gRPC interceptors, on any lockcore.Engine
+//	middleware             the net/http middleware, on a Locker
+//	interceptor            the gRPC interceptors, on a Locker
 //	keyfunc                request → key parts (Param, Header, JSON, Field, …)
-//	lockcore               what a lock is, backend-neutral: Key, Policy, tokens, Lease, Engine, errors
+//	lockcore               what an engine implements: Key, errors, Engine, Request, Hold, Promises
 //	lockcore/redisengine   the Redis engine that New makes
 //	lockcore/locktest      an in-memory engine for tests, and the engines' conformance suite
 //

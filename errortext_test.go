@@ -18,6 +18,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
@@ -95,7 +96,7 @@ func TestErrorTexts(t *testing.T) {
 	// A chi route that names {productID}, locked by productId.
 	var routeErr error
 	r := chi.NewRouter()
-	r.With(middleware.Lock(e, middleware.Config{
+	r.With(middleware.Lock(lifecycle.Serve(e, nil), middleware.Config{
 		Key: keyfunc.Param("productId"),
 		OnError: func(w http.ResponseWriter, req *http.Request, err error) {
 			routeErr = err
@@ -115,11 +116,11 @@ func TestErrorTexts(t *testing.T) {
 
 	// A lease revoked by an operator, one past its MaxHold, a wait that
 	// ran out, a lease lost wrapped once more.
-	ls, err := e.Acquire(ctx, k, lockcore.Policy{})
+	ls, err := lifecycle.Serve(e, nil).Acquire(ctx, k, lifecycle.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.Acquire(ctx, k, lockcore.Policy{Wait: 10 * time.Millisecond})
+	_, err = lifecycle.Serve(e, nil).Acquire(ctx, k, lifecycle.Policy{Wait: 10 * time.Millisecond})
 	add("wait ran out", err, lockcore.ErrWaitTimeout)
 	if _, err := e.Revoke(ctx, k, "test"); err != nil {
 		t.Fatal(err)
@@ -128,7 +129,7 @@ func TestErrorTexts(t *testing.T) {
 	add("revoked lease's context", context.Cause(ls.Context()), lockcore.ErrLockLost)
 	add("revoked lease's Release", ls.Release(ctx), lockcore.ErrRevoked)
 	add("lease lost, wrapped", fmt.Errorf("%w: the key is gone", lockcore.ErrLockLost), lockcore.ErrLockLost)
-	ls, err = e.Acquire(ctx, k, lockcore.Policy{MaxHold: 30 * time.Millisecond})
+	ls, err = lifecycle.Serve(e, nil).Acquire(ctx, k, lifecycle.Policy{MaxHold: 30 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestErrorTexts(t *testing.T) {
 	// The gRPC interceptor misconfigured.
 	addText("interceptor.Method of a malformed name", panicText(func() { interceptor.Method("shop.Inventory/Reserve", interceptor.Field("product_id")) }))
 	addText("interceptor rule with an invalid Policy", panicText(func() {
-		interceptor.UnaryServer(e, interceptor.Config{Rules: []interceptor.Rule{{Method: "/shop.Inventory/Reserve", Key: interceptor.Field("product_id"), Policy: lockcore.Policy{TTL: time.Millisecond}}}})
+		interceptor.UnaryServer(lifecycle.Serve(e, nil), interceptor.Config{Rules: []interceptor.Rule{{Method: "/shop.Inventory/Reserve", Key: interceptor.Field("product_id"), Policy: lifecycle.Policy{TTL: time.Millisecond}}}})
 	}))
 	addText("interceptor.Field with an empty segment", panicText(func() { interceptor.Field("order..user_id") }))
 	addText("keyfunc.Join of nothing", panicText(func() { keyfunc.Join() }))
@@ -157,12 +158,12 @@ func TestErrorTexts(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	locker := lock.New(rdb)
 	t.Cleanup(func() { _ = locker.Close() })
-	_, err = locker.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+	_, err = locker.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 	add("Acquire with Redis unreachable", err, lockcore.ErrUnavailable)
 	add("Check with Redis unreachable", locker.Check(ctx), lockcore.ErrUnavailable)
 	_, err = redisengine.New(nil, redisengine.Options{})
 	add("redisengine.New(nil)", err, nil)
-	addText("lock.New with an invalid option", panicText(func() { lock.New(rdb, lock.Defaults(lockcore.Policy{TTL: time.Millisecond})) }))
+	addText("lock.New with an invalid option", panicText(func() { lock.New(rdb, lock.Defaults(lifecycle.Policy{TTL: time.Millisecond})) }))
 
 	for _, tx := range texts {
 		for _, line := range strings.Split(tx.s, "\n") {

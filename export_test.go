@@ -1,9 +1,6 @@
 package lock
 
-import (
-	"github.com/routelock/lock/lockcore"
-)
+import "github.com/routelock/lock/lockcore"
 
-// Wrapped returns the engine the Locker's routes lock through: the engine
-// of New or FromEngine, wrapped by its observers.
-func (l *Locker) Wrapped() lockcore.Engine { return l.engine }
+// Backend returns the engine of New or FromEngine.
+func (l *Locker) Backend() lockcore.Engine { return l.backend }

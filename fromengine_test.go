@@ -16,25 +16,26 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/middleware"
 )
 
-// recording is the in-memory engine that writes down the Policy of every
-// acquisition.
+// recording is the in-memory engine that writes down what of the Policy
+// every acquisition asks it for: its wait, lease and route.
 type recording struct {
 	*locktest.Engine
 	mu       sync.Mutex
-	policies []lockcore.Policy
+	policies []lifecycle.Policy
 }
 
-func (r *recording) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+func (r *recording) Take(ctx context.Context, q lockcore.Request) (lockcore.Hold, error) {
 	r.mu.Lock()
-	r.policies = append(r.policies, p)
+	r.policies = append(r.policies, lifecycle.Policy{Wait: q.Wait, TTL: q.TTL, Route: q.Route})
 	r.mu.Unlock()
-	return r.Engine.Acquire(ctx, key, p)
+	return r.Engine.Take(ctx, q)
 }
 
 // TestFromEngine checks the promise of lock.FromEngine: a Locker on any
@@ -44,8 +45,8 @@ func (r *recording) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Po
 func TestFromEngine(t *testing.T) {
 	e := &recording{Engine: new(locktest.Engine)}
 	locker := lock.FromEngine(e, lock.Defaults(lock.FailFast(), lock.TTL(time.Minute)))
-	if locker.Wrapped() != lockcore.Engine(e) {
-		t.Fatal("Engine() is not the engine given")
+	if locker.Backend() != lockcore.Engine(e) {
+		t.Fatal("the Locker's engine is not the engine given")
 	}
 	hc := &http.Client{Transport: middleware.Transport(nil), Timeout: 10 * time.Second}
 	var srvURL atomic.Value
@@ -74,12 +75,12 @@ func TestFromEngine(t *testing.T) {
 	e.mu.Lock()
 	calls := e.policies
 	e.mu.Unlock()
-	if len(calls) != 2 || calls[0] != (lockcore.Policy{Wait: lockcore.FailFast, TTL: time.Minute, Route: "/products/{productID}/buy"}) {
+	if len(calls) != 2 || calls[0] != (lifecycle.Policy{Wait: lockcore.FailFast, TTL: time.Minute, Route: "/products/{productID}/buy"}) {
 		t.Fatalf("engine calls %+v, want two with the Locker's fail-fast policy and TTL", calls)
 	}
 
 	key, _ := lockcore.NewKey("productID", "42")
-	held, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+	held, err := lifecycle.Serve(e, nil).Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestPolicyCrossesUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	want := []lockcore.Policy{
+	want := []lifecycle.Policy{
 		{Wait: 2 * time.Second, Route: "/products/{productID}/buy"},
 		{Wait: 2 * time.Second, TTL: 30 * time.Second, Route: "/products/{productID}/refund"},
 		{Wait: lockcore.FailFast, TTL: time.Minute, Route: "/products/{productID}/reserve"},
@@ -145,52 +146,28 @@ func TestPolicyCrossesUnchanged(t *testing.T) {
 	}
 }
 
-// TestLockerAsEngine: a Locker given to FromEngine (to add Defaults or
-// observers over another Locker's engine) still finds the engine's
-// Operator, and its routes lock through the inner Locker's Defaults too.
-func TestLockerAsEngine(t *testing.T) {
-	e := &recording{Engine: new(locktest.Engine)}
-	inner := lock.FromEngine(e, lock.Defaults(lock.TTL(30*time.Second)))
-	outer := lock.FromEngine(inner, lock.Defaults(lock.FailFast()))
-	if outer.Operator() == nil {
-		t.Fatal("Operator() through a Locker is nil")
-	}
-	k, err := lockcore.NewKey("productID", "42")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := outer.Acquire(context.Background(), k, lockcore.Policy{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ls.Release(context.Background())
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if want := (lockcore.Policy{Wait: lockcore.FailFast, TTL: 30 * time.Second}); len(e.policies) != 1 || e.policies[0] != want {
-		t.Fatalf("the engine received %+v, want [%+v]", e.policies, want)
-	}
-}
-
 // labelled is an engine of one's own passed by value, as a small wrapper
 // may be: it is not comparable (its labels are a slice).
 type labelled struct {
-	e      *locktest.Engine
+	*locktest.Engine
 	labels []string
 }
 
-func (l labelled) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	return l.e.Acquire(ctx, key, p)
-}
-
-func (l labelled) Promises() lockcore.Promises { return l.e.Promises() }
-
 // TestFromEngineUncomparable: a Locker on an engine value that cannot be
-// compared guards a route as any other (By compares no engines).
+// compared guards a route as any other, and re-enters its own holds in
+// memory.
 func TestFromEngineUncomparable(t *testing.T) {
-	locker := lock.FromEngine(labelled{e: new(locktest.Engine), labels: []string{"shop"}})
+	locker := lock.FromEngine(labelled{Engine: new(locktest.Engine), labels: []string{"shop"}})
 	var ran atomic.Int64
 	r := chi.NewRouter()
-	r.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {
+	r.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(_ http.ResponseWriter, r *http.Request) {
+		k, _ := lockcore.NewKey("productID", "42")
+		in, err := locker.Acquire(r.Context(), k, lock.FailFast())
+		if err != nil || !in.ReenteredInMemory() {
+			t.Errorf("nested acquisition: %v, want an in-memory re-entry", err)
+			return
+		}
+		_ = in.Release(r.Context())
 		ran.Add(1)
 	})
 	srv := httptest.NewServer(r)

@@ -11,30 +11,30 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
 
-// TestGatesOfServedEngine: a Locker on an engine that lockcore.Serve made
-// of a backend with gates, observed as an engine of one's own is
-// (FromEngine with Observe), has the backend's gates: a segmented route
-// of a resource sold out answers 410 without its handler, and a nested
+// TestGatesOfObservedEngine: a Locker on an engine with gates, observed
+// (FromEngine with Observe), has the engine's gates: a segmented route of
+// a resource sold out answers 410 without its handler, and a nested
 // segmented acquisition re-enters the request's segment instead of
 // taking a second one.
-func TestGatesOfServedEngine(t *testing.T) {
+func TestGatesOfObservedEngine(t *testing.T) {
 	b := new(locktest.Engine)
 	w := new(watcher)
-	locker := lock.FromEngine(lockcore.Serve(b, w.Events()), lock.Observe(w))
+	locker := lock.FromEngine(b, lock.Observe(w))
 	if g := locker.Gatekeeper(); g != lockcore.Gatekeeper(b) {
 		t.Errorf("Gatekeeper() = %v, want the backend's", g)
 	}
 	ctx := context.Background()
 	product := key(t, "product", "7")
-	outer, err := lockcore.AcquireSegment(ctx, locker, product, lockcore.Policy{Segments: 4, Wait: lockcore.FailFast})
+	outer, err := lifecycle.AcquireSegment(ctx, locker, product, lifecycle.Policy{Segments: 4, Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inner, err := lockcore.AcquireSegment(outer.Context(), locker, product, lockcore.Policy{Segments: 4, Wait: lockcore.FailFast})
+	inner, err := lifecycle.AcquireSegment(outer.Context(), locker, product, lifecycle.Policy{Segments: 4, Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestGatesOfServedEngine(t *testing.T) {
 	if res := do(t, httpClient(t, nil), "POST", srv.URL+"/products/42/buy", nil); res.status != http.StatusGone || ran.Load() != 0 {
 		t.Errorf("sold out: %d %q, handler ran %d times; want 410 without it", res.status, res.body, ran.Load())
 	}
-	if _, err := lockcore.AcquireSegment(ctx, locker, sold, lockcore.Policy{Segments: 4, Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrGateClosed) {
+	if _, err := lifecycle.AcquireSegment(ctx, locker, sold, lifecycle.Policy{Segments: 4, Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrGateClosed) {
 		t.Errorf("AcquireSegment of a sold-out resource: %v, want ErrGateClosed", err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
@@ -36,12 +37,12 @@ import (
 // serveGRPC serves srv on a loopback port with opts and returns the
 // address.
 // unaryServer is interceptor.UnaryServer with rules and nothing else set.
-func unaryServer(e lockcore.Engine, rules ...interceptor.Rule) grpc.UnaryServerInterceptor {
+func unaryServer(e lifecycle.Locker, rules ...interceptor.Rule) grpc.UnaryServerInterceptor {
 	return interceptor.UnaryServer(e, interceptor.Config{Rules: rules})
 }
 
 // streamServer is interceptor.StreamServer with rules and nothing else set.
-func streamServer(e lockcore.Engine, rules ...interceptor.Rule) grpc.StreamServerInterceptor {
+func streamServer(e lifecycle.Locker, rules ...interceptor.Rule) grpc.StreamServerInterceptor {
 	return interceptor.StreamServer(e, interceptor.Config{Rules: rules})
 }
 
@@ -682,7 +683,7 @@ func TestGRPCRules(t *testing.T) {
 		prefix := redistest.Prefix(t)
 		l := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix}, lock.Defaults(lock.FailFast()))
 		defer l.Close()
-		unaryServer := func(e lockcore.Engine, rules ...interceptor.Rule) grpc.UnaryServerInterceptor {
+		unaryServer := func(e lifecycle.Locker, rules ...interceptor.Rule) grpc.UnaryServerInterceptor {
 			return interceptor.UnaryServer(e, interceptor.Config{Rules: rules, TrustToken: func(ctx context.Context, method string) bool {
 				md, _ := metadata.FromIncomingContext(ctx)
 				return len(md["x-internal"]) == 1
@@ -740,7 +741,7 @@ func TestGRPCRules(t *testing.T) {
 		}
 
 		// Trust: hold inv:7 and re-enter with the token only from a trusted caller.
-		lease, err := l.Acquire(ctx, key(t, "inv", "7"), lockcore.Policy{Wait: lockcore.FailFast})
+		lease, err := l.Acquire(ctx, key(t, "inv", "7"), lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -764,7 +765,7 @@ func TestMethodPanics(t *testing.T) {
 		"zero key":      func() { interceptor.Method(shop.Reserve, keyfunc.Func{}) },
 		"HTTP-only key": func() { interceptor.Method(shop.Reserve, keyfunc.Param("id")) },
 		"bad Policy": func() {
-			interceptor.Method(shop.Reserve, interceptor.Field("id"), lockcore.Policy{TTL: time.Millisecond})
+			interceptor.Method(shop.Reserve, interceptor.Field("id"), lifecycle.Policy{TTL: time.Millisecond})
 		},
 		"RPC key in By": func() { (&lock.Locker{}).By(interceptor.Field("id")) },
 		"duplicate": func() {

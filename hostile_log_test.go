@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -40,7 +41,7 @@ func TestLogLinesShowNoKeyValueOrToken(t *testing.T) {
 		r := chi.NewRouter()
 		r.With(locker.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
-			tokens = append(tokens, lockcore.TokensFrom(r.Context())...)
+			tokens = append(tokens, lifecycle.TokensFrom(r.Context())...)
 			mu.Unlock()
 			held <- chi.URLParam(r, "productID")
 			select {

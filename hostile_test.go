@@ -18,10 +18,10 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
-	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
 )
@@ -49,7 +49,7 @@ func TestTokensNeverLeak(t *testing.T) {
 	}
 	a := newApp(t, b, prefix, build)
 	hc := httpClient(t, nil)
-	secrets := []string{tok, lockcore.NewToken(), "not a token \x00\r\n", strings.Repeat("Z", 300), "\xff\xfe-bad-utf8"}
+	secrets := []string{tok, lifecycle.NewToken(), "not a token \x00\r\n", strings.Repeat("Z", 300), "\xff\xfe-bad-utf8"}
 	var seen []string
 	for _, s := range secrets {
 		for _, req := range []struct{ path, header string }{

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -23,21 +23,22 @@ import (
 
 // Locker guards routes and methods with locks from one engine: by
 // default the Redis engine, which New makes. Create it once per process and
-// share it; it is safe for concurrent use. A Locker is a lockcore.Engine
-// itself: give it to package interceptor's server interceptors, or to
-// middleware.Lock, to lock with its engine and Defaults.
+// share it; it is safe for concurrent use. It owns the leases of its
+// engine's holds. Give it to package interceptor's server interceptors, or
+// to middleware.Lock, to lock with its engine and Defaults.
 type Locker struct {
-	engine   lockcore.Engine              // what requests lock through: base, or base observed
-	base     lockcore.Engine              // the engine of New or FromEngine
+	engine   lifecycle.Locker             // what requests lock through: base, or base observed
+	base     lifecycle.Locker             // the leases of backend's holds
+	backend  lockcore.Engine              // the engine of New or FromEngine
 	owned    *redisengine.Engine          // the engine New made, closed by Close
-	defaults lockcore.Policy              // Defaults
+	defaults Policy                       // Defaults
 	logger   *slog.Logger                 // Logger
 	trace    func(context.Context) string // Trace
 	watch    *watcher                     // logs what FromEngine's engine does not; nil for none
 
 	// Set by options, read while the Locker is made.
-	redis     redisengine.Options // New's engine
-	observers []lockcore.Observer // Observe, in the order given
+	redis     redisengine.Options // New's engine; its Events, the observers' too
+	observers []Observer          // Observe, in the order given
 }
 
 // New returns a Locker on a Redis engine (package redisengine, with its
@@ -93,17 +94,18 @@ func newRedis(rdb redis.UniversalClient, o redisengine.Options, opts []Option) *
 	if err != nil {
 		panic("routelock: lock.New: " + strings.TrimPrefix(err.Error(), "routelock: "))
 	}
-	l.base, l.owned = e, e
-	l.engine = l.wrapped(e)
+	l.owned = e
+	l.serve(e)
 	return l
 }
 
-// FromEngine returns a Locker that takes its locks from e: another
-// backend, a wrapper around one (telemetry, a test double such as
-// locktest.Engine), or a Redis engine shared with other Lockers
-// (redisengine.New). Close does not close e. When e is a Locker, its
-// Defaults fill in what the new Locker's leave zero, so that the new
-// Locker's observers see the Policy that e's engine gets.
+// FromEngine returns a Locker that takes its locks from e: an engine of
+// another backend, a test double such as locktest.Engine, or a Redis
+// engine shared with other Lockers (redisengine.New). The Locker owns the
+// leases of e's holds: their contexts, re-entry in memory, owner tokens,
+// MaxHold, loss, and its observers. Lockers on one engine are one lock
+// to a request: a request that holds a key through one re-enters it
+// through another, in memory. Close does not close e.
 //
 // Logger logs what any engine shows the Locker: a lease lost while its
 // holder ran (force-released too), and e becoming unavailable and
@@ -116,14 +118,22 @@ func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
 	if e == nil {
 		panic("routelock: lock.FromEngine(nil)")
 	}
-	l := &Locker{base: e}
+	l := &Locker{}
 	l.apply(opts)
-	if inner, ok := e.(*Locker); ok {
-		l.defaults = l.defaults.Or(inner.defaults)
-	}
-	l.watch = newWatcher(l.logger, false, e)
-	l.engine = l.wrapped(e)
+	l.watch = newWatcher(l.logger, false)
+	l.serve(e)
 	return l
+}
+
+// serve makes the Locker take its locks from e, observed by its
+// observers, which are told of the holds' ends.
+func (l *Locker) serve(e lockcore.Engine) {
+	l.backend = e
+	l.base = lifecycle.Serve(e, l.redis.Events)
+	l.engine = l.base
+	if len(l.observers) > 0 {
+		l.engine = &observed{base: l.base, obs: l.observers}
+	}
 }
 
 func (l *Locker) apply(opts []Option) {
@@ -136,34 +146,17 @@ func (l *Locker) apply(opts []Option) {
 	l.redis.Logger = l.logger // New's engine logs where the Locker does
 }
 
-// wrapped returns base observed by the Locker's observers, the last
-// outermost, but for those that observe base already: a Locker given to
-// FromEngine that was given the same Observer, which would otherwise
-// count each acquisition twice.
-func (l *Locker) wrapped(base lockcore.Engine) lockcore.Engine {
-	var obs []lockcore.Observer
-	for _, o := range l.observers {
-		if !observes(base, o) {
-			obs = append(obs, o)
-		}
-	}
-	if len(obs) == 0 {
-		return base
-	}
-	return &observed{base: base, obs: obs}
-}
-
 // observed is an engine whose acquisitions its observers see (the
 // Locker's engine, when it has observers): each calls the next one's
 // Observe, the last given outermost, and the innermost calls the engine.
 type observed struct {
-	base lockcore.Engine
-	obs  []lockcore.Observer
+	base lifecycle.Locker
+	obs  []Observer
 }
 
 func (o *observed) Promises() lockcore.Promises { return o.base.Promises() }
 
-func (o *observed) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+func (o *observed) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
 	c := &observation{o: o, i: len(o.obs) - 1}
 	c.key[0] = key
 	c.keys = c.key[:]
@@ -176,11 +169,11 @@ func (o *observed) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Pol
 }
 
 // AcquireGroup takes keys in one exchange when the engine can (see
-// lockcore.AcquireAll), observed as one acquisition; it declines, with no
+// lifecycle.AcquireAll), observed as one acquisition; it declines, with no
 // observer told, when the engine cannot.
-func (o *observed) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
+func (o *observed) AcquireGroup(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error) {
 	g, ok := o.base.(interface {
-		AcquireGroup(context.Context, []lockcore.Key, lockcore.Policy) ([]*lockcore.Lease, error)
+		AcquireGroup(context.Context, []lockcore.Key, Policy) ([]*Lease, error)
 	})
 	if !ok {
 		return nil, nil
@@ -197,18 +190,18 @@ type observation struct {
 	o     *observed
 	i     int // the observer step calls next; -1: the engine
 	keys  []lockcore.Key
-	key   [1]lockcore.Key    // keys, for one key
-	ls    [1]*lockcore.Lease // the result, for one key
+	key   [1]lockcore.Key // keys, for one key
+	ls    [1]*Lease       // the result, for one key
 	group interface {
-		AcquireGroup(context.Context, []lockcore.Key, lockcore.Policy) ([]*lockcore.Lease, error)
+		AcquireGroup(context.Context, []lockcore.Key, Policy) ([]*Lease, error)
 	}
-	next func(context.Context, lockcore.Policy) ([]*lockcore.Lease, error)
+	next func(context.Context, Policy) ([]*Lease, error)
 }
 
 // step calls the next observer, the outermost first, with next; or, past
 // the innermost, the engine. Each observer calls next once (see
-// lockcore.Observer), so the observers are passed in turn.
-func (c *observation) step(ctx context.Context, p lockcore.Policy) ([]*lockcore.Lease, error) {
+// Observer), so the observers are passed in turn.
+func (c *observation) step(ctx context.Context, p Policy) ([]*Lease, error) {
 	if c.i >= 0 {
 		ob := c.o.obs[c.i]
 		c.i--
@@ -225,29 +218,16 @@ func (c *observation) step(ctx context.Context, p lockcore.Policy) ([]*lockcore.
 	return c.ls[:], nil
 }
 
-// observes reports whether e is a Locker, or a Locker's engine through
-// Lockers, that o observes.
-func observes(e lockcore.Engine, o lockcore.Observer) bool {
-	for range 8 {
-		inner, ok := e.(*Locker)
-		if !ok {
-			return false
-		}
-		if slices.ContainsFunc(inner.observers, func(p lockcore.Observer) bool { return sameObserver(p, o) }) {
-			return true
-		}
-		e = inner.base
-	}
-	return false
-}
-
-// Acquire implements lockcore.Engine: it takes the lock on key from the
-// Locker's engine (through its observers), with p's zero fields taken from
-// the Locker's Defaults.
-// Promises implements lockcore.Engine: its engine's.
+// Promises returns what the Locker's engine promises: routes that ask for
+// more fail where they are built.
 func (l *Locker) Promises() lockcore.Promises { return l.engine.Promises() }
 
-func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+// Acquire takes the lock on key from the Locker's engine (through its
+// observers), with p's zero fields taken from the Locker's Defaults. A
+// context that holds key through a Locker on the same engine re-enters
+// its hold in memory. The lease's context derives from ctx; release the
+// lease once.
+func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
 	if l.trace != nil && p.Trace == "" {
 		p.Trace = l.trace(ctx)
 	}
@@ -258,17 +238,18 @@ func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Polic
 	return ls, err
 }
 
-// AcquireAll takes the locks of keys all or nothing, as lockcore.AcquireAll
-// does, from the Locker's engine (through its observers), with p's zero
-// fields taken from the Locker's Defaults: the wait budget of the lot too.
-// lockcore.AcquireAll given a Locker calls it, so middleware.Lock and
-// package interceptor take a route's several resources (keyfunc.Func.Also)
-// with it.
-func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
+// AcquireAll takes the locks of keys all or nothing, from the Locker's
+// engine (through its observers), with p's zero fields taken from the
+// Locker's Defaults: in one order whatever the order of keys (by key), so
+// that two requests that name the same keys never deadlock, with one wait
+// budget for the lot, and in one exchange when the engine can
+// (lockcore.Batch). middleware.Lock and package interceptor take a route's
+// several resources (keyfunc.Func.Also) with it.
+func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error) {
 	if l.trace != nil && p.Trace == "" {
 		p.Trace = l.trace(ctx)
 	}
-	ls, err := lockcore.AcquireAll(ctx, l.engine, keys, p.Or(l.defaults))
+	ls, err := lifecycle.AcquireAll(ctx, l.engine, keys, p.Or(l.defaults))
 	if l.watch != nil {
 		if err != nil {
 			l.watch.acquired(lockcore.Key{}, nil, err)
@@ -280,37 +261,22 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p lockcore
 	return ls, err
 }
 
-// Gatekeeper returns the gates of the Locker's engine (the Redis
-// engine's, or those of the engine given to FromEngine: one that is a
-// lockcore.Gatekeeper, or offers one with a method Gatekeeper()
-// lockcore.Gatekeeper, as an engine of lockcore.Serve and a Locker do),
-// or nil when it has none: lockcore.AcquireSegment finds the gates of a
-// segmented resource through it.
+// Gatekeeper returns the gates of the Locker's engine, when it is a
+// lockcore.Gatekeeper (the Redis engine is), or nil: segments and the
+// sold-out gate find them through it.
 func (l *Locker) Gatekeeper() lockcore.Gatekeeper {
-	switch e := l.base.(type) {
-	case lockcore.Gatekeeper:
-		return e
-	case interface{ Gatekeeper() lockcore.Gatekeeper }:
-		// An engine of Serve offers its Backend's gates, a Locker its
-		// engine's: the same ones, to which segments' holds answer.
-		return e.Gatekeeper()
-	}
-	return nil
+	g, _ := l.backend.(lockcore.Gatekeeper)
+	return g
 }
 
 // RecordsRoute reports whether the Locker's acquisitions are labelled
-// with their route (lockcore.Policy.Route): for its observers (package
-// lockotel's spans and metrics carry it), or for operators (an engine
-// that is a lockcore.Operator, as the Redis engine is: see Operator), or
-// by the engine given to FromEngine (a Locker, or an engine with a method
-// RecordsRoute() bool that reports true): middleware.Lock asks, to find
-// each request's route template only when it will be recorded.
+// with their route (Policy.Route): for its observers (package lockotel's
+// spans and metrics carry it), or for operators (an engine that is a
+// lockcore.Operator, as the Redis engine is: see Operator).
+// middleware.Lock asks, to find each request's route template only when
+// it will be recorded.
 func (l *Locker) RecordsRoute() bool {
-	if _, ok := l.engine.(*observed); ok || l.Operator() != nil {
-		return true
-	}
-	rr, ok := l.base.(interface{ RecordsRoute() bool })
-	return ok && rr.RecordsRoute()
+	return len(l.observers) > 0 || l.Operator() != nil
 }
 
 // Close stops the background work of the Redis engine that New made (lease
@@ -327,8 +293,7 @@ func (l *Locker) Close() error {
 
 // Check verifies that the Locker's engine can work, when the engine can
 // tell (the Redis engine: connectivity, credentials, database, scripting,
-// notifications, server version; see redisengine.Engine.Check), also
-// when the engine given to FromEngine is a Locker. Call it at startup: an
+// notifications, server version; see redisengine.Engine.Check). Call it at startup: an
 // error matching lockcore.ErrMisconfigured will not mend itself, one
 // matching lockcore.ErrUnavailable may.
 //
@@ -336,7 +301,7 @@ func (l *Locker) Close() error {
 //		log.Fatal(err)
 //	}
 func (l *Locker) Check(ctx context.Context) error {
-	if c, ok := find[interface{ Check(context.Context) error }](l.base); ok {
+	if c, ok := l.backend.(interface{ Check(context.Context) error }); ok {
 		return c.Check(ctx)
 	}
 	return nil
@@ -344,28 +309,10 @@ func (l *Locker) Check(ctx context.Context) error {
 
 // Operator returns the Locker's engine as a lockcore.Operator, for listing,
 // inspecting and force-releasing its locks (package admin, the routelock
-// command), or nil when the engine cannot do that. The Redis engine can,
-// also when the engine given to FromEngine is a Locker on it.
+// command), or nil when the engine cannot do that. The Redis engine can.
 func (l *Locker) Operator() lockcore.Operator {
-	op, _ := find[lockcore.Operator](l.base)
+	op, _ := l.backend.(lockcore.Operator)
 	return op
-}
-
-// find returns e as a T, or, when e is a Locker (given to FromEngine),
-// its engine as one, a few Lockers deep.
-func find[T any](e lockcore.Engine) (T, bool) {
-	for range 8 {
-		if t, ok := e.(T); ok {
-			return t, true
-		}
-		l, ok := e.(*Locker)
-		if !ok {
-			break
-		}
-		e = l.base
-	}
-	var zero T
-	return zero, false
 }
 
 // By returns middleware that locks the resource key names while the next
@@ -386,16 +333,15 @@ func find[T any](e lockcore.Engine) (T, bool) {
 // Panics if key is zero or cannot read HTTP requests (interceptor.Field),
 // or the Policy is invalid, or its TTL is longer than the Redis engine's
 // redisengine.Options.MaxTTL (30 s, or the Defaults TTL when longer).
-func (l *Locker) By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) http.Handler {
+func (l *Locker) By(key keyfunc.Func, ps ...Policy) func(http.Handler) http.Handler {
 	p := policy(ps).Or(l.defaults)
 	if l.owned != nil && p.TTL > l.redis.MaxTTL {
 		panic(fmt.Sprintf("routelock: Locker.By: TTL %v is longer than the engine's redisengine.Options.MaxTTL %v, the bound of every lease that the restart guard waits out: raise MaxTTL on every instance (lock.NewRedis)", p.TTL, l.redis.MaxTTL))
 	}
-	var e lockcore.Engine = l.engine
-	if _, observed := e.(*observed); observed || l.trace != nil || l.watch != nil {
+	var e lifecycle.Locker = l.engine
+	if l.trace != nil || l.watch != nil || l.RecordsRoute() {
 		// Acquire labels each acquisition with its trace id, or logs; and
-		// RecordsRoute says that observers record routes. (Asked by type:
-		// the engine of FromEngine may be a value that cannot be compared.)
+		// RecordsRoute says that observers or operators see routes.
 		e = l
 	}
 	return middleware.Lock(e, middleware.Config{
@@ -418,7 +364,7 @@ func (l *Locker) By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) 
 // router's 404 from the lock, without the rest of the chain. Routes that
 // lock the same resource under different parameter names share the lock
 // when their keys are renamed alike: By(keyfunc.Param("id").As("productID")).
-func (l *Locker) ByParam(name string, ps ...lockcore.Policy) func(http.Handler) http.Handler {
+func (l *Locker) ByParam(name string, ps ...Policy) func(http.Handler) http.Handler {
 	return l.By(keyfunc.Param(name), ps...)
 }
 
@@ -538,7 +484,7 @@ func defaultConf() (redisconf.Config, error) {
 // Panics if key or the Policy is invalid, as Locker.By does, when called;
 // and, when no Locker is set (SetDefault), if the Redis URL of the
 // environment cannot be parsed.
-func By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) http.Handler {
+func By(key keyfunc.Func, ps ...Policy) func(http.Handler) http.Handler {
 	// Lock panics now, at startup, on what any Locker would refuse.
 	middleware.Lock(unbuilt{}, middleware.Config{Key: key, Policy: policy(ps)})
 	if defaultL.Load() == nil {
@@ -553,7 +499,7 @@ func By(key keyfunc.Func, ps ...lockcore.Policy) func(http.Handler) http.Handler
 // the default Locker of each request.
 type deferred struct {
 	key  keyfunc.Func
-	ps   []lockcore.Policy
+	ps   []Policy
 	next http.Handler
 	cur  atomic.Pointer[bound]
 }
@@ -576,11 +522,11 @@ func (d *deferred) LockKey() (keyfunc.Func, []string) { return d.key, nil }
 // while the Locker it will use is not known yet; it is never called.
 type unbuilt struct{}
 
-func (unbuilt) Acquire(context.Context, lockcore.Key, lockcore.Policy) (*lockcore.Lease, error) {
+func (unbuilt) Acquire(context.Context, lockcore.Key, Policy) (*Lease, error) {
 	return nil, lockcore.ErrClosed
 }
 
-// Promises implements lockcore.Engine: every promise, so that a route is
+// Promises makes every promise, so that a route is
 // checked against its own Locker's engine once that is known.
 func (unbuilt) Promises() lockcore.Promises {
 	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true}
@@ -596,7 +542,7 @@ type bound struct {
 // each request:
 //
 //	r.Use(lock.ByParam("productID"))
-func ByParam(name string, ps ...lockcore.Policy) func(http.Handler) http.Handler {
+func ByParam(name string, ps ...Policy) func(http.Handler) http.Handler {
 	return By(keyfunc.Param(name), ps...)
 }
 
@@ -605,7 +551,7 @@ func ByParam(name string, ps ...lockcore.Policy) func(http.Handler) http.Handler
 // earlier hold of the key. Pass it to the store you write, so that it can
 // refuse writes from a holder whose lease has ended.
 func FencingToken(ctx context.Context) (int64, bool) {
-	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
+	if held := lifecycle.HeldFrom(ctx); len(held) > 0 {
 		return held[0].Fence, true
 	}
 	return 0, false
@@ -618,7 +564,7 @@ func FencingToken(ctx context.Context) (int64, bool) {
 //
 //	slot, ok := lock.Slot(r.Context())
 func Slot(ctx context.Context) (int, bool) {
-	if held := lockcore.HeldFrom(ctx); len(held) > 0 && held[0].Slot >= 0 {
+	if held := lifecycle.HeldFrom(ctx); len(held) > 0 && held[0].Slot >= 0 {
 		return held[0].Slot, true
 	}
 	return 0, false
@@ -631,7 +577,7 @@ func Slot(ctx context.Context) (int, bool) {
 //
 //	seg, ok := lock.Segment(r.Context())
 func Segment(ctx context.Context) (int, bool) {
-	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
+	if held := lifecycle.HeldFrom(ctx); len(held) > 0 {
 		if _, i, ok := held[0].Key.Segmented(); ok {
 			return i, true
 		}
@@ -662,7 +608,7 @@ func Segment(ctx context.Context) (int, bool) {
 // When Redis did not confirm the gate's write (lockcore.ErrUnavailable),
 // the request moves on all the same.
 func NextSegment(ctx context.Context) error {
-	return lockcore.NextSegment(ctx)
+	return lifecycle.NextSegment(ctx)
 }
 
 // SoldOut closes the gate of the resource of the innermost lock ctx holds
@@ -702,7 +648,7 @@ func NextSegment(ctx context.Context) error {
 // Closing a gate that is closed until opened writes nothing, as the buyers
 // still waiting find it one after another.
 func SoldOut(ctx context.Context, d time.Duration) error {
-	return lockcore.CloseGate(ctx, d)
+	return lifecycle.CloseGate(ctx, d)
 }
 
 // InStock opens the gate that SoldOut closed, of the resource of the
@@ -722,16 +668,29 @@ func SoldOut(ctx context.Context, d time.Duration) error {
 // did not confirm the write (lockcore.ErrUnavailable), no instance opens
 // it, unless the write landed after all.
 func InStock(ctx context.Context) error {
-	return lockcore.OpenGate(ctx)
+	return lifecycle.OpenGate(ctx)
 }
 
 // Keys returns the keys of the locks ctx holds, innermost first, such as
 // ["productID:42"].
 func Keys(ctx context.Context) []string {
-	held := lockcore.HeldFrom(ctx)
+	held := lifecycle.HeldFrom(ctx)
 	keys := make([]string, len(held))
 	for i, h := range held {
 		keys[i] = h.Key.String()
 	}
 	return keys
+}
+
+// Fences returns the fencing tokens of the locks ctx holds, innermost
+// first, in the order Keys gives their keys: the fence of each of a
+// route's several resources (keyfunc.Func.Also), to pass to the store
+// that keeps each.
+func Fences(ctx context.Context) []int64 {
+	held := lifecycle.HeldFrom(ctx)
+	fences := make([]int64, len(held))
+	for i, h := range held {
+		fences[i] = h.Fence
+	}
+	return fences
 }

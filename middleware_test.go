@@ -24,6 +24,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/background"
 	"github.com/routelock/lock/internal/keylimit"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/internal/redistest"
@@ -296,11 +297,11 @@ func seckill(t *testing.T, b *redistest.Backend, locked bool) (sold, stock int64
 }
 
 // holdFor takes productID:42 with another Locker, as another service would.
-func holdFor(t *testing.T, b *redistest.Backend, prefix string) (*lockcore.Lease, *lock.Locker) {
+func holdFor(t *testing.T, b *redistest.Backend, prefix string) (*lifecycle.Lease, *lock.Locker) {
 	t.Helper()
 	other := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix})
 	t.Cleanup(func() { other.Close() })
-	ls, err := other.Acquire(context.Background(), key(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := other.Acquire(context.Background(), key(t, "productID", "42"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,7 +698,7 @@ func TestTokenTrust(t *testing.T) {
 	if res := do(t, hc, "POST", a.srv.URL+"/products/42/buy", nil, "Routelock-Token", tok, "X-Internal", "yes"); res.status != 200 {
 		t.Fatalf("trusted caller with the holder's token: %d %q, want 200 (re-entry)", res.status, res.body)
 	}
-	if res := do(t, hc, "POST", a.srv.URL+"/products/42/buy", nil, "Routelock-Token", lockcore.NewToken(), "X-Internal", "yes"); res.status != 409 {
+	if res := do(t, hc, "POST", a.srv.URL+"/products/42/buy", nil, "Routelock-Token", lifecycle.NewToken(), "X-Internal", "yes"); res.status != 409 {
 		t.Fatalf("a token that holds nothing: %d, want 409", res.status)
 	}
 }
@@ -865,8 +866,8 @@ func TestOptionPanics(t *testing.T) {
 	for name, fn := range map[string]func(){
 		"Wait(0)":             func() { lock.Wait(0) },
 		"TTL(1ms)":            func() { lock.TTL(time.Millisecond) },
-		"bad Defaults":        func() { lock.Defaults(lockcore.Policy{Wait: -2}) },
-		"bad route Policy":    func() { lock.ByParam("id", lockcore.Policy{TTL: -time.Second}) },
+		"bad Defaults":        func() { lock.Defaults(lifecycle.Policy{Wait: -2}) },
+		"bad route Policy":    func() { lock.ByParam("id", lifecycle.Policy{TTL: -time.Second}) },
 		"bad Prefix":          func() { lock.NewRedis(rdb, redisengine.Options{Prefix: "a{b"}) },
 		"New(nil)":            func() { lock.New(nil) },
 		"zero key":            func() { lock.By(keyfunc.Func{}) },

@@ -21,15 +21,16 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
 
-// miniEngine is the smallest engine: a lockcore.Backend with locks in a
+// miniEngine is the smallest engine: an lockcore.Engine with locks in a
 // map under a mutex, exclusive only, waiters in no particular order, and
 // no promise beyond mutual exclusion. It takes holds and gives them back;
-// lockcore.Serve makes its leases. Engines of one miniBackend share its
+// lifecycle.Serve makes its leases. Engines of one miniBackend share its
 // locks, as the processes of one service share a lock service.
 type miniEngine struct {
 	b      *miniBackend
@@ -54,7 +55,7 @@ func newMini(b *miniBackend, ev lockcore.Events) *miniEngine {
 
 func (e *miniEngine) Promises() lockcore.Promises { return lockcore.Promises{} }
 
-func (e *miniEngine) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, error) {
+func (e *miniEngine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
 	var budget <-chan time.Time
 	if r.Wait != lockcore.FailFast {
 		t := time.NewTimer(r.Wait)
@@ -174,7 +175,7 @@ func (h *miniHold) Release(context.Context, error) error {
 }
 
 // TestMinimalEngine: a backend that promises nothing beyond mutual
-// exclusion, served by lockcore.Serve, passes the conformance suite's
+// exclusion passes the conformance suite's
 // checks that every engine passes, and only those run.
 func TestMinimalEngine(t *testing.T) {
 	var mu sync.Mutex
@@ -187,7 +188,7 @@ func TestMinimalEngine(t *testing.T) {
 			backends[t] = b
 		}
 		mu.Unlock()
-		return lockcore.Serve(newMini(b, ev), ev)
+		return newMini(b, ev)
 	})
 }
 
@@ -198,7 +199,7 @@ func TestMinimalEngine(t *testing.T) {
 // for what the engine does not promise (readers, permits) fails when it
 // is built.
 func TestMinimalEngineServes(t *testing.T) {
-	locker := lock.FromEngine(lockcore.Serve(newMini(new(miniBackend), nil), nil))
+	locker := lock.FromEngine(newMini(new(miniBackend), nil))
 	const buyers, initial = 40, 10
 	var (
 		mu     sync.Mutex
@@ -286,7 +287,7 @@ func TestMinimalEngineServes(t *testing.T) {
 	wg.Wait()
 	check("gRPC", int(sold.Load()))
 
-	for _, p := range []lockcore.Policy{lock.Shared(), lock.Permits(3)} {
+	for _, p := range []lifecycle.Policy{lock.Shared(), lock.Permits(3)} {
 		func() {
 			defer func() {
 				msg := fmt.Sprint(recover())

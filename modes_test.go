@@ -18,9 +18,9 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
-	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
 )
@@ -158,8 +158,8 @@ func TestModesAcrossProtocols(t *testing.T) {
 		k := key(t, "productID", "42")
 		modes := []struct {
 			name  string
-			p     lockcore.Policy
-			inner lockcore.Policy // the innermost HTTP route's
+			p     lifecycle.Policy
+			inner lifecycle.Policy // the innermost HTTP route's
 		}{
 			{"exclusive", lock.FailFast(), lock.FailFast()},
 			{"shared", lock.Shared(), lock.Shared()},
@@ -300,7 +300,7 @@ type modeShop struct {
 	release chan struct{}
 }
 
-func newModeShop(t *testing.T, b *redistest.Backend, prefix string, ps ...lockcore.Policy) *modeShop {
+func newModeShop(t *testing.T, b *redistest.Backend, prefix string, ps ...lifecycle.Policy) *modeShop {
 	m := &modeShop{entered: make(chan struct{}, 4), release: make(chan struct{})}
 	l := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix})
 	t.Cleanup(func() { l.Close() })

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
@@ -26,7 +27,7 @@ type watcher struct {
 	order    *[]string
 }
 
-func (w *watcher) Observe(ctx context.Context, keys []lockcore.Key, p lockcore.Policy, acquire func(context.Context, lockcore.Policy) ([]*lockcore.Lease, error)) ([]*lockcore.Lease, error) {
+func (w *watcher) Observe(ctx context.Context, keys []lockcore.Key, p lifecycle.Policy, acquire func(context.Context, lifecycle.Policy) ([]*lifecycle.Lease, error)) ([]*lifecycle.Lease, error) {
 	w.mu.Lock()
 	w.acquired++
 	if w.order != nil {
@@ -111,7 +112,7 @@ func TestObserveNew(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := l.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,31 +124,5 @@ func TestObserveNew(t *testing.T) {
 	}
 	if acq, ended := b.counts(); acq != 1 || ended != 1 {
 		t.Errorf("observer given once: %d acquisitions, %d holds ended, want 1 and 1", acq, ended)
-	}
-}
-
-// TestObserveInnerAndOuterLocker: an Observer given both to a Locker and to
-// a Locker made from it with FromEngine counts each acquisition once;
-// another Observer of the outer one counts it too.
-func TestObserveInnerAndOuterLocker(t *testing.T) {
-	a, b := new(watcher), new(watcher)
-	inner := lock.FromEngine(new(locktest.Engine), lock.Observe(a))
-	outer := lock.FromEngine(inner, lock.Observe(a), lock.Observe(b))
-	key, err := lockcore.NewKey("productID", "7")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := outer.Acquire(context.Background(), key, lock.FailFast())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ls.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := a.counts(); n != 1 {
-		t.Errorf("the observer of both Lockers counted %d acquisitions, want 1", n)
-	}
-	if n, _ := b.counts(); n != 1 {
-		t.Errorf("the outer Locker's own observer counted %d acquisitions, want 1", n)
 	}
 }

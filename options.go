@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 )
 
 // Option configures a Locker: give it to New or FromEngine. How a route
-// or gRPC method locks is a lockcore.Policy instead (Wait, FailFast, TTL,
+// or gRPC method locks is a Policy instead (Wait, FailFast, TTL,
 // MaxHold),
 // given to the route or method; Defaults sets the Locker's.
 type Option struct{ apply func(*Locker) }
@@ -25,18 +26,18 @@ type Option struct{ apply func(*Locker) }
 //	r.With(locker.ByParam("productID", lock.Wait(2*time.Second))).Post("/products/{productID}/buy", buy)
 //
 // Panics if d is not positive; use FailFast for no wait.
-func Wait(d time.Duration) lockcore.Policy {
+func Wait(d time.Duration) Policy {
 	if d <= 0 {
 		panic(fmt.Sprintf("routelock: lock.Wait(%v): must be positive; use FailFast for no wait", d))
 	}
-	return lockcore.Policy{Wait: d}
+	return Policy{Wait: d}
 }
 
 // FailFast makes one attempt at the lock: a request that finds it held by
 // another owner is refused at once with 409 Conflict and Retry-After
 // (codes.Aborted with a RetryInfo detail for gRPC). It is
-// lockcore.Policy{Wait: lockcore.FailFast}.
-func FailFast() lockcore.Policy { return lockcore.Policy{Wait: lockcore.FailFast} }
+// Policy{Wait: lockcore.FailFast}.
+func FailFast() Policy { return Policy{Wait: lockcore.FailFast} }
 
 // TTL sets the lease length: how long the lock outlives a process that
 // crashed while holding it. While the handler runs the engine renews the
@@ -50,8 +51,8 @@ func FailFast() lockcore.Policy { return lockcore.Policy{Wait: lockcore.FailFast
 //	locker.ByParam("productID", lock.Wait(time.Second), lock.TTL(30*time.Second))
 //
 // Panics if d is below 30ms.
-func TTL(d time.Duration) lockcore.Policy {
-	p := lockcore.Policy{TTL: d}
+func TTL(d time.Duration) Policy {
+	p := Policy{TTL: d}
 	if err := p.Validate(); err != nil || d == 0 {
 		panic(fmt.Sprintf("routelock: lock.TTL(%v): below the minimum 30ms", d))
 	}
@@ -70,11 +71,11 @@ func TTL(d time.Duration) lockcore.Policy {
 //	r.With(locker.ByParam("productID", lock.MaxHold(30*time.Second))).Post("/products/{productID}/restock", restock)
 //
 // Panics if d is not positive.
-func MaxHold(d time.Duration) lockcore.Policy {
+func MaxHold(d time.Duration) Policy {
 	if d <= 0 {
 		panic(fmt.Sprintf("routelock: lock.MaxHold(%v): must be positive", d))
 	}
-	return lockcore.Policy{MaxHold: d}
+	return Policy{MaxHold: d}
 }
 
 // Shared makes the route's or method's requests readers of the lock: any
@@ -91,8 +92,8 @@ func MaxHold(d time.Duration) lockcore.Policy {
 // reader (a nested call); a reader's request that asks for it as a writer
 // fails at once with lockcore.ErrUpgrade (409 Conflict without
 // Retry-After, codes.FailedPrecondition), where waiting would never end.
-// It is lockcore.Policy{Share: lockcore.ShareAll}.
-func Shared() lockcore.Policy { return lockcore.Policy{Share: lockcore.ShareAll} }
+// It is Policy{Share: lockcore.ShareAll}.
+func Shared() Policy { return Policy{Share: lockcore.ShareAll} }
 
 // Permits lets up to n requests hold the lock at once, a semaphore: each
 // gets a slot 0..n-1 that no other holder has meanwhile (see Slot), and a
@@ -106,12 +107,12 @@ func Shared() lockcore.Policy { return lockcore.Policy{Share: lockcore.ShareAll}
 // their own: a request enters while fewer than its route's n hold the
 // lock, so a rolling deployment that changes n needs no coordination, and
 // during it the larger n is the bound. Permits(n) is
-// lockcore.Policy{Share: n}. Panics if n is not positive.
-func Permits(n int) lockcore.Policy {
+// Policy{Share: n}. Panics if n is not positive.
+func Permits(n int) Policy {
 	if n <= 0 {
 		panic(fmt.Sprintf("routelock: lock.Permits(%d): must be positive", n))
 	}
-	return lockcore.Policy{Share: n}
+	return Policy{Share: n}
 }
 
 // Segments splits the route's resource into n segments, each an exclusive
@@ -129,13 +130,12 @@ func Permits(n int) lockcore.Policy {
 //	r.With(lock.ByParam("productID", lock.Segments(8))).Post("/products/{productID}/buy", buy)
 //
 // For HTTP routes only, so far: a gRPC method given it panics. Segments(n)
-// is lockcore.Policy{Segments: n}. Panics if n is not between 1 and
-// lockcore.MaxSegments.
-func Segments(n int) lockcore.Policy {
-	if n <= 0 || n > lockcore.MaxSegments {
-		panic(fmt.Sprintf("routelock: lock.Segments(%d): want 1 to %d", n, lockcore.MaxSegments))
+// is Policy{Segments: n}. Panics if n is not between 1 and 256.
+func Segments(n int) Policy {
+	if n <= 0 || n > lifecycle.MaxSegments {
+		panic(fmt.Sprintf("routelock: lock.Segments(%d): want 1 to %d", n, lifecycle.MaxSegments))
 	}
-	return lockcore.Policy{Segments: n}
+	return Policy{Segments: n}
 }
 
 // Restock lets the route through its resource's closed gate (SoldOut),
@@ -152,13 +152,13 @@ func Segments(n int) lockcore.Policy {
 // run on beside it, as for any route on the product's key. Readers
 // (Shared) pass a closed gate without it. Not with Segments: a restock
 // locks the resource itself (a segmented route's product key); a route
-// given both panics. It is lockcore.Policy{Restock: true}.
-func Restock() lockcore.Policy { return lockcore.Policy{Restock: true} }
+// given both panics. It is Policy{Restock: true}.
+func Restock() Policy { return Policy{Restock: true} }
 
 // policy returns ps as one Policy: each field is the last non-zero one
 // given.
-func policy(ps []lockcore.Policy) lockcore.Policy {
-	var p lockcore.Policy
+func policy(ps []Policy) Policy {
+	var p Policy
 	for _, q := range ps {
 		p = q.Or(p)
 	}
@@ -166,16 +166,16 @@ func policy(ps []lockcore.Policy) lockcore.Policy {
 }
 
 // Defaults sets the Policy of the Locker's routes (By, ByParam) and of the
-// gRPC methods locked through it (as a lockcore.Engine): each field a route
+// gRPC methods locked through it: each field a route
 // or method leaves zero is taken from ps, the last non-zero one given.
 //
 //	locker := lock.New(rdb, lock.Defaults(lock.FailFast(), lock.TTL(30*time.Second)))
 //
-// Panics if the Policy is invalid (lockcore.Policy.Validate), or shares
+// Panics if the Policy is invalid (Policy.Validate), or shares
 // the lock (Shared, Permits), splits it (Segments) or passes closed gates
 // (Restock): that is a route's or method's own, and a Locker-wide default
 // would leave no way to write, or no gate.
-func Defaults(ps ...lockcore.Policy) Option {
+func Defaults(ps ...Policy) Option {
 	p := policy(ps)
 	if err := p.Validate(); err != nil {
 		panic("routelock: lock.Defaults: " + strings.TrimPrefix(err.Error(), "routelock: "))
@@ -202,7 +202,7 @@ func Logger(l *slog.Logger) Option {
 }
 
 // Trace makes the Locker label each acquisition with the trace id that f
-// returns for the request's context (lockcore.Policy.Trace; "" for none),
+// returns for the request's context (Policy.Trace; "" for none),
 // which the engine shows to operators beside the route and the instance
 // name of each holder and waiter (package admin, the routelock command),
 // so that a stuck hold can be followed to its request. For the
@@ -229,21 +229,21 @@ func Trace(f func(context.Context) string) Option {
 //
 //	locker := lock.New(rdb, lock.Observe(lockotel.New(lockotel.Config{})))
 //
-// The Locker calls o.Observe around each acquisition, and for New, the
-// Redis engine is told o.Events() (redisengine.Options.Events); for
-// FromEngine, give o.Events() to the engine's own events option too.
-// Given more than once, the observers are called in the order given (the
-// last outermost) and each is told the events; one given again is counted
-// once, also when the engine given to FromEngine is a Locker that it
-// observes already.
+// The Locker calls o.Observe around each acquisition and tells
+// o.Events() of each hold's end (Events.Ended); for New, the Redis engine
+// is told o.Events() too (redisengine.Options.Events: waits, renewals,
+// wake-ups); for FromEngine, give o.Events() to the engine's own events
+// option for those. Given more than once, the observers are called in the
+// order given (the last outermost) and each is told the events; one given
+// again is counted once.
 //
 // Panics if o is nil.
-func Observe(o lockcore.Observer) Option {
+func Observe(o Observer) Option {
 	if o == nil {
 		panic("routelock: lock.Observe(nil)")
 	}
 	return Option{func(l *Locker) {
-		if !slices.ContainsFunc(l.observers, func(p lockcore.Observer) bool { return sameObserver(p, o) }) {
+		if !slices.ContainsFunc(l.observers, func(p Observer) bool { return sameObserver(p, o) }) {
 			l.observers = append(l.observers, o)
 		}
 		l.redis.Events = joinEvents(l.redis.Events, o.Events())
@@ -300,7 +300,7 @@ func joinEvents(a, b lockcore.Events) lockcore.Events {
 
 // sameObserver reports whether a and b are one value; values that cannot
 // be compared are not.
-func sameObserver(a, b lockcore.Observer) (eq bool) {
+func sameObserver(a, b Observer) (eq bool) {
 	defer func() { _ = recover() }()
 	return a == b
 }

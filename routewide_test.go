@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -197,7 +198,7 @@ func TestOneResourceOneKey(t *testing.T) {
 			{id, []string{strings.ToUpper(id), "3F2504E0-4f89-11d3-9a0c-0305e82c3301", "%33f2504e0-4f89-11d3-9a0c-0305e82c3301"}},
 		} {
 			other := lock.NewRedis(mk(), redisengine.Options{Prefix: prefix})
-			lease, err := other.Acquire(context.Background(), key(t, "productID", held.value), lockcore.Policy{Wait: lockcore.FailFast})
+			lease, err := other.Acquire(context.Background(), key(t, "productID", held.value), lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,6 +20,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -181,7 +182,7 @@ func TestHTTPSegmentsRunAtOnce(t *testing.T) {
 	b := redistest.Best(t)
 	for _, segmented := range []bool{true, false} {
 		t.Run(fmt.Sprint("segmented=", segmented), func(t *testing.T) {
-			ps := []lockcore.Policy{lock.Wait(2 * time.Second)}
+			ps := []lifecycle.Policy{lock.Wait(2 * time.Second)}
 			if segmented {
 				ps = append(ps, lock.Segments(2))
 			}
@@ -348,8 +349,8 @@ func TestSegmentsMisused(t *testing.T) {
 // /shop/products/{productID}/buy, sells from stock[segment] (moving on
 // from an empty one), under a router-wide segmented lock and, with
 // nested, the route's own lock on the same resource too.
-func segmentRouter(e lockcore.Engine, stock []int, nested bool, runs *atomic.Int64) http.Handler {
-	mw := middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Segments: len(stock), Wait: time.Second}})
+func segmentRouter(e lifecycle.Locker, stock []int, nested bool, runs *atomic.Int64) http.Handler {
+	mw := middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Segments: len(stock), Wait: time.Second}})
 	r := chi.NewRouter()
 	r.Use(mw)
 	r.Route("/shop", func(r chi.Router) {
@@ -388,13 +389,13 @@ func TestSegmentMovesThroughRouters(t *testing.T) {
 			e := &locktest.Engine{}
 			var runs atomic.Int64
 			stock := []int{0, 0, 0}
-			srv := httptest.NewServer(segmentRouter(e, stock, nested, &runs))
+			srv := httptest.NewServer(segmentRouter(lifecycle.Serve(e, nil), stock, nested, &runs))
 			defer srv.Close()
 			k := key(t, "productID", "42")
 			// The request's first segment is empty, and so is the next;
 			// only the third has stock.
 			// Where the turn starts: after this acquisition's segment.
-			ls, err := lockcore.AcquireSegment(context.Background(), e, k, lockcore.Policy{Segments: 3, Wait: lockcore.FailFast})
+			ls, err := lifecycle.AcquireSegment(context.Background(), lifecycle.Serve(e, nil), k, lifecycle.Policy{Segments: 3, Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -423,7 +424,7 @@ func TestSegmentMovesThroughRouters(t *testing.T) {
 func TestSegmentBodyReplay(t *testing.T) {
 	e := &locktest.Engine{}
 	r := chi.NewRouter()
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Segments: 2}})).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+	r.With(middleware.Lock(lifecycle.Serve(e, nil), middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Segments: 2}})).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if seg, _ := lock.Segment(r.Context()); seg == 0 || len(body) > 1<<20 {
 			_ = lock.NextSegment(r.Context())
@@ -457,7 +458,7 @@ func TestSegmentRerunState(t *testing.T) {
 	e := &locktest.Engine{}
 	var runs atomic.Int64
 	r := chi.NewRouter()
-	seg := middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Segments: 3}})
+	seg := middleware.Lock(lifecycle.Serve(e, nil), middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Segments: 3}})
 	r.With(seg).Route("/products/{productID}", func(r chi.Router) {
 		r.Use(func(next http.Handler) http.Handler {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -18,6 +18,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
@@ -67,10 +68,9 @@ func TestHTTPSeveralResources(t *testing.T) {
 		var x exclusion
 		var bad atomic.Value
 		handler := func(w http.ResponseWriter, r *http.Request) {
-			keys := lock.Keys(r.Context())
-			held := lockcore.HeldFrom(r.Context())
-			if len(keys) != 2 || len(held) != 2 || held[0].Fence == 0 || held[1].Fence == 0 {
-				bad.Store(fmt.Sprintf("the handler holds %v (%+v)", keys, held))
+			keys, fences := lock.Keys(r.Context()), lock.Fences(r.Context())
+			if len(keys) != 2 || len(fences) != 2 || fences[0] <= 0 || fences[1] <= 0 {
+				bad.Store(fmt.Sprintf("the handler holds %v with fences %v", keys, fences))
 			}
 			x.enter(keys)
 			time.Sleep(200 * time.Microsecond) // the handler's work
@@ -208,7 +208,7 @@ func TestHTTPSeveralResourcesAsUsersRunIt(t *testing.T) {
 			return r
 		}
 		a := newAppWith(t, rdb, redisengine.Options{Prefix: redistest.Prefix(t)}, build,
-			lock.Observe(lockotel.New(lockotel.Config{})), lock.Defaults(lockcore.Policy{Wait: lockcore.FailFast}))
+			lock.Observe(lockotel.New(lockotel.Config{})), lock.Defaults(lifecycle.Policy{Wait: lockcore.FailFast}))
 		hc := httpClient(t, nil)
 		buy := func() result {
 			return do(t, hc, "POST", a.srv.URL+"/products/42/buy", nil, "X-User-ID", "u7")
@@ -268,7 +268,7 @@ func TestGRPCSeveralResourcesAsUsersRunIt(t *testing.T) {
 		rdb.AddHook(trips)
 		prefix := redistest.Prefix(t)
 		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix},
-			lock.Observe(lockotel.New(lockotel.Config{})), lock.Defaults(lockcore.Policy{Wait: lockcore.FailFast}))
+			lock.Observe(lockotel.New(lockotel.Config{})), lock.Defaults(lifecycle.Policy{Wait: lockcore.FailFast}))
 		t.Cleanup(func() { l.Close() })
 		other := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: prefix})
 		t.Cleanup(func() { other.Close() })
@@ -297,7 +297,7 @@ func TestGRPCSeveralResourcesAsUsersRunIt(t *testing.T) {
 			}
 		}
 
-		ls, err := other.Acquire(context.Background(), key(t, "userID", "u7"), lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := other.Acquire(context.Background(), key(t, "userID", "u7"), lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
@@ -178,7 +179,7 @@ func TestRestartGuardSaysSo(t *testing.T) {
 	locker := lock.New(client(t, srv.Addr), lock.Defaults(lock.TTL(time.Second)),
 		lock.Logger(slog.New(slog.NewTextHandler(&buf, nil))))
 	t.Cleanup(func() { _ = locker.Close() })
-	eng := locker.Wrapped().(*redisengine.Engine)
+	eng := locker.Backend().(*redisengine.Engine)
 	r := chi.NewRouter()
 	ran := atomic.Int32{}
 	h := func(http.ResponseWriter, *http.Request) { ran.Add(1) }
@@ -271,7 +272,7 @@ func TestDefaultLockerOnEveryDeployment(t *testing.T) {
 		r := chi.NewRouter()
 		r.With(lock.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 			// Not the request's context, whose owner token would re-enter.
-			ls, err := other.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := other.Acquire(context.Background(), k, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				_ = ls.Release(context.Background())
 			}
@@ -285,7 +286,7 @@ func TestDefaultLockerOnEveryDeployment(t *testing.T) {
 		if err := <-held; !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("%s: another Locker on the deployment took the key while the handler ran: %v", name, err)
 		}
-		ls, err := other.Acquire(context.Background(), k, lockcore.Policy{Wait: time.Second})
+		ls, err := other.Acquire(context.Background(), k, lifecycle.Policy{Wait: time.Second})
 		if err != nil {
 			t.Fatalf("%s: the key is still held after the request: %v", name, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -42,7 +43,7 @@ func TestUUIDSpellings(t *testing.T) {
 		})
 		other := lock.NewRedis(mk(), redisengine.Options{Prefix: prefix})
 		defer other.Close()
-		lease, err := other.Acquire(context.Background(), key(t, "orderID", id), lockcore.Policy{Wait: lockcore.FailFast})
+		lease, err := other.Acquire(context.Background(), key(t, "orderID", id), lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,7 @@ func TestUUIDSpellings(t *testing.T) {
 
 // TestUUIDSpellingsSegmented: on a segmented route the same holds: while
 // every segment of order 3f2504e0-… is held (by another instance, through
-// lockcore.AcquireSegment on the canonical key), each other spelling of
+// lifecycle.AcquireSegment on the canonical key), each other spelling of
 // the UUID gets 409 and its handler does not run; on every deployment,
 // with the clients users run (go-redis defaults, and with context
 // deadlines).
@@ -83,7 +84,7 @@ func TestUUIDSpellingsSegmented(t *testing.T) {
 		other := lock.NewRedis(mk(), redisengine.Options{Prefix: prefix})
 		defer other.Close()
 		for range 2 {
-			lease, err := lockcore.AcquireSegment(context.Background(), other, key(t, "orderID", id), lockcore.Policy{Wait: lockcore.FailFast, Segments: 2})
+			lease, err := lifecycle.AcquireSegment(context.Background(), other, key(t, "orderID", id), lifecycle.Policy{Wait: lockcore.FailFast, Segments: 2})
 			if err != nil {
 				t.Fatal(err)
 			}

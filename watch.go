@@ -21,14 +21,11 @@ type watcher struct {
 	down atomic.Int64 // when the engine was first found unavailable (Unix ns), 0 while it answers
 }
 
-// newWatcher returns the watcher of a Locker on engine base that logs
-// through lg, or nil when it needs none: no logger, an engine the Locker
-// made (it logs itself), or a Locker that logs its own engine's events.
-func newWatcher(lg *slog.Logger, owned bool, base lockcore.Engine) *watcher {
+// newWatcher returns the watcher of a Locker that logs through lg, or nil
+// when it needs none: no logger, or an engine the Locker made (it logs
+// itself).
+func newWatcher(lg *slog.Logger, owned bool) *watcher {
 	if lg == nil || owned {
-		return nil
-	}
-	if inner, ok := base.(*Locker); ok && (inner.owned != nil && inner.logger != nil || inner.watch != nil) {
 		return nil
 	}
 	return &watcher{log: lg}
@@ -36,7 +33,7 @@ func newWatcher(lg *slog.Logger, owned bool, base lockcore.Engine) *watcher {
 
 // acquired notes the outcome of one acquisition of key: err, or ls, which
 // it logs if it is lost while held.
-func (w *watcher) acquired(key lockcore.Key, ls *lockcore.Lease, err error) {
+func (w *watcher) acquired(key lockcore.Key, ls *Lease, err error) {
 	switch {
 	case err == nil:
 		if since := w.down.Load(); since != 0 && w.down.CompareAndSwap(since, 0) {

@@ -48,7 +48,7 @@ func Example() {
 
 	// A request holds productID:42 (taken here with the engine itself).
 	key, _ := lockcore.NewKey("productID", "42")
-	lease, err := locker.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+	lease, err := locker.Acquire(ctx, key, lock.FailFast())
 	if err != nil {
 		panic(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -80,7 +81,7 @@ func TestRestartGuardShown(t *testing.T) {
 		}
 		e, get := setup(t, redistest.At(s.Addr))
 		ctx := t.Context()
-		_, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		_, err := lifecycle.Serve(e, nil).Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		var ge *lockcore.RestartGuardError
 		if !errors.As(err, &ge) {
 			t.Fatalf("first acquisition on a fresh server: %v, want the restart guard's refusal", err)
@@ -96,7 +97,7 @@ func TestRestartGuardShown(t *testing.T) {
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for deadline := time.Now().Add(maxTTL + 2*time.Second); ; {
-			ls, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := lifecycle.Serve(e, nil).Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				_ = ls.Release(ctx)
 				break
@@ -129,7 +130,7 @@ func TestRestartGuardShown(t *testing.T) {
 				return
 			}
 			e, get := setup(t, b)
-			ls, err := e.Acquire(t.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := lifecycle.Serve(e, nil).Acquire(t.Context(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatalf("first acquisition: %v, want none refused", err)
 			}

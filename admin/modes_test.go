@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
@@ -24,16 +25,16 @@ func holdModes(t *testing.T, e *locktest.Engine) {
 	k8, _ := lockcore.NewKey("productID", "8")
 	for _, h := range []struct {
 		k lockcore.Key
-		p lockcore.Policy
-	}{{k7, lockcore.Policy{Share: 2}}, {k7, lockcore.Policy{Share: 2}}, {k8, lockcore.Policy{Share: lockcore.ShareAll}}, {k8, lockcore.Policy{Share: lockcore.ShareAll}}} {
-		ls, err := e.Acquire(ctx, h.k, h.p)
+		p lifecycle.Policy
+	}{{k7, lifecycle.Policy{Share: 2}}, {k7, lifecycle.Policy{Share: 2}}, {k8, lifecycle.Policy{Share: lockcore.ShareAll}}, {k8, lifecycle.Policy{Share: lockcore.ShareAll}}} {
+		ls, err := lifecycle.Serve(e, nil).Acquire(ctx, h.k, h.p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = ls.Release(context.Background()) })
 	}
 	go func() {
-		if ls, err := e.Acquire(ctx, k7, lockcore.Policy{Wait: time.Minute, Share: 1}); err == nil {
+		if ls, err := lifecycle.Serve(e, nil).Acquire(ctx, k7, lifecycle.Policy{Wait: time.Minute, Share: 1}); err == nil {
 			_ = ls.Release(context.Background())
 		}
 	}()

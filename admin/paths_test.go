@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	chimw "github.com/go-chi/chi/v5/middleware"
 	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
@@ -72,14 +73,14 @@ func TestMemoryOrigins(t *testing.T) {
 		t.Fatal(err)
 	}
 	const route = "/products/{productID}/buy"
-	ls, err := e.Acquire(t.Context(), key, lockcore.Policy{Route: route, Trace: "4bf92f3577b34da6a3ce929d0e0e4736"})
+	ls, err := lifecycle.Serve(e, nil).Acquire(t.Context(), key, lifecycle.Policy{Route: route, Trace: "4bf92f3577b34da6a3ce929d0e0e4736"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	waited := make(chan error, 1)
 	go func() {
-		_, err := e.Acquire(ctx, key, lockcore.Policy{Wait: time.Minute, Route: "/shop.Inventory/Reserve", Trace: "0af7651916cd43dd8448eb211c80319c"})
+		_, err := lifecycle.Serve(e, nil).Acquire(ctx, key, lifecycle.Policy{Wait: time.Minute, Route: "/shop.Inventory/Reserve", Trace: "0af7651916cd43dd8448eb211c80319c"})
 		waited <- err
 	}()
 	defer func() {
@@ -193,14 +194,14 @@ func TestMountForms(t *testing.T) {
 
 // heldProduct returns an in-memory engine on which productID:42 is held,
 // the key, and the hold's lease, released when the test ends.
-func heldProduct(t *testing.T) (*locktest.Engine, lockcore.Key, *lockcore.Lease) {
+func heldProduct(t *testing.T) (*locktest.Engine, lockcore.Key, *lifecycle.Lease) {
 	t.Helper()
 	e := new(locktest.Engine)
 	key, err := lockcore.NewKey("productID", "42")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls, err := e.Acquire(t.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := lifecycle.Serve(e, nil).Acquire(t.Context(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}

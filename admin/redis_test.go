@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -44,18 +45,18 @@ func TestRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := t.Context()
-		lease, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: 600 * time.Millisecond})
+		lease, err := lifecycle.Serve(holder, nil).Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 600 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer lease.Release(context.Background())
 		type acquired struct {
-			lease *lockcore.Lease
+			lease *lifecycle.Lease
 			err   error
 		}
 		got := make(chan acquired, 1)
 		go func() {
-			l, err := waiter.Acquire(ctx, key, lockcore.Policy{Wait: 20 * time.Second, TTL: 2 * time.Second})
+			l, err := lifecycle.Serve(waiter, nil).Acquire(ctx, key, lifecycle.Policy{Wait: 20 * time.Second, TTL: 2 * time.Second})
 			got <- acquired{l, err}
 		}()
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -185,7 +186,7 @@ func TestW2Fairness(t *testing.T) {
 }
 
 // BenchmarkModes is routelock's lock cycle in each mode
-// (lockcore.Policy.Share) on one server, go-redis at its defaults:
+// (lifecycle.Policy.Share) on one server, go-redis at its defaults:
 // exclusive on one key by one goroutine (W1 at g=1, the baseline);
 // a reader and a permit of 4 the same way; and 64 goroutines reading one
 // key at once, whose cycles per second against the baseline's say what
@@ -207,9 +208,9 @@ func BenchmarkModes(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p := lockcore.Policy{Wait: time.Minute, Share: m.share}
+			p := lifecycle.Policy{Wait: time.Minute, Share: m.share}
 			cycle := func() error {
-				ls, err := l.Acquire(b.Context(), k, p)
+				ls, err := lifecycle.Serve(l, nil).Acquire(b.Context(), k, p)
 				if err != nil {
 					return err
 				}
@@ -241,7 +242,7 @@ func BenchmarkModes(b *testing.B) {
 }
 
 // BenchmarkSeveral is routelock's cycle over several resources on one
-// server (lockcore.AcquireAll and ReleaseAll, as a route naming them with
+// server (lifecycle.AcquireAll and ReleaseAll, as a route naming them with
 // keyfunc.Func.Also does), go-redis at its defaults, one goroutine: one
 // key (W1, the baseline); two keys taken together (the group script, one
 // exchange each way); and the same two keys one by one, as the engine
@@ -260,9 +261,9 @@ func BenchmarkSeveral(b *testing.B) {
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			l, cmds, trips := defaultEngine(b, "bench:several:")
-			var e lockcore.Engine = l
+			var e lifecycle.Locker = lifecycle.Serve(l, nil)
 			if !m.together {
-				e = struct{ lockcore.Engine }{l} // hides AcquireGroup
+				e = struct{ lifecycle.Locker }{lifecycle.Serve(l, nil)} // hides AcquireGroup
 			}
 			run := strconv.FormatInt(time.Now().UnixNano(), 36)
 			keys := make([]lockcore.Key, m.keys)
@@ -272,13 +273,13 @@ func BenchmarkSeveral(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			p := lockcore.Policy{Wait: time.Minute}
+			p := lifecycle.Policy{Wait: time.Minute}
 			cycle := func() error {
-				ls, err := lockcore.AcquireAll(b.Context(), e, keys, p)
+				ls, err := lifecycle.AcquireAll(b.Context(), e, keys, p)
 				if err != nil {
 					return err
 				}
-				return lockcore.ReleaseAll(b.Context(), ls)
+				return lifecycle.ReleaseAll(b.Context(), ls)
 			}
 			for range 2 { // reads the server's settings, loads the scripts
 				if err := cycle(); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/redis/rueidis/rueidislock"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
@@ -147,6 +148,7 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 type routelock struct {
 	rdb redis.UniversalClient
 	l   *redisengine.Engine
+	lk  lifecycle.Locker // the leases of l's holds, as lock.FromEngine makes them
 }
 
 // newRoutelock is routelock on a client at go-redis's defaults, or, with
@@ -163,7 +165,7 @@ func newRoutelock(t Target, cmds *atomic.Int64, ctxDeadlines bool, opt redisengi
 		_ = rdb.Close()
 		return nil, err
 	}
-	return &routelock{rdb: rdb, l: l}, nil
+	return &routelock{rdb: rdb, l: l, lk: lifecycle.Serve(l, nil)}, nil
 }
 
 func (r *routelock) Lock(ctx context.Context, key string, wait bool) (func(), error) {
@@ -171,11 +173,11 @@ func (r *routelock) Lock(ctx context.Context, key string, wait bool) (func(), er
 	if err != nil {
 		return nil, err
 	}
-	p := lockcore.Policy{Wait: lockcore.FailFast}
+	p := lifecycle.Policy{Wait: lockcore.FailFast}
 	if wait {
 		p.Wait = time.Hour // bounded by ctx
 	}
-	ls, err := r.l.Acquire(ctx, k, p)
+	ls, err := r.lk.Acquire(ctx, k, p)
 	if err != nil {
 		if errors.Is(err, lockcore.ErrNotAcquired) && !wait {
 			return nil, ErrBusy

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/routelock/lock/interceptor"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -24,7 +25,7 @@ func benchSetup(b *testing.B, rdb *redis.Client) (grpc.UnaryServerInterceptor, *
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Close() })
-	ic := interceptor.UnaryServer(l, interceptor.Config{Rules: []interceptor.Rule{
+	ic := interceptor.UnaryServer(lifecycle.Serve(l, nil), interceptor.Config{Rules: []interceptor.Rule{
 		{Method: shop.Reserve, Key: interceptor.Field("product_id")},
 	}})
 	return ic, shop.Set(shop.New("ReserveRequest"), "product_id", int64(42), "quantity", int32(1))

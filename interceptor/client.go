@@ -3,14 +3,13 @@ package interceptor
 import (
 	"context"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-
-	"github.com/routelock/lock/lockcore"
 )
 
 // UnaryClient returns a unary client interceptor that sends the owner tokens
-// of the call's context (lockcore.Outbound) in routelock-token metadata, so that a
+// of the call's context (lifecycle.Outbound) in routelock-token metadata, so that a
 // server that locks the same resource with this package (or an HTTP service
 // with package middleware) re-enters the caller's lock instead of waiting
 // for it:
@@ -37,7 +36,7 @@ func StreamClient() grpc.StreamClientInterceptor {
 // outgoing returns ctx with its owner tokens, if any, as the one tokenKey
 // entry of its outgoing metadata.
 func outgoing(ctx context.Context) context.Context {
-	tok := lockcore.Outbound(ctx)
+	tok := lifecycle.Outbound(ctx)
 	if tok == "" {
 		return ctx
 	}

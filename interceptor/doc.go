@@ -1,9 +1,9 @@
 // Package interceptor locks gRPC methods: server interceptors that hold a
-// lock from an engine (lockcore.Engine: the Redis engine, or any other) on
+// lock from a Locker (a *lock.Locker, on the Redis engine or any other) on
 // the resource a call names while its handler runs, and client interceptors that carry the caller's owner token
 // to the next service, so that nested calls re-enter instead of deadlocking.
 //
-// Rules map methods to keys and policies (lockcore.Policy, which package
+// Rules map methods to keys and policies (lock.Policy, which package
 // lock's Wait, FailFast and TTL return):
 //
 //	c := interceptor.Config{Rules: []interceptor.Rule{
@@ -28,7 +28,7 @@
 //     another owner, codes.Unavailable when Redis cannot be reached;
 //  4. runs the handler with the lease's context: it carries the owner
 //     token (UnaryClient forwards it), the fencing token
-//     (lock.FencingToken, lockcore.HeldFrom), and is cancelled with cause
+//     (lock.FencingToken, lock.Fences), and is cancelled with cause
 //     lockcore.ErrLockLost if the lease is lost;
 //  5. releases the lock when the handler returns or panics, and lets the
 //     panic go on up the chain.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
 )
@@ -25,7 +26,7 @@ type streamReport struct {
 	extra      int  // goroutines started while deriving 100 contexts
 	tokenFirst bool // a fencing token before the first RecvMsg
 	fence      int64
-	held       []lockcore.Held
+	held       []lifecycle.Held
 	cause      error // of a derived context after Lose
 	problems   []string
 }
@@ -35,7 +36,7 @@ type streamReport struct {
 // derives contexts as an ordinary context does: 50 WithCancel and 50
 // WithTimeout start no goroutine (runtime.NumGoroutine, read inside the
 // handler before and after). The derived contexts carry the lock
-// (lockcore.HeldFrom), and a lost lease cancels them with a cause
+// (lifecycle.HeldFrom), and a lost lease cancels them with a cause
 // matching lockcore.ErrLockLost.
 func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 	const derive = 100
@@ -43,7 +44,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 	k := fakeKey(t, "product_id", "42")
 	reports := make(chan streamReport, 1)
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
+		{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 		var rep streamReport
 		defer func() { reports <- rep }()
@@ -77,7 +78,7 @@ func TestFakeStreamDerivesNoGoroutines(t *testing.T) {
 
 		some := derived[derive/2+1] // a WithTimeout one
 		rep.fence, _ = enginetest.Fence(some)
-		rep.held = lockcore.HeldFrom(some)
+		rep.held = lifecycle.HeldFrom(some)
 
 		if !e.Lose(k) {
 			rep.problems = append(rep.problems, "Lose found no hold")
@@ -139,7 +140,7 @@ func TestFakeStreamRefused(t *testing.T) {
 	k := fakeKey(t, "product_id", "42")
 	recvErrs := make(chan error, 2)
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
+		{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 		err := ss.RecvMsg(shop.New("ReserveRequest"))
 		recvErrs <- err
@@ -148,7 +149,7 @@ func TestFakeStreamRefused(t *testing.T) {
 		}
 		return ss.SendMsg(shop.New("ReserveReply"))
 	}})
-	holder, err := e.Acquire(fakeCtx(t), k, lockcore.Policy{Wait: lockcore.FailFast})
+	holder, err := e.Acquire(fakeCtx(t), k, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}

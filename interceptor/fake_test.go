@@ -28,6 +28,7 @@ import (
 
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -66,7 +67,7 @@ type fakeRig struct {
 	panics chan any
 }
 
-func newFakeRig(t *testing.T, e lockcore.Engine, c interceptor.Config, srv *shop.Server) *fakeRig {
+func newFakeRig(t *testing.T, e lifecycle.Locker, c interceptor.Config, srv *shop.Server) *fakeRig {
 	t.Helper()
 	rig := &fakeRig{errs: make(chan error, 64), panics: make(chan any, 4)}
 	recoverer := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
@@ -205,8 +206,8 @@ func TestFakeRulePolicies(t *testing.T) {
 	var runs atomic.Int32
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
 		{Method: shop.Reserve, Key: interceptor.Field("product_id")},
-		{Method: shop.Create, Key: interceptor.Field("order.user_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast, TTL: 2 * time.Second}},
-		{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: 3 * time.Second, TTL: 30 * time.Millisecond}},
+		{Method: shop.Create, Key: interceptor.Field("order.user_id"), Policy: lifecycle.Policy{Wait: lockcore.FailFast, TTL: 2 * time.Second}},
+		{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lifecycle.Policy{Wait: 3 * time.Second, TTL: 30 * time.Millisecond}},
 	}}, &shop.Server{
 		Reserve: fencedReserve(&runs),
 		Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
@@ -229,9 +230,9 @@ func TestFakeRulePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []call{
-		{Key: fakeKey(t, "product_id", "1"), Policy: lockcore.Policy{Route: shop.Reserve}},
-		{Key: fakeKey(t, "order.user_id", "u7"), Policy: lockcore.Policy{Wait: lockcore.FailFast, TTL: 2 * time.Second, Route: shop.Create}},
-		{Key: fakeKey(t, "product_id", "3"), Policy: lockcore.Policy{Wait: 3 * time.Second, TTL: 30 * time.Millisecond, Route: shop.Restock}},
+		{Key: fakeKey(t, "product_id", "1"), Policy: lifecycle.Policy{Route: shop.Reserve}},
+		{Key: fakeKey(t, "order.user_id", "u7"), Policy: lifecycle.Policy{Wait: lockcore.FailFast, TTL: 2 * time.Second, Route: shop.Create}},
+		{Key: fakeKey(t, "product_id", "3"), Policy: lifecycle.Policy{Wait: 3 * time.Second, TTL: 30 * time.Millisecond, Route: shop.Restock}},
 	}
 	if got := e.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the engine was called with\n%+v\nwant\n%+v", got, want)
@@ -259,8 +260,8 @@ func TestFakeRulePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = []call{
-		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Route: shop.Reserve}},
-		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lockcore.Policy{Route: shop.Restock}},
+		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lifecycle.Policy{Route: shop.Reserve}},
+		{Key: fakeKey(t, "x-tenant", "t1"), Policy: lifecycle.Policy{Route: shop.Restock}},
 	}
 	if got := e.Calls(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("under a wildcard rule the engine was called with\n%+v\nwant\n%+v", got, want)
@@ -284,11 +285,11 @@ func TestFakeCodes(t *testing.T) {
 		},
 	}
 	failFast := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
-		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Policy: lockcore.Policy{Wait: 50 * time.Millisecond}},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}},
+		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Policy: lifecycle.Policy{Wait: 50 * time.Millisecond}},
 	}}, srv)
 	waiting := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: time.Hour}},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lifecycle.Policy{Wait: time.Hour}},
 		{Method: shop.Create, Key: interceptor.Field("product_id")}, // CreateOrderRequest has no product_id
 	}}, srv)
 	k := fakeKey(t, "product_id", "42")
@@ -300,7 +301,7 @@ func TestFakeCodes(t *testing.T) {
 		t.Errorf("exact rule whose key does not apply: %v, want Internal", err)
 	}
 
-	holder, err := e.Acquire(fakeCtx(t), k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 1500 * time.Millisecond})
+	holder, err := e.Acquire(fakeCtx(t), k, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +393,7 @@ func TestFakeUnaryPropagation(t *testing.T) {
 		_, entries := e.Held(k)
 		return shop.Set(shop.New("ReserveReply"), "fence", f, "left", int64(entries)), nil
 	}}
-	rule := interceptor.Rule{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}}
+	rule := interceptor.Rule{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}}
 	trusting := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{rule}}, inner)
 	never := func(context.Context, string) bool { return false }
 	untrusting := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{rule}, TrustToken: never}, inner)
@@ -406,7 +407,7 @@ func TestFakeUnaryPropagation(t *testing.T) {
 	cancels := make(chan context.CancelFunc, 1)
 	proceed := make(chan struct{})
 	outer := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
+		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("product_id"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		order := req.Get(req.Descriptor().Fields().ByName("order")).Message().Interface()
 		f, _ := enginetest.Fence(ctx)
@@ -487,7 +488,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 	e := newFake()
 	k := fakeKey(t, "productID", "42")
 	rpc := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: interceptor.Field("product_id").As("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id").As("productID"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		f, _ := enginetest.Fence(ctx)
 		_, entries := e.Held(k)
@@ -497,7 +498,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	hc := &http.Client{Transport: middleware.Transport(tr), Timeout: fakeBound}
-	lockHTTP := middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})
+	lockHTTP := middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}})
 	r := chi.NewRouter()
 	r.With(lockHTTP).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		f, _ := enginetest.Fence(r.Context())
@@ -531,7 +532,7 @@ func TestFakeCrossProtocol(t *testing.T) {
 
 	// gRPC → HTTP.
 	rpc2 := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
+		{Method: shop.Create, Key: interceptor.Field("order.product_id").As("productID"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Create: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		f, _ := enginetest.Fence(ctx)
 		hreq, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/products/42/stock", nil)
@@ -563,7 +564,7 @@ func TestFakeUnaryLeaseLost(t *testing.T) {
 	k := fakeKey(t, "product_id", "5")
 	started := make(chan struct{})
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		close(started)
 		select {
@@ -605,7 +606,7 @@ func TestFakeUnaryPanicReleases(t *testing.T) {
 	k := fakeKey(t, "product_id", "9")
 	var runs atomic.Int32
 	rig := newFakeRig(t, e, interceptor.Config{Rules: []interceptor.Rule{
-		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}},
+		{Method: shop.Reserve, Key: interceptor.Field("product_id"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}},
 	}}, &shop.Server{Reserve: func(ctx context.Context, req *dynamicpb.Message) (*dynamicpb.Message, error) {
 		if runs.Add(1) == 1 {
 			panic("boom")

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/promised"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -44,7 +45,7 @@ type Rule struct {
 	// Default: the zero Policy, the engine's defaults: a wait of 5 seconds
 	// and the engine's TTL, or a Locker's Defaults (lock.Defaults) when the
 	// engine is a Locker.
-	Policy lockcore.Policy
+	Policy lifecycle.Policy
 
 	// OnError returns the error a refused call ends with: bad key, lock
 	// held by another owner, Redis unavailable. err matches the sentinels
@@ -66,8 +67,8 @@ type Rule struct {
 //
 // Panics if fullMethod is malformed, key is zero or cannot read gRPC calls
 // (keyfunc.Param and other HTTP-only functions), or the Policy is invalid.
-func Method(fullMethod string, key keyfunc.Func, ps ...lockcore.Policy) Rule {
-	var p lockcore.Policy
+func Method(fullMethod string, key keyfunc.Func, ps ...lifecycle.Policy) Rule {
+	var p lifecycle.Policy
 	for _, q := range ps {
 		p = q.Or(p)
 	}
@@ -146,7 +147,7 @@ type rule struct {
 	method  string
 	key     keyfunc.Func   // the first resource's
 	also    []keyfunc.Func // the others', for a key made with keyfunc.Func.Also
-	policy  lockcore.Policy
+	policy  lifecycle.Policy
 	onError func(context.Context, string, error) error
 	exact   bool
 	stream  bool      // key read from the first message of a stream
@@ -155,7 +156,7 @@ type rule struct {
 
 // server is one configured set of rules.
 type server struct {
-	l       lockcore.Engine
+	l       lifecycle.Locker
 	exact   map[string]*rule
 	service map[string]*rule // by "/pkg.Service/"
 	all     *rule
@@ -163,7 +164,7 @@ type server struct {
 	logger  *slog.Logger
 }
 
-func newServer(l lockcore.Engine, c Config) *server {
+func newServer(l lifecycle.Locker, c Config) *server {
 	if l == nil {
 		panic("routelock: nil Engine given to the interceptor")
 	}
@@ -214,7 +215,7 @@ func (s *server) match(fullMethod string) *rule {
 }
 
 // withToken returns ctx with the propagated owner tokens of the call, if it
-// may carry them (lockcore.Intake), and the tokens removed from the
+// may carry them (lifecycle.Intake), and the tokens removed from the
 // incoming metadata that the handler sees.
 func (s *server) withToken(ctx context.Context, fullMethod string) (context.Context, error) {
 	vs := metadata.ValueFromIncomingContext(ctx, tokenKey) // copies only these values
@@ -228,7 +229,7 @@ func (s *server) withToken(ctx context.Context, fullMethod string) (context.Cont
 	if s.trust != nil {
 		trust = func() bool { return s.trust(ctx, fullMethod) }
 	}
-	return lockcore.Intake(stripped, tokenKey, vs, trust)
+	return lifecycle.Intake(stripped, tokenKey, vs, trust)
 }
 
 // UnaryServer returns a unary server interceptor that holds the lock of
@@ -246,7 +247,7 @@ func (s *server) withToken(ctx context.Context, fullMethod string) (context.Cont
 //
 // Panics if c is invalid: a malformed method name, a zero key or one that
 // cannot read gRPC calls, an invalid Policy, two rules for one method.
-func UnaryServer(l lockcore.Engine, c Config) grpc.UnaryServerInterceptor {
+func UnaryServer(l lifecycle.Locker, c Config) grpc.UnaryServerInterceptor {
 	s := newServer(l, c)
 	return s.unary
 }
@@ -258,8 +259,8 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		return handler(tctx, req)
 	}
 	var (
-		lease *lockcore.Lease
-		rest  []*lockcore.Lease
+		lease *lifecycle.Lease
+		rest  []*lifecycle.Lease
 	)
 	if err == nil {
 		lease, rest, err = s.lock(tctx, r, info.FullMethod, req)
@@ -277,14 +278,14 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 }
 
 // release releases ls, then rest, as lock returned them: together
-// (lockcore.ReleaseAll), so that their engine may give them up in one
+// (lifecycle.ReleaseAll), so that their engine may give them up in one
 // exchange with its backend.
-func release(ctx context.Context, ls *lockcore.Lease, rest []*lockcore.Lease) {
+func release(ctx context.Context, ls *lifecycle.Lease, rest []*lifecycle.Lease) {
 	if rest == nil {
 		_ = ls.Release(ctx)
 		return
 	}
-	_ = lockcore.ReleaseAll(ctx, append(rest[:len(rest):len(rest)], ls))
+	_ = lifecycle.ReleaseAll(ctx, append(rest[:len(rest):len(rest)], ls))
 }
 
 // lock takes the lock of rule r for a call of method fullMethod with
@@ -292,9 +293,9 @@ func release(ctx context.Context, ls *lockcore.Lease, rest []*lockcore.Lease) {
 // returns no lease and no error when r is a wildcard rule whose key does
 // not apply to the call (keyfunc.ErrSkip): the call passes through. For
 // a key that names several resources (keyfunc.Func.Also) it takes them
-// all or none (lockcore.AcquireAll): the lease returned is the last one
+// all or none (lifecycle.AcquireAll): the lease returned is the last one
 // taken, whose context holds them all, and rest the others.
-func (s *server) lock(ctx context.Context, r *rule, fullMethod string, req any) (ls *lockcore.Lease, rest []*lockcore.Lease, err error) {
+func (s *server) lock(ctx context.Context, r *rule, fullMethod string, req any) (ls *lifecycle.Lease, rest []*lifecycle.Lease, err error) {
 	if r.also != nil {
 		return s.lockAll(ctx, r, fullMethod, req)
 	}
@@ -326,7 +327,7 @@ func (s *server) lock(ctx context.Context, r *rule, fullMethod string, req any) 
 // lockAll is lock for a key that names several resources. A resource
 // whose key does not apply to the call fails it (ErrSkip), whatever the
 // rule.
-func (s *server) lockAll(ctx context.Context, r *rule, fullMethod string, req any) (*lockcore.Lease, []*lockcore.Lease, error) {
+func (s *server) lockAll(ctx context.Context, r *rule, fullMethod string, req any) (*lifecycle.Lease, []*lifecycle.Lease, error) {
 	keys := make([]lockcore.Key, 0, 1+len(r.also))
 	for _, f := range append([]keyfunc.Func{r.key}, r.also...) {
 		parts, err := f.RPC(ctx, req)
@@ -341,7 +342,7 @@ func (s *server) lockAll(ctx context.Context, r *rule, fullMethod string, req an
 	}
 	p := r.policy
 	p.Route = fullMethod
-	leases, err := lockcore.AcquireAll(ctx, s.l, keys, p)
+	leases, err := lifecycle.AcquireAll(ctx, s.l, keys, p)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/classifytest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
@@ -71,8 +72,8 @@ func TestUnaryClient(t *testing.T) {
 		return nil
 	}
 	ic := interceptor.UnaryClient()
-	tok := lockcore.NewToken()
-	ctx, err := lockcore.Intake(context.Background(), "routelock-token", []string{tok}, nil)
+	tok := lifecycle.NewToken()
+	ctx, err := lifecycle.Intake(context.Background(), "routelock-token", []string{tok}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +126,12 @@ func TestConfigValidate(t *testing.T) {
 		{interceptor.Config{Rules: []interceptor.Rule{{Method: "", Key: key}}}, false},
 		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C"}}}, false},
 		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C", Key: keyfunc.Header("x")}}}, false},
-		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C", Key: key, Policy: lockcore.Policy{TTL: time.Millisecond}}}}, false},
-		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C", Key: key, Policy: lockcore.Policy{TTL: -1}}}}, false},
+		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C", Key: key, Policy: lifecycle.Policy{TTL: time.Millisecond}}}}, false},
+		{interceptor.Config{Rules: []interceptor.Rule{{Method: "/a.B/C", Key: key, Policy: lifecycle.Policy{TTL: -1}}}}, false},
 	} {
 		panicked := func() (p bool) {
 			defer func() { p = recover() != nil }()
-			interceptor.UnaryServer(new(locktest.Engine), tc.c)
+			interceptor.UnaryServer(lifecycle.Serve(new(locktest.Engine), nil), tc.c)
 			return false
 		}()
 		if panicked == tc.ok {

@@ -3,9 +3,8 @@ package interceptor
 import (
 	"context"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"google.golang.org/grpc"
-
-	"github.com/routelock/lock/lockcore"
 )
 
 // StreamServer returns a stream server interceptor that holds the lock of
@@ -22,7 +21,7 @@ import (
 // token nor a fencing token.
 //
 // Panics if c is invalid, as UnaryServer does.
-func StreamServer(l lockcore.Engine, c Config) grpc.StreamServerInterceptor {
+func StreamServer(l lifecycle.Locker, c Config) grpc.StreamServerInterceptor {
 	s := newServer(l, c)
 	return s.stream
 }
@@ -55,7 +54,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	// cancels with the lease's cause.
 	base, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
-	hctx, fill := lockcore.WithHoldSlot(base)
+	hctx, fill := lifecycle.WithHoldSlot(base)
 	fs := &firstStream{ServerStream: ss, s: s, r: r, method: info.FullMethod,
 		base: base, ctx: hctx, fill: fill, cancel: cancel}
 	defer fs.release()
@@ -89,13 +88,13 @@ type firstStream struct {
 	method string
 	base   context.Context // the lock is taken with it
 	ctx    context.Context // the handler's: base with a hold slot
-	fill   func(*lockcore.Lease)
+	fill   func(*lifecycle.Lease)
 	cancel context.CancelCauseFunc
 
 	received bool // RecvMsg is not called concurrently (grpc.ServerStream)
 	err      error
-	lease    *lockcore.Lease
-	rest     []*lockcore.Lease // the other leases of a key with several resources
+	lease    *lifecycle.Lease
+	rest     []*lifecycle.Lease // the other leases of a key with several resources
 	stop     func() bool
 }
 

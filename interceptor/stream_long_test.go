@@ -4,7 +4,7 @@ package interceptor_test
 
 // The stream path of the server interceptor on the Redis engine: a stream
 // whose key is in its first message locks inside the handler's first
-// RecvMsg, with a context that has a hold slot (lockcore.WithHoldSlot).
+// RecvMsg, with a context that has a hold slot (lifecycle.WithHoldSlot).
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore"
@@ -55,7 +56,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		defer e.Close()
 		k, _ := lockcore.NewKey("product_id", "42")
 		ctx := context.Background()
-		holder, err := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+		holder, err := lifecycle.Serve(e, nil).Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,8 +67,8 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 			cause   error
 		}
 		reports := make(chan report, 1)
-		srv := grpc.NewServer(grpc.ChainStreamInterceptor(interceptor.StreamServer(e, interceptor.Config{Rules: []interceptor.Rule{
-			{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lockcore.Policy{Wait: 30 * time.Second}},
+		srv := grpc.NewServer(grpc.ChainStreamInterceptor(interceptor.StreamServer(lifecycle.Serve(e, nil), interceptor.Config{Rules: []interceptor.Rule{
+			{Method: shop.Restock, Key: interceptor.Field("product_id"), Policy: lifecycle.Policy{Wait: 30 * time.Second}},
 		}})))
 		shop.Register(srv, &shop.Server{Restock: func(ss grpc.ServerStream) error {
 			var r report
@@ -129,7 +130,7 @@ func TestStreamCallerGoesAwayWhileWaiting(t *testing.T) {
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		next, err := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast}) // fail fast
+		next, err := lifecycle.Serve(e, nil).Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast}) // fail fast
 		if err != nil {
 			info, _ := e.Inspect(ctx, k)
 			t.Fatalf("after the holder released, a fail-fast acquire: %v (lock state %s)", err, fmt.Sprintf("held=%v waiters=%d ttl=%v", (len(info.Holders) > 0), len(info.Waiters), info.TTL))

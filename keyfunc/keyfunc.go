@@ -230,7 +230,7 @@ func (f Func) As(name string) Func {
 // own: f's and each of more's, such as a product and the buyer,
 // Param("productID").Also(Header("X-User-ID").As("userID")). The HTTP
 // middleware and the gRPC interceptors take all their locks or none, in
-// one wait budget and in an order of their own (lockcore.AcquireAll), so
+// one wait budget and in an order of their own (lifecycle.AcquireAll), so
 // that routes naming the same resources in any order never deadlock; the
 // handler's context holds them all (lock.Keys lists them, each with its
 // own fencing token). HTTP and RPC evaluate f's own key; Resources

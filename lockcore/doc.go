@@ -1,12 +1,18 @@
-// Package lockcore is what a lock is in routelock, whatever keeps it: keys
-// that name resources, owner tokens and the locks a request holds in its
-// context.Context, the Policy of an acquisition, the Lease a holder gets,
-// the sentinel errors, and Engine, the one interface the HTTP middleware
-// and the gRPC interceptors call. It imports no Redis client: the Redis
-// engine is package lockcore/redisengine, and other engines (a quorum over
-// independent masters, etcd, an in-memory engine in tests) sit beside it,
-// each a Backend that Serve makes an Engine of; the doc of Backend says
-// how to write one.
+// Package lockcore is what a lock engine implements, and nothing else:
+// the keys that name resources, the sentinel errors, the Engine interface
+// (what an acquisition asks, a Request, and what a hold gives back, a
+// Hold), a declaration of what the engine promises (Promises), several
+// holds in one exchange (Batch), the operator model (Operator, Info,
+// Holder, Waiter, Revocation), gates (Gatekeeper) and telemetry (Events).
+// It imports nothing but the standard library. The Redis engine is
+// package lockcore/redisengine; an in-memory one, with the conformance
+// suite every engine passes, is package lockcore/locktest.
+//
+// An engine is asked for a hold and gives one back. It never builds a
+// lease: the Locker that is given it (lock.FromEngine) validates each
+// Policy, mints owner tokens and passes on the propagated ones, re-enters
+// in memory, makes each lease and its context, bounds it by MaxHold, ends
+// it when its hold is lost, and calls its observers.
 //
 // # Keys
 //
@@ -16,20 +22,12 @@
 //
 // # Owners and reentrancy
 //
-// Every fresh hold is owned by a token minted for it (NewToken), which the
-// lease's context carries. Contexts carry the tokens of every live lock they
-// hold, innermost first (TokensFrom), and those a propagated call brought
-// (Intake reads them from the header or metadata value that Outbound
-// wrote upstream); an acquisition re-enters a hold owned by one of them
-// instead of waiting for it, in memory when the context descends from the
-// lease (begin), in the backend otherwise. A token never takes a free lock, so
-// one that holds nothing grants nothing. HeldFrom reads the locks a context
-// holds, innermost first, each with its fencing token.
-//
-// # Leases
-//
-// A Lease wraps an engine's hold (Taken). Its context is cancelled with cause
-// ErrLockLost the moment the engine can no longer be sure the hold is held,
-// and with ErrReleased when it is released; in-process re-entries share one
-// hold, which is released in the backend with the last of them.
+// Every fresh hold is owned by a token the Locker mints for it
+// (Request.Token). A request carries the tokens of every live lock it
+// holds, and those a propagated call brought from another process; an
+// acquisition re-enters a hold owned by one of them (Request.Join) instead
+// of waiting for it: in memory, above the engine, when the hold is this
+// process's; in the engine otherwise, when it promises so
+// (Promises.TokenReentry). A token never takes a free lock, so one that
+// holds nothing grants nothing.
 package lockcore

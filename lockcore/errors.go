@@ -155,9 +155,3 @@ func (e *RestartGuardError) Error() string {
 
 // Unwrap returns ErrRestartGuard.
 func (e *RestartGuardError) Unwrap() error { return ErrRestartGuard }
-
-// upgradeError is the error of an exclusive acquisition of key by a shared
-// holder of it.
-func upgradeError(key Key) error {
-	return fmt.Errorf("%w: %s", ErrUpgrade, key)
-}

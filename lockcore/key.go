@@ -68,22 +68,22 @@ func (k Key) Name() string {
 	return k.s
 }
 
-// MaxSegments is the most segments a resource may be split into
-// (Policy.Segments).
-const MaxSegments = 256
+// maxSegments bounds the segment numbers of keys (Key.Segment): a
+// resource is split into at most this many segments.
+const maxSegments = 256
 
 // segmentMark starts the suffix of a segment's key: a space, which NewKey
 // always escapes, so that no key NewKey makes reads as a segment's.
 const segmentMark = " #"
 
-// Segment returns the key of segment i (0 ≤ i < MaxSegments) of k's
+// Segment returns the key of segment i (0 ≤ i < 256) of k's
 // resource, such as "productID:42 #3": a lock of its own, which excludes
 // only the holders of the same segment, and on a Redis Cluster has a hash
 // tag of its own, so that segments spread over the slots (two may still
 // share one). No key that NewKey makes is a segment's. Panics if i is
 // out of range or k is zero or a segment's key itself.
 func (k Key) Segment(i int) Key {
-	if i < 0 || i >= MaxSegments || k.isZero() || strings.Contains(k.s, segmentMark) {
+	if i < 0 || i >= maxSegments || k.isZero() || strings.Contains(k.s, segmentMark) {
 		panic(fmt.Sprintf("routelock: lockcore.Key(%q).Segment(%d)", k.s, i))
 	}
 	return Key{s: k.s + segmentMark + strconv.Itoa(i)}
@@ -145,7 +145,7 @@ func ParseKey(s string) (Key, error) {
 	if j := strings.Index(s, segmentMark); j >= 0 {
 		n := s[j+len(segmentMark):]
 		i, err := strconv.Atoi(n)
-		if err != nil || i < 0 || i >= MaxSegments || strconv.Itoa(i) != n {
+		if err != nil || i < 0 || i >= maxSegments || strconv.Itoa(i) != n {
 			return Key{}, fmt.Errorf("%w: %q is not a segment's suffix as Key.Segment writes it", ErrInvalidKey, s[j:])
 		}
 		base, err := ParseKey(s[:j])

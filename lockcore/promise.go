@@ -35,6 +35,6 @@ type Promises struct {
 	// engine without it refuses such a Policy with ErrMisconfigured.
 	Permits bool
 	// Batch: the engine takes several holds, and gives several up, in one
-	// exchange with its store (a Backend that is a Batch).
+	// exchange with its store (an Engine that is a Batch).
 	Batch bool
 }

@@ -15,9 +15,9 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
-	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/lockotel"
 	"github.com/routelock/lock/middleware"
@@ -47,7 +47,7 @@ func cpuTime() time.Duration {
 func BenchmarkTelemetryCPU(b *testing.B) {
 	rdb := redistest.InstantClient(b)
 	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
-	router := func(b *testing.B, tel lockcore.Observer) http.Handler {
+	router := func(b *testing.B, tel lifecycle.Observer) http.Handler {
 		opt := redisengine.Options{Prefix: redistest.Prefix(b)}
 		if tel != nil {
 			opt.Events = tel.Events()
@@ -67,7 +67,7 @@ func BenchmarkTelemetryCPU(b *testing.B) {
 		r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)
 		return r
 	}
-	sdk := func(b *testing.B) lockcore.Observer {
+	sdk := func(b *testing.B) lifecycle.Observer {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		b.Cleanup(func() {
@@ -76,17 +76,17 @@ func BenchmarkTelemetryCPU(b *testing.B) {
 		})
 		return lockotel.New(lockotel.Config{TracerProvider: tp, MeterProvider: mp})
 	}
-	sdkMetrics := func(b *testing.B) lockcore.Observer {
+	sdkMetrics := func(b *testing.B) lifecycle.Observer {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		b.Cleanup(func() { _ = mp.Shutdown(b.Context()) })
 		return lockotel.New(lockotel.Config{TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: mp})
 	}
 	for _, bc := range []struct {
 		name string
-		tel  func(b *testing.B) lockcore.Observer
+		tel  func(b *testing.B) lifecycle.Observer
 	}{
-		{"off", func(*testing.B) lockcore.Observer { return nil }},
-		{"on-global", func(*testing.B) lockcore.Observer { return lockotel.New(lockotel.Config{}) }},
+		{"off", func(*testing.B) lifecycle.Observer { return nil }},
+		{"on-global", func(*testing.B) lifecycle.Observer { return lockotel.New(lockotel.Config{}) }},
 		{"on-sdk-metrics", sdkMetrics},
 		{"on-sdk", sdk},
 	} {

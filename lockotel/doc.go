@@ -13,12 +13,12 @@
 // instrumentation scope github.com/routelock/lock/lockotel, its import
 // path: the name to select its instruments by, in a view for instance.
 //
-// New returns a lockcore.Observer. With lock.Observe(tel) the Locker calls
-// tel around each acquisition (spans and metrics of each) and, for
-// lock.New, gives tel.Events() to the Redis engine (the rest: releases,
-// losses, waits, renewals, wake-ups). For lock.FromEngine, give
-// tel.Events() to the engine's own events option too, as
-// redisengine.Options.Events. tel wraps no engine: the Locker's Check,
+// New returns a lock.Observer. With lock.Observe(tel) the Locker calls
+// tel around each acquisition (spans and metrics of each), tells
+// tel.Events() of each hold's end (releases, losses) and, for lock.New,
+// gives tel.Events() to the Redis engine (waits, renewals, wake-ups). For
+// lock.FromEngine, give tel.Events() to the engine's own events option
+// for those, as redisengine.Options.Events. tel wraps no engine: the Locker's Check,
 // Operator and gates stay its engine's. The metric routelock.held counts
 // up around each acquisition and down in its Events' Ended, so it is right
 // only when the engine's Events reach the same telemetry.
@@ -30,7 +30,7 @@
 // handler's, keeps the request's span as its current span. Attributes:
 //
 //	lock.resource   the key's resource name (lockcore.Key.Name): productID
-//	lock.route      the route template or gRPC method (lockcore.Policy.Route)
+//	lock.route      the route template or gRPC method (lock.Policy.Route)
 //	lock.mode       wait | fail_fast
 //	lock.outcome    acquired | busy | wait_timeout | cancelled | unavailable | upgrade | gate_closed | error
 //	lock.share      the Policy's Share, for a shared acquisition: n permits, -1 readers
@@ -38,7 +38,7 @@
 //	lock.wait       seconds spent in Acquire
 //	lock.reentered  whether it re-entered a hold of the request's owner instead
 //	                of taking the lock afresh: in memory, or by an owner token
-//	                propagated from another process (lockcore.Lease.Reentered)
+//	                propagated from another process (lock.Lease.Reentered)
 //	lock.fence      the fencing token, when acquired
 //	lock.key        the whole key (productID:42), only with Config.KeyValues
 //

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockotel"
@@ -49,7 +50,7 @@ type sdkSpan = sdktrace.ReadOnlySpan
 // rig is telemetry on SDK providers that the test reads back: every ended
 // span in a recorder, metrics through a manual reader.
 type rig struct {
-	tel    lockcore.Observer
+	tel    lifecycle.Observer
 	sr     *tracetest.SpanRecorder
 	tp     *sdktrace.TracerProvider
 	reader *sdkmetric.ManualReader

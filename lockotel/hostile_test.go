@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	lock "github.com/routelock/lock"
-	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockotel"
 	"github.com/routelock/lock/middleware"
@@ -81,7 +81,7 @@ func TestHostileNothingLeaks(t *testing.T) {
 			saw := func(req *http.Request) {
 				mu.Lock()
 				defer mu.Unlock()
-				tokens = append(tokens, lockcore.TokensFrom(req.Context())...)
+				tokens = append(tokens, lifecycle.TokensFrom(req.Context())...)
 			}
 			nested := client(t, middleware.Transport)
 			hold, proceed := make(chan struct{}), make(chan struct{})

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
@@ -400,7 +401,7 @@ func TestHTTPReentered(t *testing.T) {
 	m.wantCount(t, "routelock.acquire.duration", 2, "lock.resource", "productID", "lock.route", "/products/{productID}/buy", "lock.outcome", "acquired")
 }
 
-// TestHTTPRouteThroughLocker: a Locker is a lockcore.Engine to give to
+// TestHTTPRouteThroughLocker: a Locker is a lifecycle.Locker to give to
 // middleware.Lock "to lock with its engine and Defaults" (lock.Locker), as
 // the README's Configuration does for a router-wide lock on writes only.
 // Through a Locker with lock.Observe, that route's lock.acquire carries
@@ -429,22 +430,19 @@ func TestHTTPRouteThroughLocker(t *testing.T) {
 	r.collect(t).wantCount(t, "routelock.acquire.duration", 1, "lock.resource", "productID", "lock.route", "/products/{productID}/buy", "lock.outcome", "acquired")
 }
 
-// TestHTTPModeOverLockerDefaults: a Locker given to FromEngine adds
-// observers over another Locker's engine (lock.FromEngine,
-// TestLockerAsEngine). When the inner Locker's Defaults fail fast, a route
-// of the outer one that sets no wait fails fast, and its lock.acquire says
-// so: lock.mode fail_fast beside outcome busy, not wait, which would claim
-// a wait that never happened.
+// TestHTTPModeOverLockerDefaults: when the Locker's Defaults fail fast, a
+// route that sets no wait fails fast, and its lock.acquire says so:
+// lock.mode fail_fast beside outcome busy, not wait, which would claim a
+// wait that never happened.
 func TestHTTPModeOverLockerDefaults(t *testing.T) {
 	r := newRig(t)
 	fe := &locktest.Engine{Events: r.tel.Events()}
-	inner := lock.FromEngine(fe, lock.Defaults(lock.FailFast()))
-	outer := lock.FromEngine(inner, lock.Observe(r.tel))
+	outer := lock.FromEngine(fe, lock.Defaults(lock.FailFast()), lock.Observe(r.tel))
 	router := chi.NewRouter()
 	router.Use(r.traced)
 	router.With(outer.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
 	srv := serve(t, router)
-	held, err := fe.Acquire(bounded(t), mustKey(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast})
+	held, err := lifecycle.Serve(fe, nil).Acquire(bounded(t), mustKey(t, "productID", "42"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,23 +455,4 @@ func TestHTTPModeOverLockerDefaults(t *testing.T) {
 		"lock.resource": "productID", "lock.route": "/products/{productID}/buy", "lock.mode": "fail_fast",
 		"lock.outcome": "busy", "lock.wait": nil,
 	})
-}
-
-// TestHTTPInnerAndOuterLockerCountOnce: the same telemetry given to a Locker
-// and to a Locker made from it with FromEngine records one request's
-// acquisition once, not once per Locker.
-func TestHTTPInnerAndOuterLockerCountOnce(t *testing.T) {
-	r := newRig(t)
-	fe := &locktest.Engine{Events: r.tel.Events()}
-	inner := lock.FromEngine(fe, lock.Observe(r.tel))
-	outer := lock.FromEngine(inner, lock.Observe(r.tel))
-	router := chi.NewRouter()
-	router.Use(r.traced)
-	router.With(outer.ByParam("productID")).Post("/products/{productID}/buy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
-	srv := serve(t, router)
-	if code, body := post(client(t, nil), bounded(t), srv.URL+"/products/42/buy"); code != http.StatusOK {
-		t.Fatalf("status %d: %s, want 200", code, body)
-	}
-	r.only(t, "lock.acquire", r.wait(t))
-	r.collect(t).wantCount(t, "routelock.acquire.duration", 1, "lock.resource", "productID", "lock.route", "/products/{productID}/buy", "lock.outcome", "acquired")
 }

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -61,7 +62,7 @@ var durationBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 // New returns the telemetry that c configures, to attach to a Locker with
 // lock.Observe (see the package documentation). One may serve several
 // Lockers and engines; it is safe for concurrent use.
-func New(c Config) lockcore.Observer {
+func New(c Config) lifecycle.Observer {
 	tp, mp := c.TracerProvider, c.MeterProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()

@@ -9,11 +9,12 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/outcome"
 	"github.com/routelock/lock/lockcore"
 )
 
-// Observe implements lockcore.Observer: it calls acquire with ctx itself,
+// Observe implements lock.Observer: it calls acquire with ctx itself,
 // so that the lease's context (the handler's) keeps ctx's span as its
 // current span, and records each key of the call in a span lock.acquire,
 // a child of ctx's span, that ends when acquire returns, and in the metric
@@ -21,10 +22,10 @@ import (
 // fresh hold; keys taken in one exchange are each recorded with the
 // exchange's wait, and a failure once, for the key it names (or the
 // first). An acquisition without a trace id of its own
-// (lockcore.Policy.Trace, set by lock.Trace) is labelled with the trace id
+// (lock.Policy.Trace, set by lock.Trace) is labelled with the trace id
 // of ctx's span, which the admin page and the routelock command show
 // beside its holder or waiter.
-func (t *telemetry) Observe(ctx context.Context, keys []lockcore.Key, p lockcore.Policy, acquire func(context.Context, lockcore.Policy) ([]*lockcore.Lease, error)) ([]*lockcore.Lease, error) {
+func (t *telemetry) Observe(ctx context.Context, keys []lockcore.Key, p lifecycle.Policy, acquire func(context.Context, lifecycle.Policy) ([]*lifecycle.Lease, error)) ([]*lifecycle.Lease, error) {
 	p = withTrace(ctx, p)
 	start := time.Now()
 	leases, err := acquire(ctx, p)
@@ -49,7 +50,7 @@ func (t *telemetry) Observe(ctx context.Context, keys []lockcore.Key, p lockcore
 
 // record records an acquisition of key with p and context ctx, begun at
 // start, that took wait and returned ls and err: its span and metrics.
-func (t *telemetry) record(ctx context.Context, key lockcore.Key, p lockcore.Policy, start time.Time, wait time.Duration, ls *lockcore.Lease, err error) {
+func (t *telemetry) record(ctx context.Context, key lockcore.Key, p lifecycle.Policy, start time.Time, wait time.Duration, ls *lifecycle.Lease, err error) {
 	_, span := t.tracer.Start(ctx, "lock.acquire", trace.WithTimestamp(start))
 	res := key.Name()
 	out := outcomeOf(ctx, err)
@@ -136,7 +137,7 @@ var outcomes = []outcome.Row[string]{
 
 // withTrace returns p labelled with the trace id of ctx's span, unless p
 // has a trace id already or ctx has no span.
-func withTrace(ctx context.Context, p lockcore.Policy) lockcore.Policy {
+func withTrace(ctx context.Context, p lifecycle.Policy) lifecycle.Policy {
 	if p.Trace == "" {
 		if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 			p.Trace = sc.TraceID().String()

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -32,12 +33,12 @@ func TestObserveReentry(t *testing.T) {
 		t.Fatal("a Locker neither observed nor operable asks for routes")
 	}
 	k := mustKey(t, "productID", "1")
-	ls, err := l.Acquire(bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := l.Acquire(bounded(t), k, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range []lockcore.Engine{l, fe} {
-		in, err := e.Acquire(ls.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	for _, e := range []lifecycle.Locker{l, lifecycle.Serve(fe, nil)} {
+		in, err := e.Acquire(ls.Context(), k, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil || !in.Reentered() || in.Fence() != ls.Fence() {
 			t.Fatalf("re-entry through %T: %v", e, err)
 		}
@@ -80,11 +81,13 @@ func (operable) Revoke(context.Context, lockcore.Key, string) (lockcore.Revocati
 // plain is an engine that is no Operator.
 type plain struct{ e *locktest.Engine }
 
-func (p plain) Acquire(ctx context.Context, key lockcore.Key, pol lockcore.Policy) (*lockcore.Lease, error) {
-	return p.e.Acquire(ctx, key, pol)
+func (p plain) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
+	return p.e.Take(ctx, r)
 }
 
 func (p plain) Promises() lockcore.Promises { return p.e.Promises() }
+
+func (p plain) Close() error { return p.e.Close() }
 
 // TestOperatorObserved: a Locker made with FromEngine and observed for
 // telemetry offers its engine's operations (admin page, routelock

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -12,7 +13,7 @@ import (
 // TestObserveLabelsTrace: a Locker observed by lockotel labels each hold
 // and each waiter with the trace id of the acquiring request's span, so
 // that the admin page and the routelock command show it without
-// lock.Trace; a trace id the caller gave (lockcore.Policy.Trace) is kept.
+// lock.Trace; a trace id the caller gave (lifecycle.Policy.Trace) is kept.
 func TestObserveLabelsTrace(t *testing.T) {
 	mem := &locktest.Engine{Name: "pod-a"}
 	r := newRig(t)
@@ -22,7 +23,7 @@ func TestObserveLabelsTrace(t *testing.T) {
 	defer span.End()
 	key := mustKey(t, "productID", "42")
 
-	held, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, Route: "/products/{productID}/buy"})
+	held, err := e.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, Route: "/products/{productID}/buy"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestObserveLabelsTrace(t *testing.T) {
 	defer wspan.End()
 	waited := make(chan error, 1)
 	go func() {
-		ls, err := e.Acquire(wctx, key, lockcore.Policy{Wait: bound, Route: "/products/{productID}/buy"})
+		ls, err := e.Acquire(wctx, key, lifecycle.Policy{Wait: bound, Route: "/products/{productID}/buy"})
 		if err == nil {
 			err = ls.Release(context.Background())
 		}
@@ -60,7 +61,7 @@ func TestObserveLabelsTrace(t *testing.T) {
 	}
 
 	// A trace id of the caller's own is kept.
-	ls, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, Trace: "req-7"})
+	ls, err := e.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, Trace: "req-7"})
 	if err != nil {
 		t.Fatal(err)
 	}

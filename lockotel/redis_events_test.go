@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -132,7 +133,7 @@ func TestRedisUncontended(t *testing.T) {
 // observed returns a Locker on a Redis engine of its own under prefix,
 // which tells tel its events, watched by tel: what lock.New with
 // lock.Observe(tel) makes, with a key prefix of the test's.
-func observed(t *testing.T, rdb redis.UniversalClient, prefix string, tel lockcore.Observer, opts ...lock.Option) *lock.Locker {
+func observed(t *testing.T, rdb redis.UniversalClient, prefix string, tel lifecycle.Observer, opts ...lock.Option) *lock.Locker {
 	t.Helper()
 	e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix, Events: tel.Events()})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/middleware"
@@ -75,7 +76,7 @@ func TestRedisReenteredAcrossProcesses(t *testing.T) {
 			m.wantSum(t, "routelock.held", 0, "lock.resource", "productID")
 		}
 		// The lock is free again.
-		ls, err := outer.Acquire(bounded(t), mustKey(t, "productID", "42"), lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := outer.Acquire(bounded(t), mustKey(t, "productID", "42"), lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatalf("after both released: %v", err)
 		}

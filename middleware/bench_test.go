@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -65,7 +66,7 @@ func newRouters(b *testing.B, rdb *redis.Client) routers {
 	}
 	b.Cleanup(func() { l.Close() })
 	handler := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }
-	mw := middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})
+	mw := middleware.Lock(lifecycle.Serve(l, nil), middleware.Config{Key: keyfunc.Param("productID")})
 	bare := chi.NewRouter()
 	bare.Post("/products/{productID}/buy", handler)
 	with := chi.NewRouter()
@@ -111,7 +112,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	key, _ := lockcore.NewKey("productID", "42")
 	b.Run("engine", func(b *testing.B) {
 		measure(b, func() {
-			ls, err := rs.l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := lifecycle.Serve(rs.l, nil).Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -141,7 +142,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 	b.Run("engine-ctxdeadline", func(b *testing.B) {
 		measure(b, func() {
-			ls, err := dls.l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := lifecycle.Serve(dls.l, nil).Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -228,11 +229,11 @@ func BenchmarkSoldOut(b *testing.B) {
 	bare := chi.NewRouter()
 	bare.Post("/products/{productID}/buy", gone)
 	gated := chi.NewRouter()
-	gated.With(middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+	gated.With(middleware.Lock(lifecycle.Serve(l, nil), middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		b.Error("the handler ran for a sold-out product")
 	})
 	segmented := chi.NewRouter()
-	segmented.With(middleware.Lock(l, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Segments: 8}})).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
+	segmented.With(middleware.Lock(lifecycle.Serve(l, nil), middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Segments: 8}})).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		b.Error("the handler ran for a sold-out product")
 	})
 	req := httptest.NewRequest("POST", "/products/42/buy", nil)

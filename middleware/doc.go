@@ -20,20 +20,20 @@
 //     Routelock-Token header (see [Transport]); the middleware accepts it from
 //     requests that Config.TrustToken allows, and otherwise the engine mints
 //     a fresh one.
-//  3. The lock is taken by the engine ([lockcore.Engine], the Redis engine
+//  3. The lock is taken by the Locker (a *lock.Locker, on the Redis engine
 //     of lock.New or any other) with the route's Config.Policy: wait up to its Wait (never past the request's own
 //     deadline) or fail at once. A lock held by another owner is answered
 //     409 with Retry-After; Redis out of reach, 503. The handler runs only
 //     with the lock held.
 //  4. The handler runs with a context that carries the owner token and the
-//     hold (lock.FencingToken, lockcore.HeldFrom) and that is cancelled with
+//     hold (lock.FencingToken, lock.Fences) and that is cancelled with
 //     cause lockcore.ErrLockLost if the lease is lost.
 //  5. The lock is released when the handler returns, and also when it
 //     panics; the panic then goes on up the chain.
 //
 // A Policy with Segments takes the lock of one open segment of the
-// resource (lockcore.AcquireSegment) instead; when the handler calls
-// lockcore.NextSegment and returns without writing, the request is served
+// resource (lifecycle.AcquireSegment) instead; when the handler calls
+// lock.NextSegment and returns without writing, the request is served
 // again under another open segment, its body replayed from what the
 // handler read of it (kept in memory), or answered as to a closed gate
 // (410) when none is left.

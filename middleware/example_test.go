@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
@@ -33,12 +34,13 @@ func ExampleLock() {
 		panic(err)
 	}
 	defer engine.Close()
+	locker := lock.FromEngine(engine) // or lock.New(rdb): engine and Locker at once
 
 	r := chi.NewRouter()
-	r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).
+	r.With(middleware.Lock(locker, middleware.Config{Key: keyfunc.Param("productID"), Policy: lock.FailFast()})).
 		Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
-			held := lockcore.HeldFrom(r.Context()) // innermost first, with fencing tokens
-			fmt.Fprintln(w, "bought, fence > 0:", len(held) > 0 && held[0].Fence > 0)
+			fence, ok := lock.FencingToken(r.Context()) // the innermost lock's
+			fmt.Fprintln(w, "bought, fence > 0:", ok && fence > 0)
 		})
 
 	w := httptest.NewRecorder()
@@ -46,7 +48,7 @@ func ExampleLock() {
 	fmt.Print(w.Code, " ", w.Body.String())
 
 	key, _ := lockcore.NewKey("productID", "42") // as the route names it
-	held, err := engine.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+	held, err := locker.Acquire(context.Background(), key, lock.FailFast())
 	if err != nil {
 		panic(err)
 	}
@@ -63,11 +65,11 @@ func ExampleLock() {
 // parameter spelt productId on a route of {productID}, which would answer
 // every request with 500.
 func ExampleCheck() {
-	engine := new(locktest.Engine) // any engine: Check reads only the routes
+	locker := lock.FromEngine(new(locktest.Engine)) // any engine: Check reads only the routes
 	r := chi.NewRouter()
-	r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productId")})).
+	r.With(middleware.Lock(locker, middleware.Config{Key: keyfunc.Param("productId")})).
 		Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {})
-	r.With(middleware.Lock(engine, middleware.Config{Key: keyfunc.Param("productID")})).
+	r.With(middleware.Lock(locker, middleware.Config{Key: keyfunc.Param("productID")})).
 		Post("/products/{productID}/refund", func(http.ResponseWriter, *http.Request) {})
 
 	err := middleware.Check(r)

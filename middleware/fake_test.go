@@ -21,6 +21,7 @@ import (
 
 	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/keylimit"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/middleware"
@@ -112,9 +113,9 @@ func TestFakePolicies(t *testing.T) {
 		c    middleware.Config
 	}{
 		{"/default/{id}", middleware.Config{}},
-		{"/wait/{id}", middleware.Config{Policy: lockcore.Policy{Wait: 2 * time.Second, TTL: 3 * time.Second}}},
-		{"/failfast/{id}", middleware.Config{Policy: lockcore.Policy{Wait: lockcore.FailFast}}},
-		{"/ttl/{id}", middleware.Config{Policy: lockcore.Policy{TTL: 30 * time.Millisecond}}},
+		{"/wait/{id}", middleware.Config{Policy: lifecycle.Policy{Wait: 2 * time.Second, TTL: 3 * time.Second}}},
+		{"/failfast/{id}", middleware.Config{Policy: lifecycle.Policy{Wait: lockcore.FailFast}}},
+		{"/ttl/{id}", middleware.Config{Policy: lifecycle.Policy{TTL: 30 * time.Millisecond}}},
 	} {
 		rt.c.Key = keyfunc.Param("id")
 		r.With(middleware.Lock(e, rt.c)).Post(rt.path, okHandler(&runs))
@@ -127,10 +128,10 @@ func TestFakePolicies(t *testing.T) {
 		}
 	}
 	want := []call{
-		{Key: fakeKey(t, "id", "1"), Policy: lockcore.Policy{Route: "/default/{id}"}},
-		{Key: fakeKey(t, "id", "2"), Policy: lockcore.Policy{Wait: 2 * time.Second, TTL: 3 * time.Second, Route: "/wait/{id}"}},
-		{Key: fakeKey(t, "id", "3"), Policy: lockcore.Policy{Wait: lockcore.FailFast, Route: "/failfast/{id}"}},
-		{Key: fakeKey(t, "id", "4"), Policy: lockcore.Policy{TTL: 30 * time.Millisecond, Route: "/ttl/{id}"}},
+		{Key: fakeKey(t, "id", "1"), Policy: lifecycle.Policy{Route: "/default/{id}"}},
+		{Key: fakeKey(t, "id", "2"), Policy: lifecycle.Policy{Wait: 2 * time.Second, TTL: 3 * time.Second, Route: "/wait/{id}"}},
+		{Key: fakeKey(t, "id", "3"), Policy: lifecycle.Policy{Wait: lockcore.FailFast, Route: "/failfast/{id}"}},
+		{Key: fakeKey(t, "id", "4"), Policy: lifecycle.Policy{TTL: 30 * time.Millisecond, Route: "/ttl/{id}"}},
 	}
 	got := e.Calls()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -147,9 +148,9 @@ func TestFakeStatuses(t *testing.T) {
 	e := newFake()
 	var runs atomic.Int32
 	r := chi.NewRouter()
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/ff/{productID}", okHandler(&runs))
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: 50 * time.Millisecond}})).Post("/wait/{productID}", okHandler(&runs))
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: time.Hour}})).Post("/long/{productID}", okHandler(&runs))
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}})).Post("/ff/{productID}", okHandler(&runs))
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Wait: 50 * time.Millisecond}})).Post("/wait/{productID}", okHandler(&runs))
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Wait: time.Hour}})).Post("/long/{productID}", okHandler(&runs))
 	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Header("X-User-ID")})).Post("/user", okHandler(&runs))
 	srv := fakeServe(t, r)
 	c := fakeClient(t)
@@ -170,7 +171,7 @@ func TestFakeStatuses(t *testing.T) {
 		}
 	}
 
-	holder, err := e.Acquire(fakeCtx(t), k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 2500 * time.Millisecond})
+	holder, err := e.Acquire(fakeCtx(t), k, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 2500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +298,8 @@ func TestFakePropagation(t *testing.T) {
 		w.Header().Set("X-Entries", strconv.Itoa(entries))
 	}
 	inner := chi.NewRouter()
-	inner.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Get("/products/{productID}/stock", stock)
-	untrusting := middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}, TrustToken: func(*http.Request) bool { return false }}
+	inner.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}})).Get("/products/{productID}/stock", stock)
+	untrusting := middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}, TrustToken: func(*http.Request) bool { return false }}
 	inner.With(middleware.Lock(e, untrusting)).Get("/untrusted/{productID}/stock", stock)
 	untrusting.Policy.Wait = time.Hour
 	inner.With(middleware.Lock(e, untrusting)).Get("/untrusted-wait/{productID}/stock", stock)
@@ -308,8 +309,8 @@ func TestFakePropagation(t *testing.T) {
 	cancels := make(chan context.CancelFunc, 1)
 	proceed := make(chan struct{})
 	outer := chi.NewRouter()
-	outer.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/products/{productID}/buy", outerHandler(c, nil, nil))
-	outer.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/products/{productID}/buy-cancellable", outerHandler(c, cancels, proceed))
+	outer.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}})).Post("/products/{productID}/buy", outerHandler(c, nil, nil))
+	outer.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}})).Post("/products/{productID}/buy-cancellable", outerHandler(c, cancels, proceed))
 	out := fakeServe(t, outer)
 
 	resp, body := do(t, c, fakeCtx(t), "POST", out.URL+"/products/42/buy?inner="+in.URL+"/products/42/stock")
@@ -384,7 +385,7 @@ func TestFakeLeaseLost(t *testing.T) {
 	k := fakeKey(t, "id", "7")
 	started := make(chan struct{})
 	r := chi.NewRouter()
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/work/{id}", func(w http.ResponseWriter, r *http.Request) {
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("id"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}})).Post("/work/{id}", func(w http.ResponseWriter, r *http.Request) {
 		f, _ := enginetest.Fence(r.Context())
 		w.Header().Set("X-Fence", strconv.FormatInt(f, 10))
 		if r.URL.Query().Get("block") == "" {
@@ -458,7 +459,7 @@ func TestFakePanicReleases(t *testing.T) {
 		})
 	})
 	var runs atomic.Int32
-	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("id"), Policy: lockcore.Policy{Wait: lockcore.FailFast}})).Post("/boom/{id}", func(w http.ResponseWriter, r *http.Request) {
+	r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("id"), Policy: lifecycle.Policy{Wait: lockcore.FailFast}})).Post("/boom/{id}", func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
 			panic("boom")
 		}
@@ -494,14 +495,14 @@ func TestTokenHeaderNeverReachesHandler(t *testing.T) {
 	r.Get("/products/{productID}", h)
 	srv := fakeServe(t, r)
 	ctx := fakeCtx(t)
-	tok := lockcore.NewToken()
+	tok := lifecycle.NewToken()
 	many := make([]string, 17) // one more than a list may hold
 	for i := range many {
-		many[i] = lockcore.NewToken()
+		many[i] = lifecycle.NewToken()
 	}
 	for _, vs := range [][]string{
 		{tok},
-		{tok, lockcore.NewToken()},
+		{tok, lifecycle.NewToken()},
 		{"not a token"},
 		{strings.Join(many, ",")},
 	} {

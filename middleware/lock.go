@@ -12,13 +12,14 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/routelock/lock/internal/chiroute"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/promised"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
 
 // tokenHeader carries propagated owner tokens from one service to the next:
-// one field line, 1 to 16 tokens separated by commas (lockcore.Intake).
+// one field line, 1 to 16 tokens separated by commas (lifecycle.Intake).
 const tokenHeader = "Routelock-Token"
 
 // Config configures Lock.
@@ -33,7 +34,7 @@ type Config struct {
 	// that records routes. Default: the zero Policy, the engine's
 	// defaults: a wait of 5 seconds and the engine's TTL, or a Locker's
 	// Defaults (lock.Defaults) when the engine is a Locker.
-	Policy lockcore.Policy
+	Policy lifecycle.Policy
 
 	// TrustToken reports whether a request may carry a propagated owner
 	// token in the Routelock-Token header; the header of any other request is ignored, and
@@ -69,7 +70,7 @@ type Config struct {
 // from engine l, while the next handler runs, as the package documentation
 // describes.
 //
-// An engine that reads lockcore.Policy.Route (package lockotel's, which
+// An engine that reads lock.Policy.Route (package lockotel's, which
 // labels its spans and metrics with it) says so with a method
 // RecordsRoute() bool. Lock asks l once, when it is made, and for an
 // engine whose RecordsRoute reports true, or that is a lockcore.Operator
@@ -80,8 +81,8 @@ type Config struct {
 // an allocation.
 //
 // Panics if c.Key is zero or cannot read HTTP requests, or c.Policy is
-// invalid (lockcore.Policy.Validate).
-func Lock(l lockcore.Engine, c Config) func(http.Handler) http.Handler {
+// invalid (lock.Policy.Validate).
+func Lock(l lifecycle.Locker, c Config) func(http.Handler) http.Handler {
 	m := newLocker(l, c)
 	return func(next http.Handler) http.Handler { return &handler{m: m, next: next} }
 }
@@ -101,18 +102,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // methods it locks (nil: every one), for Check.
 func (h *handler) LockKey() (keyfunc.Func, []string) { return h.m.full, h.m.methods }
 
-// routeRecorder is an engine that reads lockcore.Policy.Route (see Lock).
+// routeRecorder is an engine that reads lock.Policy.Route (see Lock).
 type routeRecorder interface {
 	RecordsRoute() bool
 }
 
 // locker is one configured middleware.
 type locker struct {
-	l       lockcore.Engine
+	l       lifecycle.Locker
 	full    keyfunc.Func   // Config.Key
 	key     keyfunc.Func   // the first resource's
 	also    []keyfunc.Func // the others', for a key made with keyfunc.Func.Also
-	policy  lockcore.Policy
+	policy  lifecycle.Policy
 	route   bool // set policy.Route per request: the engine records it
 	trust   func(*http.Request) bool
 	onError func(http.ResponseWriter, *http.Request, error)
@@ -136,7 +137,7 @@ func (c Config) validate() error {
 	return nil
 }
 
-func newLocker(l lockcore.Engine, c Config) *locker {
+func newLocker(l lifecycle.Locker, c Config) *locker {
 	if l == nil {
 		panic("routelock: middleware.Lock: nil Engine")
 	}
@@ -233,8 +234,8 @@ func (m *locker) serve(w http.ResponseWriter, r *http.Request, next http.Handler
 }
 
 // serveAll serves r under the locks of key and of the key functions of
-// m.also, taken all or nothing (lockcore.AcquireAll).
-func (m *locker) serveAll(w http.ResponseWriter, r *http.Request, next http.Handler, key lockcore.Key, p lockcore.Policy) {
+// m.also, taken all or nothing (lifecycle.AcquireAll).
+func (m *locker) serveAll(w http.ResponseWriter, r *http.Request, next http.Handler, key lockcore.Key, p lifecycle.Policy) {
 	keys := []lockcore.Key{key}
 	for _, f := range m.also {
 		parts, _, err := f.HTTP(r)
@@ -247,12 +248,12 @@ func (m *locker) serveAll(w http.ResponseWriter, r *http.Request, next http.Hand
 		}
 		keys = append(keys, key)
 	}
-	leases, err := lockcore.AcquireAll(r.Context(), m.l, keys, p)
+	leases, err := lifecycle.AcquireAll(r.Context(), m.l, keys, p)
 	if err != nil {
 		m.onError(w, r, err)
 		return
 	}
-	defer lockcore.ReleaseAll(r.Context(), leases)
+	defer lifecycle.ReleaseAll(r.Context(), leases)
 	next.ServeHTTP(w, r.WithContext(leases[len(leases)-1].Context()))
 }
 
@@ -311,7 +312,7 @@ func notFound(r *http.Request) http.Handler {
 }
 
 // withToken returns r with the propagated owner tokens in its context, if
-// it may carry them (lockcore.Intake), and the header removed, whatever it
+// it may carry them (lifecycle.Intake), and the header removed, whatever it
 // holds, so that the handler cannot log it.
 func (m *locker) withToken(r *http.Request) (*http.Request, error) {
 	vs := r.Header[tokenHeader]
@@ -323,7 +324,7 @@ func (m *locker) withToken(r *http.Request) (*http.Request, error) {
 	if m.trust != nil {
 		trust = func() bool { return m.trust(r) }
 	}
-	ctx, err := lockcore.Intake(r.Context(), tokenHeader, vs, trust)
+	ctx, err := lifecycle.Intake(r.Context(), tokenHeader, vs, trust)
 	if err != nil {
 		return r, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/classifytest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -65,8 +66,8 @@ func (rt *recordTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestTransport(t *testing.T) {
 	rec := &recordTransport{}
 	tr := middleware.Transport(rec)
-	tok := lockcore.NewToken()
-	ctx, err := lockcore.Intake(context.Background(), "Routelock-Token", []string{tok}, nil)
+	tok := lifecycle.NewToken()
+	ctx, err := lifecycle.Intake(context.Background(), "Routelock-Token", []string{tok}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +102,8 @@ func TestConfigPanics(t *testing.T) {
 	for name, c := range map[string]middleware.Config{
 		"zero key":     {},
 		"rpc key":      {Key: rpcOnly},
-		"TTL too low":  {Key: keyfunc.Param("id"), Policy: lockcore.Policy{TTL: time.Millisecond}},
-		"negative TTL": {Key: keyfunc.Param("id"), Policy: lockcore.Policy{TTL: -time.Second}},
+		"TTL too low":  {Key: keyfunc.Param("id"), Policy: lifecycle.Policy{TTL: time.Millisecond}},
+		"negative TTL": {Key: keyfunc.Param("id"), Policy: lifecycle.Policy{TTL: -time.Second}},
 	} {
 		func() {
 			defer func() {
@@ -110,7 +111,7 @@ func TestConfigPanics(t *testing.T) {
 					t.Errorf("%s: Lock did not panic", name)
 				}
 			}()
-			middleware.Lock(l, c)
+			middleware.Lock(lifecycle.Serve(l, nil), c)
 		}()
 	}
 }
@@ -143,8 +144,8 @@ func TestTransportRedirect(t *testing.T) {
 	home := httptest.NewServer(mux)
 	t.Cleanup(home.Close)
 
-	tok := lockcore.NewToken()
-	ctx, err := lockcore.Intake(context.Background(), "Routelock-Token", []string{tok}, nil)
+	tok := lifecycle.NewToken()
+	ctx, err := lifecycle.Intake(context.Background(), "Routelock-Token", []string{tok}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

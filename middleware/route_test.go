@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/middleware"
@@ -21,7 +22,7 @@ type routeEngine struct {
 	records bool
 }
 
-func (e *routeEngine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+func (e *routeEngine) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
 	return e.f.Acquire(ctx, key, p)
 }
 
@@ -33,7 +34,7 @@ func (e *routeEngine) RecordsRoute() bool { return e.records }
 // an Operator.
 type acquireOnly struct{ f *fakeEngine }
 
-func (e acquireOnly) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+func (e acquireOnly) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
 	return e.f.Acquire(ctx, key, p)
 }
 
@@ -129,7 +130,7 @@ func TestPolicyRoute(t *testing.T) {
 	// Operator.
 	for _, op := range []bool{false, true} {
 		f := newFake()
-		var e lockcore.Engine = acquireOnly{f}
+		var e lifecycle.Locker = acquireOnly{f}
 		want := ""
 		if op {
 			e, want = f, "/products/{productID}/buy"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -22,14 +23,14 @@ const maxReplay = 1 << 20
 var errNoReplay = fmt.Errorf("%w: the request's segment is exhausted, and its body (over %d bytes read) cannot be read again under another: retry", lockcore.ErrUnavailable, maxReplay)
 
 // serveSegment serves r under the lock of one open segment of key's
-// resource (lockcore.AcquireSegment). When the handler asks to move on
-// (lockcore.NextSegment) and wrote nothing, it serves r again under
+// resource (lifecycle.AcquireSegment). When the handler asks to move on
+// (lock.NextSegment) and wrote nothing, it serves r again under
 // another, with the body, headers and router state the first run began
 // with, until no segment is open: then the answer is that of a closed
 // gate. A request that already holds a segment of the resource (a nested
 // lock on it) re-enters it and is not served again here: the outer lock
 // moves it.
-func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.Handler, key lockcore.Key, p lockcore.Policy) {
+func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.Handler, key lockcore.Key, p lifecycle.Policy) {
 	var deadline time.Time // the wait of all the runs together
 	switch {
 	case p.Wait > 0:
@@ -62,7 +63,7 @@ func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.
 				}
 			}
 		}
-		lease, err := lockcore.AcquireSegment(r.Context(), m.l, key, q)
+		lease, err := lifecycle.AcquireSegment(r.Context(), m.l, key, q)
 		if err != nil {
 			m.onError(w, r, err)
 			return
@@ -85,12 +86,12 @@ func (m *locker) serveSegment(w http.ResponseWriter, r *http.Request, next http.
 	}
 	clear(w.Header())
 	maps.Copy(w.Header(), header)
-	m.onError(w, r, lockcore.GateError(key))
+	m.onError(w, r, lifecycle.GateError(key))
 }
 
 // serveHeld runs next under lease, released when it returns (or panics),
 // and reports whether the handler asked to move on to another segment.
-func (m *locker) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, lease *lockcore.Lease) bool {
+func (m *locker) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, lease *lifecycle.Lease) bool {
 	defer lease.Release(r.Context())
 	next.ServeHTTP(w, r.WithContext(lease.Context()))
 	return lease.Moving()

@@ -4,11 +4,11 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/internal/lifecycle"
 )
 
 // Transport returns an http.RoundTripper that adds the owner tokens of the
-// request's context, if it has any (lockcore.Outbound: those of every
+// request's context, if it has any (lifecycle.Outbound: those of every
 // live lock the request holds and those it was given), to outgoing requests
 // in the Routelock-Token header, and sends them with base (http.DefaultTransport if nil).
 // A service that holds productID:42 and calls another service, or itself,
@@ -32,7 +32,7 @@ type transport struct{ base http.RoundTripper }
 
 // RoundTrip implements http.RoundTripper. It does not change req.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	tok := lockcore.Outbound(req.Context())
+	tok := lifecycle.Outbound(req.Context())
 	if tok == "" || !sameOrigin(req) {
 		return t.base.RoundTrip(req)
 	}

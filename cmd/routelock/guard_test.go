@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -88,7 +89,7 @@ func TestRestartGuardShown(t *testing.T) {
 		}
 		e := engine(t, s.Addr, prefix)
 		ctx := t.Context()
-		_, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		_, err := lifecycle.Serve(e, nil).Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		var ge *lockcore.RestartGuardError
 		if !errors.As(err, &ge) || ge.RetryAfter > maxTTL {
 			t.Fatalf("first acquisition on a fresh server, after the command: %v, want the restart guard's refusal for at most %v", err, maxTTL)
@@ -103,7 +104,7 @@ func TestRestartGuardShown(t *testing.T) {
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for deadline := time.Now().Add(maxTTL + 2*time.Second); ; {
-			ls, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := lifecycle.Serve(e, nil).Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				_ = ls.Release(ctx)
 				break
@@ -136,7 +137,7 @@ func TestRestartGuardShown(t *testing.T) {
 				return
 			}
 			prefix := redistest.Prefix(t)
-			ls, err := engine(t, addr, prefix).Acquire(t.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := lifecycle.Serve(engine(t, addr, prefix), nil).Acquire(t.Context(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatalf("first acquisition: %v, want none refused", err)
 			}

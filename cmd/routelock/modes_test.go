@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
@@ -23,14 +24,14 @@ func TestModes(t *testing.T) {
 	t.Cleanup(cancel)
 	k, _ := lockcore.NewKey("productID", "7")
 	for range 2 {
-		ls, err := e.Acquire(ctx, k, lockcore.Policy{Share: 2})
+		ls, err := lifecycle.Serve(e, nil).Acquire(ctx, k, lifecycle.Policy{Share: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = ls.Release(context.Background()) })
 	}
 	go func() {
-		if ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Minute, Share: 1}); err == nil {
+		if ls, err := lifecycle.Serve(e, nil).Acquire(ctx, k, lifecycle.Policy{Wait: time.Minute, Share: 1}); err == nil {
 			_ = ls.Release(context.Background())
 		}
 	}()

@@ -69,9 +69,9 @@ func run(out io.Writer) error {
 	inv.With(invLocker.ByParam("productID", lock.Wait(time.Second))).
 		Post("/products/{productID}/reserve", func(w http.ResponseWriter, r *http.Request) {
 			fence, _ := lock.FencingToken(r.Context())
-			held := lockcore.HeldFrom(r.Context()) // the locks this request holds, innermost first
-			// lock.New made a Redis engine, which can read a key's state.
-			info, err := invLocker.Operator().Inspect(r.Context(), held[0].Key)
+			held, _ := lockcore.ParseKey(lock.Keys(r.Context())[0]) // the locks this request holds, innermost first
+			// A Redis engine can read a key's state.
+			info, err := invLocker.Operator().Inspect(r.Context(), held)
 			if err != nil {
 				http.Error(w, "inventory: "+err.Error(), http.StatusInternalServerError)
 				return

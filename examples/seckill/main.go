@@ -101,8 +101,8 @@ func run(out io.Writer, c config) error {
 		return fmt.Errorf("unknown -policy %q: want wait or failfast", c.policy)
 	case c.policy == "wait" && c.wait <= 0:
 		return fmt.Errorf("-wait %v: want a positive wait with -policy wait (or -policy failfast)", c.wait)
-	case c.segments < 0 || c.segments > lockcore.MaxSegments:
-		return fmt.Errorf("-segments %d: want 0 to %d", c.segments, lockcore.MaxSegments)
+	case c.segments < 0 || c.segments > 256:
+		return fmt.Errorf("-segments %d: want 0 to 256 (lock.Segments)", c.segments)
 	case c.answers < 0:
 		return fmt.Errorf("-answers %d: want 0 or more", c.answers)
 	}
@@ -634,7 +634,7 @@ func startInstance(rdb redis.UniversalClient, prefix string, c config, locked bo
 		fmt.Fprintln(w, "bought")
 	}
 	if locked {
-		policy := []lockcore.Policy{lock.FailFast()}
+		policy := []lock.Policy{lock.FailFast()}
 		if c.policy == "wait" {
 			policy[0] = lock.Wait(c.wait)
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -21,13 +22,13 @@ type Fake struct {
 	calls []Call
 	down  bool
 	once  sync.Once
-	srv   lockcore.Engine // the leases of its holds (lockcore.Serve)
+	srv   lifecycle.Locker // the leases of its holds (lifecycle.Serve)
 }
 
 // Call is one Acquire call, as it was made.
 type Call struct {
 	Key    lockcore.Key
-	Policy lockcore.Policy
+	Policy lifecycle.Policy
 }
 
 // ErrDown is what Acquire returns while the engine is unreachable.
@@ -38,17 +39,17 @@ func New() *Fake { return &Fake{Engine: new(locktest.Engine)} }
 
 // Acquire records the call; while the engine is down, it fails with
 // ErrDown unless ctx re-enters a hold in memory, which needs no backend.
-func (f *Fake) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+func (f *Fake) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, Call{Key: key, Policy: p})
 	f.mu.Unlock()
-	f.once.Do(func() { f.srv = lockcore.Serve(f, f.Engine.Events) })
+	f.once.Do(func() { f.srv = lifecycle.Serve(f, f.Engine.Events) })
 	return f.srv.Acquire(ctx, key, p)
 }
 
-// Take implements lockcore.Backend: the in-memory engine's, or ErrDown
+// Take implements lockcore.Engine: the in-memory engine's, or ErrDown
 // while the engine is down.
-func (f *Fake) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, error) {
+func (f *Fake) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
 	f.mu.Lock()
 	down := f.down
 	f.mu.Unlock()
@@ -96,20 +97,20 @@ func (f *Fake) Lose(key lockcore.Key) bool {
 }
 
 // Fence returns the fencing token of the innermost lock ctx holds, the
-// first of lockcore.HeldFrom, as lock.FencingToken does.
+// first of lifecycle.HeldFrom, as lock.FencingToken does.
 func Fence(ctx context.Context) (int64, bool) {
-	if held := lockcore.HeldFrom(ctx); len(held) > 0 {
+	if held := lifecycle.HeldFrom(ctx); len(held) > 0 {
 		return held[0].Fence, true
 	}
 	return 0, false
 }
 
 // WithToken returns ctx carrying tok, an owner token from
-// lockcore.NewToken or a lease, as a call propagated from another process
-// brings it (lockcore.Intake). It panics if Intake refuses tok, which a
+// lifecycle.NewToken or a lease, as a call propagated from another process
+// brings it (lifecycle.Intake). It panics if Intake refuses tok, which a
 // token of NewToken never is.
 func WithToken(ctx context.Context, tok string) context.Context {
-	ctx, err := lockcore.Intake(ctx, "token", []string{tok}, nil)
+	ctx, err := lifecycle.Intake(ctx, "token", []string{tok}, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -15,7 +15,7 @@ const OwnerSalt = "routelock owner digest\x00"
 // Revoke show the owner of token (lockcore.Holder.Owner,
 // lockcore.Revocation.Owner): the first 12 hex digits of SHA-1 over
 // OwnerSalt and the token. It reveals nothing usable of the token, and lets
-// whoever has one (lockcore.Lease's Token) find its hold in a listing.
+// whoever has one (lifecycle.Lease's Token) find its hold in a listing.
 func OwnerDigest(token string) string {
 	sum := sha1.Sum([]byte(OwnerSalt + token))
 	return hex.EncodeToString(sum[:6])

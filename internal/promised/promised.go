@@ -7,13 +7,14 @@ package promised
 import (
 	"fmt"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 )
 
 // Refusal returns an error matching lockcore.ErrMisconfigured when e does
 // not promise to serve p (a Share without lockcore.Shared for readers, or
 // lockcore.Permits for permits), and nil when it does.
-func Refusal(e lockcore.Engine, p lockcore.Policy) error {
+func Refusal(e lifecycle.Locker, p lifecycle.Policy) error {
 	var what string
 	switch ps := e.Promises(); {
 	case p.Share == lockcore.ShareAll && !ps.Shared:

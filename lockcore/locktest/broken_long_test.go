@@ -40,7 +40,6 @@ var caughtBy = map[string][]string{
 	"fenceReset": {"Exclusion", "FencingOrder", "MaxHold", "Operator", "Permits", "Shared", "TokenGrantsNothing"},
 	"keepWaiter": {"Withdrawal"},
 	// Every check that counts Ended.
-	"endsUntold":   {"Events", "InMemoryReentry", "LossThroughContext", "MaxHold", "TokenReentry"},
 	"revokeNoBump": {"FencingOrder", "Operator"},
 	// Every check that waits for a held key, Close's included.
 	"waitIgnored": {"Close", "Events", "Exclusion", "FIFO", "MaxHold", "Operator", "Permits", "Policy", "SeveralKeys", "Shared", "TokenGrantsNothing", "Withdrawal", "WriterBound"},

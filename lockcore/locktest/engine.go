@@ -4,10 +4,10 @@
 // (the in-memory one and package redisengine's included) and that a new
 // engine runs in its own tests.
 //
-// Engine is an engine of equal rank: a lockcore.Backend, as the Redis
+// Engine is an engine of equal rank: a lockcore.Engine, as the Redis
 // engine is, that makes every promise the Redis engine makes (exclusive
 // holds, fencing tokens, waiting in arrival order, shared holds and
-// permits, token re-entry; lockcore.Serve re-enters in memory), and a
+// permits, token re-entry; the Locker re-enters in memory), and a
 // lockcore.Operator, whose Revoke plays a lost lock. It is for tests, not
 // for production: its locks live in one process and its leases never
 // expire.
@@ -38,8 +38,8 @@ const auditKeep = 100
 const instance = "locktest"
 
 // Engine is an in-memory lockcore.Engine, lockcore.Operator and
-// lockcore.Gatekeeper, made as every new engine is: a lockcore.Backend
-// whose leases lockcore.Serve makes. The zero Engine is ready to use; it
+// lockcore.Gatekeeper; give it to lock.FromEngine, which owns the leases
+// of its holds. The zero Engine is ready to use; it
 // must not be copied after first use. All methods are safe for concurrent
 // use.
 type Engine struct {
@@ -60,9 +60,6 @@ type Engine struct {
 	// (lockcore.Holder.Names, lockcore.Waiter.Name), beside its engine id
 	// "locktest". Default: "locktest". Set it before the first Acquire.
 	Name string
-
-	srvOnce sync.Once
-	srv     lockcore.Engine // the leases of its holds (lockcore.Serve)
 
 	mu      sync.Mutex
 	keys    map[lockcore.Key]*keyState
@@ -97,7 +94,7 @@ type owner struct {
 	trace   string  // Policy.Trace of its fresh acquisition
 }
 
-// hold is one entry of a key's hold: the lockcore.Taken a lease is made
+// hold is one entry of a key's hold: the lockcore.Hold a lease is made
 // of.
 type hold struct {
 	e    *Engine
@@ -115,16 +112,16 @@ func (e *Engine) newHold(ks *keyState, o *owner) *hold {
 	return h
 }
 
-// Shared implements lockcore.Taken.
+// Shared implements lockcore.Hold.
 func (h *hold) Shared() (int, bool) { return h.o.slot, h.o.share != 0 }
 
-// Fence implements lockcore.Taken.
+// Fence implements lockcore.Hold.
 func (h *hold) Fence() int64 { return h.o.fence }
 
-// Token implements lockcore.Taken.
+// Token implements lockcore.Hold.
 func (h *hold) Token() string { return h.o.token }
 
-// Done implements lockcore.Taken: closed when the hold is revoked or
+// Done implements lockcore.Hold: closed when the hold is revoked or
 // released.
 func (h *hold) Done() <-chan struct{} { return h.gone }
 
@@ -142,22 +139,7 @@ type waiter struct {
 	h        *hold         // the granted hold; guarded by e.mu
 }
 
-// Acquire implements lockcore.Engine: it takes the lock on key, as
-// lockcore.Serve does with the engine's holds (see Take). A zero key fails
-// with lockcore.ErrInvalidKey, an invalid Policy with
-// lockcore.ErrMisconfigured; a context that holds the key through this
-// engine re-enters it in memory.
-func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	return e.served().Acquire(ctx, key, p)
-}
-
-// served is the Engine that makes leases of e's holds.
-func (e *Engine) served() lockcore.Engine {
-	e.srvOnce.Do(func() { e.srv = lockcore.Serve(e, e.events()) })
-	return e.srv
-}
-
-// Promises implements lockcore.Backend: the in-memory engine makes every
+// Promises implements lockcore.Engine: the in-memory engine makes every
 // promise (a defect planted in it breaks the one it names).
 func (e *Engine) Promises() lockcore.Promises {
 	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true}
@@ -166,7 +148,7 @@ func (e *Engine) Promises() lockcore.Promises {
 // errLostClosed is the cause of a hold lost to Close.
 var errLostClosed = fmt.Errorf("%w: %w", lockcore.ErrLockLost, lockcore.ErrClosed)
 
-// Close implements lockcore.Backend: from then on every acquisition fails
+// Close implements lockcore.Engine: from then on every acquisition fails
 // with lockcore.ErrClosed, and so do the engine's waiters; its holds are
 // lost, with a cause matching lockcore.ErrLockLost and ErrClosed. Its
 // Operator and Gatekeeper methods still answer. Closing twice changes
@@ -197,7 +179,7 @@ func (e *Engine) shutdown() chan struct{} {
 	return e.shut
 }
 
-// Take implements lockcore.Backend: a TTL of 0 is 10 seconds. A free key
+// Take implements lockcore.Engine: a TTL of 0 is 10 seconds. A free key
 // is taken for a fresh hold; a hold owned by one of r.Join gets one more
 // entry under its token; and a hold of another owner fails at once with a
 // *lockcore.ContentionError when r.Wait is lockcore.FailFast, or is waited
@@ -207,7 +189,7 @@ func (e *Engine) shutdown() chan struct{} {
 // holds lasted (a weighted mean), or 100ms before any was released, and
 // never more than the holder's TTL (the engine renews perfectly). On error
 // nothing is held or queued.
-func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, error) {
+func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
 	key, p := r.Key, r
 	ttl := p.TTL
 	if ttl == 0 {
@@ -224,9 +206,9 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, 
 	}
 	// Readers and restocks pass a closed gate (lockcore.Gatekeeper).
 	passes := p.Share == lockcore.ShareAll || p.Restock
-	if g, closed := e.gates[key]; closed && !passes && !g.Open(time.Now()) && !e.defects.gateIgnored {
+	if g, closed := e.gates[key]; closed && !passes && !opened(g, time.Now()) && !e.defects.gateIgnored {
 		e.mu.Unlock()
-		return nil, lockcore.GateError(key)
+		return nil, fmt.Errorf("%w: %s", lockcore.ErrGateClosed, key)
 	}
 	ks := e.state(key)
 	if err := ctx.Err(); err != nil {
@@ -419,15 +401,6 @@ func (e *Engine) take(ks *keyState, token string, join []string, ttl time.Durati
 	return h
 }
 
-// events is what the leases of the engine's holds tell of their ends
-// (lockcore.Serve).
-func (e *Engine) events() lockcore.Events {
-	if e.defects.endsUntold {
-		return nil
-	}
-	return e.Events
-}
-
 // admit hands ks to its waiters in arrival order, as long as it admits the
 // first of them: the first exclusive one when ks is free, or a run of
 // shared ones; none once the engine is closed. e.mu is held.
@@ -464,7 +437,7 @@ func (e *Engine) notify() {
 	}
 }
 
-// Err implements lockcore.Taken: nil until the hold was taken away, then
+// Err implements lockcore.Hold: nil until the hold was taken away, then
 // the cause it was taken away with.
 func (h *hold) Err() error {
 	if cause := h.lost.Load(); cause != nil {
@@ -473,7 +446,7 @@ func (h *hold) Err() error {
 	return nil
 }
 
-// Release implements lockcore.Taken: it drops this entry of the hold and
+// Release implements lockcore.Hold: it drops this entry of the hold and
 // frees the key, for its oldest waiter, when none is left. Releasing an
 // entry that was taken away changes nothing. It never fails.
 func (h *hold) Release(context.Context, error) error {
@@ -671,7 +644,7 @@ func (e *Engine) GateOf(key lockcore.Key) (lockcore.Gate, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	g, ok := e.gates[key]
-	if ok && g.Open(time.Now()) {
+	if ok && opened(g, time.Now()) {
 		delete(e.gates, key)
 		return lockcore.Gate{}, false
 	}
@@ -685,7 +658,7 @@ func (e *Engine) Gates(ctx context.Context) ([]lockcore.Gate, error) {
 	defer e.mu.Unlock()
 	out := make([]lockcore.Gate, 0, len(e.gates))
 	for _, g := range e.gates {
-		if !g.Open(now) {
+		if !opened(g, now) {
 			out = append(out, g)
 		}
 	}
@@ -730,7 +703,6 @@ type defects struct {
 	silentLoss     bool // a revoked hold's leases are not told
 	fenceReset     bool // a key's fencing counter restarts when it is freed
 	keepWaiter     bool // a waiter that gave up stays in line, and is granted
-	endsUntold     bool // leases are given no Events: no hold's end is told
 	revokeNoBump   bool // Revoke does not move the fencing counter on
 	waitIgnored    bool // every acquisition fails fast
 	slotReused     bool // every permit gets slot 0
@@ -738,3 +710,7 @@ type defects struct {
 	readersPass    bool // a shared acquisition enters past queued waiters
 	gateIgnored    bool // a closed gate refuses nothing
 }
+
+// opened reports whether gate g has opened by itself at now: its time is
+// up.
+func opened(g lockcore.Gate, now time.Time) bool { return !g.Until.IsZero() && !now.Before(g.Until) }

@@ -10,14 +10,19 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// Compile-time check: Engine is a lockcore.Engine.
-var _ lockcore.Engine = (*locktest.Engine)(nil)
+// Compile-time check: Engine is a lockcore.Engine, an Operator and a Gatekeeper.
+var _ interface {
+	lockcore.Engine
+	lockcore.Operator
+	lockcore.Gatekeeper
+} = (*locktest.Engine)(nil)
 
 func key(t testing.TB, parts ...string) lockcore.Key {
 	t.Helper()
@@ -36,7 +41,7 @@ func bounded(t testing.TB) context.Context {
 	return ctx
 }
 
-func acquire(t testing.TB, e *locktest.Engine, ctx context.Context, k lockcore.Key, p lockcore.Policy) *lockcore.Lease {
+func acquire(t testing.TB, e *locktest.Engine, ctx context.Context, k lockcore.Key, p lifecycle.Policy) *lifecycle.Lease {
 	t.Helper()
 	ls, err := e.Acquire(ctx, k, p)
 	if err != nil {
@@ -45,7 +50,7 @@ func acquire(t testing.TB, e *locktest.Engine, ctx context.Context, k lockcore.K
 	return ls
 }
 
-func release(t testing.TB, ls *lockcore.Lease) {
+func release(t testing.TB, ls *lifecycle.Lease) {
 	t.Helper()
 	if err := ls.Release(context.Background()); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -89,7 +94,7 @@ func TestMutualExclusion(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range iterations {
-				ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 10 * time.Second})
+				ls, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: 10 * time.Second})
 				if err != nil {
 					errs <- err
 					return
@@ -127,7 +132,7 @@ func TestFIFO(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "fifo", "1")
 	ctx := bounded(t)
-	first := acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+	first := acquire(t, e, ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 	order := make(chan int, n)
 	fences := make(chan int64, n)
 	errs := make(chan error, n)
@@ -136,7 +141,7 @@ func TestFIFO(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 10 * time.Second})
+			ls, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: 10 * time.Second})
 			if err != nil {
 				errs <- err
 				return
@@ -180,8 +185,8 @@ func TestFIFO(t *testing.T) {
 func TestFailFast(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "ff", "1")
-	holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 3 * time.Second})
-	_, err := e.Acquire(bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
+	holder := acquire(t, e, bounded(t), k, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 3 * time.Second})
+	_, err := e.Acquire(bounded(t), k, lifecycle.Policy{Wait: lockcore.FailFast})
 	var ce *lockcore.ContentionError
 	if !errors.As(err, &ce) || !errors.Is(err, lockcore.ErrNotAcquired) || errors.Is(err, lockcore.ErrWaitTimeout) {
 		t.Fatalf("fail fast: %v", err)
@@ -203,7 +208,7 @@ func TestFailFast(t *testing.T) {
 func TestRetryAfterWithoutHistory(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "productID", "42")
-	retryAfter := func(p lockcore.Policy) time.Duration {
+	retryAfter := func(p lifecycle.Policy) time.Duration {
 		t.Helper()
 		_, err := e.Acquire(bounded(t), k, p)
 		var ce *lockcore.ContentionError
@@ -212,15 +217,15 @@ func TestRetryAfterWithoutHistory(t *testing.T) {
 		}
 		return ce.RetryAfter
 	}
-	holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
-	for _, p := range []lockcore.Policy{{Wait: lockcore.FailFast}, {Wait: 30 * time.Millisecond}} {
+	holder := acquire(t, e, bounded(t), k, lifecycle.Policy{Wait: lockcore.FailFast})
+	for _, p := range []lifecycle.Policy{{Wait: lockcore.FailFast}, {Wait: 30 * time.Millisecond}} {
 		if d := retryAfter(p); d != 100*time.Millisecond {
 			t.Fatalf("RetryAfter %v with %+v and no history, want 100ms", d, p)
 		}
 	}
 	release(t, holder)
-	holder = acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 40 * time.Millisecond})
-	if d := retryAfter(lockcore.Policy{Wait: lockcore.FailFast}); d <= 0 || d > 40*time.Millisecond {
+	holder = acquire(t, e, bounded(t), k, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 40 * time.Millisecond})
+	if d := retryAfter(lifecycle.Policy{Wait: lockcore.FailFast}); d <= 0 || d > 40*time.Millisecond {
 		t.Fatalf("RetryAfter %v after a hold of next to nothing, with a holder's TTL of 40ms", d)
 	}
 	release(t, holder)
@@ -232,8 +237,8 @@ func TestRetryAfterWithoutHistory(t *testing.T) {
 func TestWaitTimeout(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "wt", "1")
-	holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
-	_, err := e.Acquire(bounded(t), k, lockcore.Policy{Wait: 30 * time.Millisecond})
+	holder := acquire(t, e, bounded(t), k, lifecycle.Policy{Wait: lockcore.FailFast})
+	_, err := e.Acquire(bounded(t), k, lifecycle.Policy{Wait: 30 * time.Millisecond})
 	var ce *lockcore.ContentionError
 	if !errors.As(err, &ce) || !ce.TimedOut || !errors.Is(err, lockcore.ErrWaitTimeout) || ce.RetryAfter != 100*time.Millisecond {
 		t.Fatalf("wait ran out: %v", err)
@@ -256,12 +261,12 @@ func TestWaitTimeout(t *testing.T) {
 func TestCancelLeavesNothing(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "cancel", "1")
-	holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
+	holder := acquire(t, e, bounded(t), k, lifecycle.Policy{Wait: lockcore.FailFast})
 
 	ctx, cancel := context.WithCancel(bounded(t))
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Hour})
+		_, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: time.Hour})
 		done <- err
 	}()
 	waitersAre(t, e, k, 1)
@@ -276,7 +281,7 @@ func TestCancelLeavesNothing(t *testing.T) {
 
 	dctx, dcancel := context.WithTimeout(bounded(t), 30*time.Millisecond)
 	defer dcancel()
-	_, err = e.Acquire(dctx, k, lockcore.Policy{Wait: time.Hour})
+	_, err = e.Acquire(dctx, k, lifecycle.Policy{Wait: time.Hour})
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lockcore.ErrWaitTimeout) {
 		t.Fatalf("wait past the deadline: %v", err)
 	}
@@ -285,7 +290,7 @@ func TestCancelLeavesNothing(t *testing.T) {
 	}
 
 	// A context already ended does not queue either.
-	_, err = e.Acquire(ctx, k, lockcore.Policy{Wait: time.Hour})
+	_, err = e.Acquire(ctx, k, lifecycle.Policy{Wait: time.Hour})
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("ended context: %v", err)
 	}
@@ -295,11 +300,11 @@ func TestCancelLeavesNothing(t *testing.T) {
 	// Release and cancellation at the same moment: whichever wins, the
 	// waiter either holds the lock or nothing is left.
 	for range 200 {
-		holder := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
+		holder := acquire(t, e, bounded(t), k, lifecycle.Policy{Wait: lockcore.FailFast})
 		ctx, cancel := context.WithCancel(bounded(t))
-		done := make(chan *lockcore.Lease, 1)
+		done := make(chan *lifecycle.Lease, 1)
 		go func() {
-			ls, _ := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Hour})
+			ls, _ := e.Acquire(ctx, k, lifecycle.Policy{Wait: time.Hour})
 			done <- ls
 		}()
 		waitersAre(t, e, k, 1)
@@ -322,9 +327,9 @@ func TestReenter(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "re", "1")
 	ctx := bounded(t)
-	outer := acquire(t, e, ctx, k, lockcore.Policy{Wait: -1})
+	outer := acquire(t, e, ctx, k, lifecycle.Policy{Wait: -1})
 
-	inner := acquire(t, e, outer.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	inner := acquire(t, e, outer.Context(), k, lifecycle.Policy{Wait: lockcore.FailFast})
 	if inner.Fence() != outer.Fence() || inner.Token() != outer.Token() {
 		t.Fatal("in-memory re-entry got another hold")
 	}
@@ -332,11 +337,11 @@ func TestReenter(t *testing.T) {
 		t.Fatalf("in-memory re-entry: %d entries, want 1", entries)
 	}
 
-	remote, err := lockcore.Intake(ctx, "Routelock-Token", []string{lockcore.Outbound(outer.Context())}, nil)
+	remote, err := lifecycle.Intake(ctx, "Routelock-Token", []string{lifecycle.Outbound(outer.Context())}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	byToken := acquire(t, e, remote, k, lockcore.Policy{Wait: lockcore.FailFast})
+	byToken := acquire(t, e, remote, k, lifecycle.Policy{Wait: lockcore.FailFast})
 	if byToken.Fence() != outer.Fence() || byToken.Token() != outer.Token() {
 		t.Fatal("token re-entry got another hold")
 	}
@@ -347,8 +352,8 @@ func TestReenter(t *testing.T) {
 		t.Fatalf("fence of the token re-entry = %d, %v", f, ok)
 	}
 
-	stranger := enginetest.WithToken(ctx, lockcore.NewToken())
-	if _, err := e.Acquire(stranger, k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+	stranger := enginetest.WithToken(ctx, lifecycle.NewToken())
+	if _, err := e.Acquire(stranger, k, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("a made-up token entered: %v", err)
 	}
 
@@ -357,14 +362,14 @@ func TestReenter(t *testing.T) {
 	if _, entries := e.Held(k); entries != 1 {
 		t.Fatalf("after the outer release: %d entries, want 1 (the token re-entry)", entries)
 	}
-	if _, err := e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+	if _, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("the key was freed while a token entry held it: %v", err)
 	}
 	release(t, byToken)
 	wantFree(t, e, k)
 
 	// A token never takes a free lock: the fresh hold has a token of its own.
-	ls := acquire(t, e, remote, k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls := acquire(t, e, remote, k, lifecycle.Policy{Wait: lockcore.FailFast})
 	if ls.Token() == outer.Token() || ls.Fence() <= outer.Fence() {
 		t.Fatalf("a stale token took a free key under its own name: fence %d", ls.Fence())
 	}
@@ -380,14 +385,14 @@ func TestLose(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "lose", "1")
 	ctx := bounded(t)
-	ls := acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
-	byToken := acquire(t, e, enginetest.WithToken(ctx, ls.Token()), k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls := acquire(t, e, ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
+	byToken := acquire(t, e, enginetest.WithToken(ctx, ls.Token()), k, lifecycle.Policy{Wait: lockcore.FailFast})
 	derived, cancel := context.WithCancel(ls.Context())
 	defer cancel()
 
-	got := make(chan *lockcore.Lease, 1)
+	got := make(chan *lifecycle.Lease, 1)
 	go func() {
-		next, err := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Hour})
+		next, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: time.Hour})
 		if err != nil {
 			t.Error(err)
 		}
@@ -434,7 +439,7 @@ func TestLose(t *testing.T) {
 		t.Fatalf("the new hold was touched: fence %d, %d entries", fence, entries)
 	}
 	// A lost hold is not re-entered in memory.
-	if _, err := e.Acquire(ls.Context(), k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+	if _, err := e.Acquire(ls.Context(), k, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("re-entry of a lost hold: %v", err)
 	}
 	release(t, next)
@@ -451,16 +456,16 @@ func TestValidation(t *testing.T) {
 	e := new(locktest.Engine)
 	k := key(t, "v", "1")
 	ctx := bounded(t)
-	if _, err := e.Acquire(ctx, lockcore.Key{}, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrInvalidKey) {
+	if _, err := e.Acquire(ctx, lockcore.Key{}, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrInvalidKey) {
 		t.Fatalf("zero key: %v", err)
 	}
-	for _, p := range []lockcore.Policy{{TTL: time.Millisecond}, {TTL: -time.Second}, {Wait: -2}, {Wait: -time.Second}} {
+	for _, p := range []lifecycle.Policy{{TTL: time.Millisecond}, {TTL: -time.Second}, {Wait: -2}, {Wait: -time.Second}} {
 		if _, err := e.Acquire(ctx, k, p); !errors.Is(err, lockcore.ErrMisconfigured) {
 			t.Fatalf("%+v: %v, want ErrMisconfigured", p, err)
 		}
 	}
 	wantFree(t, e, k)
-	release(t, acquire(t, e, ctx, k, lockcore.Policy{Wait: time.Second, TTL: 30 * time.Millisecond}))
+	release(t, acquire(t, e, ctx, k, lifecycle.Policy{Wait: time.Second, TTL: 30 * time.Millisecond}))
 	wantFree(t, e, k)
 }
 
@@ -478,7 +483,7 @@ func TestAwait(t *testing.T) {
 	go func() {
 		done <- e.Await(bounded(t), func() bool { _, n := e.Held(k); return n == 1 })
 	}()
-	ls := acquire(t, e, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls := acquire(t, e, bounded(t), k, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -492,7 +497,7 @@ type revokingFirst struct {
 	first, last lockcore.Key
 }
 
-func (e revokingFirst) Acquire(ctx context.Context, k lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+func (e revokingFirst) Acquire(ctx context.Context, k lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
 	ls, err := e.Engine.Acquire(ctx, k, p)
 	if err == nil && k == e.last {
 		if _, err := e.Revoke(context.Background(), e.first, "test"); err != nil {
@@ -509,7 +514,7 @@ func TestAcquireAllLostMeanwhile(t *testing.T) {
 	inner := new(locktest.Engine)
 	a, b := key(t, "lost", "a"), key(t, "lost", "b")
 	e := revokingFirst{Engine: inner, first: a, last: b}
-	ls, err := lockcore.AcquireAll(bounded(t), e, []lockcore.Key{a, b}, lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := lifecycle.AcquireAll(bounded(t), e, []lockcore.Key{a, b}, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err == nil {
 		t.Fatalf("AcquireAll returned a set whose lease on a was revoked meanwhile (a: %v)", ls[0].Err())
 	}
@@ -518,6 +523,6 @@ func TestAcquireAllLostMeanwhile(t *testing.T) {
 		t.Fatalf("AcquireAll with a lost meanwhile: %v, want a *ContentionError on a matching ErrNotAcquired and ErrRevoked", err)
 	}
 	for _, k := range []lockcore.Key{a, b} {
-		release(t, acquire(t, inner, bounded(t), k, lockcore.Policy{Wait: lockcore.FailFast}))
+		release(t, acquire(t, inner, bounded(t), k, lifecycle.Policy{Wait: lockcore.FailFast}))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -75,7 +76,7 @@ func wantCalls(t *testing.T, r *recorder, want ...string) {
 }
 
 // lost waits, a bounded time, until the contexts of leases are cancelled.
-func lost(t *testing.T, leases ...*lockcore.Lease) {
+func lost(t *testing.T, leases ...*lifecycle.Lease) {
 	t.Helper()
 	for _, ls := range leases {
 		select {
@@ -109,8 +110,8 @@ func TestEvents(t *testing.T) {
 	k := key(t, "ev", "1")
 	ctx := bounded(t)
 
-	ls := acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
-	inner := acquire(t, e, ls.Context(), k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls := acquire(t, e, ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
+	inner := acquire(t, e, ls.Context(), k, lifecycle.Policy{Wait: lockcore.FailFast})
 	release(t, inner)
 	wantCalls(t, &r)
 	if err := ls.Release(ctx); err != nil {
@@ -122,10 +123,10 @@ func TestEvents(t *testing.T) {
 	}
 
 	// Granted by a release.
-	ls = acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
-	got := make(chan *lockcore.Lease, 1)
+	ls = acquire(t, e, ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
+	got := make(chan *lifecycle.Lease, 1)
 	go func() {
-		next, err := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Hour})
+		next, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: time.Hour})
 		if err != nil {
 			t.Error(err)
 		}
@@ -142,14 +143,14 @@ func TestEvents(t *testing.T) {
 	wantUnordered(t, &r, "ended ev:1 released err=<nil>", "woken ev:1 message", "waiting ev:1 -1")
 
 	// A wait that runs out, and one given up by its context.
-	if _, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 30 * time.Millisecond}); !errors.Is(err, lockcore.ErrWaitTimeout) {
+	if _, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: 30 * time.Millisecond}); !errors.Is(err, lockcore.ErrWaitTimeout) {
 		t.Fatalf("wait: %v", err)
 	}
 	wantCalls(t, &r, "waiting ev:1 +1", "woken ev:1 timer", "waiting ev:1 -1")
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.Acquire(cctx, k, lockcore.Policy{Wait: time.Hour})
+		_, err := e.Acquire(cctx, k, lifecycle.Policy{Wait: time.Hour})
 		done <- err
 	}()
 	waitersAre(t, e, k, 1)
@@ -160,7 +161,7 @@ func TestEvents(t *testing.T) {
 	wantCalls(t, &r, "waiting ev:1 +1", "waiting ev:1 -1")
 
 	// A token re-entry is a hold of its own: both entries end with the loss.
-	byToken := acquire(t, e, enginetest.WithToken(ctx, next.Token()), k, lockcore.Policy{Wait: lockcore.FailFast})
+	byToken := acquire(t, e, enginetest.WithToken(ctx, next.Token()), k, lifecycle.Policy{Wait: lockcore.FailFast})
 	if !e.Lose(k) {
 		t.Fatal("Lose found no hold")
 	}
@@ -178,7 +179,7 @@ func TestEvents(t *testing.T) {
 	}
 	wantCalls(t, &r)
 
-	ls = acquire(t, e, ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+	ls = acquire(t, e, ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 	if _, err := e.Revoke(bounded(t), k, "by a test"); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/routelock/lock"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -14,14 +15,15 @@ import (
 // first, the test waits for that with Await (no sleeps), and a revocation
 // plays a lock lost while its holder works.
 func Example() {
-	var e locktest.Engine
+	e := new(locktest.Engine)
+	locker := lock.FromEngine(e)
 	ctx := context.Background()
 	key, _ := lockcore.NewKey("productID", "42")
 
-	first, _ := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
-	got := make(chan *lockcore.Lease)
+	first, _ := locker.Acquire(ctx, key, lock.FailFast())
+	got := make(chan *lock.Lease)
 	go func() {
-		second, _ := e.Acquire(ctx, key, lockcore.Policy{Wait: time.Minute})
+		second, _ := locker.Acquire(ctx, key, lock.Wait(time.Minute))
 		got <- second
 	}()
 	_ = e.Await(ctx, func() bool {

@@ -1,8 +1,11 @@
 package locktest
 
 import (
+	"context"
 	"fmt"
+	"sync"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -49,7 +52,7 @@ func (e *Engine) Waiters(key lockcore.Key) int {
 // Defects names the deliberate faults a broken Engine can have.
 var Defects = []string{
 	"grantTwice", "lifo", "ignoreTokens", "tokenTakesFree", "silentLoss",
-	"fenceReset", "keepWaiter", "endsUntold", "revokeNoBump", "waitIgnored",
+	"fenceReset", "keepWaiter", "revokeNoBump", "waitIgnored",
 	"slotReused", "writerJoins", "readersPass", "gateIgnored",
 }
 
@@ -72,8 +75,6 @@ func Broken(defect string, ev lockcore.Events) *Engine {
 		d.fenceReset = true
 	case "keepWaiter":
 		d.keepWaiter = true
-	case "endsUntold":
-		d.endsUntold = true
 	case "revokeNoBump":
 		d.revokeNoBump = true
 	case "waitIgnored":
@@ -90,4 +91,22 @@ func Broken(defect string, ev lockcore.Events) *Engine {
 		panic("locktest: no defect " + defect)
 	}
 	return e
+}
+
+// lockers are the Lockers the engine's tests acquire through: one per
+// engine, told its Events, so that a context that holds a key through an
+// engine re-enters it in memory, as through a lock.Locker.
+var lockers sync.Map // *Engine → lifecycle.Locker
+
+func (e *Engine) locker() lifecycle.Locker {
+	if v, ok := lockers.Load(e); ok {
+		return v.(lifecycle.Locker)
+	}
+	v, _ := lockers.LoadOrStore(e, lifecycle.Serve(e, e.Events))
+	return v.(lifecycle.Locker)
+}
+
+// Acquire takes the lock on key as a Locker on the engine does.
+func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
+	return e.locker().Acquire(ctx, key, p)
 }

@@ -5,40 +5,41 @@ import (
 	"errors"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 )
 
 // checkGates: a closed gate (lockcore.Gatekeeper) refuses every fresh
 // acquisition of its key, on every engine of the backend, within a moment
 // of its closing: at once, failing fast or willing to wait, with
-// ErrGateClosed and not ErrNotAcquired. lockcore.CloseGate closes the gate
+// ErrGateClosed and not ErrNotAcquired. lifecycle.CloseGate closes the gate
 // of the context's lock, and refuses (closing nothing) when that lock is
 // released or was taken with others; the request holding it still re-enters in memory;
 // other keys are untouched; Gates lists it on every engine; permits are
 // refused, readers and restocks (Policy.Restock) are not, and
-// lockcore.OpenGate from a restock's context opens it; a gate closed
+// lifecycle.OpenGate from a restock's context opens it; a gate closed
 // for a time opens by itself then, not before; OpenGate opens it.
 func checkGates(r *rig) {
 	a, other := r.key("a"), r.key("b")
-	ga, gb := r.a.(lockcore.Gatekeeper), r.b.(lockcore.Gatekeeper)
+	ga, gb := r.ea.(lockcore.Gatekeeper), r.eb.(lockcore.Gatekeeper)
 
 	// Not an outer lock's gate, when the inner one is gone; not one of
 	// several taken together.
 	outer := r.acquire(r.a, r.ctx, other, failFast)
 	inner := r.acquire(r.a, outer.Context(), a, failFast)
 	r.release(inner)
-	if err := lockcore.CloseGate(inner.Context(), 0); !errors.Is(err, lockcore.ErrLockLost) {
+	if err := lifecycle.CloseGate(inner.Context(), 0); !errors.Is(err, lockcore.ErrLockLost) {
 		r.t.Fatalf("CloseGate from a released lock's context, inside another's: %v, want ErrLockLost", err)
 	}
 	r.release(outer)
-	both, err := lockcore.AcquireAll(r.ctx, r.a, []lockcore.Key{a, other}, failFast)
+	both, err := lifecycle.AcquireAll(r.ctx, r.a, []lockcore.Key{a, other}, failFast)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := lockcore.CloseGate(both[1].Context(), 0); !errors.Is(err, lockcore.ErrMisconfigured) {
+	if err := lifecycle.CloseGate(both[1].Context(), 0); !errors.Is(err, lockcore.ErrMisconfigured) {
 		r.t.Fatalf("CloseGate from a context holding two resources taken together: %v, want ErrMisconfigured", err)
 	}
-	if err := lockcore.ReleaseAll(context.Background(), both); err != nil {
+	if err := lifecycle.ReleaseAll(context.Background(), both); err != nil {
 		r.t.Fatal(err)
 	}
 	for _, k := range []lockcore.Key{a, other} {
@@ -48,7 +49,7 @@ func checkGates(r *rig) {
 	}
 
 	ls := r.acquire(r.a, r.ctx, a, failFast)
-	if err := lockcore.CloseGate(ls.Context(), 0); err != nil {
+	if err := lifecycle.CloseGate(ls.Context(), 0); err != nil {
 		r.t.Fatalf("CloseGate from the holder's context: %v", err)
 	}
 	in, err := r.a.Acquire(ls.Context(), a, failFast)
@@ -57,7 +58,7 @@ func checkGates(r *rig) {
 	}
 	r.release(in)
 	r.release(ls)
-	refused := func(e lockcore.Engine, p lockcore.Policy) bool {
+	refused := func(e lifecycle.Locker, p lifecycle.Policy) bool {
 		start := time.Now()
 		ls, err := e.Acquire(r.ctx, a, p)
 		if err == nil {
@@ -73,7 +74,7 @@ func checkGates(r *rig) {
 		return true
 	}
 	for _, e := range r.engines() {
-		if !r.eventually(func() bool { return refused(e, lockcore.Policy{Wait: checkBound}) }) {
+		if !r.eventually(func() bool { return refused(e, lifecycle.Policy{Wait: checkBound}) }) {
 			r.t.Fatalf("a gate closed on one engine never refused a waiting acquisition on %T", e)
 		}
 		if !refused(e, failFast) {
@@ -96,16 +97,16 @@ func checkGates(r *rig) {
 
 	// Permits take from the resource: refused. Readers only look, and a
 	// restock gets through, on either engine; the restock's request
-	// reopens the gate (lockcore.OpenGate) for every engine.
-	if !refused(r.a, lockcore.Policy{Wait: lockcore.FailFast, Share: 4}) {
+	// reopens the gate (lifecycle.OpenGate) for every engine.
+	if !refused(r.a, lifecycle.Policy{Wait: lockcore.FailFast, Share: 4}) {
 		r.t.Fatal("a closed gate let a permit through")
 	}
 	for _, e := range r.engines() {
-		rd := r.acquire(e, r.ctx, a, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+		rd := r.acquire(e, r.ctx, a, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
 		r.release(rd)
 	}
-	restock := r.acquire(r.b, r.ctx, a, lockcore.Policy{Wait: lockcore.FailFast, Restock: true})
-	if err := lockcore.OpenGate(restock.Context()); err != nil {
+	restock := r.acquire(r.b, r.ctx, a, lifecycle.Policy{Wait: lockcore.FailFast, Restock: true})
+	if err := lifecycle.OpenGate(restock.Context()); err != nil {
 		r.t.Fatalf("OpenGate from a restock's context: %v", err)
 	}
 	r.release(restock)

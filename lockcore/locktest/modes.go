@@ -10,20 +10,21 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 )
 
-// The checks of shared holds (lockcore.Policy.Share).
+// The checks of shared holds (lock.Policy.Share).
 
 // shared is a Policy of a reader that waits; permits(n) one of n permits.
-var shared = lockcore.Policy{Wait: checkBound, Share: lockcore.ShareAll}
+var shared = lifecycle.Policy{Wait: checkBound, Share: lockcore.ShareAll}
 
-func permits(n int) lockcore.Policy { return lockcore.Policy{Wait: checkBound, Share: n} }
+func permits(n int) lifecycle.Policy { return lifecycle.Policy{Wait: checkBound, Share: n} }
 
 // engines returns four engines on the check's backend: a, b and two more,
 // as four processes of one service.
-func (r *rig) engines() []lockcore.Engine {
-	return []lockcore.Engine{r.a, r.b, r.newEngine(r.t, r.ev), r.newEngine(r.t, r.ev)}
+func (r *rig) engines() []lifecycle.Locker {
+	return []lifecycle.Locker{r.a, r.b, r.another(), r.another()}
 }
 
 // holders checks the sections of shared and exclusive holds of one key:
@@ -35,21 +36,21 @@ func (r *rig) engines() []lockcore.Engine {
 // concurrent use.
 type holders struct {
 	mu         sync.Mutex
-	inside     map[*lockcore.Lease]int // the lease's Share
-	fences     map[int64]bool          // fresh holds' fences, to find one handed out twice
-	top, topX  int64                   // the greatest fence entered, of any hold and of an exclusive one
-	most       int                     // the most shared sections inside at once
+	inside     map[*lifecycle.Lease]int // the lease's Share
+	fences     map[int64]bool           // fresh holds' fences, to find one handed out twice
+	top, topX  int64                    // the greatest fence entered, of any hold and of an exclusive one
+	most       int                      // the most shared sections inside at once
 	errs       []string
 	exclusives atomic.Int64
 	counter    atomic.Int64 // changed only inside exclusive sections
 	unordered  bool         // the engine does not promise lockcore.OrderedFences
 }
 
-func (s *holders) enter(ls *lockcore.Lease, share int) {
+func (s *holders) enter(ls *lifecycle.Lease, share int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inside == nil {
-		s.inside, s.fences = make(map[*lockcore.Lease]int), make(map[int64]bool)
+		s.inside, s.fences = make(map[*lifecycle.Lease]int), make(map[int64]bool)
 	}
 	fail := func(format string, args ...any) {
 		s.errs = append(s.errs, fmt.Sprintf("fence %d (share %d): ", ls.Fence(), share)+fmt.Sprintf(format, args...))
@@ -102,7 +103,7 @@ func (s *holders) enter(ls *lockcore.Lease, share int) {
 	s.inside[ls] = share
 }
 
-func (s *holders) leave(ls *lockcore.Lease) {
+func (s *holders) leave(ls *lifecycle.Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.inside, ls)
@@ -135,7 +136,7 @@ func (s *holders) verify(r *rig) {
 
 // run runs 64 goroutines over r's four engines that each take k count
 // times, the Policy of goroutine i being policy(i), each hold in a section.
-func (s *holders) run(r *rig, k lockcore.Key, count int, policy func(i int) lockcore.Policy) {
+func (s *holders) run(r *rig, k lockcore.Key, count int, policy func(i int) lifecycle.Policy) {
 	engines := r.engines()
 	var wg sync.WaitGroup
 	for i := range 64 {
@@ -168,17 +169,17 @@ func (s *holders) run(r *rig, k lockcore.Key, count int, policy func(i int) lock
 // after it.
 func checkShared(r *rig) {
 	k := r.key("k")
-	r1 := r.acquire(r.a, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
-	r2 := r.acquire(r.b, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+	r1 := r.acquire(r.a, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+	r2 := r.acquire(r.b, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
 	if r.orderedFences() && r1.Fence() == r2.Fence() || !r1.Shared() || !r2.Shared() {
 		r.t.Fatalf("two readers: fences %d and %d, shared %v %v; want distinct fences, both shared", r1.Fence(), r2.Fence(), r1.Shared(), r2.Shared())
 	}
 	r.wantBusy(r.b, k, "a writer beside two readers")
 	// A writer queues behind the readers; a reader after it does not pass
 	// it, neither failing fast nor waiting.
-	writer := r.later(r.a, k, lockcore.Policy{Wait: checkBound})
+	writer := r.later(r.a, k, lifecycle.Policy{Wait: checkBound})
 	r.queued(k, 1)
-	if ls, err := r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll}); err == nil {
+	if ls, err := r.b.Acquire(r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll}); err == nil {
 		_ = ls.Release(context.Background())
 		r.t.Fatalf("a reader passed a queued writer")
 	}
@@ -193,7 +194,7 @@ func checkShared(r *rig) {
 	default:
 	}
 	r.release(r2)
-	var w *lockcore.Lease
+	var w *lifecycle.Lease
 	select {
 	case got := <-writer:
 		if got.err != nil {
@@ -225,8 +226,8 @@ func checkShared(r *rig) {
 
 	// A writer that gives up lets the readers queued behind it in, while
 	// the reader ahead of it still holds.
-	r0 := r.acquire(r.a, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
-	gaveUp := r.later(r.b, k, lockcore.Policy{Wait: 300 * time.Millisecond})
+	r0 := r.acquire(r.a, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+	gaveUp := r.later(r.b, k, lifecycle.Policy{Wait: 300 * time.Millisecond})
 	r.queued(k, 3) // the writer, after the two of above
 	behind := r.later(r.a, k, shared)
 	r.queued(k, 4)
@@ -250,9 +251,9 @@ func checkShared(r *rig) {
 	r.release(r0)
 
 	s := holders{unordered: !r.orderedFences()}
-	s.run(r, r.key("load"), 4, func(i int) lockcore.Policy {
+	s.run(r, r.key("load"), 4, func(i int) lifecycle.Policy {
 		if i%8 == 0 {
-			return lockcore.Policy{Wait: checkBound}
+			return lifecycle.Policy{Wait: checkBound}
 		}
 		return shared
 	})
@@ -265,14 +266,14 @@ func checkShared(r *rig) {
 
 // acquired is what an acquisition returned.
 type acquired struct {
-	ls  *lockcore.Lease
+	ls  *lifecycle.Lease
 	err error
 }
 
 // later starts an acquisition of k on e with p, whose result the returned
 // channel gets. When the check ends first, the acquisition is cancelled
 // and what it got released.
-func (r *rig) later(e lockcore.Engine, k lockcore.Key, p lockcore.Policy) <-chan acquired {
+func (r *rig) later(e lifecycle.Locker, k lockcore.Key, p lifecycle.Policy) <-chan acquired {
 	ctx, cancel := context.WithCancel(r.ctx)
 	out, done := make(chan acquired, 1), make(chan acquired, 1)
 	go func() {
@@ -339,7 +340,7 @@ func checkWriterBound(r *rig) {
 		r.t.Fatalf("the readers never got going: %d entered", entered.Load())
 	}
 	before, asked := entered.Load(), time.Now()
-	w, err := r.a.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
+	w, err := r.a.Acquire(r.ctx, k, lifecycle.Policy{Wait: checkBound})
 	after, waited := entered.Load(), time.Since(asked)
 	if err != nil {
 		r.t.Fatalf("the writer: %v", err)
@@ -358,12 +359,12 @@ func checkWriterBound(r *rig) {
 // goroutines on four engines never exceed the permits.
 func checkPermits(r *rig) {
 	k := r.key("k")
-	ff := lockcore.Policy{Wait: lockcore.FailFast, Share: 3}
+	ff := lifecycle.Policy{Wait: lockcore.FailFast, Share: 3}
 	before := r.acquire(r.b, r.ctx, k, ff)
 	r.release(before)
-	var ls []*lockcore.Lease
+	var ls []*lifecycle.Lease
 	for i := range 3 {
-		l := r.acquire([]lockcore.Engine{r.a, r.b}[i%2], r.ctx, k, ff)
+		l := r.acquire([]lifecycle.Locker{r.a, r.b}[i%2], r.ctx, k, ff)
 		if slot, ok := l.Slot(); !ok || slot != i {
 			r.t.Fatalf("permit %d: slot %d (%v), want the lowest free, %d", i, slot, ok, i)
 		}
@@ -373,16 +374,16 @@ func checkPermits(r *rig) {
 		ls = append(ls, l)
 	}
 	r.wantBusy(r.a, k, "three of three permits held")
-	if l, err := r.a.Acquire(r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: 2}); err == nil {
+	if l, err := r.a.Acquire(r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: 2}); err == nil {
 		_ = l.Release(context.Background())
 		r.t.Fatalf("a hold of 2 permits entered beside 3 holders")
 	}
-	wide := r.acquire(r.b, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: 5})
+	wide := r.acquire(r.b, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: 5})
 	if slot, _ := wide.Slot(); slot != 3 {
 		r.t.Fatalf("a hold of 5 permits beside 3: slot %d, want 3", slot)
 	}
 	r.wantBusy(r.b, k, "a writer beside permits")
-	if op, ok := r.a.(lockcore.Operator); ok {
+	if op, ok := r.ea.(lockcore.Operator); ok {
 		info, err := op.Inspect(r.ctx, k)
 		if err != nil {
 			r.t.Fatalf("Inspect: %v", err)
@@ -402,7 +403,7 @@ func checkPermits(r *rig) {
 	r.release(wide)
 	r.release(ls[1])
 	var (
-		again *lockcore.Lease
+		again *lifecycle.Lease
 		err   error
 	)
 	if !r.eventually(func() bool {
@@ -414,12 +415,12 @@ func checkPermits(r *rig) {
 	if slot, _ := again.Slot(); slot != 1 {
 		r.t.Errorf("after slot 1 was released: slot %d, want 1", slot)
 	}
-	for _, l := range []*lockcore.Lease{ls[0], ls[2], again} {
+	for _, l := range []*lifecycle.Lease{ls[0], ls[2], again} {
 		r.release(l)
 	}
 
 	s := holders{unordered: !r.orderedFences()}
-	s.run(r, r.key("load"), 4, func(i int) lockcore.Policy { return permits(3) })
+	s.run(r, r.key("load"), 4, func(i int) lifecycle.Policy { return permits(3) })
 	s.verify(r)
 	r.release(r.wantFreed(r.a, r.key("load"), "after the load"))
 }
@@ -432,25 +433,25 @@ func checkPermits(r *rig) {
 func checkUpgrade(r *rig) {
 	k := r.key("k")
 	w := r.acquire(r.a, r.ctx, k, failFast)
-	ffShared := lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll}
+	ffShared := lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll}
 	in := r.acquire(r.a, w.Context(), k, ffShared)
 	by := r.acquire(r.b, r.carried(w.Context()), k, ffShared)
 	if in.Fence() != w.Fence() || by.Fence() != w.Fence() {
 		r.t.Fatalf("a writer re-entering as a reader: fences %d and %d, want the writer's %d", in.Fence(), by.Fence(), w.Fence())
 	}
-	for _, l := range []*lockcore.Lease{by, in, w} {
+	for _, l := range []*lifecycle.Lease{by, in, w} {
 		r.release(l)
 	}
 
-	rd := r.acquire(r.a, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: 2})
+	rd := r.acquire(r.a, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: 2})
 	slot, _ := rd.Slot()
 	for _, try := range []struct {
 		what string
-		e    lockcore.Engine
+		e    lifecycle.Locker
 		ctx  context.Context
 	}{{"in memory", r.a, rd.Context()}, {"by its propagated token", r.b, r.carried(rd.Context())}} {
 		start := time.Now()
-		ls, err := try.e.Acquire(try.ctx, k, lockcore.Policy{Wait: checkBound})
+		ls, err := try.e.Acquire(try.ctx, k, lifecycle.Policy{Wait: checkBound})
 		if err == nil {
 			_ = ls.Release(context.Background())
 			r.t.Fatalf("a reader asking for the exclusive lock %s got it", try.what)
@@ -464,7 +465,7 @@ func checkUpgrade(r *rig) {
 		if err := rd.Err(); err != nil {
 			r.t.Fatalf("the reader's hold after a refused upgrade %s: %v", try.what, err)
 		}
-		re := r.acquire(try.e, try.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: 2})
+		re := r.acquire(try.e, try.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: 2})
 		if s, ok := re.Slot(); re.Fence() != rd.Fence() || !ok || s != slot {
 			r.t.Fatalf("a shared re-entry %s: fence %d slot %d, want its hold's %d and %d", try.what, re.Fence(), s, rd.Fence(), slot)
 		}
@@ -474,7 +475,7 @@ func checkUpgrade(r *rig) {
 	r.release(r.wantFreed(r.b, k, "after the refused upgrades"))
 }
 
-// checkSeveralKeys: lockcore.AcquireAll takes several keys all or nothing
+// checkSeveralKeys: lifecycle.AcquireAll takes several keys all or nothing
 // in one wait budget. Under load, 64 goroutines on four engines naming
 // {A, B}, {B, A}, A or B finish (no deadlock), never overlap on a key, and
 // leave both free; a request whose second key is busy holds nothing after
@@ -483,24 +484,24 @@ func checkUpgrade(r *rig) {
 // of the keys re-enters it.
 func checkSeveralKeys(r *rig) {
 	a, b := r.key("a"), r.key("b")
-	ls, err := lockcore.AcquireAll(r.ctx, r.a, []lockcore.Key{b, a, b}, failFast)
+	ls, err := lifecycle.AcquireAll(r.ctx, r.a, []lockcore.Key{b, a, b}, failFast)
 	if err != nil {
 		r.t.Fatalf("AcquireAll of two free keys: %v", err)
 	}
-	held := lockcore.HeldFrom(ls[len(ls)-1].Context())
+	held := lifecycle.HeldFrom(ls[len(ls)-1].Context())
 	if len(ls) != 2 || len(held) != 2 || held[0].Fence == 0 || held[1].Fence == 0 {
 		r.t.Fatalf("AcquireAll: %d leases, the context holds %+v; want both keys, once each, with their fences", len(ls), held)
 	}
 	r.wantBusy(r.b, a, "a held by AcquireAll")
 	r.wantBusy(r.b, b, "b held by AcquireAll")
-	if err := lockcore.ReleaseAll(context.Background(), ls); err != nil {
+	if err := lifecycle.ReleaseAll(context.Background(), ls); err != nil {
 		r.t.Fatal(err)
 	}
 
 	// Re-entry: a context holding one of the keys re-enters it and takes
 	// the other; the nested release leaves the outer hold.
 	outer := r.acquire(r.a, r.ctx, a, failFast)
-	ls, err = lockcore.AcquireAll(outer.Context(), r.a, []lockcore.Key{b, a}, failFast)
+	ls, err = lifecycle.AcquireAll(outer.Context(), r.a, []lockcore.Key{b, a}, failFast)
 	if err != nil {
 		r.t.Fatalf("AcquireAll of a held key and a free one from the holder's context: %v", err)
 	}
@@ -508,7 +509,7 @@ func checkSeveralKeys(r *rig) {
 		r.t.Fatalf("AcquireAll from a's holder: leases on %v (fence %d, re-entered %v), %v (re-entered %v); want a re-entered with fence %d, then b taken",
 			ls[0].Key(), ls[0].Fence(), ls[0].Reentered(), ls[1].Key(), ls[1].Reentered(), outer.Fence())
 	}
-	if err := lockcore.ReleaseAll(context.Background(), ls); err != nil {
+	if err := lifecycle.ReleaseAll(context.Background(), ls); err != nil {
 		r.t.Fatal(err)
 	}
 	r.wantBusy(r.b, a, "a, still held by the outer lease after the nested AcquireAll was released")
@@ -518,8 +519,8 @@ func checkSeveralKeys(r *rig) {
 	// All or nothing, in one budget; failing fast, at once.
 	other := r.acquire(r.b, r.ctx, b, failFast)
 	start := time.Now()
-	if ls, err := lockcore.AcquireAll(r.ctx, r.a, []lockcore.Key{a, b}, failFast); err == nil {
-		_ = lockcore.ReleaseAll(context.Background(), ls)
+	if ls, err := lifecycle.AcquireAll(r.ctx, r.a, []lockcore.Key{a, b}, failFast); err == nil {
+		_ = lifecycle.ReleaseAll(context.Background(), ls)
 		r.t.Fatal("AcquireAll failing fast got a key another owner holds")
 	} else if !errors.Is(err, lockcore.ErrNotAcquired) || errors.Is(err, lockcore.ErrWaitTimeout) {
 		r.t.Fatalf("AcquireAll failing fast with its second key held: %v, want ErrNotAcquired", err)
@@ -530,8 +531,8 @@ func checkSeveralKeys(r *rig) {
 	r.release(r.wantFreed(r.b, a, "the first key of an AcquireAll that failed fast"))
 	const budget = 300 * time.Millisecond
 	start = time.Now()
-	if ls, err := lockcore.AcquireAll(r.ctx, r.a, []lockcore.Key{b, a}, lockcore.Policy{Wait: budget}); err == nil {
-		_ = lockcore.ReleaseAll(context.Background(), ls)
+	if ls, err := lifecycle.AcquireAll(r.ctx, r.a, []lockcore.Key{b, a}, lifecycle.Policy{Wait: budget}); err == nil {
+		_ = lifecycle.ReleaseAll(context.Background(), ls)
 		r.t.Fatal("AcquireAll got a key another owner holds")
 	} else if !errors.Is(err, lockcore.ErrWaitTimeout) {
 		r.t.Fatalf("AcquireAll with its second key held: %v, want ErrWaitTimeout", err)
@@ -548,7 +549,7 @@ func checkSeveralKeys(r *rig) {
 	sets := [][]lockcore.Key{{a, b}, {b, a}, {a}, {b}}
 	var (
 		mu     sync.Mutex
-		inside = map[lockcore.Key][]*lockcore.Lease{} // the leases inside
+		inside = map[lockcore.Key][]*lifecycle.Lease{} // the leases inside
 		errs   []string
 		wg     sync.WaitGroup
 	)
@@ -558,7 +559,7 @@ func checkSeveralKeys(r *rig) {
 		go func() {
 			defer wg.Done()
 			for range 4 {
-				ls, err := lockcore.AcquireAll(r.ctx, e, keys, lockcore.Policy{Wait: checkBound})
+				ls, err := lifecycle.AcquireAll(r.ctx, e, keys, lifecycle.Policy{Wait: checkBound})
 				if err != nil {
 					r.t.Errorf("AcquireAll(%v): %v", keys, err)
 					return
@@ -579,10 +580,10 @@ func checkSeveralKeys(r *rig) {
 				runtime.Gosched()
 				mu.Lock()
 				for _, l := range ls {
-					inside[l.Key()] = slices.DeleteFunc(inside[l.Key()], func(o *lockcore.Lease) bool { return o == l })
+					inside[l.Key()] = slices.DeleteFunc(inside[l.Key()], func(o *lifecycle.Lease) bool { return o == l })
 				}
 				mu.Unlock()
-				if err := lockcore.ReleaseAll(context.Background(), ls); err != nil {
+				if err := lifecycle.ReleaseAll(context.Background(), ls); err != nil {
 					r.t.Errorf("ReleaseAll: %v", err)
 					return
 				}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -28,15 +29,16 @@ const (
 )
 
 // failFast is a Policy that fails at once on a lock held by another owner:
-// a Wait of lockcore.FailFast (see lockcore.Policy).
-var failFast = lockcore.Policy{Wait: lockcore.FailFast}
+// a Wait of lockcore.FailFast (see lock.Policy).
+var failFast = lifecycle.Policy{Wait: lockcore.FailFast}
 
 // Run checks that the engines newEngine makes keep lockcore.Engine's
-// contract, and lockcore.Operator's when they implement it. Each check is a
+// contract, served by a Locker as lock.FromEngine serves them, and
+// lockcore.Operator's when they implement it. Each check is a
 // subtest of t, named after what it checks (Exclusion, FIFO,
 // InMemoryReentry, TokenReentry, TokenGrantsNothing, Policy, Withdrawal,
 // FencingOrder, Release, Events, MaxHold, and of shared holds Shared,
-// WriterBound, Permits and Upgrade, SeveralKeys (lockcore.AcquireAll),
+// WriterBound, Permits and Upgrade, SeveralKeys (lifecycle.AcquireAll),
 // and Gates for a lockcore.Gatekeeper;
 // LossThroughContext and Operator for an
 // Operator; Close for an engine with a Close() error method). The checks
@@ -145,7 +147,8 @@ type rig struct {
 	newEngine func(t *testing.T, ev lockcore.Events) lockcore.Engine
 	ctx       context.Context // ends with the check's bound
 	ev        *recorder
-	a, b      lockcore.Engine
+	ea, eb    lockcore.Engine   // the engines
+	a, b      lifecycle.Locker  // and the Lockers on them
 	promised  lockcore.Promises // what the engines promise
 }
 
@@ -157,7 +160,14 @@ func newRig(t *testing.T, newEngine func(t *testing.T, ev lockcore.Events) lockc
 	ctx, cancel := context.WithTimeout(context.Background(), checkBound)
 	t.Cleanup(cancel)
 	ev := newRecorder()
-	return &rig{t: t, newEngine: newEngine, ctx: ctx, ev: ev, a: newEngine(t, ev), b: newEngine(t, ev)}
+	r := &rig{t: t, newEngine: newEngine, ctx: ctx, ev: ev, ea: newEngine(t, ev), eb: newEngine(t, ev)}
+	r.a, r.b = lifecycle.Serve(r.ea, ev), lifecycle.Serve(r.eb, ev)
+	return r
+}
+
+// another returns a Locker on a further engine of the check's backend.
+func (r *rig) another() lifecycle.Locker {
+	return lifecycle.Serve(r.newEngine(r.t, r.ev), r.ev)
 }
 
 // key returns the key locktest:<check>:<name>.
@@ -172,7 +182,7 @@ func (r *rig) key(name string) lockcore.Key {
 
 // acquire takes k on e, failing the check on error. It must be called on
 // the check's goroutine.
-func (r *rig) acquire(e lockcore.Engine, ctx context.Context, k lockcore.Key, p lockcore.Policy) *lockcore.Lease {
+func (r *rig) acquire(e lifecycle.Locker, ctx context.Context, k lockcore.Key, p lifecycle.Policy) *lifecycle.Lease {
 	r.t.Helper()
 	ls, err := e.Acquire(ctx, k, p)
 	if err != nil {
@@ -182,7 +192,7 @@ func (r *rig) acquire(e lockcore.Engine, ctx context.Context, k lockcore.Key, p 
 }
 
 // release releases ls, failing the check on error.
-func (r *rig) release(ls *lockcore.Lease) {
+func (r *rig) release(ls *lifecycle.Lease) {
 	r.t.Helper()
 	if err := ls.Release(context.Background()); err != nil {
 		r.t.Fatalf("Release of %v (fence %d): %v", ls.Key(), ls.Fence(), err)
@@ -191,7 +201,7 @@ func (r *rig) release(ls *lockcore.Lease) {
 
 // wantBusy fails the check unless a fresh fail-fast acquisition of k on e
 // fails with a *lockcore.ContentionError.
-func (r *rig) wantBusy(e lockcore.Engine, k lockcore.Key, what string) {
+func (r *rig) wantBusy(e lifecycle.Locker, k lockcore.Key, what string) {
 	r.t.Helper()
 	ls, err := e.Acquire(r.ctx, k, failFast)
 	if err == nil {
@@ -207,10 +217,10 @@ func (r *rig) wantBusy(e lockcore.Engine, k lockcore.Key, what string) {
 // wantFreed fails the check unless a fresh fail-fast acquisition of k on
 // e succeeds within awaitBound (a release may reach the backend a moment
 // after it returned); it returns the lease.
-func (r *rig) wantFreed(e lockcore.Engine, k lockcore.Key, what string) *lockcore.Lease {
+func (r *rig) wantFreed(e lifecycle.Locker, k lockcore.Key, what string) *lifecycle.Lease {
 	r.t.Helper()
 	var (
-		ls  *lockcore.Lease
+		ls  *lifecycle.Lease
 		err error
 	)
 	if !r.eventually(func() bool {
@@ -263,7 +273,7 @@ func (r *rig) done(c context.Context, what string) {
 // concurrent use.
 type sections struct {
 	mu       sync.Mutex
-	inside   map[*lockcore.Lease]bool
+	inside   map[*lifecycle.Lease]bool
 	fences   []int64
 	overlaps []string
 	counter  atomic.Int64
@@ -271,11 +281,11 @@ type sections struct {
 }
 
 // enter starts a section under ls.
-func (s *sections) enter(ls *lockcore.Lease) {
+func (s *sections) enter(ls *lifecycle.Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inside == nil {
-		s.inside = make(map[*lockcore.Lease]bool)
+		s.inside = make(map[*lifecycle.Lease]bool)
 	}
 	for other := range s.inside {
 		if other.Err() == nil && ls.Err() == nil {
@@ -295,7 +305,7 @@ func (s *sections) work() {
 }
 
 // leave ends the section under ls.
-func (s *sections) leave(ls *lockcore.Lease) {
+func (s *sections) leave(ls *lifecycle.Lease) {
 	if ls.Err() != nil {
 		s.lost.Add(1)
 	}
@@ -333,7 +343,7 @@ func (s *sections) verify(t *testing.T, want int, ordered bool) {
 
 // run runs workers goroutines that each take k count times with ctx from
 // ctxOf and p, on the engines in turn, each time in a section.
-func (s *sections) run(r *rig, k lockcore.Key, workers, count int, ctxOf func() context.Context, p lockcore.Policy) {
+func (s *sections) run(r *rig, k lockcore.Key, workers, count int, ctxOf func() context.Context, p lifecycle.Policy) {
 	var wg sync.WaitGroup
 	for i := range workers {
 		e := r.a
@@ -368,7 +378,7 @@ func (s *sections) run(r *rig, k lockcore.Key, workers, count int, ctxOf func() 
 func checkExclusion(r *rig) {
 	const workers, count = 8, 25
 	var s sections
-	s.run(r, r.key("k"), workers, count, func() context.Context { return r.ctx }, lockcore.Policy{Wait: checkBound})
+	s.run(r, r.key("k"), workers, count, func() context.Context { return r.ctx }, lifecycle.Policy{Wait: checkBound})
 	s.verify(r.t, workers*count, r.orderedFences())
 }
 
@@ -394,9 +404,9 @@ func checkFIFO(r *rig) {
 	holder := r.acquire(r.a, r.ctx, k, failFast)
 	order := make(chan int, count)
 	for i := 1; i <= count; i++ {
-		e := []lockcore.Engine{r.a, r.b}[i%2]
+		e := []lifecycle.Locker{r.a, r.b}[i%2]
 		go func() {
-			ls, err := e.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
+			ls, err := e.Acquire(r.ctx, k, lifecycle.Policy{Wait: checkBound})
 			if err != nil {
 				r.t.Errorf("waiter %d: %v", i, err)
 				order <- -i
@@ -518,8 +528,8 @@ func checkTokenReentry(r *rig) {
 // exclude each other.
 func checkTokenGrantsNothing(r *rig) {
 	k := r.key("k")
-	made := lockcore.NewToken()
-	madeUp, err := lockcore.Intake(r.ctx, "made-up token", []string{made}, nil)
+	made := lifecycle.NewToken()
+	madeUp, err := lifecycle.Intake(r.ctx, "made-up token", []string{made}, nil)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -549,7 +559,7 @@ func checkTokenGrantsNothing(r *rig) {
 	r.release(other)
 
 	var s sections
-	s.run(r, r.key("shared"), 10, 1, func() context.Context { return madeUp }, lockcore.Policy{Wait: checkBound})
+	s.run(r, r.key("shared"), 10, 1, func() context.Context { return madeUp }, lifecycle.Policy{Wait: checkBound})
 	s.verify(r.t, 10, r.orderedFences())
 }
 
@@ -563,7 +573,7 @@ func checkPolicy(r *rig) {
 	if _, err := r.a.Acquire(r.ctx, lockcore.Key{}, failFast); !errors.Is(err, lockcore.ErrInvalidKey) {
 		r.t.Fatalf("zero Key: %v, want ErrInvalidKey", err)
 	}
-	for _, p := range []lockcore.Policy{{Wait: lockcore.FailFast, TTL: time.Millisecond}, {Wait: -2 * time.Second}} {
+	for _, p := range []lifecycle.Policy{{Wait: lockcore.FailFast, TTL: time.Millisecond}, {Wait: -2 * time.Second}} {
 		if ls, err := r.a.Acquire(r.ctx, k, p); !errors.Is(err, lockcore.ErrMisconfigured) {
 			if err == nil {
 				_ = ls.Release(context.Background())
@@ -580,7 +590,7 @@ func checkPolicy(r *rig) {
 		if c.promised {
 			continue
 		}
-		p := lockcore.Policy{Wait: lockcore.FailFast, Share: c.share}
+		p := lifecycle.Policy{Wait: lockcore.FailFast, Share: c.share}
 		if ls, err := r.a.Acquire(r.ctx, k, p); !errors.Is(err, lockcore.ErrMisconfigured) {
 			if err == nil {
 				_ = ls.Release(context.Background())
@@ -593,7 +603,7 @@ func checkPolicy(r *rig) {
 	// The zero Policy waits (5 seconds): here until the context's deadline.
 	start := time.Now() // before the deadline is set: a pause between the two must not shorten the wait seen
 	zctx, zcancel := context.WithTimeout(r.ctx, 150*time.Millisecond)
-	_, err := r.b.Acquire(zctx, k, lockcore.Policy{})
+	_, err := r.b.Acquire(zctx, k, lifecycle.Policy{})
 	zcancel()
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) < 100*time.Millisecond {
 		r.t.Fatalf("the zero Policy on a held key: %v after %v, want a wait ended by the context's deadline", err, time.Since(start))
@@ -611,7 +621,7 @@ func checkPolicy(r *rig) {
 
 	const wait = 200 * time.Millisecond
 	start = time.Now()
-	_, err = r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: wait})
+	_, err = r.b.Acquire(r.ctx, k, lifecycle.Policy{Wait: wait})
 	d := time.Since(start)
 	if !errors.As(err, &ce) || !ce.TimedOut || !errors.Is(err, lockcore.ErrWaitTimeout) {
 		r.t.Fatalf("Wait %v on a held key: %v, want a ContentionError that timed out", wait, err)
@@ -623,7 +633,7 @@ func checkPolicy(r *rig) {
 	ctx, cancel := context.WithTimeout(r.ctx, 100*time.Millisecond)
 	defer cancel()
 	start = time.Now()
-	_, err = r.b.Acquire(ctx, k, lockcore.Policy{Wait: 10 * time.Second})
+	_, err = r.b.Acquire(ctx, k, lifecycle.Policy{Wait: 10 * time.Second})
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lockcore.ErrNotAcquired) {
 		r.t.Fatalf("a deadline before the Wait: %v, want DeadlineExceeded and ErrNotAcquired", err)
 	}
@@ -642,7 +652,7 @@ func checkWithdrawal(r *rig) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	res := make(chan error, 1)
 	go func() {
-		ls, err := r.b.Acquire(ctx, k, lockcore.Policy{Wait: checkBound})
+		ls, err := r.b.Acquire(ctx, k, lifecycle.Policy{Wait: checkBound})
 		if err == nil {
 			_ = ls.Release(context.Background())
 		}
@@ -658,7 +668,7 @@ func checkWithdrawal(r *rig) {
 	case <-time.After(awaitBound):
 		r.t.Fatal("a waiter whose context was cancelled did not return")
 	}
-	if op, ok := r.a.(lockcore.Operator); ok {
+	if op, ok := r.ea.(lockcore.Operator); ok {
 		var info lockcore.Info
 		if !r.eventually(func() bool { info, _ = op.Inspect(r.ctx, k); return len(info.Waiters) == 0 }) {
 			r.t.Fatalf("the departed waiter is still in line: %+v", info.Waiters)
@@ -677,7 +687,7 @@ func checkLossThroughContext(r *rig) {
 	ls := r.acquire(r.a, r.ctx, k, failFast)
 	nested, cancel := context.WithCancel(ls.Context())
 	defer cancel()
-	if _, err := r.b.(lockcore.Operator).Revoke(r.ctx, k, "locktest: taken away"); err != nil {
+	if _, err := r.eb.(lockcore.Operator).Revoke(r.ctx, k, "locktest: taken away"); err != nil {
 		r.t.Fatalf("Revoke: %v", err)
 	}
 	r.done(ls.Context(), "revoked lease")
@@ -689,7 +699,7 @@ func checkLossThroughContext(r *rig) {
 	if err := ls.Err(); !errors.Is(err, lockcore.ErrLockLost) {
 		r.t.Fatalf("Err of a revoked lease: %v, want ErrLockLost", err)
 	}
-	for _, h := range lockcore.HeldFrom(nested) {
+	for _, h := range lifecycle.HeldFrom(nested) {
 		if h.Key == k {
 			r.t.Fatal("a context derived from a revoked lease still holds its key")
 		}
@@ -713,16 +723,16 @@ func checkMaxHold(r *rig) {
 	const ceiling = 300 * time.Millisecond
 	k := r.key("k")
 	start := time.Now()
-	ls := r.acquire(r.a, r.ctx, k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 20 * time.Second, MaxHold: ceiling})
+	ls := r.acquire(r.a, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 20 * time.Second, MaxHold: ceiling})
 	in := r.acquire(r.a, ls.Context(), k, failFast)
 	type result struct {
-		ls  *lockcore.Lease
+		ls  *lifecycle.Lease
 		err error
 		at  time.Duration // since start
 	}
 	waited := make(chan result, 1)
 	go func() {
-		w, err := r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: 15 * time.Second})
+		w, err := r.b.Acquire(r.ctx, k, lifecycle.Policy{Wait: 15 * time.Second})
 		waited <- result{w, err, time.Since(start)}
 	}()
 	r.t.Cleanup(func() { // a check that failed early leaves nothing held
@@ -772,7 +782,7 @@ func checkMaxHold(r *rig) {
 			r.t.Fatalf("cause %v, want ErrMaxHold", cause)
 		}
 	}
-	var w *lockcore.Lease
+	var w *lifecycle.Lease
 	if early == nil {
 		select {
 		case got := <-waited:
@@ -788,7 +798,7 @@ func checkMaxHold(r *rig) {
 	if r.orderedFences() && w.Fence() <= ls.Fence() {
 		r.t.Errorf("the waiter's fence %d, not above the ended hold's %d", w.Fence(), ls.Fence())
 	}
-	for _, l := range []*lockcore.Lease{in, ls} {
+	for _, l := range []*lifecycle.Lease{in, ls} {
 		if err := l.Release(context.Background()); !errors.Is(err, lockcore.ErrMaxHold) {
 			r.t.Errorf("Release of a lease past its MaxHold: %v, want ErrMaxHold", err)
 		}
@@ -806,7 +816,7 @@ func checkMaxHold(r *rig) {
 func checkFencingOrder(r *rig) {
 	k := r.key("k")
 	var last int64
-	next := func(ls *lockcore.Lease, what string) {
+	next := func(ls *lifecycle.Lease, what string) {
 		r.t.Helper()
 		if ls.Fence() <= last {
 			r.t.Fatalf("%s: fence %d, not above the earlier %d", what, ls.Fence(), last)
@@ -814,7 +824,7 @@ func checkFencingOrder(r *rig) {
 		last = ls.Fence()
 	}
 	for i := range 6 {
-		e := []lockcore.Engine{r.a, r.b}[i%2]
+		e := []lifecycle.Locker{r.a, r.b}[i%2]
 		ls := r.acquire(e, r.ctx, k, failFast)
 		next(ls, fmt.Sprintf("hold %d", i+1))
 		in := r.acquire(e, ls.Context(), k, failFast)
@@ -824,7 +834,7 @@ func checkFencingOrder(r *rig) {
 		r.release(in)
 		r.release(ls)
 	}
-	op, ok := r.a.(lockcore.Operator)
+	op, ok := r.ea.(lockcore.Operator)
 	if !ok {
 		return
 	}
@@ -869,16 +879,16 @@ func checkRelease(r *rig) {
 func checkEvents(r *rig) {
 	k := r.key("k")
 	holder := r.acquire(r.a, r.ctx, k, failFast)
-	granted := make(chan *lockcore.Lease, 1)
+	granted := make(chan *lifecycle.Lease, 1)
 	go func() {
-		ls, err := r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
+		ls, err := r.b.Acquire(r.ctx, k, lifecycle.Policy{Wait: checkBound})
 		if err != nil {
 			r.t.Errorf("waiter: %v", err)
 		}
 		granted <- ls
 	}()
 	r.queued(k, 1)
-	if _, err := r.a.Acquire(r.ctx, k, lockcore.Policy{Wait: 50 * time.Millisecond}); !errors.Is(err, lockcore.ErrWaitTimeout) {
+	if _, err := r.a.Acquire(r.ctx, k, lifecycle.Policy{Wait: 50 * time.Millisecond}); !errors.Is(err, lockcore.ErrWaitTimeout) {
 		r.t.Fatalf("a short wait: %v, want ErrWaitTimeout", err)
 	}
 	if got := r.ev.tally(k); got.queued != 2 || got.woken < 1 {
@@ -904,7 +914,7 @@ func checkEvents(r *rig) {
 // Revoke refuses a free key and a bad reason, grants the next waiter past
 // NewFence and is in the audit.
 func checkOperator(r *rig) {
-	opA, opB := r.a.(lockcore.Operator), r.b.(lockcore.Operator)
+	opA, opB := r.ea.(lockcore.Operator), r.eb.(lockcore.Operator)
 	k := r.key("k")
 	info, err := opA.Inspect(r.ctx, k)
 	if err != nil || info.Key != k.String() || (len(info.Holders) > 0) || info.Fence != 0 || len(info.Waiters) != 0 {
@@ -960,9 +970,9 @@ func checkOperator(r *rig) {
 	if _, err := opA.Revoke(r.ctx, k, ""); !errors.Is(err, lockcore.ErrInvalidReason) {
 		r.t.Fatalf("Revoke with an empty reason: %v, want ErrInvalidReason", err)
 	}
-	granted := make(chan *lockcore.Lease, 1)
+	granted := make(chan *lifecycle.Lease, 1)
 	go func() {
-		ls, err := r.b.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
+		ls, err := r.b.Acquire(r.ctx, k, lifecycle.Policy{Wait: checkBound})
 		if err != nil {
 			r.t.Errorf("waiter: %v", err)
 		}
@@ -976,7 +986,7 @@ func checkOperator(r *rig) {
 	if rev.Key != k.String() || rev.Owner != owner || rev.Fence != holder.Fence() || rev.NewFence <= rev.Fence || rev.Reason != "locktest: operator" {
 		r.t.Fatalf("Revocation %+v; want key %v, owner %q, fence %d, NewFence above it", rev, k, owner, holder.Fence())
 	}
-	var next *lockcore.Lease
+	var next *lifecycle.Lease
 	select {
 	case next = <-granted:
 	case <-time.After(awaitBound):
@@ -1004,14 +1014,14 @@ func checkClose(r *rig) {
 	ls := r.acquire(r.a, r.ctx, mine, failFast)
 	res := make(chan error, 1)
 	go func() {
-		ls, err := r.a.Acquire(r.ctx, k, lockcore.Policy{Wait: checkBound})
+		ls, err := r.a.Acquire(r.ctx, k, lifecycle.Policy{Wait: checkBound})
 		if err == nil {
 			_ = ls.Release(context.Background())
 		}
 		res <- err
 	}()
 	r.queued(k, 1)
-	if err := r.a.(interface{ Close() error }).Close(); err != nil {
+	if err := r.ea.(interface{ Close() error }).Close(); err != nil {
 		r.t.Fatalf("Close: %v", err)
 	}
 	select {
@@ -1030,7 +1040,7 @@ func checkClose(r *rig) {
 	if _, err := r.a.Acquire(r.ctx, r.key("later"), failFast); !errors.Is(err, lockcore.ErrClosed) {
 		r.t.Fatalf("Acquire after Close: %v, want ErrClosed", err)
 	}
-	if r.a == r.b {
+	if r.ea == r.eb {
 		// One engine plays both: its other hold is lost too.
 		r.done(other.Context(), "another lease of the closed engine")
 		return
@@ -1039,9 +1049,9 @@ func checkClose(r *rig) {
 }
 
 // carried is r.ctx with the owner tokens of from, as the next service gets
-// them across a hop (lockcore.Outbound, then lockcore.Intake).
+// them across a hop (lifecycle.Outbound, then lifecycle.Intake).
 func (r *rig) carried(from context.Context) context.Context {
-	ctx, err := lockcore.Intake(r.ctx, "Routelock-Token", []string{lockcore.Outbound(from)}, nil)
+	ctx, err := lifecycle.Intake(r.ctx, "Routelock-Token", []string{lifecycle.Outbound(from)}, nil)
 	if err != nil {
 		r.t.Fatalf("the tokens did not cross the hop: %v", err)
 	}

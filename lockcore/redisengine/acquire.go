@@ -16,17 +16,20 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// Acquire implements lockcore.Engine: it takes the lock on key.
+// Promises implements lockcore.Engine: the Redis engine makes every
+// promise, FIFO with Options.LocalHandOvers hand-overs in memory in a row.
+func (l *Engine) Promises() lockcore.Promises {
+	return lockcore.Promises{FIFO: true, LocalHandOvers: l.opt.LocalHandOvers, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true, Batch: true}
+}
+
+// Take implements lockcore.Engine: it takes the lock on r.Key.
 //
-// When ctx already holds key, Acquire re-enters: if ctx descends from a
-// live lease on key from this Engine, in memory without a Redis call; if
-// the hold in Redis is owned by one of the tokens ctx carries (those of its
-// other locks and those given to lockcore.Intake, as a propagated call
-// brings them), by adding this attempt to the hold's entries. Otherwise it
-// takes the lock, if free, with a freshly minted owner token
-// (lockcore.NewToken), which the lease's context carries on; or fails with
+// When the hold in Redis is owned by one of r.Join (the tokens of the
+// request's other locks, and those a propagated call brought), Take
+// re-enters it by adding this attempt to the hold's entries. Otherwise it
+// takes the lock, if free, for r.Token; or fails with
 // a *lockcore.ContentionError matching ErrNotAcquired (fail fast) or, after
-// waiting up to p.Wait, ErrWaitTimeout. A waiter is queued in Redis and
+// waiting up to r.Wait, ErrWaitTimeout. A waiter is queued in Redis and
 // woken when the lock is handed to it, in arrival order, except that a
 // release may first hand it to a waiter of this Engine in memory
 // (Options.LocalHandOvers). A waiter handed the lock in memory before ctx
@@ -34,7 +37,7 @@ import (
 // is then done already.
 //
 // A closed gate (see CloseGate) refuses it from memory with an error
-// matching ErrGateClosed, unless p is a reader's or a restock's; an
+// matching ErrGateClosed, unless r is a reader's or a restock's; an
 // Engine's first acquisitions wait for its first read of the gates (one
 // round trip, sent with the first), so that a new Engine refuses a
 // closed resource from its first request.
@@ -42,26 +45,14 @@ import (
 // Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable
 // (and ErrRestartGuard, a *lockcore.RestartGuardError, while the restart
 // guard refuses fresh holds), ErrMisconfigured (the server may evict held
-// locks: see Check; p.TTL is longer than Options.MaxTTL; or the Engine is
+// locks: see Check; r.TTL is longer than Options.MaxTTL; or the Engine is
 // an Options.OperatorOnly engine) or
 // ErrClosed; when ctx ends while waiting, the error also matches
 // ctx.Err(). A call that Redis does not answer within Options.Timeout, or
 // by ctx's deadline, fails with ErrUnavailable. On error nothing is held:
 // an attempt whose call may have reached Redis is withdrawn (in the
 // background when Redis is not answering).
-// Promises implements lockcore.Engine: the Redis engine makes every
-// promise, FIFO with Options.LocalHandOvers hand-overs in memory in a row.
-func (l *Engine) Promises() lockcore.Promises {
-	return lockcore.Promises{FIFO: true, LocalHandOvers: l.opt.LocalHandOvers, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true, Batch: true}
-}
-
-func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
-	return l.srv.Acquire(ctx, key, p)
-}
-
-// Take implements lockcore.Backend: the hold of one acquisition (see
-// Acquire), which lockcore.Serve makes a lease of.
-func (l *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, error) {
+func (l *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
 	if l.closed.Load() {
 		return nil, lockcore.ErrClosed
 	}
@@ -69,19 +60,18 @@ func (l *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Taken, 
 		// It would take a lock without deciding the restart guard.
 		return nil, fmt.Errorf("%w: an OperatorOnly engine (redisengine.Options.OperatorOnly) takes no lock", lockcore.ErrMisconfigured)
 	}
-	p := lockcore.Policy{Share: r.Share, Restock: r.Restock}
 	key := r.Key
 	var read <-chan struct{} // the settings' first read, while it has not landed
 	if !l.settled.Load() {
 		read = l.settle(ctx)
 	}
-	if gatedBy(p) {
+	if gatedBy(r) {
 		// A new Engine reads the gates before its first acquisition is
 		// decided: it refuses a closed resource from its first request.
 		if err := l.knowGates(ctx); err != nil {
 			return nil, err
 		}
-		if err := l.gated(key, p); err != nil {
+		if err := l.gated(r); err != nil {
 			return nil, err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -45,14 +46,14 @@ func TestBatching(t *testing.T) {
 				defer wg.Done()
 				key := mustKey(t, "b", strconv.Itoa(g))
 				for range 20 {
-					ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+					ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 					if err != nil {
 						t.Error(err)
 						return
 					}
 					// The same token through another Engine re-enters in
 					// Redis: the count there must be this goroutine's.
-					inner, err := other.Acquire(enginetest.WithToken(ctx, ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+					inner, err := other.Acquire(enginetest.WithToken(ctx, ls.Token()), key, lifecycle.Policy{Wait: lockcore.FailFast})
 					if err != nil {
 						t.Error(err)
 						return
@@ -105,7 +106,7 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				ls, err := l.Acquire(ctx, mustKey(t, "f", strconv.Itoa(g)), lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err := l.Acquire(ctx, mustKey(t, "f", strconv.Itoa(g)), lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Error(err)
 					return

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/faultproxy"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -32,7 +33,7 @@ func TestQueuedCallFailsWithItsFlight(t *testing.T) {
 		ctx := context.Background()
 		// Warm the pool so that the calls below need no dial.
 		for i := range maxFlights {
-			ls, err := l.Acquire(ctx, mustKey(t, "warm", strconv.Itoa(i)), lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, mustKey(t, "warm", strconv.Itoa(i)), lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +48,7 @@ func TestQueuedCallFailsWithItsFlight(t *testing.T) {
 		wire := make(chan ended, maxFlights)
 		for i := range maxFlights {
 			go func() {
-				_, err := l.Acquire(ctx, mustKey(t, "on-wire", strconv.Itoa(i)), lockcore.Policy{Wait: lockcore.FailFast})
+				_, err := l.Acquire(ctx, mustKey(t, "on-wire", strconv.Itoa(i)), lifecycle.Policy{Wait: lockcore.FailFast})
 				wire <- ended{err, time.Now()}
 			}()
 		}
@@ -56,7 +57,7 @@ func TestQueuedCallFailsWithItsFlight(t *testing.T) {
 			defer l.batch.mu.Unlock()
 			return l.batch.flights == maxFlights
 		})
-		_, err = l.Acquire(ctx, mustKey(t, "queued"), lockcore.Policy{Wait: lockcore.FailFast})
+		_, err = l.Acquire(ctx, mustKey(t, "queued"), lifecycle.Policy{Wait: lockcore.FailFast})
 		queuedEnd := time.Now()
 		if !errors.Is(err, lockcore.ErrUnavailable) {
 			t.Fatalf("queued call: %v, want ErrUnavailable", err)

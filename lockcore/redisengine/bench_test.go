@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/background"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -46,7 +47,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					if par == 1 {
 						k := mustKey(b, "serial")
 						for b.Loop() {
-							ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+							ls, err := l.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 							if err != nil {
 								b.Fatal(err)
 							}
@@ -60,7 +61,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					b.RunParallel(func(pb *testing.PB) {
 						k := mustKey(b, "p", strconv.Itoa(int(n.Add(1))))
 						for pb.Next() {
-							ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+							ls, err := l.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 							if err != nil {
 								b.Error(err)
 								return
@@ -125,7 +126,7 @@ func BenchmarkDeployments(b *testing.B) {
 							}
 							return rawDel.Run(ctx, rdb, []string{prefix + k}, tok).Err()
 						}
-						ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+						ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 						if err != nil {
 							return err
 						}
@@ -154,7 +155,7 @@ const ttlForBench = 10 * time.Second
 
 var rawDel = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
-// BenchmarkModes times lock cycles of each mode (lockcore.Policy.Share) on
+// BenchmarkModes times lock cycles of each mode (lifecycle.Policy.Share) on
 // a real Redis (or miniredis on a bare machine), go-redis at its defaults:
 // an uncontended exclusive cycle on one key by one goroutine, the baseline;
 // the same for a reader (ShareAll) and a permit (Share 4); and 64
@@ -170,7 +171,7 @@ func BenchmarkModes(b *testing.B) {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	cycle := func(b *testing.B, k lockcore.Key, p lockcore.Policy) bool {
+	cycle := func(b *testing.B, k lockcore.Key, p lifecycle.Policy) bool {
 		ls, err := l.Acquire(ctx, k, p)
 		if err == nil {
 			err = ls.Release(ctx)
@@ -183,13 +184,13 @@ func BenchmarkModes(b *testing.B) {
 	}
 	for _, m := range []struct {
 		name string
-		p    lockcore.Policy
+		p    lifecycle.Policy
 		g    int // goroutines
 	}{
-		{"exclusive/g=1", lockcore.Policy{}, 1},
-		{"shared/g=1", lockcore.Policy{Share: lockcore.ShareAll}, 1},
-		{"permits=4/g=1", lockcore.Policy{Share: 4}, 1},
-		{"shared/g=64", lockcore.Policy{Share: lockcore.ShareAll}, 64},
+		{"exclusive/g=1", lifecycle.Policy{}, 1},
+		{"shared/g=1", lifecycle.Policy{Share: lockcore.ShareAll}, 1},
+		{"permits=4/g=1", lifecycle.Policy{Share: 4}, 1},
+		{"shared/g=64", lifecycle.Policy{Share: lockcore.ShareAll}, 64},
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			k := mustKey(b, "modes", m.name)
@@ -301,13 +302,13 @@ func BenchmarkManyLeases(b *testing.B) {
 	defer l.Close()
 	ctx := context.Background()
 
-	held := make([]*lockcore.Lease, leases)
+	held := make([]*lifecycle.Lease, leases)
 	var next atomic.Int64
 	errs := make(chan error, 32)
 	for range 32 {
 		go func() {
 			for i := next.Add(1) - 1; i < leases; i = next.Add(1) - 1 {
-				ls, err := l.Acquire(ctx, mustKey(b, "many", strconv.FormatInt(i, 10)), lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err := l.Acquire(ctx, mustKey(b, "many", strconv.FormatInt(i, 10)), lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					errs <- err
 					return

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/faultproxy"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -151,7 +152,7 @@ var chaosConfigs = func() []chaosCase {
 // chaosResult is what a run did.
 type chaosResult struct {
 	sections   int
-	pairs      int // sections of two keys taken together (lockcore.AcquireAll)
+	pairs      int // sections of two keys taken together (lifecycle.AcquireAll)
 	errs       map[string]int
 	inMemory   int   // holds handed over in memory (Options.LocalHandOvers)
 	cohort     bool  // the Engines hand holds over in memory
@@ -262,12 +263,12 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 	// budget.
 	// The returned cancel ends the caller's context: a caller with a
 	// deadline keeps it for its whole section, as a request does.
-	// With also >= 0, it takes keys k and also together (lockcore.AcquireAll:
+	// With also >= 0, it takes keys k and also together (lifecycle.AcquireAll:
 	// in one script when both are free, else one by one, in one budget)
 	// and returns their leases in key order: the second's context descends
 	// from the first's.
-	acquire := func(rng *rand.Rand, parent context.Context, l *Engine, k, also int) (*lockcore.Lease, *lockcore.Lease, context.CancelFunc, error) {
-		p := lockcore.Policy{Wait: lockcore.FailFast}
+	acquire := func(rng *rand.Rand, parent context.Context, l *Engine, k, also int) (*lifecycle.Lease, *lifecycle.Lease, context.CancelFunc, error) {
+		p := lifecycle.Policy{Wait: lockcore.FailFast}
 		if rng.IntN(3) > 0 {
 			p.Wait = time.Duration(1+rng.IntN(300)) * time.Millisecond
 		}
@@ -280,15 +281,15 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		}
 		t0 := time.Now()
 		var (
-			ls, second *lockcore.Lease
+			ls, second *lifecycle.Lease
 			err        error
 		)
 		calls := time.Duration(1)
 		if also < 0 {
 			ls, err = l.Acquire(actx, mustKey(t, "k", strconv.Itoa(k)), p)
 		} else {
-			var leases []*lockcore.Lease
-			leases, err = lockcore.AcquireAll(actx, l, []lockcore.Key{mustKey(t, "k", strconv.Itoa(also)), mustKey(t, "k", strconv.Itoa(k))}, p)
+			var leases []*lifecycle.Lease
+			leases, err = lifecycle.AcquireAll(actx, l, []lockcore.Key{mustKey(t, "k", strconv.Itoa(also)), mustKey(t, "k", strconv.Itoa(k))}, p)
 			if err == nil {
 				ls, second = leases[0], leases[1]
 			}
@@ -345,7 +346,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				// Nest: re-enter the same key, in process or through another
 				// Engine with the token, or take a higher key too (ordered,
 				// so that nested waits cannot deadlock).
-				var inner []*lockcore.Lease
+				var inner []*lifecycle.Lease
 				var innerDone []func() bool
 				var innerCancel []context.CancelFunc
 				var innerSec []section // the sections of inner, a nested hold's
@@ -353,7 +354,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				fresh := false         // the nested acquisition found the hold gone and took a fresh one
 				// A pair taken together: the second key's lease is a nested
 				// hold of the first's.
-				nested := func(k2 int, in *lockcore.Lease) {
+				nested := func(k2 int, in *lifecycle.Lease) {
 					s2 := section{key: k2, start: time.Now(), fence: in.Fence(), token: in.Token()}
 					cut2 := make(chan time.Time, 1)
 					innerDone = append(innerDone, context.AfterFunc(in.Context(), func() { cut2 <- time.Now() }))
@@ -376,7 +377,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 				}
 				switch choice {
 				case 0:
-					if in, err := lockers[rng.IntN(len(lockers))].Acquire(ls.Context(), mustKey(t, "k", strconv.Itoa(k)), lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
+					if in, err := lockers[rng.IntN(len(lockers))].Acquire(ls.Context(), mustKey(t, "k", strconv.Itoa(k)), lifecycle.Policy{Wait: lockcore.FailFast}); err == nil {
 						if in.Token() != ls.Token() {
 							// Not a re-entry: the outer hold was revoked (or
 							// lost) before its Engine heard, and the lock was
@@ -512,8 +513,8 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 		var err error
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
-			var ls *lockcore.Lease
-			if ls, err = l.Acquire(context.Background(), mustKey(t, "healed", strconv.Itoa(i)), lockcore.Policy{Wait: time.Second}); err == nil {
+			var ls *lifecycle.Lease
+			if ls, err = l.Acquire(context.Background(), mustKey(t, "healed", strconv.Itoa(i)), lifecycle.Policy{Wait: time.Second}); err == nil {
 				err = ls.Release(context.Background())
 				if err == nil {
 					break
@@ -767,7 +768,7 @@ var faults = map[string]func(ctx context.Context, f *faultEnv, rng *rand.Rand){
 				if j >= 100 {
 					dl = now + 5000
 				}
-				m := fmt.Sprintf("%d 300 %snotify:gone dead.%d.%d %s", dl, f.prefix, i, j, lockcore.NewToken())
+				m := fmt.Sprintf("%d 300 %snotify:gone dead.%d.%d %s", dl, f.prefix, i, j, lifecycle.NewToken())
 				zs = append(zs, redis.Z{Score: float64(j), Member: m})
 			}
 			_ = f.admin.ZAdd(context.Background(), f.queue(rng.IntN(f.keys)), zs...).Err()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -36,10 +37,10 @@ type lossChecker struct {
 
 type heldSection struct {
 	joined time.Time // when another holder entered, or zero
-	ls     *lockcore.Lease
+	ls     *lifecycle.Lease
 }
 
-func (c *lossChecker) enter(p string, ls *lockcore.Lease) *heldSection {
+func (c *lossChecker) enter(p string, ls *lifecycle.Lease) *heldSection {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.entries++
@@ -183,7 +184,7 @@ func testClusterFailover(t *testing.T, replicas int, how string) {
 				default:
 				}
 				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				ls, err := e.Acquire(actx, k, lockcore.Policy{Wait: 2 * time.Second})
+				ls, err := e.Acquire(actx, k, lifecycle.Policy{Wait: 2 * time.Second})
 				cancel()
 				if err != nil {
 					errs.Add(1)
@@ -329,7 +330,7 @@ func testClusterLostHold(t *testing.T, replicas int) {
 		if err := replica.Do(ctx, "CLIENT", "KILL", "TYPE", "master").Err(); err != nil {
 			t.Fatal(err)
 		}
-		a, err := first.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+		a, err := first.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 		if replicas > 0 {
 			// The replica did not acknowledge: no hold. (The link may
 			// have come back first, as in the attempts below.)
@@ -345,7 +346,7 @@ func testClusterLostHold(t *testing.T, replicas int) {
 				t.Fatalf("a master cut off from its replica: %v, want ErrUnavailable, acknowledged by 0 of 1", err)
 			}
 			waitFor(t, 10*time.Second, "the lock free", func() bool {
-				b, err := second.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+				b, err := second.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err == nil {
 					_ = b.Release(ctx)
 				}
@@ -372,9 +373,9 @@ func testClusterLostHold(t *testing.T, replicas int) {
 			_ = a.Release(ctx)
 			continue
 		}
-		var b *lockcore.Lease
+		var b *lifecycle.Lease
 		waitFor(t, 10*time.Second, "the second holder in", func() bool {
-			b, err = second.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+			b, err = second.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 			return err == nil
 		})
 		entered := time.Now()
@@ -476,7 +477,7 @@ func testClusterResharding(t *testing.T, replicas int) {
 				default:
 				}
 				actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				ls, err := e.Acquire(actx, k, lockcore.Policy{Wait: 2 * time.Second})
+				ls, err := e.Acquire(actx, k, lifecycle.Policy{Wait: 2 * time.Second})
 				cancel()
 				if err != nil {
 					errs.Add(1)

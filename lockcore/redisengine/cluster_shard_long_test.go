@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -67,7 +68,7 @@ func TestClusterHandOversOnOneShard(t *testing.T) {
 	round := func(n int) (byMessage int) {
 		t.Helper()
 		holder := 0
-		ls, err := engines[0].Acquire(ctx, k, lockcore.Policy{Wait: 5 * time.Second})
+		ls, err := engines[0].Acquire(ctx, k, lifecycle.Policy{Wait: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,12 +76,12 @@ func TestClusterHandOversOnOneShard(t *testing.T) {
 			next := 1 - holder
 			before := recs[next].wokenBy(wokenByMessage)
 			type result struct {
-				ls  *lockcore.Lease
+				ls  *lifecycle.Lease
 				err error
 			}
 			got := make(chan result, 1)
 			go func() {
-				ls, err := engines[next].Acquire(ctx, k, lockcore.Policy{Wait: 5 * time.Second})
+				ls, err := engines[next].Acquire(ctx, k, lifecycle.Policy{Wait: 5 * time.Second})
 				got <- result{ls, err}
 			}()
 			waitFor(t, 5*time.Second, "the waiter queued", func() bool {
@@ -375,7 +376,7 @@ func TestClusterShardSubscriptionRefused(t *testing.T) {
 	k := mustKey(t, "refused")
 	qkey := engines[0].redisKeys(k)[1]
 	for i := range 10 {
-		ls, err := engines[0].Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := engines[0].Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -232,7 +232,7 @@ func (h *hold) passOn(first bool) bool {
 	return l.nf.passTo(h.keys[0], &localGrant{prev: h, fence: h.fence + 1, passes: h.passes + 1, valid: valid})
 }
 
-// Token implements lockcore.Taken: h's token may leave the process, so
+// Token implements lockcore.Hold: h's token may leave the process, so
 // its release goes through Redis; a successor's waits until Redis has it.
 func (h *hold) Token() string {
 	h.exposed.Store(true)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -198,9 +199,9 @@ func sleeping(e *Engine, lock string) bool {
 // waiter starts an acquisition of k on e that waits, and returns once it
 // is queued, and on the Engine that hands over in memory once it sleeps;
 // its result comes on the channel.
-func (r *cohortRig) waiter(ctx context.Context, e *Engine, p lockcore.Policy) <-chan *lockcore.Lease {
+func (r *cohortRig) waiter(ctx context.Context, e *Engine, p lifecycle.Policy) <-chan *lifecycle.Lease {
 	r.t.Helper()
-	out := make(chan *lockcore.Lease, 1)
+	out := make(chan *lifecycle.Lease, 1)
 	go func() {
 		ls, err := e.Acquire(ctx, r.k, p)
 		if err != nil {
@@ -222,7 +223,7 @@ func (r *cohortRig) waiter(ctx context.Context, e *Engine, p lockcore.Policy) <-
 // handOver takes k on the Engine that hands over in memory with p, runs
 // each of before, queues a waiter there with p (waiting up to 5s), and
 // releases: it returns the first lease and the waiter's.
-func (r *cohortRig) handOver(p lockcore.Policy, before ...func()) (first, next *lockcore.Lease) {
+func (r *cohortRig) handOver(p lifecycle.Policy, before ...func()) (first, next *lifecycle.Lease) {
 	r.t.Helper()
 	ctx := context.Background()
 	first, err := r.a.Acquire(ctx, r.k, p)
@@ -240,7 +241,7 @@ func (r *cohortRig) handOver(p lockcore.Policy, before ...func()) (first, next *
 	return first, r.got(ch)
 }
 
-func (r *cohortRig) got(ch <-chan *lockcore.Lease) *lockcore.Lease {
+func (r *cohortRig) got(ch <-chan *lifecycle.Lease) *lifecycle.Lease {
 	r.t.Helper()
 	select {
 	case ls := <-ch:
@@ -264,7 +265,7 @@ func TestLocalHandOverRunsBeforeRedis(t *testing.T) {
 		r := newCohortRig(t, b)
 		ctx := context.Background()
 		var tok1 string
-		first, next := r.handOver(lockcore.Policy{}, func() { tok1, _ = r.hold() })
+		first, next := r.handOver(lifecycle.Policy{}, func() { tok1, _ = r.hold() })
 		if next.Fence() != first.Fence()+1 {
 			t.Errorf("successor's fence %d, want %d", next.Fence(), first.Fence()+1)
 		}
@@ -296,11 +297,11 @@ func TestLocalHandOverTokenWaitsForRedis(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		r := newCohortRig(t, b)
 		ctx := context.Background()
-		_, next := r.handOver(lockcore.Policy{})
+		_, next := r.handOver(lifecycle.Policy{})
 		type out struct{ tok, inRedis string }
 		outc := make(chan out, 1)
 		go func() {
-			tok := lockcore.Outbound(next.Context())
+			tok := lifecycle.Outbound(next.Context())
 			in, _ := r.hold()
 			outc <- out{tok, in}
 		}()
@@ -314,11 +315,11 @@ func TestLocalHandOverTokenWaitsForRedis(t *testing.T) {
 		if o.tok == "" || o.tok != o.inRedis {
 			t.Fatalf("token %q handed out while Redis had %q", o.tok, o.inRedis)
 		}
-		in, err := lockcore.Intake(ctx, "Routelock-Token", []string{o.tok}, nil)
+		in, err := lifecycle.Intake(ctx, "Routelock-Token", []string{o.tok}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		re, err := r.b.Acquire(in, r.k, lockcore.Policy{Wait: lockcore.FailFast})
+		re, err := r.b.Acquire(in, r.k, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatalf("re-entry from another Engine by the successor's token: %v", err)
 		}
@@ -338,14 +339,14 @@ func TestExposedHoldNotHandedOverInMemory(t *testing.T) {
 		r := newCohortRig(t, b)
 		r.openPasses()
 		ctx := context.Background()
-		first, err := r.a.Acquire(ctx, r.k, lockcore.Policy{})
+		first, err := r.a.Acquire(ctx, r.k, lifecycle.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if lockcore.Outbound(first.Context()) == "" {
+		if lifecycle.Outbound(first.Context()) == "" {
 			t.Fatal("no token to hand out")
 		}
-		ch := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		ch := r.waiter(ctx, r.a, lifecycle.Policy{Wait: 5 * time.Second})
 		if err := first.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -367,11 +368,11 @@ func TestCeilingNotHandedOverInMemory(t *testing.T) {
 		r := newCohortRig(t, b)
 		r.openPasses()
 		ctx := context.Background()
-		first, err := r.a.Acquire(ctx, r.k, lockcore.Policy{MaxHold: 50 * time.Millisecond})
+		first, err := r.a.Acquire(ctx, r.k, lifecycle.Policy{MaxHold: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ch := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		ch := r.waiter(ctx, r.a, lifecycle.Policy{Wait: 5 * time.Second})
 		next := r.got(ch)
 		if !errors.Is(context.Cause(first.Context()), lockcore.ErrMaxHold) {
 			t.Fatalf("first hold's context: %v", context.Cause(first.Context()))
@@ -392,7 +393,7 @@ func TestLocalHandOverRevoked(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		r := newCohortRig(t, b)
 		ctx := context.Background()
-		first, next := r.handOver(lockcore.Policy{})
+		first, next := r.handOver(lifecycle.Policy{})
 		rv, err := r.b.Revoke(ctx, r.k, "test")
 		if err != nil {
 			t.Fatal(err)
@@ -468,7 +469,7 @@ func TestLocalHandOverCallersLeave(t *testing.T) {
 				e := es[g%2]
 				for i := range rounds {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+(g*7+i*3)%20)*unit)
-					ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: time.Second})
+					ls, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: time.Second})
 					cancel()
 					if err != nil {
 						continue
@@ -522,7 +523,7 @@ func TestPassRetriedAfterLostReply(t *testing.T) {
 		r.openPasses()
 		r.passes.lose.Store(3)
 		ctx := context.Background()
-		_, next := r.handOver(lockcore.Policy{TTL: 300 * time.Millisecond})
+		_, next := r.handOver(lifecycle.Policy{TTL: 300 * time.Millisecond})
 		var h *hold
 		r.eventually("the pass call is answered", func() bool {
 			r.a.wd.mu.Lock()
@@ -556,8 +557,8 @@ func TestLocalHandOverChainsBeforeRedis(t *testing.T) {
 		r := newCohortRig(t, b)
 		ctx := context.Background()
 		var tok1 string
-		first, second := r.handOver(lockcore.Policy{}, func() { tok1, _ = r.hold() })
-		ch := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		first, second := r.handOver(lifecycle.Policy{}, func() { tok1, _ = r.hold() })
+		ch := r.waiter(ctx, r.a, lifecycle.Policy{Wait: 5 * time.Second})
 		if err := second.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -660,17 +661,17 @@ func TestLocalHandOverDuringUnansweredCall(t *testing.T) {
 		lockKey := a.redisKeys(k)[0]
 		ctx := context.Background()
 
-		first, err := a.Acquire(ctx, k, lockcore.Policy{})
+		first, err := a.Acquire(ctx, k, lifecycle.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		type result struct {
-			ls  *lockcore.Lease
+			ls  *lifecycle.Lease
 			err error
 		}
 		res := make(chan result, 1)
 		go func() {
-			ls, err := a.Acquire(ctx, k, lockcore.Policy{Wait: 5 * time.Second})
+			ls, err := a.Acquire(ctx, k, lifecycle.Policy{Wait: 5 * time.Second})
 			res <- result{ls, err}
 		}()
 		select {
@@ -717,7 +718,7 @@ func TestLocalHandOverDuringUnansweredCall(t *testing.T) {
 		// The hold it was handed went back: the key is free again.
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			ls, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := other.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				_ = ls.Release(ctx)
 				break
@@ -743,10 +744,10 @@ func TestLocalHandOverSkipsPassesOfAChain(t *testing.T) {
 		ctx := context.Background()
 		queue := r.a.redisKeys(r.k)[1]
 		var tok1 string
-		first, second := r.handOver(lockcore.Policy{}, func() { tok1, _ = r.hold() })
+		first, second := r.handOver(lifecycle.Policy{}, func() { tok1, _ = r.hold() })
 		r.eventually("the second's pass call is sent", func() bool { return r.passes.n.Load() >= 1 })
-		ch3 := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
-		ch4 := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		ch3 := r.waiter(ctx, r.a, lifecycle.Policy{Wait: 5 * time.Second})
+		ch4 := r.waiter(ctx, r.a, lifecycle.Policy{Wait: 5 * time.Second})
 		if err := second.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -793,9 +794,9 @@ func TestLocalHandOverChainLostLeavesNobodyQueued(t *testing.T) {
 		r := newCohortRig(t, b)
 		ctx := context.Background()
 		queue := r.a.redisKeys(r.k)[1]
-		_, second := r.handOver(lockcore.Policy{})
+		_, second := r.handOver(lifecycle.Policy{})
 		r.eventually("the second's pass call is sent", func() bool { return r.passes.n.Load() >= 1 })
-		ch3 := r.waiter(ctx, r.a, lockcore.Policy{Wait: 5 * time.Second})
+		ch3 := r.waiter(ctx, r.a, lifecycle.Policy{Wait: 5 * time.Second})
 		if err := second.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -814,7 +815,7 @@ func TestLocalHandOverChainLostLeavesNobodyQueued(t *testing.T) {
 			n, err := r.raw.ZCard(ctx, queue).Result()
 			return err == nil && n == 0
 		})
-		ls, err := r.b.Acquire(ctx, r.k, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := r.b.Acquire(ctx, r.k, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatalf("another Engine, once nobody holds or waits: %v", err)
 		}
@@ -835,12 +836,12 @@ func TestLocalHandOverRevokedAsCallerLeaves(t *testing.T) {
 		r.openPasses()
 		bg := context.Background()
 		type result struct {
-			ls  *lockcore.Lease
+			ls  *lifecycle.Lease
 			err error
 		}
 		rounds, inMemory := 0, 0
 		for end := time.Now().Add(5 * time.Second); rounds < 40 && time.Now().Before(end); rounds++ {
-			first, err := r.a.Acquire(bg, r.k, lockcore.Policy{})
+			first, err := r.a.Acquire(bg, r.k, lifecycle.Policy{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -848,14 +849,14 @@ func TestLocalHandOverRevokedAsCallerLeaves(t *testing.T) {
 			// queue, of the other Engine.
 			remote := make(chan result, 1)
 			go func() {
-				ls, err := r.b.Acquire(bg, r.k, lockcore.Policy{Wait: 5 * time.Second})
+				ls, err := r.b.Acquire(bg, r.k, lifecycle.Policy{Wait: 5 * time.Second})
 				remote <- result{ls, err}
 			}()
 			r.eventually("the other Engine's waiter queued", func() bool { return len(inspect(t, r.b, r.k).Waiters) == 1 })
 			wctx, leave := context.WithCancel(bg)
 			local := make(chan result, 1)
 			go func() {
-				ls, err := r.a.Acquire(wctx, r.k, lockcore.Policy{Wait: 5 * time.Second})
+				ls, err := r.a.Acquire(wctx, r.k, lifecycle.Policy{Wait: 5 * time.Second})
 				local <- result{ls, err}
 			}()
 			select {
@@ -910,7 +911,7 @@ func TestLocalHandOverRevokedAsCallerLeaves(t *testing.T) {
 
 // TestLocalHandOverNotToASet: a hold revoked before its Engine heard of it
 // is released while the only waiter of its Engine is the first key of a
-// set that lockcore.AcquireAll takes one key at a time, and whose second
+// set that lifecycle.AcquireAll takes one key at a time, and whose second
 // key stays held: the set fails and gives its first lease back unseen. The
 // hold is not handed to it in memory: the release goes through Redis and
 // tells its holder of the revocation.
@@ -920,20 +921,20 @@ func TestLocalHandOverNotToASet(t *testing.T) {
 		r.openPasses()
 		bg := context.Background()
 		second, _ := lockcore.NewKey("z") // after k: taken second
-		other, err := r.b.Acquire(bg, second, lockcore.Policy{})
+		other, err := r.b.Acquire(bg, second, lifecycle.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer other.Release(bg)
-		first, err := r.a.Acquire(bg, r.k, lockcore.Policy{})
+		first, err := r.a.Acquire(bg, r.k, lifecycle.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The revocation grants k to a waiter of the other Engine, first in
 		// the queue.
-		remote := make(chan *lockcore.Lease, 1)
+		remote := make(chan *lifecycle.Lease, 1)
 		go func() {
-			ls, err := r.b.Acquire(bg, r.k, lockcore.Policy{Wait: 5 * time.Second})
+			ls, err := r.b.Acquire(bg, r.k, lifecycle.Policy{Wait: 5 * time.Second})
 			if err != nil {
 				t.Errorf("the other Engine's waiter: %v", err)
 			}
@@ -942,9 +943,9 @@ func TestLocalHandOverNotToASet(t *testing.T) {
 		r.eventually("the other Engine's waiter queued", func() bool { return len(inspect(t, r.b, r.k).Waiters) == 1 })
 		set := make(chan error, 1)
 		go func() {
-			ls, err := lockcore.AcquireAll(bg, r.a, []lockcore.Key{r.k, second}, lockcore.Policy{Wait: 300 * time.Millisecond})
+			ls, err := lifecycle.AcquireAll(bg, r.a, []lockcore.Key{r.k, second}, lifecycle.Policy{Wait: 300 * time.Millisecond})
 			if err == nil {
-				_ = lockcore.ReleaseAll(bg, ls)
+				_ = lifecycle.ReleaseAll(bg, ls)
 			}
 			set <- err
 		}()

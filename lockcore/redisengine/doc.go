@@ -1,21 +1,21 @@
 // Package redisengine is routelock's Redis engine: reentrant, fenced,
 // watchdog-renewed locks on one Redis (a server, or a Cluster), with
-// fail-fast and blocking acquisition. It is a lockcore.Backend, which
-// takes holds and gives them back, and a lockcore.Engine whose leases
-// lockcore.Serve makes of them; the HTTP middleware and the gRPC
-// interceptors use it through that interface, and lock.New makes one.
+// fail-fast and blocking acquisition. It is a lockcore.Engine, which
+// takes holds and gives them back; lock.New makes one, and the Locker it
+// is given to owns the leases of its holds:
 //
 //	engine, err := redisengine.New(rdb, redisengine.Options{})
-//	lease, err := engine.Acquire(ctx, key, lockcore.Policy{Wait: 2 * time.Second})
+//	locker := lock.FromEngine(engine)
+//	lease, err := locker.Acquire(ctx, key, lock.Wait(2*time.Second))
 //
 // # Owners and reentrancy
 //
 // A lock is held by an owner token, 128 random bits minted for the hold when
-// the lock is taken, which the lease's context.Context carries (see
-// lockcore.TokensFrom). An acquisition under a context that carries the
-// token of the hold re-enters the lock: its attempt id is added to the
-// hold's entries in Redis, so the nested caller may be another process that
-// received the token (lockcore.Intake). Each release drops its own
+// the lock is taken (lockcore.Request.Token), which the lease's
+// context.Context carries. An acquisition whose request carries the token
+// of the hold (lockcore.Request.Join) re-enters the lock: its attempt id
+// is added to the hold's entries in Redis, so the nested caller may be
+// another process that received the token. Each release drops its own
 // entry; the key is freed when none is left. A token never takes a free
 // lock, so one that holds nothing grants nothing.
 //

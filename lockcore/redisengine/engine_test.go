@@ -12,6 +12,7 @@ import (
 
 	"github.com/routelock/lock/internal/background"
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -62,11 +63,11 @@ func holdCount(info lockcore.Info, token string) int {
 // eventually polls cond until it holds or the bound passes.
 // acquireAsync starts l.Acquire(key) with a wait and returns the channels
 // its lease or error arrive on.
-func acquireAsync(l *Engine, key lockcore.Key, wait time.Duration) (<-chan *lockcore.Lease, <-chan error) {
-	got := make(chan *lockcore.Lease, 1)
+func acquireAsync(l *Engine, key lockcore.Key, wait time.Duration) (<-chan *lifecycle.Lease, <-chan error) {
+	got := make(chan *lifecycle.Lease, 1)
 	errc := make(chan error, 1)
 	go func() {
-		ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: wait})
+		ls, err := l.Acquire(context.Background(), key, lifecycle.Policy{Wait: wait})
 		if err != nil {
 			errc <- err
 			return
@@ -78,7 +79,7 @@ func acquireAsync(l *Engine, key lockcore.Key, wait time.Duration) (<-chan *lock
 
 // awaitLease returns the lease from got within d, failing the test on an
 // error or when none comes in time.
-func awaitLease(t *testing.T, got <-chan *lockcore.Lease, errc <-chan error, d time.Duration, what string) *lockcore.Lease {
+func awaitLease(t *testing.T, got <-chan *lifecycle.Lease, errc <-chan error, d time.Duration, what string) *lifecycle.Lease {
 	t.Helper()
 	select {
 	case ls := <-got:
@@ -122,13 +123,13 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		key := mustKey(t, "productID", "42")
 		ctx := context.Background()
 
-		outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		outer, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Another process that received the token re-enters.
 		tok := outer.Token()
-		inner, err := bl.Acquire(enginetest.WithToken(ctx, tok), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(enginetest.WithToken(ctx, tok), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatalf("re-entry with the holder's token: %v", err)
 		}
@@ -139,11 +140,11 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 			t.Fatalf("holders = %v, want {token: 2}", info.Holders)
 		}
 		// A third owner does not get in.
-		if _, err := c.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := c.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("other owner: err = %v, want ErrNotAcquired", err)
 		}
 		// A token that holds nothing grants nothing.
-		if _, err := c.Acquire(enginetest.WithToken(ctx, lockcore.NewToken()), key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := c.Acquire(enginetest.WithToken(ctx, lifecycle.NewToken()), key, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("foreign token: err = %v, want ErrNotAcquired", err)
 		}
 		if err := outer.Release(ctx); err != nil {
@@ -152,7 +153,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		if info := inspect(t, a, key); holdCount(info, tok) != 1 {
 			t.Fatalf("after outer release: holders = %v, want {token: 1}", info.Holders)
 		}
-		if _, err := c.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := c.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("while inner holds: err = %v, want ErrNotAcquired", err)
 		}
 		if err := inner.Release(ctx); err != nil {
@@ -161,7 +162,7 @@ func TestReentrancyAcrossLockers(t *testing.T) {
 		if info := inspect(t, a, key); len(info.Holders) > 0 {
 			t.Fatalf("after both releases: %+v", info)
 		}
-		ls, err := c.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := c.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatalf("after release: %v", err)
 		}
@@ -184,12 +185,12 @@ func TestReentrancyInProcessSkipsRedis(t *testing.T) {
 	defer l.Close()
 	key := mustKey(t, "k")
 	ctx := context.Background()
-	outer, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+	outer, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := n.Load()
-	inner, err := l.Acquire(outer.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+	inner, err := l.Acquire(outer.Context(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,14 +225,14 @@ func TestReleaseByWrongTokenLeavesLock(t *testing.T) {
 		l := newLocker(t, b, redistest.Prefix(t), Options{})
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A lease on the same key under another token, as a confused or
 		// hostile caller would hold after the real one took over, believed
 		// valid; and one under the right token with another entry.
-		for _, tok := range []string{lockcore.NewToken(), ls.Token()} {
+		for _, tok := range []string{lifecycle.NewToken(), ls.Token()} {
 			forged := l.newHold(key, tok, 0)
 			forged.setEntry(l.nextID(time.Now()))
 			forged.setValidUntil(time.Now().Add(time.Minute))
@@ -263,13 +264,13 @@ func TestExpiryFreesCrashedHolder(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 300 * time.Millisecond
-		held, err := crashed.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+		held, err := crashed.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = crashed.Close() // stops renewing; never releases
 		start := time.Now()
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: 5 * time.Second})
+		ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("waiter after the holder crashed: %v", err)
 		}
@@ -296,7 +297,7 @@ func TestWatchdogKeepsLease(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 100 * time.Millisecond
-		ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+		ls, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,7 +305,7 @@ func TestWatchdogKeepsLease(t *testing.T) {
 		attempts := 0
 		for time.Now().Before(end) {
 			attempts++
-			got, err := other.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+			got, err := other.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 			if err == nil {
 				_ = got.Release(ctx)
 				t.Fatalf("another owner got in after %v", time.Since(end.Add(-5*ttl)))
@@ -339,7 +340,7 @@ func TestLostLeaseCancelsContext(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 300 * time.Millisecond
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+		ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -377,7 +378,7 @@ func TestFencingAcrossExpiry(t *testing.T) {
 		var last int64
 		for i := range 6 {
 			l := newLocker(t, b, prefix, Options{})
-			ls, err := l.Acquire(ctx, key, lockcore.Policy{TTL: 40 * time.Millisecond, Wait: 5 * time.Second})
+			ls, err := l.Acquire(ctx, key, lifecycle.Policy{TTL: 40 * time.Millisecond, Wait: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -409,14 +410,14 @@ func TestCancelWhileWaiting(t *testing.T) {
 		key := mustKey(t, "k")
 		bg := context.Background()
 
-		ls, err := holder.Acquire(bg, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := holder.Acquire(bg, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(bg)
 		done := make(chan error, 1)
 		go func() {
-			_, err := waiter.Acquire(ctx, key, lockcore.Policy{Wait: time.Minute})
+			_, err := waiter.Acquire(ctx, key, lifecycle.Policy{Wait: time.Minute})
 			done <- err
 		}()
 		eventually(t, 5*time.Second, "waiter queued", func() bool { return len(inspect(t, holder, key).Waiters) == 1 })
@@ -437,14 +438,14 @@ func TestCancelWhileWaiting(t *testing.T) {
 
 		// The race: release and cancellation at the same moment, many times.
 		for i := range 100 {
-			ls, err := holder.Acquire(bg, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := holder.Acquire(bg, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(bg)
 			done := make(chan error, 1)
 			go func() {
-				got, err := waiter.Acquire(ctx, key, lockcore.Policy{Wait: time.Minute})
+				got, err := waiter.Acquire(ctx, key, lifecycle.Policy{Wait: time.Minute})
 				if err == nil {
 					err = got.Release(bg)
 				}
@@ -473,12 +474,12 @@ func TestFailFastAndWaitTimeout(t *testing.T) {
 		o := newLocker(t, b, prefix, Options{})
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		ls, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: 5 * time.Second})
+		ls, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ls.Release(ctx)
-		_, err = o.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		_, err = o.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		var ce *lockcore.ContentionError
 		if !errors.As(err, &ce) || !errors.Is(err, lockcore.ErrNotAcquired) || errors.Is(err, lockcore.ErrWaitTimeout) {
 			t.Fatalf("fail fast: %v", err)
@@ -486,13 +487,13 @@ func TestFailFastAndWaitTimeout(t *testing.T) {
 		if ce.RetryAfter <= 0 || ce.RetryAfter > 5*time.Second {
 			t.Fatalf("RetryAfter = %v", ce.RetryAfter)
 		}
-		_, err = o.Acquire(ctx, key, lockcore.Policy{Wait: 50 * time.Millisecond})
+		_, err = o.Acquire(ctx, key, lifecycle.Policy{Wait: 50 * time.Millisecond})
 		if !errors.Is(err, lockcore.ErrWaitTimeout) || !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("wait: %v, want ErrWaitTimeout", err)
 		}
 		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
-		_, err = o.Acquire(dctx, key, lockcore.Policy{Wait: time.Minute})
+		_, err = o.Acquire(dctx, key, lifecycle.Policy{Wait: time.Minute})
 		if !errors.Is(err, lockcore.ErrWaitTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("wait bounded by the context deadline: %v", err)
 		}
@@ -510,7 +511,7 @@ func TestHandOffOrder(t *testing.T) {
 		lockers := []*Engine{newLocker(t, b, prefix, Options{LocalHandOvers: -1}), newLocker(t, b, prefix, Options{LocalHandOvers: -1})}
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		ls, err := lockers[0].Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := lockers[0].Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -521,7 +522,7 @@ func TestHandOffOrder(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				got, err := lockers[i%2].Acquire(ctx, key, lockcore.Policy{Wait: 10 * time.Second})
+				got, err := lockers[i%2].Acquire(ctx, key, lifecycle.Policy{Wait: 10 * time.Second})
 				if err != nil {
 					t.Error(err)
 					return
@@ -557,18 +558,18 @@ func TestQueueOutlivesHolder(t *testing.T) {
 		a, c := newLocker(t, b, prefix, Options{}), newLocker(t, b, prefix, Options{})
 		key := mustKey(t, "k")
 		ctx := context.Background()
-		first, err := crashed.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: 300 * time.Millisecond})
+		first, err := crashed.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		type result struct {
-			ls  *lockcore.Lease
+			ls  *lifecycle.Lease
 			err error
 		}
 		got := make(chan result, 2)
 		for i, l := range []*Engine{a, c} {
 			go func() {
-				ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: 3 * time.Second, TTL: 10 * time.Second})
+				ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: 3 * time.Second, TTL: 10 * time.Second})
 				got <- result{ls, err}
 			}()
 			eventually(t, 5*time.Second, "waiter queued", func() bool { return len(inspect(t, a, key).Waiters) == i+1 })
@@ -647,7 +648,7 @@ func TestRoundTrips(t *testing.T) {
 		// Warm up: the first use loads the scripts (EVALSHA, NOSCRIPT, EVAL),
 		// on each master of a Cluster that the keys live on.
 		for i := range 20 {
-			ls, err := l.Acquire(ctx, mustKey(t, "k", string(rune('a'+i))), lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, mustKey(t, "k", string(rune('a'+i))), lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -657,7 +658,7 @@ func TestRoundTrips(t *testing.T) {
 		if b.Name == "sentinel" {
 			want = 2 // and WAIT
 		}
-		for _, p := range []lockcore.Policy{{}, {Wait: time.Second}} {
+		for _, p := range []lifecycle.Policy{{}, {Wait: time.Second}} {
 			for i := range 20 {
 				key := mustKey(t, "k", string(rune('a'+i)))
 				n.Store(0)
@@ -691,7 +692,7 @@ func TestRoundTrips(t *testing.T) {
 func TestErrReadsTheClock(t *testing.T) {
 	b := redistest.Mini(t)
 	l := newLocker(t, b, redistest.Prefix(t), Options{TTL: time.Minute, MaxTTL: time.Minute})
-	ls, err := l.Acquire(context.Background(), mustKey(t, "clock"), lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := l.Acquire(context.Background(), mustKey(t, "clock"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -715,7 +716,7 @@ func TestErrReadsTheClock(t *testing.T) {
 
 // holdOf returns l's live hold that ls was made of, or nil when l has
 // none: the one of its key and fence.
-func holdOf(l *Engine, ls *lockcore.Lease) *hold {
+func holdOf(l *Engine, ls *lifecycle.Lease) *hold {
 	l.wd.mu.Lock()
 	defer l.wd.mu.Unlock()
 	for _, h := range l.wd.holds {

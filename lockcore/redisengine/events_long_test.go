@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -22,7 +23,7 @@ func TestEventsWaitEnds(t *testing.T) {
 		ctx := context.Background()
 		holder := newLocker(t, b, prefix, Options{})
 		key := mustKey(t, "waitends", "1")
-		ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +49,7 @@ func TestEventsWaitEnds(t *testing.T) {
 		acquire := func(l *Engine, ctx context.Context, wait time.Duration) <-chan error {
 			errc := make(chan error, 1)
 			go func() {
-				ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: wait})
+				ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: wait})
 				if err == nil {
 					_ = ls.Release(context.Background())
 					err = errors.New("granted")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -166,7 +167,7 @@ func TestEventsUnderContention(t *testing.T) {
 					for i := range rounds {
 						key := keys[(g+i)%len(keys)]
 						ctx := context.Background()
-						p := lockcore.Policy{Wait: 10 * time.Second}
+						p := lifecycle.Policy{Wait: 10 * time.Second}
 						var cancel context.CancelFunc = func() {}
 						switch i % 4 {
 						case 2:
@@ -262,7 +263,7 @@ func TestEventsWake(t *testing.T) {
 				}
 				key := mustKey(t, "wake", c.name)
 				primeShard(t, waiterEng, key)
-				ls, err := holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err := holderEng.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -312,7 +313,7 @@ func TestEventsRenewalsAndEnds(t *testing.T) {
 
 		// Renewed while held; lost when deleted.
 		key := mustKey(t, "ends", "deleted")
-		ls, err := l.Acquire(context.WithValue(ctx, ctxKey{}, "acquire"), key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(context.WithValue(ctx, ctxKey{}, "acquire"), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -343,7 +344,7 @@ func TestEventsRenewalsAndEnds(t *testing.T) {
 
 		// Revoked while held.
 		key = mustKey(t, "ends", "revoked")
-		ls, err = l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err = l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,7 +367,7 @@ func TestEventsRenewalsAndEnds(t *testing.T) {
 		// Revoked, found at release.
 		slow := newLocker(t, b, prefix, Options{TTL: 10 * time.Second, Events: rec})
 		key = mustKey(t, "ends", "revoked-at-release")
-		ls, err = slow.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err = slow.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +387,7 @@ func TestEventsRenewalsAndEnds(t *testing.T) {
 		crec := newRecorder()
 		cut, p := cutOffLocker(t, b, tightKind(150*time.Millisecond), prefix, Options{TTL: 600 * time.Millisecond, Events: crec})
 		key = mustKey(t, "ends", "ran-out")
-		ls, err = cut.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err = cut.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

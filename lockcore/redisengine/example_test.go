@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
@@ -23,36 +24,37 @@ func Example() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	locker, err := redisengine.New(rdb, redisengine.Options{})
+	engine, err := redisengine.New(rdb, redisengine.Options{})
 	if err != nil {
 		panic(err)
 	}
-	defer locker.Close()
+	defer engine.Close()
+	locker := lock.FromEngine(engine) // owns the leases of the engine's holds
 
 	ctx := context.Background()
 	key, err := lockcore.NewKey("productID", "42")
 	if err != nil {
 		panic(err)
 	}
-	lease, err := locker.Acquire(ctx, key, lockcore.Policy{Wait: 2 * time.Second})
+	lease, err := locker.Acquire(ctx, key, lock.Wait(2*time.Second))
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("locked", lease.Key())
 
 	// A nested call on behalf of the same request re-enters.
-	nested, err := locker.Acquire(lease.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+	nested, err := locker.Acquire(lease.Context(), key, lock.FailFast())
 	fmt.Println("nested call re-entered:", err == nil, nested.Fence() == lease.Fence())
 	_ = nested.Release(ctx)
 
 	// Another request (another owner token) is refused while it is held.
-	_, err = locker.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+	_, err = locker.Acquire(ctx, key, lock.FailFast())
 	fmt.Println("other owner refused:", errors.Is(err, lockcore.ErrNotAcquired))
 
 	if err := lease.Release(ctx); err != nil {
 		panic(err)
 	}
-	info, _ := locker.Inspect(ctx, key)
+	info, _ := engine.Inspect(ctx, key)
 	fmt.Println("held after release:", (len(info.Holders) > 0))
 	// Output:
 	// locked productID:42

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -42,7 +43,7 @@ func TestExclusion(t *testing.T) {
 			go func(l, peer *Engine) {
 				defer wg.Done()
 				for i := range perG {
-					ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: 30 * time.Second})
+					ls, err := l.Acquire(context.Background(), key, lifecycle.Policy{Wait: 30 * time.Second})
 					if err != nil {
 						errs <- err
 						return
@@ -58,12 +59,12 @@ func TestExclusion(t *testing.T) {
 					// Nested calls for the same request re-enter: in this
 					// process through the lease's context, and in another
 					// "service" through the propagated token.
-					var nested *lockcore.Lease
+					var nested *lifecycle.Lease
 					switch i % 8 {
 					case 0:
-						nested, err = l.Acquire(ls.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+						nested, err = l.Acquire(ls.Context(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 					case 1:
-						nested, err = peer.Acquire(enginetest.WithToken(context.Background(), ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+						nested, err = peer.Acquire(enginetest.WithToken(context.Background(), ls.Token()), key, lifecycle.Policy{Wait: lockcore.FailFast})
 					}
 					if err != nil {
 						errs <- fmt.Errorf("nested: %w", err)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
-	"github.com/routelock/lock/lockcore"
 )
 
 // TestSentinelFailoverFences: 12 workers on 3 Engines lock 4 products
@@ -122,7 +122,7 @@ func runFailoverLoad(t *testing.T, set *redistest.Set, replicas int, stop <-chan
 				phase := fl.phase.Load()
 				start := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 2 * time.Second})
+				ls, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: 2 * time.Second})
 				cancel()
 				if err != nil {
 					fl.errs.Add(1)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -49,7 +50,7 @@ func TestReplicaAcknowledgement(t *testing.T) {
 			}
 			l := lockerOn(t, b.Universal(t), prefix, Options{Replicas: want, ReplicaTimeout: 50 * time.Millisecond})
 			k := mustKey(t, "acked", fmt.Sprint(want))
-			for _, p := range []lockcore.Policy{{Wait: lockcore.FailFast}, {Wait: time.Second}} {
+			for _, p := range []lifecycle.Policy{{Wait: lockcore.FailFast}, {Wait: time.Second}} {
 				start := time.Now()
 				ls, err := l.Acquire(context.Background(), k, p)
 				took := time.Since(start)
@@ -70,7 +71,7 @@ func TestReplicaAcknowledgement(t *testing.T) {
 					t.Errorf("the failed acquisition took %v", took)
 				}
 				waitFor(t, 2*time.Second, "the lock given back", func() bool {
-					ls, err := other.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast})
+					ls, err := other.Acquire(context.Background(), k, lifecycle.Policy{Wait: lockcore.FailFast})
 					if err != nil {
 						return false
 					}
@@ -113,7 +114,7 @@ func TestReplicaShortfallIsNoOutage(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := l.Acquire(context.Background(), mustKey(t, "short", fmt.Sprint(i)), lockcore.Policy{Wait: lockcore.FailFast})
+			_, err := l.Acquire(context.Background(), mustKey(t, "short", fmt.Sprint(i)), lifecycle.Policy{Wait: lockcore.FailFast})
 			errs <- err
 		}()
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -25,7 +26,7 @@ func TestUnavailable(t *testing.T) {
 		defer l.Close()
 		ctx := context.Background()
 		const ttl = 400 * time.Millisecond
-		ls, err := l.Acquire(ctx, mustKey(t, "held"), lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+		ls, err := l.Acquire(ctx, mustKey(t, "held"), lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +39,7 @@ func TestUnavailable(t *testing.T) {
 		stop()
 		cut := time.Now()
 
-		for _, p := range []lockcore.Policy{{}, {Wait: time.Second}} {
+		for _, p := range []lifecycle.Policy{{}, {Wait: time.Second}} {
 			_, err = l.Acquire(ctx, mustKey(t, "other"), p)
 			if !errors.Is(err, lockcore.ErrUnavailable) {
 				t.Fatalf("acquire (%+v) with Redis down: %v, want ErrUnavailable", p, err)

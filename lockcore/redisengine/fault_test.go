@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/faultproxy"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -49,7 +50,7 @@ func TestLostHandOverNotification(t *testing.T) {
 			t.Fatal(err)
 		}
 		const ttl = 10 * time.Second
-		ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+		ls, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +105,7 @@ func TestResubscribeAsksAgain(t *testing.T) {
 		})
 		w.channel = prefix + "nobody-listens"
 		key := mustKey(t, "k")
-		h, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second})
+		h, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -44,7 +45,7 @@ type drawChecker struct {
 }
 
 // acquire runs l.Acquire and records the token it hands out.
-func (c *drawChecker) acquire(ctx context.Context, l *Engine, key lockcore.Key, p lockcore.Policy, what string) (*lockcore.Lease, error) {
+func (c *drawChecker) acquire(ctx context.Context, l *Engine, key lockcore.Key, p lifecycle.Policy, what string) (*lifecycle.Lease, error) {
 	called := time.Now()
 	ls, err := l.Acquire(ctx, key, p)
 	if err == nil {
@@ -132,10 +133,10 @@ func (r *drawRig) engines(addr string, ret time.Duration) {
 // refuses for a while, a moved client reconnects.
 func (r *drawRig) first(what string) {
 	ctx := context.Background()
-	var ls *lockcore.Lease
+	var ls *lifecycle.Lease
 	eventually(r.t, 10*r.load.ttl+5*time.Second, what, func() bool {
 		var err error
-		ls, err = r.c.acquire(ctx, r.a, r.key, lockcore.Policy{Wait: lockcore.FailFast}, what)
+		ls, err = r.c.acquire(ctx, r.a, r.key, lifecycle.Policy{Wait: lockcore.FailFast}, what)
 		return err == nil
 	})
 	_ = ls.Release(ctx)
@@ -143,8 +144,8 @@ func (r *drawRig) first(what string) {
 
 // hold takes the lock for a section of the mix, failing the test if it
 // cannot within a few TTLs.
-func (r *drawRig) hold(e *Engine, what string) *lockcore.Lease {
-	ls, err := r.c.acquire(context.Background(), e, r.key, lockcore.Policy{Wait: 5*r.load.ttl + time.Second}, what)
+func (r *drawRig) hold(e *Engine, what string) *lifecycle.Lease {
+	ls, err := r.c.acquire(context.Background(), e, r.key, lifecycle.Policy{Wait: 5*r.load.ttl + time.Second}, what)
 	if err != nil {
 		r.t.Fatalf("%s: %v", what, err)
 	}
@@ -176,7 +177,7 @@ func (r *drawRig) mix(phase string) {
 		go func() {
 			defer wg.Done()
 			for left.Add(-1) >= 0 {
-				ls, err := r.c.acquire(ctx, e, r.key, lockcore.Policy{Wait: 5*load.ttl + time.Second}, phase+" exclusive")
+				ls, err := r.c.acquire(ctx, e, r.key, lifecycle.Policy{Wait: 5*load.ttl + time.Second}, phase+" exclusive")
 				if err != nil {
 					continue // lost to the load; its token, if any, is not handed out
 				}
@@ -199,7 +200,7 @@ func (r *drawRig) mix(phase string) {
 		go func() {
 			defer wg.Done()
 			for left.Add(-1) >= 0 {
-				ls, err := r.c.acquire(ctx, e, r.key, lockcore.Policy{Wait: lockcore.FailFast}, phase+" fail-fast")
+				ls, err := r.c.acquire(ctx, e, r.key, lifecycle.Policy{Wait: lockcore.FailFast}, phase+" fail-fast")
 				if err == nil {
 					_ = ls.Release(ctx) // the holder's lease ran out under the load
 				} else if errors.Is(err, lockcore.ErrNotAcquired) {
@@ -226,7 +227,7 @@ func (r *drawRig) mix(phase string) {
 		for i := range load.skipped {
 			entries = append(entries, redis.Z{
 				Score:  arrived - float64(load.skipped-i),
-				Member: fmt.Sprintf("%d %d %snotify:gone gone.%d.0 %s", deadline, load.ttl.Milliseconds(), r.prefix, i, lockcore.NewToken()),
+				Member: fmt.Sprintf("%d %d %snotify:gone gone.%d.0 %s", deadline, load.ttl.Milliseconds(), r.prefix, i, lifecycle.NewToken()),
 			})
 			if len(entries) == cap(entries) || i == load.skipped-1 {
 				if err := r.admin.ZAdd(ctx, q, entries...).Err(); err != nil {
@@ -235,13 +236,13 @@ func (r *drawRig) mix(phase string) {
 				entries = entries[:0]
 			}
 		}
-		got := make(chan *lockcore.Lease, 1)
+		got := make(chan *lifecycle.Lease, 1)
 		go func() {
 			// Told after half its grant (skipping took longer than half a
 			// TTL), it claims the grant first; after all of it, it takes
 			// the lock again with a token of a draw of its own, and the
 			// one drawn for it goes to nobody.
-			ls, _ := r.c.acquire(ctx, r.b, r.key, lockcore.Policy{Wait: 10*load.ttl + 5*time.Second}, phase+" waiter behind the skipped")
+			ls, _ := r.c.acquire(ctx, r.b, r.key, lifecycle.Policy{Wait: 10*load.ttl + 5*time.Second}, phase+" waiter behind the skipped")
 			got <- ls
 		}()
 		eventually(t, 5*time.Second, "the live waiter queued", func() bool {
@@ -271,14 +272,14 @@ func (r *drawRig) readers(phase string) {
 		return
 	}
 	w := r.hold(r.a, phase+" writer")
-	got := make(chan *lockcore.Lease, load.readers)
+	got := make(chan *lifecycle.Lease, load.readers)
 	for i := range load.readers {
 		e := r.a
 		if i%2 == 1 {
 			e = r.b
 		}
 		go func() {
-			ls, _ := r.c.acquire(ctx, e, r.key, lockcore.Policy{Share: lockcore.ShareAll, Wait: 10*load.ttl + 5*time.Second}, phase+" reader")
+			ls, _ := r.c.acquire(ctx, e, r.key, lifecycle.Policy{Share: lockcore.ShareAll, Wait: 10*load.ttl + 5*time.Second}, phase+" reader")
 			got <- ls
 		}()
 	}
@@ -289,7 +290,7 @@ func (r *drawRig) readers(phase string) {
 		t.Fatalf("%s: the writer's release: %v", phase, err)
 	}
 	took, lead := time.Since(rel), r.lead()
-	held := make([]*lockcore.Lease, 0, load.readers)
+	held := make([]*lifecycle.Lease, 0, load.readers)
 	for range load.readers {
 		if ls := <-got; ls != nil {
 			held = append(held, ls)
@@ -313,10 +314,10 @@ func (r *drawRig) readers(phase string) {
 // through e: the first draw after a loss, as early as a client can make it.
 func (r *drawRig) probe(e *Engine, what string) {
 	ctx := context.Background()
-	var ls *lockcore.Lease
+	var ls *lifecycle.Lease
 	eventually(r.t, 10*r.load.ttl+5*time.Second, what, func() bool {
 		var err error
-		ls, err = r.c.acquire(ctx, e, r.key, lockcore.Policy{Share: lockcore.ShareAll, Wait: lockcore.FailFast}, what)
+		ls, err = r.c.acquire(ctx, e, r.key, lifecycle.Policy{Share: lockcore.ShareAll, Wait: lockcore.FailFast}, what)
 		return err == nil
 	})
 	_ = ls.Release(ctx)

@@ -78,21 +78,26 @@ func (l *Engine) GateOf(key lockcore.Key) (lockcore.Gate, bool) {
 	return e.g, ok
 }
 
-// gated returns the error that refuses an acquisition of key with p when
-// key's gate is closed, and nil otherwise: an acquisition's check, from
-// memory. Readers and restocks pass a closed gate (lockcore.Gatekeeper).
-func (l *Engine) gated(key lockcore.Key, p lockcore.Policy) error {
-	if !gatedBy(p) {
+// gated returns the error that refuses r when its key's gate is closed,
+// and nil otherwise: an acquisition's check, from memory. Readers and
+// restocks pass a closed gate (lockcore.Gatekeeper).
+func (l *Engine) gated(r lockcore.Request) error {
+	if !gatedBy(r) {
 		return nil
 	}
-	e, _ := l.gateEntry(key)
+	e, _ := l.gateEntry(r.Key)
 	return e.err
 }
 
-// gatedBy reports whether a closed gate refuses an acquisition with p:
-// one that takes from the resource, exclusive or a permit, and does not
-// restock it.
-func gatedBy(p lockcore.Policy) bool { return p.Share != lockcore.ShareAll && !p.Restock }
+// gatedBy reports whether a closed gate refuses r: an acquisition that
+// takes from the resource, exclusive or a permit, and does not restock it.
+func gatedBy(r lockcore.Request) bool { return r.Share != lockcore.ShareAll && !r.Restock }
+
+// gateError is the error of an acquisition of key that its closed gate
+// refuses: it matches lockcore.ErrGateClosed and names key.
+func gateError(key lockcore.Key) error {
+	return fmt.Errorf("%w: %s", lockcore.ErrGateClosed, key)
+}
 
 // knowGates returns once the Engine knows the closed gates from Redis, so
 // that an acquisition is refused from the Engine's first one on: it waits
@@ -163,7 +168,7 @@ func (l *Engine) gateEntry(key lockcore.Key) (gateEntry, bool) {
 		return gateEntry{}, false
 	}
 	e, ok := (*m)[key.String()]
-	if !ok || e.g.Open(time.Now()) {
+	if !ok || opened(e.g, time.Now()) {
 		return gateEntry{}, false
 	}
 	return e, true
@@ -268,10 +273,10 @@ func (l *Engine) readGates(ctx context.Context) (map[string]gateEntry, error) {
 		g, ok := parseGate(k, v)
 		switch {
 		case !ok:
-		case g.Open(now):
+		case opened(g, now):
 			done = append(done, k)
 		default:
-			m[k] = gateEntry{g: g, err: lockcore.GateError(g.Key)}
+			m[k] = gateEntry{g: g, err: gateError(g.Key)}
 		}
 	}
 	for _, k := range done {
@@ -322,7 +327,7 @@ func (l *Engine) putGate(k string, g lockcore.Gate, closed bool) {
 		}
 	}
 	if closed {
-		m[k] = gateEntry{g: g, err: lockcore.GateError(g.Key)}
+		m[k] = gateEntry{g: g, err: gateError(g.Key)}
 	} else {
 		delete(m, k)
 	}
@@ -406,3 +411,7 @@ func (l *Engine) gatesSubscribed() {
 		l.reloadGates()
 	}
 }
+
+// opened reports whether gate g has opened by itself at now: its time is
+// up.
+func opened(g lockcore.Gate, now time.Time) bool { return !g.Until.IsZero() && !now.Before(g.Until) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -130,7 +131,7 @@ func TestNewEngineRefusesClosedGate(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					pol := lockcore.Policy{Wait: lockcore.FailFast}
+					pol := lifecycle.Policy{Wait: lockcore.FailFast}
 					if i%2 == 1 {
 						pol.Wait = time.Second
 					}
@@ -154,7 +155,7 @@ func TestNewEngineRefusesClosedGate(t *testing.T) {
 		if got != 0 || refused != 5*16 {
 			t.Fatalf("first acquisitions of new Engines of a closed key: %d took it, %d refused, %d failed otherwise; want 0, %d, 0", got, refused, other, 5*16)
 		}
-		rd, err := newLocker(t, b, p, Options{}).Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+		rd, err := newLocker(t, b, p, Options{}).Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
 		if err != nil {
 			t.Fatalf("a reader's first acquisition on a new Engine of a closed key: %v, want it held", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -34,7 +35,7 @@ func TestGrantSurvivesOneLostRenewal(t *testing.T) {
 					t.Fatal(err)
 				}
 				key := mustKey(t, "grant", "renewal")
-				h1, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				h1, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}

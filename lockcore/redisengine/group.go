@@ -11,17 +11,9 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// maxGroup is the most keys AcquireGroup takes in one call; more are taken
+// maxGroup is the most keys TakeAll takes in one call; more are taken
 // one by one.
 const maxGroup = 32
-
-// AcquireGroup takes the locks of keys in one call to Redis for
-// lockcore.AcquireAll (see TakeAll).
-func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockcore.Policy) ([]*lockcore.Lease, error) {
-	return l.srv.(interface {
-		AcquireGroup(context.Context, []lockcore.Key, lockcore.Policy) ([]*lockcore.Lease, error)
-	}).AcquireGroup(ctx, keys, p)
-}
 
 // TakeAll implements lockcore.Batch: it takes the exclusive locks of rs'
 // keys in one call to Redis, all or none, when every one of them is free
@@ -37,14 +29,14 @@ func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lockco
 // nor after finding one of the keys held or waited for, unless the Wait is
 // lockcore.FailFast and the key is held: it then fails with that key's
 // *lockcore.ContentionError. Its other errors are Take's.
-func (l *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore.Taken, error) {
+func (l *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore.Hold, error) {
 	if l.closed.Load() {
 		return nil, nil // one by one, each ErrClosed, as Take checks first
 	}
 	for _, r := range rs {
 		// A closed gate refuses the lot before any call, whether or not
 		// they could go together.
-		if err := l.gated(r.Key, lockcore.Policy{Share: r.Share, Restock: r.Restock}); err != nil {
+		if err := l.gated(r); err != nil {
 			return nil, err
 		}
 	}
@@ -175,7 +167,7 @@ func (l *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 		}
 		return nil, unavailable("acquire", errLate)
 	}
-	ts := make([]lockcore.Taken, len(hs))
+	ts := make([]lockcore.Hold, len(hs))
 	for i, h := range hs {
 		h.fence, h.start = r.fences[i], time.Now()
 		ts[i] = h
@@ -234,7 +226,7 @@ func readGroup(v any, n int) groupReply {
 // ReleaseAll implements lockcore.Batch: the releases of holds that this
 // Engine made go to Redis in one pipeline, each as its Release would send
 // it on its own; any other hold is released by its Release.
-func (l *Engine) ReleaseAll(ctx context.Context, ts []lockcore.Taken) []error {
+func (l *Engine) ReleaseAll(ctx context.Context, ts []lockcore.Hold) []error {
 	errs := make([]error, len(ts))
 	var (
 		mine []*hold

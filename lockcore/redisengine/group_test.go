@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -53,11 +54,11 @@ func TestGroupRoundTrips(t *testing.T) {
 		// Warm up: the first use reads the server's settings and loads the
 		// scripts (EVALSHA, NOSCRIPT, EVAL), on every master the keys are on.
 		for _, keys := range [][2]lockcore.Key{same, same, apart, apart} {
-			ls, err := lockcore.AcquireAll(ctx, l, keys[:], lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := lifecycle.AcquireAll(ctx, l, keys[:], lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := lockcore.ReleaseAll(ctx, ls); err != nil {
+			if err := lifecycle.ReleaseAll(ctx, ls); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -70,34 +71,34 @@ func TestGroupRoundTrips(t *testing.T) {
 			cases[1].want = 2
 		}
 		for _, tc := range cases {
-			for _, p := range []lockcore.Policy{{Wait: lockcore.FailFast}, {Wait: time.Second}} {
+			for _, p := range []lifecycle.Policy{{Wait: lockcore.FailFast}, {Wait: time.Second}} {
 				for range 10 {
 					trips.Reset()
-					ls, err := lockcore.AcquireAll(ctx, l, tc.keys[:], p)
+					ls, err := lifecycle.AcquireAll(ctx, l, tc.keys[:], p)
 					if err != nil {
 						t.Fatal(err)
 					}
 					if got := trips.N(); got != tc.want {
 						t.Fatalf("AcquireAll(%v, %+v): %d exchanges with Redis, want %d", tc.keys, p, got, tc.want)
 					}
-					held := lockcore.HeldFrom(ls[1].Context())
+					held := lifecycle.HeldFrom(ls[1].Context())
 					if len(held) != 2 || held[0].Fence <= 0 || held[1].Fence <= 0 {
 						t.Fatalf("the context holds %+v, want both keys with their fences", held)
 					}
 					for _, k := range tc.keys {
-						if _, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+						if _, err := other.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 							t.Fatalf("another Engine's attempt on %v while the group holds it: %v", k, err)
 						}
 					}
 					trips.Reset()
-					if err := lockcore.ReleaseAll(ctx, ls); err != nil {
+					if err := lifecycle.ReleaseAll(ctx, ls); err != nil {
 						t.Fatal(err)
 					}
 					if got := trips.N(); got != tc.want {
 						t.Fatalf("ReleaseAll(%v): %d exchanges with Redis, want %d", tc.keys, got, tc.want)
 					}
 					for _, k := range tc.keys {
-						ls, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+						ls, err := other.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 						if err != nil {
 							t.Fatalf("%v after ReleaseAll: %v", k, err)
 						}
@@ -119,25 +120,25 @@ func TestGroupRefusedWritesNothing(t *testing.T) {
 		l, other := newLocker(t, b, p, Options{}), newLocker(t, b, p, Options{})
 		ctx := context.Background()
 		a, k := mustKey(t, "a"), mustKey(t, "b")
-		held, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+		held, err := other.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = lockcore.AcquireAll(ctx, l, []lockcore.Key{k, a}, lockcore.Policy{Wait: lockcore.FailFast})
+		_, err = lifecycle.AcquireAll(ctx, l, []lockcore.Key{k, a}, lifecycle.Policy{Wait: lockcore.FailFast})
 		var ce *lockcore.ContentionError
 		if !errors.As(err, &ce) || ce.Key != k.String() || ce.TimedOut {
 			t.Fatalf("AcquireAll failing fast with %v held: %v, want its ContentionError", k, err)
 		}
-		if ls, err := other.Acquire(ctx, a, lockcore.Policy{Wait: lockcore.FailFast}); err != nil {
+		if ls, err := other.Acquire(ctx, a, lifecycle.Policy{Wait: lockcore.FailFast}); err != nil {
 			t.Fatalf("%v after the refused group: %v", a, err)
 		} else {
 			_ = ls.Release(ctx)
 		}
 
 		got := make(chan error, 1)
-		var leases []*lockcore.Lease
+		var leases []*lifecycle.Lease
 		go func() {
-			ls, err := lockcore.AcquireAll(ctx, l, []lockcore.Key{k, a}, lockcore.Policy{Wait: 5 * time.Second})
+			ls, err := lifecycle.AcquireAll(ctx, l, []lockcore.Key{k, a}, lifecycle.Policy{Wait: 5 * time.Second})
 			leases = ls
 			got <- err
 		}()
@@ -156,7 +157,7 @@ func TestGroupRefusedWritesNothing(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the waiting group never got the released key")
 		}
-		if err := lockcore.ReleaseAll(ctx, leases); err != nil {
+		if err := lifecycle.ReleaseAll(ctx, leases); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -181,7 +182,7 @@ func TestGroupLostReplyIsWithdrawn(t *testing.T) {
 		keys := []lockcore.Key{mustKey(t, "a"), mustKey(t, "b")}
 		warm(t, l, keys...)
 		armed.Store(true)
-		if _, err := lockcore.AcquireAll(ctx, l, keys, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrUnavailable) {
+		if _, err := lifecycle.AcquireAll(ctx, l, keys, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrUnavailable) {
 			t.Fatalf("AcquireAll with its reply lost: %v, want ErrUnavailable", err)
 		}
 		if armed.Load() {
@@ -189,7 +190,7 @@ func TestGroupLostReplyIsWithdrawn(t *testing.T) {
 		}
 		for _, k := range keys {
 			eventually(t, 2*time.Second, k.String()+" given back", func() bool {
-				ls, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err := other.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					return false
 				}
@@ -212,7 +213,7 @@ func TestGroupLeasesReleasedAlone(t *testing.T) {
 	warm(t, l, a, k)
 	trips := &redistest.Trips{}
 	l.run.rdb.AddHook(trips)
-	ls, err := lockcore.AcquireAll(ctx, l, []lockcore.Key{a, k}, lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := lifecycle.AcquireAll(ctx, l, []lockcore.Key{a, k}, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,12 +223,12 @@ func TestGroupLeasesReleasedAlone(t *testing.T) {
 	if err := ls[1].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+	got, err := other.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatalf("%v released on its own, before the rest of its group: %v, want it free", k, err)
 	}
 	_ = got.Release(ctx)
-	if _, err := other.Acquire(ctx, a, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+	if _, err := other.Acquire(ctx, a, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("%v, still held: %v", a, err)
 	}
 	if err := ls[0].Release(ctx); err != nil {
@@ -236,14 +237,14 @@ func TestGroupLeasesReleasedAlone(t *testing.T) {
 
 	// A ceiling ends each hold and gives its key up; nobody released them.
 	const ceiling = 200 * time.Millisecond
-	ls, err = lockcore.AcquireAll(ctx, l, []lockcore.Key{a, k}, lockcore.Policy{Wait: lockcore.FailFast, MaxHold: ceiling})
+	ls, err = lifecycle.AcquireAll(ctx, l, []lockcore.Key{a, k}, lifecycle.Policy{Wait: lockcore.FailFast, MaxHold: ceiling})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	for _, key := range []lockcore.Key{a, k} {
 		eventually(t, 2*time.Second, key.String()+" given up at its ceiling", func() bool {
-			got, err := other.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			got, err := other.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				return false
 			}
@@ -254,7 +255,7 @@ func TestGroupLeasesReleasedAlone(t *testing.T) {
 	if took := time.Since(start); took < ceiling {
 		t.Fatalf("keys free %v after they were taken, before their ceiling of %v", took, ceiling)
 	}
-	_ = lockcore.ReleaseAll(ctx, ls)
+	_ = lifecycle.ReleaseAll(ctx, ls)
 }
 
 // warm takes and releases keys together twice: the first time reads the
@@ -262,11 +263,11 @@ func TestGroupLeasesReleasedAlone(t *testing.T) {
 func warm(t *testing.T, l *Engine, keys ...lockcore.Key) {
 	t.Helper()
 	for range 2 {
-		ls, err := lockcore.AcquireAll(context.Background(), l, keys, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := lifecycle.AcquireAll(context.Background(), l, keys, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := lockcore.ReleaseAll(context.Background(), ls); err != nil {
+		if err := lifecycle.ReleaseAll(context.Background(), ls); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -287,25 +288,25 @@ func TestGroupResentAfterLostReply(t *testing.T) {
 	ctx := context.Background()
 	keys := []lockcore.Key{mustKey(t, "a"), mustKey(t, "b")}
 	warm(t, l, keys...)
-	for _, policy := range []lockcore.Policy{{Wait: lockcore.FailFast}, {Wait: time.Second}} {
+	for _, policy := range []lifecycle.Policy{{Wait: lockcore.FailFast}, {Wait: time.Second}} {
 		lost := proxy.LostReplies()
 		proxy.LoseReplyTo([]byte(l.run.sha(allScript)), 1)
-		ls, err := lockcore.AcquireAll(ctx, l, keys, policy)
+		ls, err := lifecycle.AcquireAll(ctx, l, keys, policy)
 		if err != nil {
 			t.Fatalf("AcquireAll (%+v) whose first reply was lost: %v", policy, err)
 		}
 		if proxy.LostReplies() != lost+1 {
 			t.Fatal("no reply of the group script was lost")
 		}
-		held := lockcore.HeldFrom(ls[1].Context())
+		held := lifecycle.HeldFrom(ls[1].Context())
 		if len(held) != 2 || held[0].Fence <= 0 || held[1].Fence <= 0 {
 			t.Fatalf("the context holds %+v, want both keys with their fences", held)
 		}
-		if err := lockcore.ReleaseAll(ctx, ls); err != nil {
+		if err := lifecycle.ReleaseAll(ctx, ls); err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range keys {
-			got, err := other.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+			got, err := other.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatalf("%v after ReleaseAll: %v", k, err)
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -49,7 +50,7 @@ func TestLocalHandOverPublishesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		const ttl = 10 * time.Second // a waiter not woken would sleep this long
-		h, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+		h, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +140,7 @@ func TestLostReleaseReply(t *testing.T) {
 		t.Cleanup(func() { _ = l.Close() })
 		ctx := context.Background()
 		key := mustKey(t, "k")
-		h, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second})
+		h, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// hold is one Redis-level hold of a key by a token: the lockcore.Taken
+// hold is one Redis-level hold of a key by a token: the lockcore.Hold
 // that a lease is made of, and the watchdog's record of it.
 type hold struct {
 	l      *Engine
@@ -120,13 +120,13 @@ func (b *both) Unwrap() []error { return b.errs[:] }
 // live reports whether the hold is neither released nor lost.
 func (h *hold) live() bool { return !h.ended.Load() }
 
-// Fence implements lockcore.Taken.
+// Fence implements lockcore.Hold.
 func (h *hold) Fence() int64 { return h.fence }
 
-// Shared implements lockcore.Taken.
+// Shared implements lockcore.Hold.
 func (h *hold) Shared() (int, bool) { return h.slot, h.shared }
 
-// Done implements lockcore.Taken: closed when the hold is lost or
+// Done implements lockcore.Hold: closed when the hold is lost or
 // released.
 func (h *hold) Done() <-chan struct{} { return h.done }
 
@@ -137,7 +137,7 @@ func (h *hold) end() {
 	}
 }
 
-// Err implements lockcore.Taken: nil while the local validity lasts. A
+// Err implements lockcore.Hold: nil while the local validity lasts. A
 // hold that fails it is lost, so the watchdog stops renewing it.
 func (h *hold) Err() error {
 	if p := h.why.Load(); p != nil {
@@ -188,7 +188,7 @@ func (h *hold) setEntry(id string) {
 	h.args[4] = id
 }
 
-// Release implements lockcore.Taken. Its entry in Redis is dropped, and when
+// Release implements lockcore.Hold. Its entry in Redis is dropped, and when
 // none is left the key goes to the next waiter or is deleted. The call runs
 // detached from ctx's cancellation and waits for Redis at most
 // Options.ReleaseTimeout; a release not answered by then goes on in the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -24,7 +25,7 @@ func TestForgedTokens(t *testing.T) {
 		thief := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		k := mustKey(t, "victim", "1")
-		ls, err := owner.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := owner.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +35,7 @@ func TestForgedTokens(t *testing.T) {
 		const alphabet = "0123456789abcdef-"
 		forged := []string{strings.ToUpper(real), real[:len(real)-1] + "x", real + "0", real[1:] + "0", "0" + real[:len(real)-1]}
 		for range 500 {
-			forged = append(forged, lockcore.NewToken())
+			forged = append(forged, lifecycle.NewToken())
 			b := make([]byte, 16+rng.IntN(40))
 			for i := range b {
 				b[i] = alphabet[rng.IntN(len(alphabet))]
@@ -42,11 +43,11 @@ func TestForgedTokens(t *testing.T) {
 			forged = append(forged, string(b))
 		}
 		for _, f := range forged {
-			fctx, err := lockcore.Intake(ctx, "Routelock-Token", []string{f}, nil)
+			fctx, err := lifecycle.Intake(ctx, "Routelock-Token", []string{f}, nil)
 			if err != nil || f == real {
 				continue // the transports refuse it before any engine sees it
 			}
-			_, err = thief.Acquire(fctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+			_, err = thief.Acquire(fctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 			if !errors.Is(err, lockcore.ErrNotAcquired) {
 				t.Fatalf("forged token %q: %v, want ErrNotAcquired", f, err)
 			}
@@ -72,15 +73,15 @@ func TestForgedTokens(t *testing.T) {
 
 		// The owner's valid token grants nothing on a key someone else holds.
 		other := mustKey(t, "victim", "2")
-		ls2, err := thief.Acquire(ctx, other, lockcore.Policy{Wait: lockcore.FailFast})
+		ls2, err := thief.Acquire(ctx, other, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ls2.Release(ctx)
-		if _, err := owner.Acquire(ls.Context(), other, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := owner.Acquire(ls.Context(), other, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("token of %v on %v held by another: %v", k, other, err)
 		}
-		if _, err := thief.Acquire(enginetest.WithToken(ctx, real), other, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := thief.Acquire(enginetest.WithToken(ctx, real), other, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("token of %v, through Redis, on %v: %v", k, other, err)
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -27,7 +28,7 @@ func testReleaseLatch(t *testing.T, k clientKind) {
 		warmScripts(t, l)
 		ctx := context.Background()
 		key := mustKey(t, "latch", "1")
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -73,7 +74,7 @@ func TestAcquireAnsweredAfterItsLease(t *testing.T) {
 		other := lockerOn(t, b.Client(t), prefix, Options{TTL: ttl})
 		key := mustKey(t, "late")
 		// A first lock on the client, answered in time: the settings are read.
-		ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(context.Background(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +83,7 @@ func TestAcquireAnsweredAfterItsLease(t *testing.T) {
 		}
 
 		hook.on.Store(true)
-		ls, err = l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err = l.Acquire(context.Background(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		hook.on.Store(false)
 		if hook.seen.Load() == 0 {
 			t.Fatal("no acquire reply was held back")
@@ -114,18 +115,18 @@ func TestAcquireAnsweredWithLittleLeaseLeft(t *testing.T) {
 		l := lockerOn(t, rdb, prefix, Options{TTL: ttl, Timeout: 2 * time.Second})
 		key := mustKey(t, "late")
 		// A first lock answered in time: the settings are read.
-		ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(context.Background(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := ls.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		slowed := func(late time.Duration) (*lockcore.Lease, error) {
+		slowed := func(late time.Duration) (*lifecycle.Lease, error) {
 			hook.late = late
 			seen := hook.seen.Load()
 			hook.on.Store(true)
-			ls, err := l.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(context.Background(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 			hook.on.Store(false)
 			if hook.seen.Load() == seen {
 				t.Fatal("no acquire reply was held back")
@@ -212,17 +213,17 @@ func TestWokenByReleaseReplyAfterSlowSend(t *testing.T) {
 		admin := b.Client(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		holder, err := l.Acquire(ctx, k, lockcore.Policy{})
+		holder, err := l.Acquire(ctx, k, lifecycle.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		type result struct {
-			ls  *lockcore.Lease
+			ls  *lifecycle.Lease
 			err error
 		}
 		got := make(chan result, 1)
 		go func() {
-			ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: 5 * time.Second})
+			ls, err := l.Acquire(ctx, k, lifecycle.Policy{Wait: 5 * time.Second})
 			got <- result{ls, err}
 		}()
 		eventually(t, 5*time.Second, "the waiter queued", func() bool {
@@ -246,7 +247,7 @@ func TestWokenByReleaseReplyAfterSlowSend(t *testing.T) {
 // (and releases it), so that the key is free.
 func takes(e *Engine, key lockcore.Key) func() bool {
 	return func() bool {
-		ls, err := e.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := e.Acquire(context.Background(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			return false
 		}

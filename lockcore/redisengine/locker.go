@@ -28,7 +28,7 @@ type Options struct {
 	// host or process it runs in. Inspect and List (package admin, the
 	// routelock command) show it beside the Engine's holds and waiters
 	// (lockcore.Holder.Names, lockcore.Waiter.Name), with the route and
-	// trace id of each (lockcore.Policy.Route, Policy.Trace), and the
+	// trace id of each (lock.Policy.Route, Policy.Trace), and the
 	// Logger's lines carry it as "instance". The Engine keeps them in
 	// Redis, in a hash "<Prefix>engine:<engine id>", for the holds and
 	// waiters that have lasted a third of the TTL (at least 100ms, at most
@@ -120,7 +120,7 @@ type Options struct {
 	// OnReleaseError). Lines name the resource (a key's first part, such as
 	// productID), never a key's values or a token; they carry the Engine's
 	// Name as "instance", and a lost or unreleased hold's route and trace
-	// id (lockcore.Policy.Route, Policy.Trace) as "route" and "trace".
+	// id (lock.Policy.Route, Policy.Trace) as "route" and "trace".
 	// Default: nil, silent.
 	Logger *slog.Logger
 
@@ -203,12 +203,12 @@ type Options struct {
 	// Engine that may be handed a hold (exclusive ones without propagated
 	// tokens) are served in the order they queued. A hold is not handed
 	// over in memory when its owner token may have left the process
-	// (lockcore.TokensFrom, and so an outgoing call or another acquisition
+	// (lifecycle.TokensFrom, and so an outgoing call or another acquisition
 	// under its context, or Lease.Token, was read while it was held:
 	// another process could re-enter it by that token after its release),
 	// nor one taken with a Policy's Share, re-entered under a propagated
 	// token, or taken with Replicas set. Until a successor's call has
-	// landed, its owner token is held back from lockcore.TokensFrom (at
+	// landed, its owner token is held back from lifecycle.TokensFrom (at
 	// most Timeout), it is not renewed, and its release waits for the call
 	// (at most ReleaseTimeout) unless it hands the hold on in memory. An
 	// operator's Revoke names the hold Redis has: a successor still
@@ -277,13 +277,13 @@ func (o Options) withDefaults(replicated bool) (Options, error) {
 	if o.TTL == 0 {
 		o.TTL = defaultTTL
 	}
-	if err := (lockcore.Policy{TTL: o.TTL}).Validate(); err != nil {
+	if err := checkTTL(o.TTL); err != nil {
 		return o, fmt.Errorf("%w (redisengine.Options.TTL)", err)
 	}
 	if o.MaxTTL == 0 {
 		o.MaxTTL = defaultMaxTTL
 	}
-	if err := (lockcore.Policy{TTL: o.MaxTTL}).Validate(); err != nil {
+	if err := checkTTL(o.MaxTTL); err != nil {
 		return o, fmt.Errorf("%w (redisengine.Options.MaxTTL)", err)
 	}
 	if o.TTL > o.MaxTTL {
@@ -335,7 +335,7 @@ func (o Options) withDefaults(replicated bool) (Options, error) {
 	if o.ClaimWindow == 0 {
 		o.ClaimWindow = defaultClaimWindow
 	}
-	if err := (lockcore.Policy{TTL: o.ClaimWindow}).Validate(); err != nil {
+	if err := checkTTL(o.ClaimWindow); err != nil {
 		return o, fmt.Errorf("%w (redisengine.Options.ClaimWindow, as a TTL)", err)
 	}
 	return o, nil
@@ -348,7 +348,6 @@ func (o Options) withDefaults(replicated bool) (Options, error) {
 type Engine struct {
 	rdb redis.UniversalClient
 	opt Options
-	srv lockcore.Engine // the leases of its holds (lockcore.Serve)
 
 	id      string // random; names this Engine's notification channel
 	channel string
@@ -434,7 +433,6 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	l := &Engine{rdb: rdb, opt: opt, id: hex.EncodeToString(b[:])}
-	l.srv = lockcore.Serve(l, opt.Events)
 	l.channel = opt.Prefix + "notify:" + l.id
 	l.gatesChan = opt.Prefix + "gates"
 	if c, ok := rdb.(*redis.Client); ok && c.Options().DB != 0 {
@@ -616,4 +614,16 @@ func (l *Engine) nextID(now time.Time) string {
 
 func ms(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// minTTL is the shortest lease a route may ask for (lock.TTL), and so the
+// shortest of the engine's durations.
+const minTTL = 30 * time.Millisecond
+
+// checkTTL refuses a lease length below minTTL, as a route's is refused.
+func checkTTL(d time.Duration) error {
+	if d < 0 || d > 0 && d < minTTL {
+		return fmt.Errorf("%w: TTL %v is below the minimum %v", lockcore.ErrMisconfigured, d, minTTL)
+	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -38,7 +39,7 @@ func TestOutageLoggedBeforeLeaseLost(t *testing.T) {
 		l, p := cutOffLocker(t, b, defaultKind, redistest.Prefix(t), Options{TTL: 600 * time.Millisecond, Logger: slog.New(logged)})
 		warmScripts(t, l)
 		ctx := context.Background()
-		ls, err := l.Acquire(ctx, mustKey(t, "productID", "7"), lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(ctx, mustKey(t, "productID", "7"), lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +73,7 @@ func TestOutageLoggedBeforeLeaseLost(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if ls, err := l.Acquire(ctx, mustKey(t, "productID", fmt.Sprint(100+i)), lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
+				if ls, err := l.Acquire(ctx, mustKey(t, "productID", fmt.Sprint(100+i)), lifecycle.Policy{Wait: lockcore.FailFast}); err == nil {
 					_ = ls.Release(ctx)
 					t.Errorf("acquisition %d succeeded with Redis down", i)
 				}
@@ -92,7 +93,7 @@ func TestOutageLoggedBeforeLeaseLost(t *testing.T) {
 		// go-redis refuses to dial for up to a second after the dials that
 		// failed: the acquisitions fail until then, as one outage.
 		eventually(t, 5*time.Second, "an acquisition with Redis back", func() bool {
-			again, err := l.Acquire(ctx, mustKey(t, "productID", "7"), lockcore.Policy{Wait: lockcore.FailFast})
+			again, err := l.Acquire(ctx, mustKey(t, "productID", "7"), lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				return false
 			}
@@ -122,7 +123,7 @@ func TestPartitionLoggedBeforeLeaseLost(t *testing.T) {
 		l, p := cutOffLocker(t, b, defaultKind, redistest.Prefix(t), Options{TTL: 3 * time.Second, Timeout: 500 * time.Millisecond, Logger: slog.New(logged)})
 		warmScripts(t, l)
 		ctx := context.Background()
-		ls, err := l.Acquire(ctx, mustKey(t, "productID", "8"), lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(ctx, mustKey(t, "productID", "8"), lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,12 +164,12 @@ func TestLogsTransitionsAndLosses(t *testing.T) {
 		p.Refuse(true)
 		p.ResetAll()
 		for i := 0; i < 5; i++ {
-			if _, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
+			if _, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}); err == nil {
 				t.Fatal("acquired with Redis refusing connections")
 			}
 		}
 		p.Heal()
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/faultproxy"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -93,7 +94,7 @@ func TestLossLeadTime(t *testing.T) {
 		defer holder.Close()
 		key := mustKey(t, "lead", strconv.Itoa(i))
 		ctx := context.Background()
-		ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+		ls, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Error(err)
 			return 0
@@ -108,7 +109,7 @@ func TestLossLeadTime(t *testing.T) {
 		defer tick.Stop()
 		for deadline := time.Now().Add(3 * ttl); time.Now().Before(deadline); <-tick.C {
 			sent := time.Now()
-			if other, err := prober.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
+			if other, err := prober.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}); err == nil {
 				got = sent
 				_ = other.Release(ctx)
 				break
@@ -174,7 +175,7 @@ func TestDeadWaiterCost(t *testing.T) {
 				ok := eventuallyOK(5*time.Second, func() bool {
 					return rdb.PubSubNumSub(ctx, ghost.channel).Val()[ghost.channel] == 1
 				})
-				h, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				h, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil || !ok {
 					t.Errorf("trial %d: holder: %v, ghost subscribed: %v", i, err, ok)
 					return 0
@@ -184,7 +185,7 @@ func TestDeadWaiterCost(t *testing.T) {
 				defer leave()
 				go func() {
 					defer close(ghostDone)
-					if ls, err := ghost.Acquire(ghostCtx, key, lockcore.Policy{Wait: 5 * time.Second}); err == nil {
+					if ls, err := ghost.Acquire(ghostCtx, key, lifecycle.Policy{Wait: 5 * time.Second}); err == nil {
 						_ = ls.Release(ctx)
 					}
 				}()

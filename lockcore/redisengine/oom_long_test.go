@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -40,9 +41,9 @@ func TestScriptFlushDuringPipelinedRenewals(t *testing.T) {
 			ttl = 500 * time.Millisecond
 		}
 		l := lockerOn(t, rdb, redistest.Prefix(t), Options{TTL: ttl})
-		var leases []*lockcore.Lease
+		var leases []*lifecycle.Lease
 		for i := range 16 {
-			ls, err := l.Acquire(ctx, mustKey(t, "flush", strconv.Itoa(i)), lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, mustKey(t, "flush", strconv.Itoa(i)), lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -115,7 +116,7 @@ func TestExclusionWhileScriptsFlushed(t *testing.T) {
 				defer func() { finished <- struct{}{} }()
 				e := engines[w%len(engines)]
 				for i := range rounds {
-					ls, err := e.Acquire(ctx, key, lockcore.Policy{Wait: 20 * time.Second})
+					ls, err := e.Acquire(ctx, key, lifecycle.Policy{Wait: 20 * time.Second})
 					if err != nil {
 						errc <- err
 						return
@@ -214,7 +215,7 @@ func TestOOMRenewAndRelease(t *testing.T) {
 				l.run.plain.Store(true)
 			}
 			key := mustKey(t, "oom", variant)
-			ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,7 +227,7 @@ func TestOOMRenewAndRelease(t *testing.T) {
 			}
 			// A fresh lock cannot be taken: nothing of it is written.
 			fresh := mustKey(t, "oom", variant, "fresh")
-			if _, err := l.Acquire(ctx, fresh, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrUnavailable) {
+			if _, err := l.Acquire(ctx, fresh, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrUnavailable) {
 				t.Errorf("acquire under maxmemory: %v, want ErrUnavailable", err)
 			}
 			ks := l.redisKeys(fresh)

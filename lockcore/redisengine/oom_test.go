@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -46,13 +47,13 @@ func TestOOMCloseGate(t *testing.T) {
 				a.run.plain.Store(true)
 			}
 			key := mustKey(t, "oom", "gate", variant)
-			ls, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
 			// b knows the gates (its first acquisition read them) and is
 			// subscribed, before the server fills up.
-			other, err := b.Acquire(ctx, mustKey(t, "oom", "other", variant), lockcore.Policy{Wait: lockcore.FailFast})
+			other, err := b.Acquire(ctx, mustKey(t, "oom", "other", variant), lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +62,7 @@ func TestOOMCloseGate(t *testing.T) {
 				t.Fatal(err)
 			}
 			atMaxMemory(t, admin)
-			err = lockcore.CloseGate(ls.Context(), 0)
+			err = lifecycle.CloseGate(ls.Context(), 0)
 			_, closedA := a.GateOf(key)
 			switch variant {
 			case "shebang":
@@ -69,7 +70,7 @@ func TestOOMCloseGate(t *testing.T) {
 					t.Fatalf("closing a gate under maxmemory: %v, want it closed in Redis", err)
 				}
 				eventually(t, 5*time.Second, "the other Engine refusing the key", func() bool {
-					_, err := b.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+					_, err := b.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 					return errors.Is(err, lockcore.ErrGateClosed)
 				})
 				if gates, err := b.Gates(ctx); err != nil || len(gates) != 1 || gates[0].Key != key {

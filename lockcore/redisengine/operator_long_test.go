@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/internal/faultproxy"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -39,9 +40,9 @@ func revokeSentTwiceFindsNothing(t *testing.T, b *redistest.Backend, k clientKin
 	}
 	// Between the first run and the client's second try, a request
 	// takes the lock.
-	var holder *lockcore.Lease
+	var holder *lifecycle.Lease
 	var herr error
-	p.AfterLoss(func() { holder, herr = holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}) })
+	p.AfterLoss(func() { holder, herr = holderEng.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}) })
 	p.LoseReplyTo([]byte(op.run.sha(revokeScript)), 1)
 	rev, err := op.Revoke(ctx, key, "sent twice")
 	if p.LostReplies() != 1 {

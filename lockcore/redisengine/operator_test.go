@@ -18,6 +18,7 @@ import (
 	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/faultproxy"
 	"github.com/routelock/lock/internal/keylimit"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -63,7 +64,7 @@ func TestRevoke(t *testing.T) {
 		ctx := context.Background()
 		key := mustKey(t, "productID", "42")
 
-		holder, err := holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		holder, err := holderEng.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +146,7 @@ func TestRevoke(t *testing.T) {
 		if len(info.Holders) != 1 || holdCount(info, w.Token()) != 1 || info.Fence != w.Fence() {
 			t.Fatalf("after the revoked holder's release: %+v; want the waiter's hold (fence %d)", info, w.Fence())
 		}
-		if ls, err := third.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
+		if ls, err := third.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}); err == nil {
 			_ = ls.Release(ctx)
 			t.Fatal("another owner took the lock the waiter holds")
 		}
@@ -175,11 +176,11 @@ func TestRevokeReentered(t *testing.T) {
 		bl := newLocker(t, b, prefix, Options{TTL: 600 * time.Millisecond})
 		ctx := context.Background()
 		key := mustKey(t, "reentered", "1")
-		outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		outer, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
-		inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +191,7 @@ func TestRevokeReentered(t *testing.T) {
 		if rev.Owner != operate.OwnerDigest(outer.Token()) || rev.Fence != outer.Fence() {
 			t.Errorf("revocation %+v", rev)
 		}
-		for _, ls := range []*lockcore.Lease{outer, inner} {
+		for _, ls := range []*lifecycle.Lease{outer, inner} {
 			select {
 			case <-ls.Context().Done():
 			case <-time.After(time.Second):
@@ -222,7 +223,7 @@ func TestRevokeFoundByRenewal(t *testing.T) {
 		op := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		key := mustKey(t, "renewal", "1")
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +256,7 @@ func TestReleaseFindsRevocation(t *testing.T) {
 		other := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		key := mustKey(t, "release", "1")
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +266,7 @@ func TestReleaseFindsRevocation(t *testing.T) {
 		if err := ls.Context().Err(); err != nil {
 			t.Fatalf("the holder was told: %v; this case is about a holder not yet told", context.Cause(ls.Context()))
 		}
-		newer, err := other.Acquire(enginetest.WithToken(ctx, ls.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		newer, err := other.Acquire(enginetest.WithToken(ctx, ls.Token()), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +298,7 @@ func TestRevokeSentTwice(t *testing.T) {
 		if err := op.run.load(ctx, revokeScript); err != nil {
 			t.Fatal(err)
 		}
-		holder, err := holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		holder, err := holderEng.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -345,12 +346,12 @@ func TestInspect(t *testing.T) {
 			t.Fatalf("a key never locked: %+v", info)
 		}
 		before := time.Now()
-		outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		outer, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
 		after := time.Now()
-		inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +360,7 @@ func TestInspect(t *testing.T) {
 			e    *Engine
 			wait time.Duration
 			at   time.Time
-			got  <-chan *lockcore.Lease
+			got  <-chan *lifecycle.Lease
 			errc <-chan error
 		}
 		ws := []*queued{{e: c, wait: 20 * time.Second}, {e: d, wait: 30 * time.Second}, {e: c, wait: 40 * time.Second}}
@@ -436,10 +437,10 @@ func TestList(t *testing.T) {
 		prefix := redistest.Prefix(t)
 		l := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
-		held := map[string]*lockcore.Lease{}
+		held := map[string]*lifecycle.Lease{}
 		for _, parts := range [][]string{{"productID", "1"}, {"productID", "2"}, {"productID", "10"}, {"order", "7"}, {"w*d", "1"}, {"wxd", "1"}} {
 			k := mustKey(t, parts...)
-			ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -448,7 +449,7 @@ func TestList(t *testing.T) {
 		}
 		// A lock taken and released: its fencing counter stays, unlisted.
 		free := mustKey(t, "productID", "3")
-		ls, err := l.Acquire(ctx, free, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(ctx, free, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -519,10 +520,10 @@ func TestOperatorOnCluster(t *testing.T) {
 			l := lockerOn(t, rdb, prefix, Options{})
 			other := lockerOn(t, rdb, prefix, Options{})
 			var want []string
-			var leases []*lockcore.Lease
+			var leases []*lifecycle.Lease
 			for i := range 40 {
 				k := mustKey(t, "sku", fmt.Sprint(i))
-				ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err := l.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -589,7 +590,7 @@ func TestOOMRevoke(t *testing.T) {
 				l.run.plain.Store(true)
 			}
 			key := mustKey(t, "oom", variant)
-			ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -636,7 +637,7 @@ func TestInspectSinceOnTheFastPath(t *testing.T) {
 		l := newLocker(t, b, redistest.Prefix(t), Options{})
 		ctx := context.Background()
 		key := mustKey(t, "since", "1")
-		first, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}) // seeds the fencing counter
+		first, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}) // seeds the fencing counter
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -644,7 +645,7 @@ func TestInspectSinceOnTheFastPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := time.Now()
-		ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -688,7 +689,7 @@ func TestRevokedAfterCallerLeftSaysRevoked(t *testing.T) {
 				key := mustKey(t, "revoke", "after-deadline")
 				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 				defer cancel()
-				ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -21,7 +22,7 @@ func TestRecordOutlivesLongHold(t *testing.T) {
 	l := newLocker(t, b, prefix, Options{Name: "pod-a", MaxTTL: 3 * time.Minute})
 	ops := newLocker(t, b, prefix, Options{})
 	key := mustKey(t, "productID", "42")
-	if _, err := l.Acquire(t.Context(), key, lockcore.Policy{TTL: 3 * time.Minute, Route: "/x"}); err != nil {
+	if _, err := l.Acquire(t.Context(), key, lifecycle.Policy{TTL: 3 * time.Minute, Route: "/x"}); err != nil {
 		t.Fatal(err)
 	}
 	named := func() (lockcore.Info, bool) {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
-	"github.com/routelock/lock/lockcore"
 )
 
 // TestLogNamesInstanceRouteTrace: the engine's log lines carry its
@@ -23,7 +23,7 @@ func TestLogNamesInstanceRouteTrace(t *testing.T) {
 	l := newLocker(t, b, prefix, Options{Name: "pod-a", TTL: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	ops := newLocker(t, b, prefix, Options{})
 	key := mustKey(t, "productID", "42")
-	ls, err := l.Acquire(t.Context(), key, lockcore.Policy{Route: "/products/{productID}/buy", Trace: "4bf92f3577b34da6a3ce929d0e0e4736"})
+	ls, err := l.Acquire(t.Context(), key, lifecycle.Policy{Route: "/products/{productID}/buy", Trace: "4bf92f3577b34da6a3ce929d0e0e4736"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -34,7 +35,7 @@ func TestLostAcquireReplyThenRefusedIsWithdrawn(t *testing.T) {
 				// every try after the first fails to dial.
 				p.AfterLoss(func() { _ = p.Down(true) })
 				p.LoseReplyTo(scriptSHA(t, a, "acquire"), 1)
-				ls, err := a.Acquire(context.Background(), key, lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err := a.Acquire(context.Background(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err == nil {
 					_ = ls.Release(context.Background())
 					t.Fatal("Acquire succeeded although its reply was lost")
@@ -84,7 +85,7 @@ func TestReturnedWaiterNotGrantedPastClaimWindow(t *testing.T) {
 				key := mustKey(t, "departed", "1")
 				ctx := context.Background()
 
-				holder, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				holder, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -92,7 +93,7 @@ func TestReturnedWaiterNotGrantedPastClaimWindow(t *testing.T) {
 				defer leave()
 				werr := make(chan error, 1)
 				go func() {
-					ls, err := a.Acquire(wctx, key, lockcore.Policy{Wait: 8 * time.Second})
+					ls, err := a.Acquire(wctx, key, lifecycle.Policy{Wait: 8 * time.Second})
 					if err == nil {
 						_ = ls.Release(ctx)
 					}

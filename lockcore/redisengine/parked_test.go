@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -29,21 +30,21 @@ func TestGoneWriterDoesNotHoldOffReaders(t *testing.T) {
 		k := mustKey(t, "gone-writer")
 		q := a.redisKeys(k)[1]
 		admin := b.Client(t)
-		holder, err := a.Acquire(ctx, k, lockcore.Policy{})
+		holder, err := a.Acquire(ctx, k, lifecycle.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(time.Minute).UnixMilli()
 		gone := redis.Z{
 			Score:  float64(time.Now().UnixMicro() - 1000),
-			Member: fmt.Sprintf("%d 30000 %snotify:gone gone.0.0 %s", deadline, prefix, lockcore.NewToken()),
+			Member: fmt.Sprintf("%d 30000 %snotify:gone gone.0.0 %s", deadline, prefix, lifecycle.NewToken()),
 		}
 		if err := admin.ZAdd(ctx, q, gone).Err(); err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *lockcore.Lease, 1)
+		got := make(chan *lifecycle.Lease, 1)
 		go func() {
-			ls, err := r.Acquire(ctx, k, lockcore.Policy{Share: lockcore.ShareAll, Wait: 5 * time.Second})
+			ls, err := r.Acquire(ctx, k, lifecycle.Policy{Share: lockcore.ShareAll, Wait: 5 * time.Second})
 			if err != nil {
 				t.Errorf("the queued reader: %v", err)
 			}
@@ -61,7 +62,7 @@ func TestGoneWriterDoesNotHoldOffReaders(t *testing.T) {
 		}
 		defer func() { _ = first.Release(context.Background()) }()
 
-		second, err := r.Acquire(ctx, k, lockcore.Policy{Share: lockcore.ShareAll, Wait: lockcore.FailFast})
+		second, err := r.Acquire(ctx, k, lifecycle.Policy{Share: lockcore.ShareAll, Wait: lockcore.FailFast})
 		if err != nil {
 			left, _ := admin.ZRangeWithScores(ctx, q, 0, -1).Result()
 			t.Fatalf("a reader failing fast while only a reader holds and the writer queued ahead is gone: %v, want a lease (queue: %v)", err, left)
@@ -88,7 +89,7 @@ func TestQueuedReaderKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
 		if err := nb.nf.ping(ctx); err != nil {
 			t.Fatal(err)
 		}
-		holder, err := a.Acquire(ctx, k, lockcore.Policy{})
+		holder, err := a.Acquire(ctx, k, lifecycle.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +103,7 @@ func TestQueuedReaderKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
 			}
 		})
 		wait := func(e *Engine, name string, share int) {
-			ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 15 * time.Second, Share: share})
+			ls, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: 15 * time.Second, Share: share})
 			if err != nil {
 				t.Errorf("waiter on %s: %v", name, err)
 				served <- "error"

@@ -18,6 +18,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -61,7 +62,7 @@ func childMain() int {
 	}
 	defer l.Close()
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, childKey(key), lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl, Share: share})
+	ls, err := l.Acquire(ctx, childKey(key), lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl, Share: share})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -162,14 +163,14 @@ func TestCrashedHolder(t *testing.T) {
 		k := mustKey(t, "crash", "1")
 		c := startChild(t, b.Addr, prefix, k, ttl)
 		l := newLocker(t, b, prefix, Options{})
-		if _, err := l.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := l.Acquire(context.Background(), k, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("while the child holds: %v", err)
 		}
 		got := make(chan time.Time, 1)
-		var ls *lockcore.Lease
+		var ls *lifecycle.Lease
 		var aerr error
 		go func() {
-			ls, aerr = l.Acquire(context.Background(), k, lockcore.Policy{Wait: 10 * time.Second})
+			ls, aerr = l.Acquire(context.Background(), k, lifecycle.Policy{Wait: 10 * time.Second})
 			got <- time.Now()
 		}()
 		eventually(t, 5*time.Second, "the waiter queues", func() bool { return len(inspect(t, l, k).Waiters) == 1 })
@@ -203,20 +204,20 @@ func TestCrashedPermitHolder(t *testing.T) {
 		const ttl = 500 * time.Millisecond
 		k := mustKey(t, "crash", "permits")
 		l := newLocker(t, b, prefix, Options{})
-		mine, err := l.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast, Share: 2})
+		mine, err := l.Acquire(context.Background(), k, lifecycle.Policy{Wait: lockcore.FailFast, Share: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer mine.Release(context.Background())
 		c := startSharer(t, b.Addr, prefix, k, ttl, 2)
-		if _, err := l.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast, Share: 2}); !errors.Is(err, lockcore.ErrNotAcquired) {
+		if _, err := l.Acquire(context.Background(), k, lifecycle.Policy{Wait: lockcore.FailFast, Share: 2}); !errors.Is(err, lockcore.ErrNotAcquired) {
 			t.Fatalf("a third permit of two: %v", err)
 		}
 		got := make(chan time.Time, 1)
-		var ls *lockcore.Lease
+		var ls *lifecycle.Lease
 		var aerr error
 		go func() {
-			ls, aerr = l.Acquire(context.Background(), k, lockcore.Policy{Wait: 10 * time.Second, Share: 2})
+			ls, aerr = l.Acquire(context.Background(), k, lifecycle.Policy{Wait: 10 * time.Second, Share: 2})
 			got <- time.Now()
 		}()
 		eventually(t, 5*time.Second, "the waiter queues", func() bool { return len(inspect(t, l, k).Waiters) == 1 })
@@ -256,7 +257,7 @@ func TestQueuedReaderBehindCrashedReader(t *testing.T) {
 		k := mustKey(t, "crash", "reader")
 		c := startSharer(t, b.Addr, prefix, k, 100*time.Millisecond, lockcore.ShareAll)
 		l := newLocker(t, b, prefix, Options{})
-		reader, err := l.Acquire(context.Background(), k, lockcore.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+		reader, err := l.Acquire(context.Background(), k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +269,7 @@ func TestQueuedReaderBehindCrashedReader(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {
-			if ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: 30 * time.Second}); err == nil {
+			if ls, err := l.Acquire(ctx, k, lifecycle.Policy{Wait: 30 * time.Second}); err == nil {
 				_ = ls.Release(context.Background())
 			}
 		}()
@@ -288,7 +289,7 @@ func TestQueuedReaderBehindCrashedReader(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.Store(0)
-		_, err = queued.Acquire(context.Background(), k, lockcore.Policy{Wait: time.Second, Share: lockcore.ShareAll})
+		_, err = queued.Acquire(context.Background(), k, lifecycle.Policy{Wait: time.Second, Share: lockcore.ShareAll})
 		if !errors.Is(err, lockcore.ErrWaitTimeout) {
 			t.Fatalf("the reader queued behind the writer: %v, want ErrWaitTimeout", err)
 		}
@@ -315,7 +316,7 @@ func TestPausedHolder(t *testing.T) {
 		l := newLocker(t, b, prefix, Options{})
 		rdb := b.Client(t)
 		ctx := context.Background()
-		ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: 10 * time.Second}) // gets in once the TTL runs out
+		ls, err := l.Acquire(ctx, k, lifecycle.Policy{Wait: 10 * time.Second}) // gets in once the TTL runs out
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,12 +358,12 @@ func TestRedisRestart(t *testing.T) {
 		}
 		defer l.Close()
 		ctx := context.Background()
-		var leases []*lockcore.Lease
+		var leases []*lifecycle.Lease
 		var before int64
 		// A server that has just started may have lost held locks: its
 		// restart guard lets nobody in for MaxTTL.
 		eventually(t, 5*time.Second, "acquire once the server's restart guard ended", func() bool {
-			ls, err := l.Acquire(ctx, mustKey(t, "restart", "first"), lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, mustKey(t, "restart", "first"), lifecycle.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				_ = ls.Release(ctx)
 			}
@@ -371,14 +372,14 @@ func TestRedisRestart(t *testing.T) {
 		for i := range 8 {
 			k := mustKey(t, "restart", strconv.Itoa(i))
 			for range 20 { // many fresh holds, so that fences run ahead of the clock
-				ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err := l.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}
 				before = max(before, ls.Fence())
 				_ = ls.Release(ctx)
 			}
-			ls, err := l.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -399,7 +400,7 @@ func TestRedisRestart(t *testing.T) {
 		}
 		var after int64
 		eventually(t, 5*time.Second, "acquire after the restart", func() bool {
-			ls, err := l.Acquire(ctx, mustKey(t, "restart", "0"), lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, mustKey(t, "restart", "0"), lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				return false
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -36,7 +37,7 @@ func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
 		})
 		deaf.channel = prefix + "nobody-listens" // see TestLostHandOverNotification
 		key := mustKey(t, "k")
-		h, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		h, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +62,7 @@ func TestLateGrantHeldNoLongerThanRedisKeepsIt(t *testing.T) {
 		end := time.Now().Add(ttl + ttl/2)
 		attempts := 0
 		for ; attempts < 5000 && time.Now().Before(end) && w.Context().Err() == nil; attempts++ {
-			ls, err := prober.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := prober.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				live := w.Context().Err() == nil
 				in := time.Since(granted)
@@ -123,8 +124,8 @@ func TestDeadlinesKept(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			for _, pol := range []struct {
 				name string
-				p    lockcore.Policy
-			}{{"acquire-fail-fast", lockcore.Policy{Wait: lockcore.FailFast}}, {"acquire-wait", lockcore.Policy{Wait: 5 * time.Second}}} {
+				p    lifecycle.Policy
+			}{{"acquire-fail-fast", lifecycle.Policy{Wait: lockcore.FailFast}}, {"acquire-wait", lifecycle.Policy{Wait: 5 * time.Second}}} {
 				t.Run(pol.name, func(t *testing.T) {
 					// The proxy works on both backends.
 					redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
@@ -152,7 +153,7 @@ func TestDeadlinesKept(t *testing.T) {
 				redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 					l, p := cutOffLocker(t, b, k, redistest.Prefix(t), Options{ReleaseTimeout: releaseTimeout})
 					ctx := context.Background()
-					ls, err := l.Acquire(ctx, mustKey(t, "k"), lockcore.Policy{Wait: lockcore.FailFast})
+					ls, err := l.Acquire(ctx, mustKey(t, "k"), lifecycle.Policy{Wait: lockcore.FailFast})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -184,7 +185,7 @@ func TestLossDeclaredBeforeExpiry(t *testing.T) {
 				key := mustKey(t, "k")
 				ctx := context.Background()
 				// Not released: cut off, it is lost, and its key expires.
-				ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -197,7 +198,7 @@ func TestLossDeclaredBeforeExpiry(t *testing.T) {
 				cut := time.Now()
 				var in time.Time
 				for i := 0; i < 10000 && time.Since(cut) < 10*time.Second; i++ {
-					pl, err := prober.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+					pl, err := prober.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 					if err == nil {
 						in = time.Now()
 						_ = pl.Release(ctx)

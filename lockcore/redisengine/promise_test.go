@@ -26,6 +26,7 @@ import (
 
 	"github.com/routelock/lock/internal/enginetest"
 	"github.com/routelock/lock/internal/faultproxy"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -117,7 +118,7 @@ func cutOffLocker(t *testing.T, b *redistest.Backend, k clientKind, prefix strin
 func warmScripts(t *testing.T, l *Engine) {
 	t.Helper()
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, mustKey(t, "warm-up"), lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := l.Acquire(ctx, mustKey(t, "warm-up"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,13 +129,13 @@ func warmScripts(t *testing.T, l *Engine) {
 
 // checkSoleHolder checks that outer's hold is the key's only one, with count
 // 1, that another owner cannot take it, and that outer's section is live.
-func checkSoleHolder(t *testing.T, l, intruder *Engine, key lockcore.Key, outer *lockcore.Lease) {
+func checkSoleHolder(t *testing.T, l, intruder *Engine, key lockcore.Key, outer *lifecycle.Lease) {
 	t.Helper()
 	ctx := context.Background()
 	if info := inspect(t, l, key); len(info.Holders) != 1 || holdCount(info, outer.Token()) != 1 {
 		t.Errorf("Redis: %+v; want the outer holder's token alone with count 1", info)
 	}
-	if ls, err := intruder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
+	if ls, err := intruder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}); err == nil {
 		_ = ls.Release(ctx)
 		t.Errorf("another owner acquired the key while the outer lease's context is live (%v)", outer.Context().Err())
 	} else if !errors.Is(err, lockcore.ErrNotAcquired) {
@@ -185,15 +186,15 @@ func stallRedis(t *testing.T, addr string, d time.Duration) <-chan error {
 // reenter takes key on a, then re-enters it on bl under the same token,
 // and checks that Redis counts two entries. The outer lease is released
 // when the test ends.
-func reenter(t *testing.T, a, bl *Engine, key lockcore.Key) (outer, inner *lockcore.Lease) {
+func reenter(t *testing.T, a, bl *Engine, key lockcore.Key) (outer, inner *lifecycle.Lease) {
 	t.Helper()
 	ctx := context.Background()
-	outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+	outer, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = outer.Release(ctx) })
-	inner, err = bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+	inner, err = bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 			key := mustKey(t, "k")
 			ctx := context.Background()
 			const ttl = 5 * time.Second // a waiter not woken sleeps this long
-			h, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+			h, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -288,7 +289,7 @@ func TestRetriedReleaseIsIdempotent(t *testing.T) {
 				t.Fatalf("the release's reply was not lost (%d lost): the fault did not happen", p.LostReplies())
 			}
 			t.Logf("release handing over to a waiter of the same Engine, reply lost and retried: %v", err)
-			var w *lockcore.Lease
+			var w *lifecycle.Lease
 			select {
 			case w = <-got:
 			case err := <-errc:
@@ -321,7 +322,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 300 * time.Millisecond
-		a, err := l1.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+		a, err := l1.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,7 +334,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		case <-time.After(ttl + time.Second):
 			t.Fatal("the deleted lease was not declared lost")
 		}
-		newer, err := l2.Acquire(enginetest.WithToken(ctx, a.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		newer, err := l2.Acquire(enginetest.WithToken(ctx, a.Token()), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +349,7 @@ func TestReleaseOfLostLeaseSparesNewerHold(t *testing.T) {
 		if len(info.Holders) != 1 || holdCount(info, newer.Token()) != 1 || info.Fence != newer.Fence() {
 			t.Errorf("Redis after the lost lease's release: %+v; want the newer hold (fence %d, count 1)", info, newer.Fence())
 		}
-		if ls, err := third.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
+		if ls, err := third.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}); err == nil {
 			_ = ls.Release(ctx)
 			t.Errorf("another owner acquired the key while the newer lease's context is live (%v)", newer.Context().Err())
 		} else if !errors.Is(err, lockcore.ErrNotAcquired) {
@@ -383,12 +384,12 @@ func TestRetriedReentryLeaksNoCount(t *testing.T) {
 				key := mustKey(t, "k")
 				ctx := context.Background()
 				const ttl = 5 * time.Second
-				outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+				outer, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 				if err != nil {
 					t.Fatal(err)
 				}
 				p.LoseReplyTo(scriptSHA(t, bl, "acquire"), 1)
-				inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+				inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 				if p.LostReplies() != 1 {
 					t.Fatalf("the re-entry's reply was not lost (%d lost): the fault did not happen", p.LostReplies())
 				}
@@ -411,7 +412,7 @@ func TestRetriedReentryLeaksNoCount(t *testing.T) {
 					t.Errorf("after every lease was released: %+v, want free", info)
 				}
 				start := time.Now()
-				ls, err := c.Acquire(ctx, key, lockcore.Policy{Wait: time.Second})
+				ls, err := c.Acquire(ctx, key, lifecycle.Policy{Wait: time.Second})
 				if err != nil {
 					t.Errorf("another owner, waiting up to 1s (TTL %v): %v after %v", ttl, err, time.Since(start))
 					return
@@ -438,7 +439,7 @@ func childWaitMain() int {
 	defer l.Close()
 	fmt.Println("waiting")
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, childKey(key), lockcore.Policy{Wait: 30 * time.Second})
+	ls, err := l.Acquire(ctx, childKey(key), lifecycle.Policy{Wait: 30 * time.Second})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -489,7 +490,7 @@ func TestKilledWaiterGrantReclaimed(t *testing.T) {
 		// Waiters sleep until the holder's lease would end unless handed the
 		// lock: a short one bounds how long the live waiter sleeps.
 		const childTTL = 3 * time.Second
-		h, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: childTTL})
+		h, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: childTTL})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -534,7 +535,7 @@ func TestExpiredWaitersDoNotStrandLock(t *testing.T) {
 		key := mustKey(t, "k")
 		ctx := context.Background()
 		const ttl = 5 * time.Second // a waiter not handed the lock sleeps this long
-		h, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: ttl})
+		h, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -554,7 +555,7 @@ func TestExpiredWaitersDoNotStrandLock(t *testing.T) {
 		for i := range entries {
 			entries[i] = redis.Z{
 				Score:  zs[0].Score - float64(dead-i),
-				Member: fmt.Sprintf("%d %d %snotify:gone gone.%d %s", past, ttl.Milliseconds(), prefix, i, lockcore.NewToken()),
+				Member: fmt.Sprintf("%d %d %snotify:gone gone.%d %s", past, ttl.Milliseconds(), prefix, i, lifecycle.NewToken()),
 			}
 		}
 		if err := rdb.ZAdd(ctx, q, entries...).Err(); err != nil {
@@ -592,7 +593,7 @@ func childRingMain() int {
 	defer l.Close()
 	fmt.Println("accepted")
 	ctx := context.Background()
-	ls, err := l.Acquire(ctx, childKey("ring"), lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := l.Acquire(ctx, childKey("ring"), lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		fmt.Println("acquire:", err)
 		return 0
@@ -663,7 +664,7 @@ func TestEveryUniversalClientWorksOrIsRefused(t *testing.T) {
 				l2 := lockerOn(t, cluster(), prefix, Options{})
 				key := mustKey(t, "k")
 				ctx := context.Background()
-				h, err := l1.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				h, err := l1.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err != nil {
 					t.Fatalf("acquire on a ClusterClient: %v", err)
 				}

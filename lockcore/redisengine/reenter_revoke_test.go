@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -23,11 +24,11 @@ func TestRevokedReenteredLeaseRelease(t *testing.T) {
 		op := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		key := mustKey(t, "nested", "1")
-		outer, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		outer, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
-		inner, err := l.Acquire(outer.Context(), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := l.Acquire(outer.Context(), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -75,7 +76,7 @@ func TestRestartGuardCluster(t *testing.T) {
 		t.Fatalf("master %s of k1 not found, or no k2 %v / k3 %v", m, k2, k3)
 	}
 
-	holder, err := a.Acquire(ctx, k1, lockcore.Policy{Wait: lockcore.FailFast})
+	holder, err := a.Acquire(ctx, k1, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,11 +90,11 @@ func TestRestartGuardCluster(t *testing.T) {
 	b := enginesOn(t, set, 1, Options{Prefix: prefix, TTL: short, MaxTTL: long})[0]
 
 	// try acquires k fail-fast until it is held or refused by the guard.
-	try := func(k lockcore.Key) (*lockcore.Lease, error) {
-		var ls *lockcore.Lease
+	try := func(k lockcore.Key) (*lifecycle.Lease, error) {
+		var ls *lifecycle.Lease
 		var err error
 		waitFor(t, 5*time.Second, "an answer from the restarted master", func() bool {
-			ls, err = b.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err = b.Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast})
 			return err == nil || errors.Is(err, lockcore.ErrRestartGuard) || !errors.Is(err, lockcore.ErrUnavailable)
 		})
 		return ls, err
@@ -120,7 +121,7 @@ func TestRestartGuardCluster(t *testing.T) {
 	var got time.Duration
 	deadline := restarted.Add(long + 3*time.Second)
 	for time.Now().Before(deadline) {
-		ls, err := b.Acquire(ctx, k1, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := b.Acquire(ctx, k1, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err == nil {
 			live := holder.Context().Err() == nil
 			_ = ls.Release(ctx)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -39,10 +40,10 @@ func TestRestartGuardPerRouteTTL(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			var holder *lockcore.Lease
+			var holder *lifecycle.Lease
 			var err error
 			eventually(t, 2*long, "the holder's acquire (the guard of the server's start lets it in at its TTL)", func() bool {
-				holder, err = a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast, TTL: long})
+				holder, err = a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast, TTL: long})
 				return err == nil
 			})
 			defer holder.Release(ctx)
@@ -51,10 +52,10 @@ func TestRestartGuardPerRouteTTL(t *testing.T) {
 			}
 			restarted := time.Now()
 			// B's first call after the restart: a default-TTL route.
-			if ls, err := b.Acquire(ctx, other, lockcore.Policy{Wait: lockcore.FailFast}); err == nil {
+			if ls, err := b.Acquire(ctx, other, lifecycle.Policy{Wait: lockcore.FailFast}); err == nil {
 				_ = ls.Release(ctx)
 			}
-			ls, err := b.Acquire(ctx, key, lockcore.Policy{TTL: long, Wait: 2 * long})
+			ls, err := b.Acquire(ctx, key, lifecycle.Policy{TTL: long, Wait: 2 * long})
 			if err != nil {
 				t.Fatalf("process B's acquire of the long route: %v", err)
 			}
@@ -93,7 +94,7 @@ func TestRestartGuardUptimeRounding(t *testing.T) {
 			key := mustKey(t, "restart", "uptime")
 			// The server's start guard lets a hold in once it is ttl old.
 			eventually(t, 3*ttl, "a first hold on the server", func() bool {
-				l, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				l, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				if err == nil {
 					_ = l.Release(ctx)
 				}
@@ -106,7 +107,7 @@ func TestRestartGuardUptimeRounding(t *testing.T) {
 				d += time.Second
 			}
 			time.Sleep(d)
-			holder, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			holder, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,9 +120,9 @@ func TestRestartGuardUptimeRounding(t *testing.T) {
 				info, err := admin.Info(ctx, "server").Result()
 				return err == nil && !strings.Contains(info, "uptime_in_seconds:0\r")
 			})
-			var ls *lockcore.Lease
+			var ls *lifecycle.Lease
 			eventually(t, 3*ttl, "process B's fail-fast acquire", func() bool {
-				ls, err = b.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				ls, err = b.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				return err == nil
 			})
 			defer ls.Release(ctx)
@@ -164,10 +165,10 @@ func TestRestartGuardOtherPrefix(t *testing.T) {
 			secondEng := lockerOn(t, k.client(t, srv.Addr), pb, Options{TTL: ttl, MaxTTL: ttl})
 			key := mustKey(t, "restart", "prefix")
 
-			var holder *lockcore.Lease
+			var holder *lifecycle.Lease
 			var err error
 			eventually(t, 2*ttl, "the holder's acquire (the guard of the server's start lets it in at ttl)", func() bool {
-				holder, err = holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+				holder, err = holderEng.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 				return err == nil
 			})
 			defer holder.Release(ctx)
@@ -179,7 +180,7 @@ func TestRestartGuardOtherPrefix(t *testing.T) {
 			if err := other.Check(ctx); err != nil {
 				t.Logf("other prefix's Check: %v", err)
 			}
-			ls, err := secondEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := secondEng.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Logf("second acquire refused (%v): the guard held", err)
 				return

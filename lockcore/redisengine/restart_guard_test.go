@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -35,10 +36,10 @@ func TestRestartGuardOtherEngine(t *testing.T) {
 	}
 	a := lockerOn(t, defaultKind.client(t, srv.Addr), prefix, Options{TTL: long, MaxTTL: long})
 	key := mustKey(t, "restart", "other-engine")
-	var holder *lockcore.Lease
+	var holder *lifecycle.Lease
 	var err error
 	eventually(t, long+time.Second, "A's acquire once the start's guard ended", func() bool {
-		holder, err = a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		holder, err = a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		return err == nil
 	})
 	defer holder.Release(ctx)
@@ -51,7 +52,7 @@ func TestRestartGuardOtherEngine(t *testing.T) {
 	guarded := 0
 	deadline := restarted.Add(long + time.Second)
 	for holder.Context().Err() == nil && time.Now().Before(deadline) {
-		ls, err := b.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := b.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err == nil {
 			live := holder.Context().Err() == nil
 			_ = ls.Release(ctx)
@@ -105,14 +106,14 @@ func TestOperatorOnlyGuard(t *testing.T) {
 	if left, err := obs.RestartGuard(ctx); err != nil || left != 0 {
 		t.Fatalf("the OperatorOnly engine's RestartGuard before any Engine decided: %v, %v; want 0", left, err)
 	}
-	if _, err := obs.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrMisconfigured) {
+	if _, err := obs.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrMisconfigured) {
 		t.Fatalf("the OperatorOnly engine's Acquire: %v, want ErrMisconfigured", err)
 	}
 	if _, _, err := obs.List(ctx, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	e := lockerOn(t, defaultKind.client(t, srv.Addr), prefix, Options{TTL: maxTTL / 2, MaxTTL: maxTTL})
-	_, err := e.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+	_, err := e.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 	var ge *lockcore.RestartGuardError
 	if !errors.As(err, &ge) || ge.RetryAfter > maxTTL {
 		t.Fatalf("first acquisition after the OperatorOnly engine's calls: %v, want the restart guard's refusal for at most %v", err, maxTTL)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -34,10 +35,10 @@ func TestRestartWithoutDataLetsNobodyIn(t *testing.T) {
 				waiterEng := lockerOn(t, k.client(t, srv.Addr), prefix, Options{TTL: ttl, MaxTTL: ttl})
 				key := mustKey(t, "restart", "held")
 
-				var holder *lockcore.Lease
+				var holder *lifecycle.Lease
 				var err error
 				eventually(t, 3*ttl, "the holder's acquire (a guard from the last start may be up)", func() bool {
-					holder, err = holderEng.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+					holder, err = holderEng.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 					return err == nil
 				})
 				got, errc := acquireAsync(waiterEng, key, 4*ttl)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -23,8 +24,8 @@ func TestRetryAfterTracksHolds(t *testing.T) {
 		ctx := context.Background()
 		key := mustKey(t, "productID", "42")
 		const work = 300 * time.Millisecond
-		hold := func() *lockcore.Lease {
-			ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: 5 * time.Second})
+		hold := func() *lifecycle.Lease {
+			ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -45,7 +46,7 @@ func TestRetryAfterTracksHolds(t *testing.T) {
 				time.Sleep(work) // the holder's work
 				_ = ls.Release(ctx)
 			}()
-			_, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			_, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			var ce *lockcore.ContentionError
 			if !errors.As(err, &ce) {
 				t.Fatalf("fail-fast acquire of a held key: %v", err)

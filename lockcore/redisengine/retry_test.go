@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -21,12 +22,12 @@ func TestRetryAfterWithoutHistory(t *testing.T) {
 		fresh := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		key := mustKey(t, "productID", "42")
-		ls, err := holder.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+		ls, err := holder.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ls.Release(ctx)
-		for _, p := range []lockcore.Policy{{Wait: lockcore.FailFast}, {Wait: 50 * time.Millisecond}} {
+		for _, p := range []lifecycle.Policy{{Wait: lockcore.FailFast}, {Wait: 50 * time.Millisecond}} {
 			_, err = fresh.Acquire(ctx, key, p)
 			var ce *lockcore.ContentionError
 			if !errors.As(err, &ce) {

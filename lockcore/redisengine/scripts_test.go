@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -50,11 +51,11 @@ func TestScriptsDeclareEveryKey(t *testing.T) {
 			l := lockerOn(t, rdb, prefix, Options{})
 			other := lockerOn(t, rdb, prefix, Options{})
 			key := mustKey(t, "declared", "1")
-			outer, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			outer, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
-			inner, err := other.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+			inner, err := other.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil || inner.Fence() != outer.Fence() {
 				t.Fatalf("re-entry from another Engine: %v, fence %d of %d", err, inner.Fence(), outer.Fence())
 			}

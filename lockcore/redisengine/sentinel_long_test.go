@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -129,7 +130,7 @@ func TestSentinelFailoversAtDefaults(t *testing.T) {
 			e := engines[w%3]
 			p := products[w%len(products)]
 			k := mustKey(t, "sale", p)
-			pol := lockcore.Policy{Wait: lockcore.FailFast}
+			pol := lifecycle.Policy{Wait: lockcore.FailFast}
 			if w%2 == 1 {
 				pol.Wait = time.Second
 			}

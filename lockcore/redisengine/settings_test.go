@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -46,7 +47,7 @@ func TestEvictingServerRefused(t *testing.T) {
 				t.Fatalf("Check on a server with maxmemory-policy %s: %v; want ErrMisconfigured naming the policy", policy, err)
 			}
 			key := mustKey(t, "evict", policy)
-			ls, err := l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				_ = ls.Release(ctx)
 				t.Fatal("Acquire took a lock on a server that may evict it")
@@ -62,7 +63,7 @@ func TestEvictingServerRefused(t *testing.T) {
 			if err := l.Check(ctx); err != nil {
 				t.Fatalf("Check once the policy is noeviction: %v", err)
 			}
-			ls, err = l.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err = l.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatalf("Acquire once the policy is noeviction: %v", err)
 			}
@@ -77,7 +78,7 @@ func TestEvictingServerRefused(t *testing.T) {
 			set("volatile-lru", "1gb")
 			t.Cleanup(func() { set("noeviction", "0") })
 			l := lockerOn(t, k.client(t, srv.Addr), redistest.Prefix(t), Options{})
-			ls, err := l.Acquire(ctx, mustKey(t, "evict", "unchecked"), lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, mustKey(t, "evict", "unchecked"), lifecycle.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				_ = ls.Release(ctx)
 				t.Fatal("the first Acquire of an Engine never checked took a lock on a server that may evict it")
@@ -145,7 +146,7 @@ func TestRestartGuardNeedsItsACL(t *testing.T) {
 			c := redis.NewClient(o)
 			t.Cleanup(func() { _ = c.Close() })
 			l := lockerOn(t, c, redistest.Prefix(t), Options{})
-			ls, err := l.Acquire(ctx, mustKey(t, "acl", user), lockcore.Policy{Wait: lockcore.FailFast})
+			ls, err := l.Acquire(ctx, mustKey(t, "acl", user), lifecycle.Policy{Wait: lockcore.FailFast})
 			if err == nil {
 				_ = ls.Release(ctx)
 				t.Fatal("a lock was taken although the restart guard could not be decided")

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/routelock/lock/internal/enginetest"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -21,19 +22,19 @@ func TestInspectSinceOutlivesFirstEntry(t *testing.T) {
 		bl := newLocker(t, b, prefix, Options{})
 		ctx := context.Background()
 		key := mustKey(t, "since", "2")
-		seed, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}) // seeds the fencing counter
+		seed, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}) // seeds the fencing counter
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := seed.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		outer, err := a.Acquire(ctx, key, lockcore.Policy{Wait: lockcore.FailFast}) // the fast path: since is 0 in Redis
+		outer, err := a.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast}) // the fast path: since is 0 in Redis
 		if err != nil {
 			t.Fatal(err)
 		}
 		taken := inspect(t, a, key).Holders[0].Since
-		inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lockcore.Policy{Wait: lockcore.FailFast})
+		inner, err := bl.Acquire(enginetest.WithToken(ctx, outer.Token()), key, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}

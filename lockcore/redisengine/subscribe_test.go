@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
 )
@@ -93,13 +94,13 @@ func queuedOnlySubscribed(t *testing.T, b *redistest.Backend, reconnect bool) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	holder, err := a.Acquire(ctx, k, lockcore.Policy{})
+	holder, err := a.Acquire(ctx, k, lifecycle.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan string, 2)
-	wait := func(e lockcore.Engine, name string) {
-		ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 15 * time.Second})
+	wait := func(e lifecycle.Locker, name string) {
+		ls, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: 15 * time.Second})
 		if err != nil {
 			t.Errorf("waiter on %s: %v", name, err)
 			served <- "error"
@@ -232,7 +233,7 @@ func TestQueuedKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
 		if err := nb.nf.ping(ctx); err != nil {
 			t.Fatal(err)
 		}
-		holder, err := a.Acquire(ctx, k, lockcore.Policy{})
+		holder, err := a.Acquire(ctx, k, lifecycle.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +249,7 @@ func TestQueuedKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
 			})
 		}
 		wait := func(e *Engine, name string) {
-			ls, err := e.Acquire(ctx, k, lockcore.Policy{Wait: 15 * time.Second})
+			ls, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: 15 * time.Second})
 			if err != nil {
 				t.Errorf("waiter on %s: %v", name, err)
 				served <- "error"
@@ -329,7 +330,7 @@ func TestGoneWaitersParkedThenDropped(t *testing.T) {
 		k := mustKey(t, "gone")
 		q := a.redisKeys(k)[1]
 		admin := b.Client(t)
-		holder, err := a.Acquire(ctx, k, lockcore.Policy{})
+		holder, err := a.Acquire(ctx, k, lifecycle.Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -340,15 +341,15 @@ func TestGoneWaitersParkedThenDropped(t *testing.T) {
 		for i := range zs {
 			zs[i] = redis.Z{
 				Score:  arrived - float64(gone-i),
-				Member: fmt.Sprintf("%d 30000 %snotify:gone gone.%d.0 %s", deadline, prefix, i, lockcore.NewToken()),
+				Member: fmt.Sprintf("%d 30000 %snotify:gone gone.%d.0 %s", deadline, prefix, i, lifecycle.NewToken()),
 			}
 		}
 		if err := admin.ZAdd(ctx, q, zs...).Err(); err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan *lockcore.Lease, 1)
+		got := make(chan *lifecycle.Lease, 1)
 		go func() {
-			ls, err := c.Acquire(ctx, k, lockcore.Policy{Wait: 15 * time.Second})
+			ls, err := c.Acquire(ctx, k, lifecycle.Policy{Wait: 15 * time.Second})
 			if err != nil {
 				t.Errorf("the live waiter: %v", err)
 			}

@@ -22,7 +22,9 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock"
 	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
@@ -104,11 +106,11 @@ func populate(ctx context.Context, a, b, c, ops *redisengine.Engine) error {
 		}
 		return k
 	}
-	hold := func(e *redisengine.Engine, ctx context.Context, k lockcore.Key, route, trace string) (*lockcore.Lease, error) {
-		return e.Acquire(ctx, k, lockcore.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second, Route: route, Trace: trace})
+	hold := func(e *redisengine.Engine, ctx context.Context, k lockcore.Key, route, trace string) (*lock.Lease, error) {
+		return lock.FromEngine(e).Acquire(ctx, k, lock.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second, Route: route, Trace: trace})
 	}
 	wait := func(e *redisengine.Engine, k lockcore.Key, d time.Duration, route, trace string) {
-		go e.Acquire(ctx, k, lockcore.Policy{Wait: d, TTL: 10 * time.Second, Route: route, Trace: trace})
+		go lock.FromEngine(e).Acquire(ctx, k, lock.Policy{Wait: d, TTL: 10 * time.Second, Route: route, Trace: trace})
 	}
 
 	order := key("orderID", "A-10234")
@@ -134,7 +136,7 @@ func populate(ctx context.Context, a, b, c, ops *redisengine.Engine) error {
 	if err != nil {
 		return err
 	}
-	propagated, err := lockcore.Intake(ctx, "token", []string{outer.Token()}, nil)
+	propagated, err := lifecycle.Intake(ctx, "token", []string{outer.Token()}, nil)
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,15 @@
-package lockcore
+package lifecycle
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/routelock/lock/lockcore"
 )
 
 // AcquireAll takes the locks of keys on e, all or nothing, with one wait
@@ -24,7 +27,7 @@ import (
 // its Defaults to the lot and calls this function with its engine. (Such a
 // method must not call this function with its own receiver.)
 //
-// When e can take them all in one exchange with its backend (an Engine
+// When e can take them all in one exchange with its backend (an Locker
 // of Serve whose Backend is a Batch), AcquireAll asks it first, and takes
 // them one by one only when it declines.
 //
@@ -35,9 +38,9 @@ import (
 // taken fails the lot too: as a *ContentionError on its key joined with
 // the loss, or with the loss alone when it matches ErrUnavailable. Release
 // the leases with ReleaseAll.
-func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, error) {
+func AcquireAll(ctx context.Context, e Locker, keys []lockcore.Key, p Policy) ([]*Lease, error) {
 	if p.Segments != 0 {
-		return nil, fmt.Errorf("%w: Segments %d: a route's several resources cannot be segmented", ErrMisconfigured, p.Segments)
+		return nil, fmt.Errorf("%w: Segments %d: a route's several resources cannot be segmented", lockcore.ErrMisconfigured, p.Segments)
 	}
 	if a, ok := e.(allAcquirer); ok {
 		return a.AcquireAll(ctx, keys, p)
@@ -50,15 +53,7 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 		return []*Lease{ls}, nil
 	}
 	ks := slices.Clone(keys)
-	slices.SortFunc(ks, func(a, b Key) int {
-		switch {
-		case a.s < b.s:
-			return -1
-		case a.s > b.s:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ks, func(a, b lockcore.Key) int { return strings.Compare(a.String(), b.String()) })
 	ks = slices.Compact(ks)
 	if p.Wait == 0 {
 		p.Wait = defaultWait
@@ -82,13 +77,13 @@ func AcquireAll(ctx context.Context, e Engine, keys []Key, p Policy) ([]*Lease, 
 		q := p
 		if p.Wait > 0 {
 			if q.Wait = time.Until(deadline); q.Wait <= 0 {
-				q.Wait = FailFast // the budget is spent: one attempt, which may find it free
+				q.Wait = lockcore.FailFast // the budget is spent: one attempt, which may find it free
 			}
 		}
 		ls, err := e.Acquire(ctx, k, q)
 		if err != nil {
-			var ce *ContentionError
-			if p.Wait > 0 && q.Wait == FailFast && errors.As(err, &ce) {
+			var ce *lockcore.ContentionError
+			if p.Wait > 0 && q.Wait == lockcore.FailFast && errors.As(err, &ce) {
 				ce.TimedOut = true
 			}
 			_ = ReleaseAll(context.WithoutCancel(orig), leases)
@@ -109,10 +104,10 @@ func together(ctx context.Context, leases []*Lease) ([]*Lease, error) {
 	for _, ls := range leases {
 		if err := ls.Err(); err != nil {
 			_ = ReleaseAll(context.WithoutCancel(ctx), leases)
-			if errors.Is(err, ErrUnavailable) {
+			if errors.Is(err, lockcore.ErrUnavailable) {
 				return nil, err
 			}
-			return nil, errors.Join(&ContentionError{Key: ls.Key().String()}, err)
+			return nil, errors.Join(&lockcore.ContentionError{Key: ls.Key().String()}, err)
 		}
 	}
 	markTogether(leases)
@@ -132,13 +127,13 @@ func markTogether(leases []*Lease) {
 	}
 }
 
-// allAcquirer is an Engine with an AcquireAll method of its own.
+// allAcquirer is an Locker with an AcquireAll method of its own.
 type allAcquirer interface {
-	AcquireAll(ctx context.Context, keys []Key, p Policy) ([]*Lease, error)
+	AcquireAll(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error)
 }
 
-// groupAcquirer is an Engine that can take several locks in one exchange
-// with its backend: an Engine of Serve whose Backend is a Batch, or a
+// groupAcquirer is an Locker that can take several locks in one exchange
+// with its backend: an Locker of Serve whose Backend is a Batch, or a
 // wrapper of one.
 type groupAcquirer interface {
 	// AcquireGroup takes the locks of keys, at least two, distinct and
@@ -149,7 +144,7 @@ type groupAcquirer interface {
 	// is not FailFast): AcquireAll then takes them one by one. When p.Wait
 	// is FailFast it may fail with the *ContentionError of a key it found
 	// held. p.Wait is positive or FailFast.
-	AcquireGroup(ctx context.Context, keys []Key, p Policy) ([]*Lease, error)
+	AcquireGroup(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error)
 }
 
 // ReleaseAll releases leases, last first, as AcquireAll returned them,

@@ -1,4 +1,4 @@
-package lockcore
+package lifecycle
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/routelock/lock/lockcore"
 )
 
 // Owner tokens are at most this long; longer inbound values are rejected.
@@ -65,7 +67,7 @@ func Intake(ctx context.Context, name string, vals []string, trust func() bool) 
 		return ctx, nil
 	}
 	if len(vals) > 1 {
-		return ctx, fmt.Errorf("%w: %s given %d times", ErrInvalidToken, name, len(vals))
+		return ctx, fmt.Errorf("%w: %s given %d times", lockcore.ErrInvalidToken, name, len(vals))
 	}
 	toks, err := parseTokens(vals[0])
 	if err != nil {
@@ -88,12 +90,12 @@ func Outbound(ctx context.Context) string { return joinTokens(TokensFrom(ctx)) }
 // repeats the value.
 func parseToken(s string) (string, error) {
 	if len(s) < 16 || len(s) > maxTokenLen {
-		return "", fmt.Errorf("%w: length %d, want 16 to %d", ErrInvalidToken, len(s), maxTokenLen)
+		return "", fmt.Errorf("%w: length %d, want 16 to %d", lockcore.ErrInvalidToken, len(s), maxTokenLen)
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '_') {
-			return "", fmt.Errorf("%w: byte %d is not a letter, digit, '-' or '_'", ErrInvalidToken, i)
+			return "", fmt.Errorf("%w: byte %d is not a letter, digit, '-' or '_'", lockcore.ErrInvalidToken, i)
 		}
 	}
 	return s, nil
@@ -105,7 +107,7 @@ func parseToken(s string) (string, error) {
 func parseTokens(s string) ([]string, error) {
 	n := strings.Count(s, ",") + 1
 	if n > maxTokens {
-		return nil, fmt.Errorf("%w: %d tokens, want at most %d", ErrInvalidToken, n, maxTokens)
+		return nil, fmt.Errorf("%w: %d tokens, want at most %d", lockcore.ErrInvalidToken, n, maxTokens)
 	}
 	out := make([]string, 0, n)
 	for i, f := range strings.Split(s, ",") {
@@ -173,7 +175,7 @@ func WithHoldSlot(ctx context.Context) (context.Context, func(*Lease)) {
 	return context.WithValue(ctx, ctxKey{}, st), func(ls *Lease) {
 		for p := &ls.h.st; p != nil; p = p.parent {
 			if p == st {
-				panic("routelock: lockcore.WithHoldSlot: the lease was acquired with the slot's own context")
+				panic("routelock: lifecycle.WithHoldSlot: the lease was acquired with the slot's own context")
 			}
 		}
 		st.slot.Store(&ls.h.st)
@@ -225,8 +227,8 @@ func (st *ctxState) tokens() []string {
 
 // Held describes a lock held by a context, as returned by HeldFrom.
 type Held struct {
-	Key   Key   // the resource
-	Fence int64 // the fencing token of the hold
+	Key   lockcore.Key // the resource
+	Fence int64        // the fencing token of the hold
 	// Slot is the hold's slot among the key's permits (Lease.Slot); -1
 	// when it has none: an exclusive hold, or a ShareAll one.
 	Slot int

@@ -1,4 +1,4 @@
-package lockcore
+package lifecycle
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/routelock/lock/lockcore"
 )
 
 // segmentTurns spread the first segment each acquisition of a resource
@@ -14,10 +16,10 @@ import (
 var segmentTurns [64]atomic.Uint32
 
 // turn returns the next turn of key's resource.
-func turn(key Key) uint32 {
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(key.s); i++ {
-		h = (h ^ uint32(key.s[i])) * 16777619
+func turn(key lockcore.Key) uint32 {
+	h, s := uint32(2166136261), key.String() // FNV-1a
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * 16777619
 	}
 	return segmentTurns[h%uint32(len(segmentTurns))].Add(1)
 }
@@ -39,19 +41,19 @@ func turn(key Key) uint32 {
 // gates are known only to an engine that is a Gatekeeper, or offers one
 // (a method Gatekeeper() Gatekeeper, as a lock.Locker has): with any other
 // engine every segment is open. Panics if p.Segments is not positive.
-func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, error) {
+func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (*Lease, error) {
 	n := p.Segments
 	if n <= 0 {
-		panic(fmt.Sprintf("routelock: lockcore.AcquireSegment with Segments %d", n))
+		panic(fmt.Sprintf("routelock: lifecycle.AcquireSegment with Segments %d", n))
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if key.isZero() {
-		return nil, fmt.Errorf("%w: zero Key", ErrInvalidKey)
+	if (key == lockcore.Key{}) {
+		return nil, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
 	if _, _, ok := key.Segmented(); ok {
-		return nil, fmt.Errorf("%w: %s is a segment's key already", ErrInvalidKey, key)
+		return nil, fmt.Errorf("%w: %s is a segment's key already", lockcore.ErrInvalidKey, key)
 	}
 	p.Segments = 0
 	holdsKey := false // ctx holds the resource's own lock through e
@@ -69,7 +71,7 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 				}
 				return ls, nil
 			}
-			if !errors.Is(err, ErrGateClosed) {
+			if !errors.Is(err, lockcore.ErrGateClosed) {
 				return nil, err
 			}
 			break // lost meanwhile, and its gate closed: another one
@@ -87,9 +89,9 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 			// of it; if it opened meanwhile, the lock of the resource
 			// itself is not what is asked for: on to the segments.
 			q := p
-			q.Wait, q.MaxHold = FailFast, 0
+			q.Wait, q.MaxHold = lockcore.FailFast, 0
 			ls, err := e.Acquire(ctx, key, q)
-			if errors.Is(err, ErrGateClosed) {
+			if errors.Is(err, lockcore.ErrGateClosed) {
 				return nil, err
 			}
 			if err == nil {
@@ -98,7 +100,7 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 		}
 	}
 	var deadline time.Time // one wait for every segment tried
-	if p.Wait != FailFast {
+	if p.Wait != lockcore.FailFast {
 		if p.Wait == 0 {
 			p.Wait = defaultWait
 		}
@@ -118,7 +120,7 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 		q := p
 		if !deadline.IsZero() {
 			if q.Wait = time.Until(deadline); q.Wait <= 0 {
-				q.Wait = FailFast // the wait is spent: one attempt
+				q.Wait = lockcore.FailFast // the wait is spent: one attempt
 			}
 		}
 		ls, err := e.Acquire(ctx, k, q)
@@ -134,11 +136,11 @@ func AcquireSegment(ctx context.Context, e Engine, key Key, p Policy) (*Lease, e
 			}
 			ls.h.segments = int32(n)
 			return ls, nil
-		case errors.Is(err, ErrGateClosed):
+		case errors.Is(err, lockcore.ErrGateClosed):
 			continue // closed since
-		case q.Wait == FailFast && errors.Is(err, ErrNotAcquired) && ctx.Err() == nil:
-			var ce *ContentionError
-			if p.Wait != FailFast && errors.As(err, &ce) {
+		case q.Wait == lockcore.FailFast && errors.Is(err, lockcore.ErrNotAcquired) && ctx.Err() == nil:
+			var ce *lockcore.ContentionError
+			if p.Wait != lockcore.FailFast && errors.As(err, &ce) {
 				ce.TimedOut = true // the wait ran out on the segments before
 			}
 			busy = err
@@ -183,13 +185,13 @@ func NextSegment(ctx context.Context) error {
 	}
 	base, _, ok := h.key.Segmented()
 	if !ok || h.segments <= 0 {
-		return fmt.Errorf("%w: the innermost lock, of %s, is not a segment's (Policy.Segments)", ErrMisconfigured, h.key)
+		return fmt.Errorf("%w: the innermost lock, of %s, is not a segment's (Policy.Segments)", lockcore.ErrMisconfigured, h.key)
 	}
 	g, ok := h.gates()
 	if !ok {
-		return fmt.Errorf("%w: the engine of %s (%T) has no gates", ErrMisconfigured, h.key, h.e)
+		return fmt.Errorf("%w: the engine of %s (%T) has no gates", lockcore.ErrMisconfigured, h.key, h.e)
 	}
-	if err := g.CloseGate(ctx, h.key, 0); err != nil && !errors.Is(err, ErrUnavailable) {
+	if err := g.CloseGate(ctx, h.key, 0); err != nil && !errors.Is(err, lockcore.ErrUnavailable) {
 		return err
 	}
 	h.moving.Store(true)
@@ -217,22 +219,22 @@ func innermost(ctx context.Context, none string) (*held, error) {
 	}
 	switch {
 	case h == nil:
-		return nil, fmt.Errorf("%w: the context holds no lock: %s", ErrInvalidKey, none)
+		return nil, fmt.Errorf("%w: the context holds no lock: %s", lockcore.ErrInvalidKey, none)
 	case !h.live():
-		return nil, fmt.Errorf("%w: the innermost lock, of %s, is no longer held: %s", ErrLockLost, h.key, none)
+		return nil, fmt.Errorf("%w: the innermost lock, of %s, is no longer held: %s", lockcore.ErrLockLost, h.key, none)
 	}
 	return h, nil
 }
 
 // gatekeeperOf returns the gates of e: e itself when it is a Gatekeeper,
 // or the one it offers with a method Gatekeeper() Gatekeeper (a
-// lock.Locker offers its engine's, and an Engine of Serve its Backend's);
+// lock.Locker offers its engine's, and an Locker of Serve its Backend's);
 // nil for none.
-func gatekeeperOf(e Engine) Gatekeeper {
-	if g, ok := e.(Gatekeeper); ok {
+func gatekeeperOf(e Locker) lockcore.Gatekeeper {
+	if g, ok := e.(lockcore.Gatekeeper); ok {
 		return g
 	}
-	if o, ok := e.(interface{ Gatekeeper() Gatekeeper }); ok {
+	if o, ok := e.(interface{ Gatekeeper() lockcore.Gatekeeper }); ok {
 		return o.Gatekeeper()
 	}
 	return nil
@@ -241,8 +243,8 @@ func gatekeeperOf(e Engine) Gatekeeper {
 // madeBy reports whether the hold h was made through e: by e itself, or
 // by an engine with e's gates (e a lock.Locker, say, or a wrapper that
 // offers its engine's gates).
-func madeBy(e Engine, h *held) bool {
-	if h.e == e {
+func madeBy(e Locker, h *held) bool {
+	if sameBackend(h.e, e) {
 		return true
 	}
 	g := gatekeeperOf(e)

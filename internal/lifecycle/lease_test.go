@@ -1,4 +1,4 @@
-package lockcore
+package lifecycle
 
 // Tests of the backend-neutral lease: the lease's context is the held
 // struct (a cancelable context with a Value override), made by begin,
@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/routelock/lock/lockcore"
 )
 
 const testBound = 5 * time.Second
@@ -31,7 +33,7 @@ func (h *testHold) Shared() (int, bool)   { return -1, false }
 func (h *testHold) Token() string         { return "" }
 func (h *testHold) Done() <-chan struct{} { return nil }
 
-var errTestGone = fmt.Errorf("%w: test: gone", ErrLockLost)
+var errTestGone = fmt.Errorf("%w: test: gone", lockcore.ErrLockLost)
 
 func (h *testHold) Err() error {
 	if h.lost.Load() {
@@ -45,16 +47,16 @@ func (h *testHold) Release(context.Context, error) error {
 	return h.err
 }
 
-// testEngine follows the steps of Engine's doc: Begin, else a
+// testEngine follows the steps of Locker's doc: Begin, else a
 // fresh hold wrapped by newLease. It never contends: tests use one owner.
 type testEngine struct {
-	ev    Events // given to newLease
+	ev    lockcore.Events // given to newLease
 	mu    sync.Mutex
 	fence int64
 	last  *testHold
 }
 
-func (e *testEngine) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error) {
+func (e *testEngine) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
 	if ls, _, err := begin(ctx, e, key, p); ls != nil || err != nil {
 		return ls, err
 	}
@@ -65,11 +67,11 @@ func (e *testEngine) Acquire(ctx context.Context, key Key, p Policy) (*Lease, er
 	return newLease(ctx, e, key, NewToken(), e.last, e.ev), nil
 }
 
-func (e *testEngine) Promises() Promises { return Promises{} }
+func (e *testEngine) Promises() lockcore.Promises { return lockcore.Promises{} }
 
-func testKey(t *testing.T) Key {
+func testKey(t *testing.T) lockcore.Key {
 	t.Helper()
-	k, err := NewKey("productID", "42")
+	k, err := lockcore.NewKey("productID", "42")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func TestHeldContextDerivations(t *testing.T) {
 	k := testKey(t)
 	parent, cancelParent := context.WithCancel(context.Background())
 	defer cancelParent()
-	ls, err := e.Acquire(parent, k, Policy{Wait: FailFast})
+	ls, err := e.Acquire(parent, k, Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +158,7 @@ func TestHeldContextDerivations(t *testing.T) {
 	}
 	for i, c := range derived {
 		waitDone(t, fmt.Sprintf("derived context %d", i), c)
-		if cause := context.Cause(c); !errors.Is(cause, ErrLockLost) {
+		if cause := context.Cause(c); !errors.Is(cause, lockcore.ErrLockLost) {
 			t.Errorf("derived context %d: cause %v, want ErrLockLost", i, cause)
 		}
 	}
@@ -179,10 +181,10 @@ func TestHeldContextDerivations(t *testing.T) {
 	if toks := TokensFrom(detached); len(toks) != 0 {
 		t.Errorf("WithoutCancel of a lost lease's context still carries an owner token (%d bytes)", len(toks[0]))
 	}
-	if err := ls.Err(); !errors.Is(err, ErrLockLost) {
+	if err := ls.Err(); !errors.Is(err, lockcore.ErrLockLost) {
 		t.Errorf("Err after loss: %v", err)
 	}
-	if err := ls.Release(context.Background()); !errors.Is(err, ErrLockLost) {
+	if err := ls.Release(context.Background()); !errors.Is(err, lockcore.ErrLockLost) {
 		t.Errorf("Release after loss: %v, want ErrLockLost", err)
 	}
 	if n := hold.releases.Load(); n != 1 {
@@ -199,9 +201,9 @@ func TestCheckLosesAndReentry(t *testing.T) {
 	k := testKey(t)
 	ctx := context.Background()
 
-	outer, _ := e.Acquire(ctx, k, Policy{Wait: FailFast})
+	outer, _ := e.Acquire(ctx, k, Policy{Wait: lockcore.FailFast})
 	hold := e.last
-	inner, _ := e.Acquire(outer.Context(), k, Policy{Wait: FailFast})
+	inner, _ := e.Acquire(outer.Context(), k, Policy{Wait: lockcore.FailFast})
 	if e.last != hold || inner.Fence() != outer.Fence() {
 		t.Fatal("nested acquisition did not re-enter in memory")
 	}
@@ -215,20 +217,20 @@ func TestCheckLosesAndReentry(t *testing.T) {
 	if err := inner.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(context.Cause(outer.Context()), ErrReleased) || hold.releases.Load() != 1 {
+	if !errors.Is(context.Cause(outer.Context()), lockcore.ErrReleased) || hold.releases.Load() != 1 {
 		t.Fatalf("after both releases: cause %v, backend releases %d", context.Cause(outer.Context()), hold.releases.Load())
 	}
-	if err := inner.Release(ctx); !errors.Is(err, ErrReleased) {
+	if err := inner.Release(ctx); !errors.Is(err, lockcore.ErrReleased) {
 		t.Errorf("second Release: %v", err)
 	}
 
-	ls, _ := e.Acquire(ctx, k, Policy{Wait: FailFast})
+	ls, _ := e.Acquire(ctx, k, Policy{Wait: lockcore.FailFast})
 	hold = e.last
 	d, cancel := context.WithCancel(ls.Context())
 	defer cancel()
 	hold.lost.Store(true)
 	// Re-entry asks the engine (Check) and, finding it unsure, loses the hold.
-	again, _ := e.Acquire(d, k, Policy{Wait: FailFast})
+	again, _ := e.Acquire(d, k, Policy{Wait: lockcore.FailFast})
 	if e.last == hold {
 		t.Error("re-entered a hold whose Check fails")
 	}
@@ -237,7 +239,7 @@ func TestCheckLosesAndReentry(t *testing.T) {
 	if cause := context.Cause(d); !errors.Is(cause, errTestGone) {
 		t.Errorf("cause %v, want the engine's", cause)
 	}
-	if err := ls.Err(); !errors.Is(err, ErrLockLost) {
+	if err := ls.Err(); !errors.Is(err, lockcore.ErrLockLost) {
 		t.Errorf("Err: %v", err)
 	}
 	_ = ls.Release(ctx)
@@ -245,34 +247,34 @@ func TestCheckLosesAndReentry(t *testing.T) {
 
 // mapEngine is an engine written as a plain value type that carries a map
 // (its configuration), as a test double or a thin adapter may be. Its
-// Acquire follows Engine's steps exactly.
+// Acquire follows Locker's steps exactly.
 type mapEngine struct {
 	tags  map[string]string
 	fence *atomic.Int64
 }
 
-func (e mapEngine) Acquire(ctx context.Context, key Key, p Policy) (*Lease, error) {
+func (e mapEngine) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
 	if ls, _, err := begin(ctx, e, key, p); ls != nil || err != nil {
 		return ls, err
 	}
 	return newLease(ctx, e, key, NewToken(), &testHold{fence: e.fence.Add(1)}, nil), nil
 }
 
-func (e mapEngine) Promises() Promises { return Promises{} }
+func (e mapEngine) Promises() lockcore.Promises { return lockcore.Promises{} }
 
 // TestEngineMustBeComparable: an engine whose dynamic type is not
 // comparable (a value type holding a map) cannot tell its holds from
 // another engine's, so newLease refuses it at once with a message that
 // says what to do, rather than a nested Acquire panicking on ==.
 func TestEngineMustBeComparable(t *testing.T) {
-	var e Engine = mapEngine{tags: map[string]string{"env": "test"}, fence: new(atomic.Int64)}
+	var e Locker = mapEngine{tags: map[string]string{"env": "test"}, fence: new(atomic.Int64)}
 	defer func() {
 		r := recover()
 		if s, _ := r.(string); !strings.Contains(s, "not comparable") || !strings.Contains(s, "mapEngine") {
 			t.Fatalf("Acquire on a non-comparable engine: panic %v, want one naming the type", r)
 		}
 	}()
-	_, _ = e.Acquire(context.Background(), testKey(t), Policy{Wait: FailFast})
+	_, _ = e.Acquire(context.Background(), testKey(t), Policy{Wait: lockcore.FailFast})
 }
 
 // ending is one call of Events.Ended.
@@ -293,9 +295,9 @@ type endings struct {
 	entered, proceed chan struct{}
 }
 
-func (r *endings) Waiting(Key, int)   {}
-func (r *endings) Woken(Key, string)  {}
-func (r *endings) Renewed(Key, error) {}
+func (r *endings) Waiting(lockcore.Key, int)   {}
+func (r *endings) Woken(lockcore.Key, string)  {}
+func (r *endings) Renewed(lockcore.Key, error) {}
 func (r *endings) take() []ending {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -304,11 +306,11 @@ func (r *endings) take() []ending {
 	return g
 }
 func (r *endings) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.got) }
-func (r *endings) Ended(ctx context.Context, _ Key, held, release time.Duration, cause, err error) {
+func (r *endings) Ended(ctx context.Context, _ lockcore.Key, held, release time.Duration, cause, err error) {
 	if r.slow {
 		time.Sleep(20 * time.Microsecond)
 	}
-	if r.entered != nil && cause != ErrReleased {
+	if r.entered != nil && cause != lockcore.ErrReleased {
 		r.entered <- struct{}{}
 		<-r.proceed
 	}
@@ -332,8 +334,8 @@ func TestEndedOncePerHold(t *testing.T) {
 	type rctxKey struct{}
 	rctx := context.WithValue(context.Background(), rctxKey{}, "release")
 
-	ls, _ := e.Acquire(context.Background(), k, Policy{Wait: FailFast})
-	in, _ := e.Acquire(ls.Context(), k, Policy{Wait: FailFast})
+	ls, _ := e.Acquire(context.Background(), k, Policy{Wait: lockcore.FailFast})
+	in, _ := e.Acquire(ls.Context(), k, Policy{Wait: lockcore.FailFast})
 	if err := in.Release(rctx); err != nil {
 		t.Fatal(err)
 	}
@@ -343,18 +345,18 @@ func TestEndedOncePerHold(t *testing.T) {
 	if err := ls.Release(rctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := ev.take(); len(got) != 1 || got[0].cause != ErrReleased || got[0].err != nil || got[0].ctx != rctx || got[0].held < 0 || got[0].release < 0 {
+	if got := ev.take(); len(got) != 1 || got[0].cause != lockcore.ErrReleased || got[0].err != nil || got[0].ctx != rctx || got[0].held < 0 || got[0].release < 0 {
 		t.Fatalf("Ended of a release: %+v, want once, ErrReleased, the release's context", got)
 	}
 
-	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: FailFast})
+	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: lockcore.FailFast})
 	if !loseLease(ls, errTestGone) {
 		t.Fatal("Lose: not live")
 	}
 	if got := ev.take(); len(got) != 1 || got[0].cause != errTestGone || got[0].err != nil || got[0].ctx != ls.Context() || got[0].done || got[0].release != 0 {
 		t.Fatalf("Ended of a loss: %+v, want once, the cause, the lease's live context", got)
 	}
-	if err := ls.Release(rctx); !errors.Is(err, ErrLockLost) {
+	if err := ls.Release(rctx); !errors.Is(err, lockcore.ErrLockLost) {
 		t.Fatalf("Release of a lost lease: %v", err)
 	}
 	if got := ev.take(); len(got) != 0 {
@@ -362,7 +364,7 @@ func TestEndedOncePerHold(t *testing.T) {
 	}
 
 	// Lost by a failing Check, found by Err.
-	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: FailFast})
+	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: lockcore.FailFast})
 	e.last.lost.Store(true)
 	if err := ls.Err(); !errors.Is(err, errTestGone) {
 		t.Fatalf("Err: %v", err)
@@ -372,8 +374,8 @@ func TestEndedOncePerHold(t *testing.T) {
 		t.Fatalf("Ended of a hold whose Check failed: %+v", got)
 	}
 
-	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: FailFast})
-	revoked := fmt.Errorf("%w: test", ErrRevoked)
+	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: lockcore.FailFast})
+	revoked := fmt.Errorf("%w: test", lockcore.ErrRevoked)
 	e.last.err = revoked
 	if err := ls.Release(rctx); err != revoked {
 		t.Fatalf("Release: %v, want the hold's", err)
@@ -382,8 +384,8 @@ func TestEndedOncePerHold(t *testing.T) {
 		t.Fatalf("Ended of a hold found revoked at its release: %+v", got)
 	}
 
-	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: FailFast})
-	if !loseLease(ls, ErrClosed) {
+	ls, _ = e.Acquire(context.Background(), k, Policy{Wait: lockcore.FailFast})
+	if !loseLease(ls, lockcore.ErrClosed) {
 		t.Fatal("Lose: not live")
 	}
 	_ = ls.Release(context.Background())
@@ -406,10 +408,10 @@ func TestEndedLoseRacesRelease(t *testing.T) {
 	ctx := context.Background()
 	var lost, released int
 	for i := range 400 {
-		ls, _ := e.Acquire(ctx, k, Policy{Wait: FailFast})
+		ls, _ := e.Acquire(ctx, k, Policy{Wait: lockcore.FailFast})
 		racer := ls
 		if i%2 == 1 {
-			racer, _ = e.Acquire(ls.Context(), k, Policy{Wait: FailFast})
+			racer, _ = e.Acquire(ls.Context(), k, Policy{Wait: lockcore.FailFast})
 		}
 		start := make(chan struct{})
 		var wg sync.WaitGroup
@@ -429,11 +431,11 @@ func TestEndedLoseRacesRelease(t *testing.T) {
 		}()
 		close(start)
 		wg.Wait()
-		if errors.Is(err, ErrLockLost) && told != 1 {
+		if errors.Is(err, lockcore.ErrLockLost) && told != 1 {
 			t.Fatalf("Release returned %v with Ended told %d times", err, told)
 		}
 		if racer != ls {
-			if err != nil && !errors.Is(err, ErrLockLost) {
+			if err != nil && !errors.Is(err, lockcore.ErrLockLost) {
 				t.Fatalf("Release of the re-entry: %v", err)
 			}
 			err = ls.Release(ctx)
@@ -444,14 +446,14 @@ func TestEndedLoseRacesRelease(t *testing.T) {
 			t.Fatalf("Ended %d times for one hold (%d when its Release returned): %+v", len(got), told, got)
 		}
 		switch {
-		case errors.Is(err, ErrLockLost):
+		case errors.Is(err, lockcore.ErrLockLost):
 			lost++
 			if got[0].cause != errTestGone || got[0].done || got[0].release != 0 {
 				t.Fatalf("Ended of a loss %+v", got[0])
 			}
 		case err == nil:
 			released++
-			if got[0].cause != ErrReleased || got[0].err != nil {
+			if got[0].cause != lockcore.ErrReleased || got[0].err != nil {
 				t.Fatalf("Ended of a release %+v", got[0])
 			}
 		default:
@@ -469,10 +471,10 @@ func TestEndedLossBeforeRelease(t *testing.T) {
 		ev := &endings{entered: make(chan struct{}), proceed: make(chan struct{})}
 		e := &testEngine{ev: ev}
 		ctx := context.Background()
-		ls, _ := e.Acquire(ctx, testKey(t), Policy{Wait: FailFast})
+		ls, _ := e.Acquire(ctx, testKey(t), Policy{Wait: lockcore.FailFast})
 		racer := ls
 		if reentry {
-			racer, _ = e.Acquire(ls.Context(), testKey(t), Policy{Wait: FailFast})
+			racer, _ = e.Acquire(ls.Context(), testKey(t), Policy{Wait: lockcore.FailFast})
 		}
 		go loseLease(ls, errTestGone)
 		<-ev.entered
@@ -523,7 +525,7 @@ func TestLimitHold(t *testing.T) {
 		t.Fatalf("ended after %v, before its ceiling %v: the re-entry's 1 ms ceiling counted", held, ceiling)
 	}
 	cause := context.Cause(in.Context())
-	if !errors.Is(cause, ErrMaxHold) || !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "50ms") {
+	if !errors.Is(cause, lockcore.ErrMaxHold) || !errors.Is(cause, lockcore.ErrLockLost) || !strings.Contains(cause.Error(), "50ms") {
 		t.Fatalf("cause %v: want ErrMaxHold, ErrLockLost, and the ceiling", cause)
 	}
 	deadline := time.Now().Add(testBound)
@@ -534,7 +536,7 @@ func TestLimitHold(t *testing.T) {
 		t.Fatalf("released %d times in the backend at the ceiling, want 1", n)
 	}
 	for _, l := range []*Lease{in, ls} {
-		if err := l.Release(ctx); !errors.Is(err, ErrMaxHold) {
+		if err := l.Release(ctx); !errors.Is(err, lockcore.ErrMaxHold) {
 			t.Errorf("Release: %v, want ErrMaxHold", err)
 		}
 	}
@@ -553,13 +555,13 @@ func TestLimitHold(t *testing.T) {
 	}
 	after := time.NewTimer(60 * time.Millisecond) // past the ceiling: it must end nothing
 	<-after.C
-	if n := h.releases.Load(); n != 1 || !errors.Is(context.Cause(ls.Context()), ErrReleased) {
+	if n := h.releases.Load(); n != 1 || !errors.Is(context.Cause(ls.Context()), lockcore.ErrReleased) {
 		t.Fatalf("released %d times, cause %v: want once, ErrReleased", n, context.Cause(ls.Context()))
 	}
 }
 
 func TestPolicyMaxHold(t *testing.T) {
-	if err := (Policy{MaxHold: -time.Second}).Validate(); !errors.Is(err, ErrMisconfigured) {
+	if err := (Policy{MaxHold: -time.Second}).Validate(); !errors.Is(err, lockcore.ErrMisconfigured) {
 		t.Errorf("a negative MaxHold: %v", err)
 	}
 	p := Policy{Wait: time.Second}.Or(Policy{MaxHold: time.Minute})
@@ -602,9 +604,9 @@ func TestLimitHoldRacesRelease(t *testing.T) {
 			t.Fatalf("try %d: Ended told %d times (%v), released %d times; want once each", i, len(got), got, h.releases.Load())
 		}
 		switch c := got[0].cause; {
-		case errors.Is(c, ErrMaxHold) && errors.Is(err, ErrMaxHold):
+		case errors.Is(c, lockcore.ErrMaxHold) && errors.Is(err, lockcore.ErrMaxHold):
 			ceilings++
-		case errors.Is(c, ErrReleased) && err == nil:
+		case errors.Is(c, lockcore.ErrReleased) && err == nil:
 			releases++
 		default:
 			t.Fatalf("try %d: Ended with %v, Release returned %v", i, c, err)
@@ -640,7 +642,7 @@ func TestReentryShortensCeiling(t *testing.T) {
 	if d := time.Since(start); d < 50*time.Millisecond {
 		t.Fatalf("ended %v after the inner acquisition, before its ceiling", d)
 	}
-	if c := context.Cause(ls.Context()); !errors.Is(c, ErrMaxHold) || !strings.Contains(c.Error(), "50ms") {
+	if c := context.Cause(ls.Context()); !errors.Is(c, lockcore.ErrMaxHold) || !strings.Contains(c.Error(), "50ms") {
 		t.Fatalf("cause %v, want ErrMaxHold of the inner 50ms ceiling", c)
 	}
 	for _, l := range []*Lease{sooner, later, ls} {
@@ -668,7 +670,7 @@ func TestLostHoldNeitherJoinsNorLeaves(t *testing.T) {
 	e := &testEngine{}
 	key := testKey(t)
 	ctx := context.Background()
-	ls, err := e.Acquire(ctx, key, Policy{Wait: FailFast})
+	ls, err := e.Acquire(ctx, key, Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}

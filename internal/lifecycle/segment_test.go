@@ -1,4 +1,4 @@
-package lockcore_test
+package lifecycle_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -15,18 +16,20 @@ import (
 // wrapper wraps an engine as a telemetry wrapper does, counting the
 // acquisitions that reach it.
 type wrapper struct {
-	inner lockcore.Engine
+	inner lifecycle.Locker
 	n     atomic.Int64
 }
 
-func (w *wrapper) Acquire(ctx context.Context, key lockcore.Key, p lockcore.Policy) (*lockcore.Lease, error) {
+func (w *wrapper) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
 	w.n.Add(1)
 	return w.inner.Acquire(ctx, key, p)
 }
 
 func (w *wrapper) Promises() lockcore.Promises { return w.inner.Promises() }
 
-func (w *wrapper) Gatekeeper() lockcore.Gatekeeper { return w.inner.(lockcore.Gatekeeper) }
+func (w *wrapper) Gatekeeper() lockcore.Gatekeeper {
+	return w.inner.(interface{ Gatekeeper() lockcore.Gatekeeper }).Gatekeeper()
+}
 
 // TestAcquireSegment, through a wrapper: segments are handed out in turn;
 // fail-fast acquisitions pass busy segments by; a request that holds a
@@ -36,15 +39,15 @@ func (w *wrapper) Gatekeeper() lockcore.Gatekeeper { return w.inner.(lockcore.Ga
 // from memory, and none of a segment.
 func TestAcquireSegment(t *testing.T) {
 	e := &locktest.Engine{}
-	w := &wrapper{inner: e}
+	w := &wrapper{inner: lifecycle.Serve(e, nil)}
 	ctx := context.Background()
 	k, _ := lockcore.NewKey("productID", "42")
-	p := lockcore.Policy{Segments: 3, Wait: lockcore.FailFast}
+	p := lifecycle.Policy{Segments: 3, Wait: lockcore.FailFast}
 
-	var held []*lockcore.Lease
+	var held []*lifecycle.Lease
 	seen := map[int]bool{}
 	for range 3 {
-		ls, err := lockcore.AcquireSegment(ctx, w, k, p)
+		ls, err := lifecycle.AcquireSegment(ctx, w, k, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,14 +58,14 @@ func TestAcquireSegment(t *testing.T) {
 		seen[i] = true
 		held = append(held, ls)
 	}
-	_, err := lockcore.AcquireSegment(ctx, w, k, p)
+	_, err := lifecycle.AcquireSegment(ctx, w, k, p)
 	var ce *lockcore.ContentionError
 	if !errors.As(err, &ce) {
 		t.Fatalf("every segment held: %v, want a ContentionError", err)
 	}
 
 	// Re-entry: the context of a segment's lease gets that segment again.
-	in, err := lockcore.AcquireSegment(held[1].Context(), w, k, lockcore.Policy{Segments: 3})
+	in, err := lifecycle.AcquireSegment(held[1].Context(), w, k, lifecycle.Policy{Segments: 3})
 	if err != nil || in.Key() != held[1].Key() || !in.Reentered() {
 		t.Fatalf("re-entry: %v %v (re-entered %v), want %v", in.Key(), err, in != nil && in.Reentered(), held[1].Key())
 	}
@@ -71,7 +74,7 @@ func TestAcquireSegment(t *testing.T) {
 	}
 
 	// The segment whose stock ran out is closed, and skipped from then on.
-	if err := lockcore.NextSegment(held[0].Context()); err != nil {
+	if err := lifecycle.NextSegment(held[0].Context()); err != nil {
 		t.Fatal(err)
 	}
 	if !held[0].Moving() || held[1].Moving() {
@@ -84,7 +87,7 @@ func TestAcquireSegment(t *testing.T) {
 		}
 	}
 	for range 6 {
-		ls, err := lockcore.AcquireSegment(ctx, w, k, p)
+		ls, err := lifecycle.AcquireSegment(ctx, w, k, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,11 +104,11 @@ func TestAcquireSegment(t *testing.T) {
 
 	// The last two close: the resource closes with them.
 	for range 2 {
-		ls, err := lockcore.AcquireSegment(ctx, w, k, p)
+		ls, err := lifecycle.AcquireSegment(ctx, w, k, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := lockcore.NextSegment(ls.Context()); err != nil {
+		if err := lifecycle.NextSegment(ls.Context()); err != nil {
 			t.Fatal(err)
 		}
 		if err := ls.Release(ctx); err != nil {
@@ -116,7 +119,7 @@ func TestAcquireSegment(t *testing.T) {
 		t.Fatal("every segment closed, but the resource is open")
 	}
 	before := w.n.Load()
-	if _, err := lockcore.AcquireSegment(ctx, w, k, p); !errors.Is(err, lockcore.ErrGateClosed) || errors.Is(err, lockcore.ErrNotAcquired) {
+	if _, err := lifecycle.AcquireSegment(ctx, w, k, p); !errors.Is(err, lockcore.ErrGateClosed) || errors.Is(err, lockcore.ErrNotAcquired) {
 		t.Fatalf("sold out: %v, want ErrGateClosed", err)
 	}
 	if n := w.n.Load() - before; n != 1 {
@@ -127,16 +130,16 @@ func TestAcquireSegment(t *testing.T) {
 	for i := range 3 {
 		_ = e.OpenGate(ctx, k.Segment(i))
 	}
-	if _, err := lockcore.AcquireSegment(ctx, w, k, p); !errors.Is(err, lockcore.ErrGateClosed) {
+	if _, err := lifecycle.AcquireSegment(ctx, w, k, p); !errors.Is(err, lockcore.ErrGateClosed) {
 		t.Fatalf("resource closed, segments open: %v, want ErrGateClosed", err)
 	}
 	_ = e.OpenGate(ctx, k)
-	ls, err := lockcore.AcquireSegment(ctx, w, k, p)
+	ls, err := lifecycle.AcquireSegment(ctx, w, k, p)
 	if err != nil {
 		t.Fatalf("all open again: %v", err)
 	}
 	// SoldOut (CloseGate) on a segment closes the resource.
-	if err := lockcore.CloseGate(ls.Context(), 0); err != nil {
+	if err := lifecycle.CloseGate(ls.Context(), 0); err != nil {
 		t.Fatal(err)
 	}
 	_ = ls.Release(ctx)
@@ -151,24 +154,24 @@ func TestAcquireSegmentRefuses(t *testing.T) {
 	e := &locktest.Engine{}
 	ctx := context.Background()
 	k, _ := lockcore.NewKey("a")
-	if _, err := lockcore.AcquireSegment(ctx, e, k.Segment(1), lockcore.Policy{Segments: 2}); !errors.Is(err, lockcore.ErrInvalidKey) {
+	if _, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k.Segment(1), lifecycle.Policy{Segments: 2}); !errors.Is(err, lockcore.ErrInvalidKey) {
 		t.Fatalf("a segment's key: %v", err)
 	}
-	if _, err := lockcore.AcquireSegment(ctx, e, lockcore.Key{}, lockcore.Policy{Segments: 2}); !errors.Is(err, lockcore.ErrInvalidKey) {
+	if _, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), lockcore.Key{}, lifecycle.Policy{Segments: 2}); !errors.Is(err, lockcore.ErrInvalidKey) {
 		t.Fatalf("zero key: %v", err)
 	}
-	if _, err := lockcore.AcquireSegment(ctx, e, k, lockcore.Policy{Segments: 2, Share: 2}); !errors.Is(err, lockcore.ErrMisconfigured) {
+	if _, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k, lifecycle.Policy{Segments: 2, Share: 2}); !errors.Is(err, lockcore.ErrMisconfigured) {
 		t.Fatalf("with Share: %v", err)
 	}
-	ls, err := e.Acquire(ctx, k, lockcore.Policy{})
+	ls, err := lifecycle.Serve(e, nil).Acquire(ctx, k, lifecycle.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lockcore.NextSegment(ls.Context()); !errors.Is(err, lockcore.ErrMisconfigured) {
+	if err := lifecycle.NextSegment(ls.Context()); !errors.Is(err, lockcore.ErrMisconfigured) {
 		t.Fatalf("NextSegment on a plain lock: %v", err)
 	}
 	_ = ls.Release(ctx)
-	if err := lockcore.NextSegment(ls.Context()); !errors.Is(err, lockcore.ErrLockLost) {
+	if err := lifecycle.NextSegment(ls.Context()); !errors.Is(err, lockcore.ErrLockLost) {
 		t.Fatalf("NextSegment after release: %v", err)
 	}
 	func() {
@@ -177,7 +180,7 @@ func TestAcquireSegmentRefuses(t *testing.T) {
 				t.Error("AcquireSegment with Segments 0 did not panic")
 			}
 		}()
-		_, _ = lockcore.AcquireSegment(ctx, e, k, lockcore.Policy{})
+		_, _ = lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k, lifecycle.Policy{})
 	}()
 	if infos, _, _ := e.List(ctx, "", 100); len(infos) != 0 {
 		t.Fatalf("held after refusals: %+v", infos)
@@ -192,18 +195,18 @@ func TestSegmentTurnsPerResource(t *testing.T) {
 	ctx := context.Background()
 	a, _ := lockcore.NewKey("productID", "42")
 	b, _ := lockcore.NewKey("productID", "7")
-	p := lockcore.Policy{Segments: 2, Wait: 50 * time.Millisecond}
+	p := lifecycle.Policy{Segments: 2, Wait: 50 * time.Millisecond}
 	for range 20 {
-		a1, err := lockcore.AcquireSegment(ctx, e, a, p)
+		a1, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), a, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b1, err := lockcore.AcquireSegment(ctx, e, b, p)
+		b1, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), b, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = b1.Release(ctx)
-		a2, err := lockcore.AcquireSegment(ctx, e, a, p)
+		a2, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), a, p)
 		if err != nil {
 			t.Fatalf("the second of two buyers of one resource: %v; its other segment was free", err)
 		}
@@ -219,18 +222,18 @@ func TestSegmentClosedWhileQueued(t *testing.T) {
 	e := &locktest.Engine{}
 	ctx := context.Background()
 	k, _ := lockcore.NewKey("productID", "42")
-	p := lockcore.Policy{Segments: 2, Wait: 5 * time.Second}
-	h0, err := lockcore.AcquireSegment(ctx, e, k, p)
+	p := lifecycle.Policy{Segments: 2, Wait: 5 * time.Second}
+	h0, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h1, err := lockcore.AcquireSegment(ctx, e, k, p)
+	h1, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *lockcore.Lease, 1)
+	got := make(chan *lifecycle.Lease, 1)
 	go func() {
-		ls, err := lockcore.AcquireSegment(ctx, e, k, p)
+		ls, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k, p)
 		if err != nil {
 			t.Error(err)
 		}
@@ -243,7 +246,7 @@ func TestSegmentClosedWhileQueued(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := lockcore.NextSegment(h0.Context()); err != nil {
+	if err := lifecycle.NextSegment(h0.Context()); err != nil {
 		t.Fatal(err)
 	}
 	_ = h0.Release(ctx)
@@ -270,7 +273,7 @@ func TestSegmentGateOverOuterHold(t *testing.T) {
 	e := &locktest.Engine{}
 	ctx := context.Background()
 	k, _ := lockcore.NewKey("productID", "42")
-	outer, err := e.Acquire(ctx, k, lockcore.Policy{MaxHold: time.Minute})
+	outer, err := lifecycle.Serve(e, nil).Acquire(ctx, k, lifecycle.Policy{MaxHold: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +281,7 @@ func TestSegmentGateOverOuterHold(t *testing.T) {
 	if err := e.CloseGate(ctx, k, 0); err != nil {
 		t.Fatal(err)
 	}
-	ls, err := lockcore.AcquireSegment(outer.Context(), e, k, lockcore.Policy{Segments: 2, MaxHold: 50 * time.Millisecond})
+	ls, err := lifecycle.AcquireSegment(outer.Context(), lifecycle.Serve(e, nil), k, lifecycle.Policy{Segments: 2, MaxHold: 50 * time.Millisecond})
 	if !errors.Is(err, lockcore.ErrGateClosed) {
 		if ls != nil {
 			_ = ls.Release(ctx)
@@ -299,7 +302,7 @@ type setRecorder struct {
 	sets []bool
 }
 
-func (r *setRecorder) Take(ctx context.Context, req lockcore.Request) (lockcore.Taken, error) {
+func (r *setRecorder) Take(ctx context.Context, req lockcore.Request) (lockcore.Hold, error) {
 	r.sets = append(r.sets, req.Set)
 	return r.Engine.Take(ctx, req)
 }
@@ -311,24 +314,24 @@ func (r *setRecorder) Take(ctx context.Context, req lockcore.Request) (lockcore.
 func TestInSet(t *testing.T) {
 	ctx := context.Background()
 	r := &setRecorder{Engine: &locktest.Engine{}}
-	e := lockcore.Serve(r, nil)
+	e := lifecycle.Serve(r, nil)
 	a, _ := lockcore.NewKey("a")
 	b, _ := lockcore.NewKey("b")
 	c, _ := lockcore.NewKey("c")
-	ls, err := e.Acquire(ctx, a, lockcore.Policy{})
+	ls, err := e.Acquire(ctx, a, lifecycle.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = ls.Release(ctx)
-	set, err := lockcore.AcquireAll(ctx, e, []lockcore.Key{a, b}, lockcore.Policy{})
+	set, err := lifecycle.AcquireAll(ctx, e, []lockcore.Key{a, b}, lifecycle.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	seg, err := lockcore.AcquireSegment(ctx, e, a, lockcore.Policy{Segments: 2})
+	seg, err := lifecycle.AcquireSegment(ctx, e, a, lifecycle.Policy{Segments: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := e.Acquire(set[1].Context(), c, lockcore.Policy{})
+	after, err := e.Acquire(set[1].Context(), c, lifecycle.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,6 +339,6 @@ func TestInSet(t *testing.T) {
 		t.Errorf("Request.Set of the acquisitions: %v, want %v (Acquire, AcquireAll's two, AcquireSegment's, Acquire under the set's context)", r.sets, want)
 	}
 	_ = after.Release(ctx)
-	_ = lockcore.ReleaseAll(ctx, set)
+	_ = lifecycle.ReleaseAll(ctx, set)
 	_ = seg.Release(ctx)
 }

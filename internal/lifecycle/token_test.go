@@ -1,4 +1,4 @@
-package lockcore
+package lifecycle
 
 import (
 	"context"
@@ -7,10 +7,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/routelock/lock/lockcore"
 )
 
 // FuzzParseToken: any input to parseToken is either refused with
-// ErrInvalidToken or returned as is, and an accepted token has only the
+// lockcore.ErrInvalidToken or returned as is, and an accepted token has only the
 // bytes that the scripts' space-separated waiter entries and the HTTP
 // header can carry.
 func FuzzParseToken(f *testing.F) {
@@ -21,8 +23,8 @@ func FuzzParseToken(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		tok, err := parseToken(s)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidToken) {
-				t.Fatalf("parseToken(%q): %v, want ErrInvalidToken", s, err)
+			if !errors.Is(err, lockcore.ErrInvalidToken) {
+				t.Fatalf("parseToken(%q): %v, want lockcore.ErrInvalidToken", s, err)
 			}
 			if len(s) >= 16 && strings.Contains(err.Error(), s) {
 				t.Fatalf("the error repeats the token: %v", err)
@@ -130,8 +132,8 @@ func TestIntake(t *testing.T) {
 				t.Errorf("trust asked %d times, want %d", calls, c.calls)
 			}
 			if c.err != "" {
-				if !errors.Is(err, ErrInvalidToken) || err.Error() != c.err {
-					t.Fatalf("error %v, want %q (ErrInvalidToken)", err, c.err)
+				if !errors.Is(err, lockcore.ErrInvalidToken) || err.Error() != c.err {
+					t.Fatalf("error %v, want %q (lockcore.ErrInvalidToken)", err, c.err)
 				}
 				for _, v := range c.vals {
 					for _, f := range append(strings.Split(v, ","), v) {

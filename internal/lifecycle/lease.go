@@ -1,4 +1,4 @@
-package lockcore
+package lifecycle
 
 import (
 	"context"
@@ -9,18 +9,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/routelock/lock/lockcore"
 )
 
-// Engine takes locks. It is what the HTTP middleware and the gRPC
+// Locker takes locks. It is what the HTTP middleware and the gRPC
 // interceptors call, and all they know of a backend.
 //
 // # Adding an engine
 //
 // A new engine is a Backend, which only takes holds and gives them back:
-// Serve makes the Engine that owns their leases (validation, re-entry in
+// Serve makes the Locker that owns their leases (validation, re-entry in
 // memory, owner tokens, the lease and its context, MaxHold, loss). The
 // Redis engine (package redisengine) and the in-memory one (package
-// locktest) are made so. An Engine may also wrap another, to observe or
+// locktest) are made so. An Locker may also wrap another, to observe or
 // refuse its acquisitions, returning the leases the wrapped one made.
 //
 // Promises declares what the engine promises beyond mutual exclusion; an
@@ -33,23 +35,22 @@ import (
 // out), ErrUnavailable (the backend did not answer) or ErrClosed, and, when
 // ctx ended while waiting, ctx.Err() too; on error nothing is held.
 // Acquire is safe for concurrent use.
-type Engine interface {
-	Acquire(ctx context.Context, key Key, p Policy) (*Lease, error)
+type Locker interface {
+	Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error)
 	// Promises says what the engine promises beyond mutual exclusion
 	// (see Promises). A wrapper returns its engine's.
-	Promises() Promises
+	Promises() lockcore.Promises
 }
+
+// MaxSegments is the most segments a resource may be split into
+// (Policy.Segments): lockcore.Key.Segment numbers no more.
+const MaxSegments = 256
 
 // defaultWait is the wait of a Policy whose Wait is 0.
 const defaultWait = 5 * time.Second
 
 // minTTL is the shortest lease a Policy may ask for.
 const minTTL = 30 * time.Millisecond
-
-// FailFast, as Policy.Wait, makes one attempt: a lock held by another
-// owner fails at once, with a ContentionError that did not time out. It
-// is the one negative Wait a Policy may have.
-const FailFast time.Duration = -1
 
 // Policy says how to acquire one lock. Its zero value is the default: wait
 // up to 5 seconds, a lease of the engine's default length, no ceiling on
@@ -135,10 +136,6 @@ type Policy struct {
 	Restock bool
 }
 
-// ShareAll, as Policy.Share, lets any number of owners share the lock:
-// readers, excluded only by an exclusive hold.
-const ShareAll = -1
-
 // Or returns p with each of its zero fields taken from d: a route's policy
 // over its Locker's defaults.
 func (p Policy) Or(d Policy) Policy {
@@ -174,40 +171,40 @@ func (p Policy) Or(d Policy) Policy {
 // Segments.
 func (p Policy) Validate() error {
 	switch {
-	case p.Wait < 0 && p.Wait != FailFast:
-		return fmt.Errorf("%w: wait %v is negative; use FailFast for no wait", ErrMisconfigured, p.Wait)
+	case p.Wait < 0 && p.Wait != lockcore.FailFast:
+		return fmt.Errorf("%w: wait %v is negative; use FailFast for no wait", lockcore.ErrMisconfigured, p.Wait)
 	case p.TTL < 0 || p.TTL > 0 && p.TTL < minTTL:
-		return fmt.Errorf("%w: TTL %v is below the minimum %v", ErrMisconfigured, p.TTL, minTTL)
+		return fmt.Errorf("%w: TTL %v is below the minimum %v", lockcore.ErrMisconfigured, p.TTL, minTTL)
 	case p.MaxHold < 0:
-		return fmt.Errorf("%w: MaxHold %v is negative; 0 means no ceiling", ErrMisconfigured, p.MaxHold)
-	case p.Share < ShareAll:
-		return fmt.Errorf("%w: Share %d is below ShareAll (-1)", ErrMisconfigured, p.Share)
+		return fmt.Errorf("%w: MaxHold %v is negative; 0 means no ceiling", lockcore.ErrMisconfigured, p.MaxHold)
+	case p.Share < lockcore.ShareAll:
+		return fmt.Errorf("%w: Share %d is below ShareAll (-1)", lockcore.ErrMisconfigured, p.Share)
 	case p.Segments < 0 || p.Segments > MaxSegments:
-		return fmt.Errorf("%w: Segments %d, want 0 to %d", ErrMisconfigured, p.Segments, MaxSegments)
+		return fmt.Errorf("%w: Segments %d, want 0 to %d", lockcore.ErrMisconfigured, p.Segments, MaxSegments)
 	case p.Segments > 0 && p.Share != 0:
-		return fmt.Errorf("%w: Segments %d with Share %d: a segment is an exclusive lock", ErrMisconfigured, p.Segments, p.Share)
+		return fmt.Errorf("%w: Segments %d with Share %d: a segment is an exclusive lock", lockcore.ErrMisconfigured, p.Segments, p.Share)
 	case p.Segments > 0 && p.Restock:
-		return fmt.Errorf("%w: Segments %d with Restock: a restock locks the resource itself, not a segment", ErrMisconfigured, p.Segments)
+		return fmt.Errorf("%w: Segments %d with Restock: a restock locks the resource itself, not a segment", lockcore.ErrMisconfigured, p.Segments)
 	}
 	return nil
 }
 
-// begin is the start of an engine's Acquire (see Engine). It returns an
+// begin is the start of an engine's Acquire (see Locker). It returns an
 // error matching ErrInvalidKey for a zero key and the error of
 // p.Validate; then a new lease on the live hold of key that engine e made
 // and ctx descends from, if there is one (re-entry in memory, without a
 // call to the backend); otherwise p with its default wait filled in, so
 // that Wait is either positive or FailFast. A TTL of 0 is left for the
 // engine to fill in with its own default.
-func begin(ctx context.Context, e Engine, key Key, p Policy) (*Lease, Policy, error) {
-	if key.isZero() {
-		return nil, p, fmt.Errorf("%w: zero Key", ErrInvalidKey)
+func begin(ctx context.Context, e Locker, key lockcore.Key, p Policy) (*Lease, Policy, error) {
+	if (key == lockcore.Key{}) {
+		return nil, p, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, p, err
 	}
 	if p.Segments != 0 {
-		return nil, p, fmt.Errorf("%w: Segments %d: a segmented resource is taken with lockcore.AcquireSegment, not an engine's Acquire", ErrMisconfigured, p.Segments)
+		return nil, p, fmt.Errorf("%w: Segments %d: a segmented resource is taken with lifecycle.AcquireSegment, not an engine's Acquire", lockcore.ErrMisconfigured, p.Segments)
 	}
 	if ls := reenter(ctx, e, key); ls != nil {
 		if ls.h.shared && p.Share == 0 {
@@ -249,9 +246,9 @@ type held struct {
 	context.Context // cancelled with the hold's end
 	cancel          context.CancelCauseFunc
 
-	e     Engine
-	t     Taken // the backend's hold
-	key   Key
+	e     Locker
+	t     lockcore.Hold // the backend's hold
+	key   lockcore.Key
 	token string
 	fence int64
 	slot  int32 // the hold's slot among its key's shared holders; -1 for none
@@ -272,7 +269,7 @@ type held struct {
 	refs     atomic.Int32 // outstanding leases; the backend release runs at 0
 	state    atomic.Int32
 	why      atomic.Pointer[error] // the cause of the loss, once lost
-	ev       Events                // told of the hold's end; may be nil
+	ev       lockcore.Events       // told of the hold's end; may be nil
 	start    int64                 // when the hold was made (mono); set only with ev
 	st       ctxState              // what the context carries
 	first    Lease                 // the lease of the acquisition that made the hold
@@ -302,7 +299,7 @@ func (h *held) limit(max time.Duration) {
 		}
 		old.Stop()
 	}
-	cause := fmt.Errorf("%w (MaxHold %v)", ErrMaxHold, max)
+	cause := fmt.Errorf("%w (MaxHold %v)", lockcore.ErrMaxHold, max)
 	h.ceilingAt = at
 	h.ceiling.Store(time.AfterFunc(max, func() {
 		if h.lose(cause) {
@@ -336,7 +333,7 @@ func (h *held) watch() {
 	if h.live() {
 		err := h.t.Err()
 		if err == nil {
-			err = ErrLockLost // a backend that ended it without a word
+			err = lockcore.ErrLockLost // a backend that ended it without a word
 		}
 		h.lose(err)
 	}
@@ -415,7 +412,7 @@ func (h *held) lose(cause error) bool {
 		return false
 	}
 	h.why.Store(&cause)
-	if h.ev != nil && errors.Is(cause, ErrLockLost) {
+	if h.ev != nil && errors.Is(cause, lockcore.ErrLockLost) {
 		// Before the context is cancelled: a handler that returns when
 		// its context ends has not yet returned, and the request's span
 		// is still open for what Events records on it.
@@ -437,14 +434,14 @@ func (h *held) settled() {
 // ErrRevoked), also when the request's own context had ended before and
 // so the context's cause is the parent's.
 func (h *held) lost() error {
-	if p := h.why.Load(); p != nil && errors.Is(*p, ErrLockLost) {
+	if p := h.why.Load(); p != nil && errors.Is(*p, lockcore.ErrLockLost) {
 		return *p
 	}
-	return ErrLockLost
+	return lockcore.ErrLockLost
 }
 
 // newLease returns the lease of t, a fresh hold of key owned by token,
-// which engine e (an Engine of Serve) has just taken for an acquisition
+// which engine e (an Locker of Serve) has just taken for an acquisition
 // with context ctx. The lease's context derives from ctx and carries the
 // hold (HeldFrom, TokensFrom) and ctx's lock state; begin(ctx', e, key, p)
 // re-enters it from any context derived from it. When token is one that
@@ -459,7 +456,7 @@ func (h *held) lost() error {
 // from the backend release (Taken.Release).
 //
 // Panics if e's dynamic type is not comparable.
-func newLease(ctx context.Context, e Engine, key Key, token string, t Taken, ev Events) *Lease {
+func newLease(ctx context.Context, e Locker, key lockcore.Key, token string, t lockcore.Hold, ev lockcore.Events) *Lease {
 	if t := reflect.TypeOf(e); t == nil || !t.Comparable() {
 		panic(fmt.Sprintf("routelock: lockcore.newLease: engine of type %v is not comparable; use a pointer", t))
 	}
@@ -490,9 +487,9 @@ func carries(ctx context.Context, tok string) bool {
 
 // holds reports whether ctx descends from a live lease on key that engine
 // e made: whether an acquisition of key would re-enter it in memory.
-func holds(ctx context.Context, e Engine, key Key) bool {
+func holds(ctx context.Context, e Locker, key lockcore.Key) bool {
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
-		if h := s.held; h != nil && h.e == e && h.key == key && h.live() {
+		if h := s.held; h != nil && h.key == key && sameBackend(h.e, e) && h.live() {
 			return true
 		}
 	}
@@ -504,9 +501,9 @@ func holds(ctx context.Context, e Engine, key Key) bool {
 // context that already holds the lock re-enters it in memory, without a
 // call to the backend. The hold is released in the backend when its last
 // lease is.
-func reenter(ctx context.Context, e Engine, key Key) *Lease {
+func reenter(ctx context.Context, e Locker, key lockcore.Key) *Lease {
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
-		if h := s.held; h != nil && h.e == e && h.key == key && h.retain() {
+		if h := s.held; h != nil && h.key == key && sameBackend(h.e, e) && h.retain() {
 			return &Lease{h: h, ctx: ctx}
 		}
 	}
@@ -539,7 +536,7 @@ type Lease struct {
 }
 
 // Key returns the locked resource.
-func (ls *Lease) Key() Key { return ls.h.key }
+func (ls *Lease) Key() lockcore.Key { return ls.h.key }
 
 // Token returns the owner token that holds the lock. The token may then
 // leave the process, and re-enter the lock from another one: an engine
@@ -612,13 +609,13 @@ func (ls *Lease) Err() error {
 	}
 	// The cause the hold ended with; not the parent's, when the request's
 	// own context ended first.
-	if err := context.Cause(h); errors.Is(err, ErrLockLost) || errors.Is(err, ErrReleased) || errors.Is(err, ErrClosed) {
+	if err := context.Cause(h); errors.Is(err, lockcore.ErrLockLost) || errors.Is(err, lockcore.ErrReleased) || errors.Is(err, lockcore.ErrClosed) {
 		return err
 	}
 	// Lost or released by another goroutine, which has yet to cancel the
 	// context.
 	if h.state.Load() == holdReleased {
-		return ErrReleased
+		return lockcore.ErrReleased
 	}
 	return h.lost()
 }
@@ -653,7 +650,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 // hold and what Release returns.
 func (ls *Lease) let() (h *held, live bool, err error) {
 	if !ls.released.CompareAndSwap(false, true) {
-		return nil, false, ErrReleased
+		return nil, false, lockcore.ErrReleased
 	}
 	h = ls.h
 	if h.refs.Add(-1) > 0 {
@@ -663,7 +660,7 @@ func (ls *Lease) let() (h *held, live bool, err error) {
 			return nil, false, nil // or the other lease has just released it
 		}
 		h.settled()
-		if err := context.Cause(h); errors.Is(err, ErrLockLost) {
+		if err := context.Cause(h); errors.Is(err, lockcore.ErrLockLost) {
 			return nil, false, err
 		}
 		return nil, false, h.lost()
@@ -674,7 +671,7 @@ func (ls *Lease) let() (h *held, live bool, err error) {
 		t.Stop() // once it fires, it finds the hold released and does nothing
 	}
 	if live {
-		h.cancel(ErrReleased)
+		h.cancel(lockcore.ErrReleased)
 	}
 	return h, live, nil
 }
@@ -688,12 +685,18 @@ func (h *held) ended(ctx context.Context, live bool, began int64, err error) err
 	}
 	if h.ev != nil {
 		held, release := time.Duration(began-h.start), time.Duration(mono()-began)
-		if errors.Is(err, ErrRevoked) {
+		if errors.Is(err, lockcore.ErrRevoked) {
 			// Force-released before the release reached the backend.
 			h.ev.Ended(ctx, h.key, held, release, err, nil)
 		} else {
-			h.ev.Ended(ctx, h.key, held, release, ErrReleased, err)
+			h.ev.Ended(ctx, h.key, held, release, lockcore.ErrReleased, err)
 		}
 	}
 	return err
+}
+
+// upgradeError is the error of an exclusive acquisition of key by a shared
+// holder of it.
+func upgradeError(key lockcore.Key) error {
+	return fmt.Errorf("%w: %s", lockcore.ErrUpgrade, key)
 }

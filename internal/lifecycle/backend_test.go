@@ -1,4 +1,4 @@
-package lockcore_test
+package lifecycle_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -20,12 +21,12 @@ type undeclaredBatch struct {
 
 var errNoBatch = errors.New("no batches here")
 
-func (b *undeclaredBatch) TakeAll(context.Context, []lockcore.Request) ([]lockcore.Taken, error) {
+func (b *undeclaredBatch) TakeAll(context.Context, []lockcore.Request) ([]lockcore.Hold, error) {
 	b.calls.Add(1)
 	return nil, errNoBatch
 }
 
-func (b *undeclaredBatch) ReleaseAll(_ context.Context, ts []lockcore.Taken) []error {
+func (b *undeclaredBatch) ReleaseAll(_ context.Context, ts []lockcore.Hold) []error {
 	b.calls.Add(1)
 	errs := make([]error, len(ts))
 	for i := range errs {
@@ -40,7 +41,7 @@ func (b *undeclaredBatch) ReleaseAll(_ context.Context, ts []lockcore.Taken) []e
 // ReleaseAll frees every key.
 func TestServeBatchUndeclared(t *testing.T) {
 	b := &undeclaredBatch{Engine: &locktest.Engine{}}
-	e := lockcore.Serve(b, nil)
+	e := lifecycle.Serve(b, nil)
 	ctx := context.Background()
 	var keys []lockcore.Key
 	for _, name := range []string{"a", "b"} {
@@ -50,11 +51,11 @@ func TestServeBatchUndeclared(t *testing.T) {
 		}
 		keys = append(keys, k)
 	}
-	ls, err := lockcore.AcquireAll(ctx, e, keys, lockcore.Policy{Wait: lockcore.FailFast})
+	ls, err := lifecycle.AcquireAll(ctx, e, keys, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lockcore.ReleaseAll(ctx, ls); err != nil {
+	if err := lifecycle.ReleaseAll(ctx, ls); err != nil {
 		t.Errorf("ReleaseAll: %v", err)
 	}
 	if n := b.calls.Load(); n != 0 {

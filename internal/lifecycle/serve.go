@@ -1,0 +1,154 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Serve returns the Locker that takes its holds from b and owns their
+// leases: it validates each Policy, re-enters in memory, mints owner
+// tokens, makes the leases and their contexts, bounds them by MaxHold,
+// and ends a lease when its hold is lost. ev is told of the holds' ends
+// (Events.Ended); b tells it of its waits. When b is a Batch that
+// declares Promises.Batch, several holds go in one exchange (AcquireAll,
+// ReleaseAll).
+func Serve(b lockcore.Engine, ev lockcore.Events) Locker {
+	t := reflect.TypeOf(b)
+	return &served{b: b, ev: ev, comparable: t != nil && t.Comparable()}
+}
+
+// sameBackend reports whether a and b take their holds from one backend,
+// so that a hold one made, the other re-enters in memory: Lockers that
+// share an engine are one lock to a request. Backends that cannot be
+// compared are told apart by the Locker that serves them.
+func sameBackend(a, b Locker) bool {
+	if a == b {
+		return true
+	}
+	sa, ok := a.(*served)
+	sb, ok2 := b.(*served)
+	return ok && ok2 && sa.comparable && sb.comparable && sa.b == sb.b
+}
+
+// served is the Locker of Serve.
+type served struct {
+	b          lockcore.Engine
+	ev         lockcore.Events
+	comparable bool // b can be compared (sameBackend)
+}
+
+func (s *served) Promises() lockcore.Promises { return s.b.Promises() }
+
+func (s *served) Close() error { return s.b.Close() }
+
+// Gatekeeper returns the Backend's gates, when it has them (see
+// AcquireSegment).
+func (s *served) Gatekeeper() lockcore.Gatekeeper {
+	g, _ := s.b.(lockcore.Gatekeeper)
+	return g
+}
+
+// request is the Request of an acquisition of key with p under ctx.
+func (s *served) request(ctx context.Context, key lockcore.Key, p Policy, join []string) (lockcore.Request, error) {
+	if ps := s.b.Promises(); p.Share == lockcore.ShareAll && !ps.Shared || p.Share > 0 && !ps.Permits {
+		return lockcore.Request{}, fmt.Errorf("%w: Share %d: the backend (%T) does not promise it", lockcore.ErrMisconfigured, p.Share, s.b)
+	}
+	return lockcore.Request{Key: key, Token: NewToken(), Join: join, Share: p.Share, TTL: p.TTL, Wait: p.Wait,
+		Route: p.Route, Trace: p.Trace, Restock: p.Restock, Set: inSet(ctx)}, nil
+}
+
+func (s *served) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
+	ls, p, err := begin(ctx, s, key, p)
+	if ls != nil || err != nil {
+		return ls, err
+	}
+	r, err := s.request(ctx, key, p, TokensFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.b.Take(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return s.lease(ctx, r, t, p.MaxHold), nil
+}
+
+// lease makes the lease of t, taken for r under ctx.
+func (s *served) lease(ctx context.Context, r lockcore.Request, t lockcore.Hold, maxHold time.Duration) *Lease {
+	tok := r.Token
+	if len(r.Join) > 0 {
+		// It may have re-entered one of them; their holds left the process
+		// already, so reading it exposes nothing.
+		tok = t.Token()
+	}
+	ls := newLease(ctx, s, r.Key, tok, t, s.ev)
+	select {
+	case <-t.Done():
+		ls.h.watch() // lost before it was handed out: its handler never runs
+	default:
+		go ls.h.watch()
+	}
+	limitHold(ls, maxHold)
+	return ls
+}
+
+// AcquireGroup takes the locks of keys in one exchange, when b is a Batch
+// (see groupAcquirer).
+func (s *served) AcquireGroup(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error) {
+	b, ok := s.b.(lockcore.Batch)
+	if !ok || !s.b.Promises().Batch || p.Validate() != nil {
+		return nil, nil
+	}
+	join := TokensFrom(ctx)
+	rs := make([]lockcore.Request, len(keys))
+	for i, k := range keys {
+		if (k == lockcore.Key{}) || holds(ctx, s, k) {
+			return nil, nil // one by one: refused, or re-entered in memory
+		}
+		r, err := s.request(ctx, k, p, join)
+		if err != nil {
+			return nil, nil // one by one, each refused
+		}
+		rs[i] = r
+	}
+	ts, err := b.TakeAll(ctx, rs)
+	if ts == nil || err != nil {
+		return nil, err
+	}
+	leases := make([]*Lease, len(ts))
+	for i, t := range ts {
+		leases[i] = s.lease(ctx, rs[i], t, p.MaxHold)
+		ctx = leases[i].Context()
+	}
+	return leases, nil
+}
+
+// releaseHolds releases the backend holds of hs, each once, as free
+// would; those its holders released go together to a Batch backend that
+// declares Promises.Batch, as AcquireGroup asks only such a one.
+func (s *served) releaseHolds(ctx context.Context, hs []*held) []error {
+	errs := make([]error, len(hs))
+	b, ok := s.b.(lockcore.Batch)
+	ok = ok && s.b.Promises().Batch
+	var (
+		ts []lockcore.Hold
+		at []int
+	)
+	for i, h := range hs {
+		if early := h.early(); !ok || early != nil {
+			errs[i] = h.t.Release(ctx, early)
+			continue
+		}
+		ts, at = append(ts, h.t), append(at, i)
+	}
+	if len(ts) > 0 {
+		for i, err := range b.ReleaseAll(ctx, ts) {
+			errs[at[i]] = err
+		}
+	}
+	return errs
+}
