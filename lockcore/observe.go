@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// Events receives what an engine does between and after its Acquire
-// calls, for telemetry (package lockotel implements it). An engine that
+// Events receives what an engine does between and after its Take calls,
+// and the Locker the ends of the holds, for telemetry (package lockotel
+// implements it). An engine that
 // reports events takes an Events in its options (redisengine.Options.Events);
 // a nil Events costs the engine nothing.
 //
@@ -54,7 +55,7 @@ type Events interface {
 	// that what an implementation records on the request's span lands
 	// before the request ends.
 	//
-	// lockcore makes these calls, for every engine: an engine gives its
-	// Events to newLease and tells Ended nothing itself.
+	// The Locker makes these calls, for every engine, to its observers'
+	// Events (lock.Observe): an engine tells Ended nothing itself.
 	Ended(ctx context.Context, key Key, held, release time.Duration, cause, err error)
 }

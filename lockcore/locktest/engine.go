@@ -46,14 +46,15 @@ type Engine struct {
 	// Events, if set, is told what the engine does, as lockcore.Events
 	// describes: Waiting when an acquisition starts and stops waiting;
 	// Woken when a waiter is handed the lock ("message") or its wait ran
-	// out ("timer"); Ended (by lockcore, which is given it with each
-	// lease) when a fresh hold (a fresh acquisition, or a token re-entry,
+	// out ("timer"); Ended, by the Locker that serves the engine (Run's
+	// is given the same Events; a lock.Locker tells its observers'), when
+	// a fresh hold (a fresh acquisition, or a token re-entry,
 	// which is a hold of its own) is released or revoked. The engine never
 	// renews, so Renewed is never called. Waiting(key, +1) is called with
 	// the engine's lock held, so that a waiter is counted before Inspect or
 	// Await can see it; the other calls are made without it (Ended of a
 	// revocation just after Revoke returns, before the lease's context is
-	// cancelled). Set it before the first Acquire.
+	// cancelled). Set it before the first Take.
 	Events lockcore.Events
 
 	// Name is the instance name the Operator methods show for the engine

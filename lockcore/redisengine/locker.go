@@ -125,8 +125,9 @@ type Options struct {
 	Logger *slog.Logger
 
 	// Events, if set, is told what the engine does: waits starting and
-	// ending, waiters woken and by what, renewals and their outcome, holds
-	// ending (released, lost, revoked) and how long they lasted. Package
+	// ending, waiters woken and by what, renewals and their outcome. The
+	// ends of holds (released, lost, revoked) and how long they lasted are
+	// told by the Locker (lock.New gives it the same Events). Package
 	// lockotel turns them into OpenTelemetry metrics and spans. Default:
 	// nil, which costs nothing.
 	//
@@ -150,10 +151,10 @@ type Options struct {
 	//     (ErrRevoked when revoked), one matching ErrUnavailable when Redis
 	//     did not answer it; a renewal that found the hold gone because it
 	//     was released meanwhile is not told;
-	//   - Ended once per fresh hold: after its release, or when it was lost
-	//     (its lease ran out, Redis no longer had it, it was revoked, or the
-	//     Engine closed). A hold whose release finds it revoked ends with
-	//     cause ErrRevoked and a nil err.
+	//   - Ended, by the Locker, once per fresh hold: after its release, or
+	//     when it was lost (its lease ran out, Redis no longer had it, it
+	//     was revoked, or the Engine closed). A hold whose release finds it
+	//     revoked ends with cause ErrRevoked and a nil err.
 	Events lockcore.Events
 
 	// Replicas, when > 0, makes an acquisition count only once that many
