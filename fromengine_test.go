@@ -176,3 +176,39 @@ func TestFromEngineUncomparable(t *testing.T) {
 		t.Fatalf("%d %q, handler ran %d times", res.status, res.body, ran.Load())
 	}
 }
+
+// tagged is an engine whose type can be compared but whose values may not
+// be: its tag is an interface, here holding a slice.
+type tagged struct {
+	*locktest.Engine
+	tag any
+}
+
+// TestFromEngineUncomparableValue: two Lockers on an engine value that
+// cannot be compared (though its type can) do not panic when a request
+// holds a key through one and takes it through the other: not knowing
+// them for one engine, the second re-enters by the owner token the
+// context carries, in the engine, with the same fence.
+func TestFromEngineUncomparableValue(t *testing.T) {
+	e := tagged{Engine: new(locktest.Engine), tag: []string{"shop"}}
+	a, b := lock.FromEngine(e), lock.FromEngine(e)
+	ctx := context.Background()
+	k, err := lockcore.NewKey("productID", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer, err := a.Acquire(ctx, k, lock.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Release(ctx)
+	inner, err := b.Acquire(outer.Context(), k, lock.FailFast())
+	if err != nil {
+		t.Fatalf("nested acquisition through the second Locker: %v", err)
+	}
+	defer inner.Release(ctx)
+	if inner.ReenteredInMemory() || !inner.Reentered() || inner.Fence() != outer.Fence() {
+		t.Fatalf("nested acquisition: in memory %v, re-entered %v, fence %d (outer %d); want a re-entry by token with the outer fence",
+			inner.ReenteredInMemory(), inner.Reentered(), inner.Fence(), outer.Fence())
+	}
+}

@@ -17,8 +17,9 @@ import (
 // declares Promises.Batch, several holds go in one exchange (AcquireAll,
 // ReleaseAll).
 func Serve(b lockcore.Engine, ev lockcore.Events) Locker {
-	t := reflect.TypeOf(b)
-	return &served{b: b, ev: ev, comparable: t != nil && t.Comparable()}
+	// Comparable by value, not only by type: a struct with an interface
+	// field that holds a slice has a comparable type, and == would panic.
+	return &served{b: b, ev: ev, comparable: b != nil && reflect.ValueOf(b).Comparable()}
 }
 
 // sameBackend reports whether a and b take their holds from one backend,
