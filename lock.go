@@ -61,8 +61,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Locker {
 // NewRedis is New with the Redis engine's options o, such as an instance
 // name, a key prefix or Replicas, which New leaves at their defaults. The
 // Locker owns the engine as New's: Logger, Observe and a Defaults TTL
-// apply to it (they override o's Logger and Events, and fill in a zero
-// o.TTL), and Close closes it.
+// apply to it (Logger replaces o.Logger, each Observe's Events are told
+// beside o.Events, and a Defaults TTL fills in a zero o.TTL), and Close
+// closes it.
 //
 //	locker := lock.NewRedis(rdb, redisengine.Options{Name: "checkout-1", Prefix: "shop:"}, lock.Logger(slog.Default()))
 //
@@ -143,7 +144,9 @@ func (l *Locker) apply(opts []Option) {
 		}
 		o.apply(l)
 	}
-	l.redis.Logger = l.logger // New's engine logs where the Locker does
+	if l.logger != nil {
+		l.redis.Logger = l.logger // New's engine logs where the Locker does
+	}
 }
 
 // observed is an engine whose acquisitions its observers see (the
@@ -231,7 +234,7 @@ func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Leas
 	if l.trace != nil && p.Trace == "" {
 		p.Trace = l.trace(ctx)
 	}
-	ls, err := l.engine.Acquire(ctx, key, p.Or(l.defaults))
+	ls, err := l.engine.Acquire(ctx, key, l.policy(p))
 	if l.watch != nil {
 		l.watch.acquired(key, ls, err)
 	}
@@ -249,13 +252,13 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p Policy) 
 	if l.trace != nil && p.Trace == "" {
 		p.Trace = l.trace(ctx)
 	}
-	ls, err := lifecycle.AcquireAll(ctx, l.engine, keys, p.Or(l.defaults))
+	ls, err := lifecycle.AcquireAll(ctx, l.engine, keys, l.policy(p))
 	if l.watch != nil {
 		if err != nil {
 			l.watch.acquired(lockcore.Key{}, nil, err)
 		}
-		for i, s := range ls {
-			l.watch.acquired(keys[i], s, nil)
+		for _, s := range ls {
+			l.watch.acquired(s.Key(), s, nil)
 		}
 	}
 	return ls, err
@@ -334,7 +337,7 @@ func (l *Locker) Operator() lockcore.Operator {
 // or the Policy is invalid, or its TTL is longer than the Redis engine's
 // redisengine.Options.MaxTTL (30 s, or the Defaults TTL when longer).
 func (l *Locker) By(key keyfunc.Func, ps ...Policy) func(http.Handler) http.Handler {
-	p := policy(ps).Or(l.defaults)
+	p := l.policy(policy(ps))
 	if l.owned != nil && p.TTL > l.redis.MaxTTL {
 		panic(fmt.Sprintf("routelock: Locker.By: TTL %v is longer than the engine's redisengine.Options.MaxTTL %v, the bound of every lease that the restart guard waits out: raise MaxTTL on every instance (lock.NewRedis)", p.TTL, l.redis.MaxTTL))
 	}
@@ -693,4 +696,14 @@ func Fences(ctx context.Context) []int64 {
 		fences[i] = h.Fence
 	}
 	return fences
+}
+
+// policy returns p over the Locker's Defaults: a default ceiling
+// (MaxHold) is shortened by a route's, never lifted.
+func (l *Locker) policy(p Policy) Policy {
+	q := p.Or(l.defaults)
+	if d := l.defaults.MaxHold; d > 0 && q.MaxHold > d {
+		q.MaxHold = d
+	}
+	return q
 }

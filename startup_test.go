@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -322,5 +323,34 @@ func TestMalformedDeploymentURLs(t *testing.T) {
 			}()
 			lock.ByParam("productID")
 		}()
+	}
+}
+
+// TestNewRedisKeepsEngineLogger: the engine's own Logger given to
+// NewRedis is kept when the Locker is given none: the engine says through
+// it that Redis is out of reach.
+func TestNewRedisKeepsEngineLogger(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var buf syncBuffer
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	locker := lock.NewRedis(rdb, redisengine.Options{Prefix: redistest.Prefix(t), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	t.Cleanup(func() { _ = locker.Close() })
+	k, err := lockcore.NewKey("productID", "42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := locker.Acquire(ctx, k, lock.FailFast()); !errors.Is(err, lockcore.ErrUnavailable) {
+		t.Fatalf("Acquire with Redis out of reach: %v, want ErrUnavailable", err)
+	}
+	if !strings.Contains(buf.String(), "Redis unreachable") {
+		t.Fatalf("the engine's own Logger heard nothing of Redis out of reach: %q", buf.String())
 	}
 }

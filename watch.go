@@ -47,7 +47,9 @@ func (w *watcher) acquired(key lockcore.Key, ls *Lease, err error) {
 			// A hold ended at its MaxHold is not lost: the route asked for
 			// that end, and the engine that logs its own losses does not
 			// log it either.
-			if cause := context.Cause(ctx); errors.Is(cause, lockcore.ErrLockLost) && !errors.Is(cause, lockcore.ErrMaxHold) {
+			// The lease's own hold, not one it was taken under (another
+			// of a request's several resources).
+			if cause := ls.Err(); errors.Is(cause, lockcore.ErrLockLost) && !errors.Is(cause, lockcore.ErrMaxHold) {
 				w.log.Warn("routelock: a lease was lost while its holder ran", "resource", key.Name(), "cause", cause)
 			}
 		})

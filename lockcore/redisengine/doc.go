@@ -187,7 +187,8 @@
 //
 // # Events
 //
-// Options.Events, when set, hears of waits, wake-ups, renewals and the end
-// of every hold (see Options.Events); left nil, it costs one nil check
-// where it would be called.
+// Options.Events, when set, hears of waits, wake-ups and renewals (see
+// Options.Events); the ends of holds are the Locker's to tell (lock.New
+// gives it the same Events). Left nil, it costs one nil check where it
+// would be called.
 package redisengine

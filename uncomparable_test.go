@@ -1,0 +1,47 @@
+package lock_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
+)
+
+// instrumented is an engine wrapped by value, as a program wraps one to
+// count its calls: a value of a comparable type whose engine may be one
+// that cannot be compared.
+type instrumented struct{ lockcore.Engine }
+
+// TestTwoLockersOnWrappedUncomparableEngine: two Lockers given one engine
+// value whose type compares but whose engine cannot be compared: a nested
+// acquisition through the second, of the key the first holds for the
+// request, is granted (by the request's owner token, if not in memory).
+func TestTwoLockersOnWrappedUncomparableEngine(t *testing.T) {
+	e := instrumented{labelled{Engine: new(locktest.Engine), labels: []string{"shop"}}}
+	a, b := lock.FromEngine(e), lock.FromEngine(e)
+	var ran atomic.Int64
+	r := chi.NewRouter()
+	r.Use(chimw.Recoverer)
+	r.With(a.ByParam("productID")).Post("/products/{productID}/buy", func(_ http.ResponseWriter, r *http.Request) {
+		k, _ := lockcore.NewKey("productID", "42")
+		in, err := b.Acquire(r.Context(), k, lock.FailFast())
+		if err != nil || !in.Reentered() {
+			t.Errorf("nested acquisition through the second Locker: %v, want a re-entry", err)
+			return
+		}
+		_ = in.Release(r.Context())
+		ran.Add(1)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	if res := do(t, httpClient(t, nil), "POST", srv.URL+"/products/42/buy", nil); res.status != http.StatusOK || ran.Load() != 1 {
+		t.Fatalf("%d %q, handler ran %d times; want 200, once", res.status, res.body, ran.Load())
+	}
+}
