@@ -462,12 +462,14 @@ func ExampleSegments() {
 	// readme:begin segments
 	r.With(locker.ByParam("productID", lock.Segments(2))).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		seg, _ := lock.Segment(r.Context()) // 0 or 1: no other buyer's meanwhile
-		if stock[seg] == 0 {
-			// Served again under the other segment, or 410 when none is left.
+		for stock[seg] == 0 {
+			// Moves the request to the other segment in place; fails when
+			// none is open (410) or the others stay busy (409).
 			if err := lock.NextSegment(r.Context()); err != nil {
-				http.Error(w, "try again", http.StatusServiceUnavailable)
+				middleware.Error(w, r, err)
+				return
 			}
-			return
+			seg, _ = lock.Segment(r.Context())
 		}
 		stock[seg]--
 		fmt.Fprintln(w, "bought")

@@ -33,6 +33,13 @@
 //  5. releases the lock when the handler returns or panics, and lets the
 //     panic go on up the chain.
 //
+// A rule whose Policy has Segments takes the lock of one open segment of
+// the resource (lifecycle.AcquireSegment) instead; a handler that finds
+// its segment exhausted moves on with lock.NextSegment, in place, and
+// ends the call with [Status] of its error when that fails
+// (FailedPrecondition when no segment is left, Aborted when every open
+// one stays busy).
+//
 // The token is the one the HTTP middleware uses (the Routelock-Token
 // header), so a chain of HTTP and gRPC calls for one request re-enters
 // one lock when its routes and methods name the resource alike (see

@@ -136,8 +136,8 @@ func (r Rule) validate() error {
 	if err := r.Policy.Validate(); err != nil {
 		return fmt.Errorf("%w (interceptor rule for %s)", err, m)
 	}
-	if r.Policy.Segments != 0 {
-		return fmt.Errorf("%w: interceptor rule for %s: Segments %d: segmented resources are for HTTP routes (middleware.Lock) so far", lockcore.ErrMisconfigured, m, r.Policy.Segments)
+	if r.Policy.Segments > 0 && len(r.Key.Resources()) > 1 {
+		return fmt.Errorf("%w: interceptor rule for %s: Segments %d with several resources (%v): only one resource can be segmented", lockcore.ErrMisconfigured, m, r.Policy.Segments, r.Key)
 	}
 	return nil
 }
@@ -320,6 +320,12 @@ func (s *server) lock(ctx context.Context, r *rule, fullMethod string, req any) 
 	}
 	p := r.policy
 	p.Route = fullMethod
+	if p.Segments > 0 {
+		// One open segment of the resource; the handler moves on from an
+		// exhausted one with lock.NextSegment.
+		ls, err = lifecycle.AcquireSegment(ctx, s.l, key, p)
+		return ls, nil, err
+	}
 	ls, err = s.l.Acquire(ctx, key, p)
 	return ls, nil, err
 }

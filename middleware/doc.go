@@ -32,11 +32,11 @@
 //     panics; the panic then goes on up the chain.
 //
 // A Policy with Segments takes the lock of one open segment of the
-// resource (lifecycle.AcquireSegment) instead; when the handler calls
-// lock.NextSegment and returns without writing, the request is served
-// again under another open segment, its body replayed from what the
-// handler read of it (kept in memory), or answered as to a closed gate
-// (410) when none is left.
+// resource (lifecycle.AcquireSegment) instead. The handler runs once: when
+// it finds its segment exhausted, lock.NextSegment moves the request to
+// another open segment in place, under the same context, or returns the
+// error to answer with ([Error] answers 410 when no segment is left, 409
+// when every open one stays busy).
 //
 // Responses for a refused request come from Config.OnError ([Error] by
 // default). They never carry Redis errors, keys or owner tokens.

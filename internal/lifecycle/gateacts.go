@@ -25,15 +25,15 @@ func CloseGate(ctx context.Context, d time.Duration) error {
 	case err != nil:
 		return err
 	case h.together:
-		return fmt.Errorf("%w: the context holds %s with other resources taken together; close the gate of the one sold out by its key, with the engine's CloseGate", lockcore.ErrMisconfigured, h.key)
+		return fmt.Errorf("%w: the context holds %s with other resources taken together; close the gate of the one sold out by its key, with the engine's CloseGate", lockcore.ErrMisconfigured, h.at().key)
 	case d < 0:
 		return fmt.Errorf("%w: a gate closed for %v", lockcore.ErrMisconfigured, d)
 	}
 	g, ok := h.gates()
 	if !ok {
-		return fmt.Errorf("%w: the engine of %s (%T) has no gates", lockcore.ErrMisconfigured, h.key, h.e)
+		return fmt.Errorf("%w: the engine of %s (%T) has no gates", lockcore.ErrMisconfigured, h.at().key, h.e)
 	}
-	key := h.key
+	key := h.at().key
 	if base, _, ok := key.Segmented(); ok {
 		key = base // the resource is sold out, not only the segment
 	}
@@ -53,13 +53,13 @@ func OpenGate(ctx context.Context) error {
 	case err != nil:
 		return err
 	case h.together:
-		return fmt.Errorf("%w: the context holds %s with other resources taken together; open the gate of the one restocked by its key, with the engine's OpenGate", lockcore.ErrMisconfigured, h.key)
+		return fmt.Errorf("%w: the context holds %s with other resources taken together; open the gate of the one restocked by its key, with the engine's OpenGate", lockcore.ErrMisconfigured, h.at().key)
 	}
 	g, ok := h.gates()
 	if !ok {
-		return fmt.Errorf("%w: the engine of %s (%T) has no gates", lockcore.ErrMisconfigured, h.key, h.e)
+		return fmt.Errorf("%w: the engine of %s (%T) has no gates", lockcore.ErrMisconfigured, h.at().key, h.e)
 	}
-	key := h.key
+	key := h.at().key
 	if base, _, ok := key.Segmented(); ok {
 		key = base // the resource is restocked, not only the segment
 	}

@@ -247,10 +247,8 @@ type held struct {
 	cancel          context.CancelCauseFunc
 
 	e     Locker
-	t     lockcore.Hold // the backend's hold
-	key   lockcore.Key
+	home  seat // what the hold holds, until a move (see at)
 	token string
-	fence int64
 	slot  int32 // the hold's slot among its key's shared holders; -1 for none
 	// shared: the hold is one of several owners' (Policy.Share)
 	shared bool
@@ -263,16 +261,32 @@ type held struct {
 	// reports Reentered
 	byToken bool
 	// segments: the hold is of a segment of a resource split into that
-	// many (AcquireSegment); 0 for none
-	segments int32
-	moving   atomic.Bool  // the request asked to move on (NextSegment)
-	refs     atomic.Int32 // outstanding leases; the backend release runs at 0
-	state    atomic.Int32
-	why      atomic.Pointer[error] // the cause of the loss, once lost
-	ev       lockcore.Events       // told of the hold's end; may be nil
-	start    int64                 // when the hold was made (mono); set only with ev
-	st       ctxState              // what the context carries
-	first    Lease                 // the lease of the acquisition that made the hold
+	// many (AcquireSegment); 0 for none. Stored before the lease is handed
+	// out; atomic, as free reads it and a ceiling may fire at any time.
+	segments atomic.Int32
+	// req is the Request the hold was taken with, kept for a hold taken
+	// as one of a set (Request.Set: a segment's, say), so that a move to
+	// another segment asks for its hold alike; nil otherwise.
+	req *lockcore.Request
+	// moved is what the hold holds since a move to another segment
+	// (NextSegment): nil until one, and always nil for a hold that is not
+	// a segment's. It is the one thing a move changes, so that the hot
+	// path of every other hold (Fence, Key, watch, certain, expose, free)
+	// pays one atomic load of a nil pointer for it (see at). Stored under
+	// losing.
+	moved atomic.Pointer[seat]
+	// until is when the request's wait for a segment runs out (mono):
+	// the wait AcquireSegment began with, which a move waits out the rest
+	// of; 0 for FailFast. Set before the lease is handed out, for a
+	// segment's hold only (segmented).
+	until int64
+	refs  atomic.Int32 // outstanding leases; the backend release runs at 0
+	state atomic.Int32
+	why   atomic.Pointer[error] // the cause of the loss, once lost
+	ev    lockcore.Events       // told of the hold's end; may be nil
+	start int64                 // when the hold was made (mono); set only with ev
+	st    ctxState              // what the context carries
+	first Lease                 // the lease of the acquisition that made the hold
 
 	// losing is held by lose from before its state change until its loss
 	// was told and the context cancelled: a Release that found the hold
@@ -284,7 +298,25 @@ type held struct {
 	// (mono). Set under losing.
 	ceiling   atomic.Pointer[time.Timer]
 	ceilingAt int64
-	freed     atomic.Bool // t.Release was called: it is called once
+	freed     atomic.Bool // the release of the seat held last was called: it is called once
+}
+
+// seat is the backend's hold that a held holds: its Taken, of key, with
+// fence. A move to another segment (NextSegment) puts the hold in another
+// seat, as one whole, so that Key and Fence never mix two segments.
+type seat struct {
+	t     lockcore.Hold
+	key   lockcore.Key
+	fence int64
+}
+
+// at returns the seat the hold holds now: home, or the segment a move
+// took it to. Lock-free: a hold that never moved pays one atomic load.
+func (h *held) at() *seat {
+	if s := h.moved.Load(); s != nil {
+		return s
+	}
+	return &h.home
 }
 
 // limit makes the hold end at its ceiling of max from now, unless it has
@@ -302,18 +334,31 @@ func (h *held) limit(max time.Duration) {
 	cause := fmt.Errorf("%w (MaxHold %v)", lockcore.ErrMaxHold, max)
 	h.ceilingAt = at
 	h.ceiling.Store(time.AfterFunc(max, func() {
-		if h.lose(cause) {
+		if h.lose(nil, cause) {
 			_ = h.free(context.WithoutCancel(h))
 		}
 	}))
 }
 
-// free releases the hold in the backend, the first time it is called.
+// free releases the hold in the backend, the first time it is called:
+// the seat it holds then. A segment's hold marks itself freed and reads
+// its seat under losing, as a move swaps it, so that a move either comes
+// before (and this releases the segment moved to) or is refused.
 func (h *held) free(ctx context.Context) error {
+	if h.segments.Load() > 0 {
+		h.losing.Lock()
+		ok := h.freed.CompareAndSwap(false, true)
+		s := h.at()
+		h.losing.Unlock()
+		if !ok {
+			return nil
+		}
+		return s.t.Release(ctx, h.early())
+	}
 	if !h.freed.CompareAndSwap(false, true) {
 		return nil
 	}
-	return h.t.Release(ctx, h.early())
+	return h.home.t.Release(ctx, h.early())
 }
 
 // early is Taken.Release's early: nil for a hold its holder released, or
@@ -327,15 +372,23 @@ func (h *held) early() error {
 
 // watch loses the hold when its Taken ends while it is live: a Taken the
 // lease released, or one lost already, ends after it. Serve runs it in a
-// goroutine of its own for each fresh hold.
+// goroutine of its own for each fresh hold. It follows a move: a Taken
+// that ended and is no longer the hold's was released by the move
+// (NextSegment), and it goes on with the seat moved to.
 func (h *held) watch() {
-	<-h.t.Done()
-	if h.live() {
-		err := h.t.Err()
+	for {
+		s := h.at()
+		<-s.t.Done()
+		if !h.live() {
+			return
+		}
+		err := s.t.Err()
 		if err == nil {
 			err = lockcore.ErrLockLost // a backend that ended it without a word
 		}
-		h.lose(err)
+		if h.lose(s, err) || h.at() == s {
+			return
+		}
 	}
 }
 
@@ -366,22 +419,33 @@ func (h *held) live() bool { return h.state.Load() == holdLive }
 // again in the backend, with another fence: the attempt of an in-memory
 // successor whose pass found the hold gone).
 func (h *held) expose() bool {
-	h.t.Token()
-	return h.certain()
+	for {
+		s := h.at()
+		s.t.Token()
+		ok := h.certain()
+		if h.at() == s {
+			return ok
+		}
+		// Moved meanwhile: the seat moved to is exposed too.
+	}
 }
 
 // certain reports whether the hold is certainly held now: live, and its
 // engine is sure of it. A hold the engine is no longer sure of is lost
 // here and now.
 func (h *held) certain() bool {
-	if !h.live() {
-		return false
+	for h.live() {
+		s := h.at()
+		err := s.t.Err()
+		if err == nil {
+			return true
+		}
+		if h.lose(s, err) || h.at() == s {
+			return false
+		}
+		// s was released by a move meanwhile: ask the seat moved to.
 	}
-	if err := h.t.Err(); err != nil {
-		h.lose(err)
-		return false
-	}
-	return true
+	return false
 }
 
 // retain adds a lease to a hold that is certainly held; it fails once the
@@ -401,13 +465,18 @@ func (h *held) retain() bool {
 // lose marks the hold lost, tells Events.Ended of the loss and then
 // cancels its context; it reports whether this call did it. A cause that
 // does not match ErrLockLost is a hold given back before its lease was
-// handed out: Events hears nothing of it.
-func (h *held) lose(cause error) bool {
+// handed out: Events hears nothing of it. of is the seat whose Taken
+// ended with cause, nil for a cause of the whole hold (its ceiling): a
+// seat a move left is released by the move, and its end loses nothing.
+func (h *held) lose(of *seat, cause error) bool {
 	if !h.live() {
 		return false
 	}
 	h.losing.Lock()
 	defer h.losing.Unlock()
+	if of != nil && h.at() != of {
+		return false
+	}
 	if !h.state.CompareAndSwap(holdLive, holdLost) {
 		return false
 	}
@@ -415,8 +484,10 @@ func (h *held) lose(cause error) bool {
 	if h.ev != nil && errors.Is(cause, lockcore.ErrLockLost) {
 		// Before the context is cancelled: a handler that returns when
 		// its context ends has not yet returned, and the request's span
-		// is still open for what Events records on it.
-		h.ev.Ended(h, h.key, time.Duration(mono()-h.start), 0, cause, nil)
+		// is still open for what Events records on it. Ended is told once
+		// per hold, at its end, of the key it holds then (the segment a
+		// move took it to).
+		h.ev.Ended(h, h.at().key, time.Duration(mono()-h.start), 0, cause, nil)
 	}
 	h.cancel(cause)
 	return true
@@ -460,7 +531,7 @@ func newLease(ctx context.Context, e Locker, key lockcore.Key, token string, t l
 	if t := reflect.TypeOf(e); t == nil || !t.Comparable() {
 		panic(fmt.Sprintf("routelock: lockcore.newLease: engine of type %v is not comparable; use a pointer", t))
 	}
-	h := &held{e: e, t: t, key: key, token: token, fence: t.Fence(), ev: ev, slot: -1, byToken: carries(ctx, token)}
+	h := &held{e: e, home: seat{t: t, key: key, fence: t.Fence()}, token: token, ev: ev, slot: -1, byToken: carries(ctx, token)}
 	if slot, ok := t.Shared(); ok {
 		h.shared, h.slot = true, int32(max(slot, -1))
 	}
@@ -489,7 +560,7 @@ func carries(ctx context.Context, tok string) bool {
 // e made: whether an acquisition of key would re-enter it in memory.
 func holds(ctx context.Context, e Locker, key lockcore.Key) bool {
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
-		if h := s.held; h != nil && h.key == key && sameBackend(h.e, e) && h.live() {
+		if h := s.held; h != nil && h.at().key == key && sameBackend(h.e, e) && h.live() {
 			return true
 		}
 	}
@@ -503,7 +574,7 @@ func holds(ctx context.Context, e Locker, key lockcore.Key) bool {
 // lease is.
 func reenter(ctx context.Context, e Locker, key lockcore.Key) *Lease {
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
-		if h := s.held; h != nil && h.key == key && sameBackend(h.e, e) && h.retain() {
+		if h := s.held; h != nil && h.at().key == key && sameBackend(h.e, e) && h.retain() {
 			return &Lease{h: h, ctx: ctx}
 		}
 	}
@@ -536,7 +607,7 @@ type Lease struct {
 }
 
 // Key returns the locked resource.
-func (ls *Lease) Key() lockcore.Key { return ls.h.key }
+func (ls *Lease) Key() lockcore.Key { return ls.h.at().key }
 
 // Token returns the owner token that holds the lock. The token may then
 // leave the process, and re-enter the lock from another one: an engine
@@ -555,7 +626,7 @@ func (ls *Lease) Token() string {
 // be handed over in memory before the revocation reaches its engine: that
 // successor's token lies below the revocation's NewFence, and it is told
 // it was revoked; see Revocation.)
-func (ls *Lease) Fence() int64 { return ls.h.fence }
+func (ls *Lease) Fence() int64 { return ls.h.at().fence }
 
 // Shared reports whether the hold is one of several owners' at once
 // (Policy.Share): a reader's or a permit's.
@@ -684,12 +755,14 @@ func (h *held) ended(ctx context.Context, live bool, began int64, err error) err
 		return h.lost()
 	}
 	if h.ev != nil {
+		// Once per hold, of the key it held at its end (see lose).
 		held, release := time.Duration(began-h.start), time.Duration(mono()-began)
+		key := h.at().key
 		if errors.Is(err, lockcore.ErrRevoked) {
 			// Force-released before the release reached the backend.
-			h.ev.Ended(ctx, h.key, held, release, err, nil)
+			h.ev.Ended(ctx, key, held, release, err, nil)
 		} else {
-			h.ev.Ended(ctx, h.key, held, release, lockcore.ErrReleased, err)
+			h.ev.Ended(ctx, key, held, release, lockcore.ErrReleased, err)
 		}
 	}
 	return err

@@ -651,7 +651,7 @@ func TestReentryShortensCeiling(t *testing.T) {
 }
 
 // loseLease loses the hold of ls, as Serve does when its Taken ends.
-func loseLease(ls *Lease, cause error) bool { return ls.h.lose(cause) }
+func loseLease(ls *Lease, cause error) bool { return ls.h.lose(nil, cause) }
 
 // fenceOf returns the fencing token of the innermost lock ctx holds.
 func fenceOf(ctx context.Context) (int64, bool) {

@@ -56,18 +56,30 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 		return nil, fmt.Errorf("%w: %s is a segment's key already", lockcore.ErrInvalidKey, key)
 	}
 	p.Segments = 0
+	var until int64 // when the wait for a segment runs out (mono); 0 for FailFast
+	if p.Wait != lockcore.FailFast {
+		if p.Wait == 0 {
+			p.Wait = defaultWait
+		}
+		until = mono() + int64(p.Wait)
+	}
+	// A lease may go back unseen, below; and a segment's hold keeps the
+	// Request it was taken with (Request.Set), for NextSegment.
+	ctx, done := markSet(ctx)
+	defer done()
 	holdsKey := false // ctx holds the resource's own lock through e
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		h := s.held
 		if h == nil || !h.live() || !madeBy(e, h) {
 			continue
 		}
-		holdsKey = holdsKey || h.key == key
-		if base, _, ok := h.key.Segmented(); ok && base == key {
-			ls, err := e.Acquire(ctx, h.key, p) // re-entry, in memory
+		at := h.at()
+		holdsKey = holdsKey || at.key == key
+		if base, _, ok := at.key.Segmented(); ok && base == key {
+			ls, err := e.Acquire(ctx, at.key, p) // re-entry, in memory
 			if err == nil {
 				if !ls.inMemory() {
-					ls.h.segments = int32(n) // lost meanwhile, and taken afresh
+					ls.h.segmented(n, until) // lost meanwhile, and taken afresh
 				}
 				return ls, nil
 			}
@@ -99,17 +111,8 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 			}
 		}
 	}
-	var deadline time.Time // one wait for every segment tried
-	if p.Wait != lockcore.FailFast {
-		if p.Wait == 0 {
-			p.Wait = defaultWait
-		}
-		deadline = time.Now().Add(p.Wait)
-	}
 	start := int(turn(key) % uint32(n))
 	var busy error
-	ctx, done := markSet(ctx) // a lease may go back unseen, below
-	defer done()
 	for j := range n {
 		k := key.Segment((start + j) % n)
 		if g != nil {
@@ -118,11 +121,7 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 			}
 		}
 		q := p
-		if !deadline.IsZero() {
-			if q.Wait = time.Until(deadline); q.Wait <= 0 {
-				q.Wait = lockcore.FailFast // the wait is spent: one attempt
-			}
-		}
+		q.Wait = waitLeft(until)
 		ls, err := e.Acquire(ctx, k, q)
 		switch {
 		case err == nil:
@@ -134,7 +133,7 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 					continue
 				}
 			}
-			ls.h.segments = int32(n)
+			ls.h.segmented(n, until)
 			return ls, nil
 		case errors.Is(err, lockcore.ErrGateClosed):
 			continue // closed since
@@ -162,53 +161,144 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 	return nil, GateError(key)
 }
 
-// NextSegment closes the gate of the segment of the innermost lock ctx
-// holds (a handler's, on a route with Policy.Segments), until it is
-// opened, as a handler does that finds its segment exhausted; and once
-// every segment's gate is closed, as far as this process knows, the
-// resource's too. The adapter that took the segment (middleware.Lock)
-// then runs the request again, when the handler returns without having
-// written a response, under the lock of another open segment, or answers
-// as to a closed gate (410 Gone) when there is none (Lease.Moving).
+// segmented marks h, a fresh hold, as that of a segment of a resource
+// split into n, whose request's wait for a segment runs out at until
+// (mono; 0 for FailFast), before its lease is handed out.
+func (h *held) segmented(n int, until int64) {
+	h.until = until
+	h.segments.Store(int32(n))
+}
+
+// waitLeft returns what is left at mono's now of a wait that runs out at
+// until (0: FailFast): FailFast, one attempt, once it is spent.
+func waitLeft(until int64) time.Duration {
+	if until == 0 {
+		return lockcore.FailFast
+	}
+	if w := time.Duration(until - mono()); w > 0 {
+		return w
+	}
+	return lockcore.FailFast // the wait is spent: one attempt
+}
+
+// NextSegment moves the request whose context is ctx from the segment of
+// the innermost lock ctx holds (a handler's, on a route with
+// Policy.Segments), found exhausted, to another open segment of its
+// resource, in place: it closes the gate of the segment it holds, until
+// it is opened; takes the lock of another segment whose gate is open, in
+// turn as AcquireSegment does, from the same engine, under the same owner
+// token, TTL and labels; puts it under the request's lease in place of
+// the old one, which it releases. It returns nil when the request moved:
+// the lease, its context (not cancelled by the move) and the context's
+// lock state (HeldFrom) now report the new segment, its key and fencing
+// token; a loss of the new segment's hold ends the lease as any loss
+// does, and the release of the old one does not; the lease's ceiling
+// (Policy.MaxHold) runs on from where it was.
 //
-// It fails as CloseGate does, and with an error matching ErrMisconfigured
-// when the innermost lock is not a segment's; then nothing moves. When the
-// gate's write was not confirmed (ErrUnavailable), the request moves on
-// all the same, and it returns nil: the segment stays open wherever the
-// write did not land (the Redis engine closes a gate only once Redis has
-// it), and a request served it next finds it exhausted and closes it
-// again.
+// When no other segment is open, as far as this process knows, it closes
+// the resource's gate too and fails with GateError (matching
+// ErrGateClosed); the request keeps the segment it holds until its
+// handler returns, and answers as to a closed gate (410 Gone over HTTP,
+// FailedPrecondition over gRPC). When every other open segment is held:
+// with FailFast it fails with the *ContentionError of the last one tried;
+// otherwise it waits for the first open one, up to what is left of the
+// wait AcquireSegment began with for the request, and then fails with one
+// that matches ErrWaitTimeout; a segment whose gate closed while it
+// waited for it is released and skipped. It fails as CloseGate does, and
+// with an error matching ErrMisconfigured when the innermost lock is not
+// a segment's; then nothing moves. When the gate's write was not
+// confirmed (ErrUnavailable), it moves on all the same: the segment stays
+// open wherever the write did not land (the Redis engine closes a gate
+// only once Redis has it), and a request given it next finds it exhausted
+// and closes it again. On any error the request keeps its segment.
 func NextSegment(ctx context.Context) error {
 	h, err := innermost(ctx, "no segment to move on from")
 	if err != nil {
 		return err
 	}
-	base, _, ok := h.key.Segmented()
-	if !ok || h.segments <= 0 {
-		return fmt.Errorf("%w: the innermost lock, of %s, is not a segment's (Policy.Segments)", lockcore.ErrMisconfigured, h.key)
+	cur := h.at()
+	n := int(h.segments.Load())
+	base, i, ok := cur.key.Segmented()
+	sv, isServed := h.e.(*served) // as every hold's engine is
+	if !ok || n <= 0 || !isServed || h.req == nil {
+		return fmt.Errorf("%w: the innermost lock, of %s, is not a segment's (Policy.Segments)", lockcore.ErrMisconfigured, cur.key)
 	}
 	g, ok := h.gates()
 	if !ok {
-		return fmt.Errorf("%w: the engine of %s (%T) has no gates", lockcore.ErrMisconfigured, h.key, h.e)
+		return fmt.Errorf("%w: the engine of %s (%T) has no gates", lockcore.ErrMisconfigured, cur.key, sv.b)
 	}
-	if err := g.CloseGate(ctx, h.key, 0); err != nil && !errors.Is(err, lockcore.ErrUnavailable) {
+	if err := g.CloseGate(ctx, cur.key, 0); err != nil && !errors.Is(err, lockcore.ErrUnavailable) {
 		return err
 	}
-	h.moving.Store(true)
-	for i := range int(h.segments) {
-		if _, closed := g.GateOf(base.Segment(i)); !closed {
-			return nil
+	r := *h.req
+	r.Token, r.Join, r.Set = h.token, TokensFrom(ctx), true
+	keep := context.WithoutCancel(ctx) // releases go ahead whatever ctx does
+	start := int(turn(base) % uint32(n))
+	var busy error
+	for j := range n {
+		k := base.Segment((start + j) % n)
+		if (start+j)%n == i {
+			continue
 		}
+		if _, closed := g.GateOf(k); closed {
+			continue
+		}
+		r.Key, r.Wait = k, waitLeft(h.until)
+		t, err := sv.b.Take(ctx, r)
+		switch {
+		case err == nil:
+			_, closed := g.GateOf(k)
+			if closed || len(r.Join) > 0 && t.Token() != h.token {
+				// Closed while this waited in its queue: exhausted. Or
+				// the hold re-entered, by a token the request carries,
+				// its caller's hold of that segment: not the request's
+				// own to move to.
+				_ = t.Release(keep, nil)
+				continue
+			}
+			if !h.move(keep, &seat{t: t, key: k, fence: t.Fence()}) {
+				return h.lost() // lost meanwhile: the context says so
+			}
+			return nil
+		case errors.Is(err, lockcore.ErrGateClosed):
+			continue // closed since
+		case r.Wait == lockcore.FailFast && errors.Is(err, lockcore.ErrNotAcquired) && ctx.Err() == nil:
+			var ce *lockcore.ContentionError
+			if h.until != 0 && errors.As(err, &ce) {
+				ce.TimedOut = true // the wait ran out on the segments before
+			}
+			busy = err
+			continue
+		}
+		return err
+	}
+	if busy != nil {
+		return busy
 	}
 	// Every segment closed: so is the resource (each process that finds
 	// its last one closed says so; an unconfirmed write is found again).
 	_ = g.CloseGate(ctx, base, 0)
-	return nil
+	return GateError(base)
 }
 
-// Moving reports whether the request asked, with NextSegment, to move on
-// from the segment this lease holds to another.
-func (ls *Lease) Moving() bool { return ls.h.moving.Load() }
+// move puts h in seat to, the hold of another segment just taken for it,
+// and then releases the seat it held; under losing, so that a loss of the
+// old seat told before it ends the lease, and one after it does nothing.
+// It reports false, having released to's hold instead, when h is no
+// longer live, or its hold was freed.
+func (h *held) move(ctx context.Context, to *seat) bool {
+	h.losing.Lock()
+	if !h.live() || h.freed.Load() {
+		h.losing.Unlock()
+		_ = to.t.Release(ctx, nil)
+		return false
+	}
+	from := h.at()
+	h.moved.Store(to)
+	h.losing.Unlock()
+	_ = from.t.Release(ctx, nil)
+	return true
+}
 
 // innermost returns the hold of the innermost lock ctx holds, when it is
 // still live; none says what the caller cannot do without one.
@@ -221,7 +311,7 @@ func innermost(ctx context.Context, none string) (*held, error) {
 	case h == nil:
 		return nil, fmt.Errorf("%w: the context holds no lock: %s", lockcore.ErrInvalidKey, none)
 	case !h.live():
-		return nil, fmt.Errorf("%w: the innermost lock, of %s, is no longer held: %s", lockcore.ErrLockLost, h.key, none)
+		return nil, fmt.Errorf("%w: the innermost lock, of %s, is no longer held: %s", lockcore.ErrLockLost, h.at().key, none)
 	}
 	return h, nil
 }

@@ -3,7 +3,10 @@ package lifecycle_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,14 +76,15 @@ func TestAcquireSegment(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The segment whose stock ran out is closed, and skipped from then on.
-	if err := lifecycle.NextSegment(held[0].Context()); err != nil {
-		t.Fatal(err)
-	}
-	if !held[0].Moving() || held[1].Moving() {
-		t.Fatal("Moving reports the wrong lease")
-	}
+	// The segment whose stock ran out is closed, and skipped from then on;
+	// the others are held (fail-fast): the request stays where it is.
 	closed0 := held[0].Key()
+	if err := lifecycle.NextSegment(held[0].Context()); !errors.As(err, &ce) || errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Fatalf("moving on, every other segment held: %v, want a ContentionError", err)
+	}
+	if held[0].Key() != closed0 || held[0].Context().Err() != nil {
+		t.Fatalf("a move that failed left %v (context %v), want %v", held[0].Key(), held[0].Context().Err(), closed0)
+	}
 	for _, ls := range held {
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -102,14 +106,22 @@ func TestAcquireSegment(t *testing.T) {
 		t.Fatal("the resource closed with segments still open")
 	}
 
-	// The last two close: the resource closes with them.
-	for range 2 {
+	// The last two close: one request moves from one to the other, then
+	// finds none open, and the resource closes with them.
+	{
 		ls, err := lifecycle.AcquireSegment(ctx, w, k, p)
 		if err != nil {
 			t.Fatal(err)
 		}
+		from := ls.Key()
 		if err := lifecycle.NextSegment(ls.Context()); err != nil {
 			t.Fatal(err)
+		}
+		if ls.Key() == from || ls.Key() == closed0 {
+			t.Fatalf("moved from %v to %v", from, ls.Key())
+		}
+		if err := lifecycle.NextSegment(ls.Context()); !errors.Is(err, lockcore.ErrGateClosed) {
+			t.Fatalf("no segment left: %v, want ErrGateClosed", err)
 		}
 		if err := ls.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -216,8 +228,9 @@ func TestSegmentTurnsPerResource(t *testing.T) {
 }
 
 // TestSegmentClosedWhileQueued: an acquisition queued on a segment that
-// its holder then finds exhausted (NextSegment) does not come back with
-// it: it goes on to the next open segment.
+// its holder then finds exhausted (NextSegment, which moves the holder to
+// the other segment) does not come back with it: it goes on to the next
+// open segment.
 func TestSegmentClosedWhileQueued(t *testing.T) {
 	e := &locktest.Engine{}
 	ctx := context.Background()
@@ -246,17 +259,22 @@ func TestSegmentClosedWhileQueued(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// h0 moves to h1's segment, released: the move releases h0's, closed.
+	closed := h0.Key()
+	_ = h1.Release(ctx)
 	if err := lifecycle.NextSegment(h0.Context()); err != nil {
 		t.Fatal(err)
 	}
+	if h0.Key() != h1.Key() {
+		t.Fatalf("moved to %v, want %v", h0.Key(), h1.Key())
+	}
 	_ = h0.Release(ctx)
-	_ = h1.Release(ctx)
 	select {
 	case ls := <-got:
 		if ls == nil {
 			return
 		}
-		if ls.Key() == h0.Key() {
+		if ls.Key() == closed {
 			t.Fatalf("the waiter came back with the closed segment %v", ls.Key())
 		}
 		_ = ls.Release(ctx)
@@ -341,4 +359,162 @@ func TestInSet(t *testing.T) {
 	_ = after.Release(ctx)
 	_ = lifecycle.ReleaseAll(ctx, set)
 	_ = seg.Release(ctx)
+}
+
+// keyEndings records the keys Events.Ended is told of.
+type keyEndings struct {
+	mu   sync.Mutex
+	keys []lockcore.Key
+}
+
+func (r *keyEndings) Waiting(lockcore.Key, int)   {}
+func (r *keyEndings) Woken(lockcore.Key, string)  {}
+func (r *keyEndings) Renewed(lockcore.Key, error) {}
+func (r *keyEndings) ended() []lockcore.Key {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.keys)
+}
+func (r *keyEndings) Ended(_ context.Context, k lockcore.Key, _, _ time.Duration, _, _ error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keys = append(r.keys, k)
+}
+
+// TestNextSegmentInPlace: a move keeps the request's context (not done,
+// the same one), and changes its segment and fencing token; the old
+// segment is free at once; a nested acquisition re-enters the new
+// segment; Release releases the new segment's hold, so that the engine
+// holds nothing; Events.Ended hears of the lease once, with the key it
+// ended on.
+func TestNextSegmentInPlace(t *testing.T) {
+	e := &locktest.Engine{}
+	ev := &keyEndings{}
+	l := lifecycle.Serve(e, ev)
+	ctx := context.Background()
+	k, _ := lockcore.NewKey("productID", "42")
+	p := lifecycle.Policy{Segments: 3, Wait: time.Second, MaxHold: time.Minute}
+	for i := range 3 { // each segment's fences apart from the others'
+		for range 2 * i {
+			ls, err := lifecycle.Serve(e, nil).Acquire(ctx, k.Segment(i), lifecycle.Policy{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = ls.Release(ctx)
+		}
+	}
+	ls, err := lifecycle.AcquireSegment(ctx, l, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx := ls.Context()
+	from, fence := ls.Key(), ls.Fence()
+	if err := lifecycle.NextSegment(hctx); err != nil {
+		t.Fatal(err)
+	}
+	to := ls.Key()
+	if base, _, ok := to.Segmented(); !ok || base != k || to == from {
+		t.Fatalf("moved from %v to %v", from, to)
+	}
+	if ls.Context() != hctx || hctx.Err() != nil {
+		t.Fatalf("the move changed or ended the context: same %v, err %v", ls.Context() == hctx, context.Cause(hctx))
+	}
+	if err := ls.Err(); err != nil {
+		t.Fatalf("after the move: %v", err)
+	}
+	held := lifecycle.HeldFrom(hctx)
+	if len(held) != 1 || held[0].Key != to || held[0].Fence != ls.Fence() || ls.Fence() == fence {
+		t.Fatalf("HeldFrom after the move: %+v; lease %v fence %d (was %d)", held, to, ls.Fence(), fence)
+	}
+	if f, _ := e.Inspect(ctx, to); f.Fence != ls.Fence() {
+		t.Fatalf("the engine's fence of %v is %d, the lease's %d", to, f.Fence, ls.Fence())
+	}
+	if info, err := e.Inspect(ctx, from); err != nil || len(info.Holders) != 0 {
+		t.Fatalf("the segment moved from is still held: %+v %v", info, err)
+	}
+
+	// A nested acquisition re-enters the new segment, in memory.
+	in, err := lifecycle.AcquireSegment(hctx, l, k, p)
+	if err != nil || in.Key() != to || !in.ReenteredInMemory() {
+		t.Fatalf("nested after the move: %v %v", in, err)
+	}
+	if err := in.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hctx.Err() != nil {
+		t.Fatalf("the nested release ended the context: %v", context.Cause(hctx))
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if info, err := e.Inspect(ctx, k.Segment(i)); err != nil || len(info.Holders) != 0 {
+			t.Fatalf("segment %d still held after Release: %+v %v", i, info, err)
+		}
+	}
+	if !errors.Is(context.Cause(hctx), lockcore.ErrReleased) {
+		t.Fatalf("context after Release: %v", context.Cause(hctx))
+	}
+	if got := ev.ended(); len(got) != 1 || got[0] != to {
+		t.Fatalf("Ended told of %v, want once, of %v", got, to)
+	}
+}
+
+// TestNextSegmentLossAfterMove: once moved, a loss of the new segment's
+// hold ends the request's context with ErrLockLost, as any loss does; the
+// release of the old one ended nothing.
+func TestNextSegmentLossAfterMove(t *testing.T) {
+	e := &locktest.Engine{}
+	ctx := context.Background()
+	k, _ := lockcore.NewKey("productID", "7")
+	ls, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k, lifecycle.Policy{Segments: 2, Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(ctx)
+	hctx := ls.Context()
+	// The lease's watcher waits on the first segment's hold: it must
+	// follow the move to the second.
+	awaitParked(t, "(*held).watch")
+	if err := lifecycle.NextSegment(hctx); err != nil {
+		t.Fatal(err)
+	}
+	// The old segment's release ended nothing.
+	select {
+	case <-hctx.Done():
+		t.Fatalf("the move ended the context: %v", context.Cause(hctx))
+	default:
+	}
+	if err := ls.Err(); err != nil {
+		t.Fatalf("after the move: %v", err)
+	}
+	if _, err := e.Revoke(ctx, ls.Key(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new segment was revoked, but the context is not done")
+	}
+	if err := context.Cause(hctx); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", err)
+	}
+	if err := ls.Release(ctx); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Fatalf("Release after the loss: %v, want ErrLockLost", err)
+	}
+}
+
+// awaitParked waits, a few seconds at most, until a goroutine whose stack
+// names fn is parked on a channel receive.
+func awaitParked(t *testing.T, fn string) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); runtime.Gosched() {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[chan receive") && strings.Contains(g, fn) {
+				return
+			}
+		}
+	}
+	t.Fatalf("no goroutine in %s parked on a channel", fn)
 }

@@ -87,6 +87,10 @@ func (s *served) lease(ctx context.Context, r lockcore.Request, t lockcore.Hold,
 		tok = t.Token()
 	}
 	ls := newLease(ctx, s, r.Key, tok, t, s.ev)
+	if r.Set {
+		rr := r // a segment's hold may move: NextSegment asks alike
+		ls.h.req = &rr
+	}
 	select {
 	case <-t.Done():
 		ls.h.watch() // lost before it was handed out: its handler never runs
@@ -141,10 +145,10 @@ func (s *served) releaseHolds(ctx context.Context, hs []*held) []error {
 	)
 	for i, h := range hs {
 		if early := h.early(); !ok || early != nil {
-			errs[i] = h.t.Release(ctx, early)
+			errs[i] = h.at().t.Release(ctx, early)
 			continue
 		}
-		ts, at = append(ts, h.t), append(at, i)
+		ts, at = append(ts, h.at().t), append(at, i)
 	}
 	if len(ts) > 0 {
 		for i, err := range b.ReleaseAll(ctx, ts) {

@@ -194,7 +194,7 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 	switch len(holds) {
 	case 0:
 	case 1:
-		dues[of[0]].err = holds[0].t.Release(ctx, holds[0].early())
+		dues[of[0]].err = holds[0].at().t.Release(ctx, holds[0].early())
 	default:
 		for j, err := range ge.releaseHolds(ctx, holds) {
 			dues[of[j]].err = err

@@ -244,7 +244,8 @@ func HeldFrom(ctx context.Context) []Held {
 	var out []Held
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {
 		if h := s.held; h != nil && h.live() {
-			out = append(out, Held{Key: h.key, Fence: h.fence, Slot: int(h.slot), Shared: h.shared})
+			at := h.at()
+			out = append(out, Held{Key: at.key, Fence: at.fence, Slot: int(h.slot), Shared: h.shared})
 		}
 	}
 	return out
