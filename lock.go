@@ -576,7 +576,7 @@ func Slot(ctx context.Context) (int, bool) {
 // Segment returns the segment that ctx's innermost lock holds, on a route
 // whose resource is split into segments (Segments): a number 0..n-1 that
 // no other request holds meanwhile, such as the part of the stock to take
-// from.
+// from; after NextSegment moved the request, the new one.
 //
 //	seg, ok := lock.Segment(r.Context())
 func Segment(ctx context.Context) (int, bool) {
@@ -588,28 +588,37 @@ func Segment(ctx context.Context) (int, bool) {
 	return 0, false
 }
 
-// NextSegment tells the middleware that the request's segment is exhausted
-// (its part of the stock sold): it closes the segment's gate, so that no
-// request is given it again until it is opened (admin, routelock open),
-// and once the handler returns without writing a response, the middleware
-// serves the request again, body and all, under another open segment, or
-// answers 410 Gone when none is left. So a handler reads its segment's
-// stock first, and moves on before it does anything else:
+// NextSegment moves the request from its segment, found exhausted (its
+// part of the stock sold), to another open segment of the resource, in
+// place: it closes the segment's gate, so that no request is given it
+// again until it is opened (admin, routelock open), takes the lock of
+// another open segment and releases the old one. The handler runs on, once,
+// with the same context, which the move does not cancel; Segment,
+// FencingToken, Keys and Fences then report the new segment, and a loss of
+// its lock cancels the context with ErrLockLost. So a handler reads its
+// segment's stock, and moves on until it finds some:
 //
 //	seg, _ := lock.Segment(r.Context())
-//	if stock[seg] == 0 {
+//	for stock[seg] == 0 {
 //		if err := lock.NextSegment(r.Context()); err != nil {
-//			http.Error(w, "try again", http.StatusServiceUnavailable)
+//			middleware.Error(w, r, err) // 410 sold out, 409 busy
+//			return
 //		}
-//		return
+//		seg, _ = lock.Segment(r.Context())
 //	}
 //
-// Once every segment's gate is closed, the resource's closes too, as
-// SoldOut closes it: the answer is 410 from memory on every instance. It
-// fails as SoldOut does, and with an error matching
-// lockcore.ErrMisconfigured when the innermost lock is not a segment's.
-// When Redis did not confirm the gate's write (lockcore.ErrUnavailable),
-// the request moves on all the same.
+// When no other segment is open, it closes the resource's gate too, as
+// SoldOut does, and returns an error matching lockcore.ErrGateClosed: the
+// request keeps its exhausted segment until the handler returns, and
+// answers it (middleware.Error: 410 Gone; interceptor.Status:
+// FailedPrecondition); from then on every instance answers 410 from
+// memory. When every other open segment is busy it fails with the
+// *lockcore.ContentionError (409, codes.Aborted): at once with FailFast,
+// otherwise once what is left of the route's Wait ran out
+// (lockcore.ErrWaitTimeout). It fails as SoldOut does, and with an error
+// matching lockcore.ErrMisconfigured when the innermost lock is not a
+// segment's. When Redis did not confirm the gate's write
+// (lockcore.ErrUnavailable), the request moves on all the same.
 func NextSegment(ctx context.Context) error {
 	return lifecycle.NextSegment(ctx)
 }

@@ -122,15 +122,17 @@ func Permits(n int) Policy {
 // segments spread over the slots and masters. A segment is a lock of its
 // own: a route or method that locks the resource without Segments (a
 // restock) excludes no segment's holder, nor they it; give every route
-// that writes the segmented data the same Segments. The middleware picks a segment whose
-// gate is open, in turn from one request to the next (with FailFast, each
-// open one until one is free); the handler learns which with Segment, and
-// calls NextSegment when its segment is exhausted:
+// and method that writes the segmented data the same Segments. The
+// middleware (or gRPC interceptor) picks a segment whose gate is open, in
+// turn from one request to the next (with FailFast, each open one until
+// one is free); the handler, which runs once, learns which with Segment,
+// and calls NextSegment to move to another when its segment is exhausted:
 //
 //	r.With(lock.ByParam("productID", lock.Segments(8))).Post("/products/{productID}/buy", buy)
 //
-// For HTTP routes only, so far: a gRPC method given it panics. Segments(n)
-// is Policy{Segments: n}. Panics if n is not between 1 and 256.
+// For HTTP routes and gRPC methods alike; not with several resources
+// (keyfunc.Func.Also), which panics. Segments(n) is Policy{Segments: n}.
+// Panics if n is not between 1 and 256.
 func Segments(n int) Policy {
 	if n <= 0 || n > lifecycle.MaxSegments {
 		panic(fmt.Sprintf("routelock: lock.Segments(%d): want 1 to %d", n, lifecycle.MaxSegments))

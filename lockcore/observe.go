@@ -55,6 +55,9 @@ type Events interface {
 	// that what an implementation records on the request's span lands
 	// before the request ends.
 	//
+	// A lease that moved to another segment (lock.NextSegment) is one
+	// hold: Ended is called once, at its end, with the key it holds then.
+	//
 	// The Locker makes these calls, for every engine, to its observers'
 	// Events (lock.Observe): an engine tells Ended nothing itself.
 	Ended(ctx context.Context, key Key, held, release time.Duration, cause, err error)

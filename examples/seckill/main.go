@@ -44,6 +44,7 @@ import (
 	"github.com/routelock/lock/examples/redisenv"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
 )
 
 // config is what the flags set.
@@ -607,20 +608,27 @@ func startInstance(rdb redis.UniversalClient, prefix string, c config, locked bo
 			http.Error(w, "stock unavailable", http.StatusInternalServerError)
 			return
 		}
-		if stock <= 0 {
-			switch _, segmented := lock.Segment(ctx); {
-			case segmented:
-				// This part is sold: the middleware runs the request
-				// again on another, or answers 410 when none is left.
-				if err := lock.NextSegment(ctx); err != nil {
-					http.Error(w, "try again", http.StatusServiceUnavailable)
+		for stock <= 0 {
+			if _, segmented := lock.Segment(ctx); !segmented {
+				if locked {
+					_ = lock.SoldOut(ctx, 0) // every instance answers 410 from now on
 				}
+				http.Error(w, "sold out", http.StatusGone)
 				return
-			case locked:
-				_ = lock.SoldOut(ctx, 0) // every instance answers 410 from now on
 			}
-			http.Error(w, "sold out", http.StatusGone)
-			return
+			// This part is sold: the request moves to another, in place,
+			// or answers NextSegment's error (410 when none is left, 409
+			// when the others stay busy).
+			if err := lock.NextSegment(ctx); err != nil {
+				middleware.Error(w, r, err)
+				return
+			}
+			part, _ = lock.Segment(ctx)
+			stockKey = s.stock[part]
+			if stock, err = rdb.Get(ctx, stockKey).Int64(); err != nil {
+				http.Error(w, "stock unavailable", http.StatusInternalServerError)
+				return
+			}
 		}
 		time.Sleep(c.payment)                                                    // … take payment …
 		if err := rdb.Set(ctx, stockKey, stock-1, time.Hour).Err(); err != nil { // … write back
