@@ -230,8 +230,12 @@ func NextSegment(ctx context.Context) error {
 	if err := g.CloseGate(ctx, cur.key, 0); err != nil && !errors.Is(err, lockcore.ErrUnavailable) {
 		return err
 	}
+	// Like the first segment's Request: the lease's token, and the tokens
+	// the request carried besides (propagated, or its outer locks'), as
+	// the first one joined them; not the lease's own, whose hold is the
+	// one being left, and which need not be exposed for it.
 	r := *h.req
-	r.Token, r.Join, r.Set = h.token, TokensFrom(ctx), true
+	r.Token, r.Join, r.Set = h.token, h.st.parent.tokens(), true
 	keep := context.WithoutCancel(ctx) // releases go ahead whatever ctx does
 	start := int(turn(base) % uint32(n))
 	var busy error
@@ -257,6 +261,7 @@ func NextSegment(ctx context.Context) error {
 				continue
 			}
 			if !h.move(keep, &seat{t: t, key: k, fence: t.Fence()}) {
+				h.settled()
 				return h.lost() // lost meanwhile: the context says so
 			}
 			return nil
@@ -283,17 +288,23 @@ func NextSegment(ctx context.Context) error {
 
 // move puts h in seat to, the hold of another segment just taken for it,
 // and then releases the seat it held; under losing, so that a loss of the
-// old seat told before it ends the lease, and one after it does nothing.
-// It reports false, having released to's hold instead, when h is no
-// longer live, or its hold was freed.
+// old seat told before the swap ends the lease, and one after it does
+// nothing. It reports false, having released to's hold instead, when h
+// is no longer live, or its hold was freed, or the seat it held is lost
+// already (which its watcher may not have heard yet): that loss ends the
+// lease, as it would have without the move.
 func (h *held) move(ctx context.Context, to *seat) bool {
 	h.losing.Lock()
-	if !h.live() || h.freed.Load() {
+	from := h.at()
+	lost := from.t.Err()
+	if !h.live() || h.freed.Load() || lost != nil {
 		h.losing.Unlock()
 		_ = to.t.Release(ctx, nil)
+		if lost != nil {
+			h.lose(from, lost)
+		}
 		return false
 	}
-	from := h.at()
 	h.moved.Store(to)
 	h.losing.Unlock()
 	_ = from.t.Release(ctx, nil)

@@ -518,3 +518,102 @@ func awaitParked(t *testing.T, fn string) {
 	}
 	t.Fatalf("no goroutine in %s parked on a channel", fn)
 }
+
+// TestNextSegmentWaits: a move waits for a busy open segment up to what
+// is left of the request's wait: it gets it once its holder leaves; it
+// skips it (released) when its holder closed it meanwhile, and then finds
+// none open; and it fails with ErrWaitTimeout when the wait runs out.
+func TestNextSegmentWaits(t *testing.T) {
+	ctx := context.Background()
+	k, _ := lockcore.NewKey("productID", "9")
+	for _, tc := range []string{"released", "closed", "timeout"} {
+		t.Run(tc, func(t *testing.T) {
+			e := &locktest.Engine{}
+			l := lifecycle.Serve(e, nil)
+			wait := 5 * time.Second
+			if tc == "timeout" {
+				wait = 300 * time.Millisecond
+			}
+			p := lifecycle.Policy{Segments: 2, Wait: wait}
+			r, err := lifecycle.AcquireSegment(ctx, l, k, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Release(ctx)
+			h, err := lifecycle.AcquireSegment(ctx, l, k, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Release(ctx)
+			from, other := r.Key(), h.Key()
+			moved := make(chan error, 1)
+			go func() { moved <- lifecycle.NextSegment(r.Context()) }()
+			if err := e.Await(ctx, func() bool {
+				info, err := e.Inspect(ctx, other)
+				return err == nil && len(info.Waiters) == 1
+			}); err != nil {
+				t.Fatal(err)
+			}
+			switch tc {
+			case "released":
+				_ = h.Release(ctx)
+				if err := <-moved; err != nil || r.Key() != other {
+					t.Fatalf("moved: %v, to %v; want %v", err, r.Key(), other)
+				}
+			case "closed":
+				// The holder finds its segment exhausted too: nowhere to go.
+				if err := lifecycle.NextSegment(h.Context()); !errors.Is(err, lockcore.ErrGateClosed) {
+					t.Fatalf("the holder's move: %v, want ErrGateClosed", err)
+				}
+				_ = h.Release(ctx)
+				if err := <-moved; !errors.Is(err, lockcore.ErrGateClosed) || r.Key() != from {
+					t.Fatalf("moved: %v, to %v; want ErrGateClosed, staying in %v", err, r.Key(), from)
+				}
+				if info, err := e.Inspect(ctx, other); err != nil || len(info.Holders) != 0 {
+					t.Fatalf("the closed segment is held: %+v %v", info, err)
+				}
+			case "timeout":
+				select {
+				case err := <-moved:
+					var ce *lockcore.ContentionError
+					if !errors.As(err, &ce) || !errors.Is(err, lockcore.ErrWaitTimeout) || r.Key() != from {
+						t.Fatalf("moved: %v, to %v; want ErrWaitTimeout, staying in %v", err, r.Key(), from)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("the move waited past the request's wait")
+				}
+			}
+			if err := r.Err(); err != nil || r.Context().Err() != nil {
+				t.Fatalf("the request's lease after the move: %v, context %v", err, context.Cause(r.Context()))
+			}
+		})
+	}
+}
+
+// TestNextSegmentAfterLoss: a request whose segment was lost (revoked)
+// just before it moves on does not move past the loss: NextSegment fails
+// with ErrLockLost, the context ends with it, and no segment is left held.
+func TestNextSegmentAfterLoss(t *testing.T) {
+	e := &locktest.Engine{}
+	ctx := context.Background()
+	k, _ := lockcore.NewKey("productID", "5")
+	ls, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k, lifecycle.Policy{Segments: 3, Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Release(ctx)
+	if _, err := e.Revoke(ctx, ls.Key(), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lifecycle.NextSegment(ls.Context()); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Fatalf("moving on from a lost segment: %v, want ErrLockLost", err)
+	}
+	if err := context.Cause(ls.Context()); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Fatalf("context: %v, want ErrLockLost", err)
+	}
+	for i := range 3 {
+		if info, err := e.Inspect(ctx, k.Segment(i)); err != nil || len(info.Holders) != 0 {
+			t.Fatalf("segment %d held after a refused move: %+v %v", i, info, err)
+		}
+	}
+}
