@@ -626,3 +626,50 @@ func TestSegmentMoveKeepsRequest(t *testing.T) {
 		t.Fatalf("held after the request: %+v", infos)
 	}
 }
+
+// TestGRPCStreamSegments: a stream rule with lock.Segments takes a segment
+// once the first message names the resource; its handler moves on in
+// place (the stream's context keeps going, in the other segment), and
+// when no segment is left ends the call with interceptor.Status of
+// NextSegment's error: FailedPrecondition.
+func TestGRPCStreamSegments(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(clientOf(t, b), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	type seen struct {
+		before, after int
+		moved         error
+	}
+	seenc := make(chan seen, 1)
+	srv := &shop.Server{Restock: func(ss grpc.ServerStream) error {
+		if err := ss.RecvMsg(shop.New("ReserveRequest")); err != nil {
+			return err
+		}
+		ctx := ss.Context()
+		var s seen
+		s.before, _ = lock.Segment(ctx)
+		s.moved = lock.NextSegment(ctx)
+		s.after, _ = lock.Segment(ctx)
+		seenc <- s
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return interceptor.Status(lock.NextSegment(ctx))
+	}}
+	cc := dial(t, serveGRPC(t, srv, grpc.ChainStreamInterceptor(streamServer(l,
+		interceptor.Method(shop.Restock, interceptor.Field("product_id"), lock.Segments(2), lock.FailFast())))))
+	st, err := cc.NewStream(context.Background(), shop.RestockDesc, shop.Restock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendMsg(shop.Set(shop.New("ReserveRequest"), "product_id", int64(42), "quantity", int32(1))); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.CloseSend()
+	err = st.RecvMsg(shop.New("ReserveReply"))
+	s := <-seenc
+	if s.moved != nil || s.before == s.after {
+		t.Fatalf("the stream's move: %v, from segment %d to %d", s.moved, s.before, s.after)
+	}
+	wantCode(t, err, codes.FailedPrecondition)
+}
