@@ -606,7 +606,8 @@ type Lease struct {
 	released atomic.Bool
 }
 
-// Key returns the locked resource.
+// Key returns the locked resource: for a segment's lease, the segment it
+// holds now (NextSegment moves it).
 func (ls *Lease) Key() lockcore.Key { return ls.h.at().key }
 
 // Token returns the owner token that holds the lock. The token may then
@@ -625,7 +626,8 @@ func (ls *Lease) Token() string {
 // token of the hold it re-entered. (A hold an operator revoked can still
 // be handed over in memory before the revocation reaches its engine: that
 // successor's token lies below the revocation's NewFence, and it is told
-// it was revoked; see Revocation.)
+// it was revoked; see Revocation.) For a segment's lease, the fencing
+// token of the segment it holds now: NextSegment changes it.
 func (ls *Lease) Fence() int64 { return ls.h.at().fence }
 
 // Shared reports whether the hold is one of several owners' at once
