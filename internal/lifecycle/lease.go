@@ -260,26 +260,13 @@ type held struct {
 	// has in the backend: a hold of this process's own, whose lease
 	// reports Reentered
 	byToken bool
-	// segments: the hold is of a segment of a resource split into that
-	// many (AcquireSegment); 0 for none. Stored before the lease is handed
-	// out; atomic, as free reads it and a ceiling may fire at any time.
-	segments atomic.Int32
-	// req is the Request the hold was taken with, kept for a hold taken
-	// as one of a set (Request.Set: a segment's, say), so that a move to
-	// another segment asks for its hold alike; nil otherwise.
-	req *lockcore.Request
-	// moved is what the hold holds since a move to another segment
-	// (NextSegment): nil until one, and always nil for a hold that is not
-	// a segment's. It is the one thing a move changes, so that the hot
-	// path of every other hold (Fence, Key, watch, certain, expose, free)
-	// pays one atomic load of a nil pointer for it (see at). Stored under
-	// losing.
-	moved atomic.Pointer[seat]
-	// until is when the request's wait for a segment runs out (mono):
-	// the wait AcquireSegment began with, which a move waits out the rest
-	// of; 0 for FailFast. Set before the lease is handed out, for a
-	// segment's hold only (segmented).
-	until int64
+	// set is what a hold taken as one of a set (Request.Set: a segment's,
+	// or one of AcquireAll's) keeps so that it can move to another
+	// segment (NextSegment); nil for any other hold. Set before the lease
+	// is handed out, and never changed: the hot path of every other hold
+	// (Fence, Key, watch, certain, expose, free) pays one load of a nil
+	// pointer for moves (see at).
+	set   *movable
 	refs  atomic.Int32 // outstanding leases; the backend release runs at 0
 	state atomic.Int32
 	why   atomic.Pointer[error] // the cause of the loss, once lost
@@ -310,11 +297,34 @@ type seat struct {
 	fence int64
 }
 
+// movable is what a hold that may move to another segment keeps beside
+// it (held.set).
+type movable struct {
+	// req is the Request the hold was taken with, so that a move asks
+	// for the next segment's hold alike.
+	req lockcore.Request
+	// n: the hold is of a segment of a resource split into n
+	// (AcquireSegment); 0 for none. until is when the request's wait for
+	// a segment runs out (mono): the wait AcquireSegment began with, which
+	// a move waits out the rest of; 0 for FailFast. Both set before the
+	// lease is handed out (segmented).
+	n     int
+	until int64
+	// moved is what the hold holds since a move to another segment: nil
+	// until one. It is the one thing a move changes: the Taken, key and
+	// fence, behind one atomic pointer, which only such holds have. Stored
+	// under the hold's losing.
+	moved atomic.Pointer[seat]
+}
+
 // at returns the seat the hold holds now: home, or the segment a move
-// took it to. Lock-free: a hold that never moved pays one atomic load.
+// took it to. Lock-free: a hold that cannot move pays one load of a nil
+// pointer, one that can an atomic load too.
 func (h *held) at() *seat {
-	if s := h.moved.Load(); s != nil {
-		return s
+	if m := h.set; m != nil {
+		if s := m.moved.Load(); s != nil {
+			return s
+		}
 	}
 	return &h.home
 }
@@ -341,11 +351,12 @@ func (h *held) limit(max time.Duration) {
 }
 
 // free releases the hold in the backend, the first time it is called:
-// the seat it holds then. A segment's hold marks itself freed and reads
-// its seat under losing, as a move swaps it, so that a move either comes
-// before (and this releases the segment moved to) or is refused.
+// the seat it holds then. A hold that may move (held.set) marks itself
+// freed and reads its seat under losing, as a move swaps it, so that a
+// move either comes before (and this releases the segment moved to) or
+// is refused.
 func (h *held) free(ctx context.Context) error {
-	if h.segments.Load() > 0 {
+	if h.set != nil {
 		h.losing.Lock()
 		ok := h.freed.CompareAndSwap(false, true)
 		s := h.at()

@@ -165,8 +165,9 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 // split into n, whose request's wait for a segment runs out at until
 // (mono; 0 for FailFast), before its lease is handed out.
 func (h *held) segmented(n int, until int64) {
-	h.until = until
-	h.segments.Store(int32(n))
+	if m := h.set; m != nil { // else not taken as one of a set: it cannot move
+		m.n, m.until = n, until
+	}
 }
 
 // waitLeft returns what is left at mono's now of a wait that runs out at
@@ -216,11 +217,10 @@ func NextSegment(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cur := h.at()
-	n := int(h.segments.Load())
+	cur, m := h.at(), h.set
 	base, i, ok := cur.key.Segmented()
 	sv, isServed := h.e.(*served) // as every hold's engine is
-	if !ok || n <= 0 || !isServed || h.req == nil {
+	if !ok || m == nil || m.n <= 0 || !isServed {
 		return fmt.Errorf("%w: the innermost lock, of %s, is not a segment's (Policy.Segments)", lockcore.ErrMisconfigured, cur.key)
 	}
 	g, ok := h.gates()
@@ -234,9 +234,10 @@ func NextSegment(ctx context.Context) error {
 	// the request carried besides (propagated, or its outer locks'), as
 	// the first one joined them; not the lease's own, whose hold is the
 	// one being left, and which need not be exposed for it.
-	r := *h.req
+	r := m.req
 	r.Token, r.Join, r.Set = h.token, h.st.parent.tokens(), true
 	keep := context.WithoutCancel(ctx) // releases go ahead whatever ctx does
+	n := m.n
 	start := int(turn(base) % uint32(n))
 	var busy error
 	for j := range n {
@@ -247,7 +248,7 @@ func NextSegment(ctx context.Context) error {
 		if _, closed := g.GateOf(k); closed {
 			continue
 		}
-		r.Key, r.Wait = k, waitLeft(h.until)
+		r.Key, r.Wait = k, waitLeft(m.until)
 		t, err := sv.b.Take(ctx, r)
 		switch {
 		case err == nil:
@@ -269,7 +270,7 @@ func NextSegment(ctx context.Context) error {
 			continue // closed since
 		case r.Wait == lockcore.FailFast && errors.Is(err, lockcore.ErrNotAcquired) && ctx.Err() == nil:
 			var ce *lockcore.ContentionError
-			if h.until != 0 && errors.As(err, &ce) {
+			if m.until != 0 && errors.As(err, &ce) {
 				ce.TimedOut = true // the wait ran out on the segments before
 			}
 			busy = err
@@ -305,7 +306,7 @@ func (h *held) move(ctx context.Context, to *seat) bool {
 		}
 		return false
 	}
-	h.moved.Store(to)
+	h.set.moved.Store(to)
 	h.losing.Unlock()
 	_ = from.t.Release(ctx, nil)
 	return true

@@ -88,8 +88,7 @@ func (s *served) lease(ctx context.Context, r lockcore.Request, t lockcore.Hold,
 	}
 	ls := newLease(ctx, s, r.Key, tok, t, s.ev)
 	if r.Set {
-		rr := r // a segment's hold may move: NextSegment asks alike
-		ls.h.req = &rr
+		ls.h.set = &movable{req: r} // a segment's hold may move (NextSegment)
 	}
 	select {
 	case <-t.Done():
