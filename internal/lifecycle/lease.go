@@ -260,9 +260,9 @@ type held struct {
 	// has in the backend: a hold of this process's own, whose lease
 	// reports Reentered
 	byToken bool
-	// set is what a hold taken as one of a set (Request.Set: a segment's,
-	// or one of AcquireAll's) keeps so that it can move to another
-	// segment (NextSegment); nil for any other hold. Set before the lease
+	// set is what a segment's hold (taken by AcquireSegment) keeps so
+	// that it can move to another segment (NextSegment); nil for any
+	// other hold. Set before the lease
 	// is handed out, and never changed: the hot path of every other hold
 	// (Fence, Key, watch, certain, expose, free) pays one load of a nil
 	// pointer for moves (see at).

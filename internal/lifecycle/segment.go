@@ -64,8 +64,8 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 		until = mono() + int64(p.Wait)
 	}
 	// A lease may go back unseen, below; and a segment's hold keeps the
-	// Request it was taken with (Request.Set), for NextSegment.
-	ctx, done := markSet(ctx)
+	// Request it was taken with, for NextSegment.
+	ctx, done := markSet(ctx, true)
 	defer done()
 	holdsKey := false // ctx holds the resource's own lock through e
 	for s := stateFrom(ctx).first(); s != nil; s = s.next() {

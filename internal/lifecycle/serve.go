@@ -87,7 +87,7 @@ func (s *served) lease(ctx context.Context, r lockcore.Request, t lockcore.Hold,
 		tok = t.Token()
 	}
 	ls := newLease(ctx, s, r.Key, tok, t, s.ev)
-	if r.Set {
+	if r.Set && inSegment(ctx) {
 		ls.h.set = &movable{req: r} // a segment's hold may move (NextSegment)
 	}
 	select {

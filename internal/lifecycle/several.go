@@ -71,7 +71,7 @@ func AcquireAll(ctx context.Context, e Locker, keys []lockcore.Key, p Policy) ([
 		}
 	}
 	leases, orig := make([]*Lease, 0, len(ks)), ctx
-	ctx, done := markSet(ctx)
+	ctx, done := markSet(ctx, false)
 	defer done()
 	for _, k := range ks {
 		q := p
@@ -210,12 +210,21 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 // AcquireSegment make (inSet).
 type inSetKey struct{}
 
+// setMark is the mark of markSet: on until done is called; segment for
+// AcquireSegment's.
+type setMark struct {
+	on      atomic.Bool
+	segment bool
+}
+
 // markSet returns ctx marked for inSet until done is called: the leases'
 // contexts, derived from it, are not marked once they are handed out.
-func markSet(ctx context.Context) (context.Context, func()) {
-	m := new(atomic.Bool)
-	m.Store(true)
-	return context.WithValue(ctx, inSetKey{}, m), func() { m.Store(false) }
+// segment marks AcquireSegment's acquisitions, whose holds may move
+// (inSegment).
+func markSet(ctx context.Context, segment bool) (context.Context, func()) {
+	m := &setMark{segment: segment}
+	m.on.Store(true)
+	return context.WithValue(ctx, inSetKey{}, m), func() { m.on.Store(false) }
 }
 
 // inSet reports whether ctx is that of an acquisition that AcquireAll
@@ -228,6 +237,13 @@ func markSet(ctx context.Context) (context.Context, func()) {
 // revocation, say) is told to whoever holds it next, and nobody would
 // hear it. It is false again once AcquireAll or AcquireSegment returned.
 func inSet(ctx context.Context) bool {
-	m, _ := ctx.Value(inSetKey{}).(*atomic.Bool)
-	return m != nil && m.Load()
+	m, _ := ctx.Value(inSetKey{}).(*setMark)
+	return m != nil && m.on.Load()
+}
+
+// inSegment reports whether ctx is that of an acquisition AcquireSegment
+// makes (inSet): its hold may move to another segment (NextSegment).
+func inSegment(ctx context.Context) bool {
+	m, _ := ctx.Value(inSetKey{}).(*setMark)
+	return m != nil && m.segment && m.on.Load()
 }
