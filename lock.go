@@ -613,9 +613,11 @@ func Segment(ctx context.Context) (int, bool) {
 // answers it (middleware.Error: 410 Gone; interceptor.Status:
 // FailedPrecondition); from then on every instance answers 410 from
 // memory. When every other open segment is busy it fails with the
-// *lockcore.ContentionError (409, codes.Aborted): at once with FailFast,
-// otherwise once what is left of the route's Wait ran out
-// (lockcore.ErrWaitTimeout). It fails as SoldOut does, and with an error
+// *lockcore.ContentionError (409, codes.Aborted): at once with FailFast;
+// otherwise it waits for the first open segment numbered above its own,
+// up to what is left of the route's Wait (then lockcore.ErrWaitTimeout),
+// and tries those below once: the request holds its segment while it
+// waits, and two requests moving on must never wait for each other. It fails as SoldOut does, and with an error
 // matching lockcore.ErrMisconfigured when the innermost lock is not a
 // segment's. When Redis did not confirm the gate's write
 // (lockcore.ErrUnavailable), the request moves on all the same.

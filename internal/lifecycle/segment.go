@@ -202,10 +202,13 @@ func waitLeft(until int64) time.Duration {
 // handler returns, and answers as to a closed gate (410 Gone over HTTP,
 // FailedPrecondition over gRPC). When every other open segment is held:
 // with FailFast it fails with the *ContentionError of the last one tried;
-// otherwise it waits for the first open one, up to what is left of the
-// wait AcquireSegment began with for the request, and then fails with one
-// that matches ErrWaitTimeout; a segment whose gate closed while it
-// waited for it is released and skipped. It fails as CloseGate does, and
+// otherwise it waits for the first open one above its own (by number),
+// up to what is left of the wait AcquireSegment began with for the
+// request, and then fails with one that matches ErrWaitTimeout; those
+// below its own it tries once, since a request that waits holds its
+// segment meanwhile: so two requests moving on never wait for each other.
+// A segment whose gate closed while it waited for it is released and
+// skipped. It fails as CloseGate does, and
 // with an error matching ErrMisconfigured when the innermost lock is not
 // a segment's; then nothing moves. When the gate's write was not
 // confirmed (ErrUnavailable), it moves on all the same: the segment stays
@@ -241,14 +244,23 @@ func NextSegment(ctx context.Context) error {
 	start := int(turn(base) % uint32(n))
 	var busy error
 	for j := range n {
-		k := base.Segment((start + j) % n)
-		if (start+j)%n == i {
+		at := (start + j) % n
+		k := base.Segment(at)
+		if at == i {
 			continue
 		}
 		if _, closed := g.GateOf(k); closed {
 			continue
 		}
-		r.Key, r.Wait = k, waitLeft(m.until)
+		// The request holds segment i while it waits: it waits only for
+		// a segment above i, and tries one below once, so that requests
+		// moving on never wait on each other in a circle. (Each closes
+		// its own segment's gate before it looks for another, but another
+		// instance may not have heard of that close yet.)
+		r.Key, r.Wait = k, lockcore.FailFast
+		if at > i {
+			r.Wait = waitLeft(m.until)
+		}
 		t, err := sv.b.Take(ctx, r)
 		switch {
 		case err == nil:
@@ -270,7 +282,7 @@ func NextSegment(ctx context.Context) error {
 			continue // closed since
 		case r.Wait == lockcore.FailFast && errors.Is(err, lockcore.ErrNotAcquired) && ctx.Err() == nil:
 			var ce *lockcore.ContentionError
-			if m.until != 0 && errors.As(err, &ce) {
+			if m.until != 0 && waitLeft(m.until) == lockcore.FailFast && errors.As(err, &ce) {
 				ce.TimedOut = true // the wait ran out on the segments before
 			}
 			busy = err

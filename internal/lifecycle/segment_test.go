@@ -519,10 +519,12 @@ func awaitParked(t *testing.T, fn string) {
 	t.Fatalf("no goroutine in %s parked on a channel", fn)
 }
 
-// TestNextSegmentWaits: a move waits for a busy open segment up to what
-// is left of the request's wait: it gets it once its holder leaves; it
-// skips it (released) when its holder closed it meanwhile, and then finds
-// none open; and it fails with ErrWaitTimeout when the wait runs out.
+// TestNextSegmentWaits: a move waits for a busy open segment above its
+// own up to what is left of the request's wait: it gets it once its
+// holder leaves; it skips it (released) when its holder closed it
+// meanwhile, and then finds none open; and it fails with ErrWaitTimeout
+// when the wait runs out. For one below its own it does not wait: two
+// requests moving on to each other's segments would wait on each other.
 func TestNextSegmentWaits(t *testing.T) {
 	ctx := context.Background()
 	k, _ := lockcore.NewKey("productID", "9")
@@ -545,6 +547,10 @@ func TestNextSegmentWaits(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer h.Release(ctx)
+			// A move waits only for a segment above its own: r takes #0.
+			if _, i, _ := r.Key().Segmented(); i != 0 {
+				r, h = h, r
+			}
 			from, other := r.Key(), h.Key()
 			moved := make(chan error, 1)
 			go func() { moved <- lifecycle.NextSegment(r.Context()) }()
@@ -616,4 +622,44 @@ func TestNextSegmentAfterLoss(t *testing.T) {
 			t.Fatalf("segment %d held after a refused move: %+v %v", i, info, err)
 		}
 	}
+}
+
+// TestNextSegmentNeverWaitsBelow: a request in the higher of two
+// segments, the lower one busy, does not wait for it though its wait has
+// seconds left: it fails at once with a ContentionError that is no
+// timeout, and keeps its segment (its gate closed); the holder of the
+// lower one, moving on, then finds nowhere to go.
+func TestNextSegmentNeverWaitsBelow(t *testing.T) {
+	e := &locktest.Engine{}
+	ctx := context.Background()
+	l := lifecycle.Serve(e, nil)
+	k, _ := lockcore.NewKey("productID", "11")
+	p := lifecycle.Policy{Segments: 2, Wait: 10 * time.Second}
+	lo, err := lifecycle.AcquireSegment(ctx, l, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lo.Release(ctx)
+	hi, err := lifecycle.AcquireSegment(ctx, l, k, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, i, _ := lo.Key().Segmented(); i != 0 {
+		lo, hi = hi, lo
+	}
+	high := hi.Key()
+	began := time.Now()
+	var ce *lockcore.ContentionError
+	if err := lifecycle.NextSegment(hi.Context()); !errors.As(err, &ce) || errors.Is(err, lockcore.ErrWaitTimeout) || hi.Key() != high {
+		t.Fatalf("moving on below, busy: %v, in %v; want a ContentionError, no timeout, in %v", err, hi.Key(), high)
+	}
+	if d := time.Since(began); d > 5*time.Second {
+		t.Fatalf("the move took %v: it waited", d)
+	}
+	// The gate of the higher one is closed now: the lower one's holder
+	// finds nowhere to go.
+	if err := lifecycle.NextSegment(lo.Context()); !errors.Is(err, lockcore.ErrGateClosed) {
+		t.Fatalf("moving on from the lower one: %v, want ErrGateClosed", err)
+	}
+	_ = hi.Release(ctx)
 }
