@@ -40,8 +40,9 @@ type Events interface {
 	// one matching ErrUnavailable when the backend did not answer.
 	Renewed(key Key, err error)
 
-	// Ended is called once per fresh hold (not per in-memory re-entry),
-	// when it ends: after its backend release returned, with cause
+	// Ended is called once per fresh hold (not per in-memory re-entry;
+	// a lease that moved to another segment, lock.NextSegment, is one
+	// hold, told of with the key it holds at its end), when it ends: after its backend release returned, with cause
 	// ErrReleased and the release's error (nil, or matching
 	// ErrUnavailable when the release goes on in the background), or when
 	// it was lost, with the cause of its loss (matching ErrLockLost;
@@ -54,9 +55,6 @@ type Events interface {
 	// cancelled, and so before the Release of the lost hold returns, so
 	// that what an implementation records on the request's span lands
 	// before the request ends.
-	//
-	// A lease that moved to another segment (lock.NextSegment) is one
-	// hold: Ended is called once, at its end, with the key it holds then.
 	//
 	// The Locker makes these calls, for every engine, to its observers'
 	// Events (lock.Observe): an engine tells Ended nothing itself.
