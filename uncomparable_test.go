@@ -19,6 +19,28 @@ import (
 // that cannot be compared.
 type instrumented struct{ lockcore.Engine }
 
+// TestUncomparableEngineSegmentUnderAnotherLock: a Locker on an engine
+// value that cannot be compared serves a segmented route whose request
+// holds another lock already (a user's), as any other Locker.
+func TestUncomparableEngineSegmentUnderAnotherLock(t *testing.T) {
+	locker := lock.FromEngine(labelled{Engine: new(locktest.Engine), labels: []string{"shop"}})
+	var ran atomic.Int64
+	r := chi.NewRouter()
+	r.Use(chimw.Recoverer)
+	r.With(locker.ByParam("userID"), locker.ByParam("productID", lock.Segments(4))).
+		Post("/users/{userID}/products/{productID}/buy", func(_ http.ResponseWriter, r *http.Request) {
+			if _, ok := lock.Segment(r.Context()); !ok {
+				t.Errorf("the handler holds no segment: %v", lock.Keys(r.Context()))
+			}
+			ran.Add(1)
+		})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	if res := do(t, httpClient(t, nil), "POST", srv.URL+"/users/u1/products/42/buy", nil); res.status != http.StatusOK || ran.Load() != 1 {
+		t.Fatalf("%d %q, handler ran %d times; want 200, once", res.status, res.body, ran.Load())
+	}
+}
+
 // TestTwoLockersOnWrappedUncomparableEngine: two Lockers given one engine
 // value whose type compares but whose engine cannot be compared: a nested
 // acquisition through the second, of the key the first holds for the

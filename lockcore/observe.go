@@ -42,8 +42,9 @@ type Events interface {
 
 	// Ended is called once per fresh hold (not per in-memory re-entry;
 	// a lease that moved to another segment, lock.NextSegment, is one
-	// hold, told of with the key it holds at its end), when it ends: after its backend release returned, with cause
-	// ErrReleased and the release's error (nil, or matching
+	// hold, told of with the key it holds at its end), when it ends:
+	// after its backend release returned, with cause ErrReleased and the
+	// release's error (nil, or matching
 	// ErrUnavailable when the release goes on in the background), or when
 	// it was lost, with the cause of its loss (matching ErrLockLost;
 	// ErrRevoked when it was force-released, also when its backend release

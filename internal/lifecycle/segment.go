@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -363,5 +364,7 @@ func madeBy(e Locker, h *held) bool {
 	}
 	g := gatekeeperOf(e)
 	hg, ok := h.gates()
-	return g != nil && ok && g == hg
+	// Gates that cannot be compared are those of an engine that cannot
+	// be either, which its Locker tells apart (sameBackend).
+	return g != nil && ok && reflect.ValueOf(g).Comparable() && g == hg
 }
