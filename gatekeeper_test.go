@@ -25,8 +25,8 @@ func TestGatesOfObservedEngine(t *testing.T) {
 	b := new(locktest.Engine)
 	w := new(watcher)
 	locker := lock.FromEngine(b, lock.Observe(w))
-	if g := locker.Gatekeeper(); g != lockcore.Gatekeeper(b) {
-		t.Errorf("Gatekeeper() = %v, want the backend's", g)
+	if g := lifecycle.GatesOf(locker); g != lockcore.Gatekeeper(b) {
+		t.Errorf("GatesOf = %v, want the backend's", g)
 	}
 	ctx := context.Background()
 	product := key(t, "product", "7")

@@ -27,8 +27,11 @@ import (
 // engine's holds. Give it to package interceptor's server interceptors, or
 // to middleware.Lock, to lock with its engine and Defaults.
 type Locker struct {
-	engine   lifecycle.Locker             // what requests lock through: base, or base observed
-	base     lifecycle.Locker             // the leases of backend's holds
+	// core owns the leases of backend's holds. Embedded, so that a Locker
+	// is what middleware.Lock and package interceptor take, with no
+	// method of its own beyond Acquire for them.
+	*core
+	engine   lifecycle.Locker             // what requests lock through: core, or core observed
 	backend  lockcore.Engine              // the engine of New or FromEngine
 	owned    *redisengine.Engine          // the engine New made, closed by Close
 	defaults Policy                       // Defaults
@@ -126,14 +129,18 @@ func FromEngine(e lockcore.Engine, opts ...Option) *Locker {
 	return l
 }
 
+// core is the lifecycle of a Locker's leases, which it embeds.
+type core = lifecycle.Core
+
 // serve makes the Locker take its locks from e, observed by its
-// observers, which are told of the holds' ends.
+// observers, which are told of the holds' ends and see the routes.
 func (l *Locker) serve(e lockcore.Engine) {
 	l.backend = e
-	l.base = lifecycle.Serve(e, l.redis.Events)
-	l.engine = l.base
+	l.core = lifecycle.Serve(e, l.redis.Events)
+	l.engine = l.core
 	if len(l.observers) > 0 {
-		l.engine = &observed{base: l.base, obs: l.observers}
+		lifecycle.RecordRoutes(l.core)
+		l.engine = &observed{core: l.core, obs: l.observers}
 	}
 }
 
@@ -153,11 +160,9 @@ func (l *Locker) apply(opts []Option) {
 // Locker's engine, when it has observers): each calls the next one's
 // Observe, the last given outermost, and the innermost calls the engine.
 type observed struct {
-	base lifecycle.Locker
-	obs  []Observer
+	*core
+	obs []Observer
 }
-
-func (o *observed) Promises() lockcore.Promises { return o.base.Promises() }
 
 func (o *observed) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
 	c := &observation{o: o, i: len(o.obs) - 1}
@@ -175,13 +180,7 @@ func (o *observed) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Le
 // lifecycle.AcquireAll), observed as one acquisition; it declines, with no
 // observer told, when the engine cannot.
 func (o *observed) AcquireGroup(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error) {
-	g, ok := o.base.(interface {
-		AcquireGroup(context.Context, []lockcore.Key, Policy) ([]*Lease, error)
-	})
-	if !ok {
-		return nil, nil
-	}
-	c := &observation{o: o, i: len(o.obs) - 1, keys: keys, group: g}
+	c := &observation{o: o, i: len(o.obs) - 1, keys: keys, group: true}
 	c.next = c.step
 	return c.step(ctx, p)
 }
@@ -195,10 +194,8 @@ type observation struct {
 	keys  []lockcore.Key
 	key   [1]lockcore.Key // keys, for one key
 	ls    [1]*Lease       // the result, for one key
-	group interface {
-		AcquireGroup(context.Context, []lockcore.Key, Policy) ([]*Lease, error)
-	}
-	next func(context.Context, Policy) ([]*Lease, error)
+	group bool            // take keys in one exchange (lifecycle.AcquireGroup)
+	next  func(context.Context, Policy) ([]*Lease, error)
 }
 
 // step calls the next observer, the outermost first, with next; or, past
@@ -210,20 +207,16 @@ func (c *observation) step(ctx context.Context, p Policy) ([]*Lease, error) {
 		c.i--
 		return ob.Observe(ctx, c.keys, p, c.next)
 	}
-	if c.group != nil {
-		return c.group.AcquireGroup(ctx, c.keys, p)
+	if c.group {
+		return lifecycle.AcquireGroup(ctx, c.o.core, c.keys, p)
 	}
-	ls, err := c.o.base.Acquire(ctx, c.keys[0], p)
+	ls, err := c.o.core.Acquire(ctx, c.keys[0], p)
 	if err != nil {
 		return nil, err
 	}
 	c.ls[0] = ls
 	return c.ls[:], nil
 }
-
-// Promises returns what the Locker's engine promises: routes that ask for
-// more fail where they are built.
-func (l *Locker) Promises() lockcore.Promises { return l.engine.Promises() }
 
 // Acquire takes the lock on key from the Locker's engine (through its
 // observers), with p's zero fields taken from the Locker's Defaults. A
@@ -262,24 +255,6 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p Policy) 
 		}
 	}
 	return ls, err
-}
-
-// Gatekeeper returns the gates of the Locker's engine, when it is a
-// lockcore.Gatekeeper (the Redis engine is), or nil: segments and the
-// sold-out gate find them through it.
-func (l *Locker) Gatekeeper() lockcore.Gatekeeper {
-	g, _ := l.backend.(lockcore.Gatekeeper)
-	return g
-}
-
-// RecordsRoute reports whether the Locker's acquisitions are labelled
-// with their route (Policy.Route): for its observers (package lockotel's
-// spans and metrics carry it), or for operators (an engine that is a
-// lockcore.Operator, as the Redis engine is: see Operator).
-// middleware.Lock asks, to find each request's route template only when
-// it will be recorded.
-func (l *Locker) RecordsRoute() bool {
-	return len(l.observers) > 0 || l.Operator() != nil
 }
 
 // Close stops the background work of the Redis engine that New made (lease
@@ -342,9 +317,9 @@ func (l *Locker) By(key keyfunc.Func, ps ...Policy) func(http.Handler) http.Hand
 		panic(fmt.Sprintf("routelock: Locker.By: TTL %v is longer than the engine's redisengine.Options.MaxTTL %v, the bound of every lease that the restart guard waits out: raise MaxTTL on every instance (lock.NewRedis)", p.TTL, l.redis.MaxTTL))
 	}
 	var e lifecycle.Locker = l.engine
-	if l.trace != nil || l.watch != nil || l.RecordsRoute() {
+	if l.trace != nil || l.watch != nil || lifecycle.RecordsRoute(l) {
 		// Acquire labels each acquisition with its trace id, or logs; and
-		// RecordsRoute says that observers or operators see routes.
+		// observers or operators see routes.
 		e = l
 	}
 	return middleware.Lock(e, middleware.Config{
@@ -489,7 +464,7 @@ func defaultConf() (redisconf.Config, error) {
 // environment cannot be parsed.
 func By(key keyfunc.Func, ps ...Policy) func(http.Handler) http.Handler {
 	// Lock panics now, at startup, on what any Locker would refuse.
-	middleware.Lock(unbuilt{}, middleware.Config{Key: key, Policy: policy(ps)})
+	middleware.Lock(unbuilt, middleware.Config{Key: key, Policy: policy(ps)})
 	if defaultL.Load() == nil {
 		if _, err := defaultConf(); err != nil {
 			panic(err.Error())
@@ -521,19 +496,24 @@ func (d *deferred) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // locks every HTTP method. middleware.Check reads it.
 func (d *deferred) LockKey() (keyfunc.Func, []string) { return d.key, nil }
 
-// unbuilt is the engine that a package-level route is checked against
-// while the Locker it will use is not known yet; it is never called.
-type unbuilt struct{}
+// unbuilt is the Locker that a package-level route is checked against
+// while the Locker it will use is not known yet; it is never called. Its
+// engine makes every promise, so that a route is checked against its own
+// Locker's engine once that is known.
+var unbuilt = lifecycle.Serve(promisesAll{}, nil)
 
-func (unbuilt) Acquire(context.Context, lockcore.Key, Policy) (*Lease, error) {
+// promisesAll is unbuilt's engine.
+type promisesAll struct{}
+
+func (promisesAll) Take(context.Context, lockcore.Request) (lockcore.Hold, error) {
 	return nil, lockcore.ErrClosed
 }
 
-// Promises makes every promise, so that a route is
-// checked against its own Locker's engine once that is known.
-func (unbuilt) Promises() lockcore.Promises {
+func (promisesAll) Promises() lockcore.Promises {
 	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true}
 }
+
+func (promisesAll) Close() error { return nil }
 
 // bound is a package-level route's middleware built for one Locker.
 type bound struct {

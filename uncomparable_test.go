@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	chimw "github.com/go-chi/chi/v5/middleware"
 
 	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -59,6 +61,37 @@ func TestTwoLockersOnWrappedUncomparableEngine(t *testing.T) {
 			return
 		}
 		_ = in.Release(r.Context())
+		ran.Add(1)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	if res := do(t, httpClient(t, nil), "POST", srv.URL+"/products/42/buy", nil); res.status != http.StatusOK || ran.Load() != 1 {
+		t.Fatalf("%d %q, handler ran %d times; want 200, once", res.status, res.body, ran.Load())
+	}
+}
+
+// TestNestedSegmentThroughLoggedLocker: on an engine without gates, a
+// Locker with a Logger (whose routes acquire through the Locker itself,
+// not its engine's Core) serves a segmented route whose handler asks for
+// the same resource's segment again: it re-enters the request's segment
+// in memory rather than taking a second one.
+func TestNestedSegmentThroughLoggedLocker(t *testing.T) {
+	locker := lock.FromEngine(instrumented{new(locktest.Engine)}, lock.Logger(slog.New(slog.DiscardHandler)))
+	var ran atomic.Int64
+	r := chi.NewRouter()
+	r.With(locker.ByParam("productID", lock.Segments(4), lock.FailFast())).Post("/products/{productID}/buy", func(_ http.ResponseWriter, r *http.Request) {
+		k, _ := lockcore.NewKey("productID", "42")
+		outer := lock.Keys(r.Context())
+		in, err := lifecycle.AcquireSegment(r.Context(), locker, k, lifecycle.Policy{Segments: 4, Wait: lockcore.FailFast})
+		if err != nil {
+			t.Errorf("nested segment: %v", err)
+			return
+		}
+		defer func() { _ = in.Release(r.Context()) }()
+		if len(outer) != 1 || in.Key().String() != outer[0] || !in.ReenteredInMemory() {
+			t.Errorf("nested segment %s (re-entered in memory: %v) under %v, want the request's own", in.Key(), in.ReenteredInMemory(), outer)
+			return
+		}
 		ran.Add(1)
 	})
 	srv := httptest.NewServer(r)

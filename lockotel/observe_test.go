@@ -26,10 +26,10 @@ func TestObserveReentry(t *testing.T) {
 	r := newRig(t)
 	fe := new(locktest.Engine)
 	l := lock.FromEngine(fe, lock.Observe(r.tel))
-	if !l.RecordsRoute() {
+	if !lifecycle.RecordsRoute(l) {
 		t.Fatal("an observed Locker does not ask for routes")
 	}
-	if lock.FromEngine(plain{fe}).RecordsRoute() {
+	if lifecycle.RecordsRoute(lock.FromEngine(plain{fe})) {
 		t.Fatal("a Locker neither observed nor operable asks for routes")
 	}
 	k := mustKey(t, "productID", "1")

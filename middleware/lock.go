@@ -70,15 +70,14 @@ type Config struct {
 // from engine l, while the next handler runs, as the package documentation
 // describes.
 //
-// An engine that reads lock.Policy.Route (package lockotel's, which
-// labels its spans and metrics with it) says so with a method
-// RecordsRoute() bool. Lock asks l once, when it is made, and for an
-// engine whose RecordsRoute reports true, or that is a lockcore.Operator
-// (which shows the route to operators beside each holder and waiter),
-// sets Route to the template of each request's route (chi's pattern, such
-// as /products/{productID}/buy, or http.ServeMux's Request.Pattern). For
-// other engines Route stays empty: finding chi's pattern costs a request
-// an allocation.
+// When l's acquisitions are labelled with their route (a lock.Locker
+// with observers, such as package lockotel's, whose spans and metrics
+// carry it; or on an engine that is a lockcore.Operator, which shows the
+// route to operators beside each holder and waiter), Lock sets
+// Policy.Route to the template of each request's route (chi's pattern,
+// such as /products/{productID}/buy, or http.ServeMux's
+// Request.Pattern). Otherwise Route stays empty: finding chi's pattern
+// costs a request an allocation.
 //
 // Panics if c.Key is zero or cannot read HTTP requests, or c.Policy is
 // invalid (lock.Policy.Validate).
@@ -101,11 +100,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // LockKey returns the key function the middleware locks on and the HTTP
 // methods it locks (nil: every one), for Check.
 func (h *handler) LockKey() (keyfunc.Func, []string) { return h.m.full, h.m.methods }
-
-// routeRecorder is an engine that reads lock.Policy.Route (see Lock).
-type routeRecorder interface {
-	RecordsRoute() bool
-}
 
 // locker is one configured middleware.
 type locker struct {
@@ -154,12 +148,7 @@ func newLocker(l lifecycle.Locker, c Config) *locker {
 	if m.onError == nil {
 		m.onError = Error
 	}
-	if rr, ok := l.(routeRecorder); ok && rr.RecordsRoute() {
-		m.route = true
-	}
-	if _, ok := l.(lockcore.Operator); ok {
-		m.route = true
-	}
+	m.route = lifecycle.RecordsRoute(l)
 	return m
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
@@ -14,31 +15,30 @@ import (
 	"github.com/routelock/lock/middleware"
 )
 
-// routeEngine is the fake engine as one that records routes (a method
-// RecordsRoute reporting true, see middleware.Lock), or not; it is not an
-// Operator, which the middleware gives routes to as well.
-type routeEngine struct {
-	f       *fakeEngine
-	records bool
+// plainEngine is the fake engine as one that is not an Operator, which
+// the middleware gives routes to: it records the Route of each Request.
+type plainEngine struct {
+	f      *fakeEngine
+	mu     sync.Mutex
+	routes []string
 }
 
-func (e *routeEngine) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
-	return e.f.Acquire(ctx, key, p)
+func (e *plainEngine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
+	e.mu.Lock()
+	e.routes = append(e.routes, r.Route)
+	e.mu.Unlock()
+	return e.f.Take(ctx, r)
 }
 
-func (e *routeEngine) Promises() lockcore.Promises { return e.f.Promises() }
+func (e *plainEngine) Promises() lockcore.Promises { return e.f.Promises() }
 
-func (e *routeEngine) RecordsRoute() bool { return e.records }
+func (e *plainEngine) Close() error { return nil }
 
-// acquireOnly is the fake engine with Acquire alone: no RecordsRoute, not
-// an Operator.
-type acquireOnly struct{ f *fakeEngine }
-
-func (e acquireOnly) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
-	return e.f.Acquire(ctx, key, p)
+func (e *plainEngine) taken() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.routes...)
 }
-
-func (e acquireOnly) Promises() lockcore.Promises { return e.f.Promises() }
 
 // TestPolicyRoute: an engine that records routes gets the template of each
 // request's route in Policy.Route, wherever the middleware sits: r.With,
@@ -46,8 +46,8 @@ func (e acquireOnly) Promises() lockcore.Promises { return e.f.Promises() }
 // of a mounted router, r.Group, and around an http.ServeMux route, whether
 // the key function matched the route itself (Param in a router's r.Use)
 // or the middleware has to (Header); so does an Operator, which shows it
-// to operators; an engine that does neither, or says it does not record
-// routes, gets "".
+// to operators; an engine that is not one, under a Locker that does not
+// record routes (lifecycle.RecordRoutes), gets "".
 func TestPolicyRoute(t *testing.T) {
 	handler := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }
 	for _, tc := range []struct {
@@ -103,8 +103,12 @@ func TestPolicyRoute(t *testing.T) {
 			}
 			for i := range 2 * len(keys) {
 				key, records := keys[i/2], i%2 == 0
-				e := &routeEngine{f: newFake(), records: records}
-				h := tc.router(middleware.Lock(e, middleware.Config{Key: key}))
+				e := &plainEngine{f: newFake()}
+				l := lifecycle.Serve(e, nil)
+				if records {
+					lifecycle.RecordRoutes(l)
+				}
+				h := tc.router(middleware.Lock(l, middleware.Config{Key: key}))
 				w := httptest.NewRecorder()
 				req := httptest.NewRequest("POST", tc.path, nil)
 				req.Header.Set("X-User-ID", "u7")
@@ -112,34 +116,27 @@ func TestPolicyRoute(t *testing.T) {
 				if w.Code != http.StatusNoContent {
 					t.Fatalf("status %d: %s", w.Code, w.Body)
 				}
-				calls := e.f.Calls()
-				if len(calls) != 1 {
-					t.Fatalf("%d acquisitions, want 1", len(calls))
+				routes := e.taken()
+				if len(routes) != 1 {
+					t.Fatalf("%d acquisitions, want 1", len(routes))
 				}
 				want := tc.want
 				if !records {
 					want = ""
 				}
-				if got := calls[0].Policy.Route; got != want {
+				if got := routes[0]; got != want {
 					t.Fatalf("key %v, RecordsRoute %v: Route %q, want %q", key, records, got, want)
 				}
 			}
 		})
 	}
-	// An engine with no RecordsRoute method at all, and one that is an
-	// Operator.
-	for _, op := range []bool{false, true} {
-		f := newFake()
-		var e lifecycle.Locker = acquireOnly{f}
-		want := ""
-		if op {
-			e, want = f, "/products/{productID}/buy"
-		}
-		r := chi.NewRouter()
-		r.With(middleware.Lock(e, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)
-		r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/42/buy", nil))
-		if calls := f.Calls(); len(calls) != 1 || calls[0].Policy.Route != want {
-			t.Fatalf("Operator %v: calls %+v, want one with Route %q", op, calls, want)
-		}
+	// An engine that is an Operator, under a Locker that does not record
+	// routes otherwise.
+	f := newFake()
+	r := chi.NewRouter()
+	r.With(middleware.Lock(f, middleware.Config{Key: keyfunc.Param("productID")})).Post("/products/{productID}/buy", handler)
+	r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/products/42/buy", nil))
+	if calls := f.Calls(); len(calls) != 1 || calls[0].Policy.Route != "/products/{productID}/buy" {
+		t.Fatalf("Operator: calls %+v, want one with Route %q", calls, "/products/{productID}/buy")
 	}
 }

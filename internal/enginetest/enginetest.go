@@ -15,14 +15,14 @@ import (
 )
 
 // Fake is a locktest.Engine that records every Acquire call and can be
-// made unreachable. A Fake made with New, or with Engine set, is ready.
+// made unreachable. It is a Locker too (its Core owns the leases of its
+// holds): make it with New.
 type Fake struct {
 	*locktest.Engine
+	*lifecycle.Core
 	mu    sync.Mutex
 	calls []Call
 	down  bool
-	once  sync.Once
-	srv   lifecycle.Locker // the leases of its holds (lifecycle.Serve)
 }
 
 // Call is one Acquire call, as it was made.
@@ -35,7 +35,11 @@ type Call struct {
 var ErrDown = fmt.Errorf("%w: the test took the engine away", lockcore.ErrUnavailable)
 
 // New returns a Fake on a fresh in-memory engine.
-func New() *Fake { return &Fake{Engine: new(locktest.Engine)} }
+func New() *Fake {
+	f := &Fake{Engine: new(locktest.Engine)}
+	f.Core = lifecycle.Serve(f, nil)
+	return f
+}
 
 // Acquire records the call; while the engine is down, it fails with
 // ErrDown unless ctx re-enters a hold in memory, which needs no backend.
@@ -43,8 +47,7 @@ func (f *Fake) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy
 	f.mu.Lock()
 	f.calls = append(f.calls, Call{Key: key, Policy: p})
 	f.mu.Unlock()
-	f.once.Do(func() { f.srv = lifecycle.Serve(f, f.Engine.Events) })
-	return f.srv.Acquire(ctx, key, p)
+	return f.Core.Acquire(ctx, key, p)
 }
 
 // Take implements lockcore.Engine: the in-memory engine's, or ErrDown

@@ -83,9 +83,8 @@ func GateError(key lockcore.Key) error {
 	return fmt.Errorf("%w: %s", lockcore.ErrGateClosed, key)
 }
 
-// gates returns the Gatekeeper of the engine that made h: for an Locker
-// of Serve, its Backend's.
+// gates returns the Gatekeeper of the engine that made h.
 func (h *held) gates() (lockcore.Gatekeeper, bool) {
-	g := gatekeeperOf(h.e)
+	g := GatesOf(h.e)
 	return g, g != nil
 }

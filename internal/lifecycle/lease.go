@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,16 +17,18 @@ import (
 //
 // # Adding an engine
 //
-// A new engine is a Backend, which only takes holds and gives them back:
-// Serve makes the Locker that owns their leases (validation, re-entry in
-// memory, owner tokens, the lease and its context, MaxHold, loss). The
-// Redis engine (package redisengine) and the in-memory one (package
-// locktest) are made so. An Locker may also wrap another, to observe or
-// refuse its acquisitions, returning the leases the wrapped one made.
+// A new engine is a lockcore.Engine, which only takes holds and gives
+// them back: Serve makes the Core that owns their leases (validation,
+// re-entry in memory, owner tokens, the lease and its context, MaxHold,
+// loss). The Redis engine (package redisengine) and the in-memory one
+// (package locktest) are served so. A Locker may also wrap another, to
+// observe or refuse its acquisitions, returning the leases the wrapped one
+// made: it embeds the Locker it wraps (or its Core), and is one lock with
+// it to a request.
 //
-// Promises declares what the engine promises beyond mutual exclusion; an
-// engine that does not promise Shared or Permits refuses a Policy with
-// such a Share (ErrMisconfigured).
+// The engine's Promises declare what it promises beyond mutual
+// exclusion; an engine that does not promise Shared or Permits refuses a
+// Policy with such a Share (ErrMisconfigured).
 //
 // Errors match ErrInvalidKey (a zero Key), ErrMisconfigured (an invalid
 // Policy), ErrNotAcquired (a
@@ -37,9 +38,9 @@ import (
 // Acquire is safe for concurrent use.
 type Locker interface {
 	Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error)
-	// Promises says what the engine promises beyond mutual exclusion
-	// (see Promises). A wrapper returns its engine's.
-	Promises() lockcore.Promises
+	// core is the Core that owns the leases: a Core, or a type that
+	// embeds one or another Locker (a wrapper).
+	core() *Core
 }
 
 // MaxSegments is the most segments a resource may be split into
@@ -72,12 +73,11 @@ type Policy struct {
 	// template or gRPC method whose request takes the lock, as the
 	// adapters set it. Engines that are Operators show it beside the
 	// holder or waiter it is for (Holder.Route, Waiter.Route). The gRPC
-	// interceptors always set it; the HTTP middleware for an engine that
-	// is an Operator, or has a method RecordsRoute() bool that reports
-	// true (a lock.Locker with observers, such as package lockotel's,
-	// which label their spans and metrics with it, or whose engine is an
-	// Operator), since
-	// finding a request's route template costs an allocation.
+	// interceptors always set it; the HTTP middleware when a Locker
+	// records routes (RecordsRoute: a lock.Locker with observers, such as
+	// package lockotel's, which label their spans and metrics with it, or
+	// on an engine that is an Operator), since finding a request's route
+	// template costs an allocation.
 	Route string
 	// Trace is the trace id of the request that acquires (such as an
 	// OpenTelemetry trace id in hex), "" for none. Engines that are
@@ -246,8 +246,8 @@ type held struct {
 	context.Context // cancelled with the hold's end
 	cancel          context.CancelCauseFunc
 
-	e     Locker
-	home  seat // what the hold holds, until a move (see at)
+	e     *Core // that made the hold
+	home  seat  // what the hold holds, until a move (see at)
 	token string
 	slot  int32 // the hold's slot among its key's shared holders; -1 for none
 	// shared: the hold is one of several owners' (Policy.Share)
@@ -536,12 +536,7 @@ func (h *held) lost() error {
 // describes: when it is lost (its Taken ends, or its Err fails), before
 // its context is cancelled; or when the Release of its last lease returns
 // from the backend release (Taken.Release).
-//
-// Panics if e's dynamic type is not comparable.
-func newLease(ctx context.Context, e Locker, key lockcore.Key, token string, t lockcore.Hold, ev lockcore.Events) *Lease {
-	if t := reflect.TypeOf(e); t == nil || !t.Comparable() {
-		panic(fmt.Sprintf("routelock: lockcore.newLease: engine of type %v is not comparable; use a pointer", t))
-	}
+func newLease(ctx context.Context, e *Core, key lockcore.Key, token string, t lockcore.Hold, ev lockcore.Events) *Lease {
 	h := &held{e: e, home: seat{t: t, key: key, fence: t.Fence()}, token: token, ev: ev, slot: -1, byToken: carries(ctx, token)}
 	if slot, ok := t.Shared(); ok {
 		h.shared, h.slot = true, int32(max(slot, -1))

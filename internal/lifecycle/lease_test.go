@@ -47,14 +47,18 @@ func (h *testHold) Release(context.Context, error) error {
 	return h.err
 }
 
-// testEngine follows the steps of Locker's doc: Begin, else a
-// fresh hold wrapped by newLease. It never contends: tests use one owner.
+// testEngine takes its holds as a Core does, with begin and newLease,
+// and keeps the last one for the test to lose. It never contends: tests
+// use one owner.
 type testEngine struct {
 	ev    lockcore.Events // given to newLease
+	c     Core            // the Core its leases name
 	mu    sync.Mutex
 	fence int64
 	last  *testHold
 }
+
+func (e *testEngine) core() *Core { return &e.c }
 
 func (e *testEngine) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
 	if ls, _, err := begin(ctx, e, key, p); ls != nil || err != nil {
@@ -64,10 +68,8 @@ func (e *testEngine) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*
 	defer e.mu.Unlock()
 	e.fence++
 	e.last = &testHold{fence: e.fence}
-	return newLease(ctx, e, key, NewToken(), e.last, e.ev), nil
+	return newLease(ctx, e.core(), key, NewToken(), e.last, e.ev), nil
 }
-
-func (e *testEngine) Promises() lockcore.Promises { return lockcore.Promises{} }
 
 func testKey(t *testing.T) lockcore.Key {
 	t.Helper()
@@ -243,38 +245,6 @@ func TestCheckLosesAndReentry(t *testing.T) {
 		t.Errorf("Err: %v", err)
 	}
 	_ = ls.Release(ctx)
-}
-
-// mapEngine is an engine written as a plain value type that carries a map
-// (its configuration), as a test double or a thin adapter may be. Its
-// Acquire follows Locker's steps exactly.
-type mapEngine struct {
-	tags  map[string]string
-	fence *atomic.Int64
-}
-
-func (e mapEngine) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
-	if ls, _, err := begin(ctx, e, key, p); ls != nil || err != nil {
-		return ls, err
-	}
-	return newLease(ctx, e, key, NewToken(), &testHold{fence: e.fence.Add(1)}, nil), nil
-}
-
-func (e mapEngine) Promises() lockcore.Promises { return lockcore.Promises{} }
-
-// TestEngineMustBeComparable: an engine whose dynamic type is not
-// comparable (a value type holding a map) cannot tell its holds from
-// another engine's, so newLease refuses it at once with a message that
-// says what to do, rather than a nested Acquire panicking on ==.
-func TestEngineMustBeComparable(t *testing.T) {
-	var e Locker = mapEngine{tags: map[string]string{"env": "test"}, fence: new(atomic.Int64)}
-	defer func() {
-		r := recover()
-		if s, _ := r.(string); !strings.Contains(s, "not comparable") || !strings.Contains(s, "mapEngine") {
-			t.Fatalf("Acquire on a non-comparable engine: panic %v, want one naming the type", r)
-		}
-	}()
-	_, _ = e.Acquire(context.Background(), testKey(t), Policy{Wait: lockcore.FailFast})
 }
 
 // ending is one call of Events.Ended.

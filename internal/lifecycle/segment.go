@@ -90,7 +90,7 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 			break // lost meanwhile, and its gate closed: another one
 		}
 	}
-	g := gatekeeperOf(e)
+	g := GatesOf(e)
 	if g != nil {
 		if _, closed := g.GateOf(key); closed {
 			if holdsKey {
@@ -223,8 +223,8 @@ func NextSegment(ctx context.Context) error {
 	}
 	cur, m := h.at(), h.set
 	base, i, ok := cur.key.Segmented()
-	sv, isServed := h.e.(*served) // as every hold's engine is
-	if !ok || m == nil || m.n <= 0 || !isServed {
+	sv := h.e
+	if !ok || m == nil || m.n <= 0 {
 		return fmt.Errorf("%w: the innermost lock, of %s, is not a segment's (Policy.Segments)", lockcore.ErrMisconfigured, cur.key)
 	}
 	g, ok := h.gates()
@@ -341,28 +341,14 @@ func innermost(ctx context.Context, none string) (*held, error) {
 	return h, nil
 }
 
-// gatekeeperOf returns the gates of e: e itself when it is a Gatekeeper,
-// or the one it offers with a method Gatekeeper() Gatekeeper (a
-// lock.Locker offers its engine's, and an Locker of Serve its Backend's);
-// nil for none.
-func gatekeeperOf(e Locker) lockcore.Gatekeeper {
-	if g, ok := e.(lockcore.Gatekeeper); ok {
-		return g
-	}
-	if o, ok := e.(interface{ Gatekeeper() lockcore.Gatekeeper }); ok {
-		return o.Gatekeeper()
-	}
-	return nil
-}
-
-// madeBy reports whether the hold h was made through e: by e itself, or
-// by an engine with e's gates (e a lock.Locker, say, or a wrapper that
-// offers its engine's gates).
+// madeBy reports whether the hold h was made through e: by e's engine
+// (e a Core, a lock.Locker or a wrapper of either), or by an engine with
+// e's gates.
 func madeBy(e Locker, h *held) bool {
 	if sameBackend(h.e, e) {
 		return true
 	}
-	g := gatekeeperOf(e)
+	g := GatesOf(e)
 	hg, ok := h.gates()
 	// Gates that cannot be compared are those of an engine that cannot
 	// be either, which its Locker tells apart (sameBackend).

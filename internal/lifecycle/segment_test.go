@@ -19,19 +19,13 @@ import (
 // wrapper wraps an engine as a telemetry wrapper does, counting the
 // acquisitions that reach it.
 type wrapper struct {
-	inner lifecycle.Locker
-	n     atomic.Int64
+	lifecycle.Locker // the one it wraps
+	n                atomic.Int64
 }
 
 func (w *wrapper) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
 	w.n.Add(1)
-	return w.inner.Acquire(ctx, key, p)
-}
-
-func (w *wrapper) Promises() lockcore.Promises { return w.inner.Promises() }
-
-func (w *wrapper) Gatekeeper() lockcore.Gatekeeper {
-	return w.inner.(interface{ Gatekeeper() lockcore.Gatekeeper }).Gatekeeper()
+	return w.Locker.Acquire(ctx, key, p)
 }
 
 // TestAcquireSegment, through a wrapper: segments are handed out in turn;
@@ -42,7 +36,7 @@ func (w *wrapper) Gatekeeper() lockcore.Gatekeeper {
 // from memory, and none of a segment.
 func TestAcquireSegment(t *testing.T) {
 	e := &locktest.Engine{}
-	w := &wrapper{inner: lifecycle.Serve(e, nil)}
+	w := &wrapper{Locker: lifecycle.Serve(e, nil)}
 	ctx := context.Background()
 	k, _ := lockcore.NewKey("productID", "42")
 	p := lifecycle.Policy{Segments: 3, Wait: lockcore.FailFast}

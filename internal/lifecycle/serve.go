@@ -9,52 +9,75 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// Serve returns the Locker that takes its holds from b and owns their
+// Serve returns the Core that takes its holds from b and owns their
 // leases: it validates each Policy, re-enters in memory, mints owner
 // tokens, makes the leases and their contexts, bounds them by MaxHold,
 // and ends a lease when its hold is lost. ev is told of the holds' ends
 // (Events.Ended); b tells it of its waits. When b is a Batch that
 // declares Promises.Batch, several holds go in one exchange (AcquireAll,
 // ReleaseAll).
-func Serve(b lockcore.Engine, ev lockcore.Events) Locker {
+func Serve(b lockcore.Engine, ev lockcore.Events) *Core {
 	// Comparable by value, not only by type: a struct with an interface
 	// field that holds a slice has a comparable type, and == would panic.
-	return &served{b: b, ev: ev, comparable: b != nil && reflect.ValueOf(b).Comparable()}
+	return &Core{b: b, ev: ev, comparable: b != nil && reflect.ValueOf(b).Comparable()}
+}
+
+// Core is the Locker of an engine (Serve): it owns the leases of the
+// engine's holds. It has no exported method but Acquire, so that a type
+// in another package that embeds it (package lock's Locker does, under an
+// unexported name) is a Locker without a method of its own beyond its
+// Acquire; what the adapters ask of a Locker when a route is built, they
+// ask through this package's functions (PromisesOf, GatesOf,
+// RecordsRoute).
+type Core struct {
+	b          lockcore.Engine
+	ev         lockcore.Events
+	comparable bool // b can be compared (sameBackend)
+	records    bool // RecordRoutes
+}
+
+func (c *Core) core() *Core { return c }
+
+// RecordRoutes says that the acquisitions of c are labelled with their
+// route (Policy.Route) for someone who reads it: observers of package
+// lock's Locker (lockotel's spans and metrics carry it). An engine that is
+// a lockcore.Operator records routes for operators anyway (RecordsRoute).
+func RecordRoutes(c *Core) { c.records = true }
+
+// RecordsRoute reports whether the acquisitions of l are labelled with
+// their route (Policy.Route), for observers (RecordRoutes) or for
+// operators (an engine that is a lockcore.Operator, as the Redis engine
+// is): the middleware finds each request's route template only then.
+func RecordsRoute(l Locker) bool {
+	c := l.core()
+	_, op := c.b.(lockcore.Operator)
+	return c.records || op
+}
+
+// PromisesOf returns what the engine of l promises: routes that ask for
+// more fail where they are built.
+func PromisesOf(l Locker) lockcore.Promises { return l.core().b.Promises() }
+
+// GatesOf returns the gates of l's engine when it is a
+// lockcore.Gatekeeper (the Redis engine is), or nil: segments and the
+// sold-out gate find them so.
+func GatesOf(l Locker) lockcore.Gatekeeper {
+	g, _ := l.core().b.(lockcore.Gatekeeper)
+	return g
 }
 
 // sameBackend reports whether a and b take their holds from one backend,
 // so that a hold one made, the other re-enters in memory: Lockers that
-// share an engine are one lock to a request. Backends that cannot be
-// compared are told apart by the Locker that serves them.
+// share an engine are one lock to a request, and so are a Locker and its
+// wrappers. Backends that cannot be compared are told apart by the Core
+// that serves them.
 func sameBackend(a, b Locker) bool {
-	if a == b {
-		return true
-	}
-	sa, ok := a.(*served)
-	sb, ok2 := b.(*served)
-	return ok && ok2 && sa.comparable && sb.comparable && sa.b == sb.b
-}
-
-// served is the Locker of Serve.
-type served struct {
-	b          lockcore.Engine
-	ev         lockcore.Events
-	comparable bool // b can be compared (sameBackend)
-}
-
-func (s *served) Promises() lockcore.Promises { return s.b.Promises() }
-
-func (s *served) Close() error { return s.b.Close() }
-
-// Gatekeeper returns the Backend's gates, when it has them (see
-// AcquireSegment).
-func (s *served) Gatekeeper() lockcore.Gatekeeper {
-	g, _ := s.b.(lockcore.Gatekeeper)
-	return g
+	ca, cb := a.core(), b.core()
+	return ca == cb || ca.comparable && cb.comparable && ca.b == cb.b
 }
 
 // request is the Request of an acquisition of key with p under ctx.
-func (s *served) request(ctx context.Context, key lockcore.Key, p Policy, join []string) (lockcore.Request, error) {
+func (s *Core) request(ctx context.Context, key lockcore.Key, p Policy, join []string) (lockcore.Request, error) {
 	if ps := s.b.Promises(); p.Share == lockcore.ShareAll && !ps.Shared || p.Share > 0 && !ps.Permits {
 		return lockcore.Request{}, fmt.Errorf("%w: Share %d: the backend (%T) does not promise it", lockcore.ErrMisconfigured, p.Share, s.b)
 	}
@@ -62,7 +85,7 @@ func (s *served) request(ctx context.Context, key lockcore.Key, p Policy, join [
 		Route: p.Route, Trace: p.Trace, Restock: p.Restock, Set: inSet(ctx)}, nil
 }
 
-func (s *served) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
+func (s *Core) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
 	ls, p, err := begin(ctx, s, key, p)
 	if ls != nil || err != nil {
 		return ls, err
@@ -79,7 +102,7 @@ func (s *served) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Leas
 }
 
 // lease makes the lease of t, taken for r under ctx.
-func (s *served) lease(ctx context.Context, r lockcore.Request, t lockcore.Hold, maxHold time.Duration) *Lease {
+func (s *Core) lease(ctx context.Context, r lockcore.Request, t lockcore.Hold, maxHold time.Duration) *Lease {
 	tok := r.Token
 	if len(r.Join) > 0 {
 		// It may have re-entered one of them; their holds left the process
@@ -100,9 +123,13 @@ func (s *served) lease(ctx context.Context, r lockcore.Request, t lockcore.Hold,
 	return ls
 }
 
-// AcquireGroup takes the locks of keys in one exchange, when b is a Batch
-// (see groupAcquirer).
-func (s *served) AcquireGroup(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error) {
+// AcquireGroup takes the locks of keys in one exchange, when c's engine
+// is a Batch (see groupAcquirer), for a wrapper of c that observes it.
+func AcquireGroup(ctx context.Context, c *Core, keys []lockcore.Key, p Policy) ([]*Lease, error) {
+	return c.acquireGroup(ctx, keys, p)
+}
+
+func (s *Core) acquireGroup(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error) {
 	b, ok := s.b.(lockcore.Batch)
 	if !ok || !s.b.Promises().Batch || p.Validate() != nil {
 		return nil, nil
@@ -134,7 +161,7 @@ func (s *served) AcquireGroup(ctx context.Context, keys []lockcore.Key, p Policy
 // releaseHolds releases the backend holds of hs, each once, as free
 // would; those its holders released go together to a Batch backend that
 // declares Promises.Batch, as AcquireGroup asks only such a one.
-func (s *served) releaseHolds(ctx context.Context, hs []*held) []error {
+func (s *Core) releaseHolds(ctx context.Context, hs []*held) []error {
 	errs := make([]error, len(hs))
 	b, ok := s.b.(lockcore.Batch)
 	ok = ok && s.b.Promises().Batch

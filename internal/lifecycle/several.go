@@ -62,8 +62,8 @@ func AcquireAll(ctx context.Context, e Locker, keys []lockcore.Key, p Policy) ([
 	if p.Wait > 0 {
 		deadline = time.Now().Add(p.Wait)
 	}
-	if g, ok := e.(groupAcquirer); ok && len(ks) > 1 {
-		if leases, err := g.AcquireGroup(ctx, ks, p); err != nil {
+	if g := groupOf(e); g != nil && len(ks) > 1 {
+		if leases, err := g(ctx, ks, p); err != nil {
 			_ = ReleaseAll(context.WithoutCancel(ctx), leases)
 			return nil, err
 		} else if leases != nil {
@@ -127,14 +127,26 @@ func markTogether(leases []*Lease) {
 	}
 }
 
-// allAcquirer is an Locker with an AcquireAll method of its own.
+// allAcquirer is a Locker with an AcquireAll method of its own.
 type allAcquirer interface {
 	AcquireAll(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error)
 }
 
-// groupAcquirer is an Locker that can take several locks in one exchange
-// with its backend: an Locker of Serve whose Backend is a Batch, or a
-// wrapper of one.
+// groupOf returns how e takes several locks in one exchange with its
+// engine: a Core's, or a groupAcquirer's; nil for neither.
+func groupOf(e Locker) func(context.Context, []lockcore.Key, Policy) ([]*Lease, error) {
+	switch g := e.(type) {
+	case *Core:
+		return g.acquireGroup
+	case groupAcquirer:
+		return g.AcquireGroup
+	}
+	return nil
+}
+
+// groupAcquirer is a Locker that can take several locks in one exchange
+// with its engine: a wrapper of a Core whose engine is a Batch, which
+// observes the exchange (AcquireGroup).
 type groupAcquirer interface {
 	// AcquireGroup takes the locks of keys, at least two, distinct and
 	// sorted by Key.String, all at once or none, as AcquireAll would: in
@@ -176,14 +188,14 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 	}
 	began := mono()
 	var (
-		ge    *served
+		ge    *Core
 		holds []*held
 		of    []int // the index in dues of each of holds
 	)
 	for i := range dues {
 		h := dues[i].h
-		g, ok := h.e.(*served)
-		if !ok || ge != nil && g != ge {
+		g := h.e
+		if ge != nil && g != ge {
 			dues[i].err = h.free(ctx)
 			continue
 		}

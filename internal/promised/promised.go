@@ -16,7 +16,7 @@ import (
 // lockcore.Permits for permits), and nil when it does.
 func Refusal(e lifecycle.Locker, p lifecycle.Policy) error {
 	var what string
-	switch ps := e.Promises(); {
+	switch ps := lifecycle.PromisesOf(e); {
 	case p.Share == lockcore.ShareAll && !ps.Shared:
 		what = "shared holds (lockcore.Promises.Shared)"
 	case p.Share > 0 && !ps.Permits:

@@ -493,14 +493,15 @@ func TestAwait(t *testing.T) {
 // revokingFirst is an Engine that, once it has taken its last key, revokes
 // the first: a lease lost while AcquireAll takes the others.
 type revokingFirst struct {
-	*locktest.Engine
-	first, last lockcore.Key
+	lifecycle.Locker // the engine's
+	engine           *locktest.Engine
+	first, last      lockcore.Key
 }
 
 func (e revokingFirst) Acquire(ctx context.Context, k lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
-	ls, err := e.Engine.Acquire(ctx, k, p)
+	ls, err := e.Locker.Acquire(ctx, k, p)
 	if err == nil && k == e.last {
-		if _, err := e.Revoke(context.Background(), e.first, "test"); err != nil {
+		if _, err := e.engine.Revoke(context.Background(), e.first, "test"); err != nil {
 			return nil, err
 		}
 	}
@@ -513,7 +514,7 @@ func (e revokingFirst) Acquire(ctx context.Context, k lockcore.Key, p lifecycle.
 func TestAcquireAllLostMeanwhile(t *testing.T) {
 	inner := new(locktest.Engine)
 	a, b := key(t, "lost", "a"), key(t, "lost", "b")
-	e := revokingFirst{Engine: inner, first: a, last: b}
+	e := revokingFirst{Locker: inner.Locker(), engine: inner, first: a, last: b}
 	ls, err := lifecycle.AcquireAll(bounded(t), e, []lockcore.Key{a, b}, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err == nil {
 		t.Fatalf("AcquireAll returned a set whose lease on a was revoked meanwhile (a: %v)", ls[0].Err())

@@ -110,3 +110,7 @@ func (e *Engine) locker() lifecycle.Locker {
 func (e *Engine) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
 	return e.locker().Acquire(ctx, key, p)
 }
+
+// Locker returns the Locker the engine's tests acquire through, for a
+// test that wraps it.
+func (e *Engine) Locker() lifecycle.Locker { return e.locker() }

@@ -289,7 +289,7 @@ func chaosRun(t *testing.T, b *redistest.Backend, cfg chaosConfig) chaosResult {
 			ls, err = l.Acquire(actx, mustKey(t, "k", strconv.Itoa(k)), p)
 		} else {
 			var leases []*lifecycle.Lease
-			leases, err = lifecycle.AcquireAll(actx, l, []lockcore.Key{mustKey(t, "k", strconv.Itoa(also)), mustKey(t, "k", strconv.Itoa(k))}, p)
+			leases, err = lifecycle.AcquireAll(actx, l.locker(), []lockcore.Key{mustKey(t, "k", strconv.Itoa(also)), mustKey(t, "k", strconv.Itoa(k))}, p)
 			if err == nil {
 				ls, second = leases[0], leases[1]
 			}

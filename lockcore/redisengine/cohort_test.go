@@ -943,7 +943,7 @@ func TestLocalHandOverNotToASet(t *testing.T) {
 		r.eventually("the other Engine's waiter queued", func() bool { return len(inspect(t, r.b, r.k).Waiters) == 1 })
 		set := make(chan error, 1)
 		go func() {
-			ls, err := lifecycle.AcquireAll(bg, r.a, []lockcore.Key{r.k, second}, lifecycle.Policy{Wait: 300 * time.Millisecond})
+			ls, err := lifecycle.AcquireAll(bg, r.a.locker(), []lockcore.Key{r.k, second}, lifecycle.Policy{Wait: 300 * time.Millisecond})
 			if err == nil {
 				_ = lifecycle.ReleaseAll(bg, ls)
 			}

@@ -25,11 +25,3 @@ func (l *Engine) locker() lifecycle.Locker {
 func (l *Engine) Acquire(ctx context.Context, key lockcore.Key, p lifecycle.Policy) (*lifecycle.Lease, error) {
 	return l.locker().Acquire(ctx, key, p)
 }
-
-// AcquireGroup takes the locks of keys in one exchange, as a Locker on
-// the engine does for lifecycle.AcquireAll.
-func (l *Engine) AcquireGroup(ctx context.Context, keys []lockcore.Key, p lifecycle.Policy) ([]*lifecycle.Lease, error) {
-	return l.locker().(interface {
-		AcquireGroup(context.Context, []lockcore.Key, lifecycle.Policy) ([]*lifecycle.Lease, error)
-	}).AcquireGroup(ctx, keys, p)
-}

@@ -54,7 +54,7 @@ func TestGroupRoundTrips(t *testing.T) {
 		// Warm up: the first use reads the server's settings and loads the
 		// scripts (EVALSHA, NOSCRIPT, EVAL), on every master the keys are on.
 		for _, keys := range [][2]lockcore.Key{same, same, apart, apart} {
-			ls, err := lifecycle.AcquireAll(ctx, l, keys[:], lifecycle.Policy{Wait: lockcore.FailFast})
+			ls, err := lifecycle.AcquireAll(ctx, l.locker(), keys[:], lifecycle.Policy{Wait: lockcore.FailFast})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func TestGroupRoundTrips(t *testing.T) {
 			for _, p := range []lifecycle.Policy{{Wait: lockcore.FailFast}, {Wait: time.Second}} {
 				for range 10 {
 					trips.Reset()
-					ls, err := lifecycle.AcquireAll(ctx, l, tc.keys[:], p)
+					ls, err := lifecycle.AcquireAll(ctx, l.locker(), tc.keys[:], p)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -124,7 +124,7 @@ func TestGroupRefusedWritesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = lifecycle.AcquireAll(ctx, l, []lockcore.Key{k, a}, lifecycle.Policy{Wait: lockcore.FailFast})
+		_, err = lifecycle.AcquireAll(ctx, l.locker(), []lockcore.Key{k, a}, lifecycle.Policy{Wait: lockcore.FailFast})
 		var ce *lockcore.ContentionError
 		if !errors.As(err, &ce) || ce.Key != k.String() || ce.TimedOut {
 			t.Fatalf("AcquireAll failing fast with %v held: %v, want its ContentionError", k, err)
@@ -138,7 +138,7 @@ func TestGroupRefusedWritesNothing(t *testing.T) {
 		got := make(chan error, 1)
 		var leases []*lifecycle.Lease
 		go func() {
-			ls, err := lifecycle.AcquireAll(ctx, l, []lockcore.Key{k, a}, lifecycle.Policy{Wait: 5 * time.Second})
+			ls, err := lifecycle.AcquireAll(ctx, l.locker(), []lockcore.Key{k, a}, lifecycle.Policy{Wait: 5 * time.Second})
 			leases = ls
 			got <- err
 		}()
@@ -182,7 +182,7 @@ func TestGroupLostReplyIsWithdrawn(t *testing.T) {
 		keys := []lockcore.Key{mustKey(t, "a"), mustKey(t, "b")}
 		warm(t, l, keys...)
 		armed.Store(true)
-		if _, err := lifecycle.AcquireAll(ctx, l, keys, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrUnavailable) {
+		if _, err := lifecycle.AcquireAll(ctx, l.locker(), keys, lifecycle.Policy{Wait: lockcore.FailFast}); !errors.Is(err, lockcore.ErrUnavailable) {
 			t.Fatalf("AcquireAll with its reply lost: %v, want ErrUnavailable", err)
 		}
 		if armed.Load() {
@@ -213,7 +213,7 @@ func TestGroupLeasesReleasedAlone(t *testing.T) {
 	warm(t, l, a, k)
 	trips := &redistest.Trips{}
 	l.run.rdb.AddHook(trips)
-	ls, err := lifecycle.AcquireAll(ctx, l, []lockcore.Key{a, k}, lifecycle.Policy{Wait: lockcore.FailFast})
+	ls, err := lifecycle.AcquireAll(ctx, l.locker(), []lockcore.Key{a, k}, lifecycle.Policy{Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestGroupLeasesReleasedAlone(t *testing.T) {
 
 	// A ceiling ends each hold and gives its key up; nobody released them.
 	const ceiling = 200 * time.Millisecond
-	ls, err = lifecycle.AcquireAll(ctx, l, []lockcore.Key{a, k}, lifecycle.Policy{Wait: lockcore.FailFast, MaxHold: ceiling})
+	ls, err = lifecycle.AcquireAll(ctx, l.locker(), []lockcore.Key{a, k}, lifecycle.Policy{Wait: lockcore.FailFast, MaxHold: ceiling})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestGroupLeasesReleasedAlone(t *testing.T) {
 func warm(t *testing.T, l *Engine, keys ...lockcore.Key) {
 	t.Helper()
 	for range 2 {
-		ls, err := lifecycle.AcquireAll(context.Background(), l, keys, lifecycle.Policy{Wait: lockcore.FailFast})
+		ls, err := lifecycle.AcquireAll(context.Background(), l.locker(), keys, lifecycle.Policy{Wait: lockcore.FailFast})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,7 +291,7 @@ func TestGroupResentAfterLostReply(t *testing.T) {
 	for _, policy := range []lifecycle.Policy{{Wait: lockcore.FailFast}, {Wait: time.Second}} {
 		lost := proxy.LostReplies()
 		proxy.LoseReplyTo([]byte(l.run.sha(allScript)), 1)
-		ls, err := lifecycle.AcquireAll(ctx, l, keys, policy)
+		ls, err := lifecycle.AcquireAll(ctx, l.locker(), keys, policy)
 		if err != nil {
 			t.Fatalf("AcquireAll (%+v) whose first reply was lost: %v", policy, err)
 		}

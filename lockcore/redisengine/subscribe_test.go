@@ -99,7 +99,7 @@ func queuedOnlySubscribed(t *testing.T, b *redistest.Backend, reconnect bool) {
 		t.Fatal(err)
 	}
 	served := make(chan string, 2)
-	wait := func(e lifecycle.Locker, name string) {
+	wait := func(e *Engine, name string) {
 		ls, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: 15 * time.Second})
 		if err != nil {
 			t.Errorf("waiter on %s: %v", name, err)
