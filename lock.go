@@ -137,6 +137,7 @@ type core = lifecycle.Core
 func (l *Locker) serve(e lockcore.Engine) {
 	l.backend = e
 	l.core = lifecycle.Serve(e, l.redis.Events)
+	lifecycle.SetDefaults(l.core, l.defaults)
 	l.engine = l.core
 	if len(l.observers) > 0 {
 		lifecycle.RecordRoutes(l.core)
@@ -165,7 +166,7 @@ type observed struct {
 }
 
 func (o *observed) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease, error) {
-	c := &observation{o: o, i: len(o.obs) - 1}
+	c := &observation{o: o, i: len(o.obs) - 1, p: p}
 	c.key[0] = key
 	c.keys = c.key[:]
 	c.next = c.step
@@ -180,7 +181,7 @@ func (o *observed) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Le
 // lifecycle.AcquireAll), observed as one acquisition; it declines, with no
 // observer told, when the engine cannot.
 func (o *observed) AcquireGroup(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error) {
-	c := &observation{o: o, i: len(o.obs) - 1, keys: keys, group: true}
+	c := &observation{o: o, i: len(o.obs) - 1, keys: keys, group: true, p: p}
 	c.next = c.step
 	return c.step(ctx, p)
 }
@@ -195,6 +196,7 @@ type observation struct {
 	key   [1]lockcore.Key // keys, for one key
 	ls    [1]*Lease       // the result, for one key
 	group bool            // take keys in one exchange (lifecycle.AcquireGroup)
+	p     Policy          // as the observers were given it
 	next  func(context.Context, Policy) ([]*Lease, error)
 }
 
@@ -206,6 +208,12 @@ func (c *observation) step(ctx context.Context, p Policy) ([]*Lease, error) {
 		ob := c.o.obs[c.i]
 		c.i--
 		return ob.Observe(ctx, c.keys, p, c.next)
+	}
+	q := p
+	q.Route, q.Trace = c.p.Route, c.p.Trace
+	if q != c.p {
+		// An observer changed more than its labels: checked afresh.
+		p = lifecycle.Recheck(p)
 	}
 	if c.group {
 		return lifecycle.AcquireGroup(ctx, c.o.core, c.keys, p)
@@ -227,7 +235,7 @@ func (l *Locker) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Leas
 	if l.trace != nil && p.Trace == "" {
 		p.Trace = l.trace(ctx)
 	}
-	ls, err := l.engine.Acquire(ctx, key, l.policy(p))
+	ls, err := l.engine.Acquire(ctx, key, lifecycle.Over(l, p))
 	if l.watch != nil {
 		l.watch.acquired(key, ls, err)
 	}
@@ -245,7 +253,7 @@ func (l *Locker) AcquireAll(ctx context.Context, keys []lockcore.Key, p Policy) 
 	if l.trace != nil && p.Trace == "" {
 		p.Trace = l.trace(ctx)
 	}
-	ls, err := lifecycle.AcquireAll(ctx, l.engine, keys, l.policy(p))
+	ls, err := lifecycle.AcquireAll(ctx, l.engine, keys, lifecycle.Over(l, p))
 	if l.watch != nil {
 		if err != nil {
 			l.watch.acquired(lockcore.Key{}, nil, err)
@@ -312,7 +320,7 @@ func (l *Locker) Operator() lockcore.Operator {
 // or the Policy is invalid, or its TTL is longer than the Redis engine's
 // redisengine.Options.MaxTTL (30 s, or the Defaults TTL when longer).
 func (l *Locker) By(key keyfunc.Func, ps ...Policy) func(http.Handler) http.Handler {
-	p := l.policy(policy(ps))
+	p := lifecycle.Over(l, policy(ps))
 	if l.owned != nil && p.TTL > l.redis.MaxTTL {
 		panic(fmt.Sprintf("routelock: Locker.By: TTL %v is longer than the engine's redisengine.Options.MaxTTL %v, the bound of every lease that the restart guard waits out: raise MaxTTL on every instance (lock.NewRedis)", p.TTL, l.redis.MaxTTL))
 	}
@@ -687,14 +695,4 @@ func Fences(ctx context.Context) []int64 {
 		fences[i] = h.Fence
 	}
 	return fences
-}
-
-// policy returns p over the Locker's Defaults: a default ceiling
-// (MaxHold) is shortened by a route's, never lifted.
-func (l *Locker) policy(p Policy) Policy {
-	q := p.Or(l.defaults)
-	if d := l.defaults.MaxHold; d > 0 && q.MaxHold > d {
-		q.MaxHold = d
-	}
-	return q
 }

@@ -3,11 +3,14 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
@@ -124,5 +127,38 @@ func TestObserveNew(t *testing.T) {
 	}
 	if acq, ended := b.counts(); acq != 1 || ended != 1 {
 		t.Errorf("observer given once: %d acquisitions, %d holds ended, want 1 and 1", acq, ended)
+	}
+}
+
+// retuner is an Observer that changes the Policy it passes on: a TTL
+// of its own, and a trace id.
+type retuner struct{ ttl time.Duration }
+
+func (o retuner) Observe(ctx context.Context, keys []lockcore.Key, p lifecycle.Policy, acquire func(context.Context, lifecycle.Policy) ([]*lifecycle.Lease, error)) ([]*lifecycle.Lease, error) {
+	p.TTL, p.Trace = o.ttl, "4bf92f3577b34da6a3ce929d0e0e4736"
+	return acquire(ctx, p)
+}
+
+func (retuner) Events() lockcore.Events { return nil }
+
+// TestObserverChangesPreparedPolicy: a route's Policy is checked once,
+// where the route is built, and not again per request; but an Observer
+// that changes more than its labels has it checked afresh: a TTL below
+// the minimum is refused (ErrMisconfigured, 500), one above is taken, and
+// a trace id alone changes nothing.
+func TestObserverChangesPreparedPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		ttl  time.Duration
+		want int
+	}{{time.Millisecond, http.StatusInternalServerError}, {time.Second, http.StatusOK}, {0, http.StatusOK}} {
+		locker := lock.FromEngine(new(locktest.Engine), lock.Observe(retuner{tc.ttl}))
+		r := chi.NewRouter()
+		r.With(locker.ByParam("productID", lock.FailFast())).Post("/products/{productID}/buy", func(http.ResponseWriter, *http.Request) {})
+		srv := httptest.NewServer(r)
+		res := do(t, httpClient(t, nil), "POST", srv.URL+"/products/42/buy", nil)
+		srv.Close()
+		if res.status != tc.want {
+			t.Errorf("observer's TTL %v: %d %q, want %d", tc.ttl, res.status, res.body, tc.want)
+		}
 	}
 }

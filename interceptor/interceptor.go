@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/routelock/lock/internal/lifecycle"
-	"github.com/routelock/lock/internal/promised"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -76,6 +75,11 @@ func Method(fullMethod string, key keyfunc.Func, ps ...lifecycle.Policy) Rule {
 	if err := r.validate(); err != nil {
 		panic(err.Error())
 	}
+	if err := p.Validate(); err != nil {
+		// Here, where the rule is written; the server interceptors check
+		// it again over their Locker's defaults (lifecycle.Prepare).
+		panic(fmt.Sprintf("%v (interceptor rule for %s)", err, fullMethod))
+	}
 	return r
 }
 
@@ -133,9 +137,6 @@ func (r Rule) validate() error {
 		// The zero Func, which has no sources, reads nothing.
 		return fmt.Errorf("routelock: interceptor rule for %s: Key %v is required and must read gRPC calls", m, r.Key)
 	}
-	if err := r.Policy.Validate(); err != nil {
-		return fmt.Errorf("%w (interceptor rule for %s)", err, m)
-	}
 	if r.Policy.Segments > 0 && len(r.Key.Resources()) > 1 {
 		return fmt.Errorf("%w: interceptor rule for %s: Segments %d with several resources (%v): only one resource can be segmented", lockcore.ErrMisconfigured, m, r.Policy.Segments, r.Key)
 	}
@@ -173,10 +174,13 @@ func newServer(l lifecycle.Locker, c Config) *server {
 	}
 	s := &server{l: l, exact: map[string]*rule{}, service: map[string]*rule{}, trust: c.TrustToken, logger: c.Logger}
 	for _, r := range c.Rules {
-		if err := promised.Refusal(l, r.Policy); err != nil {
+		// Over the Locker's defaults, and checked, once: the calls'
+		// acquisitions do neither again.
+		p, err := lifecycle.Prepare(l, r.Policy)
+		if err != nil {
 			panic(fmt.Sprintf("%v (interceptor rule for %s)", err, r.Method))
 		}
-		ru := &rule{method: r.Method, key: r.Key, policy: r.Policy, onError: r.OnError, stream: r.Key.ReadsMessage()}
+		ru := &rule{method: r.Method, key: r.Key, policy: p, onError: r.OnError, stream: r.Key.ReadsMessage()}
 		if rs := r.Key.Resources(); len(rs) > 1 {
 			ru.key, ru.also = rs[0], rs[1:]
 		}

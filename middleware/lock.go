@@ -13,7 +13,6 @@ import (
 
 	"github.com/routelock/lock/internal/chiroute"
 	"github.com/routelock/lock/internal/lifecycle"
-	"github.com/routelock/lock/internal/promised"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -122,9 +121,6 @@ func (c Config) validate() error {
 		// The zero Func, which has no sources, reads nothing.
 		return fmt.Errorf("routelock: middleware.Config.Key %v is required and must read HTTP requests", c.Key)
 	}
-	if err := c.Policy.Validate(); err != nil {
-		return fmt.Errorf("%w (middleware.Config.Policy)", err)
-	}
 	if c.Policy.Segments > 0 && len(c.Key.Resources()) > 1 {
 		return fmt.Errorf("%w: middleware.Config: Segments %d with several resources (%v): only one resource can be segmented", lockcore.ErrMisconfigured, c.Policy.Segments, c.Key)
 	}
@@ -138,10 +134,13 @@ func newLocker(l lifecycle.Locker, c Config) *locker {
 	if err := c.validate(); err != nil {
 		panic(err.Error())
 	}
-	if err := promised.Refusal(l, c.Policy); err != nil {
+	// Over the Locker's defaults, and checked, once: the requests'
+	// acquisitions do neither again.
+	p, err := lifecycle.Prepare(l, c.Policy)
+	if err != nil {
 		panic(fmt.Sprintf("%v (middleware.Config.Policy)", err))
 	}
-	m := &locker{l: l, full: c.Key, key: c.Key, policy: c.Policy, trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
+	m := &locker{l: l, full: c.Key, key: c.Key, policy: p, trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
 	if rs := c.Key.Resources(); len(rs) > 1 {
 		m.key, m.also = rs[0], rs[1:]
 	}

@@ -134,11 +134,17 @@ type Policy struct {
 	// it: they only look. Not with Segments: a restock locks the
 	// resource itself.
 	Restock bool
+
+	// prepared is the Core this Policy was made ready for (Prepare): over
+	// its defaults, valid, and promised by its engine, so that an
+	// acquisition through it does not check it again.
+	prepared *Core
 }
 
 // Or returns p with each of its zero fields taken from d: a route's policy
-// over its Locker's defaults.
+// over its Locker's defaults. The result is to be validated afresh.
 func (p Policy) Or(d Policy) Policy {
+	p.prepared = nil
 	if p.Wait == 0 {
 		p.Wait = d.Wait
 	}
@@ -191,7 +197,7 @@ func (p Policy) Validate() error {
 
 // begin is the start of an engine's Acquire (see Locker). It returns an
 // error matching ErrInvalidKey for a zero key and the error of
-// p.Validate; then a new lease on the live hold of key that engine e made
+// p.Validate (unless p was prepared for e: Prepare); then a new lease on the live hold of key that engine e made
 // and ctx descends from, if there is one (re-entry in memory, without a
 // call to the backend); otherwise p with its default wait filled in, so
 // that Wait is either positive or FailFast. A TTL of 0 is left for the
@@ -200,8 +206,10 @@ func begin(ctx context.Context, e Locker, key lockcore.Key, p Policy) (*Lease, P
 	if (key == lockcore.Key{}) {
 		return nil, p, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
-	if err := p.Validate(); err != nil {
-		return nil, p, err
+	if p.prepared != e.core() {
+		if err := p.Validate(); err != nil {
+			return nil, p, err
+		}
 	}
 	if p.Segments != 0 {
 		return nil, p, fmt.Errorf("%w: Segments %d: a segmented resource is taken with lifecycle.AcquireSegment, not an engine's Acquire", lockcore.ErrMisconfigured, p.Segments)

@@ -47,8 +47,10 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 	if n <= 0 {
 		panic(fmt.Sprintf("routelock: lifecycle.AcquireSegment with Segments %d", n))
 	}
-	if err := p.Validate(); err != nil {
-		return nil, err
+	if p.prepared != e.core() {
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	if (key == lockcore.Key{}) {
 		return nil, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)

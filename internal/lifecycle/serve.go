@@ -32,11 +32,78 @@ func Serve(b lockcore.Engine, ev lockcore.Events) *Core {
 type Core struct {
 	b          lockcore.Engine
 	ev         lockcore.Events
-	comparable bool // b can be compared (sameBackend)
-	records    bool // RecordRoutes
+	comparable bool   // b can be compared (sameBackend)
+	records    bool   // RecordRoutes
+	defaults   Policy // SetDefaults
 }
 
 func (c *Core) core() *Core { return c }
+
+// SetDefaults makes d the Policy of c's routes and methods (package
+// lock's Defaults): each field a route or method leaves zero is taken from
+// d (Over), and d's MaxHold is a ceiling that they cannot lift. d is valid,
+// and neither shares nor splits the lock nor restocks.
+func SetDefaults(c *Core, d Policy) { c.defaults = d }
+
+// Over returns p over the defaults of l (SetDefaults), unless p was
+// prepared for l (Prepare) and is over them already.
+func Over(l Locker, p Policy) Policy {
+	c := l.core()
+	if p.prepared == c {
+		return p
+	}
+	q := p.Or(c.defaults)
+	if d := c.defaults.MaxHold; d > 0 && q.MaxHold > d {
+		q.MaxHold = d
+	}
+	return q
+}
+
+// Prepare returns p over the defaults of l (Over), checked once, where a
+// route or method is built: valid (Policy.Validate), and asking only for
+// what l's engine promises (a Share needs Promises.Shared for readers,
+// Promises.Permits for permits). An acquisition through l, or a Locker on
+// its Core, with the Policy returned neither merges the defaults nor
+// checks it again, as long as nobody changes it on the way (an Observer
+// that changes it has it checked again: Recheck). The error matches
+// ErrMisconfigured.
+func Prepare(l Locker, p Policy) (Policy, error) {
+	c := l.core()
+	if p.prepared == c {
+		return p, nil
+	}
+	p = Over(l, p)
+	if err := p.Validate(); err != nil {
+		return p, err
+	}
+	if err := c.refusal(p); err != nil {
+		return p, err
+	}
+	p.prepared = c
+	return p, nil
+}
+
+// Recheck returns p as one that was never prepared (Prepare): an
+// acquisition with it checks it.
+func Recheck(p Policy) Policy {
+	p.prepared = nil
+	return p
+}
+
+// refusal returns an error matching ErrMisconfigured when c's engine does
+// not promise to serve p, and nil when it does.
+func (c *Core) refusal(p Policy) error {
+	var what string
+	switch ps := c.b.Promises(); {
+	case p.Share == lockcore.ShareAll && !ps.Shared:
+		what = "shared holds (lockcore.Promises.Shared)"
+	case p.Share > 0 && !ps.Permits:
+		what = "permits (lockcore.Promises.Permits)"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: Share %d: the engine (%T) does not promise %s", lockcore.ErrMisconfigured, p.Share, c.b, what)
+}
 
 // RecordRoutes says that the acquisitions of c are labelled with their
 // route (Policy.Route) for someone who reads it: observers of package
@@ -78,8 +145,10 @@ func sameBackend(a, b Locker) bool {
 
 // request is the Request of an acquisition of key with p under ctx.
 func (s *Core) request(ctx context.Context, key lockcore.Key, p Policy, join []string) (lockcore.Request, error) {
-	if ps := s.b.Promises(); p.Share == lockcore.ShareAll && !ps.Shared || p.Share > 0 && !ps.Permits {
-		return lockcore.Request{}, fmt.Errorf("%w: Share %d: the backend (%T) does not promise it", lockcore.ErrMisconfigured, p.Share, s.b)
+	if p.prepared != s {
+		if err := s.refusal(p); err != nil {
+			return lockcore.Request{}, err
+		}
 	}
 	return lockcore.Request{Key: key, Token: NewToken(), Join: join, Share: p.Share, TTL: p.TTL, Wait: p.Wait,
 		Route: p.Route, Trace: p.Trace, Restock: p.Restock, Set: inSet(ctx)}, nil
@@ -131,7 +200,7 @@ func AcquireGroup(ctx context.Context, c *Core, keys []lockcore.Key, p Policy) (
 
 func (s *Core) acquireGroup(ctx context.Context, keys []lockcore.Key, p Policy) ([]*Lease, error) {
 	b, ok := s.b.(lockcore.Batch)
-	if !ok || !s.b.Promises().Batch || p.Validate() != nil {
+	if !ok || !s.b.Promises().Batch || p.prepared != s && p.Validate() != nil {
 		return nil, nil
 	}
 	join := TokensFrom(ctx)

@@ -64,7 +64,7 @@ func TestPolicySegments(t *testing.T) {
 		}()
 		k.Segment(MaxSegments)
 	}()
-	if _, _, err := begin(t.Context(), nil, k, Policy{Segments: 2}); !errors.Is(err, lockcore.ErrMisconfigured) {
+	if _, _, err := begin(t.Context(), &testEngine{}, k, Policy{Segments: 2}); !errors.Is(err, lockcore.ErrMisconfigured) {
 		t.Fatalf("Begin with Segments: %v", err)
 	}
 	if (Policy{}).Or(Policy{Segments: 3}).Segments != 3 {
