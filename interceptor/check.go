@@ -20,10 +20,10 @@ import (
 // rule whose key cannot read the request messages of the methods it
 // locks, such as a Field path the message type does not have
 // (Field("productId") for product_id), whose calls would otherwise fail
-// with codes.Internal (keyfunc.Func.CheckRPC tells). A rule for a service
-// ("/pkg.Service/*") or for every method ("*") is named only when none of
-// the methods it locks (those without a rule of their own) can be read:
-// the others pass unlocked, as the rule says. The request types come from
+// with codes.Internal (keyfunc.Source.Check tells, as Field's does). A
+// rule for a service ("/pkg.Service/*") or for every method ("*") is named
+// only when none of the methods it locks (those without a rule of their
+// own) can be read: the others pass unlocked, as the rule says. The request types come from
 // the protobuf registry (protoregistry.GlobalFiles), where generated code
 // registers them; a method whose service is not there is not checked. Nil
 // when every rule matches and reads. Call it at startup, after registering
@@ -76,7 +76,7 @@ func unreadable(services map[string]grpc.ServiceInfo, rules []Rule, r Rule) stri
 				read = true // not in the registry: not checked
 				continue
 			}
-			err := r.Key.CheckRPC(newMessage(in))
+			err := view.CheckRPC(r.Key, newMessage(in))
 			if err == nil {
 				read = true
 				continue

@@ -20,6 +20,7 @@ import (
 
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/keylimit"
+	"github.com/routelock/lock/internal/keyview"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
@@ -191,13 +192,14 @@ func TestField(t *testing.T) {
 }
 
 func TestFieldIsRPCOnly(t *testing.T) {
-	f := interceptor.Field("product_id")
+	f, md := interceptor.Field("product_id"), interceptor.Metadata("x")
+	v := keyview.Of[keyfunc.Func]()
 	switch {
-	case f.ForHTTP(), !f.ForRPC(), !f.ReadsMessage():
+	case v.ForHTTP(f), !v.ForRPC(f), !v.ReadsMessage(f):
 		t.Fatal("Field: ForHTTP/ForRPC/ReadsMessage wrong")
-	case interceptor.Metadata("x").ReadsMessage(), interceptor.Metadata("x").ForHTTP():
+	case v.ReadsMessage(md), v.ForHTTP(md):
 		t.Fatal("Metadata: ReadsMessage/ForHTTP wrong")
-	case !keyfunc.Join(interceptor.Metadata("x"), f).ReadsMessage():
+	case !v.ReadsMessage(keyfunc.Join(md, f)):
 		t.Fatal("Join with a Field must read the message")
 	}
 	for _, p := range []string{"", "a..b", ".a", "a.", strings.Repeat("a", keylimit.PartLen+1)} {

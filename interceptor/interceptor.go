@@ -11,10 +11,15 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/routelock/lock/internal/keyview"
 	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
+
+// view is what the interceptors ask of a key function that its API does
+// not answer (see package keyview).
+var view = keyview.Of[keyfunc.Func]()
 
 // tokenKey is the metadata key that carries propagated owner tokens from
 // one service to the next, in one value as the HTTP header Routelock-Token
@@ -133,11 +138,11 @@ func (r Rule) validate() error {
 		return fmt.Errorf("routelock: interceptor rule for method %q: want /package.Service/Method, /package.Service/* or *", m)
 	}
 	switch {
-	case !r.Key.ForRPC():
+	case !view.ForRPC(r.Key):
 		// The zero Func, which has no sources, reads nothing.
 		return fmt.Errorf("routelock: interceptor rule for %s: Key %v is required and must read gRPC calls", m, r.Key)
 	}
-	if r.Policy.Segments > 0 && len(r.Key.Resources()) > 1 {
+	if r.Policy.Segments > 0 && len(view.Resources(r.Key)) > 1 {
 		return fmt.Errorf("%w: interceptor rule for %s: Segments %d with several resources (%v): only one resource can be segmented", lockcore.ErrMisconfigured, m, r.Policy.Segments, r.Key)
 	}
 	return nil
@@ -180,8 +185,8 @@ func newServer(l lifecycle.Locker, c Config) *server {
 		if err != nil {
 			panic(fmt.Sprintf("%v (interceptor rule for %s)", err, r.Method))
 		}
-		ru := &rule{method: r.Method, key: r.Key, policy: p, onError: r.OnError, stream: r.Key.ReadsMessage()}
-		if rs := r.Key.Resources(); len(rs) > 1 {
+		ru := &rule{method: r.Method, key: r.Key, policy: p, onError: r.OnError, stream: view.ReadsMessage(r.Key)}
+		if rs := view.Resources(r.Key); len(rs) > 1 {
 			ru.key, ru.also = rs[0], rs[1:]
 		}
 		if ru.onError == nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/routelock/lock/internal/keylimit"
+	"github.com/routelock/lock/internal/keyview"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -233,8 +234,8 @@ func (f Func) As(name string) Func {
 // one wait budget and in an order of their own (lifecycle.AcquireAll), so
 // that routes naming the same resources in any order never deadlock; the
 // handler's context holds them all (lock.Keys lists them, each with its
-// own fencing token). HTTP and RPC evaluate f's own key; Resources
-// returns every one. A value one of them lacks fails the request, as f's
+// own fencing token). HTTP and RPC evaluate f's own key; the adapters
+// evaluate every one. A value one of them lacks fails the request, as f's
 // own would.
 //
 // Panics if f or any of more is the zero Func.
@@ -253,10 +254,10 @@ func (f Func) Also(more ...Func) Func {
 	return a
 }
 
-// Resources returns the key functions of the resources f names: f alone,
+// resources returns the key functions of the resources f names: f alone,
 // or for a Func made with Also, f's own and each of the others, in the
 // order given.
-func (f Func) Resources() []Func {
+func (f Func) resources() []Func {
 	if len(f.also) == 0 {
 		return []Func{f}
 	}
@@ -276,15 +277,15 @@ func (f Func) parts() int {
 	return n
 }
 
-// ForHTTP reports whether every source of f can read an HTTP request.
+// forHTTP reports whether every source of f can read an HTTP request.
 // It is false for the zero Func, which has no sources.
-func (f Func) ForHTTP() bool {
+func (f Func) forHTTP() bool {
 	return f.all(func(s *source) bool { return s.http != nil || s.httpRoute != nil })
 }
 
-// ForRPC reports whether every source of f can read a gRPC call. It is
+// forRPC reports whether every source of f can read a gRPC call. It is
 // false for the zero Func, which has no sources.
-func (f Func) ForRPC() bool { return f.all(func(s *source) bool { return s.rpc != nil }) }
+func (f Func) forRPC() bool { return f.all(func(s *source) bool { return s.rpc != nil }) }
 
 func (f Func) all(ok func(*source) bool) bool {
 	if len(f.groups) == 0 {
@@ -305,12 +306,12 @@ func (f Func) all(ok func(*source) bool) bool {
 	return true
 }
 
-// Params returns the names of the route parameters that f reads (Param),
+// params returns the names of the route parameters that f reads (Param),
 // of each resource of a Func made with Also too, in order, each once: what
 // a route locked on f must have in its pattern (middleware.Check tells).
-func (f Func) Params() []string {
+func (f Func) params() []string {
 	var ps []string
-	for _, r := range f.Resources() {
+	for _, r := range f.resources() {
 		for _, g := range r.groups {
 			for _, s := range g.srcs {
 				if s.param != "" && !slices.Contains(ps, s.param) {
@@ -322,11 +323,11 @@ func (f Func) Params() []string {
 	return ps
 }
 
-// ReadsMessage reports whether f reads the gRPC request message (a field
+// readsMessage reports whether f reads the gRPC request message (a field
 // of it, as interceptor.Field does, or a Custom source without
 // BeforeMessage), rather than only the call's metadata and context. For a
 // stream such a key is known only once the first message arrives.
-func (f Func) ReadsMessage() bool {
+func (f Func) readsMessage() bool {
 	return len(f.groups) > 0 && !f.all(func(s *source) bool { return !s.message })
 }
 
@@ -407,7 +408,8 @@ func (f Func) HTTP(r *http.Request) (parts []string, route string, err error) {
 }
 
 // RPC returns the key parts for a gRPC call with request message req (for
-// a stream, its first message, or nil when f does not ReadsMessage).
+// a stream, its first message, or nil when no source of f reads the
+// message: see Source.BeforeMessage).
 // Errors are as for HTTP; ErrSkip means the message type has no such
 // field.
 func (f Func) RPC(ctx context.Context, req any) ([]string, error) {
@@ -489,8 +491,8 @@ type Source struct {
 	// Check, if set, tells before any call whether RPC can read the calls
 	// of a gRPC method, given a request message of the method's type (an
 	// empty one: only its type counts): nil, or an error that says what
-	// the type lacks, such as the field RPC reads. Func.CheckRPC calls it,
-	// and so interceptor.Check at startup. interceptor.Field has one.
+	// the type lacks, such as the field RPC reads. interceptor.Check calls
+	// it at startup. interceptor.Field has one.
 	Check func(req any) error
 }
 
@@ -527,15 +529,15 @@ func Custom(s Source) Func {
 	})
 }
 
-// CheckRPC tells, before any call, whether f can read the calls of a gRPC
+// checkRPC tells, before any call, whether f can read the calls of a gRPC
 // method whose request messages are of req's type (req's value does not
 // count): it returns the errors of the Source.Check of f's sources
 // (interceptor.Field's: a field path the type does not have), each
 // naming its source, joined; nil when they pass or have no Check. The
 // resources of a Func made with Also are checked too.
-func (f Func) CheckRPC(req any) error {
+func (f Func) checkRPC(req any) error {
 	var errs []error
-	for _, r := range f.Resources() {
+	for _, r := range f.resources() {
 		for _, g := range r.groups {
 			for i := range g.srcs {
 				if s := &g.srcs[i]; s.check != nil {
@@ -547,4 +549,18 @@ func (f Func) CheckRPC(req any) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// The middleware and the interceptors read what only they ask of a Func
+// through package keyview (see its documentation): these methods are not
+// part of the API.
+func init() {
+	keyview.Set(&keyview.Funcs[Func]{
+		ForHTTP:      Func.forHTTP,
+		ForRPC:       Func.forRPC,
+		ReadsMessage: Func.readsMessage,
+		Params:       Func.params,
+		Resources:    Func.resources,
+		CheckRPC:     Func.checkRPC,
+	})
 }

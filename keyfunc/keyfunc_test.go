@@ -18,6 +18,7 @@ import (
 
 	"github.com/routelock/lock/internal/chiroute"
 	"github.com/routelock/lock/internal/keylimit"
+	"github.com/routelock/lock/internal/keyview"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
@@ -513,10 +514,11 @@ func TestProtocols(t *testing.T) {
 	h := keyfunc.Custom(keyfunc.Source{Name: "h", HTTP: func(r *http.Request) (string, error) { return r.Method, nil }})
 	g := keyfunc.Custom(keyfunc.Source{Name: "g", RPC: func(ctx context.Context, req any) (string, error) { return fmt.Sprint(req), nil }})
 	c := keyfunc.Context("c", userID{})
+	v := keyview.Of[keyfunc.Func]()
 	switch {
-	case !h.ForHTTP() || h.ForRPC(), g.ForHTTP() || !g.ForRPC(), !c.ForHTTP() || !c.ForRPC():
+	case !v.ForHTTP(h) || v.ForRPC(h), v.ForHTTP(g) || !v.ForRPC(g), !v.ForHTTP(c) || !v.ForRPC(c):
 		t.Fatal("ForHTTP/ForRPC wrong")
-	case keyfunc.Join(h, c).ForRPC(), !keyfunc.Join(h, c).ForHTTP(), (keyfunc.Func{}).ForHTTP():
+	case v.ForRPC(keyfunc.Join(h, c)), !v.ForHTTP(keyfunc.Join(h, c)), v.ForHTTP(keyfunc.Func{}):
 		t.Fatal("ForHTTP/ForRPC of Join wrong")
 	}
 	parts, _, err := g.HTTP(httptest.NewRequest("GET", "/", nil))
@@ -570,8 +572,9 @@ func TestCustom(t *testing.T) {
 	h := keyfunc.Custom(keyfunc.Source{Name: "h", HTTP: func(*http.Request) (string, error) { return "v", nil }})
 	msg := keyfunc.Custom(keyfunc.Source{Name: "m", RPC: rpc})
 	md := keyfunc.Custom(keyfunc.Source{Name: "d", RPC: rpc, BeforeMessage: true})
+	reads := keyview.Of[keyfunc.Func]().ReadsMessage
 	switch {
-	case h.ReadsMessage(), !msg.ReadsMessage(), md.ReadsMessage(), !keyfunc.Join(md, msg).ReadsMessage():
+	case reads(h), !reads(msg), reads(md), !reads(keyfunc.Join(md, msg)):
 		t.Fatal("ReadsMessage wrong")
 	case msg.String() != "Custom(m)", fail(nil).String() != "Account()":
 		t.Fatalf("String() = %q, %q", msg.String(), fail(nil).String())

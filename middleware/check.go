@@ -89,7 +89,7 @@ func check(rs chi.Routes, prefix string, errs *[]error) {
 				if only != nil && !slices.Contains(only, m) {
 					continue
 				}
-				for _, p := range key.Params() {
+				for _, p := range view.Params(key) {
 					if !hasParam(pattern, p) {
 						*errs = append(*errs, fmt.Errorf("%w: %s %s is locked on %v, but its pattern has no parameter {%s}",
 							lockcore.ErrMisconfigured, m, pattern, key, p))
@@ -111,7 +111,7 @@ func checkWide(rs chi.Routes, prefix string, k keyed, errs *[]error) {
 		patterns = append(patterns, clean(prefix+route))
 		return nil
 	})
-	for _, p := range key.Params() {
+	for _, p := range view.Params(key) {
 		if !slices.ContainsFunc(patterns, func(pat string) bool { return hasParam(pat, p) }) {
 			*errs = append(*errs, fmt.Errorf("%w: a router-wide lock under %q is locked on %v, but no route of its router has a parameter {%s}",
 				lockcore.ErrMisconfigured, clean(prefix+"/"), key, p))

@@ -12,10 +12,15 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/routelock/lock/internal/chiroute"
+	"github.com/routelock/lock/internal/keyview"
 	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/keyfunc"
 	"github.com/routelock/lock/lockcore"
 )
+
+// view is what the middleware asks of a key function that its API does
+// not answer (see package keyview).
+var view = keyview.Of[keyfunc.Func]()
 
 // tokenHeader carries propagated owner tokens from one service to the next:
 // one field line, 1 to 16 tokens separated by commas (lifecycle.Intake).
@@ -117,11 +122,11 @@ type locker struct {
 // validate reports what is wrong with c, as Lock panics with it.
 func (c Config) validate() error {
 	switch {
-	case !c.Key.ForHTTP():
+	case !view.ForHTTP(c.Key):
 		// The zero Func, which has no sources, reads nothing.
 		return fmt.Errorf("routelock: middleware.Config.Key %v is required and must read HTTP requests", c.Key)
 	}
-	if c.Policy.Segments > 0 && len(c.Key.Resources()) > 1 {
+	if c.Policy.Segments > 0 && len(view.Resources(c.Key)) > 1 {
 		return fmt.Errorf("%w: middleware.Config: Segments %d with several resources (%v): only one resource can be segmented", lockcore.ErrMisconfigured, c.Policy.Segments, c.Key)
 	}
 	return nil
@@ -141,7 +146,7 @@ func newLocker(l lifecycle.Locker, c Config) *locker {
 		panic(fmt.Sprintf("%v (middleware.Config.Policy)", err))
 	}
 	m := &locker{l: l, full: c.Key, key: c.Key, policy: p, trust: c.TrustToken, onError: c.OnError, logger: c.Logger, methods: slices.Clone(c.Methods)}
-	if rs := c.Key.Resources(); len(rs) > 1 {
+	if rs := view.Resources(c.Key); len(rs) > 1 {
 		m.key, m.also = rs[0], rs[1:]
 	}
 	if m.onError == nil {
