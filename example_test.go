@@ -461,7 +461,7 @@ func ExampleSegments() {
 	r := chi.NewRouter()
 	// readme:begin segments
 	r.With(locker.ByParam("productID", lock.Segments(2))).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
-		seg, _ := lock.Segment(r.Context()) // 0 or 1: no other buyer's meanwhile
+		seg, _ := lock.Slot(r.Context()) // 0 or 1: no other buyer's meanwhile
 		for stock[seg] == 0 {
 			// Moves the request to the other segment in place; fails when
 			// none is open (410) or the others stay busy (409).
@@ -469,7 +469,7 @@ func ExampleSegments() {
 				middleware.Error(w, r, err)
 				return
 			}
-			seg, _ = lock.Segment(r.Context())
+			seg, _ = lock.Slot(r.Context())
 		}
 		stock[seg]--
 		fmt.Fprintln(w, "bought")

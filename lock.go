@@ -548,30 +548,24 @@ func FencingToken(ctx context.Context) (int64, bool) {
 	return 0, false
 }
 
-// Slot returns the slot of the innermost lock that ctx holds, when that
-// lock is one of its resource's permits (Permits): a number 0..n-1 that no
-// other request holding the resource has meanwhile, such as the stock
-// segment to take from.
+// Slot returns the slot that ctx's innermost lock holds among its
+// resource's n: a number 0..n-1 that no other request holding the resource
+// has meanwhile, such as the part of the stock to take from. On a route
+// with Permits(n) it is the request's permit; on a route with Segments(n),
+// its segment (after NextSegment moved the request, the new one). ok is
+// false for a lock of neither kind.
 //
 //	slot, ok := lock.Slot(r.Context())
 func Slot(ctx context.Context) (int, bool) {
-	if held := lifecycle.HeldFrom(ctx); len(held) > 0 && held[0].Slot >= 0 {
+	held := lifecycle.HeldFrom(ctx)
+	if len(held) == 0 {
+		return 0, false
+	}
+	if held[0].Slot >= 0 {
 		return held[0].Slot, true
 	}
-	return 0, false
-}
-
-// Segment returns the segment that ctx's innermost lock holds, on a route
-// whose resource is split into segments (Segments): a number 0..n-1 that
-// no other request holds meanwhile, such as the part of the stock to take
-// from; after NextSegment moved the request, the new one.
-//
-//	seg, ok := lock.Segment(r.Context())
-func Segment(ctx context.Context) (int, bool) {
-	if held := lifecycle.HeldFrom(ctx); len(held) > 0 {
-		if _, i, ok := held[0].Key.Segmented(); ok {
-			return i, true
-		}
+	if _, i, ok := held[0].Key.Segmented(); ok {
+		return i, true
 	}
 	return 0, false
 }
@@ -581,18 +575,18 @@ func Segment(ctx context.Context) (int, bool) {
 // place: it closes the segment's gate, so that no request is given it
 // again until it is opened (admin, routelock open), takes the lock of
 // another open segment and releases the old one. The handler runs on, once,
-// with the same context, which the move does not cancel; Segment,
+// with the same context, which the move does not cancel; Slot,
 // FencingToken, Keys and Fences then report the new segment, and a loss of
 // its lock cancels the context with ErrLockLost. So a handler reads its
 // segment's stock, and moves on until it finds some:
 //
-//	seg, _ := lock.Segment(r.Context())
+//	seg, _ := lock.Slot(r.Context())
 //	for stock[seg] == 0 {
 //		if err := lock.NextSegment(r.Context()); err != nil {
 //			middleware.Error(w, r, err) // 410 sold out, 409 busy
 //			return
 //		}
-//		seg, _ = lock.Segment(r.Context())
+//		seg, _ = lock.Slot(r.Context())
 //	}
 //
 // When no other segment is open, it closes the resource's gate too, as

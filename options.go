@@ -125,7 +125,7 @@ func Permits(n int) Policy {
 // and method that writes the segmented data the same Segments. The
 // middleware (or gRPC interceptor) picks a segment whose gate is open, in
 // turn from one request to the next (with FailFast, each open one until
-// one is free); the handler, which runs once, learns which with Segment,
+// one is free); the handler, which runs once, learns which with Slot,
 // and calls NextSegment to move to another when its segment is exhausted:
 //
 //	r.With(lock.ByParam("productID", lock.Segments(8))).Post("/products/{productID}/buy", buy)

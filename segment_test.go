@@ -63,9 +63,9 @@ func (s *segStock) buy(t *testing.T, ctx context.Context, buyer string) (int, er
 	n, _ := s.runs.LoadOrStore(buyer, new(atomic.Int32))
 	n.(*atomic.Int32).Add(1)
 	for {
-		seg, ok := lock.Segment(ctx)
+		seg, ok := lock.Slot(ctx)
 		if !ok || seg < 0 || seg >= len(s.stock) {
-			t.Errorf("lock.Segment = %d, %v", seg, ok)
+			t.Errorf("lock.Slot = %d, %v", seg, ok)
 			return -1, errors.New("no segment")
 		}
 		if s.inside[seg].Add(1) != 1 {
@@ -376,7 +376,7 @@ func TestHTTPSegmentMoveFailFast(t *testing.T) {
 		r := chi.NewRouter()
 		r.With(a.locker.ByParam("productID", lock.Segments(2), lock.FailFast())).Post("/products/{productID}/{what}", func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
-			seg, _ := lock.Segment(r.Context())
+			seg, _ := lock.Slot(r.Context())
 			switch chi.URLParam(r, "what") {
 			case "hold":
 				held <- seg
@@ -386,7 +386,7 @@ func TestHTTPSegmentMoveFailFast(t *testing.T) {
 					middleware.Error(w, r, err)
 					return
 				}
-				to, _ := lock.Segment(r.Context())
+				to, _ := lock.Slot(r.Context())
 				fmt.Fprintf(w, "moved from %d to %d", seg, to)
 			}
 		})
@@ -460,8 +460,8 @@ func TestSegmentsMisused(t *testing.T) {
 			if !errors.Is(err, lockcore.ErrMisconfigured) {
 				t.Errorf("NextSegment on an unsegmented route: %v, want ErrMisconfigured", err)
 			}
-			if _, ok := lock.Segment(r.Context()); ok {
-				t.Error("lock.Segment reports a segment on an unsegmented route")
+			if _, ok := lock.Slot(r.Context()); ok {
+				t.Error("lock.Slot reports a slot on an unsegmented route")
 			}
 		})
 		return r
@@ -512,7 +512,7 @@ func segmentRouter(e lifecycle.Locker, stock []int, nested bool, runs *atomic.In
 		r.Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			for {
-				seg, ok := lock.Segment(r.Context())
+				seg, ok := lock.Slot(r.Context())
 				if !ok {
 					http.Error(w, "no segment", http.StatusInternalServerError)
 					return
@@ -599,14 +599,14 @@ func TestSegmentMoveKeepsRequest(t *testing.T) {
 			ctx := r.Context()
 			var segs []int
 			for range 2 {
-				s, _ := lock.Segment(ctx)
+				s, _ := lock.Slot(ctx)
 				segs = append(segs, s)
 				if err := lock.NextSegment(ctx); err != nil {
 					middleware.Error(w, r, err)
 					return
 				}
 			}
-			s, _ := lock.Segment(ctx)
+			s, _ := lock.Slot(ctx)
 			if ctx.Err() != nil || slices.Contains(segs, s) {
 				t.Errorf("after two moves from %v: segment %d, context %v", segs, s, context.Cause(ctx))
 			}
@@ -647,9 +647,9 @@ func TestGRPCStreamSegments(t *testing.T) {
 		}
 		ctx := ss.Context()
 		var s seen
-		s.before, _ = lock.Segment(ctx)
+		s.before, _ = lock.Slot(ctx)
 		s.moved = lock.NextSegment(ctx)
-		s.after, _ = lock.Segment(ctx)
+		s.after, _ = lock.Slot(ctx)
 		seenc <- s
 		if ctx.Err() != nil {
 			return context.Cause(ctx)

@@ -31,7 +31,7 @@ func TestUncomparableEngineSegmentUnderAnotherLock(t *testing.T) {
 	r.Use(chimw.Recoverer)
 	r.With(locker.ByParam("userID"), locker.ByParam("productID", lock.Segments(4))).
 		Post("/users/{userID}/products/{productID}/buy", func(_ http.ResponseWriter, r *http.Request) {
-			if _, ok := lock.Segment(r.Context()); !ok {
+			if _, ok := lock.Slot(r.Context()); !ok {
 				t.Errorf("the handler holds no segment: %v", lock.Keys(r.Context()))
 			}
 			ran.Add(1)

@@ -590,7 +590,7 @@ func startInstance(rdb redis.UniversalClient, prefix string, c config, locked bo
 		ctx := r.Context()
 		io.Copy(io.Discard, r.Body) // who the buyer is, for a real shop
 		part := 0
-		switch seg, ok := lock.Segment(ctx); {
+		switch seg, ok := lock.Slot(ctx); {
 		case ok:
 			part = seg
 		case len(s.stock) > 1: // unlocked: the first part with stock, as read
@@ -609,7 +609,7 @@ func startInstance(rdb redis.UniversalClient, prefix string, c config, locked bo
 			return
 		}
 		for stock <= 0 {
-			if _, segmented := lock.Segment(ctx); !segmented {
+			if _, segmented := lock.Slot(ctx); !segmented {
 				if locked {
 					_ = lock.SoldOut(ctx, 0) // every instance answers 410 from now on
 				}
@@ -623,7 +623,7 @@ func startInstance(rdb redis.UniversalClient, prefix string, c config, locked bo
 				middleware.Error(w, r, err)
 				return
 			}
-			part, _ = lock.Segment(ctx)
+			part, _ = lock.Slot(ctx)
 			stockKey = s.stock[part]
 			if stock, err = rdb.Get(ctx, stockKey).Int64(); err != nil {
 				http.Error(w, "stock unavailable", http.StatusInternalServerError)
