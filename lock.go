@@ -564,7 +564,7 @@ func Slot(ctx context.Context) (int, bool) {
 	if held[0].Slot >= 0 {
 		return held[0].Slot, true
 	}
-	if _, i, ok := held[0].Key.Segmented(); ok {
+	if _, i, ok := lifecycle.Segmented(held[0].Key); ok {
 		return i, true
 	}
 	return 0, false

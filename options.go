@@ -92,8 +92,8 @@ func MaxHold(d time.Duration) Policy {
 // reader (a nested call); a reader's request that asks for it as a writer
 // fails at once with lockcore.ErrUpgrade (409 Conflict without
 // Retry-After, codes.FailedPrecondition), where waiting would never end.
-// It is Policy{Share: lockcore.ShareAll}.
-func Shared() Policy { return Policy{Share: lockcore.ShareAll} }
+// It is Policy{Share: lifecycle.ShareAll}.
+func Shared() Policy { return Policy{Share: lifecycle.ShareAll} }
 
 // Permits lets up to n requests hold the lock at once, a semaphore: each
 // gets a slot 0..n-1 that no other holder has meanwhile (see Slot), and a

@@ -435,7 +435,7 @@ func TestHTTPSegmentMoveFailFast(t *testing.T) {
 	wg.Wait()
 	gk := a.locker.Operator().(lockcore.Gatekeeper)
 	gates, err := gk.Gates(context.Background())
-	if err != nil || len(gates) != 1 || gates[0].Key != key(t, "productID", "42").Segment(1-busySeg) {
+	if err != nil || len(gates) != 1 || gates[0].Key != lifecycle.SegmentKey(key(t, "productID", "42"), 1-busySeg) {
 		t.Fatalf("gates %+v %v, want the moving buyer's segment's", gates, err)
 	}
 	// The one open segment is the only one to take; there is nowhere to
@@ -553,7 +553,7 @@ func TestSegmentMovesThroughRouters(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, seg, _ := ls.Key().Segmented()
+			_, seg, _ := lifecycle.Segmented(ls.Key())
 			_ = ls.Release(context.Background())
 			first := (seg + 1) % 3
 			stock[(first+2)%3] = 1

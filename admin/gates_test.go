@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/lockcore/locktest"
 )
@@ -74,13 +75,13 @@ func TestGates(t *testing.T) {
 	}
 }
 
-// TestSegmentGates: a segment's gate (lockcore.Key.Segment) is listed by
+// TestSegmentGates: a segment's gate (lifecycle.SegmentKey) is listed by
 // its key and opened by the link the page gives it, its space and '#'
 // escaped in the path.
 func TestSegmentGates(t *testing.T) {
 	e := &locktest.Engine{}
 	ctx := context.Background()
-	seg := mustKey(t, "productID:42").Segment(3)
+	seg := lifecycle.SegmentKey(mustKey(t, "productID:42"), 3)
 	if err := e.CloseGate(ctx, seg, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func holdModes(t *testing.T, e *locktest.Engine) {
 	for _, h := range []struct {
 		k lockcore.Key
 		p lifecycle.Policy
-	}{{k7, lifecycle.Policy{Share: 2}}, {k7, lifecycle.Policy{Share: 2}}, {k8, lifecycle.Policy{Share: lockcore.ShareAll}}, {k8, lifecycle.Policy{Share: lockcore.ShareAll}}} {
+	}{{k7, lifecycle.Policy{Share: 2}}, {k7, lifecycle.Policy{Share: 2}}, {k8, lifecycle.Policy{Share: lifecycle.ShareAll}}, {k8, lifecycle.Policy{Share: lifecycle.ShareAll}}} {
 		ls, err := lifecycle.Serve(e, nil).Acquire(ctx, h.k, h.p)
 		if err != nil {
 			t.Fatal(err)

@@ -198,9 +198,9 @@ func BenchmarkModes(b *testing.B) {
 		g     int
 	}{
 		{"exclusive/g=1", 0, 1},
-		{"shared/g=1", lockcore.ShareAll, 1},
+		{"shared/g=1", lifecycle.ShareAll, 1},
 		{"permits=4/g=1", 4, 1},
-		{"shared/g=64", lockcore.ShareAll, 64},
+		{"shared/g=64", lifecycle.ShareAll, 64},
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			l, cmds, _ := defaultEngine(b, "bench:modes:")

@@ -35,7 +35,7 @@ type Request struct {
 	Key   Key
 	Token string   // the owner token of a fresh hold
 	Join  []string // propagated owner tokens whose hold it may re-enter
-	Share int      // 0: exclusive; n > 0: permits; ShareAll: a reader
+	Share int      // 0: exclusive; n > 0: one of n permits; -1: a reader, one of any number
 	// TTL is the lease length, or 0 for the backend's default.
 	TTL time.Duration
 	// Wait is FailFast or positive.
@@ -101,7 +101,3 @@ type Batch interface {
 // owner fails at once, with a ContentionError that did not time out. It
 // is the one negative Wait a Policy may have.
 const FailFast time.Duration = -1
-
-// ShareAll, as Policy.Share, lets any number of owners share the lock:
-// readers, excluded only by an exclusive hold.
-const ShareAll = -1

@@ -24,8 +24,8 @@ type Gate struct {
 // they reconnect; an engine learns the closed gates before its first
 // acquisition is decided, so a new process refuses a closed resource from
 // its first request. The gate refuses the acquisitions that take from the
-// resource, exclusive ones and permits (Policy.Share n > 0); readers
-// (ShareAll) pass it, as they only look, and so does a Policy with
+// resource, exclusive ones and permits (Request.Share n > 0); readers
+// (Share -1) pass it, as they only look, and so does a Policy with
 // Restock, which restocks the resource and reopens the gate (OpenGate). An
 // acquisition that re-enters in memory a hold of its own request is not
 // refused; one that would re-enter it by a propagated token (a nested call

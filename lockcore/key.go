@@ -68,7 +68,7 @@ func (k Key) Name() string {
 	return k.s
 }
 
-// maxSegments bounds the segment numbers of keys (Key.Segment): a
+// maxSegments bounds the segment numbers of keys (segment): a
 // resource is split into at most this many segments.
 const maxSegments = 256
 
@@ -76,31 +76,16 @@ const maxSegments = 256
 // always escapes, so that no key NewKey makes reads as a segment's.
 const segmentMark = " #"
 
-// Segment returns the key of segment i (0 ≤ i < 256) of k's
-// resource, such as "productID:42 #3": a lock of its own, which excludes
-// only the holders of the same segment, and on a Redis Cluster has a hash
-// tag of its own, so that segments spread over the slots (two may still
-// share one). No key that NewKey makes is a segment's. Panics if i is
-// out of range or k is zero or a segment's key itself.
-func (k Key) Segment(i int) Key {
+// segment returns the key of segment i (0 ≤ i < 256) of k's resource,
+// such as "productID:42 #3", as ParseKey reads it (the Locker makes
+// segments' keys with ParseKey). No key that NewKey makes is a
+// segment's. Panics if i is out of range or k is zero or a segment's key
+// itself.
+func (k Key) segment(i int) Key {
 	if i < 0 || i >= maxSegments || k.isZero() || strings.Contains(k.s, segmentMark) {
-		panic(fmt.Sprintf("routelock: lockcore.Key(%q).Segment(%d)", k.s, i))
+		panic(fmt.Sprintf("routelock: lockcore: segment %d of %q", i, k.s))
 	}
 	return Key{s: k.s + segmentMark + strconv.Itoa(i)}
-}
-
-// Segmented reports whether k is the key of a segment (Key.Segment), and
-// returns the key of its resource and the segment's number.
-func (k Key) Segmented() (base Key, i int, ok bool) {
-	j := strings.Index(k.s, segmentMark)
-	if j < 0 {
-		return k, 0, false
-	}
-	i, err := strconv.Atoi(k.s[j+len(segmentMark):])
-	if err != nil {
-		return k, 0, false // not made by Segment, nor accepted by ParseKey
-	}
-	return Key{s: k.s[:j]}, i, true
 }
 
 // isZero reports whether k is the zero Key.
@@ -137,7 +122,7 @@ func appendEscaped(b *strings.Builder, p string) {
 // ParseKey returns the Key whose String is s: s must be as NewKey writes
 // keys, parts joined with ':', each escaped exactly as NewKey escapes it
 // (upper-case %XX for the bytes it escapes, and for no other), or such a
-// key followed by a segment's suffix as Key.Segment writes it. So
+// key followed by a segment's suffix, " #" and a number below 256. So
 // ParseKey(k.String()) returns k for every Key k, and anything else is an
 // error matching ErrInvalidKey. It turns a key that an Operator listed
 // (Info.Key) back into a Key.
@@ -146,13 +131,13 @@ func ParseKey(s string) (Key, error) {
 		n := s[j+len(segmentMark):]
 		i, err := strconv.Atoi(n)
 		if err != nil || i < 0 || i >= maxSegments || strconv.Itoa(i) != n {
-			return Key{}, fmt.Errorf("%w: %q is not a segment's suffix as Key.Segment writes it", ErrInvalidKey, s[j:])
+			return Key{}, fmt.Errorf("%w: %q is not a segment's suffix (\" #\" and a number below 256)", ErrInvalidKey, s[j:])
 		}
 		base, err := ParseKey(s[:j])
 		if err != nil {
 			return Key{}, err
 		}
-		return base.Segment(i), nil
+		return base.segment(i), nil
 	}
 	if s == "" {
 		return Key{}, fmt.Errorf("%w: empty", ErrInvalidKey)

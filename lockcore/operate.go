@@ -109,7 +109,7 @@ type Holder struct {
 	// Fence is the hold's fencing token.
 	Fence int64
 	// Share is the Policy.Share the hold was taken with: 0 for an
-	// exclusive hold, n for one of n permits, ShareAll for a reader.
+	// exclusive hold, n for one of n permits, -1 for a reader.
 	Share int
 	// Slot is the hold's slot among the key's permits; -1 for none.
 	Slot int

@@ -26,7 +26,7 @@ type Promises struct {
 	// TokenReentry: an owner token propagated to another process
 	// (Outbound, Intake) re-enters there the hold it owns.
 	TokenReentry bool
-	// Shared: Policy.Share ShareAll (readers) beside exclusive holds,
+	// Shared: Request.Share -1 (readers) beside exclusive holds,
 	// served in arrival order, and ErrUpgrade for a reader that asks for
 	// the exclusive lock. An engine without it refuses such a Policy with
 	// ErrMisconfigured.

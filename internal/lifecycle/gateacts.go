@@ -34,7 +34,7 @@ func CloseGate(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("%w: the engine of %s (%T) has no gates", lockcore.ErrMisconfigured, h.at().key, h.e)
 	}
 	key := h.at().key
-	if base, _, ok := key.Segmented(); ok {
+	if base, _, ok := Segmented(key); ok {
 		key = base // the resource is sold out, not only the segment
 	}
 	return g.CloseGate(ctx, key, d)
@@ -60,7 +60,7 @@ func OpenGate(ctx context.Context) error {
 		return fmt.Errorf("%w: the engine of %s (%T) has no gates", lockcore.ErrMisconfigured, h.at().key, h.e)
 	}
 	key := h.at().key
-	if base, _, ok := key.Segmented(); ok {
+	if base, _, ok := Segmented(key); ok {
 		key = base // the resource is restocked, not only the segment
 	}
 	gates, err := g.Gates(ctx)
@@ -68,7 +68,7 @@ func OpenGate(ctx context.Context) error {
 		return err
 	}
 	for _, gt := range gates {
-		if base, _, ok := gt.Key.Segmented(); ok && base == key {
+		if base, _, ok := Segmented(gt.Key); ok && base == key {
 			if err := g.OpenGate(ctx, gt.Key); err != nil {
 				return err
 			}

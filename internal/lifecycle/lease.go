@@ -43,8 +43,13 @@ type Locker interface {
 	core() *Core
 }
 
+// ShareAll, as Policy.Share, lets any number of owners share the lock:
+// readers, excluded only by an exclusive hold. An engine sees it as a
+// Request.Share of -1.
+const ShareAll = -1
+
 // MaxSegments is the most segments a resource may be split into
-// (Policy.Segments): lockcore.Key.Segment numbers no more.
+// (Policy.Segments): SegmentKey numbers no more, nor lockcore.ParseKey.
 const MaxSegments = 256
 
 // defaultWait is the wait of a Policy whose Wait is 0.
@@ -117,7 +122,7 @@ type Policy struct {
 	// ErrUpgrade, as waiting for itself would never end.
 	Share int
 	// Segments, when positive, splits the resource into that many
-	// segments, each an exclusive lock of its own (Key.Segment), so that
+	// segments, each an exclusive lock of its own (SegmentKey), so that
 	// as many requests hold it at once, each in its own segment (such as
 	// a part of a product's stock); on a Redis Cluster each segment has a
 	// hash tag of its own, so they spread over the slots and masters. A
@@ -183,7 +188,7 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: TTL %v is below the minimum %v", lockcore.ErrMisconfigured, p.TTL, minTTL)
 	case p.MaxHold < 0:
 		return fmt.Errorf("%w: MaxHold %v is negative; 0 means no ceiling", lockcore.ErrMisconfigured, p.MaxHold)
-	case p.Share < lockcore.ShareAll:
+	case p.Share < ShareAll:
 		return fmt.Errorf("%w: Share %d is below ShareAll (-1)", lockcore.ErrMisconfigured, p.Share)
 	case p.Segments < 0 || p.Segments > MaxSegments:
 		return fmt.Errorf("%w: Segments %d, want 0 to %d", lockcore.ErrMisconfigured, p.Segments, MaxSegments)

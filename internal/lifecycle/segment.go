@@ -55,7 +55,7 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 	if (key == lockcore.Key{}) {
 		return nil, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey)
 	}
-	if _, _, ok := key.Segmented(); ok {
+	if _, _, ok := Segmented(key); ok {
 		return nil, fmt.Errorf("%w: %s is a segment's key already", lockcore.ErrInvalidKey, key)
 	}
 	p.Segments = 0
@@ -78,7 +78,7 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 		}
 		at := h.at()
 		holdsKey = holdsKey || at.key == key
-		if base, _, ok := at.key.Segmented(); ok && base == key {
+		if base, _, ok := Segmented(at.key); ok && base == key {
 			ls, err := e.Acquire(ctx, at.key, p) // re-entry, in memory
 			if err == nil {
 				if !ls.inMemory() {
@@ -117,7 +117,7 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 	start := int(turn(key) % uint32(n))
 	var busy error
 	for j := range n {
-		k := key.Segment((start + j) % n)
+		k := SegmentKey(key, (start+j)%n)
 		if g != nil {
 			if _, closed := g.GateOf(k); closed {
 				continue
@@ -224,7 +224,7 @@ func NextSegment(ctx context.Context) error {
 		return err
 	}
 	cur, m := h.at(), h.set
-	base, i, ok := cur.key.Segmented()
+	base, i, ok := Segmented(cur.key)
 	sv := h.e
 	if !ok || m == nil || m.n <= 0 {
 		return fmt.Errorf("%w: the innermost lock, of %s, is not a segment's (Policy.Segments)", lockcore.ErrMisconfigured, cur.key)
@@ -248,7 +248,7 @@ func NextSegment(ctx context.Context) error {
 	var busy error
 	for j := range n {
 		at := (start + j) % n
-		k := base.Segment(at)
+		k := SegmentKey(base, at)
 		if at == i {
 			continue
 		}

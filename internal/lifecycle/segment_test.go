@@ -48,7 +48,7 @@ func TestAcquireSegment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		base, i, ok := ls.Key().Segmented()
+		base, i, ok := lifecycle.Segmented(ls.Key())
 		if !ok || base != k || seen[i] {
 			t.Fatalf("segment %v (%d, %v) after %v", ls.Key(), i, ok, seen)
 		}
@@ -134,7 +134,7 @@ func TestAcquireSegment(t *testing.T) {
 
 	// Reopened segments (the resource still closed) are refused too.
 	for i := range 3 {
-		_ = e.OpenGate(ctx, k.Segment(i))
+		_ = e.OpenGate(ctx, lifecycle.SegmentKey(k, i))
 	}
 	if _, err := lifecycle.AcquireSegment(ctx, w, k, p); !errors.Is(err, lockcore.ErrGateClosed) {
 		t.Fatalf("resource closed, segments open: %v, want ErrGateClosed", err)
@@ -160,7 +160,7 @@ func TestAcquireSegmentRefuses(t *testing.T) {
 	e := &locktest.Engine{}
 	ctx := context.Background()
 	k, _ := lockcore.NewKey("a")
-	if _, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k.Segment(1), lifecycle.Policy{Segments: 2}); !errors.Is(err, lockcore.ErrInvalidKey) {
+	if _, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), lifecycle.SegmentKey(k, 1), lifecycle.Policy{Segments: 2}); !errors.Is(err, lockcore.ErrInvalidKey) {
 		t.Fatalf("a segment's key: %v", err)
 	}
 	if _, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), lockcore.Key{}, lifecycle.Policy{Segments: 2}); !errors.Is(err, lockcore.ErrInvalidKey) {
@@ -390,7 +390,7 @@ func TestNextSegmentInPlace(t *testing.T) {
 	p := lifecycle.Policy{Segments: 3, Wait: time.Second, MaxHold: time.Minute}
 	for i := range 3 { // each segment's fences apart from the others'
 		for range 2 * i {
-			ls, err := lifecycle.Serve(e, nil).Acquire(ctx, k.Segment(i), lifecycle.Policy{})
+			ls, err := lifecycle.Serve(e, nil).Acquire(ctx, lifecycle.SegmentKey(k, i), lifecycle.Policy{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -407,7 +407,7 @@ func TestNextSegmentInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	to := ls.Key()
-	if base, _, ok := to.Segmented(); !ok || base != k || to == from {
+	if base, _, ok := lifecycle.Segmented(to); !ok || base != k || to == from {
 		t.Fatalf("moved from %v to %v", from, to)
 	}
 	if ls.Context() != hctx || hctx.Err() != nil {
@@ -442,7 +442,7 @@ func TestNextSegmentInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if info, err := e.Inspect(ctx, k.Segment(i)); err != nil || len(info.Holders) != 0 {
+		if info, err := e.Inspect(ctx, lifecycle.SegmentKey(k, i)); err != nil || len(info.Holders) != 0 {
 			t.Fatalf("segment %d still held after Release: %+v %v", i, info, err)
 		}
 	}
@@ -542,7 +542,7 @@ func TestNextSegmentWaits(t *testing.T) {
 			}
 			defer h.Release(ctx)
 			// A move waits only for a segment above its own: r takes #0.
-			if _, i, _ := r.Key().Segmented(); i != 0 {
+			if _, i, _ := lifecycle.Segmented(r.Key()); i != 0 {
 				r, h = h, r
 			}
 			from, other := r.Key(), h.Key()
@@ -612,7 +612,7 @@ func TestNextSegmentAfterLoss(t *testing.T) {
 		t.Fatalf("context: %v, want ErrLockLost", err)
 	}
 	for i := range 3 {
-		if info, err := e.Inspect(ctx, k.Segment(i)); err != nil || len(info.Holders) != 0 {
+		if info, err := e.Inspect(ctx, lifecycle.SegmentKey(k, i)); err != nil || len(info.Holders) != 0 {
 			t.Fatalf("segment %d held after a refused move: %+v %v", i, info, err)
 		}
 	}
@@ -638,7 +638,7 @@ func TestNextSegmentNeverWaitsBelow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, i, _ := lo.Key().Segmented(); i != 0 {
+	if _, i, _ := lifecycle.Segmented(lo.Key()); i != 0 {
 		lo, hi = hi, lo
 	}
 	high := hi.Key()

@@ -95,7 +95,7 @@ func Recheck(p Policy) Policy {
 func (c *Core) refusal(p Policy) error {
 	var what string
 	switch ps := c.b.Promises(); {
-	case p.Share == lockcore.ShareAll && !ps.Shared:
+	case p.Share == ShareAll && !ps.Shared:
 		what = "shared holds (lockcore.Promises.Shared)"
 	case p.Share > 0 && !ps.Permits:
 		what = "permits (lockcore.Promises.Permits)"

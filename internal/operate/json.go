@@ -68,7 +68,7 @@ type Waiter struct {
 }
 
 // Mode names the mode of a hold or waiter of Policy.Share share:
-// "exclusive" (0), "shared" (lockcore.ShareAll) or "permit" (n > 0).
+// "exclusive" (0), "shared" (-1) or "permit" (n > 0).
 func Mode(share int) string {
 	switch {
 	case share == 0:

@@ -206,7 +206,7 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		return nil, lockcore.ErrClosed
 	}
 	// Readers and restocks pass a closed gate (lockcore.Gatekeeper).
-	passes := p.Share == lockcore.ShareAll || p.Restock
+	passes := p.Share < 0 || p.Restock
 	if g, closed := e.gates[key]; closed && !passes && !opened(g, time.Now()) && !e.defects.gateIgnored {
 		e.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s", lockcore.ErrGateClosed, key)

@@ -102,7 +102,7 @@ func checkGates(r *rig) {
 		r.t.Fatal("a closed gate let a permit through")
 	}
 	for _, e := range r.engines() {
-		rd := r.acquire(e, r.ctx, a, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+		rd := r.acquire(e, r.ctx, a, lifecycle.Policy{Wait: lockcore.FailFast, Share: lifecycle.ShareAll})
 		r.release(rd)
 	}
 	restock := r.acquire(r.b, r.ctx, a, lifecycle.Policy{Wait: lockcore.FailFast, Restock: true})

@@ -17,7 +17,7 @@ import (
 // The checks of shared holds (lock.Policy.Share).
 
 // shared is a Policy of a reader that waits; permits(n) one of n permits.
-var shared = lifecycle.Policy{Wait: checkBound, Share: lockcore.ShareAll}
+var shared = lifecycle.Policy{Wait: checkBound, Share: lifecycle.ShareAll}
 
 func permits(n int) lifecycle.Policy { return lifecycle.Policy{Wait: checkBound, Share: n} }
 
@@ -169,8 +169,8 @@ func (s *holders) run(r *rig, k lockcore.Key, count int, policy func(i int) life
 // after it.
 func checkShared(r *rig) {
 	k := r.key("k")
-	r1 := r.acquire(r.a, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
-	r2 := r.acquire(r.b, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+	r1 := r.acquire(r.a, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lifecycle.ShareAll})
+	r2 := r.acquire(r.b, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lifecycle.ShareAll})
 	if r.orderedFences() && r1.Fence() == r2.Fence() || !r1.Shared() || !r2.Shared() {
 		r.t.Fatalf("two readers: fences %d and %d, shared %v %v; want distinct fences, both shared", r1.Fence(), r2.Fence(), r1.Shared(), r2.Shared())
 	}
@@ -179,7 +179,7 @@ func checkShared(r *rig) {
 	// it, neither failing fast nor waiting.
 	writer := r.later(r.a, k, lifecycle.Policy{Wait: checkBound})
 	r.queued(k, 1)
-	if ls, err := r.b.Acquire(r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll}); err == nil {
+	if ls, err := r.b.Acquire(r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lifecycle.ShareAll}); err == nil {
 		_ = ls.Release(context.Background())
 		r.t.Fatalf("a reader passed a queued writer")
 	}
@@ -226,7 +226,7 @@ func checkShared(r *rig) {
 
 	// A writer that gives up lets the readers queued behind it in, while
 	// the reader ahead of it still holds.
-	r0 := r.acquire(r.a, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+	r0 := r.acquire(r.a, r.ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lifecycle.ShareAll})
 	gaveUp := r.later(r.b, k, lifecycle.Policy{Wait: 300 * time.Millisecond})
 	r.queued(k, 3) // the writer, after the two of above
 	behind := r.later(r.a, k, shared)
@@ -433,7 +433,7 @@ func checkPermits(r *rig) {
 func checkUpgrade(r *rig) {
 	k := r.key("k")
 	w := r.acquire(r.a, r.ctx, k, failFast)
-	ffShared := lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll}
+	ffShared := lifecycle.Policy{Wait: lockcore.FailFast, Share: lifecycle.ShareAll}
 	in := r.acquire(r.a, w.Context(), k, ffShared)
 	by := r.acquire(r.b, r.carried(w.Context()), k, ffShared)
 	if in.Fence() != w.Fence() || by.Fence() != w.Fence() {

@@ -587,7 +587,7 @@ func checkPolicy(r *rig) {
 	for _, c := range []struct {
 		share    int
 		promised bool
-	}{{lockcore.ShareAll, r.promised.Shared}, {2, r.promised.Permits}} {
+	}{{lifecycle.ShareAll, r.promised.Shared}, {2, r.promised.Permits}} {
 		if c.promised {
 			continue
 		}

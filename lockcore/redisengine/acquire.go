@@ -584,7 +584,7 @@ func shareArg(share int) any {
 	switch share {
 	case 0:
 		return shareNone
-	case lockcore.ShareAll:
+	case -1: // a reader
 		return shareAll
 	}
 	return share

@@ -188,9 +188,9 @@ func BenchmarkModes(b *testing.B) {
 		g    int // goroutines
 	}{
 		{"exclusive/g=1", lifecycle.Policy{}, 1},
-		{"shared/g=1", lifecycle.Policy{Share: lockcore.ShareAll}, 1},
+		{"shared/g=1", lifecycle.Policy{Share: lifecycle.ShareAll}, 1},
 		{"permits=4/g=1", lifecycle.Policy{Share: 4}, 1},
-		{"shared/g=64", lifecycle.Policy{Share: lockcore.ShareAll}, 64},
+		{"shared/g=64", lifecycle.Policy{Share: lifecycle.ShareAll}, 64},
 	} {
 		b.Run(m.name, func(b *testing.B) {
 			k := mustKey(b, "modes", m.name)

@@ -279,7 +279,7 @@ func (r *drawRig) readers(phase string) {
 			e = r.b
 		}
 		go func() {
-			ls, _ := r.c.acquire(ctx, e, r.key, lifecycle.Policy{Share: lockcore.ShareAll, Wait: 10*load.ttl + 5*time.Second}, phase+" reader")
+			ls, _ := r.c.acquire(ctx, e, r.key, lifecycle.Policy{Share: lifecycle.ShareAll, Wait: 10*load.ttl + 5*time.Second}, phase+" reader")
 			got <- ls
 		}()
 	}
@@ -317,7 +317,7 @@ func (r *drawRig) probe(e *Engine, what string) {
 	var ls *lifecycle.Lease
 	eventually(r.t, 10*r.load.ttl+5*time.Second, what, func() bool {
 		var err error
-		ls, err = r.c.acquire(ctx, e, r.key, lifecycle.Policy{Share: lockcore.ShareAll, Wait: lockcore.FailFast}, what)
+		ls, err = r.c.acquire(ctx, e, r.key, lifecycle.Policy{Share: lifecycle.ShareAll, Wait: lockcore.FailFast}, what)
 		return err == nil
 	})
 	_ = ls.Release(ctx)

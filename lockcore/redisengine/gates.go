@@ -91,7 +91,7 @@ func (l *Engine) gated(r lockcore.Request) error {
 
 // gatedBy reports whether a closed gate refuses r: an acquisition that
 // takes from the resource, exclusive or a permit, and does not restock it.
-func gatedBy(r lockcore.Request) bool { return r.Share != lockcore.ShareAll && !r.Restock }
+func gatedBy(r lockcore.Request) bool { return r.Share >= 0 && !r.Restock }
 
 // gateError is the error of an acquisition of key that its closed gate
 // refuses: it matches lockcore.ErrGateClosed and names key.
@@ -346,7 +346,7 @@ func (l *Engine) gateMessage(payload string) {
 		return
 	}
 	// "<key> <since> <until>": a segment's key has a space of its own
-	// (lockcore.Key.Segment), so the times are the last two fields.
+	// (" #3", see lockcore.ParseKey), so the times are the last two fields.
 	i := strings.LastIndexByte(rest, ' ')
 	if i < 0 {
 		return

@@ -79,7 +79,7 @@ func TestGateTidiedOnlyIfUnchanged(t *testing.T) {
 }
 
 // TestSegmentGateMessage: a segment's gate (its key has a space,
-// lockcore.Key.Segment) closes on another Engine by the channel's
+// lifecycle.SegmentKey) closes on another Engine by the channel's
 // message, well before the next reload of the hash; and opens so.
 func TestSegmentGateMessage(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
@@ -90,7 +90,7 @@ func TestSegmentGateMessage(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		seg := mustKey(t, "productID", "42").Segment(3)
+		seg := lifecycle.SegmentKey(mustKey(t, "productID", "42"), 3)
 		if err := a.CloseGate(context.Background(), seg, time.Hour); err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func TestNewEngineRefusesClosedGate(t *testing.T) {
 		if got != 0 || refused != 5*16 {
 			t.Fatalf("first acquisitions of new Engines of a closed key: %d took it, %d refused, %d failed otherwise; want 0, %d, 0", got, refused, other, 5*16)
 		}
-		rd, err := newLocker(t, b, p, Options{}).Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+		rd, err := newLocker(t, b, p, Options{}).Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lifecycle.ShareAll})
 		if err != nil {
 			t.Fatalf("a reader's first acquisition on a new Engine of a closed key: %v, want it held", err)
 		}

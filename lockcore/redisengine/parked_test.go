@@ -44,7 +44,7 @@ func TestGoneWriterDoesNotHoldOffReaders(t *testing.T) {
 		}
 		got := make(chan *lifecycle.Lease, 1)
 		go func() {
-			ls, err := r.Acquire(ctx, k, lifecycle.Policy{Share: lockcore.ShareAll, Wait: 5 * time.Second})
+			ls, err := r.Acquire(ctx, k, lifecycle.Policy{Share: lifecycle.ShareAll, Wait: 5 * time.Second})
 			if err != nil {
 				t.Errorf("the queued reader: %v", err)
 			}
@@ -62,7 +62,7 @@ func TestGoneWriterDoesNotHoldOffReaders(t *testing.T) {
 		}
 		defer func() { _ = first.Release(context.Background()) }()
 
-		second, err := r.Acquire(ctx, k, lifecycle.Policy{Share: lockcore.ShareAll, Wait: lockcore.FailFast})
+		second, err := r.Acquire(ctx, k, lifecycle.Policy{Share: lifecycle.ShareAll, Wait: lockcore.FailFast})
 		if err != nil {
 			left, _ := admin.ZRangeWithScores(ctx, q, 0, -1).Result()
 			t.Fatalf("a reader failing fast while only a reader holds and the writer queued ahead is gone: %v, want a lease (queue: %v)", err, left)
@@ -127,8 +127,8 @@ func TestQueuedReaderKeepsPlaceAcrossDroppedSubscription(t *testing.T) {
 				t.Fatalf("the waiter on %s was never reported waiting", name)
 			}
 		}
-		queue(nb, "b", lockcore.ShareAll)
-		queue(c, "c", lockcore.ShareAll)
+		queue(nb, "b", lifecycle.ShareAll)
+		queue(c, "c", lifecycle.ShareAll)
 
 		r.drop() // b's subscription drops, and its new dial is held back
 		if err := holder.Release(ctx); err != nil {

@@ -255,9 +255,9 @@ func TestQueuedReaderBehindCrashedReader(t *testing.T) {
 	redistest.Run(t, func(t *testing.T, b *redistest.Backend) {
 		prefix := redistest.Prefix(t)
 		k := mustKey(t, "crash", "reader")
-		c := startSharer(t, b.Addr, prefix, k, 100*time.Millisecond, lockcore.ShareAll)
+		c := startSharer(t, b.Addr, prefix, k, 100*time.Millisecond, lifecycle.ShareAll)
 		l := newLocker(t, b, prefix, Options{})
-		reader, err := l.Acquire(context.Background(), k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lockcore.ShareAll})
+		reader, err := l.Acquire(context.Background(), k, lifecycle.Policy{Wait: lockcore.FailFast, Share: lifecycle.ShareAll})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +289,7 @@ func TestQueuedReaderBehindCrashedReader(t *testing.T) {
 			t.Fatal(err)
 		}
 		n.Store(0)
-		_, err = queued.Acquire(context.Background(), k, lifecycle.Policy{Wait: time.Second, Share: lockcore.ShareAll})
+		_, err = queued.Acquire(context.Background(), k, lifecycle.Policy{Wait: time.Second, Share: lifecycle.ShareAll})
 		if !errors.Is(err, lockcore.ErrWaitTimeout) {
 			t.Fatalf("the reader queued behind the writer: %v, want ErrWaitTimeout", err)
 		}
