@@ -18,7 +18,8 @@ type Engine interface {
 	// (FailFast: not at all) and never past ctx. Its errors match:
 	// a *ContentionError (ErrNotAcquired, ErrWaitTimeout), with ctx.Err()
 	// when ctx ended the wait; ErrUnavailable; ErrClosed. On error nothing
-	// is held.
+	// is held. Take need not look at gates: the Locker asks an engine that
+	// is a Gatekeeper (GateOf) before it asks Take.
 	Take(ctx context.Context, r Request) (Hold, error)
 	// Promises says what the backend promises beyond mutual exclusion;
 	// the Locker refuses a Share it does not promise before Take is

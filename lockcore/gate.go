@@ -15,8 +15,8 @@ type Gate struct {
 }
 
 // Gatekeeper is implemented by an engine with gates: a resource whose gate
-// is closed is refused by every engine on the same backend at once, by a
-// check in memory before any call (the adapters answer 410 Gone /
+// is closed is refused by every engine on the same backend at once, by
+// the Locker's one check in memory (GateOf) before the engine is asked (the adapters answer 410 Gone /
 // FailedPrecondition, without the handler) — the answer to a sold-out
 // product that a million buyers still ask for. A gate closed on one engine
 // closes on the others within a moment (milliseconds on one Redis), and
@@ -39,9 +39,17 @@ type Gatekeeper interface {
 	// OpenGate opens the gate of key; it is no error when it is open.
 	OpenGate(ctx context.Context, key Key) error
 
-	// GateOf returns the gate of key when this engine knows it closed, by
-	// a lookup in memory.
-	GateOf(key Key) (Gate, bool)
+	// GateOf returns the gate of key and an error matching ErrGateClosed
+	// that names key, when it is closed, by a lookup in memory (an engine
+	// may make the error once per gate, so that refusing a sold-out
+	// resource allocates nothing); and the zero Gate and nil when it is
+	// open. An engine that has not learnt the closed gates from its
+	// backend yet learns them first, within ctx: the Locker asks before
+	// each acquisition that a gate refuses (not a reader's, not a
+	// restock's) and before none of its Take calls, which need not look
+	// at gates. Other errors (ErrUnavailable: the backend did not answer;
+	// ErrClosed) refuse the acquisition as Take's would.
+	GateOf(ctx context.Context, key Key) (Gate, error)
 
 	// Gates returns the closed gates, as the backend has them.
 	Gates(ctx context.Context) ([]Gate, error)

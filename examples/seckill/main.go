@@ -305,7 +305,7 @@ func sale(out io.Writer, env *redisenv.Redis, prefix string, c config, locked bo
 			go func() {
 				defer watching.Done()
 				for {
-					if _, closed := in.engine.GateOf(productKey); closed {
+					if _, err := in.engine.GateOf(context.Background(), productKey); errors.Is(err, lockcore.ErrGateClosed) {
 						gateAt[i].Store(time.Now().UnixNano())
 						return
 					}

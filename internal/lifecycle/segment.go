@@ -94,7 +94,11 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 	}
 	g := GatesOf(e)
 	if g != nil {
-		if _, closed := g.GateOf(key); closed {
+		closed, err := gate(ctx, g, key)
+		if err != nil {
+			return nil, err
+		}
+		if closed {
 			if holdsKey {
 				// A re-entry of the resource's own lock would pass its
 				// gate; the request's segment would not.
@@ -119,7 +123,9 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 	for j := range n {
 		k := SegmentKey(key, (start+j)%n)
 		if g != nil {
-			if _, closed := g.GateOf(k); closed {
+			if closed, err := gate(ctx, g, k); err != nil {
+				return nil, err
+			} else if closed {
 				continue
 			}
 		}
@@ -129,7 +135,7 @@ func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (
 		switch {
 		case err == nil:
 			if g != nil {
-				if _, closed := g.GateOf(k); closed {
+				if closed, _ := gate(ctx, g, k); closed {
 					// Closed while this acquisition waited in its queue:
 					// exhausted, so the handler need not run to find so.
 					_ = ls.Release(context.WithoutCancel(ctx))
@@ -252,7 +258,9 @@ func NextSegment(ctx context.Context) error {
 		if at == i {
 			continue
 		}
-		if _, closed := g.GateOf(k); closed {
+		if closed, err := gate(ctx, g, k); err != nil {
+			return err
+		} else if closed {
 			continue
 		}
 		// The request holds segment i while it waits: it waits only for
@@ -267,7 +275,7 @@ func NextSegment(ctx context.Context) error {
 		t, err := sv.b.Take(ctx, r)
 		switch {
 		case err == nil:
-			_, closed := g.GateOf(k)
+			closed, _ := gate(ctx, g, k)
 			if closed || len(r.Join) > 0 && t.Token() != h.token {
 				// Closed while this waited in its queue: exhausted. Or
 				// the hold re-entered, by a token the request carries,
@@ -341,6 +349,18 @@ func innermost(ctx context.Context, none string) (*held, error) {
 		return nil, fmt.Errorf("%w: the innermost lock, of %s, is no longer held: %s", lockcore.ErrLockLost, h.at().key, none)
 	}
 	return h, nil
+}
+
+// gate asks g whether the gate of key is closed: closed and nil, or not
+// and nil, or the engine's other error (ErrUnavailable, say).
+func gate(ctx context.Context, g lockcore.Gatekeeper, key lockcore.Key) (closed bool, err error) {
+	if _, err = g.GateOf(ctx, key); err == nil {
+		return false, nil
+	}
+	if errors.Is(err, lockcore.ErrGateClosed) {
+		return true, nil
+	}
+	return false, err
 }
 
 // madeBy reports whether the hold h was made through e: by e's engine

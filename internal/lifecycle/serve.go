@@ -19,7 +19,8 @@ import (
 func Serve(b lockcore.Engine, ev lockcore.Events) *Core {
 	// Comparable by value, not only by type: a struct with an interface
 	// field that holds a slice has a comparable type, and == would panic.
-	return &Core{b: b, ev: ev, comparable: b != nil && reflect.ValueOf(b).Comparable()}
+	g, _ := b.(lockcore.Gatekeeper)
+	return &Core{b: b, ev: ev, gates: g, comparable: b != nil && reflect.ValueOf(b).Comparable()}
 }
 
 // Core is the Locker of an engine (Serve): it owns the leases of the
@@ -32,6 +33,7 @@ func Serve(b lockcore.Engine, ev lockcore.Events) *Core {
 type Core struct {
 	b          lockcore.Engine
 	ev         lockcore.Events
+	gates      lockcore.Gatekeeper // b, when it has gates
 	comparable bool   // b can be compared (sameBackend)
 	records    bool   // RecordRoutes
 	defaults   Policy // SetDefaults
@@ -128,9 +130,18 @@ func PromisesOf(l Locker) lockcore.Promises { return l.core().b.Promises() }
 // GatesOf returns the gates of l's engine when it is a
 // lockcore.Gatekeeper (the Redis engine is), or nil: segments and the
 // sold-out gate find them so.
-func GatesOf(l Locker) lockcore.Gatekeeper {
-	g, _ := l.core().b.(lockcore.Gatekeeper)
-	return g
+func GatesOf(l Locker) lockcore.Gatekeeper { return l.core().gates }
+
+// gated returns the error that refuses r when its resource's gate is
+// closed, or the engine cannot tell (GateOf): the one check of a gate,
+// before the engine is asked. Readers pass a closed gate, as they only
+// look, and so do restocks.
+func (s *Core) gated(ctx context.Context, r lockcore.Request) error {
+	if s.gates == nil || r.Share < 0 || r.Restock {
+		return nil
+	}
+	_, err := s.gates.GateOf(ctx, r.Key)
+	return err
 }
 
 // sameBackend reports whether a and b take their holds from one backend,
@@ -161,6 +172,9 @@ func (s *Core) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease,
 	}
 	r, err := s.request(ctx, key, p, TokensFrom(ctx))
 	if err != nil {
+		return nil, err
+	}
+	if err := s.gated(ctx, r); err != nil {
 		return nil, err
 	}
 	t, err := s.b.Take(ctx, r)
@@ -212,6 +226,11 @@ func (s *Core) acquireGroup(ctx context.Context, keys []lockcore.Key, p Policy) 
 		r, err := s.request(ctx, k, p, join)
 		if err != nil {
 			return nil, nil // one by one, each refused
+		}
+		if err := s.gated(ctx, r); err != nil {
+			// A closed gate refuses the lot before any call, whether or
+			// not they could go together.
+			return nil, err
 		}
 		rs[i] = r
 	}

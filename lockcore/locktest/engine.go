@@ -205,12 +205,6 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		e.mu.Unlock()
 		return nil, lockcore.ErrClosed
 	}
-	// Readers and restocks pass a closed gate (lockcore.Gatekeeper).
-	passes := p.Share < 0 || p.Restock
-	if g, closed := e.gates[key]; closed && !passes && !opened(g, time.Now()) && !e.defects.gateIgnored {
-		e.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s", lockcore.ErrGateClosed, key)
-	}
 	ks := e.state(key)
 	if err := ctx.Err(); err != nil {
 		ce := &lockcore.ContentionError{Key: key.String(), RetryAfter: ks.retryAfter()}
@@ -641,15 +635,18 @@ func (e *Engine) OpenGate(ctx context.Context, key lockcore.Key) error {
 }
 
 // GateOf implements lockcore.Gatekeeper.
-func (e *Engine) GateOf(key lockcore.Key) (lockcore.Gate, bool) {
+func (e *Engine) GateOf(ctx context.Context, key lockcore.Key) (lockcore.Gate, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	g, ok := e.gates[key]
 	if ok && opened(g, time.Now()) {
 		delete(e.gates, key)
-		return lockcore.Gate{}, false
+		return lockcore.Gate{}, nil
 	}
-	return g, ok
+	if !ok || e.defects.gateIgnored {
+		return lockcore.Gate{}, nil
+	}
+	return g, fmt.Errorf("%w: %s", lockcore.ErrGateClosed, key)
 }
 
 // Gates implements lockcore.Gatekeeper: the closed gates, by key.

@@ -3,6 +3,7 @@ package locktest
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/routelock/lock/internal/lifecycle"
@@ -43,8 +44,8 @@ func checkGates(r *rig) {
 		r.t.Fatal(err)
 	}
 	for _, k := range []lockcore.Key{a, other} {
-		if _, closed := ga.GateOf(k); closed {
-			r.t.Fatalf("a refused CloseGate closed the gate of %v", k)
+		if _, err := ga.GateOf(r.ctx, k); err != nil {
+			r.t.Fatalf("a refused CloseGate closed the gate of %v: %v", k, err)
 		}
 	}
 
@@ -90,8 +91,8 @@ func checkGates(r *rig) {
 		if len(gates) != 1 || gates[0].Key != a || !gates[0].Until.IsZero() || gates[0].Since.IsZero() {
 			r.t.Fatalf("Gates: %+v, want the one gate of %v, closed until opened", gates, a)
 		}
-		if g, ok := g.GateOf(a); !ok || g.Key != a {
-			r.t.Fatalf("GateOf(%v): %+v %v, want closed", a, g, ok)
+		if g, err := g.GateOf(r.ctx, a); !errors.Is(err, lockcore.ErrGateClosed) || g.Key != a || !strings.Contains(err.Error(), a.String()) {
+			r.t.Fatalf("GateOf(%v): %+v %v, want closed, with an error naming it", a, g, err)
 		}
 	}
 

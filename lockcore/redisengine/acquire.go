@@ -36,11 +36,10 @@ func (l *Engine) Promises() lockcore.Promises {
 // ended takes it, even if ctx ended before it woke: the lease's context
 // is then done already.
 //
-// A closed gate (see CloseGate) refuses it from memory with an error
-// matching ErrGateClosed, unless r is a reader's or a restock's; an
-// Engine's first acquisitions wait for its first read of the gates (one
-// round trip, sent with the first), so that a new Engine refuses a
-// closed resource from its first request.
+// Take does not look at gates: the Locker asks GateOf before it, which
+// refuses a closed resource from memory, and waits for the Engine's first
+// read of the gates (one round trip, sent with the first acquisition), so
+// that a new Engine refuses a closed resource from its first request.
 //
 // Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable
 // (and ErrRestartGuard, a *lockcore.RestartGuardError, while the restart
@@ -64,16 +63,6 @@ func (l *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	var read <-chan struct{} // the settings' first read, while it has not landed
 	if !l.settled.Load() {
 		read = l.settle(ctx)
-	}
-	if gatedBy(r) {
-		// A new Engine reads the gates before its first acquisition is
-		// decided: it refuses a closed resource from its first request.
-		if err := l.knowGates(ctx); err != nil {
-			return nil, err
-		}
-		if err := l.gated(r); err != nil {
-			return nil, err
-		}
 	}
 	ttl := r.TTL
 	if ttl == 0 {

@@ -251,7 +251,7 @@ func BenchmarkGatePropagation(b *testing.B) {
 		start := time.Now()
 		for _, l := range engines[1:] {
 			for {
-				if _, closed := l.GateOf(k); closed {
+				if _, closed := isClosed(l.GateOf(context.Background(), k)); closed {
 					break
 				}
 				if time.Since(start) > 5*time.Second {

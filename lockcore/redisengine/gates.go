@@ -71,27 +71,20 @@ func (l *Engine) gatesChannel() string { return l.gatesChan }
 // opened.
 const maxGate = 100 * 365 * 24 * time.Hour
 
-// GateOf implements lockcore.Gatekeeper: the gate of key, when this Engine
-// knows it closed, from memory.
-func (l *Engine) GateOf(key lockcore.Key) (lockcore.Gate, bool) {
-	e, ok := l.gateEntry(key)
-	return e.g, ok
-}
-
-// gated returns the error that refuses r when its key's gate is closed,
-// and nil otherwise: an acquisition's check, from memory. Readers and
-// restocks pass a closed gate (lockcore.Gatekeeper).
-func (l *Engine) gated(r lockcore.Request) error {
-	if !gatedBy(r) {
-		return nil
+// GateOf implements lockcore.Gatekeeper: the gate of key, from memory,
+// with the error that refuses it, made once per gate. A new Engine reads
+// the gates from Redis first (knowGates), so that it refuses a closed
+// resource from its first request; a closed or OperatorOnly one, which
+// takes no lock, answers from what it knows.
+func (l *Engine) GateOf(ctx context.Context, key lockcore.Key) (lockcore.Gate, error) {
+	if !l.closed.Load() && !l.opt.OperatorOnly {
+		if err := l.knowGates(ctx); err != nil {
+			return lockcore.Gate{}, err
+		}
 	}
-	e, _ := l.gateEntry(r.Key)
-	return e.err
+	e, _ := l.gateEntry(key)
+	return e.g, e.err
 }
-
-// gatedBy reports whether a closed gate refuses r: an acquisition that
-// takes from the resource, exclusive or a permit, and does not restock it.
-func gatedBy(r lockcore.Request) bool { return r.Share >= 0 && !r.Restock }
 
 // gateError is the error of an acquisition of key that its closed gate
 // refuses: it matches lockcore.ErrGateClosed and names key.

@@ -63,7 +63,7 @@ func TestOOMCloseGate(t *testing.T) {
 			}
 			atMaxMemory(t, admin)
 			err = lifecycle.CloseGate(ls.Context(), 0)
-			_, closedA := a.GateOf(key)
+			_, closedA := isClosed(a.GateOf(context.Background(), key))
 			switch variant {
 			case "shebang":
 				if err != nil {
