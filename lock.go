@@ -207,11 +207,19 @@ func (c *observation) step(ctx context.Context, p Policy) ([]*Lease, error) {
 	if c.i >= 0 {
 		ob := c.o.obs[c.i]
 		c.i--
-		return ob.Observe(ctx, c.keys, p, c.next)
+		// Never prepared (lifecycle.Prepare) in an observer's hands: a
+		// Policy it keeps and changes is checked as any other, and it
+		// compares equal to the same fields written by hand.
+		return ob.Observe(ctx, c.keys, lifecycle.Recheck(p), c.next)
 	}
-	q := p
+	q := lifecycle.Recheck(p)
 	q.Route, q.Trace = c.p.Route, c.p.Trace
-	if q != c.p {
+	if q == lifecycle.Recheck(c.p) {
+		// The observers changed at most its labels: as prepared as given.
+		q = c.p
+		q.Route, q.Trace = p.Route, p.Trace
+		p = q
+	} else {
 		// An observer changed more than its labels: checked afresh.
 		p = lifecycle.Recheck(p)
 	}
