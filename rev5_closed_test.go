@@ -9,6 +9,7 @@ import (
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
@@ -47,5 +48,22 @@ func TestClosedLockerRefusesAsClosed(t *testing.T) {
 	_, err = l.Acquire(ctx, k, lock.FailFast())
 	if !errors.Is(err, lockcore.ErrClosed) {
 		t.Fatalf("Acquire on a closed Locker, of a product restocked since: %v, want ErrClosed", err)
+	}
+}
+
+// TestClosedMemoryEngineRefusesAsClosed: "from then on every acquisition
+// fails with lockcore.ErrClosed" (locktest.Engine.Close), a sold-out
+// resource's too.
+func TestClosedMemoryEngineRefusesAsClosed(t *testing.T) {
+	ctx := context.Background()
+	b := new(locktest.Engine)
+	l := lock.FromEngine(b)
+	k := key(t, "productID", "42")
+	if err := b.CloseGate(ctx, k, 0); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if _, err := l.Acquire(ctx, k, lock.FailFast()); !errors.Is(err, lockcore.ErrClosed) {
+		t.Fatalf("Acquire on a closed engine: %v, want ErrClosed", err)
 	}
 }
