@@ -152,7 +152,8 @@ var errLostClosed = fmt.Errorf("%w: %w", lockcore.ErrLockLost, lockcore.ErrClose
 // Close implements lockcore.Engine: from then on every acquisition fails
 // with lockcore.ErrClosed, and so do the engine's waiters; its holds are
 // lost, with a cause matching lockcore.ErrLockLost and ErrClosed. Its
-// Operator and Gatekeeper methods still answer. Closing twice changes
+// Operator and Gatekeeper methods still answer (GateOf gives the gate
+// with ErrClosed, which refuses the acquisition). Closing twice changes
 // nothing.
 func (e *Engine) Close() error {
 	e.mu.Lock()
@@ -641,9 +642,12 @@ func (e *Engine) GateOf(ctx context.Context, key lockcore.Key) (lockcore.Gate, e
 	g, ok := e.gates[key]
 	if ok && opened(g, time.Now()) {
 		delete(e.gates, key)
-		return lockcore.Gate{}, nil
+		g, ok = lockcore.Gate{}, false
 	}
-	if !ok || e.defects.gateIgnored {
+	switch {
+	case e.closed:
+		return g, lockcore.ErrClosed // the gate still answers; the acquisition is refused as Take refuses it
+	case !ok || e.defects.gateIgnored:
 		return lockcore.Gate{}, nil
 	}
 	return g, fmt.Errorf("%w: %s", lockcore.ErrGateClosed, key)

@@ -74,10 +74,17 @@ const maxGate = 100 * 365 * 24 * time.Hour
 // GateOf implements lockcore.Gatekeeper: the gate of key, from memory,
 // with the error that refuses it, made once per gate. A new Engine reads
 // the gates from Redis first (knowGates), so that it refuses a closed
-// resource from its first request; a closed or OperatorOnly one, which
-// takes no lock, answers from what it knows.
+// resource from its first request; an OperatorOnly one, which takes no
+// lock, answers from what it knows. A closed Engine returns what it last
+// knew of the gate with ErrClosed, which refuses the acquisition as its
+// Take would: it no longer hears the gates, so a product it knew closed
+// may have been restocked since.
 func (l *Engine) GateOf(ctx context.Context, key lockcore.Key) (lockcore.Gate, error) {
-	if !l.closed.Load() && !l.opt.OperatorOnly {
+	if l.closed.Load() {
+		e, _ := l.gateEntry(key)
+		return e.g, lockcore.ErrClosed
+	}
+	if !l.opt.OperatorOnly {
 		if err := l.knowGates(ctx); err != nil {
 			return lockcore.Gate{}, err
 		}
