@@ -34,9 +34,9 @@ type Core struct {
 	b          lockcore.Engine
 	ev         lockcore.Events
 	gates      lockcore.Gatekeeper // b, when it has gates
-	comparable bool   // b can be compared (sameBackend)
-	records    bool   // RecordRoutes
-	defaults   Policy // SetDefaults
+	comparable bool                // b can be compared (sameBackend)
+	records    bool                // RecordRoutes
+	defaults   Policy              // SetDefaults
 }
 
 func (c *Core) core() *Core { return c }
