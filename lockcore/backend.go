@@ -18,8 +18,9 @@ type Engine interface {
 	// (FailFast: not at all) and never past ctx. Its errors match:
 	// a *ContentionError (ErrNotAcquired, ErrWaitTimeout), with ctx.Err()
 	// when ctx ended the wait; ErrUnavailable; ErrClosed. On error nothing
-	// is held. Take need not look at gates: the Locker asks an engine that
-	// is a Gatekeeper (GateOf) before it asks Take.
+	// is held. An engine with gates (Gatekeeper) refuses a closed one
+	// with ErrGateClosed, unless r.GateChecked: the Locker asked GateOf
+	// just before.
 	Take(ctx context.Context, r Request) (Hold, error)
 	// Promises says what the backend promises beyond mutual exclusion;
 	// the Locker refuses a Share it does not promise before Take is
@@ -44,6 +45,12 @@ type Request struct {
 	Route, Trace string // labels for operators (Policy.Route, Policy.Trace)
 	// Restock is Policy.Restock: the acquisition passes a closed gate.
 	Restock bool
+	// GateChecked: the Locker found the key's gate open just before
+	// (Gatekeeper.GateOf), so Take need not look at it. It is false when
+	// the Locker does not know the engine's gates, as for an engine
+	// wrapped by one that is no Gatekeeper: an engine with gates then
+	// refuses a closed one in Take itself (ErrGateClosed).
+	GateChecked bool
 	// Set: the acquisition is one of several for one request (several
 	// resources, or segments), whose hold may be given back before any handler
 	// sees it, when another of the set fails.

@@ -37,11 +37,11 @@ func turn(key lockcore.Key) uint32 {
 // backend, when the resource's gate is closed (SoldOut): e's Acquire of
 // the resource itself refuses it from memory, so that e's observers hear
 // of it; and when every segment's is, after closing the resource's gate
-// (once: a write to the backend); with FailFast and every open segment busy, with the
-// ContentionError of the last one tried; otherwise as Acquire does. The
-// gates are known only to an engine that is a Gatekeeper, or offers one
-// (a method Gatekeeper() Gatekeeper, as a lock.Locker has): with any other
-// engine every segment is open. Panics if p.Segments is not positive.
+// (once: a write to the backend); with FailFast and every open segment
+// busy, with the ContentionError of the last one tried; otherwise as
+// Acquire does. The gates are known only when e's engine is a Gatekeeper
+// (GatesOf): with any other engine every segment is open. Panics if
+// p.Segments is not positive.
 func AcquireSegment(ctx context.Context, e Locker, key lockcore.Key, p Policy) (*Lease, error) {
 	n := p.Segments
 	if n <= 0 {

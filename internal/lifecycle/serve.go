@@ -134,14 +134,19 @@ func GatesOf(l Locker) lockcore.Gatekeeper { return l.core().gates }
 
 // gated returns the error that refuses r when its resource's gate is
 // closed, or the engine cannot tell (GateOf): the one check of a gate,
-// before the engine is asked. Readers pass a closed gate, as they only
-// look, and so do restocks.
-func (s *Core) gated(ctx context.Context, r lockcore.Request) error {
+// before the engine is asked, which r then carries (GateChecked). Readers
+// pass a closed gate, as they only look, and so do restocks. An engine
+// whose gates c does not know (a wrapper that is no Gatekeeper) checks
+// in Take.
+func (s *Core) gated(ctx context.Context, r *lockcore.Request) error {
 	if s.gates == nil || r.Share < 0 || r.Restock {
 		return nil
 	}
-	_, err := s.gates.GateOf(ctx, r.Key)
-	return err
+	if _, err := s.gates.GateOf(ctx, r.Key); err != nil {
+		return err
+	}
+	r.GateChecked = true
+	return nil
 }
 
 // sameBackend reports whether a and b take their holds from one backend,
@@ -174,7 +179,7 @@ func (s *Core) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease,
 	if err != nil {
 		return nil, err
 	}
-	if err := s.gated(ctx, r); err != nil {
+	if err := s.gated(ctx, &r); err != nil {
 		return nil, err
 	}
 	t, err := s.b.Take(ctx, r)
@@ -227,7 +232,7 @@ func (s *Core) acquireGroup(ctx context.Context, keys []lockcore.Key, p Policy) 
 		if err != nil {
 			return nil, nil // one by one, each refused
 		}
-		if err := s.gated(ctx, r); err != nil {
+		if err := s.gated(ctx, &r); err != nil {
 			// A closed gate refuses the lot before any call, whether or
 			// not they could go together.
 			return nil, err

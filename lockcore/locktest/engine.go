@@ -200,6 +200,13 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	if e.defects.waitIgnored {
 		p.Wait = lockcore.FailFast
 	}
+	if !r.GateChecked && r.Share >= 0 && !r.Restock {
+		// The Locker did not ask GateOf (it does not know these gates: a
+		// wrapper that is no Gatekeeper hides them).
+		if _, err := e.GateOf(ctx, key); err != nil {
+			return nil, err
+		}
+	}
 
 	e.mu.Lock()
 	if e.closed {

@@ -22,6 +22,9 @@ func (l *Engine) Promises() lockcore.Promises {
 	return lockcore.Promises{FIFO: true, LocalHandOvers: l.opt.LocalHandOvers, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true, Batch: true}
 }
 
+// errOperatorOnly refuses an acquisition on an OperatorOnly Engine.
+var errOperatorOnly = fmt.Errorf("%w: an OperatorOnly engine (redisengine.Options.OperatorOnly) takes no lock", lockcore.ErrMisconfigured)
+
 // Take implements lockcore.Engine: it takes the lock on r.Key.
 //
 // When the hold in Redis is owned by one of r.Join (the tokens of the
@@ -36,10 +39,13 @@ func (l *Engine) Promises() lockcore.Promises {
 // ended takes it, even if ctx ended before it woke: the lease's context
 // is then done already.
 //
-// Take does not look at gates: the Locker asks GateOf before it, which
-// refuses a closed resource from memory, and waits for the Engine's first
-// read of the gates (one round trip, sent with the first acquisition), so
-// that a new Engine refuses a closed resource from its first request.
+// A closed gate refuses it (ErrGateClosed) unless it is a reader's or a
+// restock's: the Locker asks GateOf just before (r.GateChecked), from
+// memory once the Engine has read the gates (one round trip, sent with
+// the first acquisition), so that a new Engine refuses a closed resource
+// from its first request; Take asks GateOf itself when the Locker did not
+// (it does not know the gates of an Engine wrapped by one that is no
+// Gatekeeper).
 //
 // Errors match lockcore's ErrInvalidKey, ErrNotAcquired, ErrUnavailable
 // (and ErrRestartGuard, a *lockcore.RestartGuardError, while the restart
@@ -57,12 +63,15 @@ func (l *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	}
 	if l.opt.OperatorOnly {
 		// It would take a lock without deciding the restart guard.
-		return nil, fmt.Errorf("%w: an OperatorOnly engine (redisengine.Options.OperatorOnly) takes no lock", lockcore.ErrMisconfigured)
+		return nil, errOperatorOnly
 	}
 	key := r.Key
 	var read <-chan struct{} // the settings' first read, while it has not landed
 	if !l.settled.Load() {
 		read = l.settle(ctx)
+	}
+	if err := l.gated(ctx, r); err != nil {
+		return nil, err
 	}
 	ttl := r.TTL
 	if ttl == 0 {

@@ -75,7 +75,7 @@ const maxGate = 100 * 365 * 24 * time.Hour
 // with the error that refuses it, made once per gate. A new Engine reads
 // the gates from Redis first (knowGates), so that it refuses a closed
 // resource from its first request; an OperatorOnly one, which takes no
-// lock, answers from what it knows. A closed Engine returns what it last
+// lock, refuses it as its Take would. A closed Engine returns what it last
 // knew of the gate with ErrClosed, which refuses the acquisition as its
 // Take would: it no longer hears the gates, so a product it knew closed
 // may have been restocked since.
@@ -84,13 +84,27 @@ func (l *Engine) GateOf(ctx context.Context, key lockcore.Key) (lockcore.Gate, e
 		e, _ := l.gateEntry(key)
 		return e.g, lockcore.ErrClosed
 	}
-	if !l.opt.OperatorOnly {
-		if err := l.knowGates(ctx); err != nil {
-			return lockcore.Gate{}, err
-		}
+	if l.opt.OperatorOnly {
+		e, _ := l.gateEntry(key)
+		return e.g, errOperatorOnly
+	}
+	if err := l.knowGates(ctx); err != nil {
+		return lockcore.Gate{}, err
 	}
 	e, _ := l.gateEntry(key)
 	return e.g, e.err
+}
+
+// gated returns the error that refuses r when the Locker did not check
+// its gate (r.GateChecked: it does not know this Engine's gates, as under
+// a wrapper that is no Gatekeeper) and it is closed; readers and restocks
+// pass.
+func (l *Engine) gated(ctx context.Context, r lockcore.Request) error {
+	if r.GateChecked || r.Share < 0 || r.Restock {
+		return nil
+	}
+	_, err := l.GateOf(ctx, r.Key)
+	return err
 }
 
 // gateError is the error of an acquisition of key that its closed gate

@@ -33,6 +33,13 @@ func (l *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 	if l.closed.Load() {
 		return nil, nil // one by one, each ErrClosed, as Take checks first
 	}
+	for _, r := range rs {
+		// A closed gate refuses the lot before any call, whether or not
+		// they could go together.
+		if err := l.gated(ctx, r); err != nil {
+			return nil, err
+		}
+	}
 	if len(rs) < 2 || len(rs) > maxGroup || l.run.ack > 0 || l.opt.OperatorOnly ||
 		!l.settled.Load() || !l.gates.known.Load() || l.refuse.Load() != nil || l.closed.Load() || ctx.Err() != nil {
 		return nil, nil
