@@ -1,0 +1,338 @@
+// Package etcdengine is a routelock engine on etcd, the consensus store:
+// a lock that a failover cannot hand to two holders, for users whose
+// correctness cannot rest on Redis's asynchronous replication. Give it to
+// lock.FromEngine, which owns the leases of its holds; every route,
+// method, policy, status code, owner-token hop and fencing token stays as
+// it is.
+//
+// It lives in a Go module of its own, so that a program that locks on
+// Redis does not link etcd's client.
+//
+// # How it holds a lock
+//
+// Each process has one etcd lease per TTL (a session), which the engine
+// renews itself every third of it with one keep-alive request and judges
+// on its own monotonic clock: valid until the keep-alive was sent plus
+// the TTL etcd granted, less a tenth. When that passes unrenewed, every
+// hold on the session is lost (its Done closes) before etcd can expire
+// the lease and give the lock to the next waiter.
+//
+// An acquisition writes a key of its own under the lock's, bound to its
+// session: the lock is held by the key with the lowest create revision,
+// and waiters queue by create revision (FIFO), each watching only the
+// key just before its own. The fencing token is the holder key's create
+// revision, which etcd's revision makes strictly increasing for every
+// later hold of the key (never the lease id, which is not). A fail-fast
+// attempt on a held lock writes nothing. A release deletes the holder key
+// only while its create revision is the hold's, so a retried release can
+// never delete a newer hold.
+//
+// A request that carries the owner token of the lock's holder (propagated
+// from another process: lock's Outbound and Intake) re-enters it: it
+// writes an entry under the holder's key, on its own session, and shares
+// the holder's fencing token; the holder's release then leaves the lock
+// held until the last entry is released.
+//
+// Not promised (lockcore.Promises): shared holds, permits, batching. Not
+// yet: the Operator and Gatekeeper interfaces.
+package etcdengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Options configure an Engine. The zero Options are the defaults.
+type Options struct {
+	// Prefix is put before every etcd key the engine writes. Engines that
+	// share a lock must share a Prefix. Default: "routelock/".
+	Prefix string
+
+	// TTL is the default lease of a hold, rounded up to whole seconds, as
+	// etcd grants leases; a server may grant more (its minimum lease).
+	// It bounds how long a lock outlives a process that stopped renewing
+	// it. Default: 10 seconds.
+	TTL time.Duration
+
+	// Timeout bounds each call to etcd that nobody waits for otherwise:
+	// releases and keep-alives. Default: 2 seconds.
+	Timeout time.Duration
+
+	// Events, if set, is told what the engine does (lockcore.Events):
+	// waits, wake-ups and the renewals of each session, for each hold on
+	// it.
+	Events lockcore.Events
+}
+
+// Engine takes locks in etcd. Make it with New; it is safe for concurrent
+// use.
+type Engine struct {
+	cli    *clientv3.Client
+	opt    Options
+	ctx    context.Context // ends with Close
+	cancel context.CancelFunc
+	closed atomic.Bool
+
+	mu       sync.Mutex
+	sessions map[int64]*session // by TTL in seconds
+}
+
+// New returns an Engine on cli, which it does not own: Close leaves it
+// open.
+func New(cli *clientv3.Client, o Options) (*Engine, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("%w: etcdengine.New: nil client", lockcore.ErrMisconfigured)
+	}
+	if o.Prefix == "" {
+		o.Prefix = "routelock/"
+	}
+	if o.TTL == 0 {
+		o.TTL = 10 * time.Second
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Second
+	}
+	if o.TTL < 0 || o.Timeout < 0 {
+		return nil, fmt.Errorf("%w: etcdengine.Options: TTL %v, Timeout %v", lockcore.ErrMisconfigured, o.TTL, o.Timeout)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Engine{cli: cli, opt: o, ctx: ctx, cancel: cancel, sessions: map[int64]*session{}}, nil
+}
+
+// Promises implements lockcore.Engine: waiters in order, ordered fencing
+// tokens, re-entry by owner token.
+func (e *Engine) Promises() lockcore.Promises {
+	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true}
+}
+
+// Close stops the sessions' renewals and revokes their leases, so that
+// every hold of the Engine ends at once, in etcd too; waiters fail with
+// ErrClosed. Close is idempotent.
+func (e *Engine) Close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	e.mu.Lock()
+	ss := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		ss = append(ss, s)
+	}
+	e.sessions = nil
+	e.mu.Unlock()
+	for _, s := range ss {
+		s.lose(lockcore.ErrClosed) // its holds end, and waits on it
+	}
+	e.cancel()
+	var errs []error
+	for _, s := range ss {
+		ctx, cancel := context.WithTimeout(context.Background(), e.opt.Timeout)
+		if _, err := e.cli.Revoke(ctx, s.id); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
+}
+
+// The key layout under Prefix. key is a lockcore.Key's string, which
+// never holds a NUL byte (lockcore.NewKey escapes it): "\x00" ends it, so
+// that no key's prefix is another's.
+func (e *Engine) queue(key string) string { return e.opt.Prefix + "q/" + key + "\x00" }
+func (e *Engine) entries(key, holder string) string {
+	return e.opt.Prefix + "e/" + key + "\x00" + holder + "\x00"
+}
+func (e *Engine) released(key, holder string) string {
+	return e.opt.Prefix + "r/" + key + "\x00" + holder
+}
+
+// Take implements lockcore.Engine.
+func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
+	if e.closed.Load() {
+		return nil, lockcore.ErrClosed
+	}
+	if r.Share != 0 {
+		return nil, fmt.Errorf("%w: Share %d: etcdengine holds exclusive locks only", lockcore.ErrMisconfigured, r.Share)
+	}
+	ttl := r.TTL
+	if ttl == 0 {
+		ttl = e.opt.TTL
+	}
+	s, err := e.session(ctx, ttl)
+	if err != nil {
+		return nil, err
+	}
+	key := r.Key.String()
+	q := e.queue(key)
+	mine := q + r.Token
+	for {
+		// Free: take it at once. Held: see by whom, writing nothing.
+		resp, err := e.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Version(q).WithPrefix(), "=", 0)).
+			Then(clientv3.OpPut(mine, r.Token, clientv3.WithLease(s.id))).
+			Else(clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))).
+			Commit()
+		if err != nil {
+			return nil, e.unavailable(ctx, "take", err)
+		}
+		if resp.Succeeded {
+			return e.held(s, r.Key, mine, r.Token, resp.Header.Revision, ""), nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue // released meanwhile
+		}
+		holder := kvs[0]
+		if tok := string(holder.Value); joins(r.Join, tok) {
+			h, err := e.reenter(ctx, s, r, string(holder.Key), tok, holder.CreateRevision)
+			if h != nil || err != nil {
+				return h, err
+			}
+			continue // the holder released meanwhile
+		}
+		if r.Wait < 0 {
+			return nil, &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond}
+		}
+		return e.wait(ctx, s, r, mine)
+	}
+}
+
+// joins reports whether tok is one of join.
+func joins(join []string, tok string) bool {
+	for _, j := range join {
+		if j == tok {
+			return true
+		}
+	}
+	return false
+}
+
+// wait queues the acquisition r, writing its key mine, and waits up to
+// r.Wait for every key queued before it to go.
+func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine string) (lockcore.Hold, error) {
+	key := r.Key.String()
+	resp, err := e.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)).
+		Then(clientv3.OpPut(mine, r.Token, clientv3.WithLease(s.id))).
+		Commit()
+	if err != nil {
+		return nil, e.unavailable(ctx, "queue", err)
+	}
+	if !resp.Succeeded {
+		return nil, fmt.Errorf("%w: owner token %q queued twice for %s", lockcore.ErrMisconfigured, r.Token, key)
+	}
+	rev := resp.Header.Revision
+	if ev := e.opt.Events; ev != nil {
+		ev.Waiting(r.Key, 1)
+		defer ev.Waiting(r.Key, -1)
+	}
+	timer := time.NewTimer(r.Wait)
+	defer timer.Stop()
+	q := e.queue(key)
+	for {
+		// The key queued last before mine: when it goes, mine may be first.
+		before, err := e.cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+		if err != nil {
+			e.withdraw(mine, rev)
+			if ctx.Err() != nil {
+				return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+			}
+			return nil, e.unavailable(ctx, "wait", err)
+		}
+		if len(before.Kvs) == 0 {
+			return e.held(s, r.Key, mine, r.Token, rev, ""), nil
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		ch := e.cli.Watch(wctx, string(before.Kvs[0].Key), clientv3.WithRev(before.Header.Revision+1), clientv3.WithFilterPut())
+		var gone error
+		select {
+		case w, ok := <-ch:
+			if !ok || w.Err() != nil {
+				gone = e.unavailable(ctx, "watch", errors.Join(w.Err(), errNoAnswer))
+			} else if ev := e.opt.Events; ev != nil {
+				ev.Woken(r.Key, "message")
+			}
+		case <-s.done:
+			gone = s.err
+		case <-timer.C:
+			if ev := e.opt.Events; ev != nil {
+				ev.Woken(r.Key, "timer")
+			}
+			gone = &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}
+		case <-ctx.Done():
+			gone = errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+		}
+		cancel()
+		if gone != nil {
+			// A cancelled wait leaves no key behind (etcd#9715).
+			e.withdraw(mine, rev)
+			return nil, gone
+		}
+	}
+}
+
+// errNoAnswer is why a call etcd did not answer failed.
+var errNoAnswer = errors.New("etcd did not answer")
+
+// unavailable is the error of a call to etcd that failed under ctx.
+func (e *Engine) unavailable(ctx context.Context, what string, err error) error {
+	if e.closed.Load() {
+		return lockcore.ErrClosed
+	}
+	out := fmt.Errorf("%w: etcd %s: %w", lockcore.ErrUnavailable, what, err)
+	if ctx.Err() != nil {
+		return errors.Join(out, ctx.Err())
+	}
+	return out
+}
+
+// withdraw deletes the key mine of a wait that gave up, if it is still
+// the one created at rev, in the background when etcd does not answer at
+// once; its session's lease removes it at the latest.
+func (e *Engine) withdraw(mine string, rev int64) {
+	del := func(ctx context.Context) error {
+		_, err := e.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(mine), "=", rev)).
+			Then(clientv3.OpDelete(mine)).
+			Commit()
+		return err
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.opt.Timeout)
+	err := del(ctx)
+	cancel()
+	if err != nil && !e.closed.Load() {
+		go func() {
+			ctx, cancel := context.WithTimeout(e.ctx, 4*e.opt.Timeout)
+			defer cancel()
+			_ = del(ctx)
+		}()
+	}
+}
+
+// reenter re-enters the hold of holder (owned by tok, created at rev) for
+// r: an entry under it on session s. It returns nil, nil when the holder
+// key is gone meanwhile.
+func (e *Engine) reenter(ctx context.Context, s *session, r lockcore.Request, holder, tok string, rev int64) (lockcore.Hold, error) {
+	key := r.Key.String()
+	entry := e.entries(key, tok) + r.Token
+	resp, err := e.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(holder), "=", rev)).
+		Then(clientv3.OpPut(entry, r.Token, clientv3.WithLease(s.id))).
+		Commit()
+	if err != nil {
+		return nil, e.unavailable(ctx, "re-enter", err)
+	}
+	if !resp.Succeeded {
+		return nil, nil
+	}
+	h := e.held(s, r.Key, holder, tok, rev, entry)
+	return h, nil
+}
