@@ -80,6 +80,7 @@ type Engine struct {
 	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
 	closed atomic.Bool
+	pause  atomic.Bool // the tests' paused process: no keep-alive is sent
 
 	mu       sync.Mutex
 	sessions map[int64]*session // by TTL in seconds

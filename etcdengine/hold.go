@@ -283,6 +283,10 @@ func (s *session) keepAlive() {
 			return
 		}
 		sent := time.Now()
+		if e.pause.Load() {
+			next = s.ttl / 10
+			continue
+		}
 		ctx, cancel := context.WithDeadline(e.ctx, s.until.load())
 		resp, err := e.cli.KeepAliveOnce(ctx, s.id)
 		cancel()
