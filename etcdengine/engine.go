@@ -81,6 +81,7 @@ type Engine struct {
 	cancel context.CancelFunc
 	closed atomic.Bool
 	pause  atomic.Bool // the tests' paused process: no keep-alive is sent
+	defect string      // the tests' planted defect (defects_test.go); "" in use
 
 	mu       sync.Mutex
 	sessions map[int64]*session // by TTL in seconds
@@ -274,7 +275,9 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 		cancel()
 		if gone != nil {
 			// A cancelled wait leaves no key behind (etcd#9715).
-			e.withdraw(mine, rev)
+			if e.defect != "keepWaiter" {
+				e.withdraw(mine, rev)
+			}
 			return nil, gone
 		}
 	}

@@ -106,7 +106,12 @@ func (h *hold) end(err error) {
 	})
 }
 
-func (h *hold) Fence() int64           { return h.fence }
+func (h *hold) Fence() int64 {
+	if h.e.defect == "fenceFromLease" {
+		return int64(h.s.id)
+	}
+	return h.fence
+}
 func (h *hold) Shared() (int, bool)    { return -1, false }
 func (h *hold) Token() string          { return h.token }
 func (h *hold) Done() <-chan struct{}  { return h.done }
