@@ -33,8 +33,13 @@
 // the holder's fencing token; the holder's release then leaves the lock
 // held until the last entry is released.
 //
+// A waiter granted the lock writes its key once more, and its fencing
+// token is that write's revision: above every revision before, an
+// operator's revocation included (Operator: Revoke deletes the holder key
+// with an audit record, in one transaction).
+//
 // Not promised (lockcore.Promises): shared holds, permits, batching. Not
-// yet: the Operator and Gatekeeper interfaces.
+// yet: the Gatekeeper interface.
 package etcdengine
 
 import (
@@ -45,6 +50,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routelock/lock/lockcore"
@@ -66,6 +72,11 @@ type Options struct {
 	// releases and keep-alives. Default: 2 seconds.
 	Timeout time.Duration
 
+	// Name is the engine's instance name, which operators see beside its
+	// holds and waiters (package admin, the routelock command). Default:
+	// "<hostname>-<pid>".
+	Name string
+
 	// Events, if set, is told what the engine does (lockcore.Events):
 	// waits, wake-ups and the renewals of each session, for each hold on
 	// it.
@@ -75,13 +86,14 @@ type Options struct {
 // Engine takes locks in etcd. Make it with New; it is safe for concurrent
 // use.
 type Engine struct {
-	cli    *clientv3.Client
-	opt    Options
-	ctx    context.Context // ends with Close
-	cancel context.CancelFunc
-	closed atomic.Bool
-	pause  atomic.Bool // the tests' paused process: no keep-alive is sent
-	defect string      // the tests' planted defect (defects_test.go); "" in use
+	cli      *clientv3.Client
+	opt      Options
+	ctx      context.Context // ends with Close
+	cancel   context.CancelFunc
+	closed   atomic.Bool
+	instance string      // the engine id operators see
+	pause    atomic.Bool // the tests' paused process: no keep-alive is sent
+	defect   string      // the tests' planted defect (defects_test.go); "" in use
 
 	mu       sync.Mutex
 	sessions map[int64]*session // by TTL in seconds
@@ -102,11 +114,14 @@ func New(cli *clientv3.Client, o Options) (*Engine, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Second
 	}
+	if o.Name == "" {
+		o.Name = defaultName()
+	}
 	if o.TTL < 0 || o.Timeout < 0 {
 		return nil, fmt.Errorf("%w: etcdengine.Options: TTL %v, Timeout %v", lockcore.ErrMisconfigured, o.TTL, o.Timeout)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{cli: cli, opt: o, ctx: ctx, cancel: cancel, sessions: map[int64]*session{}}, nil
+	return &Engine{cli: cli, opt: o, ctx: ctx, cancel: cancel, instance: newInstance(), sessions: map[int64]*session{}}, nil
 }
 
 // Promises implements lockcore.Engine: waiters in order, ordered fencing
@@ -178,22 +193,23 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		// Free: take it at once. Held: see by whom, writing nothing.
 		resp, err := e.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.Version(q).WithPrefix(), "=", 0)).
-			Then(clientv3.OpPut(mine, r.Token, clientv3.WithLease(s.id))).
+			Then(clientv3.OpPut(mine, e.record(r, false), clientv3.WithLease(s.id))).
 			Else(clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))).
 			Commit()
 		if err != nil {
 			return nil, e.unavailable(ctx, "take", err)
 		}
 		if resp.Succeeded {
-			return e.held(s, r.Key, mine, r.Token, resp.Header.Revision, ""), nil
+			rev := resp.Header.Revision
+			return e.held(s, r.Key, mine, r.Token, rev, rev, ""), nil
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
 			continue // released meanwhile
 		}
 		holder := kvs[0]
-		if tok := string(holder.Value); joins(r.Join, tok) {
-			h, err := e.reenter(ctx, s, r, string(holder.Key), tok, holder.CreateRevision)
+		if tok := readRecord(holder.Value).Token; joins(r.Join, tok) {
+			h, err := e.reenter(ctx, s, r, holder, tok)
 			if h != nil || err != nil {
 				return h, err
 			}
@@ -222,7 +238,7 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 	key := r.Key.String()
 	resp, err := e.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)).
-		Then(clientv3.OpPut(mine, r.Token, clientv3.WithLease(s.id))).
+		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
 		Commit()
 	if err != nil {
 		return nil, e.unavailable(ctx, "queue", err)
@@ -250,7 +266,7 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 			return nil, e.unavailable(ctx, "wait", err)
 		}
 		if len(before.Kvs) == 0 {
-			return e.held(s, r.Key, mine, r.Token, rev, ""), nil
+			return e.grant(ctx, s, r, mine, rev)
 		}
 		wctx, cancel := context.WithCancel(ctx)
 		ch := e.cli.Watch(wctx, string(before.Kvs[0].Key), clientv3.WithRev(before.Header.Revision+1), clientv3.WithFilterPut())
@@ -275,9 +291,7 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 		cancel()
 		if gone != nil {
 			// A cancelled wait leaves no key behind (etcd#9715).
-			if e.defect != "keepWaiter" {
-				e.withdraw(mine, rev)
-			}
+			e.withdraw(mine, rev)
 			return nil, gone
 		}
 	}
@@ -302,6 +316,9 @@ func (e *Engine) unavailable(ctx context.Context, what string, err error) error 
 // the one created at rev, in the background when etcd does not answer at
 // once; its session's lease removes it at the latest.
 func (e *Engine) withdraw(mine string, rev int64) {
+	if e.defect == "keepWaiter" {
+		return
+	}
 	del := func(ctx context.Context) error {
 		_, err := e.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(mine), "=", rev)).
@@ -321,15 +338,38 @@ func (e *Engine) withdraw(mine string, rev int64) {
 	}
 }
 
-// reenter re-enters the hold of holder (owned by tok, created at rev) for
-// r: an entry under it on session s. It returns nil, nil when the holder
-// key is gone meanwhile.
-func (e *Engine) reenter(ctx context.Context, s *session, r lockcore.Request, holder, tok string, rev int64) (lockcore.Hold, error) {
+// grant makes the hold of a waiter whose key mine, created at rev, is
+// now the first: it writes the key once more, so that its fencing token,
+// the write's revision, is above every revision before it, a revocation's
+// included (a waiter queued before a revocation is granted after it).
+func (e *Engine) grant(ctx context.Context, s *session, r lockcore.Request, mine string, rev int64) (lockcore.Hold, error) {
+	resp, err := e.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(mine), "=", rev)).
+		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
+		Commit()
+	if err != nil {
+		e.withdraw(mine, rev)
+		return nil, e.unavailable(ctx, "grant", err)
+	}
+	if !resp.Succeeded {
+		// Its key went with its session, or an operator removed it.
+		return nil, fmt.Errorf("%w: etcd lost the queued acquisition of %s", lockcore.ErrUnavailable, r.Key)
+	}
+	return e.held(s, r.Key, mine, r.Token, rev, resp.Header.Revision, ""), nil
+}
+
+// reenter re-enters the hold of the holder key kv (owned by tok) for r:
+// an entry under it on session s, with the holder's fencing token (its
+// last write's revision). It returns nil, nil when the holder key is gone
+// meanwhile.
+func (e *Engine) reenter(ctx context.Context, s *session, r lockcore.Request, kv *mvccpb.KeyValue, tok string) (lockcore.Hold, error) {
 	key := r.Key.String()
+	holder := string(kv.Key)
 	entry := e.entries(key, tok) + r.Token
 	resp, err := e.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(holder), "=", rev)).
-		Then(clientv3.OpPut(entry, r.Token, clientv3.WithLease(s.id))).
+		If(clientv3.Compare(clientv3.CreateRevision(holder), "=", kv.CreateRevision),
+			clientv3.Compare(clientv3.ModRevision(holder), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(entry, e.record(r, false), clientv3.WithLease(s.id))).
 		Commit()
 	if err != nil {
 		return nil, e.unavailable(ctx, "re-enter", err)
@@ -337,6 +377,5 @@ func (e *Engine) reenter(ctx context.Context, s *session, r lockcore.Request, ho
 	if !resp.Succeeded {
 		return nil, nil
 	}
-	h := e.held(s, r.Key, holder, tok, rev, entry)
-	return h, nil
+	return e.held(s, r.Key, holder, tok, kv.CreateRevision, kv.ModRevision, entry), nil
 }

@@ -2,8 +2,8 @@ package etcdengine
 
 import (
 	"fmt"
-	"net"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -12,51 +12,55 @@ import (
 	"go.uber.org/zap"
 )
 
-// freeURL returns an http URL on a loopback port that was free a moment
-// ago.
-func freeURL(t testing.TB) url.URL {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// startEmbedded starts a one-member etcd server, embedded, on loopback
+// ports of its own and a temporary directory, without fsync, and returns
+// its client URL and a function that stops it and removes the directory.
+func startEmbedded() (endpoint string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "etcdengine-")
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
-	defer l.Close()
-	return url.URL{Scheme: "http", Host: l.Addr().String()}
-}
-
-// startEtcd starts a one-member etcd server, embedded, on loopback ports
-// of its own and a temporary directory, without fsync, and returns a
-// client on it; both are closed when the test ends, the client first.
-func startEtcd(t testing.TB) *clientv3.Client {
-	t.Helper()
 	cfg := embed.NewConfig()
-	cfg.Name = "m1"
-	cfg.Dir = t.TempDir()
+	cfg.Dir = dir
 	cfg.UnsafeNoFsync = true
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	client, peer := freeURL(t), freeURL(t)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, peer.String())
+	client, peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}, url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	cfg.ListenClientUrls, cfg.ListenPeerUrls = []url.URL{client}, []url.URL{peer}
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {
-		t.Fatal(err)
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	stop = func() {
+		srv.Close()
+		os.RemoveAll(dir)
 	}
 	select {
 	case <-srv.Server.ReadyNotify():
 	case <-time.After(20 * time.Second):
-		srv.Close()
-		t.Fatal("embedded etcd did not start within 20s")
+		stop()
+		return "", nil, fmt.Errorf("embedded etcd did not start within 20s")
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client.String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return "http://" + srv.Clients[0].Addr().String(), stop, nil
+}
+
+// startEtcd starts an embedded etcd server (startEmbedded) and returns a
+// client on it; both are closed when the test ends, the client first.
+func startEtcd(t testing.TB) *clientv3.Client {
+	t.Helper()
+	endpoint, stop, err := startEmbedded()
 	if err != nil {
-		srv.Close()
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		stop()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = cli.Close()
-		srv.Close()
+		stop()
 	})
 	return cli
 }

@@ -21,7 +21,8 @@ type hold struct {
 	key    lockcore.Key
 	holder string // the lock's holder key
 	token  string // the holder's owner token
-	fence  int64  // the holder key's create revision
+	rev    int64  // the holder key's create revision
+	fence  int64  // the revision of the holder key's grant: its fencing token
 	entry  string // the entry's key, for a re-entry; "" for the holder
 
 	once sync.Once
@@ -51,8 +52,8 @@ func (b *both) Is(target error) bool {
 // held makes the hold of holder (or of entry, under it) on session s, and
 // watches for its end: its session lost, or its holder key (or entry)
 // deleted.
-func (e *Engine) held(s *session, key lockcore.Key, holder, token string, fence int64, entry string) *hold {
-	h := &hold{e: e, s: s, key: key, holder: holder, token: token, fence: fence, entry: entry, done: make(chan struct{})}
+func (e *Engine) held(s *session, key lockcore.Key, holder, token string, rev, fence int64, entry string) *hold {
+	h := &hold{e: e, s: s, key: key, holder: holder, token: token, rev: rev, fence: fence, entry: entry, done: make(chan struct{})}
 	// Not e's context: Close ends a hold through its session.
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
@@ -62,7 +63,7 @@ func (e *Engine) held(s *session, key lockcore.Key, holder, token string, fence 
 	}
 	var chans []clientv3.WatchChan
 	for _, k := range watch {
-		chans = append(chans, e.cli.Watch(ctx, k, clientv3.WithRev(fence), clientv3.WithFilterPut()))
+		chans = append(chans, e.cli.Watch(ctx, k, clientv3.WithRev(fence+1), clientv3.WithFilterPut()))
 	}
 	go h.watch(ctx, chans)
 	return h
@@ -91,7 +92,7 @@ func (h *hold) watch(ctx context.Context, chans []clientv3.WatchChan) {
 	case <-h.s.done:
 		h.end(errSession)
 	case err := <-merged:
-		h.end(err)
+		h.end(h.e.revoked(h.key, h.fence, err))
 	}
 }
 
@@ -154,11 +155,11 @@ func (h *hold) Release(ctx context.Context, early error) error {
 		if _, err := e.cli.Delete(rctx, h.entry); err != nil {
 			return e.unavailable(rctx, "release", err)
 		}
-		return e.finish(rctx, h.holder, h.fence, ents, mark)
+		return e.finish(rctx, h.holder, h.rev, ents, mark)
 	}
 	// The holder: free the lock unless an entry holds it still.
 	resp, err := e.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.holder), "=", h.fence),
+		If(clientv3.Compare(clientv3.CreateRevision(h.holder), "=", h.rev),
 			clientv3.Compare(clientv3.Version(ents).WithPrefix(), "=", 0)).
 		Then(clientv3.OpDelete(h.holder)).
 		Else(clientv3.OpGet(h.holder, clientv3.WithCountOnly())).
@@ -171,7 +172,7 @@ func (h *hold) Release(ctx context.Context, early error) error {
 	}
 	// Entries hold it: mark it released, for the last of them.
 	resp, err = e.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.holder), "=", h.fence)).
+		If(clientv3.Compare(clientv3.CreateRevision(h.holder), "=", h.rev)).
 		Then(clientv3.OpPut(mark, "", clientv3.WithLease(h.s.id))).
 		Commit()
 	if err != nil {
@@ -180,14 +181,14 @@ func (h *hold) Release(ctx context.Context, early error) error {
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: its key was deleted from etcd", lockcore.ErrLockLost)
 	}
-	return e.finish(rctx, h.holder, h.fence, ents, mark)
+	return e.finish(rctx, h.holder, h.rev, ents, mark)
 }
 
-// finish deletes the holder key created at fence, and its released mark,
+// finish deletes the holder key created at rev, and its released mark,
 // when the holder released it and no entry is left.
-func (e *Engine) finish(ctx context.Context, holder string, fence int64, ents, mark string) error {
+func (e *Engine) finish(ctx context.Context, holder string, rev int64, ents, mark string) error {
 	_, err := e.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(holder), "=", fence),
+		If(clientv3.Compare(clientv3.CreateRevision(holder), "=", rev),
 			clientv3.Compare(clientv3.CreateRevision(mark), ">", 0),
 			clientv3.Compare(clientv3.Version(ents).WithPrefix(), "=", 0)).
 		Then(clientv3.OpDelete(holder), clientv3.OpDelete(mark)).

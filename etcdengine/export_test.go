@@ -1,0 +1,4 @@
+package etcdengine
+
+// StartEmbedded is startEmbedded, for the package's examples.
+var StartEmbedded = startEmbedded
