@@ -130,3 +130,37 @@ func TestPausedHolder(t *testing.T) {
 		t.Fatalf("the next holder's fence %d is not above the paused one's %d", next.Fence(), held.Fence())
 	}
 }
+
+// TestPausedHolderReleases: a paused holder told of its loss by its own
+// clock, and released, frees the key at once, before etcd would expire its
+// lease: another engine's fail-fast acquisition then gets it.
+func TestPausedHolderReleases(t *testing.T) {
+	cli := startEtcd(t)
+	ea, err := New(cli, Options{Prefix: "paused-release/", TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, err := New(cli, Options{Prefix: "paused-release/", TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ea.Close(); _ = eb.Close() })
+	a, b := lock.FromEngine(ea), lock.FromEngine(eb)
+	k, _ := lockcore.NewKey("productID", "9")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held, err := a.Acquire(ctx, k, lock.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ea.pause.Store(true) // renewals stop
+	<-held.Context().Done()
+	if err := held.Release(ctx); !errors.Is(err, lockcore.ErrLockLost) {
+		t.Fatalf("Release of a lost hold: %v, want ErrLockLost", err)
+	}
+	next, err := b.Acquire(ctx, k, lock.FailFast())
+	if err != nil {
+		t.Fatalf("fail-fast acquisition right after the lost holder released: %v, want the key free", err)
+	}
+	_ = next.Release(ctx)
+}

@@ -139,12 +139,24 @@ func (h *hold) Err() error {
 // its token) marks itself released and leaves the lock to the last of
 // them; an entry deletes itself and, when it was the last of a released
 // holder's, the holder key.
+//
+// A hold lost by its own clock (its session ran out unconfirmed) may
+// still be in etcd, whose lease has not run out yet: its keys are deleted
+// all the same, guarded by their create revision, so that the next waiter
+// need not wait for etcd to expire them; Release then returns why it was
+// lost.
 func (h *hold) Release(ctx context.Context, early error) error {
-	if err, ended := h.lostErr(); ended && err != errReleased {
-		h.end(errReleased)
-		return err
-	}
+	lost, _ := h.lostErr()
 	h.end(errReleased)
+	err := h.release(ctx)
+	if lost != nil && lost != errReleased {
+		return lost
+	}
+	return err
+}
+
+// release gives h up in etcd (see Release).
+func (h *hold) release(ctx context.Context) error {
 	e := h.e
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opt.Timeout)
 	defer cancel()
