@@ -21,6 +21,9 @@ import (
 var addr string
 
 func TestMain(m *testing.M) {
+	if EtcdMember() {
+		return
+	}
 	addr = os.Getenv("REDIS_ADDR")
 	var srv *redistest.Server
 	if addr == "" {
@@ -32,6 +35,7 @@ func TestMain(m *testing.M) {
 		addr = srv.Addr
 	}
 	code := m.Run()
+	Down()
 	if srv != nil {
 		srv.Stop()
 	}

@@ -87,6 +87,14 @@ func Libs() []Lib {
 			New: func(t Target, c *atomic.Int64) (Mutexer, error) {
 				return newRoutelock(t, c, false, redisengine.Options{Replicas: 1})
 			}, Only: Replicated},
+		{Name: "routelock-etcd1", Note: "routelock's etcd engine on one etcd member, no fsync (UnsafeNoFsync); FIFO by create revision, each waiter watching its predecessor; cmds counts unary etcd requests",
+			New: func(_ Target, c *atomic.Int64) (Mutexer, error) { return newEtcd(etcd1, c) }, Only: Single},
+		{Name: "routelock-etcd1-fsync", Note: "routelock's etcd engine on one etcd member that fsyncs its log (etcd's default)",
+			New: func(_ Target, c *atomic.Int64) (Mutexer, error) { return newEtcd(etcd1Fsync, c) }, Only: Single},
+		{Name: "routelock-etcd3", Note: "routelock's etcd engine on three etcd members, no fsync; the client knows all three",
+			New: func(_ Target, c *atomic.Int64) (Mutexer, error) { return newEtcd(etcd3, c) }, Only: Single},
+		{Name: "routelock-etcd3-fsync", Note: "routelock's etcd engine on three etcd members that fsync (etcd's default)",
+			New: func(_ Target, c *atomic.Int64) (Mutexer, error) { return newEtcd(etcd3Fsync, c) }, Only: Single},
 		{Name: "raw-1ms", Note: "SET NX PX + Lua delete, polling every 1 ms",
 			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRaw(t, c, time.Millisecond) }},
 		{Name: "redislock-1ms", Note: "bsm/redislock, LinearBackoff(1ms) (tuned)",
@@ -146,9 +154,8 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // --- routelock
 
 type routelock struct {
-	rdb redis.UniversalClient
-	l   *redisengine.Engine
-	lk  lifecycle.Locker // the leases of l's holds, as lock.FromEngine makes them
+	close func()           // closes the engine, then its client
+	lk    lifecycle.Locker // the leases of the engine's holds, as lock.FromEngine makes them
 }
 
 // newRoutelock is routelock on a client at go-redis's defaults, or, with
@@ -165,7 +172,7 @@ func newRoutelock(t Target, cmds *atomic.Int64, ctxDeadlines bool, opt redisengi
 		_ = rdb.Close()
 		return nil, err
 	}
-	return &routelock{rdb: rdb, l: l, lk: lifecycle.Serve(l, nil)}, nil
+	return &routelock{close: func() { _ = l.Close(); _ = rdb.Close() }, lk: lifecycle.Serve(l, nil)}, nil
 }
 
 func (r *routelock) Lock(ctx context.Context, key string, wait bool) (func(), error) {
@@ -187,7 +194,7 @@ func (r *routelock) Lock(ctx context.Context, key string, wait bool) (func(), er
 	return func() { _ = ls.Release(context.Background()) }, nil
 }
 
-func (r *routelock) Close() { _ = r.l.Close(); _ = r.rdb.Close() }
+func (r *routelock) Close() { r.close() }
 
 // --- raw: SET NX PX + Lua compare-and-delete
 

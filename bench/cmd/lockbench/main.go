@@ -44,6 +44,10 @@ import (
 )
 
 func main() {
+	if bench.EtcdMember() {
+		return
+	}
+	defer bench.Down()
 	var (
 		addr     = flag.String("addr", "", "the single server's address (loopback); empty: start redis-server on a free port")
 		deploys  = flag.String("deploy", bench.Single, "deployments to run on, comma-separated: single, cluster (3 masters with a replica each), sentinel (a master with 2 replicas under 3 sentinels); each is started on loopback unless -addr, -cluster-url or -sentinel-url names it")
@@ -192,6 +196,7 @@ func runOn(t bench.Target, libs []bench.Lib, ws string, runs int, dur time.Durat
 
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "lockbench:", err)
+	bench.Down()
 	os.Exit(1)
 }
 
