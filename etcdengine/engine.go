@@ -38,8 +38,21 @@
 // operator's revocation included (Operator: Revoke deletes the holder key
 // with an audit record, in one transaction).
 //
-// Not promised (lockcore.Promises): shared holds, permits, batching. Not
-// yet: the Gatekeeper interface.
+// # Several resources at once
+//
+// The engine is a lockcore.Batch (Promises.Batch): a route's several
+// resources are queued in one transaction, all or none, every key at one
+// create revision, so each lock keeps its order of arrival; the set waits
+// for each key's predecessor, is granted by one more transaction (one
+// fencing token for the set), and is released in one. A set of more than
+// 126 keys (etcd's default of 128 operations per transaction), or one
+// that re-enters a hold by owner token, is taken one by one by the Locker.
+// Sets queued at once never wait for each other in a cycle; a set may
+// wait, until its budget runs out, for a request that took the same keys
+// one by one and waits for it in turn.
+//
+// Not promised (lockcore.Promises): shared holds, permits. Not yet: the
+// Gatekeeper interface.
 package etcdengine
 
 import (
@@ -125,9 +138,9 @@ func New(cli *clientv3.Client, o Options) (*Engine, error) {
 }
 
 // Promises implements lockcore.Engine: waiters in order, ordered fencing
-// tokens, re-entry by owner token.
+// tokens, re-entry by owner token, several holds in one transaction.
 func (e *Engine) Promises() lockcore.Promises {
-	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true}
+	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Batch: true}
 }
 
 // Close stops the sessions' renewals and revokes their leases, so that
@@ -244,7 +257,7 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 		return nil, e.unavailable(ctx, "queue", err)
 	}
 	if !resp.Succeeded {
-		return nil, fmt.Errorf("%w: owner token %q queued twice for %s", lockcore.ErrMisconfigured, r.Token, key)
+		return nil, fmt.Errorf("%w: an owner token queued twice for %s", lockcore.ErrMisconfigured, key)
 	}
 	rev := resp.Header.Revision
 	if ev := e.opt.Events; ev != nil {
@@ -253,20 +266,36 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 	}
 	timer := time.NewTimer(r.Wait)
 	defer timer.Stop()
+	if err := e.awaitTurn(ctx, s, r.Key, rev, timer.C, nil); err != nil {
+		// A cancelled wait leaves no key behind (etcd#9715).
+		e.withdraw(mine, rev)
+		return nil, err
+	}
+	return e.grant(ctx, s, r, mine, rev)
+}
+
+// awaitTurn waits until no key of k's queue was created before rev, on
+// session s, until timer fires or ctx ends. It calls waiting, if not nil,
+// before it first waits for another key.
+func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, rev int64, timer <-chan time.Time, waiting func()) error {
+	key := k.String()
 	q := e.queue(key)
 	for {
 		// The key queued last before mine: when it goes, mine may be first.
 		before, err := e.cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
 		if err != nil {
-			e.withdraw(mine, rev)
 			if ctx.Err() != nil {
-				return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+				return errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
 			}
-			return nil, e.unavailable(ctx, "wait", err)
+			return e.unavailable(ctx, "wait", err)
 		}
 		if len(before.Kvs) == 0 {
-			return e.grant(ctx, s, r, mine, rev)
+			return nil
+		}
+		if waiting != nil {
+			waiting()
+			waiting = nil
 		}
 		wctx, cancel := context.WithCancel(ctx)
 		ch := e.cli.Watch(wctx, string(before.Kvs[0].Key), clientv3.WithRev(before.Header.Revision+1), clientv3.WithFilterPut())
@@ -276,13 +305,13 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 			if !ok || w.Err() != nil {
 				gone = e.unavailable(ctx, "watch", errors.Join(w.Err(), errNoAnswer))
 			} else if ev := e.opt.Events; ev != nil {
-				ev.Woken(r.Key, "message")
+				ev.Woken(k, "message")
 			}
 		case <-s.done:
 			gone = s.err
-		case <-timer.C:
+		case <-timer:
 			if ev := e.opt.Events; ev != nil {
-				ev.Woken(r.Key, "timer")
+				ev.Woken(k, "timer")
 			}
 			gone = &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}
 		case <-ctx.Done():
@@ -290,9 +319,7 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 		}
 		cancel()
 		if gone != nil {
-			// A cancelled wait leaves no key behind (etcd#9715).
-			e.withdraw(mine, rev)
-			return nil, gone
+			return gone
 		}
 	}
 }
