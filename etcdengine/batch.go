@@ -102,13 +102,13 @@ func (e *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 		if rs[0].Wait < 0 {
 			return nil, &lockcore.ContentionError{Key: rs[busy].Key.String(), RetryAfter: 100 * time.Millisecond}
 		}
-		return e.waitAll(ctx, ss, rs, mines)
+		return e.waitAll(ctx, ss, rs, qs, mines)
 	}
 }
 
 // waitAll queues the set rs, writing the keys mines in one transaction,
 // and waits up to its Wait for every key queued before each of them to go.
-func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Request, mines []string) ([]lockcore.Hold, error) {
+func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Request, qs, mines []string) ([]lockcore.Hold, error) {
 	absent := make([]clientv3.Cmp, len(rs))
 	puts := make([]clientv3.Op, len(rs))
 	for i, r := range rs {
@@ -126,16 +126,9 @@ func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Reque
 	timer := time.NewTimer(rs[0].Wait)
 	defer timer.Stop()
 	for i, r := range rs {
-		waited := false
-		err := e.awaitTurn(ctx, ss[i], r.Key, rev, timer.C, func() {
-			waited = true
-			if ev := e.opt.Events; ev != nil {
-				ev.Waiting(r.Key, 1)
-			}
-		})
-		if ev := e.opt.Events; ev != nil && waited {
-			ev.Waiting(r.Key, -1)
-		}
+		waiting, waited := e.waitingFor(r.Key)
+		err := e.awaitTurn(ctx, ss[i], r.Key, qs[i], clientv3.GetPrefixRangeEnd(qs[i]), rev, timer.C, waiting)
+		waited()
 		if err != nil {
 			// A cancelled wait leaves none of its keys behind (etcd#9715).
 			e.withdrawAll(mines, rev)
@@ -166,7 +159,7 @@ func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Reque
 func (e *Engine) heldAll(ss []*session, rs []lockcore.Request, mines []string, rev, fence int64) []lockcore.Hold {
 	hs := make([]lockcore.Hold, len(rs))
 	for i, r := range rs {
-		hs[i] = e.held(ss[i], r.Key, mines[i], r.Token, rev, fence, "")
+		hs[i] = e.held(ss[i], r.Key, mines[i], r.Token, rev, fence, "", false)
 	}
 	return hs
 }

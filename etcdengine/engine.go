@@ -51,14 +51,43 @@
 // wait, until its budget runs out, for a request that took the same keys
 // one by one and waits for it in turn.
 //
-// Not promised (lockcore.Promises): shared holds, permits. Not yet: the
-// Gatekeeper interface.
+// # Readers and writers
+//
+// Readers (Policy.Share -1, Promises.Shared) queue in the same create
+// revision order as writers, under keys of their own kind: a reader holds
+// when no writer's key was created before its own, a writer when no key at
+// all was. Each waiter watches only the key it must outlast (a reader the
+// last writer's before it, a writer the key just before its own), and when
+// that key goes it looks again rather than taking the lock: the key that
+// went may have been a waiter that gave up, with a holder still before it.
+// So a writer is granted only when it is first, and never beside another
+// writer or a reader; a reader never passes a queued writer, and the
+// readers behind one writer enter together. A reader's fencing token is
+// its own grant's revision. A request carrying the token of a reader that
+// holds re-enters that reader's hold, even with a writer queued; one
+// asking, by a reader's token, for the exclusive lock fails at once with
+// ErrUpgrade. Revoke ends every reader's hold at once.
+//
+// # No permits
+//
+// Permits (Policy.Share n > 0, each holder in a slot of its own) are not
+// promised. A lock's holders may ask for different n (three holds of 3
+// permits, and beside them one of 5, which enters where one of 2 does
+// not), so a waiter's turn depends on the n of each hold before it, not on
+// one key it can watch; and a slot would be one more key per hold that
+// every release, withdrawal, revocation and lease expiry must remove in
+// the same transaction as the hold's. Until a design keeps both as simple
+// as the queue above, the engine refuses such a Policy (ErrMisconfigured),
+// as the Locker does when a route is built.
+//
+// Not yet: the Gatekeeper interface.
 package etcdengine
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,9 +167,10 @@ func New(cli *clientv3.Client, o Options) (*Engine, error) {
 }
 
 // Promises implements lockcore.Engine: waiters in order, ordered fencing
-// tokens, re-entry by owner token, several holds in one transaction.
+// tokens, re-entry by owner token, readers beside writers, several holds
+// in one transaction.
 func (e *Engine) Promises() lockcore.Promises {
-	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Batch: true}
+	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Batch: true}
 }
 
 // Close stops the sessions' renewals and revokes their leases, so that
@@ -183,13 +213,28 @@ func (e *Engine) released(key, holder string) string {
 	return e.opt.Prefix + "r/" + key + "\x00" + holder
 }
 
+// A reader's key in the queue is its token after "\x01", a writer's its
+// token, which begins with no control character: the writers' keys of a
+// queue are those from its writers' start on.
+func (e *Engine) reader(key, token string) string { return e.queue(key) + "\x01" + token }
+func (e *Engine) writers(key string) (from, end string) {
+	q := e.queue(key)
+	return q + "\x02", clientv3.GetPrefixRangeEnd(q)
+}
+func (e *Engine) isReader(key string, k []byte) bool {
+	return strings.HasPrefix(string(k), e.queue(key)+"\x01")
+}
+
 // Take implements lockcore.Engine.
 func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
 	if e.closed.Load() {
 		return nil, lockcore.ErrClosed
 	}
-	if r.Share != 0 {
-		return nil, fmt.Errorf("%w: Share %d: etcdengine holds exclusive locks only", lockcore.ErrMisconfigured, r.Share)
+	if r.Share > 0 {
+		return nil, fmt.Errorf("%w: Share %d: etcdengine has no permits", lockcore.ErrMisconfigured, r.Share)
+	}
+	if r.Token == "" || r.Token[0] < ' ' {
+		return nil, fmt.Errorf("%w: etcdengine: an owner token that is empty or begins with a control character", lockcore.ErrMisconfigured)
 	}
 	ttl := r.TTL
 	if ttl == 0 {
@@ -199,22 +244,35 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	if err != nil {
 		return nil, err
 	}
+	if r.Share < 0 {
+		return e.takeShared(ctx, s, r)
+	}
 	key := r.Key.String()
 	q := e.queue(key)
 	mine := q + r.Token
 	for {
-		// Free: take it at once. Held: see by whom, writing nothing.
+		// Free: take it at once. Held: see by whom, and whether a token
+		// of r's holds it shared, writing nothing.
+		orElse := []clientv3.Op{clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))}
+		for _, j := range r.Join {
+			orElse = append(orElse, clientv3.OpGet(e.reader(key, j), clientv3.WithCountOnly()))
+		}
 		resp, err := e.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.Version(q).WithPrefix(), "=", 0)).
 			Then(clientv3.OpPut(mine, e.record(r, false), clientv3.WithLease(s.id))).
-			Else(clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))).
+			Else(orElse...).
 			Commit()
 		if err != nil {
 			return nil, e.unavailable(ctx, "take", err)
 		}
 		if resp.Succeeded {
 			rev := resp.Header.Revision
-			return e.held(s, r.Key, mine, r.Token, rev, rev, ""), nil
+			return e.held(s, r.Key, mine, r.Token, rev, rev, "", false), nil
+		}
+		for _, rr := range resp.Responses[1:] {
+			if rr.GetResponseRange().Count > 0 {
+				return nil, fmt.Errorf("%w: %s", lockcore.ErrUpgrade, key)
+			}
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -222,6 +280,9 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		}
 		holder := kvs[0]
 		if tok := readRecord(holder.Value).Token; joins(r.Join, tok) {
+			if e.isReader(key, holder.Key) {
+				return nil, fmt.Errorf("%w: %s", lockcore.ErrUpgrade, key)
+			}
 			h, err := e.reenter(ctx, s, r, holder, tok)
 			if h != nil || err != nil {
 				return h, err
@@ -260,13 +321,12 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 		return nil, fmt.Errorf("%w: an owner token queued twice for %s", lockcore.ErrMisconfigured, key)
 	}
 	rev := resp.Header.Revision
-	if ev := e.opt.Events; ev != nil {
-		ev.Waiting(r.Key, 1)
-		defer ev.Waiting(r.Key, -1)
-	}
 	timer := time.NewTimer(r.Wait)
 	defer timer.Stop()
-	if err := e.awaitTurn(ctx, s, r.Key, rev, timer.C, nil); err != nil {
+	q := e.queue(key)
+	waiting, waited := e.waitingFor(r.Key)
+	defer waited()
+	if err := e.awaitTurn(ctx, s, r.Key, q, clientv3.GetPrefixRangeEnd(q), rev, timer.C, waiting); err != nil {
 		// A cancelled wait leaves no key behind (etcd#9715).
 		e.withdraw(mine, rev)
 		return nil, err
@@ -274,15 +334,18 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 	return e.grant(ctx, s, r, mine, rev)
 }
 
-// awaitTurn waits until no key of k's queue was created before rev, on
-// session s, until timer fires or ctx ends. It calls waiting, if not nil,
-// before it first waits for another key.
-func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, rev int64, timer <-chan time.Time, waiting func()) error {
+// awaitTurn waits until no key of k's queue from from to end (all of
+// them for a writer, the writers' for a reader) was created before rev,
+// on session s, until timer fires or ctx ends. It watches the last such
+// key, and looks again when it goes: a key that goes is not always the
+// holder's (a waiter may give up), so a waiter is first only when none is
+// left before it. It calls waiting, if not nil, before it first waits for
+// another key.
+func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from, end string, rev int64, timer <-chan time.Time, waiting func()) error {
 	key := k.String()
-	q := e.queue(key)
 	for {
 		// The key queued last before mine: when it goes, mine may be first.
-		before, err := e.cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev-1),
+		before, err := e.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithMaxCreateRev(rev-1),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
 		if err != nil {
 			if ctx.Err() != nil {
@@ -302,10 +365,21 @@ func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, rev 
 		var gone error
 		select {
 		case w, ok := <-ch:
+			if (!ok || w.Err() != nil) && ctx.Err() != nil {
+				// The watch ended with ctx: the caller left.
+				gone = errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+				break
+			}
 			if !ok || w.Err() != nil {
 				gone = e.unavailable(ctx, "watch", errors.Join(w.Err(), errNoAnswer))
-			} else if ev := e.opt.Events; ev != nil {
+				break
+			}
+			if ev := e.opt.Events; ev != nil {
 				ev.Woken(k, "message")
+			}
+			if e.defect == "grantOnDelete" {
+				cancel()
+				return nil // the key before went: taken for a grant
 			}
 		case <-s.done:
 			gone = s.err
@@ -320,6 +394,22 @@ func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, rev 
 		cancel()
 		if gone != nil {
 			return gone
+		}
+	}
+}
+
+// waitingFor returns the calls that tell Events that an acquisition of k
+// waits for another owner's key (waiting, at most once), and that the
+// wait ended (waited, which does nothing when waiting was not called).
+func (e *Engine) waitingFor(k lockcore.Key) (waiting, waited func()) {
+	ev := e.opt.Events
+	if ev == nil {
+		return nil, func() {}
+	}
+	var began bool
+	return func() { began = true; ev.Waiting(k, 1) }, func() {
+		if began {
+			ev.Waiting(k, -1)
 		}
 	}
 }
@@ -382,7 +472,7 @@ func (e *Engine) grant(ctx context.Context, s *session, r lockcore.Request, mine
 		// Its key went with its session, or an operator removed it.
 		return nil, fmt.Errorf("%w: etcd lost the queued acquisition of %s", lockcore.ErrUnavailable, r.Key)
 	}
-	return e.held(s, r.Key, mine, r.Token, rev, resp.Header.Revision, ""), nil
+	return e.held(s, r.Key, mine, r.Token, rev, resp.Header.Revision, "", r.Share < 0), nil
 }
 
 // reenter re-enters the hold of the holder key kv (owned by tok) for r:
@@ -404,5 +494,5 @@ func (e *Engine) reenter(ctx context.Context, s *session, r lockcore.Request, kv
 	if !resp.Succeeded {
 		return nil, nil
 	}
-	return e.held(s, r.Key, holder, tok, kv.CreateRevision, kv.ModRevision, entry), nil
+	return e.held(s, r.Key, holder, tok, kv.CreateRevision, kv.ModRevision, entry, e.isReader(key, kv.Key)), nil
 }

@@ -24,6 +24,7 @@ type hold struct {
 	rev    int64  // the holder key's create revision
 	fence  int64  // the revision of the holder key's grant: its fencing token
 	entry  string // the entry's key, for a re-entry; "" for the holder
+	shared bool   // a reader's, or a re-entry of one
 
 	once sync.Once
 	done chan struct{}
@@ -52,8 +53,8 @@ func (b *both) Is(target error) bool {
 // held makes the hold of holder (or of entry, under it) on session s, and
 // watches for its end: its session lost, or its holder key (or entry)
 // deleted.
-func (e *Engine) held(s *session, key lockcore.Key, holder, token string, rev, fence int64, entry string) *hold {
-	h := &hold{e: e, s: s, key: key, holder: holder, token: token, rev: rev, fence: fence, entry: entry, done: make(chan struct{})}
+func (e *Engine) held(s *session, key lockcore.Key, holder, token string, rev, fence int64, entry string, shared bool) *hold {
+	h := &hold{e: e, s: s, key: key, holder: holder, token: token, rev: rev, fence: fence, entry: entry, shared: shared, done: make(chan struct{})}
 	// Not e's context: Close ends a hold through its session.
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
@@ -61,11 +62,16 @@ func (e *Engine) held(s *session, key lockcore.Key, holder, token string, rev, f
 	if entry != "" {
 		watch = append(watch, entry)
 	}
-	var chans []clientv3.WatchChan
-	for _, k := range watch {
-		chans = append(chans, e.cli.Watch(ctx, k, clientv3.WithRev(fence+1), clientv3.WithFilterPut()))
-	}
-	go h.watch(ctx, chans)
+	// The watches start after the hold is handed out, from the revision
+	// after its grant, so that they miss no deletion and the Take does not
+	// wait for etcd to confirm them.
+	go func() {
+		var chans []clientv3.WatchChan
+		for _, k := range watch {
+			chans = append(chans, e.cli.Watch(ctx, k, clientv3.WithRev(fence+1), clientv3.WithFilterPut()))
+		}
+		h.watch(ctx, chans)
+	}()
 	return h
 }
 
@@ -113,7 +119,7 @@ func (h *hold) Fence() int64 {
 	}
 	return h.fence
 }
-func (h *hold) Shared() (int, bool)    { return -1, false }
+func (h *hold) Shared() (int, bool)    { return -1, h.shared }
 func (h *hold) Token() string          { return h.token }
 func (h *hold) Done() <-chan struct{}  { return h.done }
 func (h *hold) sessionValid() bool     { return h.s.valid() }

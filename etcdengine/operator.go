@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/routelock/lock/lockcore"
@@ -116,27 +117,34 @@ func (e *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, 
 	if len(queue) == 0 {
 		return info, nil
 	}
-	holder, rec := queue[0], readRecord(queue[0].Value)
-	h := lockcore.Holder{Owner: owner(rec.Token), Count: 1, Instances: []string{rec.Instance}, Names: []string{rec.Name},
-		Route: rec.Route, Trace: rec.Trace, Fence: holder.ModRevision, Slot: -1}
-	if !rec.Waited {
-		h.Since = time.UnixMilli(rec.Since)
+	n := e.holders(k, keysOf(queue))
+	for _, holder := range queue[:n] {
+		rec := readRecord(holder.Value)
+		h := lockcore.Holder{Owner: owner(rec.Token), Count: 1, Instances: []string{rec.Instance}, Names: []string{rec.Name},
+			Route: rec.Route, Trace: rec.Trace, Fence: holder.ModRevision, Slot: -1}
+		if e.isReader(k, holder.Key) {
+			h.Share = -1
+		}
+		if !rec.Waited {
+			h.Since = time.UnixMilli(rec.Since)
+		}
+		ents, err := e.cli.Get(ctx, e.entries(k, rec.Token), clientv3.WithPrefix())
+		if err != nil {
+			return info, e.unavailable(ctx, "inspect", err)
+		}
+		for _, kv := range ents.Kvs {
+			er := readRecord(kv.Value)
+			h.Count++
+			h.Instances, h.Names = append(h.Instances, er.Instance), append(h.Names, er.Name)
+		}
+		info.Holders = append(info.Holders, h)
+		info.Fence = max(info.Fence, holder.ModRevision)
 	}
-	ents, err := e.cli.Get(ctx, e.entries(k, rec.Token), clientv3.WithPrefix())
-	if err != nil {
-		return info, e.unavailable(ctx, "inspect", err)
-	}
-	for _, kv := range ents.Kvs {
-		er := readRecord(kv.Value)
-		h.Count++
-		h.Instances, h.Names = append(h.Instances, er.Instance), append(h.Names, er.Name)
-	}
-	info.Holders, info.Fence = []lockcore.Holder{h}, holder.ModRevision
 	info.LastFence = max(info.LastFence, info.Fence)
-	if ttl, err := e.cli.TimeToLive(ctx, clientv3.LeaseID(holder.Lease)); err == nil && ttl.TTL > 0 {
+	if ttl, err := e.cli.TimeToLive(ctx, clientv3.LeaseID(queue[0].Lease)); err == nil && ttl.TTL > 0 {
 		info.TTL = time.Duration(ttl.TTL) * time.Second
 	}
-	for _, kv := range queue[1:] {
+	for _, kv := range queue[n:] {
 		w := readRecord(kv.Value)
 		wt := lockcore.Waiter{Instance: w.Instance, Name: w.Name, Route: w.Route, Trace: w.Trace, Since: time.UnixMilli(w.Since)}
 		if w.Deadline > 0 {
@@ -145,6 +153,15 @@ func (e *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, 
 		info.Waiters = append(info.Waiters, wt)
 	}
 	return info, nil
+}
+
+// keysOf returns the keys of kvs.
+func keysOf(kvs []*mvccpb.KeyValue) [][]byte {
+	out := make([][]byte, len(kvs))
+	for i, kv := range kvs {
+		out[i] = kv.Key
+	}
+	return out
 }
 
 // List implements lockcore.Operator: the locks held or awaited whose key
@@ -186,7 +203,8 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore
 }
 
 // Revoke implements lockcore.Operator: it deletes the holder key of key
-// and its entries, in one transaction with the audit record, so that the
+// (every reader's, for a shared lock, up to maxRevoke in one transaction)
+// and its entries, in one transaction with the audit records, so that the
 // holds' watches end their leases with ErrRevoked and the next waiter is
 // granted the lock, with a fencing token above the revocation's revision
 // (NewFence).
@@ -195,37 +213,61 @@ func (e *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (l
 		return lockcore.Revocation{}, err
 	}
 	k := key.String()
+	var done lockcore.Revocation
 	for range 8 {
-		resp, err := e.cli.Get(ctx, e.queue(k), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+		resp, err := e.cli.Get(ctx, e.queue(k), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(maxRevoke+1))
 		if err != nil {
 			return lockcore.Revocation{}, e.unavailable(ctx, "revoke", err)
 		}
-		if len(resp.Kvs) == 0 {
+		n := e.holders(k, keysOf(resp.Kvs))
+		if n == 0 {
+			if done.Key != "" {
+				return done, nil
+			}
 			return lockcore.Revocation{}, fmt.Errorf("%w: %s", lockcore.ErrNotHeld, k)
 		}
-		holder, rec := resp.Kvs[0], readRecord(resp.Kvs[0].Value)
-		rev := lockcore.Revocation{Key: k, Owner: owner(rec.Token), Fence: holder.ModRevision, Reason: reason, At: time.Now()}
-		b, _ := json.Marshal(rev)
-		tr, err := e.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(string(holder.Key)), "=", holder.CreateRevision),
-				clientv3.Compare(clientv3.ModRevision(string(holder.Key)), "=", holder.ModRevision)).
-			Then(clientv3.OpPut(e.auditOf(k, rev.Fence), string(b)),
+		more := n > maxRevoke
+		n = min(n, maxRevoke)
+		var (
+			cmps []clientv3.Cmp
+			ops  []clientv3.Op
+			rev  lockcore.Revocation
+		)
+		for i, holder := range resp.Kvs[:n] {
+			rec := readRecord(holder.Value)
+			one := lockcore.Revocation{Key: k, Owner: owner(rec.Token), Fence: holder.ModRevision, Reason: reason, At: time.Now()}
+			if i == 0 {
+				rev = one
+			}
+			rev.Fence = max(rev.Fence, one.Fence)
+			b, _ := json.Marshal(one)
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(string(holder.Key)), "=", holder.CreateRevision),
+				clientv3.Compare(clientv3.ModRevision(string(holder.Key)), "=", holder.ModRevision))
+			ops = append(ops, clientv3.OpPut(e.auditOf(k, one.Fence), string(b)),
 				clientv3.OpDelete(string(holder.Key)),
 				clientv3.OpDelete(e.entries(k, rec.Token), clientv3.WithPrefix()),
-				clientv3.OpDelete(e.released(k, rec.Token))).
-			Commit()
+				clientv3.OpDelete(e.released(k, rec.Token)))
+		}
+		tr, err := e.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return lockcore.Revocation{}, e.unavailable(ctx, "revoke", err)
 		}
 		if tr.Succeeded {
 			rev.NewFence = tr.Header.Revision
 			e.trimAudit(ctx, k)
-			return rev, nil
+			if !more {
+				return rev, nil
+			}
+			done = rev // more readers hold: revoke them too
 		}
 		// Released or granted anew meanwhile: look again.
 	}
 	return lockcore.Revocation{}, fmt.Errorf("%w: the hold of %s kept changing", lockcore.ErrUnavailable, k)
 }
+
+// maxRevoke is the most holders (readers) Revoke deletes in one
+// transaction: four operations each, within etcd's default of 128.
+const maxRevoke = 30
 
 // trimAudit keeps the newest auditKeep revocations of key.
 func (e *Engine) trimAudit(ctx context.Context, k string) {

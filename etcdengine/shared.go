@@ -1,0 +1,117 @@
+package etcdengine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// takeShared takes r.Key for a reader (Share -1) on session s: at once
+// when no writer is queued or holds, by re-entry when a token of r.Join
+// holds it (a reader's hold, or the writer's), and otherwise, waiting,
+// once no writer's key was created before its own.
+func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request) (lockcore.Hold, error) {
+	key := r.Key.String()
+	q := e.queue(key)
+	mine := e.reader(key, r.Token)
+	from, end := e.writers(key)
+	for {
+		// No writer and no reader of a token of r's: take it at once.
+		// Otherwise see the first writer, the first key, and r's tokens'
+		// readers' keys, writing nothing.
+		cond := []clientv3.Cmp{clientv3.Compare(clientv3.Version(from).WithRange(end), "=", 0)}
+		orElse := []clientv3.Op{
+			clientv3.OpGet(from, clientv3.WithRange(end), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
+			clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
+		}
+		for _, j := range r.Join {
+			cond = append(cond, clientv3.Compare(clientv3.CreateRevision(e.reader(key, j)), "=", 0))
+			orElse = append(orElse, clientv3.OpGet(e.reader(key, j)))
+		}
+		resp, err := e.cli.Txn(ctx).If(cond...).
+			Then(clientv3.OpPut(mine, e.record(r, false), clientv3.WithLease(s.id))).
+			Else(orElse...).
+			Commit()
+		if err != nil {
+			return nil, e.unavailable(ctx, "take", err)
+		}
+		if resp.Succeeded {
+			rev := resp.Header.Revision
+			return e.held(s, r.Key, mine, r.Token, rev, rev, "", true), nil
+		}
+		// A reader of r's token: re-enter its hold.
+		for i, j := range r.Join {
+			if kvs := resp.Responses[2+i].GetResponseRange().Kvs; len(kvs) > 0 {
+				h, err := e.reenter(ctx, s, r, kvs[0], j)
+				if h != nil || err != nil {
+					return h, err
+				}
+			}
+		}
+		writer, first := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+		if len(writer) == 0 {
+			continue // the writer went, or the reader re-entered, meanwhile
+		}
+		// The writer holds for a token of r's: re-enter its hold.
+		if tok := readRecord(writer[0].Value).Token; joins(r.Join, tok) && len(first) > 0 && string(first[0].Key) == string(writer[0].Key) {
+			h, err := e.reenter(ctx, s, r, writer[0], tok)
+			if h != nil || err != nil {
+				return h, err
+			}
+			continue
+		}
+		if r.Wait < 0 {
+			return nil, &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond}
+		}
+		return e.waitShared(ctx, s, r, mine)
+	}
+}
+
+// waitShared queues the reader r, writing its key mine, and waits up to
+// r.Wait for every writer's key queued before it to go: a reader never
+// passes a queued writer, and readers queued together hold together.
+func (e *Engine) waitShared(ctx context.Context, s *session, r lockcore.Request, mine string) (lockcore.Hold, error) {
+	key := r.Key.String()
+	resp, err := e.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)).
+		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
+		Commit()
+	if err != nil {
+		return nil, e.unavailable(ctx, "queue", err)
+	}
+	if !resp.Succeeded {
+		return nil, fmt.Errorf("%w: an owner token queued twice for %s", lockcore.ErrMisconfigured, key)
+	}
+	rev := resp.Header.Revision
+	timer := time.NewTimer(r.Wait)
+	defer timer.Stop()
+	from, end := e.writers(key)
+	waiting, waited := e.waitingFor(r.Key)
+	defer waited()
+	if err := e.awaitTurn(ctx, s, r.Key, from, end, rev, timer.C, waiting); err != nil {
+		e.withdraw(mine, rev)
+		return nil, err
+	}
+	return e.grant(ctx, s, r, mine, rev)
+}
+
+// holders returns, of a lock's queue sorted by create revision, the keys
+// that hold it: the first, when it is a writer's; else the readers before
+// the first writer.
+func (e *Engine) holders(key string, queue [][]byte) int {
+	if len(queue) == 0 {
+		return 0
+	}
+	if !e.isReader(key, queue[0]) {
+		return 1
+	}
+	n := 0
+	for n < len(queue) && e.isReader(key, queue[n]) {
+		n++
+	}
+	return n
+}
