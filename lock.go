@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/routelock/lock/internal/defaultengine"
 	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/keyfunc"
@@ -366,8 +368,13 @@ func (l *Locker) ByParam(name string, ps ...Policy) func(http.Handler) http.Hand
 var (
 	defaultMu   sync.Mutex
 	defaultL    atomic.Pointer[Locker]
-	defaultOwns redis.UniversalClient // the client defaultLocker opened itself
+	defaultOwns io.Closer // what defaultLocker opened itself: its client, or engine
 )
+
+// closerFunc is a func() as an io.Closer.
+type closerFunc func()
+
+func (f closerFunc) Close() error { f(); return nil }
 
 // SetDefault makes l the Locker that the package-level helpers (ByParam,
 // By) use. They look it up on every request, so SetDefault may come after
@@ -389,6 +396,13 @@ var (
 // it logs once, with slog.Default, which Redis it uses (never the
 // password) and that SetDefault was not called. SetDefault closes that
 // Locker and its client. SetDefault(nil) undoes SetDefault.
+//
+// ETCD_ENDPOINTS, comma-separated etcd client URLs such as
+// http://etcd1:2379,http://etcd2:2379, makes that Locker one on etcd
+// instead, when the program imports github.com/routelock/lock/etcdengine
+// (which links etcd's client, in a module of its own); set without that
+// import, or together with a REDIS_ variable, it is an error when a route
+// is built.
 func SetDefault(l *Locker) {
 	defaultMu.Lock()
 	defer defaultMu.Unlock()
@@ -419,6 +433,18 @@ func defaultLocker() *Locker {
 	conf, err := defaultConf()
 	if err != nil {
 		panic(err.Error())
+	}
+	if conf.etcd != nil {
+		e, where, closeAll, err := conf.etcd(os.Getenv)
+		if err != nil {
+			panic(fmt.Sprintf("%v; or call lock.SetDefault before building routes", err))
+		}
+		l := FromEngine(e)
+		slog.Default().Warn("routelock: lock.SetDefault was not called: the package-level helpers use a Locker of their own",
+			"etcd", where, "from", etcdVar)
+		defaultOwns = closerFunc(closeAll)
+		defaultL.Store(l)
+		return l
 	}
 	// This client is the package's own: it applies context deadlines, so
 	// the engine's calls need no goroutine of their own to keep them.
@@ -461,15 +487,40 @@ func RedisFromEnv() (redis.UniversalClient, error) {
 	return conf.Open(func(o *redisconf.Common) { *o.ContextTimeoutEnabled = true }), nil
 }
 
-// defaultConf reads the default Locker's Redis from the environment. The
-// error shows the expected form and never the value, which may hold a
-// password.
-func defaultConf() (redisconf.Config, error) {
+// defaultSource is where the default Locker takes its locks: the Redis of
+// Config, or, when etcd is not nil, the etcd engine it opens.
+type defaultSource struct {
+	redisconf.Config
+	etcd defaultengine.Opener
+}
+
+// etcdVar is the variable that names the default Locker's etcd.
+const etcdVar = defaultengine.EtcdEndpoints
+
+// defaultConf reads the default Locker's Redis, or etcd, from the
+// environment. The error shows the expected form and never the value,
+// which may hold a password.
+func defaultConf() (defaultSource, error) {
+	if os.Getenv(etcdVar) != "" {
+		for _, v := range []string{redisconf.Server, redisconf.Cluster, redisconf.Sentinel} {
+			if os.Getenv(v) != "" {
+				return defaultSource{}, fmt.Errorf("routelock: %s and %s are both set: set one, for etcd or for Redis; or call lock.SetDefault before building routes", etcdVar, v)
+			}
+		}
+		etcd := defaultengine.EtcdEngine()
+		if etcd == nil {
+			return defaultSource{}, fmt.Errorf("routelock: %s is set, but the program does not link the etcd engine: import _ %q; or call lock.SetDefault before building routes", etcdVar, defaultengine.EtcdModule)
+		}
+		if err := etcd.Check(os.Getenv); err != nil {
+			return defaultSource{}, fmt.Errorf("%w; or call lock.SetDefault before building routes", err)
+		}
+		return defaultSource{etcd: etcd.Open}, nil
+	}
 	c, err := redisconf.FromEnv(os.Getenv)
 	if err != nil {
-		return c, fmt.Errorf("routelock: %w; or call lock.SetDefault before building routes", err)
+		return defaultSource{}, fmt.Errorf("routelock: %w; or call lock.SetDefault before building routes", err)
 	}
-	return c, nil
+	return defaultSource{Config: c}, nil
 }
 
 // By is By of the default Locker (see SetDefault), looked up at each

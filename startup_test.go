@@ -66,6 +66,41 @@ func TestMalformedRedisURLFailsAtStartup(t *testing.T) {
 	lock.ByParam("productID") // no panic: the Locker set is used
 }
 
+// TestEtcdEndpointsFailsAtStartup: with no Locker set, ETCD_ENDPOINTS in a
+// program that does not link the etcd engine stops the program where the
+// package-level route is built, saying what to import; set together with
+// a REDIS_ variable, the message names both variables. Neither repeats a
+// value.
+func TestEtcdEndpointsFailsAtStartup(t *testing.T) {
+	lock.SetDefault(nil)
+	t.Cleanup(func() { lock.SetDefault(nil) })
+	for _, v := range []string{"REDIS_URL", "REDIS_CLUSTER_URL", "REDIS_SENTINEL_URL"} {
+		t.Setenv(v, "")
+	}
+	panicOf := func() string {
+		var msg string
+		func() {
+			defer func() { msg, _ = recover().(string) }()
+			lock.ByParam("productID")
+		}()
+		return msg
+	}
+	const secret = "http://user:s3cret@127.0.0.1:2379"
+	t.Setenv("ETCD_ENDPOINTS", secret)
+	msg := panicOf()
+	if !strings.Contains(msg, "ETCD_ENDPOINTS") || !strings.Contains(msg, `import _ "github.com/routelock/lock/etcdengine"`) || strings.Contains(msg, "s3cret") || strings.Contains(msg, "127.0.0.1") {
+		t.Errorf("ETCD_ENDPOINTS without the etcd engine: building a route panicked with %q, want the import to add, and no value", msg)
+	}
+	for _, v := range []string{"REDIS_URL", "REDIS_CLUSTER_URL", "REDIS_SENTINEL_URL"} {
+		t.Setenv(v, "redis://:s3cret@127.0.0.1:6379")
+		msg := panicOf()
+		if !strings.Contains(msg, "ETCD_ENDPOINTS and "+v+" are both set") || strings.Contains(msg, "s3cret") || strings.Contains(msg, "127.0.0.1") {
+			t.Errorf("ETCD_ENDPOINTS and %s: building a route panicked with %q, want both named, and no value", v, msg)
+		}
+		t.Setenv(v, "")
+	}
+}
+
 // TestMisspeltParamFailsClosed: a lock on one route whose pattern does not
 // name its parameter (productId on {productID}) used to run the handler
 // unlocked (200). It now answers 500, never runs the handler, and the

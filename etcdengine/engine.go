@@ -6,7 +6,12 @@
 // it is.
 //
 // It lives in a Go module of its own, so that a program that locks on
-// Redis does not link etcd's client.
+// Redis does not link etcd's client. A program that imports it, even as
+// import _ "github.com/routelock/lock/etcdengine", makes the package-level
+// helpers (lock.ByParam, lock.By without lock.SetDefault) lock on the etcd
+// that ETCD_ENDPOINTS names (comma-separated client URLs), with the
+// default Options; the routelock command of this module
+// (github.com/routelock/lock/etcdengine/cmd/routelock) reads it too.
 //
 // # How it holds a lock
 //
