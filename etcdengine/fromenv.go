@@ -16,7 +16,7 @@ import (
 // Importing the package makes ETCD_ENDPOINTS the package-level helpers'
 // etcd (lock.ByParam without lock.SetDefault; see lock.SetDefault).
 func init() {
-	defaultengine.RegisterEtcd(defaultengine.Etcd{Check: checkEndpoints, Open: openFromEnv})
+	defaultengine.RegisterEtcd(defaultengine.Etcd{Check: checkEndpoints, Open: openFromEnv, Operator: operatorFromEnv})
 }
 
 // endpointsForm is the form ETCD_ENDPOINTS takes, for its errors.
@@ -55,6 +55,26 @@ func checkEndpoints(getenv func(string) string) error {
 // own to the etcd of ETCD_ENDPOINTS. The client connects lazily: an
 // unreachable etcd shows as unavailable locks.
 func openFromEnv(getenv func(string) string) (lockcore.Engine, string, func(), error) {
+	e, where, closeAll, err := fromEnv(getenv, "")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return e, where, closeAll, nil
+}
+
+// operatorFromEnv opens, as openFromEnv, an Engine with key prefix
+// prefix ("" for the default) for its Operator.
+func operatorFromEnv(getenv func(string) string, prefix string) (lockcore.Operator, string, func(), error) {
+	e, where, closeAll, err := fromEnv(getenv, prefix)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return e, "etcd at " + where, closeAll, nil
+}
+
+// fromEnv opens an Engine with Prefix prefix on a client of its own to the
+// etcd of ETCD_ENDPOINTS.
+func fromEnv(getenv func(string) string, prefix string) (*Engine, string, func(), error) {
 	eps, where, err := endpoints(getenv)
 	if err != nil {
 		return nil, "", nil, err
@@ -63,7 +83,7 @@ func openFromEnv(getenv func(string) string) (lockcore.Engine, string, func(), e
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("%w: %s: the etcd client refused the endpoints", lockcore.ErrMisconfigured, defaultengine.EtcdEndpoints)
 	}
-	e, err := New(cli, Options{})
+	e, err := New(cli, Options{Prefix: prefix})
 	if err != nil {
 		_ = cli.Close()
 		return nil, "", nil, err

@@ -1,6 +1,7 @@
 // Package defaultengine is where an engine that lives in a module of its
 // own registers how the package-level helpers of package lock (lock.By,
-// lock.ByParam without lock.SetDefault) open it from the environment:
+// lock.ByParam without lock.SetDefault), and the routelock command built
+// with it, open it from the environment:
 // the main module cannot link it, and links only this registry. Package
 // etcdengine fills it in from its init, so that a program that imports it
 // locks on etcd when EtcdEndpoints is set.
@@ -34,6 +35,10 @@ type Etcd struct {
 	Check func(getenv func(string) string) error
 	// Open opens it.
 	Open Opener
+	// Operator opens an Operator of it, with key prefix prefix ("" for
+	// its default), for the routelock command: where it is, and how to
+	// close it, as Open.
+	Operator func(getenv func(string) string, prefix string) (op lockcore.Operator, where string, close func(), err error)
 }
 
 var (

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -110,7 +110,7 @@ func withOp(t *testing.T, op lockcore.Operator) *int {
 	saved := open
 	open = func(func(string) string, string) (lockcore.Operator, string, func(), error) {
 		opened++
-		return op, "127.0.0.1:6379", func() {}, nil
+		return op, "Redis at 127.0.0.1:6379", func() {}, nil
 	}
 	timeNow = func() time.Time { return now }
 	t.Cleanup(func() { open, timeNow = saved, time.Now })
