@@ -33,8 +33,9 @@ const maxSet = maxTxnOps - 2
 //
 // It declines (nil, nil) a set of more than 126 keys, whose transactions
 // would need more than etcd's default of 128 operations, a set with
-// shared holds, and a set of which a lock is held by a token the request
-// may re-enter: the Locker then takes them one by one.
+// shared holds, and a set whose requests carry propagated owner tokens
+// (Join), which may re-enter holds: the Locker then takes them one by
+// one.
 func (e *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore.Hold, error) {
 	if e.closed.Load() {
 		return nil, lockcore.ErrClosed
@@ -43,7 +44,9 @@ func (e *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 		return nil, nil
 	}
 	for _, r := range rs {
-		if r.Share != 0 {
+		// Shared holds, and a request that may re-enter a hold (or ask a
+		// reader's token for the exclusive lock), are Take's.
+		if r.Share != 0 || len(r.Join) > 0 || r.Token == "" || r.Token[0] < ' ' {
 			return nil, nil
 		}
 	}
@@ -84,16 +87,10 @@ func (e *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 			return e.heldAll(ss, rs, mines, rev, rev), nil
 		}
 		busy := -1
-		for i, r := range rs {
-			kvs := resp.Responses[i].GetResponseRange().Kvs
-			if len(kvs) == 0 {
-				continue
-			}
-			if joins(r.Join, readRecord(kvs[0].Value).Token) {
-				return nil, nil // a re-entry: one by one
-			}
-			if busy < 0 {
+		for i := range rs {
+			if len(resp.Responses[i].GetResponseRange().Kvs) > 0 {
 				busy = i
+				break
 			}
 		}
 		if busy < 0 {

@@ -262,9 +262,10 @@ func waitQueued(t *testing.T, e *Engine, ks []lockcore.Key, n int) {
 }
 
 // TestTakeAllDeclines: a set beyond etcd's default transaction size, a
-// set with shared holds, and a set of which one key is held by a token
-// the request may re-enter are declined, with nothing written, for the
-// Locker to take one by one; a Locker then takes such sets all the same.
+// set with shared holds, and a set that carries propagated owner tokens
+// (here, one holding one of its keys) are declined, with nothing written,
+// for the Locker to take one by one; a Locker then takes such sets all
+// the same.
 func TestTakeAllDeclines(t *testing.T) {
 	cli := startEtcd(t)
 	e, kv := countingEngine(t, cli, "batch-decline/")
@@ -303,6 +304,7 @@ func TestTakeAllDeclines(t *testing.T) {
 	ks := keys(t, 2)
 	shared := requests(ks, "shared", lockcore.FailFast)
 	shared[1].Share = -1
+	before = kv.txns.Load()
 	if hs, err := e.TakeAll(ctx, shared); hs != nil || err != nil {
 		t.Fatalf("TakeAll with a reader: %d holds, %v; want it declined", len(hs), err)
 	}
@@ -316,6 +318,9 @@ func TestTakeAllDeclines(t *testing.T) {
 	}
 	if hs, err := e.TakeAll(ctx, rs); hs != nil || err != nil {
 		t.Fatalf("TakeAll of a key the request's token holds: %d holds, %v; want it declined", len(hs), err)
+	}
+	if n := kv.txns.Load() - before; n != 1 {
+		t.Errorf("declining a shared set and one with tokens, and one Take between: %d transactions, want the Take's 1", n)
 	}
 	if err := h.Release(ctx, nil); err != nil {
 		t.Fatal(err)
