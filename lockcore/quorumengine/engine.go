@@ -1,0 +1,557 @@
+package quorumengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// Options configure an Engine. The zero Options are the defaults.
+type Options struct {
+	// Prefix is put before every key the engine writes on the masters.
+	// Engines that share a lock must share a Prefix and the masters, in
+	// any order. Default: "routelock:".
+	Prefix string
+
+	// TTL is the default lease of a hold. Default: 10 seconds.
+	TTL time.Duration
+
+	// MaxTTL bounds every hold's TTL (a longer one fails with
+	// lockcore.ErrMisconfigured), and is how long a master that restarted
+	// without its data refuses fresh holds (the restart guard). Every
+	// Engine on the masters must share it. Default: 1 minute.
+	MaxTTL time.Duration
+
+	// Timeout bounds each round of calls to the masters (an attempt to
+	// acquire, a renewal, a release, an operator's read), whatever the
+	// clients' own timeouts. Default: 500ms, and never more than a third
+	// of the hold's TTL for an acquisition or a renewal.
+	Timeout time.Duration
+
+	// Drift is the clock drift allowed between the engine and the
+	// masters, as a fraction of the TTL: a hold counts as valid for its
+	// TTL less Drift times the TTL, less 2ms, less a tenth of the TTL as
+	// the margin in which its loss is told, from when the call that
+	// confirmed it was sent. Default: 0.01.
+	Drift float64
+
+	// Name is the engine's instance name, which operators see beside its
+	// holds. Default: "<hostname>-<pid>".
+	Name string
+
+	// Events, if set, is told what the engine does (lockcore.Events):
+	// waits, wake-ups and the renewals of its holds.
+	Events lockcore.Events
+}
+
+// Engine takes locks on a majority of independent Redis masters. Make it
+// with New; it is safe for concurrent use.
+type Engine struct {
+	masters  []redis.UniversalClient
+	quorum   int
+	opt      Options
+	instance string
+	ctx      context.Context // ends with Close
+	cancel   context.CancelFunc
+	closed   atomic.Bool
+	wg       sync.WaitGroup // every call in flight, and every renewer
+	defect   string         // the tests' planted defect; "" in use
+
+	mu    sync.Mutex
+	holds map[*hold]struct{}
+}
+
+// New returns an Engine on masters, each an independent Redis master (a
+// single server, not a Cluster, with no replication between them); an
+// odd number of them, 3 or 5. It does not own them: Close leaves them
+// open.
+func New(masters []redis.UniversalClient, o Options) (*Engine, error) {
+	if len(masters) == 0 {
+		return nil, fmt.Errorf("%w: quorumengine.New: no masters", lockcore.ErrMisconfigured)
+	}
+	for i, m := range masters {
+		if m == nil {
+			return nil, fmt.Errorf("%w: quorumengine.New: master %d is nil", lockcore.ErrMisconfigured, i)
+		}
+	}
+	if o.Prefix == "" {
+		o.Prefix = "routelock:"
+	}
+	if o.TTL == 0 {
+		o.TTL = 10 * time.Second
+	}
+	if o.MaxTTL == 0 {
+		o.MaxTTL = max(time.Minute, o.TTL)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 500 * time.Millisecond
+	}
+	if o.Drift == 0 {
+		o.Drift = 0.01
+	}
+	if o.Name == "" {
+		host, _ := os.Hostname()
+		o.Name = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if o.TTL < 0 || o.Timeout < 0 || o.MaxTTL < o.TTL || o.Drift < 0 || o.Drift >= 0.5 {
+		return nil, fmt.Errorf("%w: quorumengine.Options: TTL %v, MaxTTL %v, Timeout %v, Drift %v",
+			lockcore.ErrMisconfigured, o.TTL, o.MaxTTL, o.Timeout, o.Drift)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Engine{
+		masters: masters, quorum: len(masters)/2 + 1, opt: o, instance: newInstance(),
+		ctx: ctx, cancel: cancel, holds: map[*hold]struct{}{},
+	}, nil
+}
+
+// Promises implements lockcore.Engine: ordered fencing tokens and
+// re-entry by owner token. Waiters poll: no FIFO.
+func (e *Engine) Promises() lockcore.Promises {
+	return lockcore.Promises{OrderedFences: true, TokenReentry: true}
+}
+
+// Close ends every hold of the Engine (their Done closes with an error
+// matching lockcore.ErrClosed) and releases them on the masters; waiters
+// fail with lockcore.ErrClosed. Close is idempotent.
+func (e *Engine) Close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	e.mu.Lock()
+	hs := make([]*hold, 0, len(e.holds))
+	for h := range e.holds {
+		hs = append(hs, h)
+	}
+	e.mu.Unlock()
+	for _, h := range hs {
+		h.end(errClosed)
+	}
+	var errs []error
+	for _, h := range hs {
+		errs = append(errs, h.giveUp(context.Background()))
+	}
+	e.cancel()
+	e.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// errClosed ends the holds of a closed Engine.
+var errClosed error = &both{"routelock: lease lost: the engine was closed", [2]error{lockcore.ErrLockLost, lockcore.ErrClosed}}
+
+// The keys of a lock on a master. key is a lockcore.Key's string, which
+// never holds '{' or '}': the braces make it the hash tag.
+func (e *Engine) lockKey(key string) string  { return e.opt.Prefix + "{" + key + "}:l" }
+func (e *Engine) countKey(key string) string { return e.opt.Prefix + "{" + key + "}:f" }
+func (e *Engine) auditKey(key string) string { return e.opt.Prefix + "{" + key + "}:a" }
+func (e *Engine) markKey(key string, fence int64) string {
+	return e.opt.Prefix + "{" + key + "}:v:" + strconv.FormatInt(fence, 10)
+}
+
+// The restart guard of a master and the run it was decided for: the
+// server's, whatever the prefix.
+const (
+	guardKey    = "routelock:quorum:restart-guard"
+	guardRunKey = "routelock:quorum:restart-guard:run"
+)
+
+// reply is one master's answer to a call.
+type reply struct {
+	i   int
+	v   any
+	err error
+}
+
+// errNoAnswer is the error of a master that did not answer in time.
+var errNoAnswer = errors.New("no answer in time")
+
+// call runs script on every master at once, each call in a goroutine of
+// its own bounded by deadline, and collects the replies until enough says
+// it has enough (or every master answered, or deadline passed); the calls
+// still in flight then go on in the background, until deadline. Each
+// master's args come from args(i). A master not heard from has
+// errNoAnswer.
+func (e *Engine) call(deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
+	n := len(e.masters)
+	ch := make(chan reply, n)
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(e.ctx), deadline)
+	var left sync.WaitGroup
+	for i, m := range e.masters {
+		left.Add(1)
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			defer left.Done()
+			v, err := e.run(ctx, m, script, keys, args(i))
+			ch <- reply{i, v, err}
+		}()
+	}
+	go func() { left.Wait(); cancel() }()
+	out := make([]reply, n)
+	for i := range out {
+		out[i] = reply{i: i, err: errNoAnswer}
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	got := make([]reply, 0, n)
+	for len(got) < n {
+		select {
+		case r := <-ch:
+			out[r.i] = r
+			got = append(got, r)
+			if enough != nil && enough(got) {
+				return out
+			}
+		case <-timer.C:
+			return out
+		}
+	}
+	return out
+}
+
+// run runs script on master m; a master that answers NOSCRIPT has lost
+// its script cache, and perhaps its data: its restart guard is decided
+// first (see guardScript).
+func (e *Engine) run(ctx context.Context, m redis.UniversalClient, script *redis.Script, keys []string, args []any) (any, error) {
+	v, err := script.EvalSha(ctx, m, keys, args...).Result()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if _, err := guardScript.Eval(ctx, m, []string{guardKey, guardRunKey}, e.opt.MaxTTL.Milliseconds()).Result(); err != nil {
+			return nil, err
+		}
+		v, err = script.Eval(ctx, m, keys, args...).Result()
+	}
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	return v, err
+}
+
+// Take implements lockcore.Engine.
+func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
+	if e.closed.Load() {
+		return nil, lockcore.ErrClosed
+	}
+	if r.Share != 0 {
+		return nil, fmt.Errorf("%w: Share %d: quorumengine holds exclusive locks only", lockcore.ErrMisconfigured, r.Share)
+	}
+	ttl := r.TTL
+	if ttl == 0 {
+		ttl = e.opt.TTL
+	}
+	if ttl > e.opt.MaxTTL {
+		return nil, fmt.Errorf("%w: TTL %v is longer than quorumengine.Options.MaxTTL %v, which the restart guard protects", lockcore.ErrMisconfigured, ttl, e.opt.MaxTTL)
+	}
+	key := r.Key.String()
+	var waitUntil time.Time
+	if r.Wait > 0 {
+		waitUntil = time.Now().Add(r.Wait)
+	}
+	waiting := false
+	defer func() {
+		if waiting && e.opt.Events != nil {
+			e.opt.Events.Waiting(r.Key, -1)
+		}
+	}()
+	backoff := 5 * time.Millisecond
+	for {
+		h, retry, err := e.attempt(ctx, r, ttl)
+		if h != nil || err != nil {
+			return h, err
+		}
+		if r.Wait < 0 {
+			return nil, &lockcore.ContentionError{Key: key, RetryAfter: retry}
+		}
+		if !waiting {
+			waiting = true
+			if e.opt.Events != nil {
+				e.opt.Events.Waiting(r.Key, 1)
+			}
+		}
+		// Polling with jitter: a random pause up to backoff, which
+		// doubles up to a tenth of the TTL, never past the wait.
+		backoff = min(2*backoff, max(ttl/10, 10*time.Millisecond))
+		pause := backoff/2 + rand.N(backoff/2+1)
+		left := time.Until(waitUntil)
+		timer := time.NewTimer(min(pause, max(left, 0)))
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}, ctx.Err())
+		case <-e.ctx.Done():
+			timer.Stop()
+			return nil, lockcore.ErrClosed
+		}
+		if e.opt.Events != nil {
+			e.opt.Events.Woken(r.Key, "timer")
+		}
+		if !time.Now().Before(waitUntil) {
+			return nil, &lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}
+		}
+	}
+}
+
+// attempt makes one attempt to take r: on every master at once, then, with
+// a quorum won, the hold confirmed with its fence on every master. It
+// returns the hold; or nil and how long the holder's lease has left when
+// the lock is held by another owner (or the votes split); or an error.
+// An attempt that fails gives up what it took, on every master.
+func (e *Engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Duration) (*hold, time.Duration, error) {
+	key := r.Key.String()
+	keys := []string{e.lockKey(key), e.countKey(key), guardKey}
+	args := make([]any, 0, 6+len(r.Join))
+	args = append(args, r.Token, ttl.Milliseconds(), e.instance, e.opt.Name, r.Route, r.Trace)
+	for _, j := range r.Join {
+		args = append(args, j)
+	}
+	sent := time.Now()
+	deadline := sent.Add(min(e.opt.Timeout, ttl/3))
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	q, n := e.quorum, len(e.masters)
+	// Enough: a quorum for one owner, or none possible any more.
+	replies := e.call(deadline, acquireScript, keys, func(int) []any { return args }, func(got []reply) bool {
+		votes, against := map[string]int{}, 0
+		for _, g := range got {
+			if tok, _, ok := granted(g); ok {
+				votes[tok]++
+				if votes[tok] >= q {
+					return true
+				}
+			} else {
+				against++
+			}
+		}
+		return n-against < q
+	})
+	votes := map[string]int{}
+	var fences = map[string][]int64{}
+	var answered, guarded, busy int
+	var retry, guardLeft time.Duration = 100 * time.Millisecond, 0
+	var firstErr error
+	for _, g := range replies {
+		if g.err != nil {
+			if firstErr == nil {
+				firstErr = g.err
+			}
+			continue
+		}
+		answered++
+		if tok, fence, ok := granted(g); ok {
+			if tok == "" {
+				tok = r.Token
+			}
+			votes[tok]++
+			fences[tok] = append(fences[tok], fence)
+			continue
+		}
+		code, ms := replyInts(g.v)
+		switch code {
+		case 0:
+			busy++
+			retry = min(retry, max(time.Duration(ms)*time.Millisecond, time.Millisecond))
+		case -1:
+			guarded++
+			guardLeft = max(guardLeft, time.Duration(ms)*time.Millisecond)
+		}
+	}
+	owner := ""
+	for tok, v := range votes {
+		if v >= q {
+			owner = tok
+		}
+	}
+	if owner != "" {
+		fence := maxOf(fences[owner])
+		if owner != r.Token {
+			fence = majority(fences[owner])
+		}
+		h, err := e.confirm(r, ttl, owner, fence, sent)
+		if h != nil || err != nil {
+			return h, 0, err
+		}
+	}
+	// No quorum: give up what was taken, on every master, those that
+	// did not answer too (their grant may land later).
+	e.withdraw(key, r.Token)
+	switch {
+	case e.closed.Load():
+		return nil, 0, lockcore.ErrClosed
+	case answered < q:
+		err := fmt.Errorf("%w: %d of %d masters answered, %d needed: %w", lockcore.ErrUnavailable, answered, n, q, firstErr)
+		if ctx.Err() != nil {
+			return nil, 0, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}, err, ctx.Err())
+		}
+		return nil, 0, err
+	case guarded > 0 && busy == 0 && len(votes) < 2:
+		// The restart guard, not another owner, keeps the quorum.
+		return nil, 0, &lockcore.RestartGuardError{RetryAfter: guardLeft}
+	}
+	return nil, retry, nil
+}
+
+// confirm confirms on every master the hold of r won by a quorum for
+// owner (r.Token, or the holder it re-enters) with fence: it is the hold
+// once a quorum has it with that fence, and its counters are raised to
+// it, within the lease's validity from sent. The masters that lagged take
+// it in the background, until the validity ends; renewals take it where
+// they still have not. It returns nil, nil when no quorum confirmed it.
+func (e *Engine) confirm(r lockcore.Request, ttl time.Duration, owner string, fence int64, sent time.Time) (*hold, error) {
+	h := &hold{e: e, key: r.Key, ttl: ttl, token: owner, mine: r.Token, fence: fence, route: r.Route, trace: r.Trace, done: make(chan struct{})}
+	until := h.validity(sent)
+	if e.defect == "noFenceRaise" {
+		// The planted defect: the quorum's fence is raised nowhere.
+		if !time.Now().Before(until) {
+			return nil, nil
+		}
+		return e.start(h, until), nil
+	}
+	ok := e.confirmed(h, until, nil)
+	if !ok || !time.Now().Before(until) {
+		return nil, nil
+	}
+	return e.start(h, until), nil
+}
+
+// confirmed runs the claim script for h on every master, until deadline,
+// and reports whether a quorum confirmed it; revoked, when not nil, is
+// told the reason of a revocation found.
+func (e *Engine) confirmed(h *hold, deadline time.Time, revoked func(reason string)) bool {
+	key := h.key.String()
+	keys := []string{e.lockKey(key), e.countKey(key), e.markKey(key, h.fence)}
+	args := []any{h.token, h.mine, h.ttl.Milliseconds(), h.fence, e.instance, e.opt.Name, h.route, h.trace}
+	q, n := e.quorum, len(e.masters)
+	replies := e.call(deadline, claimScript, keys, func(int) []any { return args }, func(got []reply) bool {
+		yes, no := 0, 0
+		for _, g := range got {
+			if c, _ := replyInts(g.v); g.err == nil && c == 1 {
+				yes++
+			} else {
+				no++
+			}
+		}
+		return yes >= q || n-no < q
+	})
+	yes, no := 0, 0
+	for _, g := range replies {
+		if g.err != nil {
+			continue
+		}
+		code, _ := replyInts(g.v)
+		switch code {
+		case 1:
+			yes++
+		case -2:
+			if revoked != nil {
+				revoked(replyString(g.v, 1))
+			}
+			return false
+		default:
+			no++
+		}
+	}
+	if yes < q && n-no < q && revoked != nil {
+		revoked("")
+	}
+	return yes >= q
+}
+
+// withdraw gives up the hold of token on key on every master, in the
+// background.
+func (e *Engine) withdraw(key, token string) {
+	if e.defect == "noRelease" {
+		return // the planted defect: a failed quorum leaves its grants
+	}
+	keys := []string{e.lockKey(key)}
+	e.call(time.Now().Add(4*e.opt.Timeout), releaseScript, keys, func(int) []any { return []any{token} }, func([]reply) bool { return true })
+}
+
+// start registers h, valid until until, and starts its renewals.
+func (e *Engine) start(h *hold, until time.Time) *hold {
+	h.stop = make(chan struct{})
+	h.until = until
+	h.expiry = time.AfterFunc(time.Until(until), func() { h.end(errExpired) })
+	e.mu.Lock()
+	e.holds[h] = struct{}{}
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go h.renew()
+	return h
+}
+
+// granted reads a reply to the acquire script: the holder's token ("" for
+// the caller's own) and the fence, when it granted or re-entered.
+func granted(g reply) (string, int64, bool) {
+	if g.err != nil {
+		return "", 0, false
+	}
+	a, _ := g.v.([]any)
+	if len(a) < 2 {
+		return "", 0, false
+	}
+	code, _ := a[0].(int64)
+	fence, _ := a[1].(int64)
+	switch code {
+	case 1:
+		return "", fence, true
+	case 2:
+		tok, _ := a[2].(string)
+		return tok, fence, true
+	}
+	return "", 0, false
+}
+
+// replyInts reads the first two integers of a script's reply.
+func replyInts(v any) (int64, int64) {
+	a, _ := v.([]any)
+	var x, y int64
+	if len(a) > 0 {
+		x, _ = a[0].(int64)
+	}
+	if len(a) > 1 {
+		y, _ = a[1].(int64)
+	}
+	return x, y
+}
+
+// replyString reads the string at i of a script's reply.
+func replyString(v any, i int) string {
+	a, _ := v.([]any)
+	if len(a) > i {
+		s, _ := a[i].(string)
+		return s
+	}
+	return ""
+}
+
+func maxOf(xs []int64) int64 {
+	var m int64
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+// majority returns the value most of xs have, the greatest on a tie.
+func majority(xs []int64) int64 {
+	count := map[int64]int{}
+	best, bestN := int64(0), 0
+	for _, x := range xs {
+		count[x]++
+		if c := count[x]; c > bestN || c == bestN && x > best {
+			best, bestN = x, c
+		}
+	}
+	return best
+}
