@@ -142,7 +142,14 @@ func (e *Engine) Close() error {
 		errs = append(errs, h.giveUp(context.Background()))
 	}
 	e.cancel()
-	e.wg.Wait()
+	// The calls still in flight end by their deadlines, unless a client
+	// does not bound its reads by them: Close waits for them a while.
+	idle := make(chan struct{})
+	go func() { e.wg.Wait(); close(idle) }()
+	select {
+	case <-idle:
+	case <-time.After(8 * e.opt.Timeout):
+	}
 	return errors.Join(errs...)
 }
 
@@ -265,6 +272,11 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	backoff := 5 * time.Millisecond
 	for {
 		h, retry, err := e.attempt(ctx, r, ttl)
+		if h != nil && ctx.Err() != nil {
+			// The caller left while the attempt flew: it holds nothing.
+			_ = h.Release(ctx, nil)
+			return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: r.Wait >= 0}, ctx.Err())
+		}
 		if h != nil || err != nil {
 			return h, err
 		}
@@ -353,7 +365,9 @@ func (e *Engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Durat
 				tok = r.Token
 			}
 			votes[tok]++
-			fences[tok] = append(fences[tok], fence)
+			if tok == r.Token || confirmedFence(g) {
+				fences[tok] = append(fences[tok], fence)
+			}
 			continue
 		}
 		code, ms := replyInts(g.v)
@@ -373,13 +387,13 @@ func (e *Engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Durat
 		}
 	}
 	if owner != "" {
-		fence := maxOf(fences[owner])
-		if owner != r.Token {
-			fence = majority(fences[owner])
-		}
-		h, err := e.confirm(r, ttl, owner, fence, sent)
-		if h != nil || err != nil {
-			return h, 0, err
+		// A fresh hold's fence is the greatest of its quorum's; a
+		// re-entry's is its holder's, as the holder's quorum confirmed it,
+		// which at least one master of any quorum says.
+		if fence := maxOf(fences[owner]); fence > 0 {
+			if h := e.confirm(r, ttl, owner, fence, sent); h != nil {
+				return h, 0, nil
+			}
 		}
 	}
 	// No quorum: give up what was taken, on every master, those that
@@ -407,21 +421,21 @@ func (e *Engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Durat
 // it, within the lease's validity from sent. The masters that lagged take
 // it in the background, until the validity ends; renewals take it where
 // they still have not. It returns nil, nil when no quorum confirmed it.
-func (e *Engine) confirm(r lockcore.Request, ttl time.Duration, owner string, fence int64, sent time.Time) (*hold, error) {
+func (e *Engine) confirm(r lockcore.Request, ttl time.Duration, owner string, fence int64, sent time.Time) *hold {
 	h := &hold{e: e, key: r.Key, ttl: ttl, token: owner, mine: r.Token, fence: fence, route: r.Route, trace: r.Trace, done: make(chan struct{})}
 	until := h.validity(sent)
 	if e.defect == "noFenceRaise" {
 		// The planted defect: the quorum's fence is raised nowhere.
 		if !time.Now().Before(until) {
-			return nil, nil
+			return nil
 		}
-		return e.start(h, until), nil
+		return e.start(h, until)
 	}
 	ok := e.confirmed(h, until, nil)
 	if !ok || !time.Now().Before(until) {
-		return nil, nil
+		return nil
 	}
-	return e.start(h, until), nil
+	return e.start(h, until)
 }
 
 // confirmed runs the claim script for h on every master, until deadline,
@@ -510,6 +524,13 @@ func granted(g reply) (string, int64, bool) {
 		return tok, fence, true
 	}
 	return "", 0, false
+}
+
+// confirmedFence reports whether a re-entry's reply to the acquire script
+// carries the fence its holder's quorum confirmed.
+func confirmedFence(g reply) bool {
+	a, _ := g.v.([]any)
+	return len(a) > 3 && a[3] == "1"
 }
 
 // replyInts reads the first two integers of a script's reply.

@@ -32,9 +32,9 @@ type hold struct {
 }
 
 var (
-	errExpired error = &both{"routelock: lease lost: a quorum of masters did not confirm it before its validity ran out (lock service unavailable)", [2]error{lockcore.ErrLockLost, lockcore.ErrUnavailable}}
-	errTaken         = fmt.Errorf("%w: no quorum of masters holds it any more", lockcore.ErrLockLost)
-	errReleased      = errors.New("routelock: released")
+	errExpired  error = &both{"routelock: lease lost: a quorum of masters did not confirm it before its validity ran out (lock service unavailable)", [2]error{lockcore.ErrLockLost, lockcore.ErrUnavailable}}
+	errTaken          = fmt.Errorf("%w: no quorum of masters holds it any more", lockcore.ErrLockLost)
+	errReleased       = errors.New("routelock: released")
 )
 
 // both is an error that matches two sentinels.

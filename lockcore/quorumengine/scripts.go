@@ -35,7 +35,9 @@ redis.call('SET', KEYS[2], fs, 'PX', 86400000)
 // the tokens the acquisition may re-enter. Returns {1, fence} for a fresh
 // grant (or a re-sent one of the same token), {2, fence, holder} for a
 // re-entry, {0, pttl} when another owner holds it, {-1, guard ms} while
-// the restart guard refuses fresh grants.
+// the restart guard refuses fresh grants. A re-entry's reply ends with "1"
+// when the holder's fence on this master is the one its quorum confirmed
+// (claimScript sets c), "0" when it may be this master's own of the grant.
 var acquireScript = redis.NewScript(`
 local t = redis.call('HGET', KEYS[1], 't')
 if t then
@@ -48,7 +50,7 @@ if t then
       if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
       end
-      return {2, tonumber(redis.call('HGET', KEYS[1], 'f')), t}
+      return {2, tonumber(redis.call('HGET', KEYS[1], 'f')), t, redis.call('HGET', KEYS[1], 'c') or '0'}
     end
   end
   return {0, redis.call('PTTL', KEYS[1])}
@@ -94,7 +96,7 @@ end
 if ARGV[2] ~= ARGV[1] then
   redis.call('HSET', KEYS[1], 'e:' .. ARGV[2], ARGV[5])
 end
-redis.call('HSET', KEYS[1], 'f', ARGV[4])
+redis.call('HSET', KEYS[1], 'f', ARGV[4], 'c', '1')
 local c = redis.call('GET', KEYS[2])
 if not c or tonumber(c) < tonumber(ARGV[4]) then
   redis.call('SET', KEYS[2], ARGV[4], 'PX', 86400000)
