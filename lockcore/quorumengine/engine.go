@@ -189,6 +189,12 @@ var errNoAnswer = errors.New("no answer in time")
 // master's args come from args(i). A master not heard from has
 // errNoAnswer.
 func (e *Engine) call(deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
+	return e.callFor(nil, deadline, script, keys, args, enough)
+}
+
+// callFor is call, with every call in flight counted in inflight (when
+// not nil) until it ends.
+func (e *Engine) callFor(inflight *sync.WaitGroup, deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
 	n := len(e.masters)
 	ch := make(chan reply, n)
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(e.ctx), deadline)
@@ -196,9 +202,15 @@ func (e *Engine) call(deadline time.Time, script *redis.Script, keys []string, a
 	for i, m := range e.masters {
 		left.Add(1)
 		e.wg.Add(1)
+		if inflight != nil {
+			inflight.Add(1)
+		}
 		go func() {
 			defer e.wg.Done()
 			defer left.Done()
+			if inflight != nil {
+				defer inflight.Done()
+			}
 			v, err := e.run(ctx, m, script, keys, args(i))
 			ch <- reply{i, v, err}
 		}()
@@ -446,7 +458,7 @@ func (e *Engine) confirmed(h *hold, deadline time.Time, revoked func(reason stri
 	keys := []string{e.lockKey(key), e.countKey(key), e.markKey(key, h.fence)}
 	args := []any{h.token, h.mine, h.ttl.Milliseconds(), h.fence, e.instance, e.opt.Name, h.route, h.trace}
 	q, n := e.quorum, len(e.masters)
-	replies := e.call(deadline, claimScript, keys, func(int) []any { return args }, func(got []reply) bool {
+	replies := e.callFor(&h.inflight, deadline, claimScript, keys, func(int) []any { return args }, func(got []reply) bool {
 		yes, no := 0, 0
 		for _, g := range got {
 			if c, _ := replyInts(g.v); g.err == nil && c == 1 {

@@ -21,8 +21,9 @@ type hold struct {
 	fence        int64
 	route, trace string
 
-	stop   chan struct{} // closed by end: the renewals stop
-	expiry *time.Timer   // ends the hold when its validity runs out unconfirmed
+	stop     chan struct{}  // closed by end: the renewals stop
+	inflight sync.WaitGroup // its confirmations in flight
+	expiry   *time.Timer    // ends the hold when its validity runs out unconfirmed
 
 	once  sync.Once
 	done  chan struct{}
@@ -90,8 +91,16 @@ func (h *hold) renew() {
 		}
 		sent := time.Now()
 		h.mu.Lock()
-		until := h.until
+		until, ended := h.until, h.err != nil
+		if !ended {
+			// The round counts as in flight from before the hold can end
+			// (end takes h.mu): a release waits for it.
+			h.inflight.Add(1)
+		}
 		h.mu.Unlock()
+		if ended {
+			return
+		}
 		var lost error
 		ok := e.confirmed(h, until, func(reason string) {
 			if reason == "" {
@@ -100,6 +109,7 @@ func (h *hold) renew() {
 			}
 			lost = fmt.Errorf("%w: %s", lockcore.ErrRevoked, reason)
 		})
+		h.inflight.Done()
 		if ev := e.opt.Events; ev != nil {
 			switch {
 			case ok:
@@ -171,6 +181,15 @@ func (h *hold) Release(ctx context.Context, early error) error {
 // times that.
 func (h *hold) giveUp(ctx context.Context) error {
 	e := h.e
+	// A confirmation still in flight to a master that lags would take
+	// the hold there again after the release: it lands first, or its
+	// deadline passes, for a Timeout at most.
+	landed := make(chan struct{})
+	go func() { h.inflight.Wait(); close(landed) }()
+	select {
+	case <-landed:
+	case <-time.After(e.opt.Timeout):
+	}
 	keys := []string{e.lockKey(h.key.String())}
 	deadline := time.Now().Add(4 * e.opt.Timeout)
 	replies := e.call(deadline, releaseScript, keys, func(int) []any { return []any{h.mine} }, func(got []reply) bool {
