@@ -282,12 +282,23 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		}
 	}()
 	backoff := 5 * time.Millisecond
+	var last *transient // the last attempt's, when it failed so
 	for {
 		h, retry, err := e.attempt(ctx, r, ttl)
 		if h != nil && ctx.Err() != nil {
 			// The caller left while the attempt flew: it holds nothing.
 			_ = h.Release(ctx, nil)
 			return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: r.Wait >= 0}, ctx.Err())
+		}
+		last = nil
+		if t, ok := err.(*transient); ok {
+			err = t.err
+			// A wait shorter than the restart guards' refusal fails at
+			// once; a longer one waits it out, as any transient failure.
+			var guard *lockcore.RestartGuardError
+			if r.Wait >= 0 && (!errors.As(err, &guard) || guard.RetryAfter < time.Until(waitUntil)) {
+				last, err = t, nil
+			}
 		}
 		if h != nil || err != nil {
 			return h, err
@@ -320,6 +331,9 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 			e.opt.Events.Woken(r.Key, "timer")
 		}
 		if !time.Now().Before(waitUntil) {
+			if last != nil {
+				return nil, last.err
+			}
 			return nil, &lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}
 		}
 	}
@@ -420,12 +434,29 @@ func (e *Engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Durat
 			return nil, 0, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}, err, ctx.Err())
 		}
 		return nil, 0, err
-	case guarded > 0 && busy == 0 && len(votes) < 2:
-		// The restart guard, not another owner, keeps the quorum.
-		return nil, 0, &lockcore.RestartGuardError{RetryAfter: guardLeft}
+	case busy > 0:
+		return nil, retry, nil // another owner holds it, on some masters at least
+	case n-guarded < q:
+		// Restart guards, not another owner, keep the quorum.
+		return nil, 0, &transient{&lockcore.RestartGuardError{RetryAfter: guardLeft}}
 	}
-	return nil, retry, nil
+	// A quorum answered, but refused by a guard, late or split among
+	// attempts: it may pass in a moment.
+	err := fmt.Errorf("%w: no quorum of %d masters for one owner (%d answered, %d refused by a restart guard)", lockcore.ErrUnavailable, q, answered, guarded)
+	if guarded > 0 {
+		err = errors.Join(&lockcore.RestartGuardError{RetryAfter: guardLeft}, err)
+	}
+	return nil, retry, &transient{err}
 }
+
+// transient is the error of an attempt that failed for a reason that may
+// pass, not another owner's hold: a quorum refused by restart guards,
+// late, or split among attempts. A waiting acquisition tries again, and
+// fails with it when its wait runs out.
+type transient struct{ err error }
+
+func (t *transient) Error() string { return t.err.Error() }
+func (t *transient) Unwrap() error { return t.err }
 
 // confirm confirms on every master the hold of r won by a quorum for
 // owner (r.Token, or the holder it re-enters) with fence: it is the hold
