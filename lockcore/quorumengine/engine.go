@@ -17,7 +17,8 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// Options configure an Engine. The zero Options are the defaults.
+// Options configure the engine New returns. The zero Options are the
+// defaults.
 type Options struct {
 	// Prefix is put before every key the engine writes on the masters.
 	// Engines that share a lock must share a Prefix and the masters, in
@@ -30,7 +31,7 @@ type Options struct {
 	// MaxTTL bounds every hold's TTL (a longer one fails with
 	// lockcore.ErrMisconfigured), and is how long a master that restarted
 	// without its data refuses fresh holds (the restart guard). Every
-	// Engine on the masters must share it. Default: 1 minute.
+	// engine on the masters must share it. Default: 1 minute.
 	MaxTTL time.Duration
 
 	// Timeout bounds each round of calls to the masters (an attempt to
@@ -55,9 +56,9 @@ type Options struct {
 	Events lockcore.Events
 }
 
-// Engine takes locks on a majority of independent Redis masters. Make it
-// with New; it is safe for concurrent use.
-type Engine struct {
+// engine takes locks on a majority of independent Redis masters. It is
+// safe for concurrent use.
+type engine struct {
 	masters  []redis.UniversalClient
 	quorum   int
 	opt      Options
@@ -72,11 +73,15 @@ type Engine struct {
 	holds map[*hold]struct{}
 }
 
-// New returns an Engine on masters, each an independent Redis master (a
+// New returns an engine on masters, each an independent Redis master (a
 // single server, not a Cluster, with no replication between them); an
-// odd number of them, 3 or 5. It does not own them: Close leaves them
-// open.
-func New(masters []redis.UniversalClient, o Options) (*Engine, error) {
+// odd number of them, 3 or 5. It does not own them: its Close leaves them
+// open. The engine is a lockcore.Engine, for lock.FromEngine, and a
+// lockcore.Operator, for package admin and the routelock command; its
+// Close ends every hold it has (their Done closes, with an error
+// matching lockcore.ErrClosed) and releases them on the masters, and its
+// waiters fail with lockcore.ErrClosed.
+func New(masters []redis.UniversalClient, o Options) (lockcore.Engine, error) {
 	if len(masters) == 0 {
 		return nil, fmt.Errorf("%w: quorumengine.New: no masters", lockcore.ErrMisconfigured)
 	}
@@ -109,7 +114,7 @@ func New(masters []redis.UniversalClient, o Options) (*Engine, error) {
 			lockcore.ErrMisconfigured, o.TTL, o.MaxTTL, o.Timeout, o.Drift)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{
+	return &engine{
 		masters: masters, quorum: len(masters)/2 + 1, opt: o, instance: newInstance(),
 		ctx: ctx, cancel: cancel, holds: map[*hold]struct{}{},
 	}, nil
@@ -117,14 +122,12 @@ func New(masters []redis.UniversalClient, o Options) (*Engine, error) {
 
 // Promises implements lockcore.Engine: ordered fencing tokens and
 // re-entry by owner token. Waiters poll: no FIFO.
-func (e *Engine) Promises() lockcore.Promises {
+func (e *engine) Promises() lockcore.Promises {
 	return lockcore.Promises{OrderedFences: true, TokenReentry: true}
 }
 
-// Close ends every hold of the Engine (their Done closes with an error
-// matching lockcore.ErrClosed) and releases them on the masters; waiters
-// fail with lockcore.ErrClosed. Close is idempotent.
-func (e *Engine) Close() error {
+// Close implements lockcore.Engine (see New). It is idempotent.
+func (e *engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -153,15 +156,15 @@ func (e *Engine) Close() error {
 	return errors.Join(errs...)
 }
 
-// errClosed ends the holds of a closed Engine.
+// errClosed ends the holds of a closed engine.
 var errClosed error = &both{"routelock: lease lost: the engine was closed", [2]error{lockcore.ErrLockLost, lockcore.ErrClosed}}
 
 // The keys of a lock on a master. key is a lockcore.Key's string, which
 // never holds '{' or '}': the braces make it the hash tag.
-func (e *Engine) lockKey(key string) string  { return e.opt.Prefix + "{" + key + "}:l" }
-func (e *Engine) countKey(key string) string { return e.opt.Prefix + "{" + key + "}:f" }
-func (e *Engine) auditKey(key string) string { return e.opt.Prefix + "{" + key + "}:a" }
-func (e *Engine) markKey(key string, fence int64) string {
+func (e *engine) lockKey(key string) string  { return e.opt.Prefix + "{" + key + "}:l" }
+func (e *engine) countKey(key string) string { return e.opt.Prefix + "{" + key + "}:f" }
+func (e *engine) auditKey(key string) string { return e.opt.Prefix + "{" + key + "}:a" }
+func (e *engine) markKey(key string, fence int64) string {
 	return e.opt.Prefix + "{" + key + "}:v:" + strconv.FormatInt(fence, 10)
 }
 
@@ -188,13 +191,13 @@ var errNoAnswer = errors.New("no answer in time")
 // still in flight then go on in the background, until deadline. Each
 // master's args come from args(i). A master not heard from has
 // errNoAnswer.
-func (e *Engine) call(deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
+func (e *engine) call(deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
 	return e.callFor(nil, deadline, script, keys, args, enough)
 }
 
 // callFor is call, with every call in flight counted in inflight (when
 // not nil) until it ends.
-func (e *Engine) callFor(inflight *sync.WaitGroup, deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
+func (e *engine) callFor(inflight *sync.WaitGroup, deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
 	n := len(e.masters)
 	ch := make(chan reply, n)
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(e.ctx), deadline)
@@ -241,7 +244,7 @@ func (e *Engine) callFor(inflight *sync.WaitGroup, deadline time.Time, script *r
 // run runs script on master m; a master that answers NOSCRIPT has lost
 // its script cache, and perhaps its data: its restart guard is decided
 // first (see guardScript).
-func (e *Engine) run(ctx context.Context, m redis.UniversalClient, script *redis.Script, keys []string, args []any) (any, error) {
+func (e *engine) run(ctx context.Context, m redis.UniversalClient, script *redis.Script, keys []string, args []any) (any, error) {
 	v, err := script.EvalSha(ctx, m, keys, args...).Result()
 	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		if _, err := guardScript.Eval(ctx, m, []string{guardKey, guardRunKey}, e.opt.MaxTTL.Milliseconds()).Result(); err != nil {
@@ -256,7 +259,7 @@ func (e *Engine) run(ctx context.Context, m redis.UniversalClient, script *redis
 }
 
 // Take implements lockcore.Engine.
-func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
+func (e *engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, error) {
 	if e.closed.Load() {
 		return nil, lockcore.ErrClosed
 	}
@@ -344,7 +347,7 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 // returns the hold; or nil and how long the holder's lease has left when
 // the lock is held by another owner (or the votes split); or an error.
 // An attempt that fails gives up what it took, on every master.
-func (e *Engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Duration) (*hold, time.Duration, error) {
+func (e *engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Duration) (*hold, time.Duration, error) {
 	key := r.Key.String()
 	keys := []string{e.lockKey(key), e.countKey(key), guardKey}
 	args := make([]any, 0, 6+len(r.Join))
@@ -464,7 +467,7 @@ func (t *transient) Unwrap() error { return t.err }
 // it, within the lease's validity from sent. The masters that lagged take
 // it in the background, until the validity ends; renewals take it where
 // they still have not. It returns nil, nil when no quorum confirmed it.
-func (e *Engine) confirm(r lockcore.Request, ttl time.Duration, owner string, fence int64, sent time.Time) *hold {
+func (e *engine) confirm(r lockcore.Request, ttl time.Duration, owner string, fence int64, sent time.Time) *hold {
 	h := &hold{e: e, key: r.Key, ttl: ttl, token: owner, mine: r.Token, fence: fence, route: r.Route, trace: r.Trace, done: make(chan struct{})}
 	until := h.validity(sent)
 	if e.defect == "noFenceRaise" {
@@ -484,7 +487,7 @@ func (e *Engine) confirm(r lockcore.Request, ttl time.Duration, owner string, fe
 // confirmed runs the claim script for h on every master, until deadline,
 // and reports whether a quorum confirmed it; revoked, when not nil, is
 // told the reason of a revocation found.
-func (e *Engine) confirmed(h *hold, deadline time.Time, revoked func(reason string)) bool {
+func (e *engine) confirmed(h *hold, deadline time.Time, revoked func(reason string)) bool {
 	key := h.key.String()
 	keys := []string{e.lockKey(key), e.countKey(key), e.markKey(key, h.fence)}
 	args := []any{h.token, h.mine, h.ttl.Milliseconds(), h.fence, e.instance, e.opt.Name, h.route, h.trace}
@@ -526,7 +529,7 @@ func (e *Engine) confirmed(h *hold, deadline time.Time, revoked func(reason stri
 
 // withdraw gives up the hold of token on key on every master, in the
 // background.
-func (e *Engine) withdraw(key, token string) {
+func (e *engine) withdraw(key, token string) {
 	if e.defect == "noRelease" {
 		return // the planted defect: a failed quorum leaves its grants
 	}
@@ -535,7 +538,7 @@ func (e *Engine) withdraw(key, token string) {
 }
 
 // start registers h, valid until until, and starts its renewals.
-func (e *Engine) start(h *hold, until time.Time) *hold {
+func (e *engine) start(h *hold, until time.Time) *hold {
 	h.stop = make(chan struct{})
 	h.until = until
 	h.expiry = time.AfterFunc(time.Until(until), func() { h.end(errExpired) })

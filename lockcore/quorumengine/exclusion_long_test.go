@@ -138,7 +138,7 @@ func exclusion(t *testing.T, lockers []*lock.Locker, keys, workers int, fault fu
 	}
 }
 
-// quorumLockers returns n Lockers, each on an Engine of its own with
+// quorumLockers returns n Lockers, each on an engine of its own with
 // clients of its own (a process each) of the masters at addrs.
 func quorumLockers(t *testing.T, addrs []string, n int) []*lock.Locker {
 	t.Helper()

@@ -10,10 +10,10 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-// hold is a hold the Engine took on a quorum of masters: the lock's
+// hold is a hold the engine took on a quorum of masters: the lock's
 // holder's, or a re-entry by its owner token.
 type hold struct {
-	e            *Engine
+	e            *engine
 	key          lockcore.Key
 	ttl          time.Duration
 	token        string // the holder's owner token

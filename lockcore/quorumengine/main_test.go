@@ -34,16 +34,17 @@ func masters(t testing.TB, n int) ([]redis.UniversalClient, []*redistest.Server)
 	return cs, srvs
 }
 
-// newEngine returns an Engine on cs with o, closed at the test's end.
-func newEngine(t testing.TB, cs []redis.UniversalClient, o Options) *Engine {
+// newEngine returns an engine on cs with o, closed at the test's end.
+func newEngine(t testing.TB, cs []redis.UniversalClient, o Options) *engine {
 	t.Helper()
 	if o.TTL == 0 {
 		o.TTL = 2 * time.Second
 	}
-	e, err := New(cs, o)
+	le, err := New(cs, o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e := le.(*engine)
 	t.Cleanup(func() { _ = e.Close() })
 	return e
 }

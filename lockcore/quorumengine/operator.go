@@ -19,7 +19,7 @@ import (
 	"github.com/routelock/lock/lockcore"
 )
 
-var _ lockcore.Operator = (*Engine)(nil)
+var _ lockcore.Operator = (*engine)(nil)
 
 // newInstance returns a random engine id.
 func newInstance() string {
@@ -79,13 +79,13 @@ func readView(v any) view {
 // Inspect implements lockcore.Operator: a lock is held when a majority of
 // the masters say so, by one owner; its fence is the one most of them
 // have, its TTL the shortest of theirs.
-func (e *Engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, error) {
+func (e *engine) Inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, error) {
 	info, _, err := e.inspect(ctx, key)
 	return info, err
 }
 
 // inspect is Inspect, and the holder's token ("" when free).
-func (e *Engine) inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, string, error) {
+func (e *engine) inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, string, error) {
 	k := key.String()
 	info := lockcore.Info{Key: k}
 	deadline := time.Now().Add(e.opt.Timeout)
@@ -152,7 +152,7 @@ func (e *Engine) inspect(ctx context.Context, key lockcore.Key) (lockcore.Info, 
 // List implements lockcore.Operator: the locks whose key starts with
 // prefix that a majority of the masters hold, in key order. It scans
 // every master that answers.
-func (e *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore.Info, bool, error) {
+func (e *engine) List(ctx context.Context, prefix string, limit int) ([]lockcore.Info, bool, error) {
 	match := globEscaper.Replace(e.opt.Prefix+"{"+prefix) + "*}:l"
 	found := map[string]bool{}
 	answered := 0
@@ -232,7 +232,7 @@ const markKeep = time.Hour
 // key's counter to the revocation's NewFence, above every fence the
 // revoked hold could show, and keeps the audit record. It needs a quorum
 // of masters to answer.
-func (e *Engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (lockcore.Revocation, error) {
+func (e *engine) Revoke(ctx context.Context, key lockcore.Key, reason string) (lockcore.Revocation, error) {
 	if err := checkReason(reason); err != nil {
 		return lockcore.Revocation{}, err
 	}
