@@ -14,11 +14,16 @@
 // fast it answers then, beside a handler that answers 410 without a lock.
 // It uses the Redis that REDIS_URL names, the Cluster that
 // REDIS_CLUSTER_URL names, or else an embedded one; its keys start with a
-// prefix of the run's own ("seckill:<random>:"), and are deleted at exit:
+// prefix of the run's own ("seckill:<random>:"), and are deleted at exit.
+// With -quorum N the locks are taken on a quorum of N independent masters
+// (package lockcore/quorumengine), N embedded ones, or those that
+// REDIS_QUORUM_URLS names (redis:// URLs, comma-separated), while the
+// stock stays where it was:
 //
 //	go run ./examples/seckill
 //	go run ./examples/seckill -buyers 500 -items 20 -instances 4 -policy failfast
 //	go run ./examples/seckill -buyers 10000 -items 2000 -segments 8 -payment 1ms
+//	go run ./examples/seckill -quorum 3
 package main
 
 import (
@@ -37,12 +42,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/go-chi/chi/v5"
 	"github.com/redis/go-redis/v9"
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/examples/redisenv"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/quorumengine"
 	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
 )
@@ -56,6 +63,7 @@ type config struct {
 	wait                     time.Duration // for policy "wait"
 	payment                  time.Duration // work between reading and writing the stock
 	answers                  int           // requests per instance and route measured after the sale
+	quorum                   int           // lock on a quorum of this many masters; 0: on the one Redis
 }
 
 func main() {
@@ -69,6 +77,7 @@ func main() {
 	flag.DurationVar(&c.wait, "wait", 10*time.Second, "how long a buyer waits for the lock with -policy wait")
 	flag.DurationVar(&c.payment, "payment", 2*time.Millisecond, "time the handler spends between reading and writing the stock")
 	flag.IntVar(&c.answers, "answers", 3000, "requests per instance and route measured after the sale (sold out): 0 to skip")
+	flag.IntVar(&c.quorum, "quorum", 0, "take the locks on a quorum of this many independent masters (embedded, or REDIS_QUORUM_URLS); 0: on the one Redis")
 	flag.Parse()
 	if err := run(os.Stdout, c); err != nil {
 		fmt.Fprintln(os.Stderr, "seckill:", err)
@@ -106,13 +115,26 @@ func run(out io.Writer, c config) error {
 		return fmt.Errorf("-segments %d: want 0 to 256 (lock.Segments)", c.segments)
 	case c.answers < 0:
 		return fmt.Errorf("-answers %d: want 0 or more", c.answers)
+	case c.quorum < 0 || c.quorum > 9:
+		return fmt.Errorf("-quorum %d: want 0 to 9 masters", c.quorum)
 	}
 	env, err := redisenv.Open()
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	fmt.Fprintf(out, "flash sale: %d buyers (%d at once), %d items, %d instances, on %s\n", c.buyers, min(c.conns, c.buyers), c.items, c.instances, env.Desc)
+	var q *quorum
+	if c.quorum > 0 || os.Getenv("REDIS_QUORUM_URLS") != "" {
+		if q, err = openQuorum(c.quorum); err != nil {
+			return err
+		}
+		defer q.close()
+	}
+	where := env.Desc
+	if q != nil {
+		where += "; locks on " + q.desc
+	}
+	fmt.Fprintf(out, "flash sale: %d buyers (%d at once), %d items, %d instances, on %s\n", c.buyers, min(c.conns, c.buyers), c.items, c.instances, where)
 	// Every key of this run, the locks' included, starts with prefix, and
 	// is deleted at the end: a Redis that REDIS_URL names keeps nothing of
 	// it.
@@ -121,11 +143,16 @@ func run(out io.Writer, c config) error {
 		if err := env.Sweep(context.Background(), prefix); err != nil {
 			fmt.Fprintf(out, "deleting the keys %s*: %v\n", prefix, err)
 		}
+		if q != nil {
+			if err := q.sweep(context.Background(), prefix); err != nil {
+				fmt.Fprintf(out, "deleting the keys %s* on the quorum's masters: %v\n", prefix, err)
+			}
+		}
 	}()
 
 	var results [2]result
 	for i, locked := range []bool{false, true} {
-		results[i], err = sale(out, env, prefix+strconv.Itoa(i)+":", c, locked)
+		results[i], err = sale(out, env, q, prefix+strconv.Itoa(i)+":", c, locked)
 		if err != nil {
 			return err
 		}
@@ -231,7 +258,7 @@ type shop struct {
 
 // sale runs one flash sale on fresh keys, each starting with prefix, which
 // run deletes at the end.
-func sale(out io.Writer, env *redisenv.Redis, prefix string, c config, locked bool) (result, error) {
+func sale(out io.Writer, env *redisenv.Redis, q *quorum, prefix string, c config, locked bool) (result, error) {
 	ctx := context.Background()
 	s := shop{sold: prefix + "sold:42"}
 	parts := max(c.segments, 1)
@@ -253,7 +280,7 @@ func sale(out io.Writer, env *redisenv.Redis, prefix string, c config, locked bo
 	var lastSale atomic.Int64 // unix nanoseconds
 	instances := make([]*instance, c.instances)
 	for i := range instances {
-		in, err := startInstance(env.Client(), prefix, c, locked, s, &lastSale)
+		in, err := startInstance(env.Client(), q, prefix, c, locked, s, &lastSale)
 		if err != nil {
 			return result{}, err
 		}
@@ -299,13 +326,14 @@ func sale(out io.Writer, env *redisenv.Redis, prefix string, c config, locked bo
 	gateAt := make([]atomic.Int64, len(instances))
 	stopWatch := make(chan struct{})
 	var watching sync.WaitGroup
-	if locked {
+	watch := locked && instances[0].gates != nil // a quorum engine keeps no gates
+	if watch {
 		for i, in := range instances {
 			watching.Add(1)
 			go func() {
 				defer watching.Done()
 				for {
-					if _, err := in.engine.GateOf(context.Background(), productKey); errors.Is(err, lockcore.ErrGateClosed) {
+					if _, err := in.gates.GateOf(context.Background(), productKey); errors.Is(err, lockcore.ErrGateClosed) {
 						gateAt[i].Store(time.Now().UnixNano())
 						return
 					}
@@ -376,7 +404,7 @@ func sale(out io.Writer, env *redisenv.Redis, prefix string, c config, locked bo
 	}
 
 	soldOut := r.stock == 0
-	if soldOut {
+	if soldOut && watch {
 		// Every instance learns of it within moments; give them a second.
 		deadline := time.Now().Add(time.Second)
 		for i := range gateAt {
@@ -387,7 +415,7 @@ func sale(out io.Writer, env *redisenv.Redis, prefix string, c config, locked bo
 	}
 	close(stopWatch)
 	watching.Wait()
-	if last := lastSale.Load(); soldOut && last != 0 {
+	if last := lastSale.Load(); soldOut && watch && last != 0 {
 		for i := range gateAt {
 			lag := time.Duration(-1)
 			if at := gateAt[i].Load(); at != 0 {
@@ -396,7 +424,7 @@ func sale(out io.Writer, env *redisenv.Redis, prefix string, c config, locked bo
 			r.gateLag = append(r.gateLag, lag)
 		}
 	}
-	if soldOut && c.answers > 0 {
+	if soldOut && watch && c.answers > 0 { // the answers from memory are the gates'
 		r.after, err = measureAfter(ctx, c, client, admin, instances)
 		if err != nil {
 			return r, err
@@ -537,10 +565,10 @@ var productKey, _ = lockcore.NewKey("productID", "42")
 
 // instance is one app instance.
 type instance struct {
-	url    string
-	engine *redisengine.Engine
-	cmds   atomic.Int64 // commands its Redis client sent
-	stop   func()
+	url   string
+	gates lockcore.Gatekeeper // its engine's gates; nil for a quorum engine, which keeps none
+	cmds  atomic.Int64        // commands its Redis clients sent
+	stop  func()
 }
 
 // counter counts the commands a Redis client sends, but for the
@@ -573,15 +601,39 @@ func (c counter) count(cmd redis.Cmder) {
 // startInstance starts one instance of the shop on a loopback port: its
 // own Redis client and Locker, and a chi router with the buy route, locked
 // or not, and a route that answers 410 without a lock.
-func startInstance(rdb redis.UniversalClient, prefix string, c config, locked bool, s shop, lastSale *atomic.Int64) (*instance, error) {
+func startInstance(rdb redis.UniversalClient, q *quorum, prefix string, c config, locked bool, s shop, lastSale *atomic.Int64) (*instance, error) {
 	in := &instance{}
 	rdb.AddHook(counter{&in.cmds})
-	engine, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix + "lock:"})
-	if err != nil {
-		rdb.Close()
-		return nil, err
+	var engine lockcore.Engine
+	closeAll := func() { rdb.Close() }
+	if q != nil {
+		// Clients of its own of each master, as a process of its own has.
+		var ms []redis.UniversalClient
+		for _, o := range q.masters {
+			m := redis.NewClient(o())
+			m.AddHook(counter{&in.cmds})
+			ms = append(ms, m)
+		}
+		closeAll = func() {
+			rdb.Close()
+			for _, m := range ms {
+				m.Close()
+			}
+		}
+		e, err := quorumengine.New(ms, quorumengine.Options{Prefix: prefix + "lock:"})
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		engine = e
+	} else {
+		e, err := redisengine.New(rdb, redisengine.Options{Prefix: prefix + "lock:"})
+		if err != nil {
+			rdb.Close()
+			return nil, err
+		}
+		engine, in.gates = e, e
 	}
-	in.engine = engine
 	locker := lock.FromEngine(engine)
 
 	r := chi.NewRouter()
@@ -660,7 +712,7 @@ func startInstance(rdb redis.UniversalClient, prefix string, c config, locked bo
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		engine.Close()
-		rdb.Close()
+		closeAll()
 		return nil, err
 	}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
@@ -669,7 +721,89 @@ func startInstance(rdb redis.UniversalClient, prefix string, c config, locked bo
 	in.stop = func() {
 		srv.Close()
 		engine.Close()
-		rdb.Close()
+		closeAll()
 	}
 	return in, nil
+}
+
+// quorum is the independent masters a quorum engine locks on.
+type quorum struct {
+	desc    string
+	masters []func() *redis.Options
+	minis   []*miniredis.Miniredis
+}
+
+// openQuorum returns the masters REDIS_QUORUM_URLS names (redis:// URLs,
+// comma-separated; n, when not 0, must be their number), or else n
+// embedded ones.
+func openQuorum(n int) (*quorum, error) {
+	q := &quorum{}
+	if urls := os.Getenv("REDIS_QUORUM_URLS"); urls != "" {
+		var addrs []string
+		for _, u := range strings.Split(urls, ",") {
+			u = strings.TrimSpace(u)
+			o, err := redis.ParseURL(u)
+			if err != nil {
+				return nil, fmt.Errorf("REDIS_QUORUM_URLS: %w", err)
+			}
+			addrs = append(addrs, o.Addr)
+			q.masters = append(q.masters, func() *redis.Options { o, _ := redis.ParseURL(u); return o })
+		}
+		if n != 0 && n != len(q.masters) {
+			return nil, fmt.Errorf("-quorum %d, but REDIS_QUORUM_URLS names %d masters", n, len(q.masters))
+		}
+		q.desc = fmt.Sprintf("a quorum of %d masters at %s", len(addrs), strings.Join(addrs, ", "))
+		return q, nil
+	}
+	for range n {
+		m := miniredis.NewMiniRedis()
+		m.ClockTTL(true) // keys expire on the wall clock, as in Redis
+		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			q.close()
+			return nil, fmt.Errorf("embedded master: %w", err)
+		}
+		q.minis = append(q.minis, m)
+		addr := m.Addr()
+		q.masters = append(q.masters, func() *redis.Options { return &redis.Options{Addr: addr} })
+	}
+	q.desc = fmt.Sprintf("a quorum of %d embedded masters; set REDIS_QUORUM_URLS to use real ones", n)
+	return q, nil
+}
+
+// close stops the embedded masters.
+func (q *quorum) close() {
+	for _, m := range q.minis {
+		m.Close()
+	}
+}
+
+// sweep deletes every key whose name starts with prefix on each master
+// (SCAN with MATCH, then UNLINK), within 10 s.
+func (q *quorum) sweep(ctx context.Context, prefix string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	match := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(prefix) + "*"
+	var errs []error
+	for _, o := range q.masters {
+		c := redis.NewClient(o())
+		var cursor uint64
+		for range 100000 {
+			keys, next, err := c.Scan(ctx, cursor, match, 1000).Result()
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			if len(keys) > 0 {
+				if err := c.Unlink(ctx, keys...).Err(); err != nil {
+					errs = append(errs, err)
+					break
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+		c.Close()
+	}
+	return errors.Join(errs...)
 }

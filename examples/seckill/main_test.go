@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/routelock/lock/examples/internal/leftover"
+	"github.com/routelock/lock/internal/redistest"
 )
 
 // TestRun runs both sales on embedded Redis. run itself fails unless the
@@ -117,4 +120,59 @@ func TestRunLeavesNoKeys(t *testing.T) {
 			t.Fatalf("%v\n%s", err, out.String())
 		}
 	})
+}
+
+// TestQuorum: the sale with the locks on a quorum of 3 embedded masters
+// (lockcore/quorumengine): run fails unless the locked sale sold exactly
+// the stock; the table says 0 oversold with the lock.
+func TestQuorum(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	t.Setenv("REDIS_CLUSTER_URL", "")
+	t.Setenv("REDIS_QUORUM_URLS", "")
+	var out bytes.Buffer
+	c := config{buyers: 60, items: 5, instances: 3, conns: 60, policy: "wait", wait: 10 * time.Second, payment: 2 * time.Millisecond, quorum: 3}
+	if err := run(&out, c); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	text := out.String()
+	if !strings.Contains(text, "locks on a quorum of 3 embedded masters") {
+		t.Fatalf("the sale does not say it locks on the quorum:\n%s", text)
+	}
+	m := regexp.MustCompile(`(?m)^oversold\s+(\d+)\s+(\d+)$`).FindStringSubmatch(text)
+	if m == nil || m[2] != "0" {
+		t.Fatalf("oversold with the lock on the quorum: %v\n%s", m, text)
+	}
+	if m[1] == "0" {
+		t.Fatalf("the unlocked sale did not oversell:\n%s", text)
+	}
+}
+
+// TestQuorumFromEnv: REDIS_QUORUM_URLS names the quorum's masters (three
+// redis-servers of the test's own, or embedded ones on a machine without
+// redis-server), and -quorum, when set, must agree with it.
+func TestQuorumFromEnv(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	t.Setenv("REDIS_CLUSTER_URL", "")
+	var urls []string
+	for range 3 {
+		addr := ""
+		if srv := redistest.OwnReal(t); srv != nil {
+			addr = srv.Addr
+		} else {
+			addr = miniredis.RunT(t).Addr()
+		}
+		urls = append(urls, "redis://"+addr)
+	}
+	t.Setenv("REDIS_QUORUM_URLS", strings.Join(urls, ","))
+	if err := run(&bytes.Buffer{}, config{buyers: 1, items: 1, instances: 1, conns: 1, policy: "failfast", quorum: 5}); err == nil {
+		t.Fatal("-quorum 5 with three masters in REDIS_QUORUM_URLS was accepted")
+	}
+	var out bytes.Buffer
+	c := config{buyers: 40, items: 5, instances: 2, conns: 40, policy: "wait", wait: 10 * time.Second, payment: time.Millisecond}
+	if err := run(&out, c); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "locks on a quorum of 3 masters at") {
+		t.Fatalf("the sale does not name the masters of REDIS_QUORUM_URLS:\n%s", out.String())
+	}
 }

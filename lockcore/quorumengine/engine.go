@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -71,6 +72,7 @@ type engine struct {
 
 	mu    sync.Mutex
 	holds map[*hold]struct{}
+	lines map[string]*waitLine // by key
 }
 
 // New returns an engine on masters, each an independent Redis master (a
@@ -116,7 +118,7 @@ func New(masters []redis.UniversalClient, o Options) (lockcore.Engine, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &engine{
 		masters: masters, quorum: len(masters)/2 + 1, opt: o, instance: newInstance(),
-		ctx: ctx, cancel: cancel, holds: map[*hold]struct{}{},
+		ctx: ctx, cancel: cancel, holds: map[*hold]struct{}{}, lines: map[string]*waitLine{},
 	}, nil
 }
 
@@ -314,6 +316,19 @@ func (e *engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 			if e.opt.Events != nil {
 				e.opt.Events.Waiting(r.Key, 1)
 			}
+			// The waiters of a key in one process line up: only the
+			// first polls the masters, so that a crowd of them neither
+			// loads the masters nor splits their votes.
+			leave, err := e.line(ctx, key, waitUntil)
+			if err != nil {
+				if e.opt.Events != nil && errors.Is(err, lockcore.ErrWaitTimeout) {
+					e.opt.Events.Woken(r.Key, "timer")
+				}
+				return nil, err
+			}
+			defer leave()
+			backoff = 5 * time.Millisecond
+			continue
 		}
 		// Polling with jitter: a random pause up to backoff, which
 		// doubles up to a tenth of the TTL, never past the wait.
@@ -340,6 +355,49 @@ func (e *engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 			return nil, &lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}
 		}
 	}
+}
+
+// line waits, until waitUntil, ctx's end or Close, to be the first of the
+// waiters in line for key in this engine, and returns the function that
+// leaves the line.
+func (e *engine) line(ctx context.Context, key string, waitUntil time.Time) (func(), error) {
+	e.mu.Lock()
+	l := e.lines[key]
+	if l == nil {
+		l = &waitLine{first: make(chan struct{}, 1)}
+		e.lines[key] = l
+	}
+	l.n++
+	e.mu.Unlock()
+	leave := func() {
+		e.mu.Lock()
+		if l.n--; l.n == 0 {
+			delete(e.lines, key)
+		}
+		e.mu.Unlock()
+	}
+	timer := time.NewTimer(time.Until(waitUntil))
+	defer timer.Stop()
+	select {
+	case l.first <- struct{}{}:
+		return func() { <-l.first; leave() }, nil
+	case <-timer.C:
+		leave()
+		return nil, &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}
+	case <-ctx.Done():
+		leave()
+		return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+	case <-e.ctx.Done():
+		leave()
+		return nil, lockcore.ErrClosed
+	}
+}
+
+// waitLine is the line of the waiters of one key in an engine: first
+// holds a value while one of them polls.
+type waitLine struct {
+	first chan struct{}
+	n     int // waiters in line, the first included
 }
 
 // attempt makes one attempt to take r: on every master at once, then, with
@@ -381,10 +439,14 @@ func (e *engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Durat
 	var answered, guarded, busy int
 	var retry, guardLeft time.Duration = 100 * time.Millisecond, 0
 	var firstErr error
+	late := 0 // masters that did not answer in time, rather than failed
 	for _, g := range replies {
 		if g.err != nil {
 			if firstErr == nil {
 				firstErr = g.err
+			}
+			if g.err == errNoAnswer || errors.Is(g.err, context.DeadlineExceeded) || isTimeout(g.err) {
+				late++
 			}
 			continue
 		}
@@ -435,6 +497,11 @@ func (e *engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Durat
 		err := fmt.Errorf("%w: %d of %d masters answered, %d needed: %w", lockcore.ErrUnavailable, answered, n, q, firstErr)
 		if ctx.Err() != nil {
 			return nil, 0, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}, err, ctx.Err())
+		}
+		if answered+late >= q {
+			// Masters that answer late (loaded, or cut off) may answer
+			// the next attempt; masters that refuse (down) will not.
+			return nil, 0, &transient{err}
 		}
 		return nil, 0, err
 	case busy > 0:
@@ -570,6 +637,12 @@ func granted(g reply) (string, int64, bool) {
 		return tok, fence, true
 	}
 	return "", 0, false
+}
+
+// isTimeout reports whether err is a network timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // confirmedFence reports whether a re-entry's reply to the acquire script
