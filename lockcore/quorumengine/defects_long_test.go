@@ -11,9 +11,9 @@ import (
 )
 
 // caughtBy is, for each planted defect, the tests that must fail on it.
-// The conformance suite has no check for either (its masters never split
-// a vote in a way a check can see, and its counters move together), so
-// each has a test of its own.
+// The conformance suite has no check for the first two (its masters
+// never split a vote in a way a check can see, and their counters move
+// together), so each has a test of its own.
 var caughtBy = map[string][]string{
 	// An attempt without a quorum leaves its grants on the masters, to
 	// block the key there until they expire.
@@ -21,6 +21,9 @@ var caughtBy = map[string][]string{
 	// The quorum's fence is raised on no master: the next hold, on a
 	// quorum without the master that set it, gets a smaller one.
 	"noFenceRaise": {"TestFencesRiseAcrossQuorums"},
+	// One master's grant makes a hold: two holders at once, which the
+	// suite's exclusion check and the exclusion run's checker see.
+	"oneVote": {"TestConformance", "TestExclusionMasterKilled"},
 }
 
 // TestDefectsCaught (go test -tags long) runs, in a child process per

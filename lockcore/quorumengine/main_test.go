@@ -45,6 +45,10 @@ func newEngine(t testing.TB, cs []redis.UniversalClient, o Options) *engine {
 		t.Fatal(err)
 	}
 	e := le.(*engine)
+	e.defect = planted()
+	if e.defect == "oneVote" {
+		e.quorum = 1 // the planted defect: one master's grant is a hold
+	}
 	t.Cleanup(func() { _ = e.Close() })
 	return e
 }

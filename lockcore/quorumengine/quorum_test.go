@@ -54,7 +54,6 @@ func TestFailedQuorumReleasesEverywhere(t *testing.T) {
 	cs, _ := masters(t, 3)
 	slow, p := through(t, cs[2])
 	e := newEngine(t, []redis.UniversalClient{cs[0], cs[1], slow}, Options{Prefix: "failed:", TTL: 20 * time.Second, Timeout: 100 * time.Millisecond})
-	e.defect = planted()
 	k, _ := lockcore.NewKey("productID", "1")
 	ctx := context.Background()
 	lk := e.lockKey(k.String())
@@ -106,7 +105,6 @@ func TestFencesRiseAcrossQuorums(t *testing.T) {
 	o := Options{Prefix: "fences:", Timeout: 2 * time.Second, TTL: 10 * time.Second}
 	e1 := newEngine(t, []redis.UniversalClient{cs[0], pb, pc}, o)
 	e2 := newEngine(t, []redis.UniversalClient{pa, cs[1], cs[2]}, o)
-	e1.defect, e2.defect = planted(), planted()
 	k, _ := lockcore.NewKey("productID", "2")
 	ctx := context.Background()
 	// Master 0's counter far ahead (a master whose clock seeded it later).
