@@ -35,8 +35,12 @@
 // no I/O, before any other client could win a quorum.
 //
 // A waiting acquisition polls, with jitter, within its Wait (FailFast: one
-// attempt): no queue, no FIFO order, no notifications. A wait that ends
-// leaves nothing held.
+// attempt): no queue on the masters, no FIFO order, no notifications. The
+// waiters of one key in one process line up, and only the first polls,
+// so that a crowd neither loads the masters nor splits their votes. A
+// wait that ends leaves nothing held. Within a wait, an attempt that
+// failed for want of timely answers, or for restart guards, is tried
+// again; masters that refuse (down) fail it at once.
 //
 // # Fencing tokens
 //

@@ -35,10 +35,11 @@ type Options struct {
 	// engine on the masters must share it. Default: 1 minute.
 	MaxTTL time.Duration
 
-	// Timeout bounds each round of calls to the masters (an attempt to
-	// acquire, a renewal, a release, an operator's read), whatever the
-	// clients' own timeouts. Default: 500ms, and never more than a third
-	// of the hold's TTL for an acquisition or a renewal.
+	// Timeout bounds how long the engine waits for the masters' answers,
+	// whatever the clients' own timeouts: to an attempt to acquire (never
+	// more than a third of its TTL), a release, an operator's call. A
+	// renewal waits for a quorum until the hold's validity ends.
+	// Default: 500ms.
 	Timeout time.Duration
 
 	// Drift is the clock drift allowed between the engine and the
@@ -142,10 +143,16 @@ func (e *engine) Close() error {
 	for _, h := range hs {
 		h.end(errClosed)
 	}
-	var errs []error
-	for _, h := range hs {
-		errs = append(errs, h.giveUp(context.Background()))
+	errs := make([]error, len(hs))
+	var giving sync.WaitGroup
+	for i, h := range hs {
+		giving.Add(1)
+		go func() {
+			defer giving.Done()
+			errs[i] = h.giveUp(context.Background())
+		}()
 	}
+	giving.Wait()
 	e.cancel()
 	// The calls still in flight end by their deadlines, unless a client
 	// does not bound its reads by them: Close waits for them a while.
