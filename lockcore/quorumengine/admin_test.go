@@ -21,7 +21,7 @@ import (
 // and force-releases it: its holder's context ends with ErrRevoked, and
 // the key's next hold has a greater fence.
 func TestAdmin(t *testing.T) {
-	cs, _ := masters(t, 3)
+	cs := masters(t, 3)
 	e := newEngine(t, cs, Options{Prefix: "admin:", TTL: time.Second, Name: "shop-1"})
 	locker := lock.FromEngine(e)
 	srv := httptest.NewServer(admin.Handler(e, admin.Config{}))

@@ -10,7 +10,7 @@ import (
 // TestConformance runs the conformance suite over engines on three
 // masters: every check of what the engine promises.
 func TestConformance(t *testing.T) {
-	cs, _ := masters(t, 3)
+	cs := masters(t, 3)
 	locktest.Run(t, func(t *testing.T, ev lockcore.Events) lockcore.Engine {
 		return newEngine(t, cs, Options{Prefix: "conformance:", Events: ev})
 	})

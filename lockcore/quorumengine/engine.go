@@ -68,7 +68,7 @@ type engine struct {
 	ctx      context.Context // ends with Close
 	cancel   context.CancelFunc
 	closed   atomic.Bool
-	wg       sync.WaitGroup // every call in flight, and every renewer
+	busy     tracker // every call in flight, and every renewer
 	defect   string         // the tests' planted defect; "" in use
 
 	mu    sync.Mutex
@@ -131,10 +131,11 @@ func (e *engine) Promises() lockcore.Promises {
 
 // Close implements lockcore.Engine (see New). It is idempotent.
 func (e *engine) Close() error {
+	e.mu.Lock()
 	if !e.closed.CompareAndSwap(false, true) {
+		e.mu.Unlock()
 		return nil
 	}
-	e.mu.Lock()
 	hs := make([]*hold, 0, len(e.holds))
 	for h := range e.holds {
 		hs = append(hs, h)
@@ -156,12 +157,7 @@ func (e *engine) Close() error {
 	e.cancel()
 	// The calls still in flight end by their deadlines, unless a client
 	// does not bound its reads by them: Close waits for them a while.
-	idle := make(chan struct{})
-	go func() { e.wg.Wait(); close(idle) }()
-	select {
-	case <-idle:
-	case <-time.After(8 * e.opt.Timeout):
-	}
+	e.busy.wait(8 * e.opt.Timeout)
 	return errors.Join(errs...)
 }
 
@@ -201,24 +197,26 @@ var errNoAnswer = errors.New("no answer in time")
 // master's args come from args(i). A master not heard from has
 // errNoAnswer.
 func (e *engine) call(deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
-	return e.callFor(nil, deadline, script, keys, args, enough)
+	return e.callFor(nil, deadline, deadline, script, keys, args, enough)
 }
 
 // callFor is call, with every call in flight counted in inflight (when
-// not nil) until it ends.
-func (e *engine) callFor(inflight *sync.WaitGroup, deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
+// not nil) until it ends, and the replies collected only until wait (no
+// later than deadline), when the calls may go on in the background until
+// deadline.
+func (e *engine) callFor(inflight *sync.WaitGroup, wait, deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
 	n := len(e.masters)
 	ch := make(chan reply, n)
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(e.ctx), deadline)
 	var left sync.WaitGroup
 	for i, m := range e.masters {
 		left.Add(1)
-		e.wg.Add(1)
+		e.busy.add()
 		if inflight != nil {
 			inflight.Add(1)
 		}
 		go func() {
-			defer e.wg.Done()
+			defer e.busy.done()
 			defer left.Done()
 			if inflight != nil {
 				defer inflight.Done()
@@ -232,7 +230,7 @@ func (e *engine) callFor(inflight *sync.WaitGroup, deadline time.Time, script *r
 	for i := range out {
 		out[i] = reply{i: i, err: errNoAnswer}
 	}
-	timer := time.NewTimer(time.Until(deadline))
+	timer := time.NewTimer(time.Until(wait))
 	defer timer.Stop()
 	got := make([]reply, 0, n)
 	for len(got) < n {
@@ -496,7 +494,7 @@ func (e *engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Durat
 	}
 	// No quorum: give up what was taken, on every master, those that
 	// did not answer too (their grant may land later).
-	e.withdraw(key, r.Token)
+	e.withdraw(key, r.Token, ttl)
 	switch {
 	case e.closed.Load():
 		return nil, 0, lockcore.ErrClosed
@@ -566,7 +564,7 @@ func (e *engine) confirmed(h *hold, deadline time.Time, revoked func(reason stri
 	keys := []string{e.lockKey(key), e.countKey(key), e.markKey(key, h.fence)}
 	args := []any{h.token, h.mine, h.ttl.Milliseconds(), h.fence, e.instance, e.opt.Name, h.route, h.trace}
 	q, n := e.quorum, len(e.masters)
-	replies := e.callFor(&h.inflight, deadline, claimScript, keys, func(int) []any { return args }, func(got []reply) bool {
+	replies := e.callFor(&h.inflight, deadline, deadline, claimScript, keys, func(int) []any { return args }, func(got []reply) bool {
 		yes, no := 0, 0
 		for _, g := range got {
 			if c, _ := replyInts(g.v); g.err == nil && c == 1 {
@@ -602,26 +600,77 @@ func (e *engine) confirmed(h *hold, deadline time.Time, revoked func(reason stri
 }
 
 // withdraw gives up the hold of token on key on every master, in the
-// background.
-func (e *engine) withdraw(key, token string) {
+// background, each call bounded by ttl: no grant of the attempt outlives
+// it anyway.
+func (e *engine) withdraw(key, token string, ttl time.Duration) {
 	if e.defect == "noRelease" {
 		return // the planted defect: a failed quorum leaves its grants
 	}
 	keys := []string{e.lockKey(key)}
-	e.call(time.Now().Add(4*e.opt.Timeout), releaseScript, keys, func(int) []any { return []any{token} }, func([]reply) bool { return true })
+	now := time.Now()
+	e.callFor(nil, now, now.Add(max(ttl, 4*e.opt.Timeout)), releaseScript, keys, func(int) []any { return []any{token} }, nil)
 }
 
-// start registers h, valid until until, and starts its renewals.
+// start registers h, valid until until, and starts its renewals; on a
+// closed engine, it gives h up and returns nil.
 func (e *engine) start(h *hold, until time.Time) *hold {
 	h.stop = make(chan struct{})
 	h.until = until
 	h.expiry = time.AfterFunc(time.Until(until), func() { h.end(errExpired) })
 	e.mu.Lock()
+	if e.closed.Load() {
+		e.mu.Unlock()
+		h.end(errClosed)
+		_ = h.giveUp(context.Background())
+		return nil
+	}
 	e.holds[h] = struct{}{}
+	e.busy.add()
 	e.mu.Unlock()
-	e.wg.Add(1)
 	go h.renew()
 	return h
+}
+
+// tracker counts work in flight, and waits for none to be left.
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n falls to 0 while waited for
+}
+
+func (t *tracker) add() {
+	t.mu.Lock()
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	if t.n--; t.n == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+// wait waits, at most for d, until no work is in flight.
+func (t *tracker) wait(d time.Duration) {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return
+	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-idle:
+	case <-timer.C:
+	}
 }
 
 // granted reads a reply to the acquire script: the holder's token ("" for

@@ -19,7 +19,7 @@ import (
 // wait ends), a request through the HTTP middleware gets 503 and its
 // handler does not run; with one lost, it runs.
 func TestTwoMastersLostFailsClosed(t *testing.T) {
-	cs, _ := masters(t, 3)
+	cs := masters(t, 3)
 	var proxied []redis.UniversalClient
 	var proxies []*faultproxy.Proxy
 	for _, c := range cs {

@@ -79,7 +79,7 @@ func (h *hold) end(err error) {
 // its: the expiry timer ends h when its validity runs out, without I/O.
 func (h *hold) renew() {
 	e := h.e
-	defer e.wg.Done()
+	defer e.busy.done()
 	next := h.ttl / 3
 	for {
 		t := time.NewTimer(next)
@@ -191,8 +191,11 @@ func (h *hold) giveUp(ctx context.Context) error {
 	case <-time.After(e.opt.Timeout):
 	}
 	keys := []string{e.lockKey(h.key.String())}
-	deadline := time.Now().Add(4 * e.opt.Timeout)
-	replies := e.call(deadline, releaseScript, keys, func(int) []any { return []any{h.mine} }, func(got []reply) bool {
+	// It waits for a quorum a while; each call goes on until it is
+	// answered, for the hold's TTL at most (no later confirmation of it
+	// outlives that).
+	now := time.Now()
+	replies := e.callFor(nil, now.Add(4*e.opt.Timeout), now.Add(max(h.ttl, 4*e.opt.Timeout)), releaseScript, keys, func(int) []any { return []any{h.mine} }, func(got []reply) bool {
 		n := 0
 		for _, g := range got {
 			if g.err == nil {

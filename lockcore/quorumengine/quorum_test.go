@@ -24,11 +24,14 @@ const defectEnv = "QUORUMENGINE_DEFECT"
 func planted() string { return os.Getenv(defectEnv) }
 
 // through returns a client of the master that c reaches, through a
-// fault proxy, and the proxy.
+// fault proxy, and the proxy. The client bounds its calls by their
+// contexts' deadlines (ContextTimeoutEnabled), so that the calls the
+// faults leave hanging end with them, as the engine's tests end, and not
+// seconds later.
 func through(t *testing.T, c redis.UniversalClient) (redis.UniversalClient, *faultproxy.Proxy) {
 	t.Helper()
 	p := faultproxy.Start(t, c.(*redis.Client).Options().Addr)
-	pc := redis.NewClient(&redis.Options{Addr: p.Addr})
+	pc := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = pc.Close() })
 	return pc, p
 }
@@ -51,7 +54,7 @@ func within(bound time.Duration, cond func() bool) bool {
 // from the third (where its grant may land late, or not at all) gives up
 // its grants on every master, long before they would expire.
 func TestFailedQuorumReleasesEverywhere(t *testing.T) {
-	cs, _ := masters(t, 3)
+	cs := masters(t, 3)
 	slow, p := through(t, cs[2])
 	e := newEngine(t, []redis.UniversalClient{cs[0], cs[1], slow}, Options{Prefix: "failed:", TTL: 20 * time.Second, Timeout: 100 * time.Millisecond})
 	k, _ := lockcore.NewKey("productID", "1")
@@ -92,7 +95,7 @@ func TestFailedQuorumReleasesEverywhere(t *testing.T) {
 // the next hold, on a quorum without the master that set it, still gets
 // a greater one.
 func TestFencesRiseAcrossQuorums(t *testing.T) {
-	cs, _ := masters(t, 3)
+	cs := masters(t, 3)
 	// The first engine hears master 0 first, the second none of it.
 	pb, lb := through(t, cs[1])
 	pc, lc := through(t, cs[2])
@@ -140,7 +143,7 @@ func TestFencesRiseAcrossQuorums(t *testing.T) {
 // lease is lost, by its own clock, before the masters let its hold expire
 // and another engine takes the key; that one's fence is greater.
 func TestLostByClockFirst(t *testing.T) {
-	cs, _ := masters(t, 3)
+	cs := masters(t, 3)
 	var cut []redis.UniversalClient
 	var proxies []*faultproxy.Proxy
 	for _, c := range cs {
