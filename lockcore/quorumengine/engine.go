@@ -69,7 +69,7 @@ type engine struct {
 	cancel   context.CancelFunc
 	closed   atomic.Bool
 	busy     tracker // every call in flight, and every renewer
-	defect   string         // the tests' planted defect; "" in use
+	defect   string  // the tests' planted defect; "" in use
 
 	mu    sync.Mutex
 	holds map[*hold]struct{}
