@@ -155,8 +155,8 @@ func (e *engine) Close() error {
 	}
 	giving.Wait()
 	e.cancel()
-	// The calls still in flight end by their deadlines, unless a client
-	// does not bound its reads by them: Close waits for them a while.
+	// The calls still in flight end now, unless a client does not bound
+	// its reads by their contexts: Close waits for them a while.
 	e.busy.wait(8 * e.opt.Timeout)
 	return errors.Join(errs...)
 }
@@ -207,7 +207,7 @@ func (e *engine) call(deadline time.Time, script *redis.Script, keys []string, a
 func (e *engine) callFor(inflight *sync.WaitGroup, wait, deadline time.Time, script *redis.Script, keys []string, args func(i int) []any, enough func([]reply) bool) []reply {
 	n := len(e.masters)
 	ch := make(chan reply, n)
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(e.ctx), deadline)
+	ctx, cancel := context.WithDeadline(e.ctx, deadline) // Close ends what is left
 	var left sync.WaitGroup
 	for i, m := range e.masters {
 		left.Add(1)
@@ -345,6 +345,9 @@ func (e *engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
+			if last != nil { // the masters, not another owner, kept it
+				return nil, errors.Join(last.err, ctx.Err())
+			}
 			return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}, ctx.Err())
 		case <-e.ctx.Done():
 			timer.Stop()
@@ -501,7 +504,7 @@ func (e *engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Durat
 	case answered < q:
 		err := fmt.Errorf("%w: %d of %d masters answered, %d needed: %w", lockcore.ErrUnavailable, answered, n, q, firstErr)
 		if ctx.Err() != nil {
-			return nil, 0, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}, err, ctx.Err())
+			return nil, 0, errors.Join(err, ctx.Err())
 		}
 		if answered+late >= q {
 			// Masters that answer late (loaded, or cut off) may answer

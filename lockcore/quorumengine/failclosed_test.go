@@ -1,6 +1,7 @@
 package quorumengine
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -33,9 +34,16 @@ func TestTwoMastersLostFailsClosed(t *testing.T) {
 	r.With(locker.ByParam("productID", lock.Wait(time.Second))).Post("/products/{productID}/buy", func(w http.ResponseWriter, r *http.Request) {
 		ran.Add(1)
 	})
+	var deadline time.Duration // the request's, when not 0
 	buy := func() int {
 		rec := httptest.NewRecorder()
-		r.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/products/42/buy", nil))
+		req := httptest.NewRequest(http.MethodPost, "/products/42/buy", nil)
+		if deadline > 0 {
+			ctx, cancel := context.WithTimeout(req.Context(), deadline)
+			defer cancel()
+			req = req.WithContext(ctx)
+		}
+		r.ServeHTTP(rec, req)
 		return rec.Code
 	}
 	if code := buy(); code != http.StatusOK || ran.Load() != 1 {
@@ -53,6 +61,7 @@ func TestTwoMastersLostFailsClosed(t *testing.T) {
 	}{
 		{"down", func(p *faultproxy.Proxy) { _ = p.Down(true) }},
 		{"cut off", func(p *faultproxy.Proxy) { p.Blackhole(true) }},
+		{"cut off, the request's deadline before its wait's end", func(p *faultproxy.Proxy) { p.Blackhole(true); deadline = 300 * time.Millisecond }},
 	} {
 		lose.do(proxies[1])
 		start := time.Now()
