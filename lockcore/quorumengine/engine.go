@@ -32,7 +32,8 @@ type Options struct {
 	// MaxTTL bounds every hold's TTL (a longer one fails with
 	// lockcore.ErrMisconfigured), and is how long a master that restarted
 	// without its data refuses fresh holds (the restart guard). Every
-	// engine on the masters must share it. Default: 1 minute.
+	// engine on the masters must share it. Default: 1 minute, or TTL when
+	// that is longer.
 	MaxTTL time.Duration
 
 	// Timeout bounds how long the engine waits for the masters' answers,
