@@ -77,8 +77,9 @@
 // asked to, whose holders won their quorum elsewhere. A master that
 // refuses does not count toward a quorum. Run the masters with
 // appendonly yes and appendfsync always (or everysec, accepting a second
-// of lost grants), or without persistence and with the guard; RDB
-// snapshots alone may bring back holds that ended, and lose newer ones.
+// of lost grants), or without persistence and with the guard, which is
+// Redlock's delayed restart, done by the master itself; RDB snapshots
+// alone may bring back holds that ended, and lose newer ones.
 // An evicting maxmemory-policy may drop a hold: use noeviction.
 //
 // Safety rests on time: on the masters expiring keys no sooner than their
