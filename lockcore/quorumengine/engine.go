@@ -170,6 +170,9 @@ var errClosed error = &both{"routelock: lease lost: the engine was closed", [2]e
 func (e *engine) lockKey(key string) string  { return e.opt.Prefix + "{" + key + "}:l" }
 func (e *engine) countKey(key string) string { return e.opt.Prefix + "{" + key + "}:f" }
 func (e *engine) auditKey(key string) string { return e.opt.Prefix + "{" + key + "}:a" }
+func (e *engine) goneKey(key, attempt string) string {
+	return e.opt.Prefix + "{" + key + "}:w:" + attempt
+}
 func (e *engine) markKey(key string, fence int64) string {
 	return e.opt.Prefix + "{" + key + "}:v:" + strconv.FormatInt(fence, 10)
 }
@@ -294,8 +297,8 @@ func (e *engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	}()
 	backoff := 5 * time.Millisecond
 	var last *transient // the last attempt's, when it failed so
-	for {
-		h, retry, err := e.attempt(ctx, r, ttl)
+	for n := 1; ; n++ {
+		h, retry, err := e.attempt(ctx, r, ttl, r.Token+"."+strconv.Itoa(n))
 		if h != nil && ctx.Err() != nil {
 			// The caller left while the attempt flew: it holds nothing.
 			_ = h.Release(ctx, nil)
@@ -414,9 +417,14 @@ type waitLine struct {
 // returns the hold; or nil and how long the holder's lease has left when
 // the lock is held by another owner (or the votes split); or an error.
 // An attempt that fails gives up what it took, on every master.
-func (e *engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Duration) (*hold, time.Duration, error) {
+//
+// Each attempt of an acquisition has an id of its own: a failed one marks
+// it given up on every master, so that its calls that land late take
+// nothing, and a hold's confirmations and renewals, and its release, go
+// by the id of the attempt that won it.
+func (e *engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Duration, id string) (*hold, time.Duration, error) {
 	key := r.Key.String()
-	keys := []string{e.lockKey(key), e.countKey(key), guardKey}
+	keys := []string{e.lockKey(key), e.countKey(key), guardKey, e.goneKey(key, id)}
 	args := make([]any, 0, 6+len(r.Join))
 	args = append(args, r.Token, ttl.Milliseconds(), e.instance, e.opt.Name, r.Route, r.Trace)
 	for _, j := range r.Join {
@@ -491,14 +499,14 @@ func (e *engine) attempt(ctx context.Context, r lockcore.Request, ttl time.Durat
 		// re-entry's is its holder's, as the holder's quorum confirmed it,
 		// which at least one master of any quorum says.
 		if fence := maxOf(fences[owner]); fence > 0 {
-			if h := e.confirm(r, ttl, owner, fence, sent); h != nil {
+			if h := e.confirm(r, ttl, owner, fence, sent, id); h != nil {
 				return h, 0, nil
 			}
 		}
 	}
 	// No quorum: give up what was taken, on every master, those that
 	// did not answer too (their grant may land later).
-	e.withdraw(key, r.Token, ttl)
+	e.withdraw(key, r.Token, id, ttl)
 	switch {
 	case e.closed.Load():
 		return nil, 0, lockcore.ErrClosed
@@ -543,8 +551,8 @@ func (t *transient) Unwrap() error { return t.err }
 // it, within the lease's validity from sent. The masters that lagged take
 // it in the background, until the validity ends; renewals take it where
 // they still have not. It returns nil, nil when no quorum confirmed it.
-func (e *engine) confirm(r lockcore.Request, ttl time.Duration, owner string, fence int64, sent time.Time) *hold {
-	h := &hold{e: e, key: r.Key, ttl: ttl, token: owner, mine: r.Token, fence: fence, route: r.Route, trace: r.Trace, done: make(chan struct{})}
+func (e *engine) confirm(r lockcore.Request, ttl time.Duration, owner string, fence int64, sent time.Time, id string) *hold {
+	h := &hold{e: e, key: r.Key, ttl: ttl, token: owner, mine: r.Token, attempt: id, fence: fence, route: r.Route, trace: r.Trace, done: make(chan struct{})}
 	until := h.validity(sent)
 	if e.defect == "noFenceRaise" {
 		// The planted defect: the quorum's fence is raised nowhere.
@@ -565,7 +573,7 @@ func (e *engine) confirm(r lockcore.Request, ttl time.Duration, owner string, fe
 // told the reason of a revocation found.
 func (e *engine) confirmed(h *hold, deadline time.Time, revoked func(reason string)) bool {
 	key := h.key.String()
-	keys := []string{e.lockKey(key), e.countKey(key), e.markKey(key, h.fence)}
+	keys := []string{e.lockKey(key), e.countKey(key), e.markKey(key, h.fence), e.goneKey(key, h.attempt)}
 	args := []any{h.token, h.mine, h.ttl.Milliseconds(), h.fence, e.instance, e.opt.Name, h.route, h.trace}
 	q, n := e.quorum, len(e.masters)
 	replies := e.callFor(&h.inflight, deadline, deadline, claimScript, keys, func(int) []any { return args }, func(got []reply) bool {
@@ -603,16 +611,16 @@ func (e *engine) confirmed(h *hold, deadline time.Time, revoked func(reason stri
 	return yes >= q
 }
 
-// withdraw gives up the hold of token on key on every master, in the
-// background, each call bounded by ttl: no grant of the attempt outlives
-// it anyway.
-func (e *engine) withdraw(key, token string, ttl time.Duration) {
+// withdraw gives up the hold of token on key on every master, and marks
+// the attempt id given up, in the background, each call bounded by ttl:
+// no grant of the attempt outlives it anyway.
+func (e *engine) withdraw(key, token, id string, ttl time.Duration) {
 	if e.defect == "noRelease" {
 		return // the planted defect: a failed quorum leaves its grants
 	}
-	keys := []string{e.lockKey(key)}
+	keys := []string{e.lockKey(key), e.goneKey(key, id)}
 	now := time.Now()
-	e.callFor(nil, now, now.Add(max(ttl, 4*e.opt.Timeout)), releaseScript, keys, func(int) []any { return []any{token} }, nil)
+	e.callFor(nil, now, now.Add(max(ttl, 4*e.opt.Timeout)), releaseScript, keys, func(int) []any { return []any{token, ttl.Milliseconds()} }, nil)
 }
 
 // start registers h, valid until until, and starts its renewals; on a

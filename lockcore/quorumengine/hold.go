@@ -18,6 +18,7 @@ type hold struct {
 	ttl          time.Duration
 	token        string // the holder's owner token
 	mine         string // the token the hold is kept under on the masters: token, or a re-entry's own
+	attempt      string // the id of the attempt that won it
 	fence        int64
 	route, trace string
 
@@ -190,12 +191,12 @@ func (h *hold) giveUp(ctx context.Context) error {
 	case <-landed:
 	case <-time.After(e.opt.Timeout):
 	}
-	keys := []string{e.lockKey(h.key.String())}
+	keys := []string{e.lockKey(h.key.String()), e.goneKey(h.key.String(), h.attempt)}
 	// It waits for a quorum a while; each call goes on until it is
 	// answered, for the hold's TTL at most (no later confirmation of it
 	// outlives that).
 	now := time.Now()
-	replies := e.callFor(nil, now.Add(4*e.opt.Timeout), now.Add(max(h.ttl, 4*e.opt.Timeout)), releaseScript, keys, func(int) []any { return []any{h.mine} }, func(got []reply) bool {
+	replies := e.callFor(nil, now.Add(4*e.opt.Timeout), now.Add(max(h.ttl, 4*e.opt.Timeout)), releaseScript, keys, func(int) []any { return []any{h.mine, h.ttl.Milliseconds()} }, func(got []reply) bool {
 		n := 0
 		for _, g := range got {
 			if g.err == nil {

@@ -30,8 +30,8 @@ local fs = string.format('%.0f', f)
 redis.call('SET', KEYS[2], fs, 'PX', 86400000)
 `
 
-// acquireScript: KEYS the lock, its counter, the master's restart guard.
-// ARGV the owner token, the TTL in ms, instance, name, route, trace, and
+// acquireScript: KEYS the lock, its counter, the master's restart guard,
+// the attempt's given-up mark (see releaseScript). ARGV the owner token, the TTL in ms, instance, name, route, trace, and
 // the tokens the acquisition may re-enter. Returns {1, fence} for a fresh
 // grant (or a re-sent one of the same token), {2, fence, holder} for a
 // re-entry, {0, pttl} when another owner holds it, {-1, guard ms} while
@@ -39,6 +39,9 @@ redis.call('SET', KEYS[2], fs, 'PX', 86400000)
 // when the holder's fence on this master is the one its quorum confirmed
 // (claimScript sets c), "0" when it may be this master's own of the grant.
 var acquireScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return {0, 0}
+end
 local t = redis.call('HGET', KEYS[1], 't')
 if t then
   if t == ARGV[1] then
@@ -71,7 +74,8 @@ return {1, f}
 // the hold's fencing token (the quorum's) and raises the counter to it,
 // extends the hold, and creates it where it is missing (a master that
 // lagged, or lost it). It is the renewal too. KEYS the lock, its counter,
-// the revocation mark of the hold's fence. ARGV the holder's token, the
+// the revocation mark of the hold's fence, the given-up mark of the
+// attempt that won the hold. ARGV the holder's token, the
 // hold's own (the holder's, or a re-entry's), the TTL in ms, the fence,
 // instance, name, route, trace. Returns {1} when the hold is there now,
 // {0} when another owner holds the lock, {-2, reason} when an operator
@@ -80,6 +84,9 @@ var claimScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[3])
 if v then
   return {-2, v}
+end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return {0}
 end
 local t = redis.call('HGET', KEYS[1], 't')
 if t and t ~= ARGV[1] then
@@ -110,8 +117,13 @@ return {1}
 // releaseScript gives up the hold of a token (ARGV[1]) on a master: the
 // holder's, which leaves the lock to its re-entries while any remain, or
 // a re-entry's, which frees the lock when it was the last of a released
-// holder's. KEYS the lock. Returns 1 when it found the hold, else 0.
+// holder's. It marks the attempt that took it given up on the master for
+// ARGV[2] ms (the TTL), so that a call of the attempt that lands after it
+// (a grant, a confirmation, sent before but delayed) takes nothing. KEYS
+// the lock, the attempt's given-up mark. Returns 1 when it found the hold, else
+// 0.
 var releaseScript = redis.NewScript(`
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 local t = redis.call('HGET', KEYS[1], 't')
 if not t then
   return 0
