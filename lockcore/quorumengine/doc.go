@@ -21,7 +21,8 @@
 // TTL, less the clock drift (Options.Drift times the TTL, plus 2ms) and
 // a tenth of the TTL as the margin in which a loss is told. An attempt
 // without a quorum gives up what it took, on every master, those that did
-// not answer in time included (their grant may land later).
+// not answer in time included, and marks itself given up there, so that
+// a grant of it that lands late takes nothing; a release does the same.
 //
 // The confirmation goes on in the background on the masters that lagged
 // (did not answer, or answered late), until the lease's validity ends; the
@@ -111,6 +112,7 @@
 //	P{K}:f       string  the key's fencing counter (kept a day)
 //	P{K}:a       list    audit records of revocations (the latest 100)
 //	P{K}:v:<F>   string  the revocation of the hold with fence F (an hour)
+//	P{K}:w:<A>   string  attempt A (owner token and number) given up (the TTL)
 //
 // and, whatever the prefix, the master's restart guard:
 // routelock:quorum:restart-guard and routelock:quorum:restart-guard:run.
