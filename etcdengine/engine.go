@@ -268,6 +268,8 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 			Else(orElse...).
 			Commit()
 		if err != nil {
+			// It may have been written all the same: a lock held by no one.
+			e.abandon(s, mine)
 			return nil, e.unavailable(ctx, "take", err)
 		}
 		if resp.Succeeded {
@@ -320,6 +322,8 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
 		Commit()
 	if err != nil {
+		// It may be queued all the same, where no one would ever take it.
+		e.abandon(s, mine)
 		return nil, e.unavailable(ctx, "queue", err)
 	}
 	if !resp.Succeeded {
@@ -460,6 +464,34 @@ func (e *Engine) withdraw(mine string, rev int64) {
 	}
 }
 
+// abandon deletes key, which a call that failed (unanswered, or given up
+// at its caller's deadline) may have written on session s all the same,
+// if it is there on s's lease; like withdraw, in the background when etcd
+// does not answer at once. Such a key would otherwise outlive its
+// acquisition as long as the session, which the engine renews for its
+// other holds: a lock held, or a queue blocked, by no one. The key is the
+// acquisition's own (its owner token's), which no hold of s has: the
+// Locker re-enters a token's holds in memory.
+func (e *Engine) abandon(s *session, key string) {
+	del := func(ctx context.Context) error {
+		_, err := e.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+		return err
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.opt.Timeout)
+	err := del(ctx)
+	cancel()
+	if err != nil && !e.closed.Load() {
+		go func() {
+			ctx, cancel := context.WithTimeout(e.ctx, 4*e.opt.Timeout)
+			defer cancel()
+			_ = del(ctx)
+		}()
+	}
+}
+
 // grant makes the hold of a waiter whose key mine, created at rev, is
 // now the first: it writes the key once more, so that its fencing token,
 // the write's revision, is above every revision before it, a revocation's
@@ -494,6 +526,8 @@ func (e *Engine) reenter(ctx context.Context, s *session, r lockcore.Request, kv
 		Then(clientv3.OpPut(entry, e.record(r, false), clientv3.WithLease(s.id))).
 		Commit()
 	if err != nil {
+		// It may have been written all the same, holding the lock for no one.
+		e.abandon(s, entry)
 		return nil, e.unavailable(ctx, "re-enter", err)
 	}
 	if !resp.Succeeded {
