@@ -3,7 +3,6 @@ package etcdengine
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -81,30 +80,39 @@ func TestExclusion(t *testing.T) {
 	t.Logf("%d sections", n)
 }
 
+// pausedHolder takes key productID:id through one engine and pauses that
+// engine (its keep-alives suppressed, as a paused process's are), over a
+// fresh embedded etcd; it returns the paused hold, a Locker on another
+// engine, both with TTL ttl, and the key, and a context for the test.
+func pausedHolder(t *testing.T, prefix string, ttl time.Duration, id string) (held *lock.Lease, other *lock.Locker, k lockcore.Key, ctx context.Context) {
+	t.Helper()
+	cli := startEtcd(t)
+	ea, err := New(cli, Options{Prefix: prefix, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, err := New(cli, Options{Prefix: prefix, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ea.Close(); _ = eb.Close() })
+	k, _ = lockcore.NewKey("productID", id)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	held, err = lock.FromEngine(ea).Acquire(ctx, k, lock.FailFast())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ea.pause.Store(true) // renewals stop
+	return held, lock.FromEngine(eb), k, ctx
+}
+
 // TestPausedHolder: a holder whose process stops renewing (its keep-alives
 // suppressed, as a paused process's are) is told its lease is lost, its
 // context cancelled with ErrLockLost, by its own clock, before etcd
 // expires the lease and another engine's waiter takes the key.
 func TestPausedHolder(t *testing.T) {
-	cli := startEtcd(t)
-	ea, err := New(cli, Options{Prefix: "paused/", TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb, err := New(cli, Options{Prefix: "paused/", TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ea.Close(); _ = eb.Close() })
-	a, b := lock.FromEngine(ea), lock.FromEngine(eb)
-	k, _ := lockcore.NewKey("productID", strconv.Itoa(7))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	held, err := a.Acquire(ctx, k, lock.FailFast())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ea.pause.Store(true) // renewals stop
+	held, b, k, ctx := pausedHolder(t, "paused/", 2*time.Second, "7")
 	var lostAt atomic.Int64
 	go func() {
 		<-held.Context().Done()
@@ -135,25 +143,7 @@ func TestPausedHolder(t *testing.T) {
 // clock, and released, frees the key at once, before etcd would expire its
 // lease: another engine's fail-fast acquisition then gets it.
 func TestPausedHolderReleases(t *testing.T) {
-	cli := startEtcd(t)
-	ea, err := New(cli, Options{Prefix: "paused-release/", TTL: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb, err := New(cli, Options{Prefix: "paused-release/", TTL: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ea.Close(); _ = eb.Close() })
-	a, b := lock.FromEngine(ea), lock.FromEngine(eb)
-	k, _ := lockcore.NewKey("productID", "9")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	held, err := a.Acquire(ctx, k, lock.FailFast())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ea.pause.Store(true) // renewals stop
+	held, b, k, ctx := pausedHolder(t, "paused-release/", 3*time.Second, "9")
 	<-held.Context().Done()
 	if err := held.Release(ctx); !errors.Is(err, lockcore.ErrLockLost) {
 		t.Fatalf("Release of a lost hold: %v, want ErrLockLost", err)
