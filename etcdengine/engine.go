@@ -337,7 +337,7 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 	defer waited()
 	if err := e.awaitTurn(ctx, s, r.Key, q, clientv3.GetPrefixRangeEnd(q), rev, timer.C, waiting); err != nil {
 		// A cancelled wait leaves no key behind (etcd#9715).
-		e.withdraw(mine, rev)
+		e.withdraw(s, mine, rev)
 		return nil, err
 	}
 	return e.grant(ctx, s, r, mine, rev)
@@ -439,57 +439,56 @@ func (e *Engine) unavailable(ctx context.Context, what string, err error) error 
 }
 
 // withdraw deletes the key mine of a wait that gave up, if it is still
-// the one created at rev, in the background when etcd does not answer at
-// once; its session's lease removes it at the latest.
-func (e *Engine) withdraw(mine string, rev int64) {
+// the one created at rev (retract).
+func (e *Engine) withdraw(s *session, mine string, rev int64) {
 	if e.defect == "keepWaiter" {
 		return
 	}
-	del := func(ctx context.Context) error {
-		_, err := e.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(mine), "=", rev)).
-			Then(clientv3.OpDelete(mine)).
-			Commit()
-		return err
-	}
-	ctx, cancel := context.WithTimeout(e.ctx, e.opt.Timeout)
-	err := del(ctx)
-	cancel()
-	if err != nil && !e.closed.Load() {
-		go func() {
-			ctx, cancel := context.WithTimeout(e.ctx, 4*e.opt.Timeout)
-			defer cancel()
-			_ = del(ctx)
-		}()
-	}
+	e.retract(s, mine, clientv3.Compare(clientv3.CreateRevision(mine), "=", rev))
 }
 
 // abandon deletes key, which a call that failed (unanswered, or given up
 // at its caller's deadline) may have written on session s all the same,
-// if it is there on s's lease; like withdraw, in the background when etcd
-// does not answer at once. Such a key would otherwise outlive its
-// acquisition as long as the session, which the engine renews for its
-// other holds: a lock held, or a queue blocked, by no one. The key is the
-// acquisition's own (its owner token's), which no hold of s has: the
-// Locker re-enters a token's holds in memory.
+// if it is there on s's lease (retract). Such a key would otherwise
+// outlive its acquisition as long as the session, which the engine renews
+// for its other holds: a lock held, or a queue blocked, by no one. The key
+// is the acquisition's own (its owner token's), which no hold of s has:
+// the Locker re-enters a token's holds in memory.
 func (e *Engine) abandon(s *session, key string) {
-	del := func(ctx context.Context) error {
-		_, err := e.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
-			Then(clientv3.OpDelete(key)).
-			Commit()
+	e.retract(s, key, clientv3.Compare(clientv3.LeaseValue(key), "=", s.id))
+}
+
+// retract deletes key if cmp holds: at once, and when etcd does not
+// answer, again in the background until it does, or until the session s
+// ends (its keys go with its lease, which the engine no longer renews) or
+// the engine closes.
+func (e *Engine) retract(s *session, key string, cmp clientv3.Cmp) {
+	del := func() error {
+		ctx, cancel := context.WithTimeout(e.ctx, e.opt.Timeout)
+		defer cancel()
+		_, err := e.cli.Txn(ctx).If(cmp).Then(clientv3.OpDelete(key)).Commit()
 		return err
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, e.opt.Timeout)
-	err := del(ctx)
-	cancel()
-	if err != nil && !e.closed.Load() {
-		go func() {
-			ctx, cancel := context.WithTimeout(e.ctx, 4*e.opt.Timeout)
-			defer cancel()
-			_ = del(ctx)
-		}()
+	if del() == nil || e.closed.Load() {
+		return
 	}
+	go func() {
+		for {
+			t := time.NewTimer(e.opt.Timeout / 4)
+			select {
+			case <-e.ctx.Done():
+				t.Stop()
+				return
+			case <-s.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if del() == nil {
+				return
+			}
+		}
+	}()
 }
 
 // grant makes the hold of a waiter whose key mine, created at rev, is
@@ -502,7 +501,7 @@ func (e *Engine) grant(ctx context.Context, s *session, r lockcore.Request, mine
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
 		Commit()
 	if err != nil {
-		e.withdraw(mine, rev)
+		e.withdraw(s, mine, rev)
 		return nil, e.unavailable(ctx, "grant", err)
 	}
 	if !resp.Succeeded {

@@ -93,7 +93,7 @@ func (e *Engine) waitShared(ctx context.Context, s *session, r lockcore.Request,
 	waiting, waited := e.waitingFor(r.Key)
 	defer waited()
 	if err := e.awaitTurn(ctx, s, r.Key, from, end, rev, timer.C, waiting); err != nil {
-		e.withdraw(mine, rev)
+		e.withdraw(s, mine, rev)
 		return nil, err
 	}
 	return e.grant(ctx, s, r, mine, rev)
