@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	lock "github.com/routelock/lock"
@@ -212,6 +213,12 @@ func runFaults(t *testing.T, c *cluster, r faultRun, fault func(ctx context.Cont
 	cancel()
 	<-faultDone
 	took := time.Since(began)
+	// Every hold was released or lost, and the engines live on: a key of
+	// theirs left in etcd past the TTL would hold its lock, or block its
+	// queue, for no one.
+	if left := keysLeft(c, prefix, 2*r.ttl); len(left) > 0 {
+		t.Errorf("%d keys left in etcd %v after the run, on sessions still renewed, such as %q", len(left), 2*r.ttl, left[0])
+	}
 	t.Logf("%d sections in %v (%d by the judge), %d overlaps, %d holds lost, %d faults injected; refused: %d unavailable, %d timed out",
 		n.sections.Load(), took.Round(time.Millisecond), j.sections, j.overlaps, n.lost.Load(), n.faults.Load(), n.unavailable.Load(), n.timedOut.Load())
 	if got := n.sections.Load(); got < r.sections {
@@ -273,6 +280,29 @@ func turn(ctx context.Context, j *judge, n *counts, l *lock.Locker, key lockcore
 	return nil
 }
 
+// keysLeft polls, up to d, until etcd has no key under prefix, and
+// returns those left.
+func keysLeft(c *cluster, prefix string, d time.Duration) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var left []string
+	for {
+		resp, err := c.admin.Get(ctx, prefix+"q/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err == nil {
+			left = left[:0]
+			for _, kv := range resp.Kvs {
+				left = append(left, string(kv.Key))
+			}
+			if len(left) == 0 {
+				return nil
+			}
+		}
+		if !pace(ctx, 100*time.Millisecond) {
+			return left
+		}
+	}
+}
+
 // pace waits d unless ctx ends first; it reports whether ctx is live.
 func pace(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -305,7 +335,7 @@ func TestFaultLeaderKilled(t *testing.T) {
 	r := faultRun{engines: 3, workers: 24, keys: 128, ttl: 3 * time.Second, sections: 10000, limit: 170 * time.Second}
 	runFaults(t, c, r, func(ctx context.Context, j *judge, n *counts, _ []*Engine, _ []*lock.Locker, _ []lockcore.Key) {
 		for i := 0; i < maxFaults && n.more(); i++ {
-			if !pace(ctx, 2*time.Second) {
+			if !pace(ctx, 4*time.Second) {
 				return
 			}
 			m := c.leader(ctx)
