@@ -61,6 +61,7 @@ func (e *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 		if err != nil {
 			return nil, err
 		}
+		defer s.unref()
 		ss[i] = s
 		qs[i] = e.queue(r.Key.String())
 		mines[i] = qs[i] + r.Token
@@ -80,6 +81,8 @@ func (e *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 		}
 		resp, err := e.cli.Txn(ctx).If(free...).Then(puts...).Else(gets...).Commit()
 		if err != nil {
+			// They may have been written all the same: locks held by no one.
+			e.abandonAll(ss, mines)
 			return nil, e.unavailable(ctx, "take", err)
 		}
 		rev := resp.Header.Revision
@@ -114,6 +117,7 @@ func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Reque
 	}
 	resp, err := e.cli.Txn(ctx).If(absent...).Then(puts...).Commit()
 	if err != nil {
+		e.abandonAll(ss, mines)
 		return nil, e.unavailable(ctx, "queue", err)
 	}
 	if !resp.Succeeded {
@@ -159,6 +163,13 @@ func (e *Engine) heldAll(ss []*session, rs []lockcore.Request, mines []string, r
 		hs[i] = e.held(ss[i], r.Key, mines[i], r.Token, rev, fence, "", false)
 	}
 	return hs
+}
+
+// abandonAll abandons the keys mines, each on its session of ss.
+func (e *Engine) abandonAll(ss []*session, mines []string) {
+	for i, m := range mines {
+		e.abandon(ss[i], m)
+	}
 }
 
 // withdrawAll deletes the keys mines of a set's wait that gave up, each

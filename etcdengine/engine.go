@@ -249,6 +249,7 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	if err != nil {
 		return nil, err
 	}
+	defer s.unref()
 	if r.Share < 0 {
 		return e.takeShared(ctx, s, r)
 	}
@@ -455,6 +456,7 @@ func (e *Engine) withdraw(s *session, mine string, rev int64) {
 // is the acquisition's own (its owner token's), which no hold of s has:
 // the Locker re-enters a token's holds in memory.
 func (e *Engine) abandon(s *session, key string) {
+	e.retire(s)
 	e.retract(s, key, clientv3.Compare(clientv3.LeaseValue(key), "=", s.id))
 }
 

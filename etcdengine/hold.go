@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -28,9 +29,11 @@ type hold struct {
 
 	once sync.Once
 	done chan struct{}
-	mu   sync.Mutex
-	err  error // why it ended, once it has
-	stop context.CancelFunc
+	// unref: Release has ended the hold's use of its session.
+	unref atomic.Bool
+	mu    sync.Mutex
+	err   error // why it ended, once it has
+	stop  context.CancelFunc
 }
 
 var (
@@ -55,6 +58,7 @@ func (b *both) Is(target error) bool {
 // deleted.
 func (e *Engine) held(s *session, key lockcore.Key, holder, token string, rev, fence int64, entry string, shared bool) *hold {
 	h := &hold{e: e, s: s, key: key, holder: holder, token: token, rev: rev, fence: fence, entry: entry, shared: shared, done: make(chan struct{})}
+	s.ref() // until Release
 	// Not e's context: Close ends a hold through its session.
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stop = cancel
@@ -155,6 +159,9 @@ func (h *hold) Release(ctx context.Context, early error) error {
 	lost, _ := h.lostErr()
 	h.end(errReleased)
 	err := h.release(ctx)
+	if h.unref.CompareAndSwap(false, true) {
+		h.s.unref()
+	}
 	if lost != nil && lost != errReleased {
 		return lost
 	}
@@ -226,6 +233,80 @@ type session struct {
 	done  chan struct{} // closed when lost
 	err   error         // why, once done is closed
 	once  sync.Once
+
+	// Under e.mu: the acquisitions under way on the session and its holds
+	// not yet released; and whether it is retired: no acquisition takes
+	// it any more, and once refs is 0 it is dropped.
+	refs    int
+	retired bool
+}
+
+func (s *session) ref() {
+	s.e.mu.Lock()
+	s.refs++
+	s.e.mu.Unlock()
+}
+
+// unref ends one use of s (an acquisition under way, or a hold's), and
+// drops s when it is retired and that was the last.
+func (s *session) unref() {
+	s.e.mu.Lock()
+	s.refs--
+	drop := s.retired && s.refs == 0
+	s.e.mu.Unlock()
+	if drop {
+		s.drop()
+	}
+}
+
+// retire takes s out of use, after a write on it whose answer never
+// came: etcd may apply such a write later than any clean-up that looked
+// for it (a request that timed out in a leader's change is committed by
+// the next leader), and the key it leaves would hold a lock, or block a
+// queue, for no one, for as long as the engine renews s. New acquisitions
+// get a new session; s is dropped once its last hold is released, and its
+// lease, no longer renewed, takes any such key with it.
+func (e *Engine) retire(s *session) {
+	e.mu.Lock()
+	if s.retired {
+		e.mu.Unlock()
+		return
+	}
+	s.retired = true
+	for secs, cur := range e.sessions {
+		if cur == s {
+			delete(e.sessions, secs)
+		}
+	}
+	drop := s.refs == 0
+	e.mu.Unlock()
+	if drop {
+		s.drop()
+	}
+}
+
+// drop stops renewing s, which nothing uses any more, and revokes its
+// lease; when etcd does not answer, the lease expires within its TTL.
+func (s *session) drop() {
+	s.lose(errSession)
+	go func() {
+		ctx, cancel := context.WithTimeout(s.e.ctx, s.ttl)
+		defer cancel()
+		for ctx.Err() == nil {
+			rctx, rcancel := context.WithTimeout(ctx, s.e.opt.Timeout)
+			_, err := s.e.cli.Revoke(rctx, s.id)
+			rcancel()
+			if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return
+			}
+			t := time.NewTimer(s.e.opt.Timeout / 4)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}()
 }
 
 func (s *session) valid() bool { return time.Now().Before(s.until.load()) }
@@ -239,8 +320,28 @@ func (s *session) lose(err error) {
 }
 
 // session returns the live session for holds of ttl, granting one when
-// there is none.
+// there is none, counted as used (session.ref) until the caller's unref.
 func (e *Engine) session(ctx context.Context, ttl time.Duration) (*session, error) {
+	for {
+		s, err := e.liveSession(ctx, ttl)
+		if err != nil {
+			return nil, err
+		}
+		e.mu.Lock()
+		ok := !s.retired
+		if ok {
+			s.refs++
+		}
+		e.mu.Unlock()
+		if ok {
+			return s, nil
+		}
+	}
+}
+
+// liveSession returns the live session for holds of ttl, granting one
+// when there is none.
+func (e *Engine) liveSession(ctx context.Context, ttl time.Duration) (*session, error) {
 	secs := int64((ttl + time.Second - 1) / time.Second)
 	e.mu.Lock()
 	s := e.sessions[secs]
