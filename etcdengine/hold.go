@@ -68,40 +68,38 @@ func (e *Engine) held(s *session, key lockcore.Key, holder, token string, rev, f
 	}
 	// The watches start after the hold is handed out, from the revision
 	// after its grant, so that they miss no deletion and the Take does not
-	// wait for etcd to confirm them.
+	// wait for etcd to confirm them; the session's end is watched at once,
+	// for a watch is not started while etcd does not answer.
+	deleted := make(chan error, len(watch))
 	go func() {
-		var chans []clientv3.WatchChan
 		for _, k := range watch {
-			chans = append(chans, e.cli.Watch(ctx, k, clientv3.WithRev(fence+1), clientv3.WithFilterPut()))
+			ch := e.cli.Watch(ctx, k, clientv3.WithRev(fence+1), clientv3.WithFilterPut())
+			go func() {
+				for w := range ch {
+					if w.Err() != nil {
+						continue // the client re-watches; the session judges outages
+					}
+					for _, ev := range w.Events {
+						if ev.Type == clientv3.EventTypeDelete {
+							deleted <- errDeleted
+							return
+						}
+					}
+				}
+			}()
 		}
-		h.watch(ctx, chans)
 	}()
+	go h.watch(ctx, deleted)
 	return h
 }
 
 // watch ends h when its session is lost or one of its keys is deleted.
-func (h *hold) watch(ctx context.Context, chans []clientv3.WatchChan) {
-	merged := make(chan error, len(chans))
-	for _, ch := range chans {
-		go func() {
-			for w := range ch {
-				if w.Err() != nil {
-					continue // the client re-watches; the session judges outages
-				}
-				for _, ev := range w.Events {
-					if ev.Type == clientv3.EventTypeDelete {
-						merged <- errDeleted
-						return
-					}
-				}
-			}
-		}()
-	}
+func (h *hold) watch(ctx context.Context, deleted <-chan error) {
 	select {
 	case <-ctx.Done():
 	case <-h.s.done:
 		h.end(errSession)
-	case err := <-merged:
+	case err := <-deleted:
 		h.end(h.e.revoked(h.key, h.fence, err))
 	}
 }
