@@ -37,6 +37,8 @@ func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request)
 			Else(orElse...).
 			Commit()
 		if err != nil {
+			// It may have been written all the same: a lock held by no one.
+			e.abandon(s, mine)
 			return nil, e.unavailable(ctx, "take", err)
 		}
 		if resp.Succeeded {
@@ -81,6 +83,7 @@ func (e *Engine) waitShared(ctx context.Context, s *session, r lockcore.Request,
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
 		Commit()
 	if err != nil {
+		e.abandon(s, mine)
 		return nil, e.unavailable(ctx, "queue", err)
 	}
 	if !resp.Succeeded {
