@@ -54,7 +54,11 @@
 // lists the locks of every master), or REDIS_SENTINEL_URL for a master
 // behind Sentinel
 // (redis://sentinel1:26379?addr=sentinel2:26379&master_name=mymaster&password=...);
-// localhost:6379 when none is set. No message repeats a password.
+// localhost:6379 when none is set; or REDIS_QUORUM_URLS, the independent
+// masters of the quorum engine (lockcore/quorumengine), redis:// URLs
+// comma-separated (a lock is listed when a majority holds it; release
+// removes it from every master that answers). No message repeats a
+// password.
 //
 // This command links the Redis engine only. The same command built with
 // the etcd engine, github.com/routelock/lock/etcdengine/cmd/routelock,

@@ -22,6 +22,7 @@ import (
 	"github.com/routelock/lock/internal/operate"
 	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/quorumengine"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
 
@@ -346,12 +347,20 @@ func writeJSON(stdout, stderr io.Writer, v any) int {
 // replace it.
 var timeNow = time.Now
 
+// QuorumVar names the independent masters of the quorum engine
+// (lockcore/quorumengine): redis:// URLs, comma-separated.
+const QuorumVar = "REDIS_QUORUM_URLS"
+
 // OpenRedis is the Opener of the Redis engine on the Redis the
 // environment names (see redisconf), with key prefix prefix, by default
-// "routelock:".
+// "routelock:"; or, when QuorumVar is set, of the quorum engine on the
+// masters it names.
 func OpenRedis(env func(string) string, prefix string) (lockcore.Operator, string, func(), error) {
 	if prefix == "" {
 		prefix = defaultPrefix
+	}
+	if env(QuorumVar) != "" {
+		return openQuorum(env, prefix)
 	}
 	conf, err := redisconf.FromEnv(env)
 	if err != nil {
@@ -371,6 +380,46 @@ func OpenRedis(env func(string) string, prefix string) (lockcore.Operator, strin
 	return e, "Redis at " + conf.Where, func() {
 		_ = e.Close()
 		_ = rdb.Close()
+	}, nil
+}
+
+// openQuorum opens the Operator of the quorum engine on the masters that
+// QuorumVar names. Its errors name the variable, never its value.
+func openQuorum(env func(string) string, prefix string) (lockcore.Operator, string, func(), error) {
+	for _, v := range []string{redisconf.Server, redisconf.Cluster, redisconf.Sentinel} {
+		if env(v) != "" {
+			return nil, "", nil, fmt.Errorf("%w: %s and %s are both set: set one", lockcore.ErrMisconfigured, QuorumVar, v)
+		}
+	}
+	var cs []redis.UniversalClient
+	closeAll := func() {
+		for _, c := range cs {
+			_ = c.Close()
+		}
+	}
+	for i, u := range strings.Split(env(QuorumVar), ",") {
+		o, err := redis.ParseURL(strings.TrimSpace(u))
+		if err != nil {
+			closeAll()
+			return nil, "", nil, fmt.Errorf("%w: %s: master %d is not a redis:// URL", lockcore.ErrMisconfigured, QuorumVar, i+1)
+		}
+		o.ContextTimeoutEnabled = true
+		cs = append(cs, redis.NewClient(o))
+	}
+	e, err := quorumengine.New(cs, quorumengine.Options{Prefix: prefix})
+	if err != nil {
+		closeAll()
+		return nil, "", nil, fmt.Errorf("%w (-prefix)", err)
+	}
+	op, ok := e.(lockcore.Operator)
+	if !ok {
+		_ = e.Close()
+		closeAll()
+		return nil, "", nil, fmt.Errorf("%w: the quorum engine has no operator", lockcore.ErrMisconfigured)
+	}
+	return op, fmt.Sprintf("a quorum of %d Redis masters", len(cs)), func() {
+		_ = e.Close()
+		closeAll()
 	}, nil
 }
 
