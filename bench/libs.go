@@ -95,6 +95,8 @@ func Libs() []Lib {
 			New: func(_ Target, c *atomic.Int64) (Mutexer, error) { return newEtcd(etcd3, c) }, Only: Single},
 		{Name: "routelock-etcd3-fsync", Note: "routelock's etcd engine on three etcd members that fsync (etcd's default)",
 			New: func(_ Target, c *atomic.Int64) (Mutexer, error) { return newEtcd(etcd3Fsync, c) }, Only: Single},
+		{Name: "routelock-quorum3", Note: "routelock's quorum engine on three independent redis-servers (a hold on a majority); waiters poll with jitter; go-redis defaults",
+			New: func(_ Target, c *atomic.Int64) (Mutexer, error) { return newQuorum(quorum3, c) }, Only: Single},
 		{Name: "raw-1ms", Note: "SET NX PX + Lua delete, polling every 1 ms",
 			New: func(t Target, c *atomic.Int64) (Mutexer, error) { return newRaw(t, c, time.Millisecond) }},
 		{Name: "redislock-1ms", Note: "bsm/redislock, LinearBackoff(1ms) (tuned)",
