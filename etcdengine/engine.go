@@ -370,20 +370,51 @@ func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from
 			waiting()
 			waiting = nil
 		}
+		// The watch starts at etcd's current revision, where etcd serves
+		// it as writes commit; a watch from an earlier revision is served
+		// by a catch-up that runs every 100ms. So the key is looked at once
+		// more when the watch is in place: it may have gone before.
+		pred := string(before.Kvs[0].Key)
 		wctx, cancel := context.WithCancel(ctx)
-		ch := e.cli.Watch(wctx, string(before.Kvs[0].Key), clientv3.WithRev(before.Header.Revision+1), clientv3.WithFilterPut())
-		var gone error
-		select {
-		case w, ok := <-ch:
-			if (!ok || w.Err() != nil) && ctx.Err() != nil {
-				// The watch ended with ctx: the caller left.
+		ch := e.cli.Watch(wctx, pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		next := func() (clientv3.WatchResponse, error) {
+			select {
+			case w, ok := <-ch:
+				if (!ok || w.Err() != nil) && ctx.Err() != nil {
+					// The watch ended with ctx: the caller left.
+					return w, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+				}
+				if !ok || w.Err() != nil {
+					return w, e.unavailable(ctx, "watch", errors.Join(w.Err(), errNoAnswer))
+				}
+				return w, nil
+			case <-s.done:
+				return clientv3.WatchResponse{}, s.err
+			case <-timer:
+				if ev := e.opt.Events; ev != nil {
+					ev.Woken(k, "timer")
+				}
+				return clientv3.WatchResponse{}, &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}
+			case <-ctx.Done():
+				return clientv3.WatchResponse{}, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+			}
+		}
+		w, gone := next()
+		if gone == nil && w.Created {
+			var still *clientv3.GetResponse
+			still, gone = e.cli.Get(ctx, pred, clientv3.WithCountOnly())
+			switch {
+			case gone != nil && ctx.Err() != nil:
 				gone = errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
-				break
+			case gone != nil:
+				gone = e.unavailable(ctx, "wait", gone)
+			case still.Count == 0:
+				// Gone already: as if the watch had told it.
+			default:
+				w, gone = next()
 			}
-			if !ok || w.Err() != nil {
-				gone = e.unavailable(ctx, "watch", errors.Join(w.Err(), errNoAnswer))
-				break
-			}
+		}
+		if gone == nil {
 			if ev := e.opt.Events; ev != nil {
 				ev.Woken(k, "message")
 			}
@@ -391,15 +422,6 @@ func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from
 				cancel()
 				return nil // the key before went: taken for a grant
 			}
-		case <-s.done:
-			gone = s.err
-		case <-timer:
-			if ev := e.opt.Events; ev != nil {
-				ev.Woken(k, "timer")
-			}
-			gone = &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}
-		case <-ctx.Done():
-			gone = errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
 		}
 		cancel()
 		if gone != nil {
