@@ -157,6 +157,11 @@ func (h *hold) Release(ctx context.Context, early error) error {
 	lost, _ := h.lostErr()
 	h.end(errReleased)
 	err := h.release(ctx)
+	if errors.Is(err, lockcore.ErrUnavailable) {
+		// Its keys may be left in etcd, on a session the engine renews:
+		// they go with the session's lease once its last hold is released.
+		h.e.retire(h.s)
+	}
 	if h.unref.CompareAndSwap(false, true) {
 		h.s.unref()
 	}
