@@ -9,11 +9,13 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
@@ -27,15 +29,12 @@ import (
 // holders of a key are ever inside at once while both their contexts are
 // live.
 type faultRun struct {
-	// keysLeftKnown: keys left in etcd after the run are a defect known
-	// open for this fault, counted and logged rather than failed.
-	keysLeftKnown bool
-	engines       int           // engines, each on a client of its own
-	workers       int           // goroutines
-	keys          int           // keys they share
-	ttl           time.Duration // the engines' TTL
-	sections      int64         // at least this many sections, or the run fails
-	limit         time.Duration // the run's bound
+	engines  int           // engines, each on a client of its own
+	workers  int           // goroutines
+	keys     int           // keys they share
+	ttl      time.Duration // the engines' TTL
+	sections int64         // at least this many sections, or the run fails
+	limit    time.Duration // the run's bound
 }
 
 // The workers' acquisitions and sections.
@@ -219,10 +218,8 @@ func runFaults(t *testing.T, c *cluster, r faultRun, fault func(ctx context.Cont
 	// Every hold was released or lost, and the engines live on: a key of
 	// theirs left in etcd past the TTL would hold its lock, or block its
 	// queue, for no one.
-	if left := keysLeft(c, prefix, 2*r.ttl); len(left) > 0 && r.keysLeftKnown {
-		t.Logf("known open: %d keys left in etcd %v after the run, on sessions still renewed, such as %q", len(left), 2*r.ttl, left[0])
-	} else if len(left) > 0 {
-		t.Errorf("%d keys left in etcd %v after the run, on sessions still renewed, such as %q", len(left), 2*r.ttl, left[0])
+	if left := keysLeft(c, prefix, 2*r.ttl); len(left) > 0 {
+		t.Errorf("%d keys left in etcd %v after the run, on sessions still renewed, such as %s", len(left), 2*r.ttl, strings.Join(left[:min(3, len(left))], ", "))
 	}
 	t.Logf("%d sections in %v (%d by the judge), %d overlaps, %d holds lost, %d faults injected; refused: %d unavailable, %d timed out",
 		n.sections.Load(), took.Round(time.Millisecond), j.sections, j.overlaps, n.lost.Load(), n.faults.Load(), n.unavailable.Load(), n.timedOut.Load())
@@ -286,26 +283,35 @@ func turn(ctx context.Context, j *judge, n *counts, l *lock.Locker, key lockcore
 }
 
 // keysLeft polls, up to d, until etcd has no key under prefix, and
-// returns those left.
+// describes those left: each key, its lease and the lease's time to live,
+// its create and last write revisions.
 func keysLeft(c *cluster, prefix string, d time.Duration) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var left []string
+	var kvs []*mvccpb.KeyValue
 	for {
-		resp, err := c.admin.Get(ctx, prefix+"q/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := c.admin.Get(ctx, prefix+"q/", clientv3.WithPrefix())
 		if err == nil {
-			left = left[:0]
-			for _, kv := range resp.Kvs {
-				left = append(left, string(kv.Key))
-			}
-			if len(left) == 0 {
+			kvs = resp.Kvs
+			if len(kvs) == 0 {
 				return nil
 			}
 		}
 		if !pace(ctx, 100*time.Millisecond) {
-			return left
+			break
 		}
 	}
+	left := make([]string, 0, len(kvs))
+	for _, kv := range kvs {
+		ttl := "?"
+		lctx, lcancel := context.WithTimeout(context.Background(), time.Second)
+		if l, err := c.admin.TimeToLive(lctx, clientv3.LeaseID(kv.Lease)); err == nil {
+			ttl = fmt.Sprintf("%ds", l.TTL)
+		}
+		lcancel()
+		left = append(left, fmt.Sprintf("%q (lease %x, %s to live; created at %d, written at %d)", kv.Key, kv.Lease, ttl, kv.CreateRevision, kv.ModRevision))
+	}
+	return left
 }
 
 // pace waits d unless ctx ends first; it reports whether ctx is live.
@@ -337,7 +343,7 @@ func verifyNoLeaks(t *testing.T) {
 func TestFaultLeaderKilled(t *testing.T) {
 	verifyNoLeaks(t)
 	c := startCluster(t)
-	r := faultRun{keysLeftKnown: true, engines: 3, workers: 24, keys: 128, ttl: 3 * time.Second, sections: 10000, limit: 170 * time.Second}
+	r := faultRun{engines: 3, workers: 24, keys: 128, ttl: 3 * time.Second, sections: 10000, limit: 170 * time.Second}
 	runFaults(t, c, r, func(ctx context.Context, j *judge, n *counts, _ []*Engine, _ []*lock.Locker, _ []lockcore.Key) {
 		for i := 0; i < maxFaults && n.more(); i++ {
 			if !pace(ctx, 4*time.Second) {
