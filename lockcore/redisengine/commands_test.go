@@ -1,0 +1,111 @@
+package redisengine
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/lifecycle"
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+)
+
+// TestCommandsPerCycle: what Redis runs for one uncontended cycle, a free
+// lock taken and released, counted by the server's INFO commandstats over
+// 500 cycles on a redis-server of the test's own (the engine's calls
+// only; scripts' commands included): exactly the commands that "What
+// Redis runs for one lock" in docs/design.md lists and justifies, for a
+// route at the defaults (which waits) and one that fails fast. Without
+// redis-server on PATH it says so and counts nothing: miniredis keeps no
+// commandstats.
+func TestCommandsPerCycle(t *testing.T) {
+	srv, err := redistest.Start()
+	if err != nil {
+		t.Logf("no redis-server of the test's own (%v): commands not counted", err)
+		return
+	}
+	t.Cleanup(srv.Stop)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l := lockerOn(t, rdb, redistest.Prefix(t), Options{})
+	for _, c := range []struct {
+		name string
+		p    lifecycle.Policy
+		want map[string]int
+	}{
+		{"defaults", lifecycle.Policy{}, map[string]int{"evalsha": 2, "get": 2, "time": 1, "set": 2, "exists": 1, "del": 1}},
+		{"fail fast", lifecycle.Policy{Wait: lockcore.FailFast}, map[string]int{"evalsha": 2, "get": 2, "time": 1, "set": 2, "del": 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			k := mustKey(t, "commands", c.name)
+			cycle := func() {
+				ls, err := lifecycle.Serve(l, nil).Acquire(ctx, k, c.p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ls.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cycle() // loads the scripts
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			const n = 500
+			for range n {
+				cycle()
+			}
+			calls := commandCalls(t, rdb)
+			got, total := map[string]int{}, 0
+			var shown []string
+			for _, cmd := range slices.Sorted(maps.Keys(calls)) {
+				per := float64(calls[cmd]) / n
+				shown = append(shown, fmt.Sprintf("%s %.2f", cmd, per))
+				// The engine's own background calls (its settings, its
+				// subscription's health) come once in many cycles.
+				if r := int(math.Round(per)); r > 0 {
+					got[cmd], total = r, total+r
+				}
+			}
+			t.Logf("per cycle: %s", strings.Join(shown, ", "))
+			if !maps.Equal(got, c.want) {
+				t.Errorf("commands per cycle %v (%d), want %v", got, total, c.want)
+			}
+		})
+	}
+}
+
+// commandCalls returns the calls of each command since the last CONFIG
+// RESETSTAT, from INFO commandstats, less the INFO and CONFIG calls of
+// the count itself.
+func commandCalls(t *testing.T, rdb *redis.Client) map[string]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd || name == "info" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+			calls[name] = n
+		}
+	}
+	return calls
+}
