@@ -365,6 +365,125 @@ func BenchmarkManyLeases(b *testing.B) {
 	}
 }
 
+// BenchmarkManyLeasesChurn holds 10,000 leases on one Engine at the
+// default TTL, each taken with a route and a trace id as the middleware
+// takes them, with a client at go-redis's defaults, and replaces 1,000 of
+// them a second (every millisecond one is released and another taken):
+// one op is a second of that. It reports the CPU used as a share of one
+// core, by this process (client-cpu-%) and, on a redis-server of its own,
+// by the server (redis-cpu-%), and the fields the Engine's record wrote
+// per second (record-fields/s: fields set and deleted), which follow the
+// churn, not the leases held.
+func BenchmarkManyLeasesChurn(b *testing.B) {
+	const leases, perSecond = 10_000, 1_000
+	addr, infoCPU := "", func() float64 { return -1 }
+	if srv, err := redistest.Start(); err == nil {
+		defer srv.Stop()
+		addr = srv.Addr
+		admin := redis.NewClient(&redis.Options{Addr: addr})
+		defer admin.Close()
+		infoCPU = func() float64 { return redisCPU(b, admin) }
+	} else {
+		addr = redistest.Best(b).Addr
+	}
+	prefix := redistest.Prefix(b)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	var set, del atomic.Int64
+	c.AddHook(recordWrites{prefix: prefix + "engine:", set: &set, del: &del})
+	l, err := New(c, Options{Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	var made atomic.Int64
+	take := func() (*lifecycle.Lease, error) {
+		i := strconv.FormatInt(made.Add(1), 10)
+		return l.Acquire(ctx, mustKey(b, "churn", i), lifecycle.Policy{Wait: lockcore.FailFast, Route: "/products/{id}", Trace: "t" + i})
+	}
+	held := make([]*lifecycle.Lease, leases)
+	var next atomic.Int64
+	errs := make(chan error, 32)
+	for range 32 {
+		go func() {
+			for i := next.Add(1) - 1; i < leases; i = next.Add(1) - 1 {
+				ls, err := take()
+				if err != nil {
+					errs <- err
+					return
+				}
+				held[i] = ls
+			}
+			errs <- nil
+		}()
+	}
+	for range 32 {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, ls := range held {
+			_ = ls.Release(ctx)
+		}
+	}()
+	// The measurement begins once the record shows every hold (each once
+	// it lasted recordEvery).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if n, _ := c.HLen(ctx, l.recordKey(l.id)).Result(); n > leases {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the record does not show the %d holds within 30 s", leases)
+		}
+		time.Sleep(100 * time.Millisecond) // polling, bounded by the deadline
+	}
+
+	var ru0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	redis0, fields0 := infoCPU(), set.Load()+del.Load()
+	tick := time.NewTicker(time.Second / perSecond)
+	defer tick.Stop()
+	n := 0
+	b.ResetTimer()
+	t0 := time.Now()
+	for b.Loop() {
+		for range perSecond {
+			<-tick.C
+			i := n % leases // the oldest first
+			n++
+			if err := held[i].Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			ls, err := take()
+			if err != nil {
+				b.Fatal(err)
+			}
+			held[i] = ls
+		}
+	}
+	wall := time.Since(t0)
+	b.StopTimer()
+	var ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	redis1 := infoCPU()
+	cpu := func(ru syscall.Rusage) time.Duration {
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	b.ReportMetric(float64(cpu(ru1)-cpu(ru0))/float64(wall)*100, "client-cpu-%")
+	if redis0 >= 0 && redis1 >= 0 {
+		b.ReportMetric((redis1-redis0)/wall.Seconds()*100, "redis-cpu-%")
+	}
+	b.ReportMetric(float64(set.Load()+del.Load()-fields0)/wall.Seconds(), "record-fields/s")
+	b.ReportMetric(float64(n)/wall.Seconds(), "replaced/s")
+	for _, ls := range held {
+		if err := ls.Err(); err != nil {
+			b.Fatalf("a lease was lost while held: %v", err)
+		}
+	}
+}
+
 // renewalCounter counts the commands a client sends in pipelines, and the
 // pipelines: the watchdog's renewals, once the leases are taken (the
 // engine's background reads are left out).

@@ -22,15 +22,17 @@ import (
 // one field per attempt id of its holds and waiters that have lasted
 // recordEvery, "<route>\n<trace>" (Policy.Route, Policy.Trace). It is
 // written off the acquisition's path, by a goroutine of the Engine that
-// starts with its first acquisition: every recordEvery, while the Engine
-// has a hold or a waiter that lasted that long, it rewrites the record in
-// one MULTI (DEL, HSET, PEXPIRE) when the set of such holds and waiters
-// changed, and at least every recordRefresh; once they are gone it
-// rewrites it once more, with the name alone. An Engine whose holds and
-// waits are all shorter writes nothing. The record expires recordTTL after
-// it was last written, or the longest lease it shows and recordRefresh
-// after, if later. Inspect and List read the records of the engines
-// their locks name, in one more round trip.
+// starts with its first acquisition: every recordEvery it writes what
+// changed since its last write, in one MULTI (HSET of the fields added,
+// HDEL of those gone, PEXPIRE), so that its cost follows the churn of
+// holds, not their number; while the Engine has such a hold or waiter, it
+// renews the record's expiry at least every recordRefresh, and writes the
+// whole record again when it finds it gone (expired, or lost with Redis's
+// data). Once they are gone the record keeps the name alone, left to
+// expire. An Engine whose holds and waits are all shorter writes nothing.
+// The record expires recordTTL after it was last written, or the longest
+// lease it shows and recordRefresh after, if later. Inspect and List read
+// the records of the engines their locks name, in one more round trip.
 
 // recordRefresh is how often an Engine rewrites its record when nothing
 // changed; recordTTL how long the record outlives the last write.
@@ -98,10 +100,13 @@ func splitOrigin(v string) (route, trace string) {
 type instanceRecord struct {
 	mu      sync.Mutex
 	waiting map[*hold]time.Time // queued waiters, and since when they wait
-	written string              // the fields last written
-	at      time.Time           // when they were
-	refused bool                // a write was refused as misconfigured, and logged
-	writing sync.Mutex          // one write at a time
+
+	// Under writing, one write at a time.
+	writing sync.Mutex
+	written map[string]string // the fields in Redis: attempt id to origin; nil before the first write
+	shown   map[string]string // the fields due, gathered anew at each write (kept to reuse its memory)
+	at      time.Time         // when the record's expiry was last set
+	refused bool              // a write was refused as misconfigured, and logged
 }
 
 // recordKey is the Redis key of the record of the engine with id.
@@ -131,7 +136,8 @@ func (l *Engine) waits(h *hold) func() {
 	}
 }
 
-// record writes the Engine's record if it changed or is due for refresh.
+// record writes what changed in the Engine's record, and renews its
+// expiry when due.
 func (l *Engine) record() {
 	r := &l.rec
 	r.writing.Lock()
@@ -139,75 +145,101 @@ func (l *Engine) record() {
 	now := time.Now()
 	old := now.Add(-l.recordEvery())
 	// The holds and waiters that lasted recordEvery, gathered under the
-	// mutexes; their entries, routes and trace ids do not change.
-	var shown []*hold
+	// mutexes; their entries, routes and trace ids do not change. The
+	// record outlives the leases it shows: an operator looks for the
+	// holder of a lock whose engine died, until the lock runs out.
+	if r.shown == nil {
+		r.shown = make(map[string]string)
+	}
+	clear(r.shown)
+	ttl := recordTTL
+	show := func(h *hold) {
+		if o := h.origin(); o != "" {
+			r.shown[h.entry] = o
+			ttl = max(ttl, h.ttl+recordRefresh)
+		}
+	}
 	l.wd.mu.Lock()
 	for _, h := range l.wd.holds {
 		if !h.start.IsZero() && h.start.Before(old) && !h.ended.Load() {
-			shown = append(shown, h)
+			show(h)
 		}
 	}
 	l.wd.mu.Unlock()
 	r.mu.Lock()
 	for h, since := range r.waiting {
 		if since.Before(old) {
-			shown = append(shown, h)
+			show(h)
 		}
 	}
 	r.mu.Unlock()
-	var fields []string // attempt id, origin, ...
-	for _, h := range shown {
-		if o := h.origin(); o != "" {
-			fields = append(fields, h.entry, o)
+
+	whole := r.written == nil // nothing written yet, or the record was found gone
+	if whole && len(r.shown) == 0 && r.at.IsZero() {
+		return // nothing to show yet
+	}
+	var set []any
+	var gone []string
+	for id, o := range r.shown {
+		if w, ok := r.written[id]; !ok || w != o {
+			set = append(set, id, o)
 		}
 	}
-	sig := signature(fields)
-	switch {
-	case len(shown) == 0 && r.at.IsZero():
-		return // nothing to show yet
-	case sig == r.written && (len(shown) == 0 || now.Sub(r.at) < recordRefresh):
-		return // up to date, or left to expire
+	if whole || len(set) > 0 {
+		// The name goes with every write: a record found gone, written
+		// anew by this write's fields, has it at once.
+		set = append(set, "name", l.opt.Name)
 	}
-	args := make([]any, 0, 2+len(fields))
-	args = append(args, "name", l.opt.Name)
-	for _, f := range fields {
-		args = append(args, f)
+	for id := range r.written {
+		if _, ok := r.shown[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	due := len(r.shown) > 0 && now.Sub(r.at) >= recordRefresh
+	if len(set) == 0 && len(gone) == 0 && !due {
+		return // up to date, or left to expire
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, l.opt.Timeout)
 	defer cancel()
 	key := l.recordKey(l.id)
-	// The record outlives the leases it describes: an operator looks for
-	// the holder of a lock whose engine died, until the lock runs out.
-	ttl := recordTTL
-	for _, h := range shown {
-		ttl = max(ttl, h.ttl+recordRefresh)
-	}
+	var there *redis.IntCmd
 	_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, key)
-		p.HSet(ctx, key, args...)
+		if whole {
+			p.Del(ctx, key)
+		} else {
+			there = p.Exists(ctx, key)
+		}
+		if len(set) > 0 {
+			p.HSet(ctx, key, set...)
+		}
+		if len(gone) > 0 {
+			p.HDel(ctx, key, gone...)
+		}
 		p.PExpire(ctx, key, ttl)
 		return nil
 	})
 	switch {
+	case err == nil && there != nil && there.Val() == 0:
+		// The record was gone (expired, or lost with Redis's data): it holds
+		// only what was just written, so it is written whole next time.
+		r.written, r.at = nil, time.Time{}
 	case err == nil:
-		r.written, r.at = sig, now
+		if r.written == nil {
+			r.written = make(map[string]string, len(r.shown))
+		}
+		for _, id := range gone {
+			delete(r.written, id)
+		}
+		for id, o := range r.shown {
+			r.written[id] = o
+		}
+		r.at = now
 	case misconfigured(err) && !r.refused && l.opt.Logger != nil:
 		// An ACL or a proxy that refuses MULTI, HSET, PEXPIRE: said once.
 		r.refused = true
 		l.opt.Logger.Warn("routelock: the engine's record for operators cannot be written: the admin page and the command show its id, not its name, routes and trace ids",
 			"instance", l.opt.Name, "err", err)
 	}
-}
-
-// signature returns fields (pairs of attempt id and origin) as one
-// string, whatever their order.
-func signature(fields []string) string {
-	pairs := make([]string, 0, len(fields)/2)
-	for i := 0; i+1 < len(fields); i += 2 {
-		pairs = append(pairs, fields[i]+"\x00"+fields[i+1])
-	}
-	slices.Sort(pairs)
-	return strings.Join(pairs, "\x00")
 }
 
 // startRecords starts the goroutine that keeps the Engine's record. It
