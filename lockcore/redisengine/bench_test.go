@@ -281,16 +281,7 @@ func BenchmarkGatePropagation(b *testing.B) {
 // redis-server is on PATH it runs on miniredis, without redis-cpu-%.
 func BenchmarkManyLeases(b *testing.B) {
 	const leases = 10_000
-	addr, infoCPU := "", func() float64 { return -1 }
-	if srv, err := redistest.Start(); err == nil {
-		defer srv.Stop()
-		addr = srv.Addr
-		admin := redis.NewClient(&redis.Options{Addr: addr})
-		defer admin.Close()
-		infoCPU = func() float64 { return redisCPU(b, admin) }
-	} else {
-		addr = redistest.Best(b).Addr
-	}
+	addr, infoCPU := ownServer(b)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	var cmds, trips atomic.Int64
@@ -302,36 +293,11 @@ func BenchmarkManyLeases(b *testing.B) {
 	defer l.Close()
 	ctx := context.Background()
 
-	held := make([]*lifecycle.Lease, leases)
-	var next atomic.Int64
-	errs := make(chan error, 32)
-	for range 32 {
-		go func() {
-			for i := next.Add(1) - 1; i < leases; i = next.Add(1) - 1 {
-				ls, err := l.Acquire(ctx, mustKey(b, "many", strconv.FormatInt(i, 10)), lifecycle.Policy{Wait: lockcore.FailFast})
-				if err != nil {
-					errs <- err
-					return
-				}
-				held[i] = ls
-			}
-			errs <- nil
-		}()
-	}
-	for range 32 {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
-		}
-	}
-	defer func() {
-		for _, ls := range held {
-			_ = ls.Release(ctx)
-		}
-	}()
+	held := holdMany(b, leases, func(i int) (*lifecycle.Lease, error) {
+		return l.Acquire(ctx, mustKey(b, "many", strconv.Itoa(i)), lifecycle.Policy{Wait: lockcore.FailFast})
+	})
 
-	var ru0 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	redis0, cmds0, trips0 := infoCPU(), cmds.Load(), trips.Load()
+	redis0, cpu0, cmds0, trips0 := infoCPU(), processCPU(), cmds.Load(), trips.Load()
 	b.ResetTimer()
 	t0 := time.Now()
 	for round := int64(1); b.Loop(); round++ {
@@ -345,14 +311,9 @@ func BenchmarkManyLeases(b *testing.B) {
 	}
 	wall := time.Since(t0)
 	b.StopTimer()
-	var ru1 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	redis1 := infoCPU()
-	cpu := func(ru syscall.Rusage) time.Duration {
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	redis1, cpu1 := infoCPU(), processCPU()
 	rounds := float64(b.N)
-	b.ReportMetric(float64(cpu(ru1)-cpu(ru0))/float64(wall)*100, "client-cpu-%")
+	b.ReportMetric(float64(cpu1-cpu0)/float64(wall)*100, "client-cpu-%")
 	if redis0 >= 0 && redis1 >= 0 {
 		b.ReportMetric((redis1-redis0)/wall.Seconds()*100, "redis-cpu-%")
 	}
@@ -376,16 +337,7 @@ func BenchmarkManyLeases(b *testing.B) {
 // churn, not the leases held.
 func BenchmarkManyLeasesChurn(b *testing.B) {
 	const leases, perSecond = 10_000, 1_000
-	addr, infoCPU := "", func() float64 { return -1 }
-	if srv, err := redistest.Start(); err == nil {
-		defer srv.Stop()
-		addr = srv.Addr
-		admin := redis.NewClient(&redis.Options{Addr: addr})
-		defer admin.Close()
-		infoCPU = func() float64 { return redisCPU(b, admin) }
-	} else {
-		addr = redistest.Best(b).Addr
-	}
+	addr, infoCPU := ownServer(b)
 	prefix := redistest.Prefix(b)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
@@ -402,32 +354,7 @@ func BenchmarkManyLeasesChurn(b *testing.B) {
 		i := strconv.FormatInt(made.Add(1), 10)
 		return l.Acquire(ctx, mustKey(b, "churn", i), lifecycle.Policy{Wait: lockcore.FailFast, Route: "/products/{id}", Trace: "t" + i})
 	}
-	held := make([]*lifecycle.Lease, leases)
-	var next atomic.Int64
-	errs := make(chan error, 32)
-	for range 32 {
-		go func() {
-			for i := next.Add(1) - 1; i < leases; i = next.Add(1) - 1 {
-				ls, err := take()
-				if err != nil {
-					errs <- err
-					return
-				}
-				held[i] = ls
-			}
-			errs <- nil
-		}()
-	}
-	for range 32 {
-		if err := <-errs; err != nil {
-			b.Fatal(err)
-		}
-	}
-	defer func() {
-		for _, ls := range held {
-			_ = ls.Release(ctx)
-		}
-	}()
+	held := holdMany(b, leases, func(int) (*lifecycle.Lease, error) { return take() })
 	// The measurement begins once the record shows every hold (each once
 	// it lasted recordEvery).
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -440,9 +367,7 @@ func BenchmarkManyLeasesChurn(b *testing.B) {
 		time.Sleep(100 * time.Millisecond) // polling, bounded by the deadline
 	}
 
-	var ru0 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	redis0, fields0 := infoCPU(), set.Load()+del.Load()
+	redis0, cpu0, fields0 := infoCPU(), processCPU(), set.Load()+del.Load()
 	tick := time.NewTicker(time.Second / perSecond)
 	defer tick.Stop()
 	n := 0
@@ -465,13 +390,8 @@ func BenchmarkManyLeasesChurn(b *testing.B) {
 	}
 	wall := time.Since(t0)
 	b.StopTimer()
-	var ru1 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	redis1 := infoCPU()
-	cpu := func(ru syscall.Rusage) time.Duration {
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	b.ReportMetric(float64(cpu(ru1)-cpu(ru0))/float64(wall)*100, "client-cpu-%")
+	redis1, cpu1 := infoCPU(), processCPU()
+	b.ReportMetric(float64(cpu1-cpu0)/float64(wall)*100, "client-cpu-%")
 	if redis0 >= 0 && redis1 >= 0 {
 		b.ReportMetric((redis1-redis0)/wall.Seconds()*100, "redis-cpu-%")
 	}
@@ -482,6 +402,60 @@ func BenchmarkManyLeasesChurn(b *testing.B) {
 			b.Fatalf("a lease was lost while held: %v", err)
 		}
 	}
+}
+
+// ownServer returns the address of a redis-server of the benchmark's own,
+// stopped when b ends, and a func that reads the CPU time it has used in
+// seconds; where no redis-server is on PATH, the address of miniredis and
+// a func that returns -1.
+func ownServer(b *testing.B) (addr string, infoCPU func() float64) {
+	srv, err := redistest.Start()
+	if err != nil {
+		return redistest.Best(b).Addr, func() float64 { return -1 }
+	}
+	b.Cleanup(srv.Stop)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	b.Cleanup(func() { _ = admin.Close() })
+	return srv.Addr, func() float64 { return redisCPU(b, admin) }
+}
+
+// holdMany takes n leases with take, 32 at a time, and releases them when
+// b ends.
+func holdMany(b *testing.B, n int, take func(i int) (*lifecycle.Lease, error)) []*lifecycle.Lease {
+	held := make([]*lifecycle.Lease, n)
+	var next atomic.Int64
+	errs := make(chan error, 32)
+	for range 32 {
+		go func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				ls, err := take(i)
+				if err != nil {
+					errs <- err
+					return
+				}
+				held[i] = ls
+			}
+			errs <- nil
+		}()
+	}
+	for range 32 {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() {
+		for _, ls := range held {
+			_ = ls.Release(context.Background())
+		}
+	})
+	return held
+}
+
+// processCPU returns the CPU time this process has used (getrusage).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // renewalCounter counts the commands a client sends in pipelines, and the
