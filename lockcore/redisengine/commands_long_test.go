@@ -1,0 +1,65 @@
+//go:build long
+
+package redisengine
+
+import (
+	"context"
+	"maps"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/internal/lifecycle"
+	"github.com/routelock/lock/internal/redistest"
+)
+
+// TestCommandsPerCycleCluster: what the masters of a Cluster of its own (3
+// masters with a replica each) run for one uncontended cycle, counted as
+// TestCommandsPerCycle counts them, summed over the masters: the same
+// commands, and the restart guard's PTTL, which the scripts read there (a
+// slot may move, its guard with it, to a master that has them loaded).
+func TestCommandsPerCycleCluster(t *testing.T) {
+	set, err := redistest.StartClusterSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Stop)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{set.Servers[0].Addr}})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l := lockerOn(t, rdb, redistest.Prefix(t), Options{})
+	ctx := context.Background()
+	k := mustKey(t, "commands", "cluster")
+	cycle := func() {
+		ls, err := lifecycle.Serve(l, nil).Acquire(ctx, k, lifecycle.Policy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // loads the scripts
+	var masters []*redis.Client
+	if err := rdb.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		masters = append(masters, m)
+		return m.ConfigResetStat(ctx).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 500
+	for range n {
+		cycle()
+	}
+	calls := map[string]int64{}
+	for _, m := range masters {
+		for cmd, c := range commandCalls(t, m) {
+			calls[cmd] += c
+		}
+	}
+	got, shown := perCycle(calls, n)
+	t.Logf("per cycle, the masters together: %s", shown)
+	want := map[string]int{"evalsha": 2, "pttl": 1, "get": 2, "time": 1, "set": 2, "exists": 1, "del": 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("commands per cycle %v, want %v", got, want)
+	}
+}
