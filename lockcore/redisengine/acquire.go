@@ -505,7 +505,7 @@ func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member str
 	// entries' two, then the token.
 	a[2], a[6], a[7], a[8], a[9] = 6, h.guard, &h.keys[5], &h.keys[6], h.args[3]
 	a[10], a[11], a[12], a[13], a[14], a[15], a[16] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
-	a[17], a[18] = l.guardArg, shareArg(h.share)
+	a[17], a[18] = l.maxArg, shareArg(h.share)
 	if n == 20 {
 		a[19] = h.others
 	}

@@ -104,22 +104,13 @@ func (l *Engine) checkRedis(ctx context.Context) error {
 	if bad != nil {
 		return l.report(bad) // ErrMisconfigured, and why
 	}
-	// Loading the scripts would hide a restart from the other Engines: the
-	// guard is decided first, and the scripts that take holds are loaded
-	// only once it has ended (script.takes); an OperatorOnly Engine, which
-	// decides no guard, loads none of them.
-	guarded := true
 	if l.run.noScript != nil {
-		left, err := l.run.noScript(ctx, "")
-		if err != nil {
+		// Loading the scripts would hide a restart from the other Engines.
+		if err := l.run.noScript(ctx, ""); err != nil {
 			return l.report(unavailable("check: restart guard", err))
 		}
-		guarded = left > 0
 	}
 	for _, s := range []*script{acquireScript, sharedScript, releaseScript, renewScript, sharedRenewScript, revokeScript} {
-		if s.takes && guarded {
-			continue
-		}
 		if err := l.run.load(ctx, s); err != nil {
 			return l.report(unavailable("check: scripts", err))
 		}

@@ -16,8 +16,7 @@ import (
 // TestCommandsPerCycleCluster: what the masters of a Cluster of its own (3
 // masters with a replica each) run for one uncontended cycle, counted as
 // TestCommandsPerCycle counts them, summed over the masters: the same
-// commands, and the restart guard's PTTL, which the scripts read there (a
-// slot may move, its guard with it, to a master that has them loaded).
+// commands as on one server.
 func TestCommandsPerCycleCluster(t *testing.T) {
 	set, err := redistest.StartClusterSet()
 	if err != nil {

@@ -112,18 +112,12 @@
 // *lockcore.RestartGuardError (lockcore.ErrRestartGuard, which matches
 // lockcore.ErrUnavailable), with the guard's time left; one that may wait
 // longer than that waits it out. The Logger says so once per guard, and
-// RestartGuard tells an operator. The scripts that take holds are loaded
-// again only once the guard has ended, so that until then every Engine,
-// whichever loaded the others, meets NOSCRIPT and the guard; on one server
-// they read no guard key when they run, which spares the uncontended lock
-// a command. A server with an append-only file
+// RestartGuard tells an operator. A server with an append-only file
 // reloads its holds and gets no guard. On a Cluster, each master is such a
 // server for the slots it serves: the first call that meets its NOSCRIPT,
 // in any of them, decides the guard in every one (see lua/guardslots.lua),
 // since a master restarted without its data and without a replica taking
 // over lost the holds of all of them; the other masters keep granting.
-// There the scripts also read their slot's guard when they run: a slot may
-// move, its guard with it, to a master that has them loaded.
 //
 // # Waiting
 //

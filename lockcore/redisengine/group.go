@@ -88,7 +88,7 @@ func (l *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 		a[j], a[j+1], a[j+2] = h.args[0], h.args[1], h.args[2]
 		j += 3
 	}
-	a[j], a[j+1], a[j+2] = l.ttlArg(ttl), l.retArg, l.guardArg
+	a[j], a[j+1], a[j+2] = l.ttlArg(ttl), l.retArg, l.maxArg
 	j += 3
 	for _, h := range hs {
 		a[j], a[j+1] = h.args[3], h.args[4]

@@ -387,14 +387,10 @@ type Engine struct {
 
 	// cluster: the client is a Cluster's, whose restart guard is kept per
 	// slot (see lua/guardslots.lua). maxArg is Options.MaxTTL in ms, boxed
-	// once for the scripts: the length of the guard. guardArg is the bound
-	// the scripts that take holds read the guard with: maxArg on a Cluster,
-	// 0 (not read) on one server (see guard_young in lua/hold.lua).
-	// guardEnd is when the last guard this Engine logged ends, unix ns (see
-	// noteGuard).
+	// once for the scripts: the length of the guard. guardEnd is when the
+	// last guard this Engine logged ends, unix ns (see noteGuard).
 	cluster  bool
 	maxArg   any
-	guardArg any
 	guardEnd atomic.Int64
 
 	// noRetries: the client sends each call once (MaxRetries < 0), so a
@@ -454,11 +450,8 @@ func New(rdb redis.UniversalClient, opt Options) (*Engine, error) {
 	if c, ok := rdb.(*redis.ClusterClient); ok && opt.Replicas > 0 {
 		l.run.node = c.MasterForKey
 	}
-	l.maxArg, l.guardArg = ms(opt.MaxTTL), any(int64(0))
+	l.maxArg = ms(opt.MaxTTL)
 	_, l.cluster = rdb.(*redis.ClusterClient)
-	if l.cluster {
-		l.guardArg = l.maxArg
-	}
 	l.run.cluster = l.cluster
 	if !opt.OperatorOnly {
 		l.run.noScript = l.guard

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -57,14 +56,14 @@ var (
 // resource refused in Redis spares it the buyers' locks, and a close
 // refused there would be known to no other instance.
 var (
-	acquireScript = taking(newScript(luaAcquire, "", false))
+	acquireScript = newScript(luaAcquire, "", false)
 	// reenterScript is the acquire script called with other tokens that
 	// may re-enter, whose reply may then be an array.
-	reenterScript = &script{src: acquireScript.src, sha: acquireScript.sha, array: true, takes: true}
+	reenterScript = &script{src: acquireScript.src, sha: acquireScript.sha, array: true}
 	// sharedScript acquires a shared hold (Policy.Share).
-	sharedScript = taking(newScript(luaShared, "", true))
+	sharedScript = newScript(luaShared, "", true)
 	// allScript takes several free locks at once (Engine.AcquireGroup).
-	allScript = taking(newScript(luaAll, "", true))
+	allScript = newScript(luaAll, "", true)
 	// gateScript closes or opens a gate (Engine.CloseGate, OpenGate).
 	gateScript    = newScript(luaGate, "allow-oom", false)
 	releaseScript = newScript(luaRelease, "allow-oom", true)
@@ -94,18 +93,6 @@ var (
 type script struct {
 	src, sha [2]any
 	array    bool
-	// takes: the script takes fresh holds, which the restart guard
-	// refuses while it lives. On one server the script does not read the
-	// guard (see guard_young in lua/hold.lua): it is cached only once the
-	// guard has ended (see runner.known and Engine.Check), so that every
-	// Engine meets NOSCRIPT, and the guard, until then.
-	takes bool
-}
-
-// taking marks s as a script that takes fresh holds (script.takes).
-func taking(s *script) *script {
-	s.takes = true
-	return s
 }
 
 // newScript returns the script of body, whose shebang carries flags (a
@@ -139,9 +126,8 @@ type runner struct {
 	plain atomic.Bool
 	// noScript, if set, runs when Redis does not know a script, before it
 	// is sent with EVAL (and so cached again), with the call's first key,
-	// which names the server on a Cluster. It returns how long the restart
-	// guard still refuses fresh holds there; its error is the call's.
-	noScript func(ctx context.Context, key string) (time.Duration, error)
+	// which names the server on a Cluster; its error is the call's.
+	noScript func(ctx context.Context, key string) error
 	// cluster: the client is a Cluster's, whose nodes each have a script
 	// cache of their own, so noScript runs for each slot that answers
 	// NOSCRIPT in a run, not once per run.
@@ -279,7 +265,7 @@ func (r *runner) run(ctx context.Context, cmds []redis.Cmder) error {
 	default:
 		err = r.acked(ctx, r.rdb, cmds, acks)
 	}
-	var checked []guardCheck // the slots noScript ran for in this run
+	var checked []int // the slots noScript ran for in this run
 	for i, c := range cmds {
 		cmds[i] = r.known(ctx, c, &checked)
 	}
@@ -431,12 +417,10 @@ func (r *runner) redirect(ctx context.Context, cmd redis.Cmder) {
 
 // known returns cmd, which has run, or, when Redis did not know its script,
 // the same call run again with EVAL, once noScript, if any, has run for
-// its server (*checked lists the slots it has run for, and what it said:
-// on one server, any slot stands for the server). A script that takes
-// fresh holds is refused instead, with the script's own refusal, while the
-// restart guard lives: EVAL would cache it (see script.takes). A server
-// that cannot compile the script's shebang gets it without, from then on.
-func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *[]guardCheck) redis.Cmder {
+// its server (*checked lists the slots it has run for: on one server, any
+// slot stands for the server). A server that cannot compile the script's
+// shebang gets it without, from then on.
+func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *[]int) redis.Cmder {
 	err := cmd.Err()
 	if err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return cmd
@@ -451,19 +435,12 @@ func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *[]guardChe
 		if r.cluster {
 			slot = slotOf(key)
 		}
-		i := slices.IndexFunc(*checked, func(c guardCheck) bool { return c.slot == slot })
-		if i < 0 {
-			left, err := r.noScript(ctx, key)
-			if err != nil {
+		if !slices.Contains(*checked, slot) {
+			if err := r.noScript(ctx, key); err != nil {
 				cmd.SetErr(err)
 				return cmd
 			}
-			*checked = append(*checked, guardCheck{slot, left})
-			i = len(*checked) - 1
-		}
-		if left := (*checked)[i].left; left > 0 && s.takes {
-			cmd.SetErr(guardRefusal(left))
-			return cmd
+			*checked = append(*checked, slot)
 		}
 	}
 	_, array := cmd.(*redis.Cmd)
@@ -499,29 +476,6 @@ func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *[]guardChe
 	}
 	return cmd
 }
-
-// guardCheck is what noScript said of a slot's server in one run: how
-// long its restart guard still refuses fresh holds.
-type guardCheck struct {
-	slot int
-	left time.Duration
-}
-
-// guardRefusal is the reply of a script that takes fresh holds while the
-// restart guard refuses them for left more, as the script gives it (see
-// guard_refusal in lua/hold.lua): "GUARD <ms>".
-func guardRefusal(left time.Duration) error {
-	ms := (left + time.Millisecond - 1) / time.Millisecond
-	return scriptError("GUARD " + strconv.FormatInt(int64(ms), 10))
-}
-
-// scriptError is an error reply, as from Redis.
-type scriptError string
-
-func (e scriptError) Error() string { return string(e) }
-
-// RedisError makes it a reply from Redis (redis.Error).
-func (scriptError) RedisError() {}
 
 // load makes Redis compile and cache s, with its shebang if the server
 // reads one.

@@ -211,28 +211,25 @@ var slotTagList = sync.OnceValue(func() string {
 // guard is the runner's noScript hook: Redis does not know a script, as
 // after a restart, so before any script is loaded again it sets the
 // restart guard when the server may have lost holds that their holders
-// still believe in (see lua/guard.lua), and returns how long it refuses
-// fresh holds: until the server is as old as Options.MaxTTL, the bound of
+// still believe in (see lua/guard.lua): the acquire script then takes no
+// fresh hold until the server is as old as Options.MaxTTL, the bound of
 // every Engine's leases. A server that cannot say (miniredis, a service
 // that refuses INFO in scripts) gets no guard; one that cannot be reached
 // fails the call. On a Cluster, the server is the master of key's slot,
 // and the guard is set in every slot it serves (see lua/guardslots.lua),
 // since the holds of all of them were lost with the script cache; with no
-// key (Check), on every master. On one server, a guard this Engine met
-// lately is not asked again until it ends: the scripts that take holds are
-// not cached meanwhile (script.takes), so each of them meets NOSCRIPT.
-func (l *Engine) guard(ctx context.Context, key string) (time.Duration, error) {
+// key (Check), on every master.
+func (l *Engine) guard(ctx context.Context, key string) error {
+	var err error
 	switch {
 	case !l.cluster:
-		if left := time.Until(time.Unix(0, l.guardEnd.Load())); left > 0 {
-			return left, nil
-		}
-		return l.decideGuard(ctx, l.rdb, guardScript, []string{guardKey, guardRunKey})
+		_, err = l.decideGuard(ctx, l.rdb, guardScript, []string{guardKey, guardRunKey})
 	case key != "":
-		return l.decideGuard(ctx, l.rdb, slotsGuardScript, []string{*slotGuardKey(slotOf(key))})
+		_, err = l.decideGuard(ctx, l.rdb, slotsGuardScript, []string{*slotGuardKey(slotOf(key))})
 	default:
-		return l.guardMasters(ctx)
+		_, err = l.guardMasters(ctx)
 	}
+	return err
 }
 
 // guardMasters decides the restart guard of a Cluster on every master,

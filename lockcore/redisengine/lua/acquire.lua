@@ -1,8 +1,7 @@
 -- ARGV: token, ttl ms, fence retention ms, remaining wait ms (0: fail fast),
 --       attempt id, waiter member ('' when failing fast), claim window ms,
 --       '1' when PUBLISH counts every subscriber (one server, not a cluster),
---       the caller's Engine's bound on leases ms (Options.MaxTTL; 0 when
---       the restart guard is not read here: see guard_young), the
+--       the caller's Engine's bound on leases ms (Options.MaxTTL), the
 --       Policy's Share (0 here; see shared.lua), and optionally the tokens
 --       that may re-enter a hold they own (space-separated). A free lock is always taken with the token, which
 --       the caller mints for the attempt: another token only re-enters.

@@ -5,8 +5,7 @@
 -- KEYS: the restart guard, then each lock's hold, wait queue and last
 --       fencing token.
 -- ARGV: ttl ms, fence retention ms, the caller's Engine's bound on
---       leases ms (Options.MaxTTL; 0 when the restart guard is not read
---       here: see guard_young), then each lock's token and attempt id.
+--       leases ms (Options.MaxTTL), then each lock's token and attempt id.
 -- Returns the fencing tokens, one per lock, in order; {0, i, pttl} when
 -- lock i is held (for pttl ms more; 0: free, but waited for) or waited for,
 -- having written nothing; or, like the acquire script, the error

@@ -156,16 +156,8 @@ end
 -- while the guard lives (see guard.lua), a holder from before a restart
 -- may still run, whichever Engine granted its lease. The guard lasts the
 -- bound of the Engine that decided it, or the longer bound of this one
--- (the server's age is the guard's value less its pttl). A bound of 0 says
--- that the caller does not read the guard here: on one server, the
--- scripts that take holds are cached only once the guard has ended, so
--- that while it lives every Engine meets NOSCRIPT and the guard before
--- them (script.takes in scripts.go). A Cluster reads it: a slot may move,
--- its guard with it, to a node that has the scripts cached.
+-- (the server's age is the guard's value less its pttl).
 local function guard_young(G, bound)
-  if bound == 0 then
-    return 0
-  end
   local g = redis.call('PTTL', G)
   if g > 0 then
     return math.max(g, bound - (tonumber(redis.call('GET', G)) - g))

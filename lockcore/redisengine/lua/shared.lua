@@ -2,8 +2,7 @@
 -- ARGV: as acquire.lua's: token, ttl ms, fence retention ms, remaining wait
 --       ms (0: fail fast), attempt id, waiter member ('' when failing
 --       fast), claim window ms, '1' when PUBLISH counts every subscriber,
---       the caller's Engine's bound on leases ms (0: see guard_young),
---       the Policy's Share
+--       the caller's Engine's bound on leases ms, the Policy's Share
 --       (-1: any number of holders; n > 0: n permits), and optionally the
 --       tokens that may re-enter a hold they own (space-separated).
 -- A shared attempt enters when no exclusive hold is held, nobody waits
