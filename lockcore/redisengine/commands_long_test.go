@@ -5,6 +5,7 @@ package redisengine
 import (
 	"context"
 	"maps"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -38,9 +39,14 @@ func TestCommandsPerCycleCluster(t *testing.T) {
 		}
 	}
 	cycle() // loads the scripts
-	var masters []*redis.Client
+	var (
+		mu      sync.Mutex
+		masters []*redis.Client
+	)
 	if err := rdb.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock() // ForEachMaster calls this for each master at once
 		masters = append(masters, m)
+		mu.Unlock()
 		return m.ConfigResetStat(ctx).Err()
 	}); err != nil {
 		t.Fatal(err)
