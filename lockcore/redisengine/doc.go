@@ -28,7 +28,8 @@
 //	                 taken (the server's clock), a waiters flag, and its
 //	                 entries (the attempt ids holding it)
 //	P{K}:q   zset    waiters in arrival order
-//	P{K}:f   string  the last fencing token (kept Options.FenceRetention)
+//	P{K}:f   string  the last fencing token (kept Options.FenceRetention),
+//	                 and " q" after it while waiters may be queued
 //	P{K}:r   string  the entries of revoked holds, as long as those holds
 //	                 would have lived
 //	P{K}:a   stream  audit records of revocations (the latest 100 or so,

@@ -327,7 +327,7 @@ func (r *drawRig) probe(e *Engine, what string) {
 // clock.
 func (r *drawRig) lead() time.Duration {
 	ctx := context.Background()
-	f, err1 := r.admin.Get(ctx, r.a.redisKeys(r.key)[2]).Int64()
+	f, err1 := parseFence(r.admin.Get(ctx, r.a.redisKeys(r.key)[2]).Val())
 	now, err2 := r.admin.Time(ctx).Result()
 	if err1 != nil || err2 != nil {
 		return 0

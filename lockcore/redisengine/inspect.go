@@ -112,7 +112,7 @@ func (r stateRead) info(key string) (lockcore.Info, refs, error) {
 		}
 	}
 	if s, err := r.fence.Result(); err == nil {
-		info.LastFence, _ = strconv.ParseInt(s, 10, 64)
+		info.LastFence, _ = parseFence(s)
 	}
 	for _, z := range r.queue.Val() {
 		if w, id, ok := parseWaiter(z); ok {

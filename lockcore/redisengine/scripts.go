@@ -511,6 +511,13 @@ func noShebang(err error) bool {
 	return strings.Contains(msg, "Error compiling script") && strings.Contains(msg, "'#'")
 }
 
+// parseFence reads the value v of a lock's last fencing token, "<top>" or
+// "<top> q" when waiters may be queued (see fence_read in lua/hold.lua).
+func parseFence(v string) (int64, error) {
+	top, _, _ := strings.Cut(v, " ")
+	return strconv.ParseInt(top, 10, 64)
+}
+
 // holdValue is a hold as Redis stores it (see lua/hold.lua).
 type holdValue struct {
 	token   string   // the owner token: a secret, never shown

@@ -21,35 +21,45 @@
 local L, Q, F, S, P = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member = ARGV[5], ARGV[6]
-local young = guard_young(KEYS[4], tonumber(ARGV[9]))
-if young > 0 then
-  return guard_refusal(young)
+-- One read for the restart guard and the last fence: the guard's key
+-- lives only while it may refuse (see guard.lua), so its value alone says
+-- whether to ask how long it has left.
+local gv, fv = unpack(redis.call('MGET', KEYS[4], F))
+if gv then
+  local young = guard_young(KEYS[4], tonumber(ARGV[9]))
+  if young > 0 then
+    return guard_refusal(young)
+  end
 end
 
 -- The fence is drawn before the lock is tried, so that a free lock is taken
 -- by the SET itself, and kept only when the attempt holds the lock: an
 -- attempt that finds it held, or gives it to the waiters queued for it,
 -- draws nothing (see fence_next in hold.lua). A waiting acquisition that
--- took a free lock keeps it unless others queue for it.
-local f, fs, top, c = fence_next(tonumber(redis.call('GET', F)), FENCE_RESERVE)
+-- took a free lock keeps it unless others queue for it, which it looks for
+-- only when F says they may (see fence_read); failing fast, it does not
+-- look, and F keeps saying what it said.
+local last, queued = fence_read(fv)
+local f, fs, top, c = fence_next(last, FENCE_RESERVE)
 local v = redis.call('SET', L, hold_make(tok, fs, '0', false, id), 'NX', 'PX', ttl, 'GET')
-if not v and (member == '' or redis.call('EXISTS', Q) == 0) then
-  fence_keep(F, top, c, ret)
-  return f
+if not v then
+  if member ~= '' and queued then
+    queued = redis.call('EXISTS', Q) == 1
+  end
+  if member == '' or not queued then
+    fence_keep(F, top, c, ret, not queued)
+    return f
+  end
 end
 -- @common
 
 if not v then
-  if member == '' or redis.call('EXISTS', Q) == 0 then
-    fence_keep(F, top, c, ret)
-    return f
-  end
   -- The lock was free but others queue for it (their holder expired, or a
   -- grant went unclaimed): the oldest waiter goes first, which may be this
   -- one.
   redis.call('DEL', L)
   local now, nows = now_us()
-  queue_join(member, nows)
+  queue_join(member, nows, fv)
   local any, g = grant_next(now, nows, ret, member, '', tonumber(ARGV[7]), ARGV[8] == '1')
   if g then
     return g
@@ -103,7 +113,7 @@ end
 
 if wait > 0 then
   local _, nows = now_us()
-  queue_join(member, nows)
+  queue_join(member, nows, fv)
   if redis.call('PTTL', Q) < wait + ttl then
     redis.call('PEXPIRE', Q, wait + ttl)
   end

@@ -44,7 +44,7 @@ end
 -- memory.
 for i = 1, n do
   local F = KEYS[3 * i + 1]
-  local f, fs, top, c = fence_next(tonumber(redis.call('GET', F)), 0)
+  local f, fs, top, c = fence_next(fence_read(redis.call('GET', F)), 0)
   fence_keep(F, top, c, ARGV[2])
   redis.call('SET', KEYS[3 * i - 1], hold_make(ARGV[2 + 2 * i], fs, '0', false, ARGV[3 + 2 * i]), 'PX', ARGV[1])
   fences[i] = f

@@ -7,7 +7,8 @@
 --   Q  zset    waiters, scored by arrival (server clock, microseconds); member
 --              "<deadline ms> <ttl ms> <channel> <attempt id> <token>", and
 --              " <share>" after it for a shared acquisition (Policy.Share)
---   F  string  the last fencing token (see fence_next in hold.lua)
+--   F  string  the last fencing token, and whether waiters may be queued
+--              (see fence_next and fence_read in hold.lua)
 --   R  string  the revoked entries (see hold.lua), which live as long as
 --              the revoked hold would have; only revoke writes it
 --   A  stream  the audit records of revocations; only revoke writes it
@@ -22,7 +23,7 @@ end
 -- in hold.lua), reserving reserve tokens above it; returns it as a number
 -- and a decimal string.
 local function next_fence(retention, reserve)
-  local f, fs, top, c = fence_next(tonumber(redis.call('GET', F)), reserve)
+  local f, fs, top, c = fence_next(fence_read(redis.call('GET', F)), reserve)
   fence_keep(F, top, c, retention)
   return f, fs
 end
@@ -33,7 +34,7 @@ end
 -- top of its reservation and the clock's token, which the caller keeps
 -- (fence_keep) once the hold is handed out.
 local function take(tok, ttl, id, since, w)
-  local f, fs, top, c = fence_next(tonumber(redis.call('GET', F)), FENCE_RESERVE)
+  local f, fs, top, c = fence_next(fence_read(redis.call('GET', F)), FENCE_RESERVE)
   redis.call('SET', L, hold_make(tok, fs, since, w, id), 'PX', ttl)
   return f, fs, top, c
 end
@@ -121,7 +122,7 @@ end
 -- and the clock's token, which the caller keeps (fence_keep) once the hold
 -- is handed out.
 local function shared_take(tok, share, slot, id, ttl, since, now_ms)
-  local f, fs, top, c = fence_next(tonumber(redis.call('GET', F)), 0)
+  local f, fs, top, c = fence_next(fence_read(redis.call('GET', F)), 0)
   shared_add(id, share .. ' ' .. slot .. ' ' .. fs .. ' ' .. since .. ' ' .. tok, ttl, now_ms)
   return f, fs, top, c
 end
@@ -143,13 +144,24 @@ local PARKED = 4000000000000000
 local BELOW_PARKED = '(4000000000000000' -- ZCOUNT's bound below PARKED
 
 -- Queues member, arriving at nows, unless it is queued; a member parked
--- behind the others (see grant_next) takes its place back.
-local function queue_join(member, nows)
-  if redis.call('ZADD', Q, 'NX', nows, member) == 0 then
-    local sc = tonumber(redis.call('ZSCORE', Q, member))
-    if sc >= PARKED then
-      redis.call('ZADD', Q, string.format('%.0f', sc - PARKED), member)
+-- behind the others (see grant_next) takes its place back. A member that
+-- joins marks F, when it lives, as saying that waiters may be queued (see
+-- fence_read in hold.lua). fv is F's value as the caller read it (false:
+-- gone), when the script has not written F since; nil to read it here.
+local function queue_join(member, nows, fv)
+  if redis.call('ZADD', Q, 'NX', nows, member) == 1 then
+    if fv == nil then
+      fv = redis.call('GET', F)
     end
+    local top, queued = fence_read(fv)
+    if top and not queued then
+      redis.call('SET', F, fv .. ' q', 'KEEPTTL')
+    end
+    return
+  end
+  local sc = tonumber(redis.call('ZSCORE', Q, member))
+  if sc >= PARKED then
+    redis.call('ZADD', Q, string.format('%.0f', sc - PARKED), member)
   end
 end
 

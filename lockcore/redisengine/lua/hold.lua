@@ -83,15 +83,40 @@ local function fence_next(last, reserve)
   return f, string.format('%.0f', f), f + reserve, c
 end
 
+-- F, the lock's last fencing token, is "<top>" or "<top> q": the top of
+-- the last draw's reservation, and " q" when waiters may be queued for the
+-- lock (Q lives). Q never lives beside an F without the mark: queue_join
+-- (common.lua) marks F when it starts a queue, and F is written without
+-- the mark only where the script knows Q is gone (the acquire script's
+-- fast path). So the acquire script, which reads F anyway, looks for a
+-- queue (EXISTS) only when F is marked or gone, and a lock taken and
+-- released with nobody waiting costs no read of Q. A mark that outlives
+-- its queue costs one EXISTS, which clears it.
+-- fence_read returns F's value v (false when F is gone) as top, a number
+-- (nil when gone or unreadable), and whether waiters may be queued.
+local function fence_read(v)
+  local top, rest = string.match(v or '', '^(%d+)(.*)$')
+  if not top then
+    return nil, true
+  end
+  return tonumber(top), rest ~= ''
+end
+
 -- Keeps a draw of fence_next, whose reservation ends at top (c, the
 -- clock's token it was drawn at, is not needed): F is top, kept for
--- retention ms (a decimal string) after the clock has passed it. The
+-- retention ms (a decimal string) after the clock has passed it, and
+-- marked as saying that waiters may be queued unless none_queued is true
+-- (see fence_read). The
 -- expiry is the absolute time top stands for, plus retention (PXAT), not a
 -- length counted from the script's start, which a server may take as the
 -- time of every command of a long script.
-local function fence_keep(F, top, c, retention)
+local function fence_keep(F, top, c, retention, none_queued)
   local at = math.ceil((top / FENCE_PER_US + FENCE_EPOCH) / 1000) + tonumber(retention)
-  redis.call('SET', F, string.format('%.0f', top), 'PXAT', string.format('%.0f', at))
+  local v = string.format('%.0f', top)
+  if none_queued ~= true then
+    v = v .. ' q'
+  end
+  redis.call('SET', F, v, 'PXAT', string.format('%.0f', at))
 end
 
 -- The hold of tok, fencing token fs and since s (decimal strings), waiters
