@@ -147,6 +147,13 @@ type W1Row struct {
 	// RatioToBaseline is CyclesPerSec.Median over the baseline's median in
 	// the same run; absent when the baseline did not run.
 	RatioToBaseline *float64 `json:"ratio_to_baseline,omitempty"`
+	// ServerCPUMicros is the Redis server's CPU (user and system, from
+	// INFO) per cycle, in µs; absent except on one server.
+	ServerCPUMicros *Stat `json:"server_cpu_us,omitempty"`
+	// ServerCommands is the commands the Redis server ran per cycle,
+	// those inside scripts included (INFO commandstats); absent except on
+	// one server.
+	ServerCommands *Stat `json:"server_commands,omitempty"`
 }
 
 // W2Row is one library in one configuration of W2: goroutines taking one

@@ -125,7 +125,8 @@ func (r *runner) jsonReport(meta results.Meta, libs []bench.Lib, ws string) *res
 		for _, g := range []int{1, 16, 64} {
 			m := fmt.Sprintf("W1/%d", g)
 			if s := r.stat(l.Name, m); s != nil {
-				rep.W1 = append(rep.W1, results.W1Row{Library: l.Name, Goroutines: g, CyclesPerSec: *s, RatioToBaseline: r.ratio(l.Name, m)})
+				rep.W1 = append(rep.W1, results.W1Row{Library: l.Name, Goroutines: g, CyclesPerSec: *s, RatioToBaseline: r.ratio(l.Name, m),
+					ServerCPUMicros: r.stat(l.Name, m+"/cpu"), ServerCommands: r.stat(l.Name, m+"/commands")})
 			}
 		}
 	}

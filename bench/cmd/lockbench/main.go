@@ -26,6 +26,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -172,6 +173,12 @@ func jsonFile(path, d string, several bool) string {
 // the JSON to jsonPath, if any.
 func runOn(t bench.Target, libs []bench.Lib, ws string, runs int, dur time.Duration, handoffs, procs int, meta results.Meta, jsonPath string) error {
 	r := &runner{target: t, dur: dur, handoffs: handoffs, procs: procs, res: map[string][]float64{}, perG: map[string][][]int64{}}
+	meter, err := newServerMeter(t)
+	if err != nil {
+		return err
+	}
+	defer meter.close()
+	r.meter = meter
 	fmt.Fprintf(os.Stderr, "lockbench: %d runs on %s (%s), %v per measurement\n", runs, t.Deployment(), redisconf.Scrub(t.URL, t.URL), dur)
 	for run := 1; run <= runs; run++ {
 		for _, lib := range libs {
@@ -208,6 +215,7 @@ type runner struct {
 	res      map[string][]float64 // "lib|metric" -> one value per run
 	perG     map[string][][]int64 // "lib|W2/config" -> per run, completions per goroutine
 	failures []results.Failure
+	meter    *serverMeter // nil unless the target is one server
 }
 
 func (r *runner) add(lib, metric string, v float64) {
@@ -252,14 +260,24 @@ func (r *runner) all(lib bench.Lib, ws string, run int) error {
 	tag := fmt.Sprintf("%d-%d", run, time.Now().UnixNano())
 	if strings.Contains(ws, "W1") && !lib.Floor {
 		for _, g := range []int{1, 16, 64} {
+			before, berr := r.meter.counters()
 			res := bench.RunW1(m, g, r.dur, "w1-"+tag)
+			after, aerr := r.meter.counters()
 			if res.Errors > 0 {
 				// Not a rate to compare: recorded as a failure, and the
 				// other workloads still run.
 				r.failures = append(r.failures, results.Failure{Library: lib.Name, Run: run, Error: fmt.Sprintf("W1 %d goroutines: %d errors", g, res.Errors)})
 				continue
 			}
-			r.add(lib.Name, fmt.Sprintf("W1/%d", g), res.PerSec())
+			metric := fmt.Sprintf("W1/%d", g)
+			r.add(lib.Name, metric, res.PerSec())
+			if r.meter != nil && berr == nil && aerr == nil && res.Cycles > 0 {
+				n := float64(res.Cycles)
+				r.add(lib.Name, metric+"/cpu", (after.cpu-before.cpu)*1e6/n)
+				r.add(lib.Name, metric+"/commands", float64(after.calls-before.calls)/n)
+			} else if berr != nil || aerr != nil {
+				r.failures = append(r.failures, results.Failure{Library: lib.Name, Run: run, Error: fmt.Sprintf("W1 %d goroutines: the server's counters: %v", g, errors.Join(berr, aerr))})
+			}
 		}
 	}
 	if strings.Contains(ws, "W2") {

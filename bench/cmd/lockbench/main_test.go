@@ -39,6 +39,8 @@ func fakeRun(t *testing.T) (*runner, []bench.Lib) {
 			if !l.Floor {
 				for _, g := range []int{1, 16, 64} {
 					r.add(l.Name, "W1/"+strconv.Itoa(g), float64(1000*g+100*li+run))
+					r.add(l.Name, "W1/"+strconv.Itoa(g)+"/cpu", float64(40+g+li+run))
+					r.add(l.Name, "W1/"+strconv.Itoa(g)+"/commands", float64(4+4*li))
 				}
 			}
 			for _, c := range w2Configs {
@@ -137,6 +139,12 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 	if w1.RatioToBaseline == nil || *w1.RatioToBaseline != 64001.0/64101 {
 		t.Errorf("W1 ratio %v, want %v", w1.RatioToBaseline, 64001.0/64101)
+	}
+	if c := w1.ServerCPUMicros; c == nil || !slices.Equal(c.Runs, []float64{104, 105}) || c.Median != 105 {
+		t.Errorf("W1 server CPU %+v", c)
+	}
+	if c := w1.ServerCommands; c == nil || c.Median != 4 || got.W1[5].ServerCommands == nil || got.W1[5].ServerCommands.Median != 8 {
+		t.Errorf("W1 server commands %+v, raw's %+v", c, got.W1[5].ServerCommands)
 	}
 
 	// W2: every configuration for the locks, the floor only in one process
@@ -312,5 +320,23 @@ func TestFailedRunsGoOn(t *testing.T) {
 	r.report(&out, libs, "W1", 2)
 	if !strings.Contains(out.String(), "- run 2, b: b cannot start") {
 		t.Errorf("the text report does not list the failures:\n%s", out.String())
+	}
+}
+
+func TestParseServerCounters(t *testing.T) {
+	info := "# CPU\r\nused_cpu_sys:1.250000\r\nused_cpu_user:2.500000\r\nused_cpu_sys_children:9.0\r\n" +
+		"\r\n# Commandstats\r\ncmdstat_evalsha:calls=10,usec=99,usec_per_call=9.9,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=7,usec=1\r\ncmdstat_get:calls=20,usec=5\r\n"
+	c, err := parseServerCounters(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.cpu != 3.75 || c.calls != 30 {
+		t.Errorf("got %+v, want 3.75 s and 30 calls (INFO's own and the children's CPU left out)", c)
+	}
+	for _, bad := range []string{"used_cpu_sys:1\r\n", "used_cpu_sys:1\r\nused_cpu_user:x\r\n", "used_cpu_sys:1\r\nused_cpu_user:1\r\ncmdstat_get:usec=5\r\n"} {
+		if _, err := parseServerCounters(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
 	}
 }

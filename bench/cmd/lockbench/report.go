@@ -44,6 +44,26 @@ func (r *runner) report(w io.Writer, libs []bench.Lib, ws string, runs int) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintln(w)
+		if _, ok := r.median("raw-1ms", "W1/1/cpu"); ok || r.meter != nil {
+			fmt.Fprintln(w, "W1 on the Redis server, per cycle: CPU µs (user + system) and commands run, scripts' included")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| library | CPU µs, 1 goroutine | 16 | 64 | commands, 1 goroutine | 16 | 64 |")
+			fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+			for _, l := range libs {
+				if l.Floor {
+					continue
+				}
+				fmt.Fprintf(w, "| %s |", l.Name)
+				for _, m := range []string{"cpu", "commands"} {
+					for _, g := range []string{"1", "16", "64"} {
+						n := "W1/" + g + "/" + m
+						fmt.Fprintf(w, " %s%s |", cell(l.Name, n, "%.1f"), ratio(l.Name, n))
+					}
+				}
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintln(w)
+		}
 	}
 	if strings.Contains(ws, "W2") {
 		for _, c := range w2Configs {
