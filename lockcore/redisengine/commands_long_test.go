@@ -29,16 +29,7 @@ func TestCommandsPerCycleCluster(t *testing.T) {
 	l := lockerOn(t, rdb, redistest.Prefix(t), Options{})
 	ctx := context.Background()
 	k := mustKey(t, "commands", "cluster")
-	cycle := func() {
-		ls, err := lifecycle.Serve(l, nil).Acquire(ctx, k, lifecycle.Policy{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ls.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cycle() // loads the scripts
+	cycles(t, l, k, lifecycle.Policy{}, 1) // loads the scripts
 	var (
 		mu      sync.Mutex
 		masters []*redis.Client
@@ -52,9 +43,7 @@ func TestCommandsPerCycleCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 500
-	for range n {
-		cycle()
-	}
+	cycles(t, l, k, lifecycle.Policy{}, n)
 	calls := map[string]int64{}
 	for _, m := range masters {
 		for cmd, c := range commandCalls(t, m) {
@@ -63,8 +52,7 @@ func TestCommandsPerCycleCluster(t *testing.T) {
 	}
 	got, shown := perCycle(calls, n)
 	t.Logf("per cycle, the masters together: %s", shown)
-	want := map[string]int{"evalsha": 2, "mget": 1, "get": 1, "time": 1, "set": 2, "del": 1}
-	if !maps.Equal(got, want) {
+	if want := (map[string]int{"evalsha": 2, "mget": 1, "get": 1, "time": 1, "set": 2, "del": 1}); !maps.Equal(got, want) {
 		t.Errorf("commands per cycle %v, want %v", got, want)
 	}
 }

@@ -23,7 +23,9 @@ import (
 // 500 cycles on a redis-server of the test's own (the engine's calls
 // only; scripts' commands included): exactly the commands that "What
 // Redis runs for one lock" in docs/design.md lists and justifies, for a
-// route at the defaults (which waits) and one that fails fast. Without
+// route at the defaults (which waits) and one that fails fast, and at the
+// defaults on a key that a waiter had before (its fence, marked as saying
+// that waiters may be queued, costs one EXISTS, which clears it). Without
 // redis-server on PATH it says so and counts nothing: miniredis keeps no
 // commandstats.
 func TestCommandsPerCycle(t *testing.T) {
@@ -35,41 +37,85 @@ func TestCommandsPerCycle(t *testing.T) {
 	t.Cleanup(srv.Stop)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	l := lockerOn(t, rdb, redistest.Prefix(t), Options{})
+	prefix := redistest.Prefix(t)
+	l, waiter := lockerOn(t, rdb, prefix, Options{}), lockerOn(t, rdb, prefix, Options{})
+	eight := map[string]int{"evalsha": 2, "mget": 1, "get": 1, "time": 1, "set": 2, "del": 1}
 	for _, c := range []struct {
-		name string
-		p    lifecycle.Policy
-		want map[string]int
+		name    string
+		p       lifecycle.Policy
+		waiters bool // another waited for the key before the count
+		want    map[string]int
 	}{
-		{"defaults", lifecycle.Policy{}, map[string]int{"evalsha": 2, "mget": 1, "get": 1, "time": 1, "set": 2, "del": 1}},
-		{"fail fast", lifecycle.Policy{Wait: lockcore.FailFast}, map[string]int{"evalsha": 2, "mget": 1, "get": 1, "time": 1, "set": 2, "del": 1}},
+		{"defaults", lifecycle.Policy{}, false, eight},
+		{"fail fast", lifecycle.Policy{Wait: lockcore.FailFast}, false, eight},
+		// The first cycle looks for the queue that its fence says may be
+		// there, finds none and clears the mark: one EXISTS in 500.
+		{"defaults after waiters", lifecycle.Policy{}, true, eight},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			k := mustKey(t, "commands", c.name)
-			cycle := func() {
-				ls, err := lifecycle.Serve(l, nil).Acquire(ctx, k, c.p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := ls.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
+			if c.waiters {
+				contend(t, l, waiter, k)
+			} else {
+				cycles(t, l, k, c.p, 1) // loads the scripts
 			}
-			cycle() // loads the scripts
 			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
 			const n = 500
-			for range n {
-				cycle()
-			}
+			cycles(t, l, k, c.p, n)
 			got, shown := perCycle(commandCalls(t, rdb), n)
 			t.Logf("per cycle: %s", shown)
 			if !maps.Equal(got, c.want) {
 				t.Errorf("commands per cycle %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// cycles takes the free lock on k with p and releases it, n times.
+func cycles(t *testing.T, l *Engine, k lockcore.Key, p lifecycle.Policy, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for range n {
+		ls, err := lifecycle.Serve(l, nil).Acquire(ctx, k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// contend has waiter queue for k while l holds it, then take it and
+// release it: the lock's last fence is left marked (waiters may be
+// queued), though none is.
+func contend(t *testing.T, l, waiter *Engine, k lockcore.Key) {
+	t.Helper()
+	ctx := context.Background()
+	ls, err := lifecycle.Serve(l, nil).Acquire(ctx, k, lifecycle.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		ws, err := lifecycle.Serve(waiter, nil).Acquire(ctx, k, lifecycle.Policy{Wait: 5 * time.Second})
+		if err == nil {
+			err = ws.Release(ctx)
+		}
+		got <- err
+	}()
+	eventually(t, 5*time.Second, "the waiter queued", func() bool { return len(inspect(t, l, k).Waiters) == 1 })
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if v := l.rdb.Get(ctx, l.redisKeys(k)[2]).Val(); !strings.HasSuffix(v, " q") {
+		t.Fatalf("fence %q after a waiter had the lock, want it marked", v)
 	}
 }
 
