@@ -18,9 +18,10 @@ import (
 // once the holder vanishes (its key deleted, as when its lease runs out),
 // a newcomer that waits is queued behind the waiter rather than taking the
 // free lock, whether or not a failing-fast acquisition took and released it
-// in between.
+// in between, and whether or not the fence's retention ran out meanwhile (a
+// fence that is gone counts as marked).
 func TestNewcomerQueuesBehindWaitersOfVanishedHolder(t *testing.T) {
-	for _, between := range []string{"nothing", "a fail-fast cycle"} {
+	for _, between := range []string{"nothing", "a fail-fast cycle", "the fence lapsed", "the fence lapsed and a fail-fast cycle"} {
 		t.Run(strings.ReplaceAll(between, " ", "_"), func(t *testing.T) {
 			redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
 				ctx := context.Background()
@@ -72,7 +73,14 @@ func TestNewcomerQueuesBehindWaitersOfVanishedHolder(t *testing.T) {
 				if err := raw.Del(ctx, ks[0]).Err(); err != nil {
 					t.Fatal(err)
 				}
-				if between != "nothing" {
+				if strings.HasPrefix(between, "the fence lapsed") {
+					// Its retention ran out while the waiter waits: a fence
+					// that is gone says waiters may be queued.
+					if err := raw.Del(ctx, ks[2]).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if strings.HasSuffix(between, "a fail-fast cycle") {
 					ff, err := newcomer.Acquire(ctx, key, lifecycle.Policy{Wait: lockcore.FailFast})
 					if err != nil {
 						t.Fatalf("fail-fast on the free lock: %v", err)
