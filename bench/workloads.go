@@ -172,49 +172,58 @@ func RunW2(m Mutexer, goroutines int, section, dur time.Duration, key string) W2
 	return res
 }
 
-// W3Wait bounds how long a hand-over of W3 may take, holder's acquisition
-// and waiter's wait together: a library that never hands over fails the
-// run instead of hanging it.
+// W3Wait bounds how long one hand-over of W3 may take, holder's
+// acquisition and waiter's wait together: a library that never hands over,
+// or whose holder never gets the lock, fails the run instead of hanging it.
 const W3Wait = 30 * time.Second
 
 // RunW3Local measures hand-over latency inside one process: from the moment
 // the holder calls unlock to the moment the blocked waiter holds the lock.
 // The waiter is given settle time to block before each release.
 func RunW3Local(holder, waiter Mutexer, n int, settle time.Duration, key string) ([]time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n)*W3Wait)
-	defer cancel()
 	out := make([]time.Duration, 0, n)
 	for range n {
-		unlock, err := holder.Lock(ctx, key, true)
+		d, err := handOverLocal(holder, waiter, settle, key)
 		if err != nil {
 			return nil, err
 		}
-		blocked := make(chan struct{})
-		got := make(chan time.Time, 1)
-		errc := make(chan error, 1)
-		go func() {
-			close(blocked)
-			u, err := waiter.Lock(ctx, key, true)
-			t := time.Now()
-			if err != nil {
-				errc <- err
-				return
-			}
-			got <- t
-			u()
-		}()
-		<-blocked
-		time.Sleep(settle) // let the waiter block: this is the scenario, not synchronisation
-		rel := time.Now()
-		unlock()
-		select {
-		case t := <-got:
-			out = append(out, t.Sub(rel))
-		case err := <-errc:
-			return nil, err
-		}
+		out = append(out, d)
 	}
 	return out, nil
+}
+
+// handOverLocal measures one hand-over of RunW3Local, within W3Wait.
+func handOverLocal(holder, waiter Mutexer, settle time.Duration, key string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), W3Wait)
+	defer cancel()
+	unlock, err := holder.Lock(ctx, key, true)
+	if err != nil {
+		return 0, err
+	}
+	blocked := make(chan struct{})
+	got := make(chan time.Time, 1)
+	errc := make(chan error, 1)
+	go func() {
+		close(blocked)
+		u, err := waiter.Lock(ctx, key, true)
+		t := time.Now()
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- t
+		u()
+	}()
+	<-blocked
+	time.Sleep(settle) // let the waiter block: this is the scenario, not synchronisation
+	rel := time.Now()
+	unlock()
+	select {
+	case t := <-got:
+		return t.Sub(rel), nil
+	case err := <-errc:
+		return 0, err
+	}
 }
 
 // Quantile returns the q-quantile of ds.

@@ -463,32 +463,45 @@ func (r *runner) remoteW3(lib bench.Lib, holder bench.Mutexer, key string) ([]ti
 	}
 	defer w.stop()
 	out := make([]time.Duration, 0, r.handoffs)
-	ctx, cancel := context.WithTimeout(ctxBG, time.Duration(r.handoffs)*bench.W3Wait)
-	defer cancel()
 	for range r.handoffs {
-		unlock, err := holder.Lock(ctx, key, true)
+		d, err := handOverRemote(holder, w, key)
 		if err != nil {
 			return nil, err
 		}
-		if err := w.enc.Encode(request{Op: "lock", Key: key}); err != nil {
-			return nil, err
-		}
-		if _, err := w.read(); err != nil { // waiting
-			return nil, err
-		}
-		time.Sleep(2 * time.Millisecond) // let the waiter block: the scenario, not synchronisation
-		rel := time.Now()
-		unlock()
-		rp, err := w.read()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, time.Unix(0, rp.Acquired).Sub(rel))
-		if _, err := w.read(); err != nil { // released
-			return nil, err
-		}
+		out = append(out, d)
 	}
 	return out, nil
+}
+
+// handOverRemote measures one hand-over of remoteW3 from holder to the
+// worker w. The holder's acquisition is bounded by bench.W3Wait, as in
+// bench.RunW3Local, and so is the worker's (see runChild).
+func handOverRemote(holder bench.Mutexer, w *worker, key string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctxBG, bench.W3Wait)
+	defer cancel()
+	unlock, err := holder.Lock(ctx, key, true)
+	if err != nil {
+		return 0, err
+	}
+	if err := w.enc.Encode(request{Op: "lock", Key: key}); err != nil {
+		unlock()
+		return 0, err
+	}
+	if _, err := w.read(); err != nil { // waiting
+		unlock()
+		return 0, err
+	}
+	time.Sleep(2 * time.Millisecond) // let the waiter block: the scenario, not synchronisation
+	rel := time.Now()
+	unlock()
+	rp, err := w.read()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := w.read(); err != nil { // released
+		return 0, err
+	}
+	return time.Unix(0, rp.Acquired).Sub(rel), nil
 }
 
 func runChild(libName string, t bench.Target) error {
