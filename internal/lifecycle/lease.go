@@ -535,6 +535,18 @@ func (h *held) lost() error {
 	return lockcore.ErrLockLost
 }
 
+// lostOr returns the cause h was lost with, once its loss was told, when
+// it was lost; else err. A loss ends the lease's context, and a call made
+// with that context then fails for it: the loss is what the caller must
+// hear, not the call's error.
+func (h *held) lostOr(err error) error {
+	if p := h.why.Load(); p != nil && errors.Is(*p, lockcore.ErrLockLost) {
+		h.settled()
+		return *p
+	}
+	return err
+}
+
 // newLease returns the lease of t, a fresh hold of key owned by token,
 // which engine e (an Locker of Serve) has just taken for an acquisition
 // with context ctx. The lease's context derives from ctx and carries the

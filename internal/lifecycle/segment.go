@@ -223,8 +223,10 @@ func waitLeft(until int64) time.Duration {
 // confirmed (ErrUnavailable), it moves on all the same: the segment stays
 // open wherever the write did not land (the Redis engine closes a gate
 // only once Redis has it), and a request given it next finds it exhausted
-// and closes it again. On any error the request keeps its segment.
-func NextSegment(ctx context.Context) error {
+// and closes it again. On any error the request keeps its segment; when
+// its hold was lost before or during the move, the error is the loss's
+// cause (matching ErrLockLost), whatever the move's own calls failed with.
+func NextSegment(ctx context.Context) (err error) {
 	h, err := innermost(ctx, "no segment to move on from")
 	if err != nil {
 		return err
@@ -239,6 +241,11 @@ func NextSegment(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("%w: the engine of %s (%T) has no gates", lockcore.ErrMisconfigured, cur.key, sv.b)
 	}
+	defer func() {
+		if err != nil {
+			err = h.lostOr(err)
+		}
+	}()
 	if err := g.CloseGate(ctx, cur.key, 0); err != nil && !errors.Is(err, lockcore.ErrUnavailable) {
 		return err
 	}

@@ -593,28 +593,33 @@ func TestNextSegmentWaits(t *testing.T) {
 // TestNextSegmentAfterLoss: a request whose segment was lost (revoked)
 // just before it moves on does not move past the loss: NextSegment fails
 // with ErrLockLost, the context ends with it, and no segment is left held.
+// The engine tells of the loss in a goroutine of its own, which may end
+// the lease's context while the move's calls run (they then fail for
+// that): 300 rounds, so that the move meets the loss at every point.
 func TestNextSegmentAfterLoss(t *testing.T) {
-	e := &locktest.Engine{}
-	ctx := context.Background()
-	k, _ := lockcore.NewKey("productID", "5")
-	ls, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k, lifecycle.Policy{Segments: 3, Wait: lockcore.FailFast})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ls.Release(ctx)
-	if _, err := e.Revoke(ctx, ls.Key(), "test"); err != nil {
-		t.Fatal(err)
-	}
-	if err := lifecycle.NextSegment(ls.Context()); !errors.Is(err, lockcore.ErrLockLost) {
-		t.Fatalf("moving on from a lost segment: %v, want ErrLockLost", err)
-	}
-	if err := context.Cause(ls.Context()); !errors.Is(err, lockcore.ErrLockLost) {
-		t.Fatalf("context: %v, want ErrLockLost", err)
-	}
-	for i := range 3 {
-		if info, err := e.Inspect(ctx, lifecycle.SegmentKey(k, i)); err != nil || len(info.Holders) != 0 {
-			t.Fatalf("segment %d held after a refused move: %+v %v", i, info, err)
+	for round := range 300 {
+		e := &locktest.Engine{}
+		ctx := context.Background()
+		k, _ := lockcore.NewKey("productID", "5")
+		ls, err := lifecycle.AcquireSegment(ctx, lifecycle.Serve(e, nil), k, lifecycle.Policy{Segments: 3, Wait: lockcore.FailFast})
+		if err != nil {
+			t.Fatal(err)
 		}
+		if _, err := e.Revoke(ctx, ls.Key(), "test"); err != nil {
+			t.Fatal(err)
+		}
+		if err := lifecycle.NextSegment(ls.Context()); !errors.Is(err, lockcore.ErrLockLost) {
+			t.Fatalf("round %d: moving on from a lost segment: %v, want ErrLockLost", round, err)
+		}
+		if err := context.Cause(ls.Context()); !errors.Is(err, lockcore.ErrLockLost) {
+			t.Fatalf("round %d: context: %v, want ErrLockLost", round, err)
+		}
+		for i := range 3 {
+			if info, err := e.Inspect(ctx, lifecycle.SegmentKey(k, i)); err != nil || len(info.Holders) != 0 {
+				t.Fatalf("round %d: segment %d held after a refused move: %+v %v", round, i, info, err)
+			}
+		}
+		_ = ls.Release(ctx)
 	}
 }
 
