@@ -305,6 +305,11 @@ func (e *engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 			return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: r.Wait >= 0}, ctx.Err())
 		}
 		last = nil
+		if _, ok := err.(*transient); ok && waiting && ctx.Err() != nil {
+			// The caller's deadline, not the masters, cut this poll
+			// short: another owner held the key when it last answered.
+			return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}, ctx.Err())
+		}
 		if t, ok := err.(*transient); ok {
 			err = t.err
 			// A wait shorter than the restart guards' refusal fails at
