@@ -191,6 +191,19 @@ type reply struct {
 	err error
 }
 
+// ended returns ctx's error, or context.DeadlineExceeded once its deadline
+// has passed by the clock: a call bounded by the deadline gives up on its
+// own timer, which may fire a moment before ctx is done.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // errNoAnswer is the error of a master that did not answer in time.
 var errNoAnswer = errors.New("no answer in time")
 
@@ -305,10 +318,12 @@ func (e *engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 			return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: r.Wait >= 0}, ctx.Err())
 		}
 		last = nil
-		if _, ok := err.(*transient); ok && waiting && ctx.Err() != nil {
-			// The caller's deadline, not the masters, cut this poll
-			// short: another owner held the key when it last answered.
-			return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}, ctx.Err())
+		if _, ok := err.(*transient); ok && waiting {
+			if cause := ended(ctx); cause != nil {
+				// The caller's deadline, not the masters, cut this poll
+				// short: another owner held the key when it last answered.
+				return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}, cause)
+			}
 		}
 		if t, ok := err.(*transient); ok {
 			err = t.err
