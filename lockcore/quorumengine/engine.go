@@ -317,14 +317,16 @@ func (e *engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 			_ = h.Release(ctx, nil)
 			return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: r.Wait >= 0}, ctx.Err())
 		}
-		last = nil
-		if _, ok := err.(*transient); ok && waiting {
+		if _, ok := err.(*transient); ok && waiting && last == nil {
 			if cause := ended(ctx); cause != nil {
 				// The caller's deadline, not the masters, cut this poll
-				// short: another owner held the key when it last answered.
+				// short: another owner held the key when they last
+				// answered. Had they failed then too, their failure
+				// stands (below).
 				return nil, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: retry, TimedOut: true}, cause)
 			}
 		}
+		last = nil
 		if t, ok := err.(*transient); ok {
 			err = t.err
 			// A wait shorter than the restart guards' refusal fails at
