@@ -364,6 +364,29 @@ func (l *Locker) ByParam(name string, ps ...Policy) func(http.Handler) http.Hand
 	return l.By(keyfunc.Param(name), ps...)
 }
 
+// Idempotent returns middleware that runs each request once per
+// Idempotency-Key: a retry, or a duplicate sent while the first runs, gets
+// the first one's response, stored in Redis with its lock's release and
+// kept 24 hours. Keys are scoped by the route and the method; to scope
+// them by the caller too, and for the other settings, use
+// middleware.Idempotency. ps is how a duplicate waits (Wait, FailFast)
+// and the lease (TTL, MaxHold).
+//
+//	r.With(locker.Idempotent()).Post("/payments", pay)
+//
+// Panics if the Policy is invalid or shares or splits the lock, or the
+// engine keeps no results (lockcore.Promises.Results).
+func (l *Locker) Idempotent(ps ...Policy) func(http.Handler) http.Handler {
+	var e lifecycle.Locker = l.engine
+	if l.trace != nil || l.watch != nil || lifecycle.RecordsRoute(l) {
+		e = l
+	}
+	return middleware.Idempotency(e, middleware.IdempotencyConfig{
+		Policy: lifecycle.Over(l, policy(ps)),
+		Logger: l.logger,
+	})
+}
+
 // The default Locker.
 var (
 	defaultMu   sync.Mutex

@@ -37,4 +37,7 @@ type Promises struct {
 	// Batch: the engine takes several holds, and gives several up, in one
 	// exchange with its store (an Engine that is a Batch).
 	Batch bool
+	// Results: the engine keeps results beside its locks (an Engine that
+	// is a Results), as idempotency keys need.
+	Results bool
 }

@@ -19,7 +19,7 @@ import (
 // Promises implements lockcore.Engine: the Redis engine makes every
 // promise, FIFO with Options.LocalHandOvers hand-overs in memory in a row.
 func (l *Engine) Promises() lockcore.Promises {
-	return lockcore.Promises{FIFO: true, LocalHandOvers: l.opt.LocalHandOvers, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true, Batch: true}
+	return lockcore.Promises{FIFO: true, LocalHandOvers: l.opt.LocalHandOvers, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true, Batch: true, Results: true}
 }
 
 // errOperatorOnly refuses an acquisition on an OperatorOnly Engine.

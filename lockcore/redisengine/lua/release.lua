@@ -17,14 +17,22 @@
 -- of the caller's own Engine, which the caller then wakes: nothing is
 -- published. Run again with the same arguments, it changes nothing more.
 -- KEYS: the hold, the wait queue, the last fencing token, the revoked
--- entries, the shared entries and their fields.
-local L, Q, F, S, P = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
+-- entries, the shared entries and their fields; and, to keep a result with
+-- the release (Engine.Keep), the result's key.
+-- With that key, ARGV 8 and 9 are the result and how long to keep it (ms):
+-- the release stores "<entry>\n<result>" there only when the entry holds
+-- the lock exclusively, before it lets the lock go; a run of the same call
+-- that finds its own result there (re-sent after a lost reply) returns 0.
+local L, Q, F, S, P, R = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7]
 local e, ret, member = ARGV[2], ARGV[3], ARGV[4]
 local v
 if member == '' then
   v = redis.call('GET', L)
   -- The common case: e is the hold's only entry, and nobody is queued.
   if v and hold_sole(v, e) then
+    if R then
+      redis.call('SET', R, e .. '\n' .. ARGV[8], 'PX', ARGV[9])
+    end
     redis.call('DEL', L)
     return 0
   end
@@ -68,7 +76,13 @@ if not t or not hold_has(es, e) then
   if hold_revoked(redis.call('GET', KEYS[4]), e) then
     return -3
   end
+  if R and redis.call('GETRANGE', R, 0, #e) == e .. '\n' then
+    return 0
+  end
   return -1
+end
+if R then
+  redis.call('SET', R, e .. '\n' .. ARGV[8], 'PX', ARGV[9])
 end
 local left, n = hold_drop(es, e)
 if n > 0 then

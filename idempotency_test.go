@@ -1,0 +1,312 @@
+package lock_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/redis/go-redis/v9"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
+)
+
+// fencedStore is the application's store: it takes a write only with a
+// fencing token at least the last one it took for the key, and counts the
+// writes of each key.
+type fencedStore struct {
+	mu     sync.Mutex
+	fence  map[string]int64
+	writes map[string]int
+}
+
+func newFencedStore() *fencedStore {
+	return &fencedStore{fence: map[string]int64{}, writes: map[string]int{}}
+}
+
+func (s *fencedStore) write(key string, fence int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fence < s.fence[key] {
+		return fmt.Errorf("fence %d below %d", fence, s.fence[key])
+	}
+	s.fence[key] = fence
+	s.writes[key]++
+	return nil
+}
+
+// payments is an app instance: a chi router whose POST /payments/{account}
+// is idempotent, on its own client of the Redis at addr. Its handler takes
+// 5 to 50 ms, writes through store, and answers with an id of its own, so
+// that a replay is told from a second run by its body.
+func payments(t *testing.T, rdb redis.UniversalClient, prefix string, store *fencedStore, c middleware.IdempotencyConfig) *httptest.Server {
+	t.Helper()
+	l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
+	t.Cleanup(func() { _ = l.Close() })
+	if c.Policy.Wait == 0 {
+		c.Policy = lock.Wait(20 * time.Second)
+	}
+	r := chi.NewRouter()
+	r.With(middleware.Idempotency(l, c)).Post("/payments/{account}", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		n, _ := rand.Int(rand.Reader, big.NewInt(45))
+		select {
+		case <-time.After(5*time.Millisecond + time.Duration(n.Int64())*time.Millisecond):
+		case <-r.Context().Done():
+		}
+		fence, _ := lock.FencingToken(r.Context())
+		if err := store.write(r.Header.Get("Idempotency-Key"), fence); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		var id [8]byte
+		_, _ = rand.Read(id[:])
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/payments/"+hex.EncodeToString(id[:]))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q,"account":%q,"amount":%q}`, hex.EncodeToString(id[:]), chi.URLParam(r, "account"), body)
+	})
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type answer struct {
+	status   int
+	body     []byte
+	replayed bool
+	location string
+}
+
+func idemPost(t *testing.T, c *http.Client, url, key, body string, h ...string) answer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return answer{}
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(h); i += 2 {
+		req.Header.Set(h[i], h[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Error(err)
+		return answer{}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Error(err)
+	}
+	return answer{resp.StatusCode, b, resp.Header.Get("Idempotent-Replayed") == "true", resp.Header.Get("Location")}
+}
+
+// TestIdempotencyRunsOnceAcrossInstances: 100 keys, each sent 10 times at
+// once, spread over 3 app instances on one Redis: each key's handler ran
+// once, as the fenced store counts, and every duplicate got the first
+// response byte for byte, marked as a replay.
+func TestIdempotencyRunsOnceAcrossInstances(t *testing.T) {
+	b := redistest.Best(t)
+	prefix := redistest.Prefix(t)
+	store := newFencedStore()
+	var apps []*httptest.Server
+	for range 3 {
+		apps = append(apps, payments(t, b.Universal(t), prefix, store, middleware.IdempotencyConfig{}))
+	}
+	const keys, dups = 100, 10
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}
+	answers := make([][dups]answer, keys)
+	var wg sync.WaitGroup
+	for k := range keys {
+		for d := range dups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				app := apps[(k+d)%len(apps)]
+				answers[k][d] = idemPost(t, client, app.URL+"/payments/acct-"+fmt.Sprint(k%7), fmt.Sprintf("key-%d", k), fmt.Sprintf("amount=%d", k))
+			}()
+		}
+	}
+	wg.Wait()
+	for k := range keys {
+		if n := store.writes[fmt.Sprintf("key-%d", k)]; n != 1 {
+			t.Errorf("key-%d: the handler wrote %d times, want once", k, n)
+		}
+		fresh := 0
+		for d, a := range answers[k] {
+			if a.status != http.StatusCreated {
+				t.Errorf("key-%d, request %d: %d %s, want 201", k, d, a.status, a.body)
+				continue
+			}
+			if !a.replayed {
+				fresh++
+			}
+			if !bytes.Equal(a.body, answers[k][0].body) || a.location != answers[k][0].location {
+				t.Errorf("key-%d, request %d: %s (Location %s), want %s (Location %s) as the first", k, d, a.body, a.location, answers[k][0].body, answers[k][0].location)
+			}
+		}
+		if fresh != 1 {
+			t.Errorf("key-%d: %d responses without the replay mark, want 1", k, fresh)
+		}
+	}
+}
+
+// problemOf decodes an application/problem+json body.
+func problemOf(t *testing.T, a answer) (typ string) {
+	t.Helper()
+	var p struct {
+		Type   string
+		Status int
+	}
+	if err := json.Unmarshal(a.body, &p); err != nil || p.Status != a.status {
+		t.Fatalf("%d %q: not a problem of its status (%v)", a.status, a.body, err)
+	}
+	return p.Type
+}
+
+// TestIdempotencyMisuse: keys scoped by caller, a key reused with another
+// payload, a missing or malformed key, and a response too large to store;
+// no refusal echoes the key.
+func TestIdempotencyMisuse(t *testing.T) {
+	b := redistest.Best(t)
+	store := newFencedStore()
+	caller := func(r *http.Request) (string, error) {
+		if u := r.Header.Get("X-User"); u != "" {
+			return u, nil
+		}
+		return "", fmt.Errorf("no user")
+	}
+	app := payments(t, b.Universal(t), redistest.Prefix(t), store, middleware.IdempotencyConfig{Caller: caller})
+	c := app.Client()
+	url := app.URL + "/payments/a1"
+	const secret = "k-5f1d9a77"
+
+	ann := idemPost(t, c, url, secret, "amount=5", "X-User", "ann")
+	bob := idemPost(t, c, url, secret, "amount=5", "X-User", "bob")
+	if ann.status != http.StatusCreated || bob.status != http.StatusCreated || ann.replayed || bob.replayed || bytes.Equal(ann.body, bob.body) {
+		t.Fatalf("one key, two callers: %d %s and %d %s; want two fresh 201s of their own", ann.status, ann.body, bob.status, bob.body)
+	}
+	if n := store.writes[secret]; n != 2 {
+		t.Errorf("one key, two callers: %d writes, want 2", n)
+	}
+	again := idemPost(t, c, url, secret, "amount=5", "X-User", "ann")
+	if !again.replayed || !bytes.Equal(again.body, ann.body) {
+		t.Errorf("ann's retry: %d %s (replayed %v), want her first response replayed", again.status, again.body, again.replayed)
+	}
+	for _, tc := range []struct {
+		name, key, body, user string
+		status                int
+		kind                  string
+	}{
+		{"another payload", secret, "amount=500", "ann", http.StatusUnprocessableEntity, "#key-reused"},
+		{"another path", secret, "amount=5", "ann", http.StatusUnprocessableEntity, "#key-reused"},
+		{"no key", "", "amount=5", "ann", http.StatusBadRequest, "#missing-key"},
+		{"malformed key", `"` + secret, "amount=5", "ann", http.StatusBadRequest, "#malformed-key"},
+		{"key too long", strings.Repeat("k", 256), "amount=5", "ann", http.StatusBadRequest, "#malformed-key"},
+		{"no caller", secret, "amount=5", "", http.StatusUnauthorized, "#caller"},
+	} {
+		u := url
+		if tc.name == "another path" {
+			u = app.URL + "/payments/a2"
+		}
+		var h []string
+		if tc.user != "" {
+			h = []string{"X-User", tc.user}
+		}
+		a := idemPost(t, c, u, tc.key, tc.body, h...)
+		if a.status != tc.status || !strings.HasSuffix(problemOf(t, a), tc.kind) {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, a.status, a.body, tc.status, tc.kind)
+		}
+		if strings.Contains(string(a.body), secret) || strings.Contains(string(a.body), "kkkk") {
+			t.Errorf("%s: the refusal echoes the key: %s", tc.name, a.body)
+		}
+	}
+	if n := store.writes[secret]; n != 2 {
+		t.Errorf("after the refusals: %d writes, want still 2", n)
+	}
+	// "another path" scoped to /payments/{account}: the same route, so the
+	// same key; the payload (the path) differs.
+}
+
+// TestIdempotencyLargeResponseNotStored: a 10 MiB response goes out whole,
+// is not stored, and its retry is answered 410 without a second run.
+func TestIdempotencyLargeResponseNotStored(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	big := bytes.Repeat([]byte("0123456789abcdef"), 10<<20/16)
+	runs := 0
+	r := chi.NewRouter()
+	r.With(l.Idempotent()).Post("/export", func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		_, _ = w.Write(big[:1000])
+		_, _ = w.Write(big[1000:])
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	first := idemPost(t, srv.Client(), srv.URL+"/export", "big-1", "")
+	if first.status != http.StatusOK || !bytes.Equal(first.body, big) {
+		t.Fatalf("a 10 MiB response: %d, %d bytes; want 200 and every byte", first.status, len(first.body))
+	}
+	retry := idemPost(t, srv.Client(), srv.URL+"/export", "big-1", "")
+	if retry.status != http.StatusGone || !strings.HasSuffix(problemOf(t, retry), "#not-stored") || runs != 1 {
+		t.Errorf("its retry: %d %s after %d runs; want 410 #not-stored after 1", retry.status, retry.body, runs)
+	}
+}
+
+// TestIdempotencyLostLeaseStoresNothing: a handler whose lock's key is gone
+// from Redis when it returns (its lease ran out there) stores nothing, so
+// the retry runs; with the key held, the result is stored.
+func TestIdempotencyLostLeaseStoresNothing(t *testing.T) {
+	b := redistest.Best(t)
+	rdb := b.Universal(t)
+	prefix := redistest.Prefix(t)
+	l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
+	defer l.Close()
+	runs := 0
+	drop := true
+	r := chi.NewRouter()
+	r.With(l.Idempotent()).Post("/orders", func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		if drop {
+			// The key's lock vanishes under the handler, as when its
+			// lease ran out in Redis.
+			keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
+			if err != nil || len(keys) == 0 {
+				t.Errorf("the lock's keys: %v %v", keys, err)
+			}
+			for _, k := range keys {
+				if !strings.HasSuffix(k, ":f") {
+					rdb.Del(context.Background(), k)
+				}
+			}
+		}
+		fmt.Fprintf(w, "run %d", runs)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	first := idemPost(t, srv.Client(), srv.URL+"/orders", "o-1", "")
+	drop = false
+	second := idemPost(t, srv.Client(), srv.URL+"/orders", "o-1", "")
+	third := idemPost(t, srv.Client(), srv.URL+"/orders", "o-1", "")
+	if runs != 2 || string(first.body) != "run 1" || string(second.body) != "run 2" || second.replayed || !third.replayed || string(third.body) != "run 2" {
+		t.Errorf("runs %d; answers %q, %q (replayed %v), %q (replayed %v); want the lost run's result not stored, the second stored", runs, first.body, second.body, second.replayed, third.body, third.replayed)
+	}
+}

@@ -1,0 +1,60 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// ResultsOf returns the engine of l as a lockcore.Results, when it keeps
+// results (Promises.Results), or nil.
+func ResultsOf(l Locker) lockcore.Results {
+	b := l.core().b
+	if !b.Promises().Results {
+		return nil
+	}
+	r, _ := b.(lockcore.Results)
+	return r
+}
+
+// errNotOwn refuses to keep a result with a lease whose hold is not its
+// own.
+var errNotOwn = fmt.Errorf("%w: a result is kept by the lease that took its key afresh, not by a re-entry or a segment's", lockcore.ErrMisconfigured)
+
+// Keep releases ls, as Release does, and stores res for its key for keep
+// with the release, as one step (lockcore.Results.Keep): only while ls is
+// live, its own hold (not a re-entry, not a segment's) and still holds
+// its key in the engine's backend. When it is not, nothing is stored and
+// the lease is released all the same: the error then matches ErrLockLost
+// (ErrReleased for a lease released before), or ErrMisconfigured when the
+// engine keeps no results or the lease is not its hold's own, and the
+// lease is released as Release does. An error matching ErrUnavailable
+// means res may or may not be stored.
+func Keep(ctx context.Context, ls *Lease, res []byte, keep time.Duration) error {
+	rs := ResultsOf(ls.h.e)
+	if rs == nil || ls.inMemory() || ls.h.byToken || ls.h.set != nil || ls.h.together {
+		err := errNotOwn
+		if rs == nil {
+			err = fmt.Errorf("%w: the engine keeps no results (lockcore.Promises.Results)", lockcore.ErrMisconfigured)
+		}
+		return errors.Join(err, ls.Release(ctx))
+	}
+	h, live, err := ls.let()
+	if h == nil {
+		return err
+	}
+	if !live {
+		return h.ended(ctx, false, 0, h.free(ctx))
+	}
+	var began int64
+	if h.ev != nil {
+		began = mono()
+	}
+	if !h.freed.CompareAndSwap(false, true) {
+		return h.ended(ctx, live, began, nil) // released already at its ceiling
+	}
+	return h.ended(ctx, live, began, rs.Keep(ctx, h.home.key, h.home.t, res, keep))
+}

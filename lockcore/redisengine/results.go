@@ -1,0 +1,129 @@
+package redisengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/routelock/lock/lockcore"
+)
+
+// A key's result (lockcore.Results) is a string beside its lock, in its
+// hash tag: "<prefix>{<key>}:k", holding "<entry>\n<result>", where entry
+// is the attempt id of the hold that stored it (lua/release.lua). The
+// entry lets a run of the same call that a client re-sent after a lost
+// reply see that its own store landed.
+
+// resultKey returns the Redis key of key's result.
+func (l *Engine) resultKey(key lockcore.Key) string {
+	return l.opt.Prefix + "{" + key.String() + "}:k"
+}
+
+// Result implements lockcore.Results: it reads the result of key, waiting
+// for Redis up to Options.Timeout.
+func (l *Engine) Result(ctx context.Context, key lockcore.Key) ([]byte, bool, error) {
+	if l.closed.Load() {
+		return nil, false, lockcore.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
+	defer cancel()
+	b, err := l.rdb.Get(ctx, l.resultKey(key)).Bytes()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, l.report(unavailable("result", err))
+	}
+	i := strings.IndexByte(string(b), '\n')
+	if i < 0 {
+		return nil, false, fmt.Errorf("%w: the result of %s in Redis is not one this engine wrote", lockcore.ErrMisconfigured, resourceName(key))
+	}
+	return b[i+1:], true, nil
+}
+
+// DropResult implements lockcore.Results.
+func (l *Engine) DropResult(ctx context.Context, key lockcore.Key) (bool, error) {
+	if l.closed.Load() {
+		return false, lockcore.ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opt.Timeout)
+	defer cancel()
+	n, err := l.rdb.Del(ctx, l.resultKey(key)).Result()
+	if err != nil {
+		return false, l.report(unavailable("drop result", err))
+	}
+	return n > 0, nil
+}
+
+// Keep implements lockcore.Results: it releases h and stores res as one
+// call of the release script, which writes res only while h's entry holds
+// the lock. It never hands h over in memory (Options.LocalHandOvers): the
+// result must be in Redis before anybody holds the key again. A hold that
+// was handed over to h in memory is kept once Redis has it (its pass
+// call), waiting for that at most Options.ReleaseTimeout.
+func (l *Engine) Keep(ctx context.Context, key lockcore.Key, t lockcore.Hold, res []byte, keep time.Duration) error {
+	h, ok := t.(*hold)
+	switch {
+	case !ok || h.l != l:
+		return fmt.Errorf("%w: redisengine.Engine.Keep of a hold this Engine did not take", lockcore.ErrMisconfigured)
+	case h.key != key:
+		return fmt.Errorf("%w: redisengine.Engine.Keep of a hold of another key", lockcore.ErrMisconfigured)
+	case h.share != 0:
+		return fmt.Errorf("%w: redisengine.Engine.Keep of a shared hold: results are kept by exclusive holders only", lockcore.ErrMisconfigured)
+	case keep < time.Millisecond:
+		return fmt.Errorf("%w: redisengine.Engine.Keep for %v: keep it a millisecond at least", lockcore.ErrMisconfigured, keep)
+	}
+	h.letGo()
+	if h.pending != nil {
+		switch h.settle(l.opt.ReleaseTimeout) {
+		case passPending:
+			h.l.bg.do(func() {
+				<-h.pending
+				_ = h.releaseUnpassed()
+			})
+			return l.report(unavailable("keep", errNoAnswer))
+		case passGone:
+			_ = h.releaseUnpassed()
+			return errGone
+		case passRevoked:
+			_ = h.releaseUnpassed()
+			return lockcore.ErrRevoked
+		}
+	}
+	sent := time.Now()
+	c, a := l.newCall(ctx, h, "", sent, sent.Add(l.opt.ReleaseTimeout), 19)
+	// Seven keys: the hold's three, its revoked entries, the shared
+	// entries' two and the result's; then the release's arguments, the
+	// result and how long to keep it.
+	a[2], a[6], a[7], a[8], a[9] = 7, &h.keys[3], &h.keys[5], &h.keys[6], l.resultKey(key)
+	a[10], a[11], a[12], a[13], a[14], a[15], a[16] = h.args[3], h.args[4], l.retArg, "", h.ch, l.claimArg, l.trustArg
+	a[17], a[18] = res, ms(keep)
+	c.keep, c.after = true, l.afterRelease
+	c.cmd = l.run.cmd(ctx, releaseScript, a)
+	if l.batch.do(context.Background(), c) != answered {
+		err := l.report(unavailable("keep", errNoAnswer))
+		l.latch(h, err)
+		return err
+	}
+	n, err := c.n, c.cmd.Err()
+	c.recycle()
+	if err != nil {
+		err = l.report(unavailable("keep", err))
+		l.latch(h, err)
+		return err
+	}
+	l.answered()
+	switch {
+	case n == -3:
+		return lockcore.ErrRevoked
+	case n < 0:
+		// Not the hold's any more: its lease ran out in Redis, and maybe
+		// another owner has the key.
+		return errGone
+	}
+	return nil
+}

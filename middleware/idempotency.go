@@ -1,0 +1,640 @@
+package middleware
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/routelock/lock/internal/lifecycle"
+	"github.com/routelock/lock/lockcore"
+)
+
+// IdempotencyConfig configures Idempotency. Its zero value is usable: the
+// Idempotency-Key header, required, requests scoped by method and route
+// only, results kept 24 hours, request and stored response bodies up to
+// 1 MiB.
+type IdempotencyConfig struct {
+	// Header is the request header that carries the key. Default:
+	// "Idempotency-Key".
+	Header string
+
+	// Optional lets a request without the header through, unlocked and
+	// unrecorded. Default: such a request is answered 400.
+	Optional bool
+
+	// Caller returns the identity of the request's caller, as the server
+	// knows it (an authenticated user or tenant, never a value the client
+	// may choose freely), or "" for none: the same key sent by two callers
+	// names two requests. An error refuses the request with 401 and is not
+	// shown to the client. Default: nil, every request the same caller;
+	// keys are then scoped by the method and the route alone.
+	Caller func(*http.Request) (string, error)
+
+	// Fingerprint returns what identifies the request's payload, given the
+	// request and its body: a request that reuses a key with another
+	// fingerprint is answered 422. Default: the method, the path, the
+	// query and the body, byte for byte.
+	Fingerprint func(r *http.Request, body []byte) []byte
+
+	// MaxBody is the most bytes of a request body that are read (the
+	// fingerprint covers it, and the handler reads it from memory); a
+	// longer one is answered 413. Default: 1 MiB.
+	MaxBody int64
+
+	// MaxStored is the most bytes of a response body that are stored. A
+	// longer response goes out to its client as it is written, is not
+	// stored, and a retry of its key is answered 410. Default: 1 MiB.
+	MaxStored int
+
+	// Keep is how long a result is kept: a key reused later is a new
+	// request. Default: 24 hours.
+	Keep time.Duration
+
+	// Headers are the response headers that are stored and replayed
+	// (canonical names). Default: Content-Type, Content-Language,
+	// Content-Encoding, Location, ETag, Last-Modified, Cache-Control and
+	// Retry-After.
+	Headers []string
+
+	// Policy is how the key's lock is taken: how long a duplicate that
+	// arrives while the first request runs waits for its result
+	// (lockcore.FailFast: not at all, 409 at once), and the lease. Share
+	// and Segments are refused.
+	Policy lifecycle.Policy
+
+	// Problems is the URI that the problem types of the refusals are
+	// fragments of, such as "https://api.example.com/docs/idempotency":
+	// the draft asks for a link to the resource's idempotency policy.
+	// Default: this package's documentation.
+	Problems string
+
+	// Logger, if set, is told when a result could not be stored. The line
+	// names the route, never the key, the caller or a body. Default: nil,
+	// silent.
+	Logger *slog.Logger
+}
+
+// The defaults of IdempotencyConfig.
+const (
+	defaultIdemHeader = "Idempotency-Key"
+	defaultMaxBody    = 1 << 20
+	defaultMaxStored  = 1 << 20
+	defaultKeep       = 24 * time.Hour
+	maxIdemKey        = 255
+	defaultProblems   = "https://pkg.go.dev/github.com/routelock/lock/middleware#Idempotency"
+)
+
+var defaultReplayed = []string{"Content-Type", "Content-Language", "Content-Encoding", "Location", "ETag", "Last-Modified", "Cache-Control", "Retry-After"}
+
+// Idempotency returns middleware that runs a request once per key, as the
+// IETF draft "The Idempotency-Key HTTP Header Field" describes and Stripe
+// does: the first request with a key runs; a duplicate that comes while
+// it runs waits for it, in line, and gets its response; a retry after it
+// gets the stored response, byte for byte, marked with
+// Idempotent-Replayed: true.
+//
+// The key is the value of the Idempotency-Key header, a Structured Field
+// string ("..."; an unquoted value of visible characters is taken too),
+// 1 to 255 characters. What a request is looked up by is the key together
+// with what the server knows and the client cannot forge: the method, the
+// route's template and the caller (IdempotencyConfig.Caller). Each such
+// lookup key is a lock of l's engine, which must keep results
+// (lockcore.Results: the Redis engine does); the response is stored with
+// the lock's release, in one step, only while its lease is live: a
+// request whose lease was lost stores nothing, and no duplicate can run
+// between the handler's end and the store.
+//
+// Refusals are application/problem+json:
+//
+//	400 Bad Request             no key (unless Optional), or a malformed one
+//	401 Unauthorized            Caller failed
+//	409 Conflict                a duplicate whose wait ran out while the first runs (Retry-After)
+//	410 Gone                    a retry of a request whose response was not stored:
+//	                            over MaxStored, streamed (Flush), hijacked
+//	413 Content Too Large       a body over MaxBody
+//	422 Unprocessable Content   the key reused with another payload
+//	503 Service Unavailable     the engine unreachable
+//
+// A handler that panics stores a 500, which its retries get. Responses
+// over MaxStored, and those the handler flushes or hijacks, go out as they
+// are written and are not stored. A response is sent once it is stored:
+// the handler's writes are held in memory until it returns.
+//
+// Panics if l's engine keeps no results, or c is invalid.
+func Idempotency(l lifecycle.Locker, c IdempotencyConfig) func(http.Handler) http.Handler {
+	m := newIdem(l, c)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}
+}
+
+// idem is one configured Idempotency middleware.
+type idem struct {
+	l        lifecycle.Locker
+	rs       lockcore.Results
+	c        IdempotencyConfig
+	policy   lifecycle.Policy
+	replayed map[string]bool
+}
+
+func newIdem(l lifecycle.Locker, c IdempotencyConfig) *idem {
+	if l == nil {
+		panic("routelock: middleware.Idempotency: nil Engine")
+	}
+	rs := lifecycle.ResultsOf(l)
+	if rs == nil {
+		panic(fmt.Sprintf("%v: middleware.Idempotency: the engine keeps no results (lockcore.Promises.Results)", lockcore.ErrMisconfigured))
+	}
+	if c.Policy.Share != 0 || c.Policy.Segments != 0 {
+		panic(fmt.Sprintf("%v: middleware.IdempotencyConfig.Policy: a key's lock is exclusive and whole (no Share, no Segments)", lockcore.ErrMisconfigured))
+	}
+	if c.MaxBody < 0 || c.MaxStored < 0 || c.Keep < 0 {
+		panic("routelock: middleware.IdempotencyConfig: MaxBody, MaxStored and Keep must not be negative")
+	}
+	if c.Keep > 0 && c.Keep < time.Second {
+		panic(fmt.Sprintf("routelock: middleware.IdempotencyConfig: Keep %v: keep results a second at least", c.Keep))
+	}
+	p, err := lifecycle.Prepare(l, c.Policy)
+	if err != nil {
+		panic(fmt.Sprintf("%v (middleware.IdempotencyConfig.Policy)", err))
+	}
+	if c.Header == "" {
+		c.Header = defaultIdemHeader
+	}
+	c.Header = http.CanonicalHeaderKey(c.Header)
+	if c.MaxBody == 0 {
+		c.MaxBody = defaultMaxBody
+	}
+	if c.MaxStored == 0 {
+		c.MaxStored = defaultMaxStored
+	}
+	if c.Keep == 0 {
+		c.Keep = defaultKeep
+	}
+	if c.Problems == "" {
+		c.Problems = defaultProblems
+	}
+	hs := c.Headers
+	if hs == nil {
+		hs = defaultReplayed
+	}
+	m := &idem{l: l, rs: rs, c: c, policy: p, replayed: make(map[string]bool, len(hs))}
+	for _, h := range hs {
+		m.replayed[http.CanonicalHeaderKey(h)] = true
+	}
+	return m
+}
+
+func (m *idem) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	vs := r.Header.Values(m.c.Header)
+	if len(vs) == 0 {
+		if m.c.Optional {
+			next.ServeHTTP(w, r)
+			return
+		}
+		m.problem(w, http.StatusBadRequest, "missing-key", "Idempotency key missing", "this operation requires an "+m.c.Header+" header")
+		return
+	}
+	ik, ok := parseIdemKey(vs)
+	if !ok {
+		m.problem(w, http.StatusBadRequest, "malformed-key", "Idempotency key malformed", "the "+m.c.Header+" header must be one string of 1 to 255 visible characters")
+		return
+	}
+	caller := "~"
+	if m.c.Caller != nil {
+		id, err := m.c.Caller(r)
+		if err != nil {
+			m.problem(w, http.StatusUnauthorized, "caller", "Caller unknown", "the caller of this request could not be identified")
+			return
+		}
+		if id != "" {
+			caller = "=" + id
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, m.c.MaxBody+1))
+	if err != nil {
+		m.problem(w, http.StatusBadRequest, "body", "Request body unreadable", "the request body could not be read")
+		return
+	}
+	if int64(len(body)) > m.c.MaxBody {
+		m.problem(w, http.StatusRequestEntityTooLarge, "body-too-large", "Request body too large", "the request body is over "+strconv.FormatInt(m.c.MaxBody, 10)+" bytes")
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	fp := m.fingerprint(r, body)
+	key, err := idemLockKey(r, caller, ik)
+	if err != nil {
+		m.problem(w, http.StatusBadRequest, "malformed-key", "Idempotency key malformed", "the request cannot be scoped: "+err.Error())
+		return
+	}
+	ctx := r.Context()
+	// A retry after the first request finished: its result, without the lock.
+	if res, ok, err := m.rs.Result(ctx, key); err != nil {
+		m.refuse(w, r, err)
+		return
+	} else if ok {
+		m.replay(w, res, fp)
+		return
+	}
+	lease, err := m.l.Acquire(ctx, key, m.policy)
+	if err != nil {
+		m.refuse(w, r, err)
+		return
+	}
+	if lease.Reentered() {
+		// A request nested in the one that holds the key (by a propagated
+		// owner token) is that request's duplicate, in progress.
+		_ = lease.Release(ctx)
+		m.problem(w, http.StatusConflict, "in-progress", "Request in progress", "a request with this key is in progress")
+		return
+	}
+	// A duplicate that waited while the first ran: its result.
+	if res, ok, err := m.rs.Result(ctx, key); err != nil || ok {
+		_ = lease.Release(ctx)
+		if err != nil {
+			m.refuse(w, r, err)
+		} else {
+			m.replay(w, res, fp)
+		}
+		return
+	}
+	m.run(w, r, next, lease, fp)
+}
+
+// run runs next for r under lease, the first holder of its key, and stores
+// its response with the lease's release.
+func (m *idem) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *lifecycle.Lease, fp []byte) {
+	c := &capture{w: w, max: m.c.MaxStored}
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// The handler panicked: its retries get a 500, not a second run.
+		rec := encodeRecord(fp, http.StatusInternalServerError, http.Header{"Content-Type": {"application/problem+json"}},
+			m.problemBody(http.StatusInternalServerError, "failed", "Request failed", "the request with this key failed while it ran"), "", 0)
+		m.keep(r, lease, rec)
+	}()
+	next.ServeHTTP(c, r.WithContext(lease.Context()))
+	finished = true
+	if c.reason != "" {
+		m.keep(r, lease, encodeRecord(fp, c.code(), nil, nil, c.reason, c.size))
+		return
+	}
+	stored := make(http.Header, len(m.replayed))
+	for k, v := range w.Header() {
+		if m.replayed[k] {
+			stored[k] = v
+		}
+	}
+	m.keep(r, lease, encodeRecord(fp, c.code(), stored, c.buf.Bytes(), "", c.size))
+	// Sent once stored, or once it is certain it was not: either way the
+	// handler ran, and this is what it answered.
+	w.WriteHeader(c.code())
+	_, _ = w.Write(c.buf.Bytes())
+}
+
+// keep stores rec with the release of lease, and logs a failure.
+func (m *idem) keep(r *http.Request, lease *lifecycle.Lease, rec []byte) {
+	err := lifecycle.Keep(context.WithoutCancel(r.Context()), lease, rec, m.c.Keep)
+	if err != nil && m.c.Logger != nil {
+		m.c.Logger.Warn("routelock: the response of an idempotent request was not stored: a retry of its key runs it again",
+			"route", routePattern(r), "err", err)
+	}
+}
+
+// refuse answers a request whose lookup or lock failed.
+func (m *idem) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	switch status := Status(err); status {
+	case http.StatusConflict:
+		secs := int64(1)
+		var cerr *lockcore.ContentionError
+		if errors.As(err, &cerr) && cerr.RetryAfter > time.Second {
+			secs = int64((cerr.RetryAfter + time.Second - 1) / time.Second)
+		}
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		m.problem(w, status, "in-progress", "Request in progress", "a request with this key is in progress; retry later")
+	case http.StatusServiceUnavailable:
+		m.problem(w, status, "unavailable", "Service unavailable", "the idempotency store is unavailable; retry later")
+	default:
+		if m.c.Logger != nil {
+			m.c.Logger.Error("routelock: an idempotent request was refused", "route", routePattern(r), "err", err)
+		}
+		m.problem(w, http.StatusInternalServerError, "internal", "Internal error", "the request could not be served")
+	}
+}
+
+// replay answers with res, a stored result, for a request with fingerprint fp.
+func (m *idem) replay(w http.ResponseWriter, res, fp []byte) {
+	rec, err := decodeRecord(res)
+	switch {
+	case err != nil:
+		m.problem(w, http.StatusInternalServerError, "internal", "Internal error", "the stored response of this key is unreadable")
+	case !bytes.Equal(rec.fp, fp):
+		m.problem(w, http.StatusUnprocessableEntity, "key-reused", "Idempotency key reused", "this key was used with another request payload")
+	case rec.reason != "":
+		w.Header().Set("Idempotent-Replayed", "true")
+		m.problem(w, http.StatusGone, "not-stored", "Response not stored",
+			"the request with this key ran, and answered "+strconv.Itoa(rec.status)+"; its response was not stored ("+rec.reason+")")
+	default:
+		h := w.Header()
+		for k, v := range rec.header {
+			h[k] = v
+		}
+		h.Set("Idempotent-Replayed", "true")
+		w.WriteHeader(rec.status)
+		_, _ = w.Write(rec.body)
+	}
+}
+
+// problem answers with an RFC 9457 problem of type m.c.Problems#kind.
+func (m *idem) problem(w http.ResponseWriter, status int, kind, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(m.problemBody(status, kind, title, detail))
+}
+
+func (m *idem) problemBody(status int, kind, title, detail string) []byte {
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{m.c.Problems + "#" + kind, title, status, detail})
+	return b
+}
+
+// fingerprint returns the digest of r's payload.
+func (m *idem) fingerprint(r *http.Request, body []byte) []byte {
+	d := sha256.New()
+	if m.c.Fingerprint != nil {
+		d.Write(m.c.Fingerprint(r, body))
+		return d.Sum(nil)
+	}
+	for _, s := range []string{r.Method, r.URL.EscapedPath(), r.URL.RawQuery} {
+		d.Write([]byte(strconv.Itoa(len(s))))
+		d.Write([]byte{':'})
+		d.Write([]byte(s))
+	}
+	d.Write(body)
+	return d.Sum(nil)
+}
+
+// parseIdemKey returns the key of the header's field lines vs: one line,
+// a Structured Field string or a bare run of visible characters, of 1 to
+// 255 characters.
+func parseIdemKey(vs []string) (string, bool) {
+	if len(vs) != 1 {
+		return "", false
+	}
+	v := strings.Trim(vs[0], " \t")
+	if len(v) >= 2 && v[0] == '"' {
+		var b strings.Builder
+		for i := 1; i < len(v); i++ {
+			switch c := v[i]; {
+			case c == '\\':
+				i++
+				if i == len(v) || v[i] != '"' && v[i] != '\\' {
+					return "", false
+				}
+				b.WriteByte(v[i])
+			case c == '"':
+				if i != len(v)-1 {
+					return "", false
+				}
+				k := b.String()
+				return k, k != "" && len(k) <= maxIdemKey
+			case c < 0x20 || c > 0x7e:
+				return "", false
+			default:
+				b.WriteByte(c)
+			}
+		}
+		return "", false // unterminated
+	}
+	if v == "" || len(v) > maxIdemKey {
+		return "", false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	return v, true
+}
+
+// idemLockKey returns the lock key of r's idempotency key ik for caller
+// ("~" or "=" and an identity): the method, the route's template (or the
+// path, where no router knows one), the caller and a digest of ik, which
+// keeps the client's string itself out of the backend and its listings.
+func idemLockKey(r *http.Request, caller, ik string) (lockcore.Key, error) {
+	route := routeTemplate(r, "")
+	if route == "" {
+		route = r.URL.EscapedPath()
+	}
+	if len(route) > 200 {
+		d := sha256.Sum256([]byte(route))
+		route = "#" + hex.EncodeToString(d[:])
+	}
+	if len(caller) > 200 {
+		d := sha256.Sum256([]byte(caller))
+		caller = "#" + hex.EncodeToString(d[:])
+	}
+	d := sha256.Sum256([]byte(ik))
+	return lockcore.NewKey("idempotency", r.Method, route, caller, hex.EncodeToString(d[:16]))
+}
+
+// capture holds a handler's response in memory, up to max bytes of body,
+// and lets it through as written once it grows over that, or the handler
+// flushes or hijacks it; reason then says why it is not stored.
+type capture struct {
+	w      http.ResponseWriter
+	max    int
+	status int
+	buf    bytes.Buffer
+	size   int64
+	reason string
+}
+
+func (c *capture) Header() http.Header { return c.w.Header() }
+
+func (c *capture) code() int {
+	if c.status == 0 {
+		return http.StatusOK
+	}
+	return c.status
+}
+
+func (c *capture) WriteHeader(code int) {
+	switch {
+	case c.reason != "":
+		c.w.WriteHeader(code)
+	case code >= 100 && code < 200 && code != http.StatusSwitchingProtocols:
+		c.w.WriteHeader(code) // informational: not the response
+	case c.status == 0:
+		c.status = code
+	}
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	c.size += int64(len(p))
+	if c.reason == "" && c.buf.Len()+len(p) > c.max {
+		c.pass("over " + strconv.Itoa(c.max) + " bytes")
+	}
+	if c.reason != "" {
+		return c.w.Write(p)
+	}
+	return c.buf.Write(p)
+}
+
+// pass lets the response through from now on, for reason.
+func (c *capture) pass(reason string) {
+	c.reason = reason
+	if c.status == 0 {
+		return // nothing written yet
+	}
+	c.w.WriteHeader(c.status)
+	_, _ = c.w.Write(c.buf.Bytes())
+	c.buf = bytes.Buffer{}
+}
+
+// FlushError lets the response through, flushed (http.ResponseController).
+func (c *capture) FlushError() error {
+	if c.reason == "" {
+		if c.status == 0 {
+			c.status = http.StatusOK
+		}
+		c.pass("flushed")
+	}
+	return http.NewResponseController(c.w).Flush()
+}
+
+// Flush is FlushError, for http.Flusher.
+func (c *capture) Flush() { _ = c.FlushError() }
+
+// Hijack hands the connection over: nothing more is stored.
+func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if c.reason == "" {
+		c.reason = "hijacked"
+	}
+	return http.NewResponseController(c.w).Hijack()
+}
+
+// Unwrap returns the ResponseWriter under c, for http.ResponseController.
+func (c *capture) Unwrap() http.ResponseWriter { return c.w }
+
+// A stored result: "RLI1", the fingerprint (32 bytes), the status
+// (uvarint), why the response was not stored ("" when it was: then the
+// headers and the body follow), the size of its body (uvarint), the
+// headers (a count, then name and value pairs), the body. Strings are a
+// uvarint length and the bytes.
+const recordMagic = "RLI1"
+
+// record is a decoded result.
+type record struct {
+	fp     []byte
+	status int
+	reason string
+	size   int64
+	header http.Header
+	body   []byte
+}
+
+func encodeRecord(fp []byte, status int, h http.Header, body []byte, reason string, size int64) []byte {
+	n := len(recordMagic) + len(fp) + len(reason) + len(body) + 32
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 8
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, recordMagic...)
+	b = append(b, fp...)
+	b = binary.AppendUvarint(b, uint64(status))
+	b = appendString(b, reason)
+	b = binary.AppendUvarint(b, uint64(size))
+	pairs := 0
+	for _, vs := range h {
+		pairs += len(vs)
+	}
+	b = binary.AppendUvarint(b, uint64(pairs))
+	for k, vs := range h {
+		for _, v := range vs {
+			b = appendString(b, k)
+			b = appendString(b, v)
+		}
+	}
+	return append(b, body...)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// errRecord is the error of a stored result that is not one encodeRecord
+// made.
+var errRecord = errors.New("routelock: unreadable stored result")
+
+func decodeRecord(b []byte) (record, error) {
+	var r record
+	if !bytes.HasPrefix(b, []byte(recordMagic)) || len(b) < len(recordMagic)+sha256.Size {
+		return r, errRecord
+	}
+	b = b[len(recordMagic):]
+	r.fp, b = b[:sha256.Size], b[sha256.Size:]
+	uv := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			b = nil
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	str := func() (string, bool) {
+		n := uv()
+		if b == nil || n > uint64(len(b)) {
+			return "", false
+		}
+		s := string(b[:n])
+		b = b[n:]
+		return s, true
+	}
+	status := uv()
+	reason, ok := str()
+	size := uv()
+	pairs := uv()
+	if !ok || b == nil || status < 100 || status > 999 || pairs > uint64(len(b)) {
+		return r, errRecord
+	}
+	r.status, r.reason, r.size = int(status), reason, int64(size)
+	r.header = make(http.Header, pairs)
+	for range pairs {
+		k, ok1 := str()
+		v, ok2 := str()
+		if !ok1 || !ok2 {
+			return r, errRecord
+		}
+		r.header[k] = append(r.header[k], v)
+	}
+	r.body = b
+	return r, nil
+}
