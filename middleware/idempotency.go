@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,9 +13,9 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/routelock/lock/internal/idem"
 	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 )
@@ -93,7 +91,6 @@ const (
 	defaultMaxBody    = 1 << 20
 	defaultMaxStored  = 1 << 20
 	defaultKeep       = 24 * time.Hour
-	maxIdemKey        = 255
 	defaultProblems   = "https://pkg.go.dev/github.com/routelock/lock/middleware#Idempotency"
 )
 
@@ -141,8 +138,8 @@ func Idempotency(l lifecycle.Locker, c IdempotencyConfig) func(http.Handler) htt
 	}
 }
 
-// idem is one configured Idempotency middleware.
-type idem struct {
+// idempotency is one configured Idempotency middleware.
+type idempotency struct {
 	l        lifecycle.Locker
 	rs       lockcore.Results
 	c        IdempotencyConfig
@@ -150,7 +147,7 @@ type idem struct {
 	replayed map[string]bool
 }
 
-func newIdem(l lifecycle.Locker, c IdempotencyConfig) *idem {
+func newIdem(l lifecycle.Locker, c IdempotencyConfig) *idempotency {
 	if l == nil {
 		panic("routelock: middleware.Idempotency: nil Engine")
 	}
@@ -191,14 +188,14 @@ func newIdem(l lifecycle.Locker, c IdempotencyConfig) *idem {
 	if hs == nil {
 		hs = defaultReplayed
 	}
-	m := &idem{l: l, rs: rs, c: c, policy: p, replayed: make(map[string]bool, len(hs))}
+	m := &idempotency{l: l, rs: rs, c: c, policy: p, replayed: make(map[string]bool, len(hs))}
 	for _, h := range hs {
 		m.replayed[http.CanonicalHeaderKey(h)] = true
 	}
 	return m
 }
 
-func (m *idem) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	vs := r.Header.Values(m.c.Header)
 	if len(vs) == 0 {
 		if m.c.Optional {
@@ -208,21 +205,19 @@ func (m *idem) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 		m.problem(w, http.StatusBadRequest, "missing-key", "Idempotency key missing", "this operation requires an "+m.c.Header+" header")
 		return
 	}
-	ik, ok := parseIdemKey(vs)
+	ik, ok := idem.ParseKey(vs)
 	if !ok {
 		m.problem(w, http.StatusBadRequest, "malformed-key", "Idempotency key malformed", "the "+m.c.Header+" header must be one string of 1 to 255 visible characters")
 		return
 	}
-	caller := "~"
+	caller := ""
 	if m.c.Caller != nil {
 		id, err := m.c.Caller(r)
 		if err != nil {
 			m.problem(w, http.StatusUnauthorized, "caller", "Caller unknown", "the caller of this request could not be identified")
 			return
 		}
-		if id != "" {
-			caller = "=" + id
-		}
+		caller = id
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, m.c.MaxBody+1))
 	if err != nil {
@@ -235,7 +230,11 @@ func (m *idem) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	fp := m.fingerprint(r, body)
-	key, err := idemLockKey(r, caller, ik)
+	route := routeTemplate(r, "")
+	if route == "" {
+		route = r.URL.EscapedPath()
+	}
+	key, err := idem.LockKey([]string{r.Method, route}, caller, ik)
 	if err != nil {
 		m.problem(w, http.StatusBadRequest, "malformed-key", "Idempotency key malformed", "the request cannot be scoped: "+err.Error())
 		return
@@ -276,7 +275,7 @@ func (m *idem) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 
 // run runs next for r under lease, the first holder of its key, and stores
 // its response with the lease's release.
-func (m *idem) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *lifecycle.Lease, fp []byte) {
+func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *lifecycle.Lease, fp [sha256.Size]byte) {
 	c := &capture{w: w, max: m.c.MaxStored}
 	finished := false
 	defer func() {
@@ -284,23 +283,25 @@ func (m *idem) run(w http.ResponseWriter, r *http.Request, next http.Handler, le
 			return
 		}
 		// The handler panicked: its retries get a 500, not a second run.
-		rec := encodeRecord(fp, http.StatusInternalServerError, http.Header{"Content-Type": {"application/problem+json"}},
-			m.problemBody(http.StatusInternalServerError, "failed", "Request failed", "the request with this key failed while it ran"), "", 0)
-		m.keep(r, lease, rec)
+		body := m.problemBody(http.StatusInternalServerError, "failed", "Request failed", "the request with this key failed while it ran")
+		m.keep(r, lease, &idem.Record{Fingerprint: fp, Status: http.StatusInternalServerError,
+			Fields: [][2]string{{"Content-Type", "application/problem+json"}}, Size: int64(len(body)), Body: body})
 	}()
 	next.ServeHTTP(c, r.WithContext(lease.Context()))
 	finished = true
 	if c.reason != "" {
-		m.keep(r, lease, encodeRecord(fp, c.code(), nil, nil, c.reason, c.size))
+		m.keep(r, lease, &idem.Record{Fingerprint: fp, Status: c.code(), Reason: c.reason, Size: c.size})
 		return
 	}
-	stored := make(http.Header, len(m.replayed))
-	for k, v := range w.Header() {
+	rec := &idem.Record{Fingerprint: fp, Status: c.code(), Size: c.size, Body: c.buf.Bytes()}
+	for k, vs := range w.Header() {
 		if m.replayed[k] {
-			stored[k] = v
+			for _, v := range vs {
+				rec.Fields = append(rec.Fields, [2]string{k, v})
+			}
 		}
 	}
-	m.keep(r, lease, encodeRecord(fp, c.code(), stored, c.buf.Bytes(), "", c.size))
+	m.keep(r, lease, rec)
 	// Sent once stored, or once it is certain it was not: either way the
 	// handler ran, and this is what it answered.
 	w.WriteHeader(c.code())
@@ -308,8 +309,8 @@ func (m *idem) run(w http.ResponseWriter, r *http.Request, next http.Handler, le
 }
 
 // keep stores rec with the release of lease, and logs a failure.
-func (m *idem) keep(r *http.Request, lease *lifecycle.Lease, rec []byte) {
-	err := lifecycle.Keep(context.WithoutCancel(r.Context()), lease, rec, m.c.Keep)
+func (m *idempotency) keep(r *http.Request, lease *lifecycle.Lease, rec *idem.Record) {
+	err := lifecycle.Keep(context.WithoutCancel(r.Context()), lease, rec.Encode(), m.c.Keep)
 	if err != nil && m.c.Logger != nil {
 		m.c.Logger.Warn("routelock: the response of an idempotent request was not stored: a retry of its key runs it again",
 			"route", routePattern(r), "err", err)
@@ -317,7 +318,7 @@ func (m *idem) keep(r *http.Request, lease *lifecycle.Lease, rec []byte) {
 }
 
 // refuse answers a request whose lookup or lock failed.
-func (m *idem) refuse(w http.ResponseWriter, r *http.Request, err error) {
+func (m *idempotency) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	switch status := Status(err); status {
 	case http.StatusConflict:
 		secs := int64(1)
@@ -338,37 +339,37 @@ func (m *idem) refuse(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // replay answers with res, a stored result, for a request with fingerprint fp.
-func (m *idem) replay(w http.ResponseWriter, res, fp []byte) {
-	rec, err := decodeRecord(res)
+func (m *idempotency) replay(w http.ResponseWriter, res []byte, fp [sha256.Size]byte) {
+	rec, err := idem.Decode(res)
 	switch {
 	case err != nil:
 		m.problem(w, http.StatusInternalServerError, "internal", "Internal error", "the stored response of this key is unreadable")
-	case !bytes.Equal(rec.fp, fp):
+	case rec.Fingerprint != fp:
 		m.problem(w, http.StatusUnprocessableEntity, "key-reused", "Idempotency key reused", "this key was used with another request payload")
-	case rec.reason != "":
+	case rec.Reason != "":
 		w.Header().Set("Idempotent-Replayed", "true")
 		m.problem(w, http.StatusGone, "not-stored", "Response not stored",
-			"the request with this key ran, and answered "+strconv.Itoa(rec.status)+"; its response was not stored ("+rec.reason+")")
+			"the request with this key ran, and answered "+strconv.Itoa(rec.Status)+"; its response was not stored ("+rec.Reason+")")
 	default:
 		h := w.Header()
-		for k, v := range rec.header {
-			h[k] = v
+		for _, f := range rec.Fields {
+			h[f[0]] = append(h[f[0]], f[1])
 		}
 		h.Set("Idempotent-Replayed", "true")
-		w.WriteHeader(rec.status)
-		_, _ = w.Write(rec.body)
+		w.WriteHeader(rec.Status)
+		_, _ = w.Write(rec.Body)
 	}
 }
 
 // problem answers with an RFC 9457 problem of type m.c.Problems#kind.
-func (m *idem) problem(w http.ResponseWriter, status int, kind, title, detail string) {
+func (m *idempotency) problem(w http.ResponseWriter, status int, kind, title, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(m.problemBody(status, kind, title, detail))
 }
 
-func (m *idem) problemBody(status int, kind, title, detail string) []byte {
+func (m *idempotency) problemBody(status int, kind, title, detail string) []byte {
 	b, _ := json.Marshal(struct {
 		Type   string `json:"type"`
 		Title  string `json:"title"`
@@ -379,83 +380,21 @@ func (m *idem) problemBody(status int, kind, title, detail string) []byte {
 }
 
 // fingerprint returns the digest of r's payload.
-func (m *idem) fingerprint(r *http.Request, body []byte) []byte {
+func (m *idempotency) fingerprint(r *http.Request, body []byte) [sha256.Size]byte {
 	d := sha256.New()
 	if m.c.Fingerprint != nil {
 		d.Write(m.c.Fingerprint(r, body))
-		return d.Sum(nil)
-	}
-	for _, s := range []string{r.Method, r.URL.EscapedPath(), r.URL.RawQuery} {
-		d.Write([]byte(strconv.Itoa(len(s))))
-		d.Write([]byte{':'})
-		d.Write([]byte(s))
-	}
-	d.Write(body)
-	return d.Sum(nil)
-}
-
-// parseIdemKey returns the key of the header's field lines vs: one line,
-// a Structured Field string or a bare run of visible characters, of 1 to
-// 255 characters.
-func parseIdemKey(vs []string) (string, bool) {
-	if len(vs) != 1 {
-		return "", false
-	}
-	v := strings.Trim(vs[0], " \t")
-	if len(v) >= 2 && v[0] == '"' {
-		var b strings.Builder
-		for i := 1; i < len(v); i++ {
-			switch c := v[i]; {
-			case c == '\\':
-				i++
-				if i == len(v) || v[i] != '"' && v[i] != '\\' {
-					return "", false
-				}
-				b.WriteByte(v[i])
-			case c == '"':
-				if i != len(v)-1 {
-					return "", false
-				}
-				k := b.String()
-				return k, k != "" && len(k) <= maxIdemKey
-			case c < 0x20 || c > 0x7e:
-				return "", false
-			default:
-				b.WriteByte(c)
-			}
+	} else {
+		for _, s := range []string{r.Method, r.URL.EscapedPath(), r.URL.RawQuery} {
+			d.Write(strconv.AppendInt(nil, int64(len(s)), 10))
+			d.Write([]byte{':'})
+			d.Write([]byte(s))
 		}
-		return "", false // unterminated
+		d.Write(body)
 	}
-	if v == "" || len(v) > maxIdemKey {
-		return "", false
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c <= 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			return "", false
-		}
-	}
-	return v, true
-}
-
-// idemLockKey returns the lock key of r's idempotency key ik for caller
-// ("~" or "=" and an identity): the method, the route's template (or the
-// path, where no router knows one), the caller and a digest of ik, which
-// keeps the client's string itself out of the backend and its listings.
-func idemLockKey(r *http.Request, caller, ik string) (lockcore.Key, error) {
-	route := routeTemplate(r, "")
-	if route == "" {
-		route = r.URL.EscapedPath()
-	}
-	if len(route) > 200 {
-		d := sha256.Sum256([]byte(route))
-		route = "#" + hex.EncodeToString(d[:])
-	}
-	if len(caller) > 200 {
-		d := sha256.Sum256([]byte(caller))
-		caller = "#" + hex.EncodeToString(d[:])
-	}
-	d := sha256.Sum256([]byte(ik))
-	return lockcore.NewKey("idempotency", r.Method, route, caller, hex.EncodeToString(d[:16]))
+	var fp [sha256.Size]byte
+	d.Sum(fp[:0])
+	return fp
 }
 
 // capture holds a handler's response in memory, up to max bytes of body,
@@ -539,102 +478,3 @@ func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // Unwrap returns the ResponseWriter under c, for http.ResponseController.
 func (c *capture) Unwrap() http.ResponseWriter { return c.w }
-
-// A stored result: "RLI1", the fingerprint (32 bytes), the status
-// (uvarint), why the response was not stored ("" when it was: then the
-// headers and the body follow), the size of its body (uvarint), the
-// headers (a count, then name and value pairs), the body. Strings are a
-// uvarint length and the bytes.
-const recordMagic = "RLI1"
-
-// record is a decoded result.
-type record struct {
-	fp     []byte
-	status int
-	reason string
-	size   int64
-	header http.Header
-	body   []byte
-}
-
-func encodeRecord(fp []byte, status int, h http.Header, body []byte, reason string, size int64) []byte {
-	n := len(recordMagic) + len(fp) + len(reason) + len(body) + 32
-	for k, vs := range h {
-		for _, v := range vs {
-			n += len(k) + len(v) + 8
-		}
-	}
-	b := make([]byte, 0, n)
-	b = append(b, recordMagic...)
-	b = append(b, fp...)
-	b = binary.AppendUvarint(b, uint64(status))
-	b = appendString(b, reason)
-	b = binary.AppendUvarint(b, uint64(size))
-	pairs := 0
-	for _, vs := range h {
-		pairs += len(vs)
-	}
-	b = binary.AppendUvarint(b, uint64(pairs))
-	for k, vs := range h {
-		for _, v := range vs {
-			b = appendString(b, k)
-			b = appendString(b, v)
-		}
-	}
-	return append(b, body...)
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-// errRecord is the error of a stored result that is not one encodeRecord
-// made.
-var errRecord = errors.New("routelock: unreadable stored result")
-
-func decodeRecord(b []byte) (record, error) {
-	var r record
-	if !bytes.HasPrefix(b, []byte(recordMagic)) || len(b) < len(recordMagic)+sha256.Size {
-		return r, errRecord
-	}
-	b = b[len(recordMagic):]
-	r.fp, b = b[:sha256.Size], b[sha256.Size:]
-	uv := func() uint64 {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			b = nil
-			return 0
-		}
-		b = b[n:]
-		return v
-	}
-	str := func() (string, bool) {
-		n := uv()
-		if b == nil || n > uint64(len(b)) {
-			return "", false
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s, true
-	}
-	status := uv()
-	reason, ok := str()
-	size := uv()
-	pairs := uv()
-	if !ok || b == nil || status < 100 || status > 999 || pairs > uint64(len(b)) {
-		return r, errRecord
-	}
-	r.status, r.reason, r.size = int(status), reason, int64(size)
-	r.header = make(http.Header, pairs)
-	for range pairs {
-		k, ok1 := str()
-		v, ok2 := str()
-		if !ok1 || !ok2 {
-			return r, errRecord
-		}
-		r.header[k] = append(r.header[k], v)
-	}
-	r.body = b
-	return r, nil
-}
