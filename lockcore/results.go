@@ -36,4 +36,17 @@ type Results interface {
 	// DropResult deletes the result of key, and reports whether there was
 	// one. The next holder of key runs as if key had never been used.
 	DropResult(ctx context.Context, key Key) (bool, error)
+	// StoredResults returns the stored results whose keys start with
+	// prefix (an escaped key's beginning, as Key.String writes it; "" for
+	// all), sorted by key, at most limit of them (limit > 0), and whether
+	// there were more.
+	StoredResults(ctx context.Context, prefix string, limit int) ([]StoredResult, bool, error)
+}
+
+// StoredResult is a stored result as an operator sees it
+// (Results.StoredResults): its key, not its content.
+type StoredResult struct {
+	Key     Key
+	Size    int64     // bytes stored
+	Expires time.Time // when the backend drops it by itself
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -126,4 +128,87 @@ func (l *Engine) Keep(ctx context.Context, key lockcore.Key, t lockcore.Hold, re
 		return errGone
 	}
 	return nil
+}
+
+// StoredResults implements lockcore.Results: it scans Redis (every master
+// of a Cluster) for the results' keys, then reads their sizes and times
+// to live in one pipeline per master, waiting for Redis up to
+// Options.Timeout for each exchange.
+func (l *Engine) StoredResults(ctx context.Context, prefix string, limit int) ([]lockcore.StoredResult, bool, error) {
+	if l.closed.Load() {
+		return nil, false, lockcore.ErrClosed
+	}
+	if limit <= 0 {
+		return nil, false, fmt.Errorf("%w: redisengine.Engine.StoredResults: limit %d must be positive", lockcore.ErrMisconfigured, limit)
+	}
+	head := l.opt.Prefix + "{"
+	pattern := globEscape(head) + globEscape(prefix) + "*}:k"
+	var mu sync.Mutex
+	var out []lockcore.StoredResult
+	list := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			sctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
+			names, next, err := c.Scan(sctx, cursor, pattern, listScanCount).Result()
+			cancel()
+			if err != nil {
+				return err
+			}
+			var keys []lockcore.Key
+			var found []string
+			for _, name := range names {
+				rest, ok := strings.CutPrefix(name, head)
+				if k, ok2 := strings.CutSuffix(rest, "}:k"); ok && ok2 && strings.HasPrefix(k, prefix) {
+					if key, err := lockcore.ParseKey(k); err == nil {
+						keys, found = append(keys, key), append(found, name)
+					}
+				}
+			}
+			if len(found) > 0 {
+				pctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
+				p := c.Pipeline()
+				sizes := make([]*redis.IntCmd, len(found))
+				ttls := make([]*redis.DurationCmd, len(found))
+				for i, name := range found {
+					sizes[i], ttls[i] = p.StrLen(pctx, name), p.PTTL(pctx, name)
+				}
+				_, err := p.Exec(pctx)
+				cancel()
+				if err != nil && !errors.Is(err, redis.Nil) {
+					return err
+				}
+				now := time.Now()
+				mu.Lock()
+				for i, k := range keys {
+					size, ttl := sizes[i].Val(), ttls[i].Val()
+					if size == 0 || ttl < 0 {
+						continue // gone since the scan
+					}
+					out = append(out, lockcore.StoredResult{Key: k, Size: size, Expires: now.Add(ttl)})
+				}
+				mu.Unlock()
+			}
+			if next == 0 {
+				return nil
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			cursor = next
+		}
+	}
+	var err error
+	if c, ok := l.rdb.(*redis.ClusterClient); ok {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return list(ctx, c) })
+	} else {
+		err = list(ctx, l.rdb)
+	}
+	if err != nil {
+		return nil, false, l.report(unavailable("stored results", err))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
+	if len(out) > limit {
+		return out[:limit], true, nil
+	}
+	return out, false, nil
 }
