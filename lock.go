@@ -143,6 +143,13 @@ func (l *Locker) serve(e lockcore.Engine) {
 	l.engine = l.core
 	if len(l.observers) > 0 {
 		lifecycle.RecordRoutes(l.core)
+		var rs []lifecycle.ResultObserver
+		for _, o := range l.observers {
+			if r, ok := o.(lifecycle.ResultObserver); ok {
+				rs = append(rs, r)
+			}
+		}
+		lifecycle.ObserveResults(l.core, rs)
 		l.engine = &observed{core: l.core, obs: l.observers}
 	}
 }

@@ -76,7 +76,8 @@ type IdempotencyConfig struct {
 	// Problems is the URI that the problem types of the refusals are
 	// fragments of, such as "https://api.example.com/docs/idempotency":
 	// the draft asks for a link to the resource's idempotency policy.
-	// Default: this package's documentation.
+	// Default: routelock's docs/idempotency.md on GitHub, whose sections are
+	// named after the fragments.
 	Problems string
 
 	// Logger, if set, is told when a result could not be stored. The line
@@ -91,7 +92,7 @@ const (
 	defaultMaxBody    = 1 << 20
 	defaultMaxStored  = 1 << 20
 	defaultKeep       = 24 * time.Hour
-	defaultProblems   = "https://pkg.go.dev/github.com/routelock/lock/middleware#Idempotency"
+	defaultProblems   = "https://github.com/routelock/lock/blob/main/docs/idempotency.md"
 )
 
 var defaultReplayed = []string{"Content-Type", "Content-Language", "Content-Encoding", "Location", "ETag", "Last-Modified", "Cache-Control", "Retry-After"}
@@ -230,27 +231,30 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	fp := m.fingerprint(r, body)
+	// Keys are scoped by the route's template; by the path where no
+	// router knows one. Telemetry sees the template alone.
 	route := routeTemplate(r, "")
-	if route == "" {
-		route = r.URL.EscapedPath()
+	op := route
+	if op == "" {
+		op = r.URL.EscapedPath()
 	}
-	key, err := idem.LockKey([]string{r.Method, route}, caller, ik)
+	key, err := idem.LockKey([]string{r.Method, op}, caller, ik)
 	if err != nil {
-		m.problem(w, http.StatusBadRequest, "malformed-key", "Idempotency key malformed", "the request cannot be scoped: "+err.Error())
+		m.problem(w, http.StatusBadRequest, "unscoped", "Request cannot be scoped", "the request's method, route or caller cannot name an idempotency key")
 		return
 	}
 	ctx := r.Context()
 	// A retry after the first request finished: its result, without the lock.
 	if res, ok, err := m.rs.Result(ctx, key); err != nil {
-		m.refuse(w, r, err)
+		m.refuse(w, r, route, err)
 		return
 	} else if ok {
-		m.replay(w, res, fp)
+		m.replay(w, r, route, res, fp)
 		return
 	}
 	lease, err := m.l.Acquire(ctx, key, m.policy)
 	if err != nil {
-		m.refuse(w, r, err)
+		m.refuse(w, r, route, err)
 		return
 	}
 	if lease.Reentered() {
@@ -264,18 +268,18 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	if res, ok, err := m.rs.Result(ctx, key); err != nil || ok {
 		_ = lease.Release(ctx)
 		if err != nil {
-			m.refuse(w, r, err)
+			m.refuse(w, r, route, err)
 		} else {
-			m.replay(w, res, fp)
+			m.replay(w, r, route, res, fp)
 		}
 		return
 	}
-	m.run(w, r, next, lease, fp)
+	m.run(w, r, next, route, lease, fp)
 }
 
 // run runs next for r under lease, the first holder of its key, and stores
 // its response with the lease's release.
-func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *lifecycle.Lease, fp [sha256.Size]byte) {
+func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Handler, route string, lease *lifecycle.Lease, fp [sha256.Size]byte) {
 	c := &capture{w: w, max: m.c.MaxStored}
 	finished := false
 	defer func() {
@@ -284,13 +288,13 @@ func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Hand
 		}
 		// The handler panicked: its retries get a 500, not a second run.
 		body := m.problemBody(http.StatusInternalServerError, "failed", "Request failed", "the request with this key failed while it ran")
-		m.keep(r, lease, &idem.Record{Fingerprint: fp, Status: http.StatusInternalServerError,
+		m.keep(r, route, lease, &idem.Record{Fingerprint: fp, Status: http.StatusInternalServerError,
 			Fields: [][2]string{{"Content-Type", "application/problem+json"}}, Size: int64(len(body)), Body: body})
 	}()
 	next.ServeHTTP(c, r.WithContext(lease.Context()))
 	finished = true
 	if c.reason != "" {
-		m.keep(r, lease, &idem.Record{Fingerprint: fp, Status: c.code(), Reason: c.reason, Size: c.size})
+		m.keep(r, route, lease, &idem.Record{Fingerprint: fp, Status: c.code(), Reason: c.reason, Size: c.size})
 		return
 	}
 	rec := &idem.Record{Fingerprint: fp, Status: c.code(), Size: c.size, Body: c.buf.Bytes()}
@@ -301,7 +305,7 @@ func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Hand
 			}
 		}
 	}
-	m.keep(r, lease, rec)
+	m.keep(r, route, lease, rec)
 	// Sent once stored, or once it is certain it was not: either way the
 	// handler ran, and this is what it answered.
 	w.WriteHeader(c.code())
@@ -309,18 +313,29 @@ func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Hand
 }
 
 // keep stores rec with the release of lease, and logs a failure.
-func (m *idempotency) keep(r *http.Request, lease *lifecycle.Lease, rec *idem.Record) {
-	err := lifecycle.Keep(context.WithoutCancel(r.Context()), lease, rec.Encode(), m.c.Keep)
-	if err != nil && m.c.Logger != nil {
-		m.c.Logger.Warn("routelock: the response of an idempotent request was not stored: a retry of its key runs it again",
-			"route", routePattern(r), "err", err)
+func (m *idempotency) keep(r *http.Request, route string, lease *lifecycle.Lease, rec *idem.Record) {
+	ctx := context.WithoutCancel(r.Context())
+	b := rec.Encode()
+	err := lifecycle.Keep(ctx, lease, b, m.c.Keep)
+	switch {
+	case err != nil:
+		lifecycle.ResultSeen(ctx, m.l, route, lifecycle.ResultLost, 0)
+		if m.c.Logger != nil {
+			m.c.Logger.Warn("routelock: the response of an idempotent request was not stored: a retry of its key runs it again",
+				"route", route, "err", err)
+		}
+	case rec.Reason != "":
+		lifecycle.ResultSeen(ctx, m.l, route, lifecycle.ResultNotStored, len(b))
+	default:
+		lifecycle.ResultSeen(ctx, m.l, route, lifecycle.ResultStored, len(b))
 	}
 }
 
 // refuse answers a request whose lookup or lock failed.
-func (m *idempotency) refuse(w http.ResponseWriter, r *http.Request, err error) {
+func (m *idempotency) refuse(w http.ResponseWriter, r *http.Request, route string, err error) {
 	switch status := Status(err); status {
 	case http.StatusConflict:
+		lifecycle.ResultSeen(r.Context(), m.l, route, lifecycle.ResultConflict, 0)
 		secs := int64(1)
 		var cerr *lockcore.ContentionError
 		if errors.As(err, &cerr) && cerr.RetryAfter > time.Second {
@@ -332,15 +347,21 @@ func (m *idempotency) refuse(w http.ResponseWriter, r *http.Request, err error) 
 		m.problem(w, status, "unavailable", "Service unavailable", "the idempotency store is unavailable; retry later")
 	default:
 		if m.c.Logger != nil {
-			m.c.Logger.Error("routelock: an idempotent request was refused", "route", routePattern(r), "err", err)
+			m.c.Logger.Error("routelock: an idempotent request was refused", "route", route, "err", err)
 		}
 		m.problem(w, http.StatusInternalServerError, "internal", "Internal error", "the request could not be served")
 	}
 }
 
 // replay answers with res, a stored result, for a request with fingerprint fp.
-func (m *idempotency) replay(w http.ResponseWriter, res []byte, fp [sha256.Size]byte) {
+func (m *idempotency) replay(w http.ResponseWriter, r *http.Request, route string, res []byte, fp [sha256.Size]byte) {
 	rec, err := idem.Decode(res)
+	switch {
+	case err == nil && rec.Fingerprint == fp:
+		lifecycle.ResultSeen(r.Context(), m.l, route, lifecycle.ResultReplayed, 0)
+	case err == nil:
+		lifecycle.ResultSeen(r.Context(), m.l, route, lifecycle.ResultMismatch, 0)
+	}
 	switch {
 	case err != nil:
 		m.problem(w, http.StatusInternalServerError, "internal", "Internal error", "the stored response of this key is unreadable")

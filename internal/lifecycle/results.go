@@ -58,3 +58,34 @@ func Keep(ctx context.Context, ls *Lease, res []byte, keep time.Duration) error 
 	}
 	return h.ended(ctx, live, began, rs.Keep(ctx, h.home.key, h.home.t, res, keep))
 }
+
+// ResultObserver is an Observer that is also told what each idempotent
+// request came to (package lockotel's is): outcome is one of the
+// Result* constants, route the request's route template (or gRPC method),
+// and stored the bytes stored for it, for ResultStored.
+type ResultObserver interface {
+	Observer
+	Result(ctx context.Context, route, outcome string, stored int)
+}
+
+// The outcomes of an idempotent request (ResultObserver.Result).
+const (
+	ResultStored    = "stored"     // it ran, and its response was stored
+	ResultNotStored = "not_stored" // it ran; its response was too large, streamed or hijacked
+	ResultLost      = "lost"       // it ran, and its response could not be stored (lease lost, backend down)
+	ResultReplayed  = "replayed"   // a duplicate got the stored response
+	ResultConflict  = "conflict"   // a duplicate whose wait ran out while the first ran
+	ResultMismatch  = "mismatch"   // the key reused with another payload
+)
+
+// ObserveResults makes c tell os of what idempotent requests come to
+// (ResultSeen).
+func ObserveResults(c *Core, os []ResultObserver) { c.results = os }
+
+// ResultSeen tells the ResultObservers of l (ObserveResults) that an
+// idempotent request of route came to outcome, with stored bytes stored.
+func ResultSeen(ctx context.Context, l Locker, route, outcome string, stored int) {
+	for _, o := range l.core().results {
+		o.Result(ctx, route, outcome, stored)
+	}
+}

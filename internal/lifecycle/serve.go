@@ -37,6 +37,7 @@ type Core struct {
 	comparable bool                // b can be compared (sameBackend)
 	records    bool                // RecordRoutes
 	defaults   Policy              // SetDefaults
+	results    []ResultObserver    // ObserveResults
 }
 
 func (c *Core) core() *Core { return c }

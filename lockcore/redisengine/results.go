@@ -1,6 +1,7 @@
 package redisengine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,21 +27,34 @@ func (l *Engine) resultKey(key lockcore.Key) string {
 }
 
 // Result implements lockcore.Results: it reads the result of key, waiting
-// for Redis up to Options.Timeout.
+// for Redis up to Options.Timeout. The read shares the pipelines of the
+// Engine's other calls, as a crowd of duplicates asks at once.
 func (l *Engine) Result(ctx context.Context, key lockcore.Key) ([]byte, bool, error) {
 	if l.closed.Load() {
 		return nil, false, lockcore.ErrClosed
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
-	defer cancel()
-	b, err := l.rdb.Get(ctx, l.resultKey(key)).Bytes()
+	sent := time.Now()
+	c := newCall()
+	c.ctx, c.sent, c.deadline = ctx, sent, sent.Add(l.opt.Timeout)
+	get := redis.NewStringCmd(ctx, "get", l.resultKey(key))
+	c.cmd = get
+	switch l.batch.do(ctx, c) {
+	case unsent:
+		c.recycle()
+		return nil, false, errors.Join(unavailable("result", errNoAnswer), ctx.Err())
+	case abandoned:
+		return nil, false, errors.Join(l.report(unavailable("result", errNoAnswer)), ctx.Err())
+	}
+	c.recycle()
+	b, err := get.Bytes()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, false, nil
 	case err != nil:
 		return nil, false, l.report(unavailable("result", err))
 	}
-	i := strings.IndexByte(string(b), '\n')
+	l.answered()
+	i := bytes.IndexByte(b, '\n')
 	if i < 0 {
 		return nil, false, fmt.Errorf("%w: the result of %s in Redis is not one this engine wrote", lockcore.ErrMisconfigured, resourceName(key))
 	}
