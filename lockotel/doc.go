@@ -79,6 +79,8 @@
 //	routelock.lost              counter             lock.resource, lock.reason
 //	routelock.renewals          counter             lock.resource, lock.outcome: ok | lost | revoked | unavailable | error
 //	routelock.wakeups           counter             lock.resource, lock.source: message | reply | timer
+//	routelock.idempotency.requests  counter         lock.route, lock.outcome: stored | not_stored | lost | replayed | conflict | mismatch
+//	routelock.idempotency.stored    counter, By     lock.route: bytes of results stored
 //
 // routelock.held and routelock.waiting are counted with an atomic add per
 // resource and reported when a reader collects, so a request pays no

@@ -7,8 +7,10 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 )
 
@@ -115,5 +117,18 @@ func (t *telemetry) Ended(ctx context.Context, key lockcore.Key, held, release t
 			attrs = append(attrs, attribute.String(attrKey, key.String()))
 		}
 		span.AddEvent(name, trace.WithAttributes(attrs...))
+	}
+}
+
+// telemetry hears what idempotent requests come to.
+var _ lifecycle.ResultObserver = (*telemetry)(nil)
+
+// Result counts an idempotent request of route by its outcome, and the
+// bytes stored for it.
+func (t *telemetry) Result(ctx context.Context, route, outcome string, stored int) {
+	attrs := metric.WithAttributes(attribute.String("lock.route", route), attribute.String("lock.outcome", outcome))
+	t.results.Add(ctx, 1, attrs)
+	if stored > 0 {
+		t.stored.Add(ctx, int64(stored), metric.WithAttributes(attribute.String("lock.route", route)))
 	}
 }

@@ -48,6 +48,8 @@ type telemetry struct {
 	lost       metric.Int64Counter
 	renewals   metric.Int64Counter
 	wakeups    metric.Int64Counter
+	results    metric.Int64Counter
+	stored     metric.Int64Counter
 
 	attrs attrCache
 }
@@ -110,6 +112,8 @@ func New(c Config) lifecycle.Observer {
 	t.lost = counter("routelock.lost", "Holds lost while their handler ran, by reason", "{hold}")
 	t.renewals = counter("routelock.renewals", "Lease renewals, by outcome", "{renewal}")
 	t.wakeups = counter("routelock.wakeups", "Times a waiting acquisition asked the backend again, by what woke it", "{wakeup}")
+	t.results = counter("routelock.idempotency.requests", "Idempotent requests, by outcome", "{request}")
+	t.stored = counter("routelock.idempotency.stored", "Bytes of idempotent requests' results stored", "By")
 	// Holds and waits live now are counted with atomic adds per resource
 	// and reported when a reader collects.
 	if _, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
