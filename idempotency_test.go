@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -282,8 +283,10 @@ func TestIdempotencyLostLeaseStoresNothing(t *testing.T) {
 	defer l.Close()
 	runs := 0
 	drop := true
+	var logs bytes.Buffer
 	r := chi.NewRouter()
-	r.With(l.Idempotent()).Post("/orders", func(w http.ResponseWriter, r *http.Request) {
+	r.With(middleware.Idempotency(l, middleware.IdempotencyConfig{Caller: func(*http.Request) (string, error) { return "user-7f3a", nil },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})).Post("/orders", func(w http.ResponseWriter, r *http.Request) {
 		runs++
 		if drop {
 			// The key's lock vanishes under the handler, as when its
@@ -302,11 +305,18 @@ func TestIdempotencyLostLeaseStoresNothing(t *testing.T) {
 	})
 	srv := httptest.NewServer(r)
 	defer srv.Close()
-	first := idemPost(t, srv.Client(), srv.URL+"/orders", "o-1", "")
+	first := idemPost(t, srv.Client(), srv.URL+"/orders", "o-1-5be0c2", "card=4242-9931")
 	drop = false
-	second := idemPost(t, srv.Client(), srv.URL+"/orders", "o-1", "")
-	third := idemPost(t, srv.Client(), srv.URL+"/orders", "o-1", "")
+	second := idemPost(t, srv.Client(), srv.URL+"/orders", "o-1-5be0c2", "card=4242-9931")
+	third := idemPost(t, srv.Client(), srv.URL+"/orders", "o-1-5be0c2", "card=4242-9931")
 	if runs != 2 || string(first.body) != "run 1" || string(second.body) != "run 2" || second.replayed || !third.replayed || string(third.body) != "run 2" {
 		t.Errorf("runs %d; answers %q, %q (replayed %v), %q (replayed %v); want the lost run's result not stored, the second stored", runs, first.body, second.body, second.replayed, third.body, third.replayed)
+	}
+	// The lost store is logged, with neither the key nor the body.
+	if !strings.Contains(logs.String(), "not stored") {
+		t.Errorf("the lost store is not logged: %q", logs.String())
+	}
+	if s := logs.String(); strings.Contains(s, "5be0c2") || strings.Contains(s, "4242") {
+		t.Errorf("the log shows the key or the body: %s", s)
 	}
 }
