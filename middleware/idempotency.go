@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/routelock/lock/internal/idem"
@@ -146,6 +147,75 @@ type idempotency struct {
 	c        IdempotencyConfig
 	policy   lifecycle.Policy
 	replayed map[string]bool
+	flights  flights
+}
+
+// flights are the requests of this middleware that lead their key's
+// duplicates in this process: each leader asks Redis, and those that
+// follow it wait for what it found or stored. On a route that fails fast
+// (lockcore.FailFast) nobody follows: a duplicate is answered 409 at once.
+type flights struct {
+	mu       sync.Mutex
+	m        map[lockcore.Key]*flight
+	coalesce bool
+}
+
+// flight is a leader's: done is closed when it has ended, with res the
+// stored result it found or stored, or nil when it has none.
+type flight struct {
+	done chan struct{}
+	res  []byte
+}
+
+// join returns the flight of key, and whether the caller leads it: a new
+// one, when none is under way.
+func (fs *flights) join(key lockcore.Key) (*flight, bool) {
+	if !fs.coalesce {
+		return nil, true
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f := fs.m[key]; f != nil {
+		return f, false
+	}
+	f := &flight{done: make(chan struct{})}
+	fs.m[key] = f
+	return f, true
+}
+
+// set records res as what the flight came to, if the caller leads it.
+func (f *flight) set(lead bool, res []byte) {
+	if lead && f != nil {
+		f.res = res
+	}
+}
+
+// land ends f, the flight of key.
+func (fs *flights) land(key lockcore.Key, f *flight) {
+	if f == nil {
+		return
+	}
+	fs.mu.Lock()
+	delete(fs.m, key)
+	fs.mu.Unlock()
+	close(f.done)
+}
+
+// follow waits for f to land, within the route's wait and ctx, and
+// returns the result it found or stored, or nil, and what is left of the
+// wait: 0 when it ended first.
+func (m *idempotency) follow(ctx context.Context, f *flight) ([]byte, time.Duration) {
+	wait := lifecycle.WaitOf(m.policy)
+	start := time.Now()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-f.done:
+		return f.res, wait - time.Since(start)
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil, 0
 }
 
 func newIdem(l lifecycle.Locker, c IdempotencyConfig) *idempotency {
@@ -190,6 +260,8 @@ func newIdem(l lifecycle.Locker, c IdempotencyConfig) *idempotency {
 		hs = defaultReplayed
 	}
 	m := &idempotency{l: l, rs: rs, c: c, policy: p, replayed: make(map[string]bool, len(hs))}
+	m.flights.m = make(map[lockcore.Key]*flight)
+	m.flights.coalesce = lifecycle.WaitOf(p) > 0
 	for _, h := range hs {
 		m.replayed[http.CanonicalHeaderKey(h)] = true
 	}
@@ -244,15 +316,36 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		return
 	}
 	ctx := r.Context()
+	// Duplicates in this process wait for the first of them, in memory,
+	// rather than each in line for the key's lock in turn.
+	policy := m.policy
+	f, lead := m.flights.join(key)
+	if !lead {
+		res, left := m.follow(ctx, f)
+		switch {
+		case res != nil:
+			m.replay(w, r, route, res, fp)
+			return
+		case left <= 0:
+			m.refuse(w, r, route, &lockcore.ContentionError{Key: key.String(), TimedOut: true})
+			return
+		}
+		// The first came to no result (it failed, or its own wait ran
+		// out): this one goes its own way, with the wait it has left.
+		policy.Wait = left
+	} else {
+		defer m.flights.land(key, f)
+	}
 	// A retry after the first request finished: its result, without the lock.
 	if res, ok, err := m.rs.Result(ctx, key); err != nil {
 		m.refuse(w, r, route, err)
 		return
 	} else if ok {
+		f.set(lead, res)
 		m.replay(w, r, route, res, fp)
 		return
 	}
-	lease, err := m.l.Acquire(ctx, key, m.policy)
+	lease, err := m.l.Acquire(ctx, key, policy)
 	if err != nil {
 		m.refuse(w, r, route, err)
 		return
@@ -270,16 +363,17 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		if err != nil {
 			m.refuse(w, r, route, err)
 		} else {
+			f.set(lead, res)
 			m.replay(w, r, route, res, fp)
 		}
 		return
 	}
-	m.run(w, r, next, route, lease, fp)
+	m.run(w, r, next, route, lease, fp, f, lead)
 }
 
 // run runs next for r under lease, the first holder of its key, and stores
 // its response with the lease's release.
-func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Handler, route string, lease *lifecycle.Lease, fp [sha256.Size]byte) {
+func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Handler, route string, lease *lifecycle.Lease, fp [sha256.Size]byte, f *flight, lead bool) {
 	c := &capture{w: w, max: m.c.MaxStored}
 	finished := false
 	defer func() {
@@ -288,13 +382,13 @@ func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Hand
 		}
 		// The handler panicked: its retries get a 500, not a second run.
 		body := m.problemBody(http.StatusInternalServerError, "failed", "Request failed", "the request with this key failed while it ran")
-		m.keep(r, route, lease, &idem.Record{Fingerprint: fp, Status: http.StatusInternalServerError,
-			Fields: [][2]string{{"Content-Type", "application/problem+json"}}, Size: int64(len(body)), Body: body})
+		f.set(lead, m.keep(r, route, lease, &idem.Record{Fingerprint: fp, Status: http.StatusInternalServerError,
+			Fields: [][2]string{{"Content-Type", "application/problem+json"}}, Size: int64(len(body)), Body: body}))
 	}()
 	next.ServeHTTP(c, r.WithContext(lease.Context()))
 	finished = true
 	if c.reason != "" {
-		m.keep(r, route, lease, &idem.Record{Fingerprint: fp, Status: c.code(), Reason: c.reason, Size: c.size})
+		f.set(lead, m.keep(r, route, lease, &idem.Record{Fingerprint: fp, Status: c.code(), Reason: c.reason, Size: c.size}))
 		return
 	}
 	rec := &idem.Record{Fingerprint: fp, Status: c.code(), Size: c.size, Body: c.buf.Bytes()}
@@ -305,15 +399,16 @@ func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Hand
 			}
 		}
 	}
-	m.keep(r, route, lease, rec)
+	f.set(lead, m.keep(r, route, lease, rec))
 	// Sent once stored, or once it is certain it was not: either way the
 	// handler ran, and this is what it answered.
 	w.WriteHeader(c.code())
 	_, _ = w.Write(c.buf.Bytes())
 }
 
-// keep stores rec with the release of lease, and logs a failure.
-func (m *idempotency) keep(r *http.Request, route string, lease *lifecycle.Lease, rec *idem.Record) {
+// keep stores rec with the release of lease, and logs a failure. It
+// returns rec as stored, or nil when it may not be.
+func (m *idempotency) keep(r *http.Request, route string, lease *lifecycle.Lease, rec *idem.Record) []byte {
 	ctx := context.WithoutCancel(r.Context())
 	b := rec.Encode()
 	err := lifecycle.Keep(ctx, lease, b, m.c.Keep)
@@ -329,6 +424,10 @@ func (m *idempotency) keep(r *http.Request, route string, lease *lifecycle.Lease
 	default:
 		lifecycle.ResultSeen(ctx, m.l, route, lifecycle.ResultStored, len(b))
 	}
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // refuse answers a request whose lookup or lock failed.

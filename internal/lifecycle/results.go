@@ -89,3 +89,12 @@ func ResultSeen(ctx context.Context, l Locker, route, outcome string, stored int
 		o.Result(ctx, route, outcome, stored)
 	}
 }
+
+// WaitOf returns how long an acquisition with p waits for a lock held by
+// another owner: p.Wait, the default for 0, or FailFast.
+func WaitOf(p Policy) time.Duration {
+	if p.Wait == 0 {
+		return defaultWait
+	}
+	return p.Wait
+}
