@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,5 +319,77 @@ func TestIdempotencyLostLeaseStoresNothing(t *testing.T) {
 	}
 	if s := logs.String(); strings.Contains(s, "5be0c2") || strings.Contains(s, "4242") {
 		t.Errorf("the log shows the key or the body: %s", s)
+	}
+}
+
+// TestIdempotencyDuplicatesInOneProcess: duplicates that come to one
+// instance while the first runs get its response when it is stored, one
+// with another payload gets 422, and the handler runs once; on a route
+// that fails fast, a duplicate gets 409 at once, with Retry-After.
+func TestIdempotencyDuplicatesInOneProcess(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	started, finish := make(chan struct{}, 8), make(chan struct{})
+	var runs atomic.Int32
+	h := func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		started <- struct{}{}
+		select {
+		case <-finish:
+		case <-time.After(10 * time.Second):
+		}
+		fmt.Fprintf(w, "run %d", n)
+	}
+	r := chi.NewRouter()
+	r.With(l.Idempotent()).Post("/wait", h)
+	r.With(l.Idempotent(lock.FailFast())).Post("/fast", h)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	c := srv.Client()
+
+	first := make(chan answer, 1)
+	go func() { first <- idemPost(t, c, srv.URL+"/wait", "d-1", "x") }()
+	<-started
+	const dups = 6
+	got := make(chan answer, dups)
+	for i := range dups {
+		body := "x"
+		if i == 0 {
+			body = "y"
+		}
+		go func() { got <- idemPost(t, c, srv.URL+"/wait", "d-1", body) }()
+	}
+	// The duplicates are in: the handler has not run again, and a
+	// duplicate on the route that fails fast is refused at once.
+	fast := make(chan answer, 1)
+	go func() { fast <- idemPost(t, c, srv.URL+"/fast", "f-1", "x") }()
+	<-started
+	if a := idemPost(t, c, srv.URL+"/fast", "f-1", "x"); a.status != http.StatusConflict || !strings.HasSuffix(problemOf(t, a), "#in-progress") {
+		t.Errorf("a duplicate on a route that fails fast: %d %s, want 409 #in-progress", a.status, a.body)
+	}
+	close(finish)
+	want := <-first
+	if want.status != http.StatusOK || string(want.body) != "run 1" {
+		t.Fatalf("the first: %d %q", want.status, want.body)
+	}
+	mismatch := 0
+	for range dups {
+		a := <-got
+		switch {
+		case a.status == http.StatusUnprocessableEntity:
+			mismatch++
+		case a.status != http.StatusOK || !a.replayed || !bytes.Equal(a.body, want.body):
+			t.Errorf("a duplicate: %d %q (replayed %v), want the first's %q replayed", a.status, a.body, a.replayed, want.body)
+		}
+	}
+	if mismatch != 1 {
+		t.Errorf("%d duplicates refused 422, want the one with another payload", mismatch)
+	}
+	if f := <-fast; f.status != http.StatusOK {
+		t.Errorf("the first on the route that fails fast: %d", f.status)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the handler ran %d times, want once per route", n)
 	}
 }
