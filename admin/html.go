@@ -141,6 +141,9 @@ func (p *page) Summary() string {
 	return fmt.Sprintf("%s, %d held, %s", plural(len(p.Locks), "lock"), held, plural(waiting, "waiter"))
 }
 
+// ResultCount counts the stored results shown.
+func (p *page) ResultCount() string { return plural(len(p.Results), "stored result") }
+
 // Bytes formats a size in bytes.
 func (p *page) Bytes(n int64) string { return plural(int(n), "byte") }
 
@@ -260,7 +263,7 @@ footer{margin-top:14px;font-size:12px}
 {{else if not (or .Error .Released .Opened .ResultsPage)}}<p class="mute">No lock is held or awaited{{with .Prefix}} under the prefix <code>{{.}}</code>{{end}}.</p>
 {{end}}
 {{if .ResultsPage}}{{with .Dropped}}<p class="flash" role="status">Dropped the stored result of <code>{{.}}</code>: the next request with its idempotency key runs again.</p>{{end}}
-{{if .Results}}<p class="mute">{{len .Results}} stored</p>
+{{if .Results}}<p class="mute">{{.ResultCount}}</p>
 <table class="results"><thead><tr><th>Lookup key</th><th class="num">Size</th><th>Expires</th><th>Drop</th></tr></thead><tbody>
 {{range .Results}}<tr><td class="key"><code>{{.Key}}</code></td><td class="num">{{$.Bytes .Size}}</td><td>{{if .Expires.IsZero}}unknown{{else}}<span title="{{$.Stamp .Expires}}">{{$.Left .Expires}}</span>{{end}}</td>
 <td><form class="drop" method="post" action="{{$.Root}}results/{{$.Path .Key}}/drop"><button class="danger" type="submit" title="the next request with this idempotency key runs again">Drop</button></form></td></tr>

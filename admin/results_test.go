@@ -166,7 +166,7 @@ func TestResults(t *testing.T) {
 			}
 		}
 		noSecrets(t, "the results page", page.body, ss)
-		if !strings.Contains(page.body, " left</span>") || !strings.Contains(page.body, "3 stored") {
+		if !strings.Contains(page.body, " left</span>") || !strings.Contains(page.body, "3 stored results") {
 			t.Errorf("the results page shows no expiry or count:\n%s", page.body)
 		}
 		if p := do(t, srv, "GET", "/admin/results?prefix="+orders+"&limit=1", "", browser...); p.code != 200 ||
