@@ -122,6 +122,8 @@ const (
 	routeRelease                   // .../locks/{key}/release
 	routeGates                     // .../gates
 	routeOpen                      // .../gates/{key}/open
+	routeResults                   // .../results
+	routeDrop                      // .../results/{key}/drop
 )
 
 // route is a request's path, read from its end.
@@ -146,12 +148,16 @@ func parseRoute(p string) route {
 		return route{kind: routeRelease, key: s[1], tail: 3}
 	case n == 3 && s[0] == "gates" && s[2] == "open" && isKeySegment(s[1]):
 		return route{kind: routeOpen, key: s[1], tail: 3}
+	case n == 3 && s[0] == "results" && s[2] == "drop" && isKeySegment(s[1]):
+		return route{kind: routeDrop, key: s[1], tail: 3}
 	case n == 2 && s[0] == "locks" && isKeySegment(s[1]):
 		return route{kind: routeLock, key: s[1], tail: 2}
 	case n == 1 && s[0] == "locks":
 		return route{kind: routeList, tail: 1}
 	case n == 1 && s[0] == "gates":
 		return route{kind: routeGates, tail: 1}
+	case n == 1 && s[0] == "results":
+		return route{kind: routeResults, tail: 1}
 	}
 	return route{kind: routeNotFound, tail: n}
 }
@@ -216,7 +222,7 @@ func patternPath(pat string) string {
 
 func isKeySegment(s string) bool {
 	switch s {
-	case "", "locks", "release", "gates", "open":
+	case "", "locks", "release", "gates", "open", "results", "drop":
 		return false
 	}
 	return true
@@ -228,7 +234,7 @@ func isKeySegment(s string) bool {
 func keySegment(key string) string {
 	s := url.PathEscape(key)
 	switch s {
-	case "locks", "release", "gates", "open", ".", "..":
+	case "locks", "release", "gates", "open", "results", "drop", ".", "..":
 		return fmt.Sprintf("%%%02X", s[0]) + s[1:]
 	}
 	return s
@@ -264,17 +270,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, rt, http.StatusNotFound, "not found")
 		return
 	}
-	if rt.kind == routeRelease || rt.kind == routeOpen {
+	if rt.kind == routeRelease || rt.kind == routeOpen || rt.kind == routeDrop {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			h.fail(w, r, rt, http.StatusMethodNotAllowed, "use POST to release a lock or open a gate")
+			h.fail(w, r, rt, http.StatusMethodNotAllowed, "use POST to release a lock, open a gate or drop a result")
 			return
 		}
-		if rt.kind == routeOpen {
+		switch rt.kind {
+		case routeOpen:
 			h.open(w, r, rt)
-			return
+		case routeDrop:
+			h.drop(w, r, rt)
+		default:
+			h.release(w, r, rt)
 		}
-		h.release(w, r, rt)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -295,6 +304,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.lock(w, r, rt)
 	case routeGates:
 		h.gates(w, r, rt, wantsHTML(r))
+	case routeResults:
+		h.results(w, r, rt, wantsHTML(r))
 	default:
 		h.redirect(w, r)
 	}
@@ -315,21 +326,31 @@ func (h *handler) redirect(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusMovedPermanently)
 }
 
-func (h *handler) list(w http.ResponseWriter, r *http.Request, rt route, html bool) {
+// filter reads the prefix and the limit of a list request (of locks or of
+// stored results), answering 400 when they are out of bounds.
+func (h *handler) filter(w http.ResponseWriter, r *http.Request, rt route, html bool) (prefix string, limit int, ok bool) {
 	q := r.URL.Query()
-	prefix := q.Get("prefix")
+	prefix = q.Get("prefix")
 	if len(prefix) > maxPrefixLen {
 		h.failHTML(w, r, rt, html, http.StatusBadRequest, fmt.Sprintf("prefix longer than %d bytes", maxPrefixLen))
-		return
+		return "", 0, false
 	}
-	limit := h.cfg.limit
+	limit = h.cfg.limit
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxLimit {
 			h.failHTML(w, r, rt, html, http.StatusBadRequest, fmt.Sprintf("limit must be a number from 1 to %d", maxLimit))
-			return
+			return "", 0, false
 		}
 		limit = n
+	}
+	return prefix, limit, true
+}
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request, rt route, html bool) {
+	prefix, limit, ok := h.filter(w, r, rt, html)
+	if !ok {
+		return
 	}
 	infos, more, err := h.op.List(r.Context(), prefix, limit)
 	if err != nil {
@@ -495,6 +516,71 @@ func (h *handler) open(w http.ResponseWriter, r *http.Request, rt route) {
 		return
 	}
 	writeJSON(w, http.StatusOK, operate.Opened{Opened: key.String()})
+}
+
+// errNoResults answers a request for stored results to a handler whose
+// engine keeps none.
+const errNoResults = "the lock engine keeps no results"
+
+// results answers the stored results whose keys start with the request's
+// prefix: JSON, or the page of stored results.
+func (h *handler) results(w http.ResponseWriter, r *http.Request, rt route, html bool) {
+	rs, ok := operate.ResultsOf(h.op)
+	if !ok {
+		h.failHTML(w, r, rt, html, http.StatusNotImplemented, errNoResults)
+		return
+	}
+	prefix, limit, ok := h.filter(w, r, rt, html)
+	if !ok {
+		return
+	}
+	stored, more, err := rs.StoredResults(r.Context(), prefix, limit)
+	if err != nil {
+		h.opFailed(w, r, rt, html, "stored results", err)
+		return
+	}
+	out := operate.FromStoredResults(stored, more)
+	if html {
+		h.page(w, r, http.StatusOK, &page{Root: rt.root(), ResultsPage: true, Prefix: prefix, Limit: limit, Results: out.Results, More: more})
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// drop drops the stored result of the route's key: the next request with
+// its idempotency key runs as if it were the first.
+func (h *handler) drop(w http.ResponseWriter, r *http.Request, rt route) {
+	key, html, ok := h.post(w, r, rt)
+	if !ok {
+		return
+	}
+	rs, ok := operate.ResultsOf(h.op)
+	if !ok {
+		h.failHTML(w, r, rt, html, http.StatusNotImplemented, errNoResults)
+		return
+	}
+	found, err := rs.DropResult(r.Context(), key)
+	if err != nil {
+		h.opFailed(w, r, rt, html, "drop result", err)
+		return
+	}
+	if !found {
+		h.failHTML(w, r, rt, html, http.StatusNotFound, "no result stored")
+		return
+	}
+	if l := h.cfg.logger; l != nil {
+		l.LogAttrs(r.Context(), slog.LevelInfo, "admin: stored result dropped",
+			slog.String("resource", key.Name()), slog.String("remote", r.RemoteAddr))
+	}
+	if html {
+		p := &page{Root: rt.root(), ResultsPage: true, Dropped: key.String()}
+		if stored, more, err := rs.StoredResults(r.Context(), "", h.cfg.limit); err == nil {
+			p.Results, p.More = operate.FromStoredResults(stored, more).Results, more
+		}
+		h.page(w, r, http.StatusOK, p)
+		return
+	}
+	writeJSON(w, http.StatusOK, operate.Dropped{Dropped: key.String()})
 }
 
 // pathKey parses the key of a request's path: its segment, path-escaped,

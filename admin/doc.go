@@ -5,7 +5,9 @@
 // or gRPC method it came through and its request's trace id, the fencing
 // tokens, and a force-release
 // of a hold whose owner is stuck, with a reason kept in the lock's audit
-// record. Handler returns it as an http.Handler; the routelock command does
+// record; and, when the engine keeps results for idempotency keys
+// (lockcore.Results, as the Redis engine does), the stored results and
+// the drop of one. Handler returns it as an http.Handler; the routelock command does
 // the same from a shell.
 //
 // # Routes
@@ -18,10 +20,13 @@
 //	POST /locks/{key}/release    force-release with a reason; Revocation
 //	GET  /gates                  the closed gates (sold out), when the Operator is a lockcore.Gatekeeper
 //	POST /gates/{key}/open       open a gate: every instance serves the resource again; {"opened": key}
+//	GET  /results?prefix=&limit= the stored results whose lookup key starts with prefix, when the engine keeps results
+//	POST /results/{key}/drop     drop a stored result: the next request with its idempotency key runs again; {"dropped": key}
 //
 // {key} is the key as lockcore.Key.String prints it (productID:42),
 // escaped as a URL path segment (url.PathEscape); a key that reads locks,
-// release, gates, open, "." or ".." has its first byte escaped (%6Cocks).
+// release, gates, open, results, drop, "." or ".." has its first byte
+// escaped (%6Cocks).
 // The page lists the closed gates above the locks, each with an Open
 // button. While the restart guard refuses fresh locks (the Operator is a
 // lockcore.RestartGuarder, as the Redis engine is: after a Redis without
@@ -33,6 +38,28 @@
 // page's form. A list shows Config.PageSize locks (100 unless set) when
 // the request gives no limit; a limit is 1 to 1000, a prefix at most 4096
 // bytes.
+//
+// # Stored results
+//
+// An engine that keeps results (lockcore.Results, declared by
+// lockcore.Promises.Results: the Redis engine) stores the response of a
+// request with an idempotency key (lock.Locker.Idempotent,
+// middleware.Idempotency) beside its lock. The page links them ("stored
+// results", GET /results for a browser): a table of their lookup keys,
+// sizes and expiries, filtered by a prefix and a limit as the locks are,
+// each with a Drop button. A lookup key is "idempotency:", the operation
+// (the HTTP method and route template, or the gRPC method), the caller
+// ("~" for none) and a digest of the client's idempotency key:
+// idempotency:POST:/orders:~:3f0c…; neither the client's key nor the
+// stored response is ever shown. A drop deletes the result, so that the
+// next request with its idempotency key runs again, as if it were the
+// first; it is a POST, refused across origins as a release is (see
+// Cross-site requests), and Config.Logger logs it (the resource name,
+// idempotency, and the remote address). It answers 200 with
+// {"dropped": key}, 404 when no result is stored for the key, 400 for an
+// invalid key, 403, 405 and 503 as a release does. Over an engine that
+// keeps no results, the page shows no stored results, and GET /results and
+// a drop answer 501.
 //
 // The handler serves these routes relative to where it is mounted, and
 // answers 404 to every other path (such as /admin/locks/locks/productID:42
@@ -140,6 +167,13 @@
 //	since       time: when the gate was closed
 //	until       time: when it opens by itself; left out for a gate closed until opened
 //
+// GET /results answers {"results": [...], "more": bool}, in key order,
+// more saying that the limit left some out, each
+//
+//	key         string: the escaped lookup key, as stored
+//	size        number: the bytes stored for it
+//	expires     time: when the backend drops it by itself
+//
 // Every error answer, whatever its status, is
 //
 //	error       string: what is wrong, such as "lock not held"
@@ -147,15 +181,17 @@
 // # Protecting it
 //
 // The handler authenticates nobody. Whoever reaches it can read lock keys,
-// which are request data (product, order or user ids), and force-release
-// any lock. Mount it behind the application's own authentication and
+// which are request data (product, order or user ids), force-release any
+// lock, and drop any stored result, after which a retried payment runs
+// again. Mount it behind the application's own authentication and
 // authorization, as in the Example: a chi group whose middleware checks
 // the operator's credentials.
 //
 // # Cross-site requests
 //
-// A force-release changes state, so it is a POST, and the handler refuses
-// a browser's cross-origin POST with 403 (http.CrossOriginProtection: the
+// A force-release, like the opening of a gate and the drop of a stored
+// result, changes state, so it is a POST, and the handler refuses a
+// browser's cross-origin POST with 403 (http.CrossOriginProtection: the
 // browser's Sec-Fetch-Site header, or else an Origin whose host is not the
 // request's). A page on another site therefore cannot make an operator's
 // browser submit the release form, even though the browser would attach

@@ -14,7 +14,7 @@ import (
 )
 
 // page is what the HTML template shows: a list of locks, one lock, a
-// force-release done, or an error.
+// force-release done, the stored results, a drop done, or an error.
 type page struct {
 	Title    string
 	Root     string // URL of the index relative to the page, ending in '/'
@@ -26,6 +26,12 @@ type page struct {
 	Released *operate.Revocation // the force-release this page answers
 	Gates    []operate.Gate      // the closed gates, on the index
 	Opened   string              // the key whose gate this page answers the opening of
+	// ResultsPage makes it the page of stored results (Results), which
+	// Prefix and Limit filter, instead of locks.
+	ResultsPage  bool
+	Results      []operate.Result
+	KeepsResults bool   // the engine keeps results: the page links them
+	Dropped      string // the key whose stored result this page answers the drop of
 	// GuardMillis is how long the restart guard still refuses fresh
 	// locks, in ms: 0 when it does not.
 	GuardMillis int64
@@ -61,6 +67,10 @@ func (p *page) Self() string {
 	if p.Single && len(p.Locks) == 1 {
 		return p.Root + "locks/" + keySegment(p.Locks[0].Key)
 	}
+	base := p.Root
+	if p.ResultsPage {
+		base += "results"
+	}
 	q := url.Values{}
 	if p.Prefix != "" {
 		q.Set("prefix", p.Prefix)
@@ -69,9 +79,9 @@ func (p *page) Self() string {
 		q.Set("limit", strconv.Itoa(p.Limit))
 	}
 	if len(q) == 0 {
-		return p.Root
+		return base
 	}
-	return p.Root + "?" + q.Encode()
+	return base + "?" + q.Encode()
 }
 
 // Ago says how long ago t was, by the server's clock.
@@ -131,6 +141,12 @@ func (p *page) Summary() string {
 	return fmt.Sprintf("%s, %d held, %s", plural(len(p.Locks), "lock"), held, plural(waiting, "waiter"))
 }
 
+// ResultCount counts the stored results shown.
+func (p *page) ResultCount() string { return plural(len(p.Results), "stored result") }
+
+// Bytes formats a size in bytes.
+func (p *page) Bytes(n int64) string { return plural(int(n), "byte") }
+
 func plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
@@ -148,6 +164,7 @@ const csp = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; 
 
 func (h *handler) page(w http.ResponseWriter, r *http.Request, code int, p *page) {
 	p.Title, p.Now = h.cfg.title, h.cfg.now()
+	_, p.KeepsResults = operate.ResultsOf(h.op)
 	if p.Limit == 0 && !p.Single {
 		p.Limit = h.cfg.limit
 	}
@@ -209,11 +226,13 @@ footer{margin-top:14px;font-size:12px}
 </head>
 <body>
 <h1>{{.Title}}</h1>
-<form class="filter" method="get" action="{{.Root}}">
-<label>Key prefix <input type="text" name="prefix" value="{{.Prefix}}" placeholder="productID:"></label>
+{{if .ResultsPage}}<h2>Stored results</h2>
+<p class="mute">The responses kept for idempotency keys, each by its lookup key: the operation, the caller (<code>~</code> for none) and a digest of the client's key, never the key or the response itself. Dropping one makes the next request with its idempotency key run again.</p>{{end}}
+<form class="filter" method="get" action="{{.Root}}{{if .ResultsPage}}results{{end}}">
+<label>Key prefix <input type="text" name="prefix" value="{{.Prefix}}" placeholder="{{if .ResultsPage}}idempotency:{{else}}productID:{{end}}"></label>
 <label>Limit <input type="number" name="limit" value="{{if .Limit}}{{.Limit}}{{end}}" min="1" max="1000"></label>
 <button type="submit">Show</button>
-{{if or .Prefix .Single .Error}}<a href="{{.Root}}">all locks</a>{{end}}
+{{if .ResultsPage}}{{if or .Prefix .Error}}<a href="{{.Root}}results">all results</a>{{end}} <a href="{{.Root}}">locks</a>{{else}}{{if or .Prefix .Single .Error}}<a href="{{.Root}}">all locks</a>{{end}}{{if .KeepsResults}} <a href="{{.Root}}results">stored results</a>{{end}}{{end}}
 </form>
 {{with .Error}}<p class="error" role="alert">{{$.Status}} {{$.StatusText}}: {{.}}</p>{{end}}
 {{with .GuardMillis}}<p class="guard" role="alert">Redis restarted without its data: no lock is taken for {{$.Millis .}} more (restart guard). Every acquisition meanwhile fails with 503 and Retry-After, so that no holder from before the restart, which Redis no longer remembers, has a second beside it.</p>{{end}}
@@ -241,10 +260,18 @@ footer{margin-top:14px;font-size:12px}
 </tr>
 {{end}}</tbody>
 </table>
-{{else if not (or .Error .Released .Opened)}}<p class="mute">No lock is held or awaited{{with .Prefix}} under the prefix <code>{{.}}</code>{{end}}.</p>
+{{else if not (or .Error .Released .Opened .ResultsPage)}}<p class="mute">No lock is held or awaited{{with .Prefix}} under the prefix <code>{{.}}</code>{{end}}.</p>
 {{end}}
-{{if .More}}<p class="mute">Showing the first {{len .Locks}} locks: narrow the prefix or raise the limit to see more.</p>{{end}}
-<footer class="mute">Read {{.Stamp .Now}} · <a href="{{.Self}}">refresh</a> · JSON: <a href="{{.Root}}locks">locks</a>, <a href="{{.Root}}gates">gates</a></footer>
+{{if .ResultsPage}}{{with .Dropped}}<p class="flash" role="status">Dropped the stored result of <code>{{.}}</code>: the next request with its idempotency key runs again.</p>{{end}}
+{{if .Results}}<p class="mute">{{.ResultCount}}</p>
+<table class="results"><thead><tr><th>Lookup key</th><th class="num">Size</th><th>Expires</th><th>Drop</th></tr></thead><tbody>
+{{range .Results}}<tr><td class="key"><code>{{.Key}}</code></td><td class="num">{{$.Bytes .Size}}</td><td>{{if .Expires.IsZero}}unknown{{else}}<span title="{{$.Stamp .Expires}}">{{$.Left .Expires}}</span>{{end}}</td>
+<td><form class="drop" method="post" action="{{$.Root}}results/{{$.Path .Key}}/drop"><button class="danger" type="submit" title="the next request with this idempotency key runs again">Drop</button></form></td></tr>
+{{end}}</tbody></table>
+{{else if not .Error}}<p class="mute">No result is stored{{with .Prefix}} under the prefix <code>{{.}}</code>{{end}}.</p>
+{{end}}{{if .More}}<p class="mute">Showing the first {{len .Results}} results: narrow the prefix or raise the limit to see more.</p>{{end}}
+{{else if .More}}<p class="mute">Showing the first {{len .Locks}} locks: narrow the prefix or raise the limit to see more.</p>{{end}}
+<footer class="mute">Read {{.Stamp .Now}} · <a href="{{.Self}}">refresh</a> · JSON: <a href="{{.Root}}locks">locks</a>, <a href="{{.Root}}gates">gates</a>{{if .KeepsResults}}, <a href="{{.Root}}results">results</a>{{end}}</footer>
 </body>
 </html>
 `))

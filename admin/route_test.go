@@ -15,6 +15,8 @@ func TestPathKey(t *testing.T) {
 		"a%253Ab:c":               "a%3Ab:c", // the key's own escape, path-escaped
 		"x:%257B%257D":            "x:%7B%7D",
 		"%6Cocks":                 "locks",
+		"%72esults":               "results",
+		"%64rop":                  "drop",
 		"%2E%2E":                  "..",
 		"userID:%3Cscript%3E%2Fx": "userID:<script>/x",
 	} {
@@ -36,6 +38,7 @@ func FuzzKeySegment(f *testing.F) {
 	f.Add("productID", "42", "")
 	f.Add("a:b", "%3A", "{x}")
 	f.Add("locks", "..", "release")
+	f.Add("results", "drop", "idempotency")
 	f.Add("<script>", "a/b", "é\x00")
 	f.Fuzz(func(t *testing.T, a, b, c string) {
 		parts := []string{a}
@@ -55,6 +58,10 @@ func FuzzKeySegment(f *testing.F) {
 		}
 		rt = parseRoute("/locks/" + seg)
 		if rt.kind != routeLock || rt.key != seg {
+			t.Fatalf("route of %q: %+v", seg, rt)
+		}
+		rt = parseRoute("/results/" + seg + "/drop")
+		if rt.kind != routeDrop || rt.key != seg {
 			t.Fatalf("route of %q: %+v", seg, rt)
 		}
 		got, err := pathKey(seg)
@@ -86,6 +93,13 @@ func TestParseRoute(t *testing.T) {
 		"/locks/%6Cocks/release":    {kind: routeRelease, key: "%6Cocks", tail: 3},
 		"/locks/sku:a%2Fb/release":  {kind: routeRelease, key: "sku:a%2Fb", tail: 3},
 		"/locks/productID:42?x=1#y": {kind: routeLock, key: "productID:42?x=1#y", tail: 2},
+		"/results":                  {kind: routeResults, tail: 1},
+		"/results/k/drop":           {kind: routeDrop, key: "k", tail: 3},
+		"/results/drop":             {kind: routeNotFound, tail: 2},
+		"/results/%64rop/drop":      {kind: routeDrop, key: "%64rop", tail: 3},
+		"/results/drop/drop":        {kind: routeNotFound, tail: 3},
+		"/results/k":                {kind: routeNotFound, tail: 2},
+		"/locks/results":            {kind: routeNotFound, tail: 2}, // the key results is %72esults
 		// Not the handler's: only its documented routes are.
 		"/admin":                       {kind: routeNotFound, tail: 1},
 		"/admin/":                      {kind: routeNotFound, tail: 2},

@@ -1,6 +1,7 @@
 // Command routelock lists, inspects and force-releases the locks that
-// routelock's Redis engine keeps, and lists and opens its closed gates
-// (sold-out resources), from a shell.
+// routelock's Redis engine keeps, lists and opens its closed gates
+// (sold-out resources), and lists and drops the results it stores for
+// idempotency keys, from a shell.
 //
 // Usage:
 //
@@ -9,6 +10,8 @@
 //	routelock [flags] release KEY -reason TEXT
 //	routelock [flags] gates
 //	routelock [flags] open KEY
+//	routelock [flags] results [PREFIX]
+//	routelock [flags] drop KEY
 //
 // ls lists the locks held or awaited whose key starts with PREFIX (an
 // escaped key prefix such as productID:), in key order, each with its
@@ -25,6 +28,18 @@
 // A segment's key (lock.Segments) has a space: quote it in a shell, as
 // routelock open 'productID:42 #3'; after a restock open the segments
 // first, then the resource.
+//
+// results lists the results stored for idempotency keys
+// (Locker.Idempotent, middleware.Idempotency; lockcore.Results) whose lookup key starts with PREFIX,
+// in key order, each with its size in bytes and when Redis drops it by
+// itself: the lookup key is "idempotency:", the operation (the HTTP method
+// and route template, or the gRPC method), the caller ("~" for none) and a
+// digest of the client's idempotency key, so that neither the client's key
+// nor the stored response is ever shown; PREFIX such as
+// idempotency:POST:/orders: narrows it to one route. drop drops the
+// stored result of KEY, a lookup key as results prints it: the next
+// request with that idempotency key runs again, as if it were the first.
+// An engine that keeps no results makes both fail.
 //
 // While the restart guard refuses fresh locks (after a Redis without an
 // append-only file starts, for the application engines'
@@ -67,14 +82,14 @@
 //
 // Flags, before or after the command:
 //
-//	-json           print JSON instead of a table: a list, a lock, a revocation, the gates or an opening, as package admin answers them (with restart_guard_ms while the restart guard lasts)
+//	-json           print JSON instead of a table: a list, a lock, a revocation, the gates, an opening, the stored results or a drop, as package admin answers them (with restart_guard_ms while the restart guard lasts)
 //	-prefix P       the engine's key prefix (redisengine.Options.Prefix), default "routelock:" (on etcd: etcdengine.Options.Prefix, default "routelock/")
 //	-timeout D      give up after D (default 10s)
-//	-limit N        ls: show at most N locks (default 1000; 0: all)
+//	-limit N        ls, results: show at most N locks or results (default 1000; 0: all)
 //	-reason TEXT    release: why (required)
 //
 // Exit status: 0 done, 1 an error (Redis unreachable, say), 2 a usage
-// error, 3 release of a lock nobody holds.
+// error, 3 release of a lock nobody holds or drop of a result not stored.
 package main
 
 import "github.com/routelock/lock/internal/cli"

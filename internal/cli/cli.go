@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -65,24 +66,34 @@ const usage = `usage: routelock [flags] ls [PREFIX]
        routelock [flags] release KEY -reason TEXT
        routelock [flags] gates
        routelock [flags] open KEY
+       routelock [flags] results [PREFIX]
+       routelock [flags] drop KEY
 
-Lists, inspects and force-releases routelock's locks, and lists and opens
-the closed gates of sold-out resources, in the Redis that
+Lists, inspects and force-releases routelock's locks, lists and opens
+the closed gates of sold-out resources, and lists and drops the results
+stored for idempotency keys, in the Redis that
 REDIS_URL (one server: redis://[user:password@]host:6379/0),
 REDIS_CLUSTER_URL (a Cluster: redis://node1:6379?addr=node2:6379) or
 REDIS_SENTINEL_URL (Sentinel: redis://sentinel1:26379?master_name=mymaster)
 names; localhost:6379 when none is set; or, for the command built with the
 etcd engine (github.com/routelock/lock/etcdengine/cmd/routelock), the etcd
 that ETCD_ENDPOINTS (http://etcd1:2379,http://etcd2:2379) names, which has
-no gates. KEY is a key as ls prints it, such as
+no gates and keeps no results. KEY is a key as ls prints it, such as
 productID:42; quote a segment's, which has a space: 'productID:42 #3'.
+
+results lists the stored results by lookup key (idempotency:, the
+operation, the caller or ~, and a digest of the client's key: never the
+key or the response), size and expiry; drop KEY drops one, and the next
+request with its idempotency key runs again.
+
 Flags may come before or after the command. Holders and waiters are named
 by their instance, "pod-a (033a2e7db54e2a2f)": the engine's name and id;
 inspect shows the route and trace id of each when known. While the restart
 guard refuses fresh locks (Redis restarted without its data), ls and inspect
 say so in a line before their output (-json: restart_guard_ms).
 
-Exit status: 0 done, 1 error, 2 usage, 3 release of a lock nobody holds.
+Exit status: 0 done, 1 error, 2 usage, 3 release of a lock nobody holds
+or drop of a result not stored.
 
 Flags:
 `
@@ -103,8 +114,8 @@ func flags(cmd string, o *options, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.json, "json", o.json, "print JSON instead of a table")
 	fs.StringVar(&o.prefix, "prefix", o.prefix, "the engine's key `prefix` (default: routelock: on Redis, routelock/ on etcd)")
 	fs.DurationVar(&o.timeout, "timeout", o.timeout, "give up after this `duration`")
-	if cmd == "" || cmd == "ls" {
-		fs.IntVar(&o.limit, "limit", o.limit, "ls: show at most `n` locks (0: all)")
+	if cmd == "" || cmd == "ls" || cmd == "results" {
+		fs.IntVar(&o.limit, "limit", o.limit, "ls, results: show at most `n` locks or results (0: all)")
 	}
 	if cmd == "" || cmd == "release" {
 		fs.StringVar(&o.reason, "reason", o.reason, "release: why, kept in the audit record (required)")
@@ -159,16 +170,16 @@ func Run(ctx context.Context, args []string, env func(string) string, stdout, st
 	}
 	rest := global.Args()
 	if len(rest) == 0 {
-		return usageErr("no command: want ls, inspect, release, gates or open")
+		return usageErr("no command: want ls, inspect, release, gates, open, results or drop")
 	}
 	cmd := rest[0]
 	switch cmd {
-	case "ls", "inspect", "release", "gates", "open":
+	case "ls", "inspect", "release", "gates", "open", "results", "drop":
 	case "help":
 		global.Usage()
 		return exitOK
 	default:
-		return usageErr("unknown command %q: want ls, inspect, release, gates or open", clean(cmd))
+		return usageErr("unknown command %q: want ls, inspect, release, gates, open, results or drop", clean(cmd))
 	}
 	fs := flags(cmd, &o, stderr)
 	operands, err := parse(fs, rest[1:])
@@ -189,15 +200,15 @@ func Run(ctx context.Context, args []string, env func(string) string, stdout, st
 	// The operands, checked before connecting.
 	var key lockcore.Key
 	switch cmd {
-	case "ls":
+	case "ls", "results":
 		if len(operands) > 1 {
-			return usageErr("ls takes at most one PREFIX, not %d operands", len(operands))
+			return usageErr("%s takes at most one PREFIX, not %d operands", cmd, len(operands))
 		}
 	case "gates":
 		if len(operands) != 0 {
 			return usageErr("gates takes no operands, not %d", len(operands))
 		}
-	case "inspect", "release", "open":
+	case "inspect", "release", "open", "drop":
 		if len(operands) != 1 {
 			return usageErr("%s takes one KEY, not %d operands", cmd, len(operands))
 		}
@@ -314,6 +325,46 @@ func Run(ctx context.Context, args []string, env func(string) string, stdout, st
 			return writeJSON(stdout, stderr, operate.FromGates(gs))
 		}
 		out.gates(gs)
+	case "results", "drop":
+		rs, ok := operate.ResultsOf(op)
+		if !ok {
+			fmt.Fprintf(stderr, "routelock: %s: the engine keeps no results (idempotency keys): none to list or drop\n", where)
+			return exitError
+		}
+		if cmd == "drop" {
+			found, err := rs.DropResult(ctx, key)
+			if err != nil {
+				return fail(err)
+			}
+			if !found {
+				fmt.Fprintf(stderr, "routelock: no result is stored for %s\n", clean(key.String()))
+				return exitNotHeld
+			}
+			if o.json {
+				return writeJSON(stdout, stderr, operate.Dropped{Dropped: key.String()})
+			}
+			out.printf("dropped the stored result of %s: the next request with its idempotency key runs again\n", clean(key.String()))
+			break
+		}
+		prefix := ""
+		if len(operands) == 1 {
+			prefix = operands[0]
+		}
+		limit := o.limit
+		if limit == 0 {
+			limit = math.MaxInt // all: StoredResults takes a positive limit
+		}
+		stored, more, err := rs.StoredResults(ctx, prefix, limit)
+		if err != nil {
+			return fail(err)
+		}
+		if o.json {
+			return writeJSON(stdout, stderr, operate.FromStoredResults(stored, more))
+		}
+		out.results(stored)
+		if more {
+			fmt.Fprintf(stderr, "routelock: more results than -limit %d: narrow the prefix or raise the limit\n", o.limit)
+		}
 	}
 	if err := out.err(); err != nil {
 		fmt.Fprintf(stderr, "routelock: %s\n", unprefixed(err))

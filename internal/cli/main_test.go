@@ -154,7 +154,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"-timeout", "0", "ls"}, 2, "-timeout must be positive"},
 		{[]string{"ls", "-limit", "-1"}, 2, "-limit must not be negative"},
 		{[]string{"-h"}, 0, "usage: routelock [flags] ls [PREFIX]"},
-		{[]string{"help"}, 0, "Exit status: 0 done, 1 error, 2 usage, 3 release of a lock nobody holds."},
+		{[]string{"help"}, 0, "Exit status: 0 done, 1 error, 2 usage, 3 release of a lock nobody holds\nor drop of a result not stored."},
 		{[]string{"release", "-h"}, 0, "-reason"},
 	} {
 		r := runWith(t, nil, c.args...)

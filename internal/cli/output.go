@@ -154,6 +154,25 @@ func (p *printer) gates(gs []lockcore.Gate) {
 	p.flush(tw)
 }
 
+// results prints the stored results, a line each: the lookup key, the
+// size and when it expires.
+func (p *printer) results(rs []lockcore.StoredResult) {
+	if len(rs) == 0 {
+		p.printf("no result is stored\n")
+		return
+	}
+	tw := p.table()
+	fmt.Fprintf(tw, "KEY\tBYTES\tEXPIRES\n")
+	for _, r := range rs {
+		expires := "-"
+		if !r.Expires.IsZero() {
+			expires = r.Expires.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + p.until(r.Expires) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", clean(r.Key.String()), r.Size, expires)
+	}
+	p.flush(tw)
+}
+
 // revocation prints what a force-release did.
 func (p *printer) revocation(r lockcore.Revocation) {
 	p.printf("released %s: it was held by owner %s with fence %d; the key's last fencing token is now %d\n",

@@ -195,3 +195,43 @@ func RestartGuard(ctx context.Context, op lockcore.Operator) (time.Duration, err
 	}
 	return max(left+time.Millisecond-1, 0).Truncate(time.Millisecond), nil
 }
+
+// Result is the JSON form of a lockcore.StoredResult: a stored result as
+// an operator sees it, by its lookup key, never by its content.
+type Result struct {
+	Key     string    `json:"key"`              // escaped lookup key, as stored
+	Size    int64     `json:"size"`             // bytes stored
+	Expires time.Time `json:"expires,omitzero"` // when the backend drops it by itself
+}
+
+// Results is the JSON form of a lockcore.Results' StoredResults: the
+// stored results in key order, and whether the limit left some out.
+type Results struct {
+	Results []Result `json:"results"`
+	More    bool     `json:"more"`
+}
+
+// Dropped is the answer to the drop of a stored result.
+type Dropped struct {
+	Dropped string `json:"dropped"` // escaped lookup key
+}
+
+// FromStoredResults converts stored results to their JSON form.
+func FromStoredResults(rs []lockcore.StoredResult, more bool) Results {
+	out := Results{Results: make([]Result, len(rs)), More: more}
+	for i, r := range rs {
+		out.Results[i] = Result{Key: r.Key.String(), Size: r.Size, Expires: utc(r.Expires)}
+	}
+	return out
+}
+
+// ResultsOf returns op as a lockcore.Results when its engine keeps
+// results (it is one, and declares Promises.Results), as an engine that
+// serves idempotency keys does; false otherwise.
+func ResultsOf(op lockcore.Operator) (lockcore.Results, bool) {
+	rs, ok := op.(lockcore.Results)
+	if !ok || !rs.Promises().Results {
+		return nil, false
+	}
+	return rs, true
+}

@@ -2,7 +2,9 @@
 // admin, the routelock command) must agree on, so that each is written
 // once: which revoke reasons are accepted, the digest by which an owner is
 // shown instead of its token, and the JSON form in which admin and the
-// routelock command show locks (Lock, List, Revocation, Error).
+// routelock command show locks (Lock, List, Revocation, Error) and stored
+// results (Results, Dropped), and how both find an engine's stored results
+// (ResultsOf).
 package operate
 
 import (

@@ -43,3 +43,32 @@ func TestCheckReason(t *testing.T) {
 		}
 	}
 }
+
+// results is an Operator that has a lockcore.Results' methods and
+// declares what p says; its other methods are never called.
+type results struct {
+	lockcore.Results
+	lockcore.Operator
+	p lockcore.Promises
+}
+
+func (r results) Promises() lockcore.Promises { return r.p }
+
+// TestResultsOf: an Operator is taken for one that keeps results only when
+// it has the methods and declares Promises.Results.
+func TestResultsOf(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		op   lockcore.Operator
+		want bool
+	}{
+		{"operator only", struct{ lockcore.Operator }{}, false},
+		{"the methods, not the promise", results{}, false},
+		{"the methods and the promise", results{p: lockcore.Promises{Results: true}}, true},
+	} {
+		rs, ok := operate.ResultsOf(c.op)
+		if ok != c.want || (rs != nil) != c.want {
+			t.Errorf("%s: ResultsOf = %v, %v; want ok %v", c.name, rs, ok, c.want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/routelock/lock"
 	"github.com/routelock/lock/admin"
+	"github.com/routelock/lock/internal/idem"
 	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
@@ -149,6 +151,23 @@ func populate(ctx context.Context, a, b, c, ops *redisengine.Engine) error {
 		return err
 	}
 	wait(a, cart, 30*time.Second, "/carts/{cartID}/checkout", "7d1e2f0b9a4c4b6e8f3a2d1c0b9e8f7a")
+
+	// Two responses stored for idempotency keys, as the middleware stores
+	// them (Locker.Idempotent): the stored results the page links.
+	for i, ik := range []string{"a3f1c2d4-5e6f-4a7b-8c9d-0e1f2a3b4c5d", "0b1c2d3e-4f5a-4b6c-9d8e-7f6a5b4c3d2e"} {
+		k, err := idem.LockKey([]string{"POST", "/payments"}, "", ik)
+		if err != nil {
+			return err
+		}
+		ls, err := lifecycle.Serve(b, nil).Acquire(ctx, k, lifecycle.Policy{Wait: lockcore.FailFast, TTL: 10 * time.Second})
+		if err != nil {
+			return err
+		}
+		rec := idem.Record{Status: 201, Fields: [][2]string{{"Content-Type", "application/json"}}, Body: []byte(`{"payment":"p_` + strconv.Itoa(1000+i) + `"}`)}
+		if err := lifecycle.Keep(ctx, ls, rec.Encode(), time.Duration(24-3*i)*time.Hour); err != nil {
+			return err
+		}
+	}
 
 	// Until the page shows every waiter, and the engines' records name
 	// the route of each holder and waiter.

@@ -5,7 +5,8 @@
 // the locks that package etcdengine keeps in that etcd, under -prefix
 // (default "routelock/", etcdengine.Options.Prefix); otherwise on Redis,
 // as that command does. The etcd engine has no gates: gates and open say
-// so; and no restart guard, so no line says it refuses locks.
+// so; keeps no results: results and drop say so; and has no restart
+// guard, so no line says it refuses locks.
 // ETCD_ENDPOINTS together with a REDIS_ variable is an error.
 //
 //	go install github.com/routelock/lock/etcdengine/cmd/routelock@latest
