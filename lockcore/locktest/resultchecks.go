@@ -53,7 +53,7 @@ func (r *rig) wantResult(rs lockcore.Results, k lockcore.Key, res []byte, what s
 	case res == nil && ok:
 		r.t.Fatalf("%s: Result(%v) = %d bytes %q, want none", what, k, len(got), got)
 	case res != nil && (!ok || !bytes.Equal(got, res)):
-		r.t.Fatalf("%s: Result(%v) = %d bytes %q (found %v), want the %d bytes kept", what, k, len(got), got, ok, len(res))
+		r.t.Fatalf("%s: Result(%v) = %d bytes %.40q (found %v), want the %d bytes kept, %.40q", what, k, len(got), got, ok, len(res), res)
 	}
 }
 
@@ -135,8 +135,9 @@ func checkResultsLoss(r *rig) {
 	r.wantResult(rs, taken, nil, "after the new owner's release")
 }
 
-// checkResultsOnce: 16 goroutines on both engines, 20 rounds each, in
-// every round on one of 3 keys of that round, run each key's work once:
+// checkResultsOnce: 16 goroutines on both engines, 20 rounds each, which
+// they start together, in every round on one of 3 keys of that round, run
+// each key's work once:
 // each asks for the key's result, and when there is none takes the key
 // (waiting), asks again, and when there is still none runs the work and
 // keeps its result (lifecycle.Keep). Every key ran exactly once and has
@@ -147,7 +148,7 @@ func checkResultsOnce(r *rig) {
 	lockers, rs := []lifecycle.Locker{r.a, r.b}, []lockcore.Results{r.results(r.ea), r.results(r.eb)}
 	type run struct {
 		k    lockcore.Key
-		n    atomic.Int64 // runs of the work
+		n    atomic.Int64 // runs of the work, counted as they start
 		by   atomic.Value // the result its last run kept
 		seen atomic.Int64 // results found, before or after taking the key
 	}
@@ -157,25 +158,36 @@ func checkResultsOnce(r *rig) {
 			runs[i][j] = &run{k: r.key(fmt.Sprintf("r%d-%d", i, j))}
 		}
 	}
-	var wg sync.WaitGroup
+	var (
+		wg     sync.WaitGroup
+		start  [rounds]sync.WaitGroup // a round's workers start it together
+		failed atomic.Bool
+	)
+	for i := range start {
+		start[i].Add(workers)
+	}
 	for w := range workers {
 		e, rs := lockers[w%2], rs[w%2]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range rounds {
+				start[i].Done()
+				start[i].Wait()
+				if failed.Load() {
+					continue // to the end, past the others' barriers
+				}
 				u := runs[i][(w+i)%keys]
 				err := once(r.ctx, e, rs, u.k, func() []byte {
-					v := u.n.Load()
-					runtime.Gosched()
-					u.n.Store(v + 1)
+					u.n.Add(1)
+					runtime.Gosched() // a while inside, for another runner to come in
 					res := fmt.Appendf(nil, "worker %d\n\x00", w)
 					u.by.Store(res)
 					return res
 				}, func() { u.seen.Add(1) })
 				if err != nil {
+					failed.Store(true)
 					r.t.Errorf("worker %d, round %d: %v", w, i, err)
-					return
 				}
 			}
 		}()
