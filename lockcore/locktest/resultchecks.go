@@ -103,8 +103,8 @@ func checkResults(r *rig) {
 
 // checkResultsLoss: a hold that lost its key keeps nothing, and Keep says
 // so with an error matching ErrLockLost: a lease revoked (Operator.Revoke)
-// before lifecycle.Keep, and a hold given to Results.Keep after it was
-// revoked and its key taken by another owner.
+// before lifecycle.Keep, and holds given to Results.Keep after they were
+// revoked, one whose key stayed free and one whose key another owner took.
 func checkResultsLoss(r *rig) {
 	rs := r.results(r.eb)
 	op := r.eb.(lockcore.Operator)
@@ -118,8 +118,18 @@ func checkResultsLoss(r *rig) {
 	}
 	r.wantResult(rs, k, nil, "after a revoked lease's Keep")
 
+	free := r.key("free")
+	h := r.take(r.ea, free)
+	if _, err := op.Revoke(r.ctx, free, "locktest: results"); err != nil {
+		r.t.Fatalf("Revoke: %v", err)
+	}
+	if err := r.results(r.ea).Keep(r.ctx, free, h, []byte("late"), keepFor); !errors.Is(err, lockcore.ErrLockLost) {
+		r.t.Fatalf("Keep of a hold revoked, its key free since: %v, want ErrLockLost", err)
+	}
+	r.wantResult(rs, free, nil, "after a revoked hold's Keep, its key free")
+
 	taken := r.key("taken")
-	h := r.take(r.ea, taken)
+	h = r.take(r.ea, taken)
 	if _, err := op.Revoke(r.ctx, taken, "locktest: results"); err != nil {
 		r.t.Fatalf("Revoke: %v", err)
 	}
