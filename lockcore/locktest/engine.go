@@ -7,7 +7,8 @@
 // Engine is an engine of equal rank: a lockcore.Engine, as the Redis
 // engine is, that makes every promise the Redis engine makes (exclusive
 // holds, fencing tokens, waiting in arrival order, shared holds and
-// permits, token re-entry; the Locker re-enters in memory), and a
+// permits, token re-entry, results kept with a release for idempotency
+// keys; the Locker re-enters in memory), and a
 // lockcore.Operator, whose Revoke plays a lost lock. It is for tests, not
 // for production: its locks live in one process and its leases never
 // expire.
@@ -37,9 +38,9 @@ const auditKeep = 100
 // instance is the engine id the Operator methods name the engine by.
 const instance = "locktest"
 
-// Engine is an in-memory lockcore.Engine, lockcore.Operator and
-// lockcore.Gatekeeper; give it to lock.FromEngine, which owns the leases
-// of its holds. The zero Engine is ready to use; it
+// Engine is an in-memory lockcore.Engine, lockcore.Operator,
+// lockcore.Gatekeeper and lockcore.Results; give it to lock.FromEngine,
+// which owns the leases of its holds. The zero Engine is ready to use; it
 // must not be copied after first use. All methods are safe for concurrent
 // use.
 type Engine struct {
@@ -66,6 +67,7 @@ type Engine struct {
 	keys    map[lockcore.Key]*keyState
 	gates   map[lockcore.Key]lockcore.Gate // the closed ones
 	changed chan struct{}                  // closed and replaced on every change (see Await)
+	results map[lockcore.Key]result        // the kept results (lockcore.Results)
 	defects defects                        // deliberate faults, set only by this package's tests
 	closed  bool                           // Close was called
 	shut    chan struct{}                  // closed by Close: its waiters give up
@@ -104,6 +106,7 @@ type hold struct {
 	lost atomic.Pointer[error] // the cause of its loss; read by Err without the mutex
 	gone chan struct{}         // closed when it is lost or released
 	done bool                  // released or lost; guarded by e.mu
+	kept bool                  // released by a Keep that stored its result; guarded by e.mu
 }
 
 // newHold returns a fresh entry of o's hold of ks.
@@ -143,7 +146,7 @@ type waiter struct {
 // Promises implements lockcore.Engine: the in-memory engine makes every
 // promise (a defect planted in it breaks the one it names).
 func (e *Engine) Promises() lockcore.Promises {
-	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true}
+	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Permits: true, Results: true}
 }
 
 // errLostClosed is the cause of a hold lost to Close.
@@ -455,10 +458,15 @@ func (h *hold) Err() error {
 func (h *hold) Release(context.Context, error) error {
 	e := h.e
 	e.mu.Lock()
-	if h.done {
-		e.mu.Unlock()
-		return nil
+	if !h.done {
+		e.drop(h)
 	}
+	e.mu.Unlock()
+	return nil
+}
+
+// drop releases h, which is not done. e.mu is held.
+func (e *Engine) drop(h *hold) {
 	h.done = true
 	close(h.gone)
 	ks, o := h.ks, h.o
@@ -469,8 +477,6 @@ func (h *hold) Release(context.Context, error) error {
 		e.admit(ks)
 	}
 	e.notify()
-	e.mu.Unlock()
-	return nil
 }
 
 // lose ends the live hold of ks as lost with cause, which matches
@@ -718,6 +724,11 @@ type defects struct {
 	writerJoins    bool // a waiter is admitted beside shared holders, exclusive or not
 	readersPass    bool // a shared acquisition enters past queued waiters
 	gateIgnored    bool // a closed gate refuses nothing
+	keepTrim       bool // a result is stored up to its first line feed
+	keepAgain      bool // a second Keep of a hold that kept stores its result again
+	keepLost       bool // a hold that lost its key keeps its result all the same
+	keepApart      bool // Keep releases, and stores only once the next holder has let go
+	dropKept       bool // DropResult reports a result dropped, and keeps it
 }
 
 // opened reports whether gate g has opened by itself at now: its time is

@@ -17,11 +17,13 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// Compile-time check: Engine is a lockcore.Engine, an Operator and a Gatekeeper.
+// Compile-time check: Engine is a lockcore.Engine, an Operator, a
+// Gatekeeper and a Results.
 var _ interface {
 	lockcore.Engine
 	lockcore.Operator
 	lockcore.Gatekeeper
+	lockcore.Results
 } = (*locktest.Engine)(nil)
 
 func key(t testing.TB, parts ...string) lockcore.Key {

@@ -54,6 +54,7 @@ var Defects = []string{
 	"grantTwice", "lifo", "ignoreTokens", "tokenTakesFree", "silentLoss",
 	"fenceReset", "keepWaiter", "revokeNoBump", "waitIgnored",
 	"slotReused", "writerJoins", "readersPass", "gateIgnored",
+	"keepTrim", "keepAgain", "keepLost", "keepApart", "dropKept",
 }
 
 // Broken returns an Engine with the named defect, reporting to ev.
@@ -87,6 +88,16 @@ func Broken(defect string, ev lockcore.Events) *Engine {
 		d.readersPass = true
 	case "gateIgnored":
 		d.gateIgnored = true
+	case "keepTrim":
+		d.keepTrim = true
+	case "keepAgain":
+		d.keepAgain = true
+	case "keepLost":
+		d.keepLost = true
+	case "keepApart":
+		d.keepApart = true
+	case "dropKept":
+		d.dropKept = true
 	default:
 		panic("locktest: no defect " + defect)
 	}

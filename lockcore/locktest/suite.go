@@ -42,10 +42,12 @@ var failFast = lifecycle.Policy{Wait: lockcore.FailFast}
 // WriterBound, Permits and Upgrade, SeveralKeys (lifecycle.AcquireAll),
 // and Gates for a lockcore.Gatekeeper;
 // LossThroughContext and Operator for an
-// Operator; Close for an engine with a Close() error method). The checks
-// that load one key with 64 goroutines (Exclusion, Shared, Permits,
-// SeveralKeys) run one after the other, each alone on the backend; the
-// others then run in parallel.
+// Operator; Close for an engine with a Close() error method; of kept
+// results (Promises.Results) Results, ResultsLoss (for an Operator),
+// ResultsOnce and ResultsStored). The checks that load the backend
+// (Exclusion, Shared, Permits and SeveralKeys with 64 goroutines on one
+// key, ResultsOnce with 16 on a few) run one after the other, each alone
+// on the backend; the others then run in parallel.
 //
 // newEngine is called with a subtest's t for every engine the check needs,
 // and once with t itself (and a nil ev) to learn what the engine
@@ -64,13 +66,14 @@ func Run(t *testing.T, newEngine func(t *testing.T, ev lockcore.Events) lockcore
 	_, operator := probe.(lockcore.Operator)
 	_, closer := probe.(interface{ Close() error })
 	_, gates := probe.(lockcore.Gatekeeper)
+	_, results := probe.(lockcore.Results)
 	promised := probe.Promises()
 	var unpromised []string
 	for _, c := range checks {
 		if c.operator && !operator || c.closer && !closer || c.gates && !gates {
 			continue
 		}
-		if c.needs != nil && !c.needs(promised) {
+		if c.needs != nil && !c.needs(promised) || c.results && !results {
 			unpromised = append(unpromised, c.name)
 			continue
 		}
@@ -94,10 +97,15 @@ type check struct {
 	operator bool // needs a lockcore.Operator
 	closer   bool // needs a Close() error method
 	gates    bool // needs a lockcore.Gatekeeper
+	// results: needs a lockcore.Results, besides its promise; an engine
+	// that promises Results and is none (a wrapper that hides the
+	// methods) keeps no results for the Locker either
+	// (lifecycle.ResultsOf), and is not checked for them
+	results bool
 	// needs: whether the engine promises what the check checks (nil:
 	// every engine does)
 	needs func(lockcore.Promises) bool
-	// load: 64 goroutines on one key. Such checks run one at a time,
+	// load: 64 goroutines on one key (16 on a few for ResultsOnce). Such checks run one at a time,
 	// not beside the others: on a backend that runs one script at a time
 	// (miniredis), four of them at once under the race detector queue
 	// calls for longer than a lease lasts, and the check measures the
@@ -127,6 +135,10 @@ var checks = []check{
 	{name: "Upgrade", needs: needUpgrade, run: checkUpgrade},
 	{name: "SeveralKeys", load: true, run: checkSeveralKeys},
 	{name: "Gates", gates: true, needs: needSharedAndPermits, run: checkGates},
+	{name: "Results", results: true, needs: needResults, run: checkResults},
+	{name: "ResultsLoss", results: true, operator: true, needs: needResults, run: checkResultsLoss},
+	{name: "ResultsOnce", results: true, load: true, needs: needResults, run: checkResultsOnce},
+	{name: "ResultsStored", results: true, needs: needResults, run: checkResultsStored},
 }
 
 // What the checks that not every engine passes need the engine to
