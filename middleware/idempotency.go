@@ -111,7 +111,8 @@ var defaultReplayed = []string{"Content-Type", "Content-Language", "Content-Enco
 // with what the server knows and the client cannot forge: the method, the
 // route's template and the caller (IdempotencyConfig.Caller). Each such
 // lookup key is a lock of l's engine, which must keep results
-// (lockcore.Results: the Redis engine does); the response is stored with
+// (lockcore.Results: the Redis engine and the in-memory one of
+// package locktest do); the response is stored with
 // the lock's release, in one step, only while its lease is live: a
 // request whose lease was lost stores nothing, and no duplicate can run
 // between the handler's end and the store.
