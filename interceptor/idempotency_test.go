@@ -489,3 +489,68 @@ func TestIdempotencyConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestIdempotencyInProgress: a duplicate whose wait runs out while the
+// first call runs is refused with Aborted, as a busy lock is, with a
+// RetryInfo, and the handler does not run for it; once the first call
+// ends, a retry gets its reply.
+func TestIdempotencyInProgress(t *testing.T) {
+	b := redistest.Best(t)
+	var ran runs
+	entered, release := make(chan struct{}), make(chan struct{})
+	cc := idemServe(t, b.Universal(t), redistest.Prefix(t), interceptor.IdempotencyConfig{Policy: lock.Wait(50 * time.Millisecond)}, func(s *grpc.Server) {
+		shoppb.RegisterInventoryServer(s, &inventory{reserve: func(ctx context.Context, r *shoppb.ReserveRequest) (*shoppb.ReserveReply, error) {
+			if ran.add(incomingKey(ctx)) == 1 {
+				close(entered)
+				<-release
+			}
+			return &shoppb.ReserveReply{Left: 1}, nil
+		}})
+	})
+	firstDone := make(chan answer[*shoppb.ReserveReply])
+	go func() { firstDone <- reserve(cc, "busy", &shoppb.ReserveRequest{ProductId: 1}) }()
+	<-entered
+	for _, dup := range []*shoppb.ReserveRequest{{ProductId: 1}, {ProductId: 2}} {
+		r := reserve(cc, "busy", dup)
+		s := status.Convert(r.err)
+		var retry bool
+		for _, d := range s.Details() {
+			_, retry = d.(*errdetails.RetryInfo)
+		}
+		if s.Code() != codes.Aborted || !strings.Contains(s.Message(), "in progress") || !retry || r.replayed {
+			t.Errorf("a duplicate (product %d) while the first runs: %v, RetryInfo %v, replayed %v; want Aborted in progress, with RetryInfo", dup.ProductId, r.err, retry, r.replayed)
+		}
+	}
+	close(release)
+	first := <-firstDone
+	if first.err != nil || first.replayed {
+		t.Fatalf("the first call: %v replayed %v", first.err, first.replayed)
+	}
+	if r := reserve(cc, "busy", &shoppb.ReserveRequest{ProductId: 1}); r.err != nil || !r.replayed || !proto.Equal(r.reply, first.reply) || ran.get("busy") != 1 {
+		t.Errorf("the retry after it: %v %v replayed %v, %d runs", r.reply, r.err, r.replayed, ran.get("busy"))
+	}
+}
+
+// TestIdempotencyUnavailable: with its Redis unreachable, a call fails with
+// Unavailable, naming no address, and the handler does not run.
+func TestIdempotencyUnavailable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var ran runs
+	cc := idemServe(t, rdb, redistest.Prefix(t), interceptor.IdempotencyConfig{}, func(s *grpc.Server) {
+		shoppb.RegisterInventoryServer(s, &inventory{reserve: func(ctx context.Context, r *shoppb.ReserveRequest) (*shoppb.ReserveReply, error) {
+			ran.add("reserve")
+			return &shoppb.ReserveReply{}, nil
+		}})
+	})
+	r := reserve(cc, "k", &shoppb.ReserveRequest{ProductId: 1})
+	if s := status.Convert(r.err); s.Code() != codes.Unavailable || strings.Contains(s.Message(), "127.0.0.1") || ran.get("reserve") != 0 {
+		t.Errorf("Redis unreachable: %v, %d runs; want Unavailable, no address, no run", r.err, ran.get("reserve"))
+	}
+}
