@@ -249,7 +249,7 @@ func (m *idempotency) unary(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	// A retry after the first call finished: its result, without the lock.
 	if res, ok, err := m.rs.Result(ctx, key); err != nil {
-		return nil, m.refuse(info.FullMethod, err)
+		return nil, m.refuse(ctx, info.FullMethod, err)
 	} else if ok {
 		return m.replay(ctx, res, fp)
 	}
@@ -257,7 +257,7 @@ func (m *idempotency) unary(ctx context.Context, req any, info *grpc.UnaryServer
 	p.Route = info.FullMethod
 	lease, err := m.l.Acquire(ctx, key, p)
 	if err != nil {
-		return nil, m.refuse(info.FullMethod, err)
+		return nil, m.refuse(ctx, info.FullMethod, err)
 	}
 	if lease.Reentered() {
 		// A call nested in the one that holds the key (by a propagated
@@ -269,7 +269,7 @@ func (m *idempotency) unary(ctx context.Context, req any, info *grpc.UnaryServer
 	if res, ok, err := m.rs.Result(ctx, key); err != nil || ok {
 		_ = lease.Release(context.WithoutCancel(ctx))
 		if err != nil {
-			return nil, m.refuse(info.FullMethod, err)
+			return nil, m.refuse(ctx, info.FullMethod, err)
 		}
 		return m.replay(ctx, res, fp)
 	}
@@ -345,8 +345,16 @@ func (m *idempotency) keep(ctx context.Context, fullMethod string, lease *lifecy
 	}
 }
 
-// refuse returns the error of a call whose lookup or lock failed.
-func (m *idempotency) refuse(fullMethod string, err error) error {
+// refuse returns the error of a call with context ctx whose lookup or
+// lock failed.
+func (m *idempotency) refuse(ctx context.Context, fullMethod string, err error) error {
+	if ctx.Err() == nil && errors.Is(err, lockcore.ErrUnavailable) &&
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		// A context error under ErrUnavailable is then the engine's own
+		// timeout (a lookup not answered in time), not the call's end:
+		// the store did not answer.
+		err = lockcore.ErrUnavailable
+	}
 	serr := Status(err)
 	st := status.Convert(serr)
 	switch st.Code() {

@@ -54,12 +54,12 @@ func (s *orders) Create(ctx context.Context, r *shoppb.CreateOrderRequest) (*sho
 }
 
 // idemServe starts a server instance on loopback, on its own Locker of the
-// Redis of rdb under prefix, with Idempotency(c) inside the interceptors
+// Redis of rdb with options o, with Idempotency(c) inside the interceptors
 // outer, serving the services register registers; it returns a client
 // connection to it.
-func idemServe(t *testing.T, rdb redis.UniversalClient, prefix string, c interceptor.IdempotencyConfig, register func(*grpc.Server), outer ...grpc.UnaryServerInterceptor) *grpc.ClientConn {
+func idemServe(t *testing.T, rdb redis.UniversalClient, o redisengine.Options, c interceptor.IdempotencyConfig, register func(*grpc.Server), outer ...grpc.UnaryServerInterceptor) *grpc.ClientConn {
 	t.Helper()
-	l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
+	l := lock.NewRedis(rdb, o)
 	t.Cleanup(func() { _ = l.Close() })
 	if c.Policy.Wait == 0 {
 		c.Policy = lock.Wait(20 * time.Second)
@@ -172,7 +172,10 @@ func TestIdempotencyRunsOnceAcrossInstances(t *testing.T) {
 	}}
 	var apps []*grpc.ClientConn
 	for range 3 {
-		apps = append(apps, idemServe(t, b.Universal(t), prefix, interceptor.IdempotencyConfig{}, func(s *grpc.Server) {
+		// The engine's Timeout raised from 1s: 300 calls at once on a
+		// loaded machine (-race) may wait longer for Redis, and this test
+		// is about runs and replies, not timeouts.
+		apps = append(apps, idemServe(t, b.Universal(t), redisengine.Options{Prefix: prefix, Timeout: 10 * time.Second}, interceptor.IdempotencyConfig{}, func(s *grpc.Server) {
 			shoppb.RegisterInventoryServer(s, inv)
 		}))
 	}
@@ -248,7 +251,7 @@ func TestIdempotencyMisuse(t *testing.T) {
 		}
 		return vs[0], nil
 	}
-	cc := idemServe(t, b.Universal(t), prefix, interceptor.IdempotencyConfig{Caller: caller}, register)
+	cc := idemServe(t, b.Universal(t), redisengine.Options{Prefix: prefix}, interceptor.IdempotencyConfig{Caller: caller}, register)
 	const key = "key-4f2a-secret"
 	req := &shoppb.ReserveRequest{ProductId: 31337, Quantity: 2}
 
@@ -303,7 +306,7 @@ func TestIdempotencyMisuse(t *testing.T) {
 		t.Errorf("the key quoted: %v %v replayed %v; want alice's reply, replayed", r.reply, r.err, r.replayed)
 	}
 
-	opt := idemServe(t, b.Universal(t), prefix, interceptor.IdempotencyConfig{Optional: true}, register)
+	opt := idemServe(t, b.Universal(t), redisengine.Options{Prefix: prefix}, interceptor.IdempotencyConfig{Optional: true}, register)
 	for i := 1; i <= 2; i++ {
 		if r := reserve(opt, "", req); r.err != nil || r.replayed || ran.get("reserve") != runsBefore+i {
 			t.Errorf("Optional, no key, call %d: %v replayed %v, %d runs; want a run each", i, r.err, r.replayed, ran.get("reserve")-runsBefore)
@@ -350,7 +353,7 @@ func TestIdempotencyErrors(t *testing.T) {
 		}()
 		return handler(ctx, req)
 	}
-	cc := idemServe(t, b.Universal(t), redistest.Prefix(t), interceptor.IdempotencyConfig{}, register, recovered)
+	cc := idemServe(t, b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)}, interceptor.IdempotencyConfig{}, register, recovered)
 
 	first := reserve(cc, "stock", &shoppb.ReserveRequest{ProductId: 1})
 	again := reserve(cc, "stock", &shoppb.ReserveRequest{ProductId: 1})
@@ -396,7 +399,7 @@ func TestIdempotencyErrors(t *testing.T) {
 func TestIdempotencyMaxStored(t *testing.T) {
 	b := redistest.Best(t)
 	var ran runs
-	cc := idemServe(t, b.Universal(t), redistest.Prefix(t), interceptor.IdempotencyConfig{MaxStored: 64}, func(s *grpc.Server) {
+	cc := idemServe(t, b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)}, interceptor.IdempotencyConfig{MaxStored: 64}, func(s *grpc.Server) {
 		shoppb.RegisterOrdersServer(s, &orders{create: func(ctx context.Context, r *shoppb.CreateOrderRequest) (*shoppb.CreateOrderReply, error) {
 			ran.add(incomingKey(ctx))
 			return &shoppb.CreateOrderReply{OrderId: r.GetOrder().GetUserId() + "-order", Fence: 7}, nil
@@ -437,8 +440,8 @@ func TestIdempotencyDescriptorOnly(t *testing.T) {
 			return shop.Set(shop.New("ReserveReply"), "left", ran.Add(1), "fence", int64(9)), nil
 		}})
 	}
-	one := idemServe(t, b.Universal(t), prefix, interceptor.IdempotencyConfig{}, register)
-	two := idemServe(t, b.Universal(t), prefix, interceptor.IdempotencyConfig{}, register)
+	one := idemServe(t, b.Universal(t), redisengine.Options{Prefix: prefix}, interceptor.IdempotencyConfig{}, register)
+	two := idemServe(t, b.Universal(t), redisengine.Options{Prefix: prefix}, interceptor.IdempotencyConfig{}, register)
 	invoke := func(cc *grpc.ClientConn) (*dynamicpb.Message, bool, error) {
 		ctx, cancel := idemCtx("dyn")
 		defer cancel()
@@ -498,7 +501,7 @@ func TestIdempotencyInProgress(t *testing.T) {
 	b := redistest.Best(t)
 	var ran runs
 	entered, release := make(chan struct{}), make(chan struct{})
-	cc := idemServe(t, b.Universal(t), redistest.Prefix(t), interceptor.IdempotencyConfig{Policy: lock.Wait(50 * time.Millisecond)}, func(s *grpc.Server) {
+	cc := idemServe(t, b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)}, interceptor.IdempotencyConfig{Policy: lock.Wait(50 * time.Millisecond)}, func(s *grpc.Server) {
 		shoppb.RegisterInventoryServer(s, &inventory{reserve: func(ctx context.Context, r *shoppb.ReserveRequest) (*shoppb.ReserveReply, error) {
 			if ran.add(incomingKey(ctx)) == 1 {
 				close(entered)
@@ -543,14 +546,49 @@ func TestIdempotencyUnavailable(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
 	var ran runs
-	cc := idemServe(t, rdb, redistest.Prefix(t), interceptor.IdempotencyConfig{}, func(s *grpc.Server) {
+	register := func(s *grpc.Server) {
 		shoppb.RegisterInventoryServer(s, &inventory{reserve: func(ctx context.Context, r *shoppb.ReserveRequest) (*shoppb.ReserveReply, error) {
 			ran.add("reserve")
 			return &shoppb.ReserveReply{}, nil
 		}})
-	})
+	}
+	cc := idemServe(t, rdb, redisengine.Options{Prefix: redistest.Prefix(t)}, interceptor.IdempotencyConfig{}, register)
 	r := reserve(cc, "k", &shoppb.ReserveRequest{ProductId: 1})
 	if s := status.Convert(r.err); s.Code() != codes.Unavailable || strings.Contains(s.Message(), "127.0.0.1") || ran.get("reserve") != 0 {
 		t.Errorf("Redis unreachable: %v, %d runs; want Unavailable, no address, no run", r.err, ran.get("reserve"))
+	}
+
+	// A Redis that takes connections and never answers: the lookup runs
+	// out of the engine's Timeout, well within the call's deadline, and
+	// that is Unavailable too, not the call's DeadlineExceeded.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	conns.Go(func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	})
+	t.Cleanup(func() { _ = mute.Close(); conns.Wait() })
+	hung := redis.NewClient(&redis.Options{Addr: mute.Addr().String(), MaxRetries: -1})
+	t.Cleanup(func() { _ = hung.Close() })
+	cc = idemServe(t, hung, redisengine.Options{Prefix: redistest.Prefix(t), Timeout: 200 * time.Millisecond}, interceptor.IdempotencyConfig{}, register)
+	start := time.Now()
+	r = reserve(cc, "k", &shoppb.ReserveRequest{ProductId: 1})
+	t.Log("mute took", time.Since(start))
+	if s := status.Convert(r.err); s.Code() != codes.Unavailable || ran.get("reserve") != 0 {
+		t.Errorf("Redis mute: %v, %d runs; want Unavailable, no run", r.err, ran.get("reserve"))
 	}
 }
