@@ -558,13 +558,16 @@ func TestIdempotencyUnavailable(t *testing.T) {
 		t.Errorf("Redis unreachable: %v, %d runs; want Unavailable, no address, no run", r.err, ran.get("reserve"))
 	}
 
-	// A Redis that takes connections and never answers: the lookup runs
-	// out of the engine's Timeout, well within the call's deadline, and
-	// that is Unavailable too, not the call's DeadlineExceeded.
+	// A Redis that takes connections and never answers, on a client of
+	// one connection: while one call's lookup holds it, the next call's
+	// lookup runs out of the engine's Timeout waiting for it, well within
+	// the call's deadline, and that is Unavailable too, not the call's
+	// DeadlineExceeded.
 	mute, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	accepted := make(chan struct{}, 1)
 	var conns sync.WaitGroup
 	conns.Go(func() {
 		var held []net.Conn
@@ -579,16 +582,24 @@ func TestIdempotencyUnavailable(t *testing.T) {
 				return
 			}
 			held = append(held, c)
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
 		}
 	})
 	t.Cleanup(func() { _ = mute.Close(); conns.Wait() })
-	hung := redis.NewClient(&redis.Options{Addr: mute.Addr().String(), MaxRetries: -1})
+	hung := redis.NewClient(&redis.Options{Addr: mute.Addr().String(), MaxRetries: -1, PoolSize: 1, ReadTimeout: 500 * time.Millisecond})
 	t.Cleanup(func() { _ = hung.Close() })
 	cc = idemServe(t, hung, redisengine.Options{Prefix: redistest.Prefix(t), Timeout: 200 * time.Millisecond}, interceptor.IdempotencyConfig{}, register)
-	start := time.Now()
-	r = reserve(cc, "k", &shoppb.ReserveRequest{ProductId: 1})
-	t.Log("mute took", time.Since(start))
+	holder := make(chan answer[*shoppb.ReserveReply])
+	go func() { holder <- reserve(cc, "k1", &shoppb.ReserveRequest{ProductId: 1}) }()
+	<-accepted // the first lookup has the connection
+	r = reserve(cc, "k2", &shoppb.ReserveRequest{ProductId: 1})
 	if s := status.Convert(r.err); s.Code() != codes.Unavailable || ran.get("reserve") != 0 {
-		t.Errorf("Redis mute: %v, %d runs; want Unavailable, no run", r.err, ran.get("reserve"))
+		t.Errorf("Redis busy and mute: %v, %d runs; want Unavailable, no run", r.err, ran.get("reserve"))
+	}
+	if r := <-holder; status.Code(r.err) != codes.Unavailable {
+		t.Errorf("Redis mute: %v; want Unavailable", r.err)
 	}
 }
