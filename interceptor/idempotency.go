@@ -100,7 +100,8 @@ const (
 //
 // It applies to every unary call it sees: to make some methods idempotent
 // and not others, set Optional, or put it under a per-method selector
-// (go-grpc-middleware's selector, for one).
+// (go-grpc-middleware's selector, for one). Chain it before UnaryServer,
+// so that a replay takes no lock of the resource the call names.
 //
 // The key is the value of the idempotency-key metadata, one string of 1
 // to 255 visible ASCII characters (a quoted Structured Field string is
@@ -115,9 +116,10 @@ const (
 //
 // The result stored is the reply, marshalled, with its message type's
 // full name, or the handler's error status (code, message and details):
-// an error is an answer, and its retries get it as well. A replay
-// unmarshals the stored reply into a new message of that type, found in
-// the global registries: protoregistry.GlobalTypes, where generated code
+// an error is an answer, and its retries get it as well. An interceptor
+// learns a reply's Go type only from its handler, which a replay never
+// runs: a replay unmarshals the stored reply into a new message of the
+// stored type, found in the global registries: protoregistry.GlobalTypes, where generated code
 // registers its messages, else protoregistry.GlobalFiles, as a dynamicpb
 // message; a reply type known to neither fails the replay with
 // codes.Internal. The handler never runs for a replay. Metadata the
