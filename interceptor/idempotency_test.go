@@ -154,8 +154,14 @@ func incomingKey(ctx context.Context) string {
 // once, spread over 3 server instances on one Redis: each key's handler
 // ran once, as the handler counts, and every duplicate got the first
 // reply (proto.Equal), marked as a replay; a retry after all of them too.
+// With the long tag, 100 keys on every deployment (idempotency_long_test.go).
 func TestIdempotencyRunsOnceAcrossInstances(t *testing.T) {
-	b := redistest.Best(t)
+	runsOnce(t, redistest.Best(t), 30)
+}
+
+// runsOnce is TestIdempotencyRunsOnceAcrossInstances with keys keys, each
+// sent 10 times, on the Redis of b.
+func runsOnce(t *testing.T, b *redistest.Backend, keys int) {
 	prefix := redistest.Prefix(t)
 	var ran runs
 	var serial atomic.Int64
@@ -179,7 +185,7 @@ func TestIdempotencyRunsOnceAcrossInstances(t *testing.T) {
 			shoppb.RegisterInventoryServer(s, inv)
 		}))
 	}
-	const keys, dups = 30, 10
+	const dups = 10
 	answers := make([][dups]answer[*shoppb.ReserveReply], keys)
 	var wg sync.WaitGroup
 	for k := range keys {
@@ -219,7 +225,7 @@ func TestIdempotencyRunsOnceAcrossInstances(t *testing.T) {
 			t.Errorf("key %d: a retry after the duplicates got %v, %v, replayed %v; want %v, replayed", k, again.reply, again.err, again.replayed, first)
 		}
 	}
-	if n := serial.Load(); n != keys {
+	if n := serial.Load(); n != int64(keys) {
 		t.Errorf("%d handler runs, want %d", n, keys)
 	}
 }
