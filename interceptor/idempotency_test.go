@@ -27,6 +27,7 @@ import (
 	"github.com/routelock/lock/examples/grpc/shoppb"
 	"github.com/routelock/lock/interceptor"
 	"github.com/routelock/lock/internal/lifecycle"
+	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
 	"github.com/routelock/lock/lockcore/locktest"
@@ -178,10 +179,12 @@ func runsOnce(t *testing.T, b *redistest.Backend, keys int) {
 	}}
 	var apps []*grpc.ClientConn
 	for range 3 {
-		// The engine's Timeout raised from 1s: 300 calls at once on a
-		// loaded machine (-race) may wait longer for Redis, and this test
-		// is about runs and replies, not timeouts.
-		apps = append(apps, idemServe(t, b.Universal(t), redisengine.Options{Prefix: prefix, Timeout: 10 * time.Second}, interceptor.IdempotencyConfig{}, func(s *grpc.Server) {
+		// The engine's Timeout raised from 1s (and its ReplicaTimeout, for
+		// sentinels, from 100ms), and a pool for every call at once: hundreds of calls at once on a loaded machine (-race)
+		// may wait longer for Redis, and this test is about runs and
+		// replies, not timeouts.
+		rdb := b.UniversalWith(t, func(c *redisconf.Common) { *c.PoolSize = 4 * keys })
+		apps = append(apps, idemServe(t, rdb, redisengine.Options{Prefix: prefix, Timeout: 10 * time.Second, ReplicaTimeout: 2 * time.Second}, interceptor.IdempotencyConfig{}, func(s *grpc.Server) {
 			shoppb.RegisterInventoryServer(s, inv)
 		}))
 	}
