@@ -40,6 +40,13 @@
 // (FailedPrecondition when no segment is left, Aborted when every open
 // one stays busy).
 //
+// Idempotency is another unary server interceptor, for methods that must
+// run once however often a call is sent: a call with idempotency-key
+// metadata runs once per key, method and caller; duplicates that come
+// while it runs wait for it on the key's lock, and retries get its stored
+// reply (or error status), marked with idempotent-replayed: true metadata.
+// The engine must keep results (lockcore.Results: the Redis engine does).
+//
 // The token is the one the HTTP middleware uses (the Routelock-Token
 // header), so a chain of HTTP and gRPC calls for one request re-enters
 // one lock when its routes and methods name the resource alike (see
