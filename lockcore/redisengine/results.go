@@ -50,6 +50,9 @@ func (l *Engine) Result(ctx context.Context, key lockcore.Key) ([]byte, bool, er
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil, false, nil
+	case err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		// The call's own deadline, not the caller's: Redis did not answer.
+		return nil, false, l.report(unavailable("result", errNoAnswer))
 	case err != nil:
 		return nil, false, l.report(unavailable("result", err))
 	}
