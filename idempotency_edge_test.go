@@ -1,0 +1,188 @@
+package lock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
+)
+
+// TestIdempotencyClientGoneFirstRunCompletes: a client that gives up on
+// its request (its timeout, a dropped connection) and retries with the
+// same key is the case idempotency keys exist for. The first run goes on
+// to its end once its client has gone, and the retry gets its result:
+// the handler's calls that honour its context are not cut short by the
+// client's leaving, and no aborted answer is stored for the key.
+func TestIdempotencyClientGoneFirstRunCompletes(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	started := make(chan struct{}, 4)
+	var charged, aborted atomic.Int32
+	r := chi.NewRouter()
+	r.With(l.Idempotent()).Post("/charges", func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		// The payment provider's call, which honours the context as
+		// idiomatic Go code does.
+		select {
+		case <-time.After(300 * time.Millisecond):
+			n := charged.Add(1)
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "charge %d", n)
+		case <-r.Context().Done():
+			aborted.Add(1)
+			http.Error(w, "the provider's call was cut short", http.StatusBadGateway)
+		}
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	// The client gives up as soon as the handler has started.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/charges", strings.NewReader("amount=100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", "ch-41d7")
+	gone := make(chan error, 1)
+	go func() {
+		resp, err := srv.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		gone <- err
+	}()
+	<-started
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first request: %v, want cancelled by its client", err)
+	}
+
+	// Its retry.
+	a := idemPost(t, srv.Client(), srv.URL+"/charges", "ch-41d7", "amount=100")
+	if a.status != http.StatusCreated || string(a.body) != "charge 1" || charged.Load() != 1 || aborted.Load() != 0 {
+		t.Errorf("the retry: %d %q (replayed %v); charged %d, aborted %d; want the first run's 201 \"charge 1\", run to its end once",
+			a.status, a.body, a.replayed, charged.Load(), aborted.Load())
+	}
+}
+
+// TestIdempotencyReplayHeadersAsSent: a replay's headers are those of the
+// first response, line for line, when a middleware outside the
+// idempotent one sets a header it stores (chi's SetHeader and NoCache,
+// common on API routers): not each of them twice.
+func TestIdempotencyReplayHeadersAsSent(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	r := chi.NewRouter()
+	r.Use(chimw.SetHeader("Content-Type", "application/json"), chimw.NoCache)
+	r.With(l.Idempotent()).Post("/orders", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/orders/7")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"id":7}`)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	send := func() *http.Response {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "o-77")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	first, replay := send(), send()
+	if replay.Header.Get("Idempotent-Replayed") != "true" || replay.StatusCode != first.StatusCode {
+		t.Fatalf("the replay: %d %v, want %d, marked", replay.StatusCode, replay.Header, first.StatusCode)
+	}
+	for _, h := range []string{"Content-Type", "Cache-Control", "Location"} {
+		if !slices.Equal(first.Header[h], replay.Header[h]) {
+			t.Errorf("%s: first %q, replay %q", h, first.Header[h], replay.Header[h])
+		}
+	}
+}
+
+// TestIdempotencyWaiterGoneLogsNoCaller: a duplicate waiting in line for
+// the key's lock (on another instance) whose client goes away is refused,
+// and whatever is logged of it names the route, never the caller or the
+// key (docs/idempotency.md; IdempotencyConfig.Logger).
+func TestIdempotencyWaiterGoneLogsNoCaller(t *testing.T) {
+	b := redistest.Best(t)
+	prefix := redistest.Prefix(t)
+	var logs bytes.Buffer
+	var mu chan struct{} = make(chan struct{}, 1)
+	mu <- struct{}{}
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		<-mu
+		defer func() { mu <- struct{}{} }()
+		return logs.Write(p)
+	}), nil))
+	started, finish := make(chan struct{}, 4), make(chan struct{})
+	app := func() *httptest.Server {
+		l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: prefix})
+		t.Cleanup(func() { _ = l.Close() })
+		r := chi.NewRouter()
+		r.With(middleware.Idempotency(l, middleware.IdempotencyConfig{
+			Caller: func(*http.Request) (string, error) { return "tenant-9c41e2", nil },
+			Logger: logger,
+		})).Post("/transfers", func(w http.ResponseWriter, r *http.Request) {
+			started <- struct{}{}
+			select {
+			case <-finish:
+			case <-time.After(10 * time.Second):
+			}
+			fmt.Fprint(w, "done")
+		})
+		srv := httptest.NewServer(r)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	one, two := app(), app()
+	first := make(chan answer, 1)
+	go func() { first <- idemPost(t, one.Client(), one.URL+"/transfers", "tr-5be0c2", "x") }()
+	<-started
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, two.URL+"/transfers", strings.NewReader("x"))
+	req.Header.Set("Idempotency-Key", "tr-5be0c2")
+	if resp, err := two.Client().Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the duplicate was answered %d before its client left", resp.StatusCode)
+	}
+	close(finish)
+	if a := <-first; a.status != http.StatusOK {
+		t.Fatalf("the first: %d %q", a.status, a.body)
+	}
+	// The second instance's refusal is logged, if at all, before its
+	// handler chain returns; the server closes after it.
+	two.Close()
+	<-mu
+	s := logs.String()
+	mu <- struct{}{}
+	if strings.Contains(s, "tenant-9c41e2") || strings.Contains(s, "5be0c2") {
+		t.Errorf("the log names the caller or the key: %s", s)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
