@@ -471,8 +471,15 @@ func (m *idempotency) replay(w http.ResponseWriter, r *http.Request, route strin
 		m.problem(w, http.StatusGone, "not-stored", "Response not stored",
 			"the request with this key ran, and answered "+strconv.Itoa(rec.Status)+"; its response was not stored ("+rec.Reason+")")
 	default:
+		// The stored lines of a field replace what the middleware before
+		// this one set of it, as they did in the first response.
 		h := w.Header()
+		set := make(map[string]bool, len(rec.Fields))
 		for _, f := range rec.Fields {
+			if !set[f[0]] {
+				set[f[0]] = true
+				h[f[0]] = nil
+			}
 			h[f[0]] = append(h[f[0]], f[1])
 		}
 		h.Set("Idempotent-Replayed", "true")
