@@ -130,7 +130,9 @@ var defaultReplayed = []string{"Content-Type", "Content-Language", "Content-Enco
 // A handler that panics stores a 500, which its retries get. Responses
 // over MaxStored, and those the handler flushes or hijacks, go out as they
 // are written and are not stored. A response is sent once it is stored:
-// the handler's writes are held in memory until it returns.
+// the handler's writes are held in memory until it returns. The handler's
+// context is not cancelled when its client leaves, whose retry is to get
+// what the run comes to; the request's deadline still ends it.
 //
 // Panics if l's engine keeps no results, or c is invalid.
 func Idempotency(l lifecycle.Locker, c IdempotencyConfig) func(http.Handler) http.Handler {
@@ -345,7 +347,28 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		m.replay(w, r, route, res, fp)
 		return
 	}
-	lease, err := m.l.Acquire(ctx, key, policy)
+	// The run outlives its client: a client that gave up retries, and the
+	// retry is to get what the run comes to, not an answer cut short by
+	// its leaving. The wait in line still ends with the request, and the
+	// run at the request's deadline.
+	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	if d, ok := ctx.Deadline(); ok {
+		var stop context.CancelFunc
+		actx, stop = context.WithDeadline(actx, d)
+		defer stop()
+	}
+	unhook := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel(context.Cause(ctx))
+		}
+	})
+	lease, err := m.l.Acquire(actx, key, policy)
+	if !unhook() && err == nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The client left as the lock was granted: nothing ran.
+		_ = lease.Release(ctx)
+		return
+	}
 	if err != nil {
 		m.refuse(w, r, route, err)
 		return
