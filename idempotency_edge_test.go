@@ -186,3 +186,41 @@ func TestIdempotencyWaiterGoneLogsNoCaller(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestIdempotencyLostStoreLogsNoCaller: the line logged for a result
+// whose store was lost with its lease names the route, not the caller,
+// whom the lookup key (and so any error that quotes it) carries.
+func TestIdempotencyLostStoreLogsNoCaller(t *testing.T) {
+	b := redistest.Best(t)
+	rdb := b.Universal(t)
+	prefix := redistest.Prefix(t)
+	l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
+	defer l.Close()
+	var logs bytes.Buffer
+	r := chi.NewRouter()
+	r.With(middleware.Idempotency(l, middleware.IdempotencyConfig{Caller: func(*http.Request) (string, error) { return "tenant-0d93aa", nil },
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})).Post("/orders", func(w http.ResponseWriter, r *http.Request) {
+		// The key's lock vanishes under the handler, as when its lease
+		// ran out in Redis.
+		keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
+		if err != nil || len(keys) == 0 {
+			t.Errorf("the lock's keys: %v %v", keys, err)
+		}
+		for _, k := range keys {
+			if !strings.HasSuffix(k, ":f") {
+				rdb.Del(context.Background(), k)
+			}
+		}
+		fmt.Fprint(w, "ran")
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	idemPost(t, srv.Client(), srv.URL+"/orders", "o-2-77c1", "card=4242")
+	s := logs.String()
+	if !strings.Contains(s, "not stored") {
+		t.Fatalf("the lost store is not logged: %q", s)
+	}
+	if strings.Contains(s, "tenant-0d93aa") {
+		t.Errorf("the log names the caller: %s", s)
+	}
+}
