@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -222,5 +224,60 @@ func TestIdempotencyLostStoreLogsNoCaller(t *testing.T) {
 	}
 	if strings.Contains(s, "tenant-0d93aa") {
 		t.Errorf("the log names the caller: %s", s)
+	}
+}
+
+// TestIdempotencyStalledClientHoldsNoDuplicate: once the first request's
+// response is stored, a duplicate on the same instance gets it, even
+// while the first's client has stopped reading its response (a stalled
+// mobile connection whose client gave up and retries): the duplicate
+// does not wait on the first's write, nor get 409 when that outlasts its
+// wait.
+func TestIdempotencyStalledClientHoldsNoDuplicate(t *testing.T) {
+	b := redistest.Best(t)
+	rdb := b.Universal(t)
+	prefix := redistest.Prefix(t)
+	l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
+	defer l.Close()
+	const size = 8 << 20
+	r := chi.NewRouter()
+	r.With(middleware.Idempotency(l, middleware.IdempotencyConfig{MaxStored: 16 << 20, Policy: lock.Wait(2 * time.Second)})).
+		Post("/exports", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/csv")
+			_, _ = w.Write(bytes.Repeat([]byte("x"), size))
+		})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	// The first client sends its request and reads nothing back.
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, "POST /exports HTTP/1.1\r\nHost: app\r\nIdempotency-Key: ex-1\r\nContent-Length: 1\r\n\r\nq"); err != nil {
+		t.Fatal(err)
+	}
+	// Its response is stored.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		keys, err := rdb.Keys(context.Background(), prefix+"*:k").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first response was not stored")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a := idemPost(t, srv.Client(), srv.URL+"/exports", "ex-1", "q")
+	if a.status != http.StatusOK || !a.replayed || len(a.body) != size {
+		t.Errorf("the retry while the first's client stalls: %d, %d bytes (replayed %v), want the stored 200, %d bytes", a.status, len(a.body), a.replayed, size)
 	}
 }
