@@ -165,8 +165,9 @@ type flights struct {
 // flight is a leader's: done is closed when it has ended, with res the
 // stored result it found or stored, or nil when it has none.
 type flight struct {
-	done chan struct{}
-	res  []byte
+	done   chan struct{}
+	res    []byte
+	landed bool // under flights.mu
 }
 
 // join returns the flight of key, and whether the caller leads it: a new
@@ -192,14 +193,18 @@ func (f *flight) set(lead bool, res []byte) {
 	}
 }
 
-// land ends f, the flight of key.
+// land ends f, the flight of key, the first time it is called.
 func (fs *flights) land(key lockcore.Key, f *flight) {
 	if f == nil {
 		return
 	}
 	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f.landed {
+		return
+	}
+	f.landed = true
 	delete(fs.m, key)
-	fs.mu.Unlock()
 	close(f.done)
 }
 
@@ -391,12 +396,12 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 		return
 	}
-	m.run(w, r, next, route, lease, fp, f, lead)
+	m.run(w, r, next, route, key, lease, fp, f, lead)
 }
 
 // run runs next for r under lease, the first holder of its key, and stores
 // its response with the lease's release.
-func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Handler, route string, lease *lifecycle.Lease, fp [sha256.Size]byte, f *flight, lead bool) {
+func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Handler, route string, key lockcore.Key, lease *lifecycle.Lease, fp [sha256.Size]byte, f *flight, lead bool) {
 	c := &capture{w: w, max: m.c.MaxStored}
 	finished := false
 	defer func() {
@@ -423,6 +428,11 @@ func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Hand
 		}
 	}
 	f.set(lead, m.keep(r, route, lease, rec))
+	if lead {
+		// The duplicates have what they wait for: they do not wait on
+		// this client's reading of its response.
+		m.flights.land(key, f)
+	}
 	// Sent once stored, or once it is certain it was not: either way the
 	// handler ran, and this is what it answered.
 	w.WriteHeader(c.code())
