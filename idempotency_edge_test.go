@@ -281,3 +281,60 @@ func TestIdempotencyStalledClientHoldsNoDuplicate(t *testing.T) {
 		t.Errorf("the retry while the first's client stalls: %d, %d bytes (replayed %v), want the stored 200, %d bytes", a.status, len(a.body), a.replayed, size)
 	}
 }
+
+// TestIdempotencyKeyField: the Idempotency-Key field's values as
+// docs/idempotency.md takes and refuses them: one Structured Field
+// string, or a bare run of visible characters, 1 to 255 characters; two
+// field lines, an empty or unterminated string, a control or non-ASCII
+// character, or 256 characters: 400 #malformed-key, whose body repeats
+// none of it.
+func TestIdempotencyKeyField(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	r := chi.NewRouter()
+	r.With(l.Idempotent()).Post("/k", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ran") })
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	long := strings.Repeat("k", 255)
+	for _, c := range []struct {
+		lines []string
+		ok    bool
+	}{
+		{[]string{`"abc-1"`}, true},
+		{[]string{`abc-2`}, true},
+		{[]string{` "abc-3" `}, true},
+		{[]string{`"a \"quoted\" \\ key"`}, true},
+		{[]string{`"` + long + `"`}, true},
+		{[]string{long[:254] + "z"}, true},
+		{[]string{`"` + long + `k"`}, false},
+		{[]string{long + "k"}, false},
+		{[]string{`""`}, false},
+		{[]string{``}, false},
+		{[]string{`"abc`}, false},
+		{[]string{`"ab"c"`}, false},
+		{[]string{`"a\nb"`}, false},
+		{[]string{"\"a\tb\""}, false},
+		{[]string{"\"caf\u00e9\""}, false},
+		{[]string{"caf\u00e9"}, false},
+		{[]string{`a b`}, false},
+		{[]string{`"x-1"`, `"x-2"`}, false},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/k", strings.NewReader("p"))
+		req.Header["Idempotency-Key"] = c.lines
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case c.ok && resp.StatusCode != http.StatusOK:
+			t.Errorf("%q: %d %s, want 200", c.lines, resp.StatusCode, body)
+		case !c.ok && (resp.StatusCode != http.StatusBadRequest || !bytes.Contains(body, []byte("#malformed-key"))):
+			t.Errorf("%q: %d %s, want 400 #malformed-key", c.lines, resp.StatusCode, body)
+		case !c.ok && len(c.lines[0]) > 3 && bytes.Contains(body, []byte(strings.Trim(c.lines[0], `" `))):
+			t.Errorf("%q: the refusal repeats the key: %s", c.lines, body)
+		}
+	}
+}
