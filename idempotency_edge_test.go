@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -336,5 +337,120 @@ func TestIdempotencyKeyField(t *testing.T) {
 		case !c.ok && len(c.lines[0]) > 3 && bytes.Contains(body, []byte(strings.Trim(c.lines[0], `" `))):
 			t.Errorf("%q: the refusal repeats the key: %s", c.lines, body)
 		}
+	}
+}
+
+// TestIdempotencyHandlerWays: what a handler does to its response, and
+// what its retries get. A panic: a 500 problem, stored, for a duplicate
+// that waited and for a later retry, the handler run once. A flush
+// (http.ResponseController) or a hijack: the response goes out, and a
+// retry gets 410 marked as a replay. An informational 103 before the
+// response, a second WriteHeader: the stored response is the one the
+// client got, byte for byte.
+func TestIdempotencyHandlerWays(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	var runs atomic.Int32
+	started, finish := make(chan struct{}, 4), make(chan struct{})
+	r := chi.NewRouter()
+	r.With(l.Idempotent()).Post("/panics", func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		started <- struct{}{}
+		<-finish
+		panic("the handler's bug")
+	})
+	r.With(l.Idempotent()).Post("/flushes", func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		fmt.Fprint(w, "part 1;")
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			t.Errorf("flush: %v", err)
+		}
+		fmt.Fprint(w, "part 2")
+	})
+	r.With(l.Idempotent()).Post("/hijacks", func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 202 Accepted\r\nContent-Length: 4\r\nConnection: close\r\n\r\nmine")
+		_ = buf.Flush()
+	})
+	r.With(l.Idempotent()).Post("/hints", func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Link", "</app.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.WriteHeader(http.StatusTeapot)
+		fmt.Fprint(w, `{"ok":true}`)
+	})
+	srv := httptest.NewUnstartedServer(r)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Start()
+	defer srv.Close()
+	c := srv.Client()
+
+	// A panic.
+	first := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/panics", strings.NewReader("p"))
+		req.Header.Set("Idempotency-Key", "p-1")
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	<-started
+	dup := make(chan answer, 1)
+	go func() { dup <- idemPost(t, c, srv.URL+"/panics", "p-1", "p") }()
+	close(finish)
+	if err := <-first; err == nil {
+		t.Errorf("the request whose handler panicked was answered")
+	}
+	for i, a := range []answer{<-dup, idemPost(t, c, srv.URL+"/panics", "p-1", "p")} {
+		if a.status != http.StatusInternalServerError || !a.replayed || !bytes.Contains(a.body, []byte("#failed")) {
+			t.Errorf("after a panic, request %d: %d %s (replayed %v), want the stored 500 #failed", i+2, a.status, a.body, a.replayed)
+		}
+	}
+
+	// A flush, a hijack.
+	if a := idemPost(t, c, srv.URL+"/flushes", "f-1", "p"); a.status != http.StatusOK || string(a.body) != "part 1;part 2" || a.replayed {
+		t.Errorf("the flushed response: %d %q", a.status, a.body)
+	}
+	if a := idemPost(t, c, srv.URL+"/flushes", "f-1", "p"); a.status != http.StatusGone || !a.replayed || !bytes.Contains(a.body, []byte("#not-stored")) || !bytes.Contains(a.body, []byte("flushed")) {
+		t.Errorf("the retry of a flushed response: %d %s (replayed %v), want 410 #not-stored", a.status, a.body, a.replayed)
+	}
+	if a := idemPost(t, c, srv.URL+"/hijacks", "h-1", "p"); a.status != http.StatusAccepted || string(a.body) != "mine" {
+		t.Errorf("the hijacked response: %d %q", a.status, a.body)
+	}
+	if a := idemPost(t, c, srv.URL+"/hijacks", "h-1", "p"); a.status != http.StatusGone || !a.replayed || !bytes.Contains(a.body, []byte("hijacked")) {
+		t.Errorf("the retry of a hijacked response: %d %s (replayed %v), want 410 #not-stored", a.status, a.body, a.replayed)
+	}
+
+	// An informational response first, WriteHeader twice.
+	send := func() (*http.Response, []byte) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/hints", strings.NewReader("p"))
+		req.Header.Set("Idempotency-Key", "i-1")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp, body
+	}
+	one, body1 := send()
+	two, body2 := send()
+	if one.StatusCode != http.StatusCreated || two.StatusCode != one.StatusCode || !bytes.Equal(body1, body2) ||
+		two.Header.Get("Content-Type") != one.Header.Get("Content-Type") || two.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("after 103 and two WriteHeaders: first %d %q %v, replay %d %q %v", one.StatusCode, body1, one.Header, two.StatusCode, body2, two.Header)
+	}
+	if n := runs.Load(); n != 4 {
+		t.Errorf("the handlers ran %d times, want once each", n)
 	}
 }
