@@ -22,6 +22,7 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
 )
@@ -452,5 +453,46 @@ func TestIdempotencyHandlerWays(t *testing.T) {
 	}
 	if n := runs.Load(); n != 4 {
 		t.Errorf("the handlers ran %d times, want once each", n)
+	}
+}
+
+// TestIdempotencyMaxHoldDuringRun: a handler that runs past the route's
+// MaxHold loses its lease: its context ends with ErrMaxHold, nothing is
+// stored, its response goes to its client, and the key's lock is free:
+// a retry runs at once, and its result is stored.
+func TestIdempotencyMaxHoldDuringRun(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	var runs atomic.Int32
+	causes := make(chan error, 4)
+	r := chi.NewRouter()
+	r.With(l.Idempotent(lock.MaxHold(300*time.Millisecond), lock.FailFast())).Post("/slow", func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		if n == 1 {
+			select {
+			case <-r.Context().Done():
+				causes <- context.Cause(r.Context())
+			case <-time.After(5 * time.Second):
+				causes <- nil
+			}
+		}
+		fmt.Fprintf(w, "run %d", n)
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	c := srv.Client()
+	if a := idemPost(t, c, srv.URL+"/slow", "s-1", "p"); a.status != http.StatusOK || string(a.body) != "run 1" || a.replayed {
+		t.Errorf("the run past its MaxHold: %d %q (replayed %v)", a.status, a.body, a.replayed)
+	}
+	if err := <-causes; !errors.Is(err, lockcore.ErrMaxHold) {
+		t.Errorf("the handler's context ended with %v, want ErrMaxHold", err)
+	}
+	// FailFast: a lock left held would answer 409.
+	if a := idemPost(t, c, srv.URL+"/slow", "s-1", "p"); a.status != http.StatusOK || string(a.body) != "run 2" || a.replayed {
+		t.Errorf("the retry: %d %q (replayed %v), want run 2", a.status, a.body, a.replayed)
+	}
+	if a := idemPost(t, c, srv.URL+"/slow", "s-1", "p"); a.status != http.StatusOK || string(a.body) != "run 2" || !a.replayed {
+		t.Errorf("the next retry: %d %q (replayed %v), want run 2 replayed", a.status, a.body, a.replayed)
 	}
 }
