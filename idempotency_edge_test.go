@@ -496,3 +496,54 @@ func TestIdempotencyMaxHoldDuringRun(t *testing.T) {
 		t.Errorf("the next retry: %d %q (replayed %v), want run 2 replayed", a.status, a.body, a.replayed)
 	}
 }
+
+// TestIdempotencyWaitEndsAtDeadline: a duplicate waiting in line for the
+// key's lock (on another instance) waits no longer than its request's
+// deadline, which the server set (chi's Timeout), and is answered 409
+// #in-progress with Retry-After; the first, whose client stays, runs to
+// its end and its result is stored.
+func TestIdempotencyWaitEndsAtDeadline(t *testing.T) {
+	b := redistest.Best(t)
+	prefix := redistest.Prefix(t)
+	started, finish := make(chan struct{}, 4), make(chan struct{})
+	var runs atomic.Int32
+	app := func() *httptest.Server {
+		l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: prefix})
+		t.Cleanup(func() { _ = l.Close() })
+		r := chi.NewRouter()
+		r.Use(chimw.Timeout(3 * time.Second))
+		r.With(l.Idempotent()).Post("/jobs", func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			started <- struct{}{}
+			<-finish
+			fmt.Fprint(w, "done")
+		})
+		srv := httptest.NewServer(r)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	one, two := app(), app()
+	first := make(chan answer, 1)
+	go func() { first <- idemPost(t, one.Client(), one.URL+"/jobs", "j-1", "p") }()
+	<-started
+	begin := time.Now()
+	req, _ := http.NewRequest(http.MethodPost, two.URL+"/jobs", strings.NewReader("p"))
+	req.Header.Set("Idempotency-Key", "j-1")
+	resp, err := two.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(begin)
+	close(finish)
+	if resp.StatusCode != http.StatusConflict || !bytes.Contains(body, []byte("#in-progress")) || resp.Header.Get("Retry-After") == "" || took > 4500*time.Millisecond {
+		t.Errorf("the duplicate: %d %s, Retry-After %q, after %v; want 409 #in-progress at its deadline (3s), before the wait's 5s", resp.StatusCode, body, resp.Header.Get("Retry-After"), took)
+	}
+	if a := <-first; a.status != http.StatusOK || string(a.body) != "done" {
+		t.Errorf("the first: %d %q", a.status, a.body)
+	}
+	if a := idemPost(t, two.Client(), two.URL+"/jobs", "j-1", "p"); !a.replayed || string(a.body) != "done" || runs.Load() != 1 {
+		t.Errorf("a retry: %d %q (replayed %v), %d runs", a.status, a.body, a.replayed, runs.Load())
+	}
+}
