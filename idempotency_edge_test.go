@@ -547,3 +547,47 @@ func TestIdempotencyWaitEndsAtDeadline(t *testing.T) {
 		t.Errorf("a retry: %d %q (replayed %v), %d runs", a.status, a.body, a.replayed, runs.Load())
 	}
 }
+
+// TestIdempotencyNestedCallInProgress: a handler that calls its own route
+// with its own key (its owner token propagated, middleware.Transport),
+// which lands on another instance, is refused at once there as the
+// request in progress: 409 #in-progress, with Retry-After as
+// docs/idempotency.md says of every #in-progress refusal.
+func TestIdempotencyNestedCallInProgress(t *testing.T) {
+	b := redistest.Best(t)
+	prefix := redistest.Prefix(t)
+	var other string
+	nested := make(chan *http.Response, 1)
+	app := func() *httptest.Server {
+		l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: prefix})
+		t.Cleanup(func() { _ = l.Close() })
+		r := chi.NewRouter()
+		r.With(l.ByParam("account"), l.Idempotent()).Post("/accounts/{account}/transfers", func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Nested") == "" {
+				req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, other+r.URL.Path, strings.NewReader("100"))
+				req.Header.Set("Idempotency-Key", r.Header.Get("Idempotency-Key"))
+				req.Header.Set("X-Nested", "1")
+				resp, err := (&http.Client{Transport: middleware.Transport(nil)}).Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				nested <- resp
+			}
+			fmt.Fprint(w, "moved")
+		})
+		srv := httptest.NewServer(r)
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	one, two := app(), app()
+	other = two.URL
+	if a := idemPost(t, one.Client(), one.URL+"/accounts/a-1/transfers", "n-1", "100"); a.status != http.StatusOK {
+		t.Fatalf("the outer call: %d %s", a.status, a.body)
+	}
+	resp := <-nested
+	if resp.StatusCode != http.StatusConflict || resp.Header.Get("Retry-After") == "" || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("the nested call: %d, Retry-After %q; want 409 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
