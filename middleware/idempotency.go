@@ -382,7 +382,7 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		// A request nested in the one that holds the key (by a propagated
 		// owner token) is that request's duplicate, in progress.
 		_ = lease.Release(ctx)
-		m.problem(w, http.StatusConflict, "in-progress", "Request in progress", "a request with this key is in progress")
+		m.refuse(w, r, route, &lockcore.ContentionError{Key: key.String()})
 		return
 	}
 	// A duplicate that waited while the first ran: its result.
