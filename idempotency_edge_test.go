@@ -591,3 +591,37 @@ func TestIdempotencyNestedCallInProgress(t *testing.T) {
 		t.Errorf("the nested call: %d, Retry-After %q; want 409 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 }
+
+// TestIdempotencyRoutesApartUnderUse: the middleware put on a router
+// (Use, in a group, or in a subrouter before its routes are matched) scopes keys by
+// each route's template: the same key and payload sent to two routes runs
+// each route's handler, and a fingerprint that covers the body alone
+// (IdempotencyConfig.Fingerprint) replays neither route's result on the
+// other.
+func TestIdempotencyRoutesApartUnderUse(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	idem := middleware.Idempotency(l, middleware.IdempotencyConfig{Fingerprint: func(_ *http.Request, body []byte) []byte { return body }})
+	r := chi.NewRouter()
+	r.Group(func(r chi.Router) {
+		r.Use(idem)
+		r.Post("/refunds/{id}", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "refund "+chi.URLParam(r, "id")) })
+		r.Post("/charges/{id}", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "charge "+chi.URLParam(r, "id")) })
+	})
+	r.Route("/v2", func(r chi.Router) {
+		r.Use(idem)
+		r.Post("/refunds/{id}", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "v2 refund "+chi.URLParam(r, "id")) })
+		r.Post("/charges/{id}", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "v2 charge "+chi.URLParam(r, "id")) })
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	c := srv.Client()
+	for _, p := range []struct{ path, want string }{
+		{"/charges/1", "charge 1"}, {"/refunds/1", "refund 1"}, {"/v2/charges/1", "v2 charge 1"}, {"/v2/refunds/1", "v2 refund 1"},
+	} {
+		if a := idemPost(t, c, srv.URL+p.path, "same-key", "amount=5"); a.status != http.StatusOK || string(a.body) != p.want || a.replayed {
+			t.Errorf("%s: %d %q (replayed %v), want %q run", p.path, a.status, a.body, a.replayed, p.want)
+		}
+	}
+}
