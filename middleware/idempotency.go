@@ -131,7 +131,9 @@ var defaultReplayed = []string{"Content-Type", "Content-Language", "Content-Enco
 // A handler that panics stores a 500, which its retries get. Responses
 // over MaxStored, and those the handler flushes or hijacks, go out as they
 // are written and are not stored. A response is sent once it is stored:
-// the handler's writes are held in memory until it returns.
+// the handler's writes are held in memory until it returns. The handler's
+// context is not cancelled when its client leaves, whose retry is to get
+// what the run comes to; the request's deadline still ends it.
 //
 // Panics if l's engine keeps no results, or c is invalid.
 func Idempotency(l lifecycle.Locker, c IdempotencyConfig) func(http.Handler) http.Handler {
@@ -164,8 +166,9 @@ type flights struct {
 // flight is a leader's: done is closed when it has ended, with res the
 // stored result it found or stored, or nil when it has none.
 type flight struct {
-	done chan struct{}
-	res  []byte
+	done   chan struct{}
+	res    []byte
+	landed bool // under flights.mu
 }
 
 // join returns the flight of key, and whether the caller leads it: a new
@@ -191,14 +194,18 @@ func (f *flight) set(lead bool, res []byte) {
 	}
 }
 
-// land ends f, the flight of key.
+// land ends f, the flight of key, the first time it is called.
 func (fs *flights) land(key lockcore.Key, f *flight) {
 	if f == nil {
 		return
 	}
 	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f.landed {
+		return
+	}
+	f.landed = true
 	delete(fs.m, key)
-	fs.mu.Unlock()
 	close(f.done)
 }
 
@@ -346,7 +353,28 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		m.replay(w, r, route, res, fp)
 		return
 	}
-	lease, err := m.l.Acquire(ctx, key, policy)
+	// The run outlives its client: a client that gave up retries, and the
+	// retry is to get what the run comes to, not an answer cut short by
+	// its leaving. The wait in line still ends with the request, and the
+	// run at the request's deadline.
+	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	if d, ok := ctx.Deadline(); ok {
+		var stop context.CancelFunc
+		actx, stop = context.WithDeadline(actx, d)
+		defer stop()
+	}
+	unhook := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel(context.Cause(ctx))
+		}
+	})
+	lease, err := m.l.Acquire(actx, key, policy)
+	if !unhook() && err == nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The client left as the lock was granted: nothing ran.
+		_ = lease.Release(ctx)
+		return
+	}
 	if err != nil {
 		m.refuse(w, r, route, err)
 		return
@@ -355,7 +383,7 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		// A request nested in the one that holds the key (by a propagated
 		// owner token) is that request's duplicate, in progress.
 		_ = lease.Release(ctx)
-		m.problem(w, http.StatusConflict, "in-progress", "Request in progress", "a request with this key is in progress")
+		m.refuse(w, r, route, &lockcore.ContentionError{Key: key.String()})
 		return
 	}
 	// A duplicate that waited while the first ran: its result.
@@ -369,12 +397,12 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 		return
 	}
-	m.run(w, r, next, route, lease, fp, f, lead)
+	m.run(w, r, next, route, key, lease, fp, f, lead)
 }
 
 // run runs next for r under lease, the first holder of its key, and stores
 // its response with the lease's release.
-func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Handler, route string, lease *lifecycle.Lease, fp [sha256.Size]byte, f *flight, lead bool) {
+func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Handler, route string, key lockcore.Key, lease *lifecycle.Lease, fp [sha256.Size]byte, f *flight, lead bool) {
 	c := &capture{w: w, max: m.c.MaxStored}
 	finished := false
 	defer func() {
@@ -401,6 +429,11 @@ func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Hand
 		}
 	}
 	f.set(lead, m.keep(r, route, lease, rec))
+	if lead {
+		// The duplicates have what they wait for: they do not wait on
+		// this client's reading of its response.
+		m.flights.land(key, f)
+	}
 	// Sent once stored, or once it is certain it was not: either way the
 	// handler ran, and this is what it answered.
 	w.WriteHeader(c.code())
@@ -472,8 +505,15 @@ func (m *idempotency) replay(w http.ResponseWriter, r *http.Request, route strin
 		m.problem(w, http.StatusGone, "not-stored", "Response not stored",
 			"the request with this key ran, and answered "+strconv.Itoa(rec.Status)+"; its response was not stored ("+rec.Reason+")")
 	default:
+		// The stored lines of a field replace what the middleware before
+		// this one set of it, as they did in the first response.
 		h := w.Header()
+		set := make(map[string]bool, len(rec.Fields))
 		for _, f := range rec.Fields {
+			if !set[f[0]] {
+				set[f[0]] = true
+				h[f[0]] = nil
+			}
 			h[f[0]] = append(h[f[0]], f[1])
 		}
 		h.Set("Idempotent-Replayed", "true")
