@@ -57,6 +57,12 @@ func payments(t *testing.T, rdb redis.UniversalClient, prefix string, store *fen
 	t.Helper()
 	l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
 	t.Cleanup(func() { _ = l.Close() })
+	return paymentsOn(t, l, store, c)
+}
+
+// paymentsOn is payments on the Locker l.
+func paymentsOn(t *testing.T, l *lock.Locker, store *fencedStore, c middleware.IdempotencyConfig) *httptest.Server {
+	t.Helper()
 	if c.Policy.Wait == 0 {
 		c.Policy = lock.Wait(20 * time.Second)
 	}
@@ -90,14 +96,23 @@ type answer struct {
 	body     []byte
 	replayed bool
 	location string
+	retry    string // Retry-After
 }
 
 func idemPost(t *testing.T, c *http.Client, url, key, body string, h ...string) answer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	a, err := idemTry(c, url, key, body, h...)
 	if err != nil {
 		t.Error(err)
-		return answer{}
+	}
+	return a
+}
+
+// idemTry is idemPost, which returns the request's error instead.
+func idemTry(c *http.Client, url, key, body string, h ...string) (answer, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return answer{}, err
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
@@ -107,15 +122,11 @@ func idemPost(t *testing.T, c *http.Client, url, key, body string, h ...string) 
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Error(err)
-		return answer{}
+		return answer{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Error(err)
-	}
-	return answer{resp.StatusCode, b, resp.Header.Get("Idempotent-Replayed") == "true", resp.Header.Get("Location")}
+	return answer{resp.StatusCode, b, resp.Header.Get("Idempotent-Replayed") == "true", resp.Header.Get("Location"), resp.Header.Get("Retry-After")}, err
 }
 
 // TestIdempotencyRunsOnceAcrossInstances: 100 keys, each sent 10 times at
