@@ -123,7 +123,8 @@ var defaultReplayed = []string{"Content-Type", "Content-Language", "Content-Enco
 //	                            over MaxStored, streamed (Flush), hijacked
 //	413 Content Too Large       a body over MaxBody
 //	422 Unprocessable Content   the key reused with another payload
-//	503 Service Unavailable     the engine unreachable
+//	503 Service Unavailable     the engine unreachable, or its restart guard refusing
+//	                            fresh locks after Redis lost its data (Retry-After)
 //
 // A handler that panics stores a 500, which its retries get. Responses
 // over MaxStored, and those the handler flushes or hijacks, go out as they
@@ -329,7 +330,14 @@ func (m *idempotency) refuse(w http.ResponseWriter, r *http.Request, err error) 
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		m.problem(w, status, "in-progress", "Request in progress", "a request with this key is in progress; retry later")
 	case http.StatusServiceUnavailable:
-		m.problem(w, status, "unavailable", "Service unavailable", "the idempotency store is unavailable; retry later")
+		detail := "the idempotency store is unavailable; retry later"
+		var gerr *lockcore.RestartGuardError
+		if errors.As(err, &gerr) {
+			// The guard's time left, as middleware.Error tells it.
+			w.Header().Set("Retry-After", strconv.FormatInt(max(int64((gerr.RetryAfter+time.Second-1)/time.Second), 1), 10))
+			detail = "the idempotency store restarted without its data: no request runs until every earlier one has ended; retry later"
+		}
+		m.problem(w, status, "unavailable", "Service unavailable", detail)
 	default:
 		if m.c.Logger != nil {
 			m.c.Logger.Error("routelock: an idempotent request was refused", "route", routePattern(r), "err", err)
