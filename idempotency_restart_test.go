@@ -1,0 +1,186 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	lock "github.com/routelock/lock"
+	"github.com/routelock/lock/internal/redistest"
+	"github.com/routelock/lock/lockcore"
+	"github.com/routelock/lock/lockcore/redisengine"
+	"github.com/routelock/lock/middleware"
+)
+
+// TestIdempotencyRedisRestartedEmpty pins what a restart of Redis without
+// persistence does to an idempotent route (every Engine with MaxTTL 1 s,
+// leases of 500 ms):
+//
+//   - the stored results are gone with the rest of the data;
+//   - a request whose handler runs across the restart loses its lease:
+//     its context is cancelled with ErrLockLost, its response goes to its
+//     client but is not stored;
+//   - for MaxTTL after the server's start, the restart guard takes no
+//     lock: a retry on a route that may not wait that long (FailFast) is
+//     answered 503 with Retry-After, its handler not run;
+//   - a retry on a route that waits longer than the guard waits it out;
+//   - after the guard, every retry runs its handler again: a second run
+//     of a key that had run to the end before the restart, and of the one
+//     that was running across it, whose second run starts only after the
+//     first one's context was cancelled. The second runs' responses are
+//     stored and replayed as any.
+func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
+	srv := redistest.OwnVolatile(t)
+	if srv == nil {
+		return
+	}
+	const maxTTL, ttl = time.Second, 500 * time.Millisecond
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	b := redistest.At(srv.Addr)
+	// The server's first start is decided by a warm-up Engine with a
+	// bound of 50 ms, so that the first requests get in at once.
+	warm, err := redisengine.New(b.Universal(t), redisengine.Options{Prefix: prefix, TTL: 50 * time.Millisecond, MaxTTL: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Close()
+
+	var mu sync.Mutex
+	runs := map[string]int{}
+	started := map[string]time.Time{} // each key's last run's start
+	var lostAt time.Time
+	var lostCause error
+	inflight := make(chan struct{}, 1)
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		ik := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		runs[ik]++
+		n := runs[ik]
+		started[ik] = time.Now()
+		mu.Unlock()
+		if ik == "across" && n == 1 {
+			inflight <- struct{}{}
+			select {
+			case <-r.Context().Done():
+				mu.Lock()
+				lostAt, lostCause = time.Now(), context.Cause(r.Context())
+				mu.Unlock()
+			case <-time.After(10 * time.Second):
+			}
+		}
+		fmt.Fprintf(w, "run %d of %s", n, ik)
+	}
+	app := func(p lock.Policy) string {
+		l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: prefix, TTL: ttl, MaxTTL: maxTTL})
+		t.Cleanup(func() { _ = l.Close() })
+		r := chi.NewRouter()
+		r.With(middleware.Idempotency(l, middleware.IdempotencyConfig{Policy: p})).Post("/orders", handler)
+		s := httptest.NewServer(r)
+		t.Cleanup(s.Close)
+		return s.URL + "/orders"
+	}
+	failFast, waits := app(lock.FailFast()), app(lock.Wait(10*time.Second))
+	client := &http.Client{Timeout: 20 * time.Second}
+
+	var done answer
+	eventually(t, 5*time.Second, "a first run once the warm-up's guard ended", func() bool {
+		done = idemPost(t, client, failFast, "done", "")
+		return done.status == http.StatusOK
+	})
+	if again := idemPost(t, client, waits, "done", ""); !again.replayed || string(again.body) != "run 1 of done" {
+		t.Fatalf("the retry before the restart: %d %q (replayed %v), want the first run replayed", again.status, again.body, again.replayed)
+	}
+	if fast := idemPost(t, client, failFast, "fast", ""); fast.status != http.StatusOK || fast.replayed {
+		t.Fatalf("a first run before the restart: %d %q (replayed %v)", fast.status, fast.body, fast.replayed)
+	}
+	across := make(chan answer, 1)
+	go func() { across <- idemPost(t, client, waits, "across", "") }()
+	select {
+	case <-inflight:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request across the restart did not start in 10s")
+	}
+
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	if rs := storedResults(t, b, prefix); len(rs) != 0 {
+		t.Errorf("stored results after the restart: %+v, want none", rs)
+	}
+	// A retry that may wait: it waits the guard out, then runs again.
+	waited := make(chan answer, 1)
+	go func() { waited <- idemPost(t, client, waits, "done", "") }()
+	// A retry that may not: refused while the guard lasts.
+	refused := 0
+	var ran answer
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ran = idemPost(t, client, failFast, "fast", "")
+		if ran.status != http.StatusServiceUnavailable {
+			break
+		}
+		if !strings.HasSuffix(problemOf(t, ran), "#unavailable") || ran.retry != "1" {
+			t.Fatalf("a refusal %v after the restart: %q, Retry-After %q; want #unavailable, Retry-After 1 (the guard's time left, at most 1 s)",
+				time.Since(restarted).Round(time.Millisecond), ran.body, ran.retry)
+		}
+		refused++
+		if time.Now().After(deadline) {
+			t.Fatal("refused for 5s after the restart, with a guard of 1s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the guard's end, bounded by the deadline
+	}
+	guardEnded := time.Since(restarted)
+	if refused == 0 || ran.status != http.StatusOK || ran.replayed {
+		t.Errorf("after %d refusals: %d %q (replayed %v); want refusals while the guard lasts, then a run", refused, ran.status, ran.body, ran.replayed)
+	}
+	var w answer
+	select {
+	case w = <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the retry that waits got no answer in 10s")
+	}
+	waitedFor := time.Since(restarted)
+	if w.status != http.StatusOK || w.replayed || string(w.body) != "run 2 of done" {
+		t.Errorf("the retry of a request stored before the restart: %d %q (replayed %v), want a second run", w.status, w.body, w.replayed)
+	}
+
+	var a answer
+	select {
+	case a = <-across:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request across the restart got no answer in 10s")
+	}
+	mu.Lock()
+	lost, cause := lostAt, lostCause
+	mu.Unlock()
+	if !errors.Is(cause, lockcore.ErrLockLost) || a.status != http.StatusOK || string(a.body) != "run 1 of across" || a.replayed {
+		t.Errorf("the request across the restart: cause %v, answered %d %q (replayed %v); want ErrLockLost, and its response sent", cause, a.status, a.body, a.replayed)
+	}
+	second := idemPost(t, client, waits, "across", "")
+	mu.Lock()
+	secondStart := started["across"]
+	mu.Unlock()
+	if second.status != http.StatusOK || second.replayed || string(second.body) != "run 2 of across" || !secondStart.After(lost) {
+		t.Errorf("the retry of the request across the restart: %d %q (replayed %v), run at %v after its lost context; want a second run, after it",
+			second.status, second.body, second.replayed, secondStart.Sub(lost))
+	}
+	for ik, body := range map[string]string{"done": "run 2 of done", "across": "run 2 of across", "fast": "run 2 of fast"} {
+		if r := idemPost(t, client, failFast, ik, ""); !r.replayed || string(r.body) != body {
+			t.Errorf("a later retry of %s: %d %q (replayed %v), want %q replayed", ik, r.status, r.body, r.replayed, body)
+		}
+	}
+	t.Logf("after the restart: the guard refused %d times, ended %v after it; the retry that waited ran %v after it; the lease across it was lost %v after it",
+		refused, guardEnded.Round(time.Millisecond), waitedFor.Round(time.Millisecond), lost.Sub(restarted).Round(time.Millisecond))
+}
