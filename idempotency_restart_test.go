@@ -27,15 +27,17 @@ import (
 //   - the stored results are gone with the rest of the data;
 //   - a request whose handler runs across the restart loses its lease:
 //     its context is cancelled with ErrLockLost, its response goes to its
-//     client but is not stored;
+//     client but is not stored; one whose handler returns right after the
+//     restart, before its lease's renewal found the lease gone, stores
+//     nothing either (the release script finds its hold gone);
 //   - for MaxTTL after the server's start, the restart guard takes no
 //     lock: a retry on a route that may not wait that long (FailFast) is
 //     answered 503 with Retry-After, its handler not run;
 //   - a retry on a route that waits longer than the guard waits it out;
 //   - after the guard, every retry runs its handler again: a second run
-//     of a key that had run to the end before the restart, and of the one
-//     that was running across it, whose second run starts only after the
-//     first one's context was cancelled. The second runs' responses are
+//     of a key that had run to the end before the restart, and of those
+//     that were running across it (the second run of the one whose
+//     context was cancelled starts only after that). The second runs' responses are
 //     stored and replayed as any.
 func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 	srv := redistest.OwnVolatile(t)
@@ -62,7 +64,7 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 	started := map[string]time.Time{} // each key's last run's start
 	var lostAt time.Time
 	var lostCause error
-	inflight := make(chan struct{}, 1)
+	inflight, returning, ret := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{})
 	handler := func(w http.ResponseWriter, r *http.Request) {
 		ik := r.Header.Get("Idempotency-Key")
 		mu.Lock()
@@ -79,6 +81,10 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 				mu.Unlock()
 			case <-time.After(10 * time.Second):
 			}
+		}
+		if ik == "returns" && n == 1 {
+			returning <- struct{}{}
+			<-ret
 		}
 		fmt.Fprintf(w, "run %d of %s", n, ik)
 	}
@@ -113,10 +119,31 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 		t.Fatal("the request across the restart did not start in 10s")
 	}
 
+	returns := make(chan answer, 1)
+	go func() { returns <- idemPost(t, client, waits, "returns", "") }()
+	select {
+	case <-returning:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request that returns after the restart did not start in 10s")
+	}
+
+	killed := time.Now()
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
+	// A handler returns at once, most likely before its lease's renewal
+	// finds the lease gone: its store must find it gone.
+	close(ret)
+	var rt answer
+	select {
+	case rt = <-returns:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request that returns after the restart got no answer in 10s")
+	}
+	if rt.status != http.StatusOK || rt.replayed || string(rt.body) != "run 1 of returns" {
+		t.Errorf("the request that returned after the restart: %d %q (replayed %v), want its own response", rt.status, rt.body, rt.replayed)
+	}
 	if rs := storedResults(t, b, prefix); len(rs) != 0 {
 		t.Errorf("stored results after the restart: %+v, want none", rs)
 	}
@@ -176,11 +203,14 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 		t.Errorf("the retry of the request across the restart: %d %q (replayed %v), run at %v after its lost context; want a second run, after it",
 			second.status, second.body, second.replayed, secondStart.Sub(lost))
 	}
-	for ik, body := range map[string]string{"done": "run 2 of done", "across": "run 2 of across", "fast": "run 2 of fast"} {
+	if r := idemPost(t, client, waits, "returns", ""); r.status != http.StatusOK || r.replayed || string(r.body) != "run 2 of returns" {
+		t.Errorf("the retry of the request that returned after the restart: %d %q (replayed %v), want a second run", r.status, r.body, r.replayed)
+	}
+	for ik, body := range map[string]string{"done": "run 2 of done", "across": "run 2 of across", "fast": "run 2 of fast", "returns": "run 2 of returns"} {
 		if r := idemPost(t, client, failFast, ik, ""); !r.replayed || string(r.body) != body {
 			t.Errorf("a later retry of %s: %d %q (replayed %v), want %q replayed", ik, r.status, r.body, r.replayed, body)
 		}
 	}
-	t.Logf("after the restart: the guard refused %d times, ended %v after it; the retry that waited ran %v after it; the lease across it was lost %v after it",
-		refused, guardEnded.Round(time.Millisecond), waitedFor.Round(time.Millisecond), lost.Sub(restarted).Round(time.Millisecond))
+	t.Logf("after the restart: the guard refused %d times, ended %v after it; the retry that waited ran %v after it; the lease across it was lost %v after the kill (the restart took %v)",
+		refused, guardEnded.Round(time.Millisecond), waitedFor.Round(time.Millisecond), lost.Sub(killed).Round(time.Millisecond), restarted.Sub(killed).Round(time.Millisecond))
 }
