@@ -32,10 +32,11 @@ type fencedStore struct {
 	mu     sync.Mutex
 	fence  map[string]int64
 	writes map[string]int
+	last   map[string]time.Time // when the last write was taken
 }
 
 func newFencedStore() *fencedStore {
-	return &fencedStore{fence: map[string]int64{}, writes: map[string]int{}}
+	return &fencedStore{fence: map[string]int64{}, writes: map[string]int{}, last: map[string]time.Time{}}
 }
 
 func (s *fencedStore) write(key string, fence int64) error {
@@ -46,6 +47,7 @@ func (s *fencedStore) write(key string, fence int64) error {
 	}
 	s.fence[key] = fence
 	s.writes[key]++
+	s.last[key] = time.Now()
 	return nil
 }
 
@@ -134,29 +136,47 @@ func idemTry(c *http.Client, url, key, body string, h ...string) (answer, error)
 // once, as the fenced store counts, and every duplicate got the first
 // response byte for byte, marked as a replay.
 func TestIdempotencyRunsOnceAcrossInstances(t *testing.T) {
-	b := redistest.Best(t)
+	idemBurst(t, redistest.Best(t))
+}
+
+// idemKeys and idemDups are idemBurst's keys, and how often each is sent.
+const idemKeys, idemDups = 100, 10
+
+// timedAnswer is an answer and when its request was sent and answered.
+type timedAnswer struct {
+	answer
+	sent, done time.Time
+}
+
+// idemBurst sends idemKeys keys idemDups times each, all at once, spread
+// over 3 app instances on b, and checks that each key's handler ran once
+// and every duplicate got the first response replayed. It returns the
+// answers, by key, and the store.
+func idemBurst(t *testing.T, b *redistest.Backend) ([][idemDups]timedAnswer, *fencedStore) {
+	t.Helper()
 	prefix := redistest.Prefix(t)
 	store := newFencedStore()
 	var apps []*httptest.Server
 	for range 3 {
 		apps = append(apps, payments(t, b.Universal(t), prefix, store, middleware.IdempotencyConfig{}))
 	}
-	const keys, dups = 100, 10
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}
-	answers := make([][dups]answer, keys)
+	answers := make([][idemDups]timedAnswer, idemKeys)
 	var wg sync.WaitGroup
-	for k := range keys {
-		for d := range dups {
+	for k := range idemKeys {
+		for d := range idemDups {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				app := apps[(k+d)%len(apps)]
-				answers[k][d] = idemPost(t, client, app.URL+"/payments/acct-"+fmt.Sprint(k%7), fmt.Sprintf("key-%d", k), fmt.Sprintf("amount=%d", k))
+				sent := time.Now()
+				a := idemPost(t, client, app.URL+"/payments/acct-"+fmt.Sprint(k%7), fmt.Sprintf("key-%d", k), fmt.Sprintf("amount=%d", k))
+				answers[k][d] = timedAnswer{a, sent, time.Now()}
 			}()
 		}
 	}
 	wg.Wait()
-	for k := range keys {
+	for k := range idemKeys {
 		if n := store.writes[fmt.Sprintf("key-%d", k)]; n != 1 {
 			t.Errorf("key-%d: the handler wrote %d times, want once", k, n)
 		}
@@ -177,6 +197,7 @@ func TestIdempotencyRunsOnceAcrossInstances(t *testing.T) {
 			t.Errorf("key-%d: %d responses without the replay mark, want 1", k, fresh)
 		}
 	}
+	return answers, store
 }
 
 // problemOf decodes an application/problem+json body.
