@@ -16,7 +16,6 @@ import (
 
 	lock "github.com/routelock/lock"
 	"github.com/routelock/lock/internal/faultproxy"
-	"github.com/routelock/lock/internal/idem"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore/redisengine"
 	"github.com/routelock/lock/middleware"
@@ -74,10 +73,7 @@ func TestIdempotencyKeepReplyLost(t *testing.T) {
 	var mark [8]byte
 	_, _ = rand.Read(mark[:])
 	ik := "keep-lost-" + hex.EncodeToString(mark[:])
-	k, err := idem.LockKey([]string{http.MethodPost, "/receipts/{id}"}, "", ik)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := idemKey(t, "/receipts/{id}", ik)
 	// Only the call that stores this response carries it through the
 	// proxy, which only this test's instance uses.
 	want := "receipt held of run 2"

@@ -137,10 +137,7 @@ func TestIdempotencyKilledInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ik, path, body = "pay-killed-1", "/payments/acct-1", "amount=7"
-	k, err := idem.LockKey([]string{http.MethodPost, "/payments/{account}"}, "", ik)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := idemKey(t, "/payments/{account}", ik)
 	client := &http.Client{Timeout: 20 * time.Second}
 
 	type sent struct {
@@ -220,6 +217,17 @@ func TestIdempotencyKilledInstance(t *testing.T) {
 	if rs := storedResults(t, redistest.At(srv.Addr), prefix); len(rs) != 1 || rs[0].Key != k {
 		t.Errorf("stored results: %+v, want the one of %v", rs, k)
 	}
+}
+
+// idemKey returns the lock key of idempotency key ik on POST route, of
+// no caller.
+func idemKey(t *testing.T, route, ik string) lockcore.Key {
+	t.Helper()
+	k, err := idem.LockKey([]string{http.MethodPost, route}, "", ik)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 // storedResults lists the results stored under prefix on b.

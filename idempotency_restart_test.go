@@ -36,8 +36,10 @@ import (
 //   - a retry on a route that waits longer than the guard waits it out;
 //   - after the guard, every retry runs its handler again: a second run
 //     of a key that had run to the end before the restart, and of those
-//     that were running across it (the second run of the one whose
-//     context was cancelled starts only after that). The second runs' responses are
+//     that were running across it: a duplicate that was waiting in line
+//     for one of them (its place in the queue lost with the rest) waits
+//     the guard out and runs it again, after the first run's context was
+//     cancelled. The second runs' responses are
 //     stored and replayed as any.
 func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 	srv := redistest.OwnVolatile(t)
@@ -88,16 +90,18 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 		}
 		fmt.Fprintf(w, "run %d of %s", n, ik)
 	}
-	app := func(p lock.Policy) string {
+	app := func(p lock.Policy) (*lock.Locker, string) {
 		l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: prefix, TTL: ttl, MaxTTL: maxTTL})
 		t.Cleanup(func() { _ = l.Close() })
 		r := chi.NewRouter()
 		r.With(middleware.Idempotency(l, middleware.IdempotencyConfig{Policy: p})).Post("/orders", handler)
 		s := httptest.NewServer(r)
 		t.Cleanup(s.Close)
-		return s.URL + "/orders"
+		return l, s.URL + "/orders"
 	}
-	failFast, waits := app(lock.FailFast()), app(lock.Wait(10*time.Second))
+	_, failFast := app(lock.FailFast())
+	_, waits := app(lock.Wait(10 * time.Second))
+	other, waitsToo := app(lock.Wait(10 * time.Second))
 	client := &http.Client{Timeout: 20 * time.Second}
 
 	var done answer
@@ -119,6 +123,12 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 		t.Fatal("the request across the restart did not start in 10s")
 	}
 
+	// A duplicate of it waits in line on another instance.
+	queued := make(chan answer, 1)
+	go func() { queued <- idemPost(t, client, waitsToo, "across", "") }()
+	eventually(t, 10*time.Second, "the duplicate waits in line", func() bool {
+		return len(inspect(t, other, idemKey(t, "/orders", "across")).Waiters) == 1
+	})
 	returns := make(chan answer, 1)
 	go func() { returns <- idemPost(t, client, waits, "returns", "") }()
 	select {
@@ -195,12 +205,17 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 	if !errors.Is(cause, lockcore.ErrLockLost) || a.status != http.StatusOK || string(a.body) != "run 1 of across" || a.replayed {
 		t.Errorf("the request across the restart: cause %v, answered %d %q (replayed %v); want ErrLockLost, and its response sent", cause, a.status, a.body, a.replayed)
 	}
-	second := idemPost(t, client, waits, "across", "")
+	var second answer
+	select {
+	case second = <-queued:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the duplicate in line across the restart got no answer in 10s")
+	}
 	mu.Lock()
 	secondStart := started["across"]
 	mu.Unlock()
 	if second.status != http.StatusOK || second.replayed || string(second.body) != "run 2 of across" || !secondStart.After(lost) {
-		t.Errorf("the retry of the request across the restart: %d %q (replayed %v), run at %v after its lost context; want a second run, after it",
+		t.Errorf("the duplicate in line across the restart: %d %q (replayed %v), run at %v after the first one's lost context; want a second run, after it",
 			second.status, second.body, second.replayed, secondStart.Sub(lost))
 	}
 	if r := idemPost(t, client, waits, "returns", ""); r.status != http.StatusOK || r.replayed || string(r.body) != "run 2 of returns" {
@@ -211,6 +226,7 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 			t.Errorf("a later retry of %s: %d %q (replayed %v), want %q replayed", ik, r.status, r.body, r.replayed, body)
 		}
 	}
-	t.Logf("after the restart: the guard refused %d times, ended %v after it; the retry that waited ran %v after it; the lease across it was lost %v after the kill (the restart took %v)",
-		refused, guardEnded.Round(time.Millisecond), waitedFor.Round(time.Millisecond), lost.Sub(killed).Round(time.Millisecond), restarted.Sub(killed).Round(time.Millisecond))
+	t.Logf("after the restart: the guard refused %d times, ended %v after it; the retry that waited ran %v after it; the lease across it was lost %v after the kill (the restart took %v), and its duplicate in line ran again %v after the restart",
+		refused, guardEnded.Round(time.Millisecond), waitedFor.Round(time.Millisecond), lost.Sub(killed).Round(time.Millisecond), restarted.Sub(killed).Round(time.Millisecond),
+		secondStart.Sub(restarted).Round(time.Millisecond))
 }
