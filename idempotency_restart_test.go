@@ -40,7 +40,8 @@ import (
 //     for one of them (its place in the queue lost with the rest) waits
 //     the guard out and runs it again, after the first run's context was
 //     cancelled. The second runs' responses are
-//     stored and replayed as any.
+//     stored and replayed as any, and their fencing tokens are above the
+//     first runs'.
 func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 	srv := redistest.OwnVolatile(t)
 	if srv == nil {
@@ -64,6 +65,7 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 	var mu sync.Mutex
 	runs := map[string]int{}
 	started := map[string]time.Time{} // each key's last run's start
+	fences := map[string][]int64{}    // each key's runs' fencing tokens
 	var lostAt time.Time
 	var lostCause error
 	inflight, returning, ret := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{})
@@ -73,6 +75,8 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 		runs[ik]++
 		n := runs[ik]
 		started[ik] = time.Now()
+		fence, _ := lock.FencingToken(r.Context())
+		fences[ik] = append(fences[ik], fence)
 		mu.Unlock()
 		if ik == "across" && n == 1 {
 			inflight <- struct{}{}
@@ -221,6 +225,13 @@ func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 	if r := idemPost(t, client, waits, "returns", ""); r.status != http.StatusOK || r.replayed || string(r.body) != "run 2 of returns" {
 		t.Errorf("the retry of the request that returned after the restart: %d %q (replayed %v), want a second run", r.status, r.body, r.replayed)
 	}
+	mu.Lock()
+	for ik, fs := range fences {
+		if len(fs) == 2 && fs[1] <= fs[0] {
+			t.Errorf("%s: the second run's fencing token %d is not above the first's %d", ik, fs[1], fs[0])
+		}
+	}
+	mu.Unlock()
 	for ik, body := range map[string]string{"done": "run 2 of done", "across": "run 2 of across", "fast": "run 2 of fast", "returns": "run 2 of returns"} {
 		if r := idemPost(t, client, failFast, ik, ""); !r.replayed || string(r.body) != body {
 			t.Errorf("a later retry of %s: %d %q (replayed %v), want %q replayed", ik, r.status, r.body, r.replayed, body)

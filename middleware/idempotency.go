@@ -131,6 +131,22 @@ var defaultReplayed = []string{"Content-Type", "Content-Language", "Content-Enco
 // are written and are not stored. A response is sent once it is stored:
 // the handler's writes are held in memory until it returns.
 //
+// A request runs once per key as long as Redis keeps its data. A process
+// killed while its handler runs stores nothing: a duplicate waits in line
+// until the killed one's lease runs out (the Policy's TTL), then runs the
+// handler. A Redis restarted without its data (no append-only file) has
+// lost the stored results and the holds of the requests running then:
+// their contexts are cancelled with lockcore.ErrLockLost and their
+// responses are not stored. For the Redis engine's MaxTTL after the
+// restart, its restart guard lets no request with a key run: one that may
+// not wait that long is answered 503 with Retry-After, one that may waits
+// it out. After that, a retry of any key whose result was lost, finished
+// or not, runs the handler a second time: an effect of the first run that
+// the application did not record under the key itself (a charge, a
+// message) happens twice. The second run's fencing token
+// (lock.FencingToken) is greater than the first one's, so that a store
+// given it refuses the first run's writes that come after the second's.
+//
 // Panics if l's engine keeps no results, or c is invalid.
 func Idempotency(l lifecycle.Locker, c IdempotencyConfig) func(http.Handler) http.Handler {
 	m := newIdem(l, c)
