@@ -39,9 +39,8 @@ import (
 //     that were running across it: a duplicate that was waiting in line
 //     for one of them (its place in the queue lost with the rest) waits
 //     the guard out and runs it again, after the first run's context was
-//     cancelled. The second runs' responses are
-//     stored and replayed as any, and their fencing tokens are above the
-//     first runs'.
+//     cancelled. The second runs' responses are stored and replayed as
+//     any, and their fencing tokens are above the first runs'.
 func TestIdempotencyRedisRestartedEmpty(t *testing.T) {
 	srv := redistest.OwnVolatile(t)
 	if srv == nil {
