@@ -329,8 +329,11 @@ func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Hand
 func (m *idempotency) keep(r *http.Request, lease *lifecycle.Lease, rec *idem.Record) {
 	err := lifecycle.Keep(context.WithoutCancel(r.Context()), lease, rec.Encode(), m.c.Keep)
 	if err != nil && m.c.Logger != nil {
-		m.c.Logger.Warn("routelock: the response of an idempotent request was not stored: a retry of its key runs it again",
-			"route", routePattern(r), "err", err)
+		msg := "routelock: the response of an idempotent request was not stored: a retry of its key runs it again"
+		if errors.Is(err, lockcore.ErrUnavailable) {
+			msg = "routelock: the response of an idempotent request may not be stored: Redis did not answer in time; the store goes on in the background while its lease lasts"
+		}
+		m.c.Logger.Warn(msg, "route", routePattern(r), "err", err)
 	}
 }
 
