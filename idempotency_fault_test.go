@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,5 +133,93 @@ func TestIdempotencyKeepReplyLost(t *testing.T) {
 	}
 	if rs := storedResults(t, b, prefix); len(rs) != 2 {
 		t.Errorf("stored results: %+v, want the warm-up's and the first request's", rs)
+	}
+}
+
+// TestIdempotencyKeepUnanswered: the call that stores the first request's
+// response with its lock's release gets no answer within the engine's
+// ReleaseTimeout (Redis out of reach: the proxy drops everything), so the
+// first request's client gets its response and the instance logs that it
+// may not be stored. Once Redis is back, the call is sent again in the
+// background, with the response: it stores it and frees the key, and the
+// duplicate that was waiting in line on another instance gets it
+// replayed; the handler ran once. (Sending a plain release again instead
+// would free the key without the response, and the duplicate would run
+// the handler a second time.)
+func TestIdempotencyKeepUnanswered(t *testing.T) {
+	b := redistest.Best(t)
+	prefix := redistest.Prefix(t)
+	p := faultproxy.Start(t, b.Addr)
+	cut := redis.NewClient(&redis.Options{Addr: p.Addr})
+	t.Cleanup(func() { _ = cut.Close() })
+	var logs syncBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	var runs atomic.Int64
+	started, finish := make(chan struct{}, 1), make(chan struct{})
+	app := func(rdb redis.UniversalClient) (*lock.Locker, string) {
+		l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix, ReleaseTimeout: 200 * time.Millisecond})
+		t.Cleanup(func() { _ = l.Close() })
+		r := chi.NewRouter()
+		r.With(middleware.Idempotency(l, middleware.IdempotencyConfig{Policy: lock.Wait(20 * time.Second), Logger: logger})).
+			Post("/receipts", func(w http.ResponseWriter, r *http.Request) {
+				n := runs.Add(1)
+				if n == 1 {
+					started <- struct{}{}
+					<-finish
+				}
+				fmt.Fprintf(w, "receipt of run %d", n)
+			})
+		srv := httptest.NewServer(r)
+		t.Cleanup(srv.Close)
+		return l, srv.URL + "/receipts"
+	}
+	_, cutURL := app(cut)
+	direct, directURL := app(b.Universal(t))
+	client := &http.Client{Timeout: 20 * time.Second}
+	const ik = "keep-unanswered"
+
+	first, dup := make(chan answer, 1), make(chan answer, 1)
+	go func() { first <- idemPost(t, client, cutURL, ik, "") }()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request's handler did not start in 10s")
+	}
+	go func() { dup <- idemPost(t, client, directURL, ik, "") }()
+	eventually(t, 10*time.Second, "the duplicate waits in line", func() bool {
+		return len(inspect(t, direct, idemKey(t, "/receipts", ik)).Waiters) == 1
+	})
+	p.Blackhole(true)
+	close(finish)
+	var a answer
+	select {
+	case a = <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request got no answer in 10s")
+	}
+	if a.status != http.StatusOK || a.replayed || string(a.body) != "receipt of run 1" {
+		t.Errorf("the first request: %d %q (replayed %v), want its response", a.status, a.body, a.replayed)
+	}
+	if !strings.Contains(logs.String(), "not stored") {
+		t.Errorf("logged %q, want the store's failure", logs.String())
+	}
+	p.Blackhole(false)
+	var d answer
+	select {
+	case d = <-dup:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the duplicate got no answer in 20s")
+	}
+	retry := idemPost(t, client, directURL, ik, "")
+	for _, x := range []struct {
+		what string
+		a    answer
+	}{{"the duplicate", d}, {"the retry", retry}} {
+		if x.a.status != http.StatusOK || !x.a.replayed || string(x.a.body) != "receipt of run 1" {
+			t.Errorf("%s: %d %q (replayed %v), want the first run's response replayed", x.what, x.a.status, x.a.body, x.a.replayed)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -156,10 +157,16 @@ func idemBurst(t *testing.T, b *redistest.Backend) ([][idemDups]timedAnswer, *fe
 	t.Helper()
 	prefix := redistest.Prefix(t)
 	store := newFencedStore()
+	var logs syncBuffer // what the instances say of responses not stored
 	var apps []*httptest.Server
 	for range 3 {
-		apps = append(apps, payments(t, b.Universal(t), prefix, store, middleware.IdempotencyConfig{}))
+		apps = append(apps, payments(t, b.Universal(t), prefix, store, middleware.IdempotencyConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))}))
 	}
+	defer func() {
+		if t.Failed() && logs.String() != "" {
+			t.Logf("the instances logged:\n%s", logs.String())
+		}
+	}()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}
 	answers := make([][idemDups]timedAnswer, idemKeys)
 	var wg sync.WaitGroup
