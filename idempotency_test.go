@@ -34,10 +34,11 @@ type fencedStore struct {
 	mu     sync.Mutex
 	fence  map[string]int64
 	writes map[string]int
+	last   map[string]time.Time // when the last write was taken
 }
 
 func newFencedStore() *fencedStore {
-	return &fencedStore{fence: map[string]int64{}, writes: map[string]int{}}
+	return &fencedStore{fence: map[string]int64{}, writes: map[string]int{}, last: map[string]time.Time{}}
 }
 
 func (s *fencedStore) write(key string, fence int64) error {
@@ -48,6 +49,7 @@ func (s *fencedStore) write(key string, fence int64) error {
 	}
 	s.fence[key] = fence
 	s.writes[key]++
+	s.last[key] = time.Now()
 	return nil
 }
 
@@ -59,6 +61,12 @@ func payments(t *testing.T, rdb redis.UniversalClient, prefix string, store *fen
 	t.Helper()
 	l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
 	t.Cleanup(func() { _ = l.Close() })
+	return paymentsOn(t, l, store, c)
+}
+
+// paymentsOn is payments on the Locker l.
+func paymentsOn(t *testing.T, l *lock.Locker, store *fencedStore, c middleware.IdempotencyConfig) *httptest.Server {
+	t.Helper()
 	if c.Policy.Wait == 0 {
 		c.Policy = lock.Wait(20 * time.Second)
 	}
@@ -92,14 +100,23 @@ type answer struct {
 	body     []byte
 	replayed bool
 	location string
+	retry    string // Retry-After
 }
 
 func idemPost(t *testing.T, c *http.Client, url, key, body string, h ...string) answer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	a, err := idemTry(c, url, key, body, h...)
 	if err != nil {
 		t.Error(err)
-		return answer{}
+	}
+	return a
+}
+
+// idemTry is idemPost, which returns the request's error instead.
+func idemTry(c *http.Client, url, key, body string, h ...string) (answer, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return answer{}, err
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
@@ -109,15 +126,11 @@ func idemPost(t *testing.T, c *http.Client, url, key, body string, h ...string) 
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Error(err)
-		return answer{}
+		return answer{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Error(err)
-	}
-	return answer{resp.StatusCode, b, resp.Header.Get("Idempotent-Replayed") == "true", resp.Header.Get("Location")}
+	return answer{resp.StatusCode, b, resp.Header.Get("Idempotent-Replayed") == "true", resp.Header.Get("Location"), resp.Header.Get("Retry-After")}, err
 }
 
 // TestIdempotencyRunsOnceAcrossInstances: 100 keys, each sent 10 times at
@@ -125,32 +138,54 @@ func idemPost(t *testing.T, c *http.Client, url, key, body string, h ...string) 
 // once, as the fenced store counts, and every duplicate got the first
 // response byte for byte, marked as a replay.
 func TestIdempotencyRunsOnceAcrossInstances(t *testing.T) {
-	b := redistest.Best(t)
+	idemBurst(t, redistest.Best(t))
+}
+
+// idemKeys and idemDups are idemBurst's keys, and how often each is sent.
+const idemKeys, idemDups = 100, 10
+
+// timedAnswer is an answer and when its request was sent and answered.
+type timedAnswer struct {
+	answer
+	sent, done time.Time
+}
+
+// idemBurst sends idemKeys keys idemDups times each, all at once, spread
+// over 3 app instances on b, and checks that each key's handler ran once
+// and every duplicate got the first response replayed. It returns the
+// answers, by key, and the store.
+func idemBurst(t *testing.T, b *redistest.Backend) ([][idemDups]timedAnswer, *fencedStore) {
+	t.Helper()
 	prefix := redistest.Prefix(t)
 	store := newFencedStore()
+	var logs syncBuffer // what the instances say of responses not stored
 	var apps []*httptest.Server
 	for range 3 {
-		apps = append(apps, payments(t, b.Universal(t), prefix, store, middleware.IdempotencyConfig{}))
+		apps = append(apps, payments(t, b.Universal(t), prefix, store, middleware.IdempotencyConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))}))
 	}
+	defer func() {
+		if t.Failed() && logs.String() != "" {
+			t.Logf("the instances logged:\n%s", logs.String())
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}
 	// 100 keys on a real server; on miniredis, whose scripts run in an
 	// interpreter of Go, 30, so that the embedded fallback stays quick.
-	keys, dups := 100, 10
+	keys := idemKeys
 	if !b.Real() {
 		keys = 30
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}
-	answers := make([][]answer, keys)
-	for k := range answers {
-		answers[k] = make([]answer, dups)
-	}
+	answers := make([][idemDups]timedAnswer, keys)
 	var wg sync.WaitGroup
 	for k := range keys {
-		for d := range dups {
+		for d := range idemDups {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				app := apps[(k+d)%len(apps)]
-				answers[k][d] = idemPost(t, client, app.URL+"/payments/acct-"+fmt.Sprint(k%7), fmt.Sprintf("key-%d", k), fmt.Sprintf("amount=%d", k))
+				sent := time.Now()
+				a := idemPost(t, client, app.URL+"/payments/acct-"+fmt.Sprint(k%7), fmt.Sprintf("key-%d", k), fmt.Sprintf("amount=%d", k))
+				answers[k][d] = timedAnswer{a, sent, time.Now()}
 			}()
 		}
 	}
@@ -176,6 +211,7 @@ func TestIdempotencyRunsOnceAcrossInstances(t *testing.T) {
 			t.Errorf("key-%d: %d responses without the replay mark, want 1", k, fresh)
 		}
 	}
+	return answers, store
 }
 
 // problemOf decodes an application/problem+json body.

@@ -29,9 +29,12 @@ type Results interface {
 	// then nobody can take key between the store and the release. When h
 	// no longer holds key it stores nothing, and its error matches
 	// ErrLockLost. An error matching ErrUnavailable means the backend did
-	// not answer in time: res may or may not be stored, and the release
-	// goes on as a failed Release's does. A call that a client re-sent
-	// after a lost reply stores res once and reports success.
+	// not answer in time: res may or may not be stored, and the step goes
+	// on in the background, res with it, as a failed Release's does: res
+	// is stored if it lands while h still holds key (a plain release
+	// would free key without it, for a duplicate to run again). A call
+	// that a client re-sent after a lost reply stores res once and
+	// reports success.
 	Keep(ctx context.Context, key Key, h Hold, res []byte, keep time.Duration) error
 	// DropResult deletes the result of key, and reports whether there was
 	// one. The next holder of key runs as if key had never been used.

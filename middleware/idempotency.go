@@ -126,7 +126,8 @@ var defaultReplayed = []string{"Content-Type", "Content-Language", "Content-Enco
 //	                            over MaxStored, streamed (Flush), hijacked
 //	413 Content Too Large       a body over MaxBody
 //	422 Unprocessable Content   the key reused with another payload
-//	503 Service Unavailable     the engine unreachable
+//	503 Service Unavailable     the engine unreachable, or its restart guard refusing
+//	                            fresh locks after Redis lost its data (Retry-After)
 //
 // A handler that panics stores a 500, which its retries get. Responses
 // over MaxStored, and those the handler flushes or hijacks, go out as they
@@ -134,6 +135,22 @@ var defaultReplayed = []string{"Content-Type", "Content-Language", "Content-Enco
 // the handler's writes are held in memory until it returns. The handler's
 // context is not cancelled when its client leaves, whose retry is to get
 // what the run comes to; the request's deadline still ends it.
+//
+// A request runs once per key as long as Redis keeps its data. A process
+// killed while its handler runs stores nothing: a duplicate waits in line
+// until the killed one's lease runs out (the Policy's TTL), then runs the
+// handler. A Redis restarted without its data (no append-only file) has
+// lost the stored results and the holds of the requests running then:
+// their contexts are cancelled with lockcore.ErrLockLost and their
+// responses are not stored. For the Redis engine's MaxTTL after the
+// restart, its restart guard lets no request with a key run: one that may
+// not wait that long is answered 503 with Retry-After, one that may waits
+// it out. After that, a retry of any key whose result was lost, finished
+// or not, runs the handler a second time: an effect of the first run that
+// the application did not record under the key itself (a charge, a
+// message) happens twice. The second run's fencing token
+// (lock.FencingToken) is greater than the first one's, so that a store
+// given it refuses the first run's writes that come after the second's.
 //
 // Panics if l's engine keeps no results, or c is invalid.
 func Idempotency(l lifecycle.Locker, c IdempotencyConfig) func(http.Handler) http.Handler {
@@ -450,8 +467,11 @@ func (m *idempotency) keep(r *http.Request, route string, lease *lifecycle.Lease
 	case err != nil:
 		lifecycle.ResultSeen(ctx, m.l, route, lifecycle.ResultLost, 0)
 		if m.c.Logger != nil {
-			m.c.Logger.Warn("routelock: the response of an idempotent request was not stored: a retry of its key runs it again",
-				"route", route, "err", err)
+			msg := "routelock: the response of an idempotent request was not stored: a retry of its key runs it again"
+			if errors.Is(err, lockcore.ErrUnavailable) {
+				msg = "routelock: the response of an idempotent request may not be stored: Redis did not answer in time; the store goes on in the background while its lease lasts"
+			}
+			m.c.Logger.Warn(msg, "route", route, "err", err)
 		}
 	case rec.Reason != "":
 		lifecycle.ResultSeen(ctx, m.l, route, lifecycle.ResultNotStored, len(b))
@@ -477,7 +497,14 @@ func (m *idempotency) refuse(w http.ResponseWriter, r *http.Request, route strin
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		m.problem(w, status, "in-progress", "Request in progress", "a request with this key is in progress; retry later")
 	case http.StatusServiceUnavailable:
-		m.problem(w, status, "unavailable", "Service unavailable", "the idempotency store is unavailable; retry later")
+		detail := "the idempotency store is unavailable; retry later"
+		var gerr *lockcore.RestartGuardError
+		if errors.As(err, &gerr) {
+			// The guard's time left, as middleware.Error tells it.
+			w.Header().Set("Retry-After", strconv.FormatInt(max(int64((gerr.RetryAfter+time.Second-1)/time.Second), 1), 10))
+			detail = "the idempotency store restarted without its data: no request runs until every earlier one has ended; retry later"
+		}
+		m.problem(w, status, "unavailable", "Service unavailable", detail)
 	default:
 		if m.c.Logger != nil {
 			m.c.Logger.Error("routelock: an idempotent request was refused", "route", route, "err", err)

@@ -788,6 +788,6 @@ func (l *Engine) withdraw(h *hold, member string) {
 		if member != "" && h.waitEnd.After(until) {
 			until = h.waitEnd
 		}
-		l.retry(h, member, until.Add(h.ttl+margin(h.ttl)))
+		l.retry(h, member, until.Add(h.ttl+margin(h.ttl)), nil)
 	}
 }

@@ -198,7 +198,7 @@ func (l *Engine) giveBack(g *localGrant) {
 				append(p.origins(), "resource", resourceName(p.key), "fence", p.fence)...)
 		}
 		if err != nil {
-			l.latch(p, l.report(unavailable("release", err)))
+			l.latch(p, l.report(unavailable("release", err)), nil)
 		}
 	})
 }

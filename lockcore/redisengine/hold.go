@@ -269,7 +269,7 @@ func (h *hold) released(n int64, err error) error {
 	switch {
 	case err != nil:
 		err = h.l.report(unavailable("release", err))
-		h.l.latch(h, err)
+		h.l.latch(h, err, nil)
 	case n == -3:
 		err = lockcore.ErrRevoked
 	}
@@ -279,8 +279,10 @@ func (h *hold) released(n int64, err error) error {
 // latch keeps releasing h in the background after its release failed with
 // err, so that the key is freed soon after Redis is back instead of when
 // its lease runs out: every retry interval until the lease would have
-// expired anyway. A release that ran before changes nothing more.
-func (l *Engine) latch(h *hold, err error) {
+// expired anyway. A release that ran before changes nothing more. With
+// again (not nil), the call retried is again's instead of a release: the
+// call that failed, such as a Keep's, which releases h too.
+func (l *Engine) latch(h *hold, err error, again func() error) {
 	if f := l.opt.OnReleaseError; f != nil {
 		f(h.key, err)
 	}
@@ -288,15 +290,22 @@ func (l *Engine) latch(h *hold, err error) {
 		lg.Warn("routelock: a release failed; retrying in the background until the lease would have expired",
 			append(h.origins(), "resource", resourceName(h.key), "err", err)...)
 	}
-	l.retry(h, "", time.Now().Add(h.ttl+margin(h.ttl)))
+	l.retry(h, "", time.Now().Add(h.ttl+margin(h.ttl)), again)
 }
 
 // retry sends h's release again in the background, or with member the
-// withdrawal of its attempt, every retry interval (a tenth of the lease,
-// at most a second) until Redis answers or until passes, after which the
-// entry can hold nothing in Redis. Each run is idempotent: one that ran
-// before changes nothing more.
-func (l *Engine) retry(h *hold, member string, until time.Time) {
+// withdrawal of its attempt, or with again (not nil) that call instead,
+// every retry interval (a tenth of the lease, at most a second) until
+// Redis answers or until passes, after which the entry can hold nothing
+// in Redis. Each run is idempotent: one that ran before changes nothing
+// more.
+func (l *Engine) retry(h *hold, member string, until time.Time, again func() error) {
+	if again == nil {
+		again = func() error {
+			_, err := l.release(context.Background(), h, member)
+			return err
+		}
+	}
 	every := min(h.ttl/10, time.Second)
 	l.bg.do(func() {
 		t := time.NewTimer(every)
@@ -307,7 +316,7 @@ func (l *Engine) retry(h *hold, member string, until time.Time) {
 				return
 			case <-t.C:
 			}
-			if _, err := l.release(context.Background(), h, member); err == nil || !time.Now().Add(every).Before(until) {
+			if err := again(); err == nil || !time.Now().Add(every).Before(until) {
 				return
 			}
 			t.Reset(every)

@@ -113,6 +113,35 @@ func (l *Engine) Keep(ctx context.Context, key lockcore.Key, t lockcore.Hold, re
 			return lockcore.ErrRevoked
 		}
 	}
+	n, err := l.keep(ctx, h, key, res, keep)
+	if err != nil {
+		// Not answered in time: the call may not have run. It is sent
+		// again in the background, with the result, as a failed release
+		// is: a plain release would free the key without it, and a
+		// duplicate waiting in line would run the request again. A run
+		// after one that stored it changes nothing more.
+		err = l.report(unavailable("keep", err))
+		l.latch(h, err, func() error {
+			_, err := l.keep(context.Background(), h, key, res, keep)
+			return err
+		})
+		return err
+	}
+	switch {
+	case n == -3:
+		return lockcore.ErrRevoked
+	case n < 0:
+		// Not the hold's any more: its lease ran out in Redis, and maybe
+		// another owner has the key.
+		return errGone
+	}
+	return nil
+}
+
+// keep runs Keep's call of the release script for h once, waiting for the
+// answer up to Options.ReleaseTimeout: its reply, or errNoAnswer or the
+// call's error.
+func (l *Engine) keep(ctx context.Context, h *hold, key lockcore.Key, res []byte, keep time.Duration) (int64, error) {
 	sent := time.Now()
 	c, a := l.newCall(ctx, h, "", sent, sent.Add(l.opt.ReleaseTimeout), 19)
 	// Seven keys: the hold's three, its revoked entries, the shared
@@ -124,27 +153,14 @@ func (l *Engine) Keep(ctx context.Context, key lockcore.Key, t lockcore.Hold, re
 	c.keep, c.after = true, l.afterRelease
 	c.cmd = l.run.cmd(ctx, releaseScript, a)
 	if l.batch.do(context.Background(), c) != answered {
-		err := l.report(unavailable("keep", errNoAnswer))
-		l.latch(h, err)
-		return err
+		return 0, errNoAnswer
 	}
 	n, err := c.n, c.cmd.Err()
 	c.recycle()
-	if err != nil {
-		err = l.report(unavailable("keep", err))
-		l.latch(h, err)
-		return err
+	if err == nil {
+		l.answered()
 	}
-	l.answered()
-	switch {
-	case n == -3:
-		return lockcore.ErrRevoked
-	case n < 0:
-		// Not the hold's any more: its lease ran out in Redis, and maybe
-		// another owner has the key.
-		return errGone
-	}
-	return nil
+	return n, err
 }
 
 // StoredResults implements lockcore.Results: it scans Redis (every master
