@@ -30,6 +30,7 @@ import (
 	"github.com/routelock/lock/internal/redisconf"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/internal/shop"
+	"github.com/routelock/lock/lockcore"
 	"github.com/routelock/lock/lockcore/locktest"
 	"github.com/routelock/lock/lockcore/redisengine"
 )
@@ -482,7 +483,7 @@ func TestIdempotencyConfig(t *testing.T) {
 	}{
 		{"zero", l, interceptor.IdempotencyConfig{}, true},
 		{"other key", l, interceptor.IdempotencyConfig{Metadata: "x-request-id"}, true},
-		{"no results", lifecycle.Serve(new(locktest.Engine), nil), interceptor.IdempotencyConfig{}, false},
+		{"no results", lifecycle.Serve(struct{ lockcore.Engine }{new(locktest.Engine)}, nil), interceptor.IdempotencyConfig{}, false},
 		{"upper case key", l, interceptor.IdempotencyConfig{Metadata: "Idempotency-Key"}, false},
 		{"binary key", l, interceptor.IdempotencyConfig{Metadata: "key-bin"}, false},
 		{"reserved key", l, interceptor.IdempotencyConfig{Metadata: "grpc-key"}, false},
