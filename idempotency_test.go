@@ -59,7 +59,14 @@ func (s *fencedStore) write(key string, fence int64) error {
 // that a replay is told from a second run by its body.
 func payments(t *testing.T, rdb redis.UniversalClient, prefix string, store *fencedStore, c middleware.IdempotencyConfig) *httptest.Server {
 	t.Helper()
-	l := lock.NewRedis(rdb, redisengine.Options{Prefix: prefix})
+	o := redisengine.Options{Prefix: prefix}
+	if raceDetector {
+		// A thousand requests at once through a client the race detector
+		// slows several times over outlast the default 1 s that a call
+		// may wait for its answer (503): a limit for production speeds.
+		o.Timeout = 10 * time.Second
+	}
+	l := lock.NewRedis(rdb, o)
 	t.Cleanup(func() { _ = l.Close() })
 	return paymentsOn(t, l, store, c)
 }
