@@ -109,7 +109,8 @@ const (
 // together with what the server knows and the client cannot forge: the
 // full method name and the caller (IdempotencyConfig.Caller). Each such
 // lookup key is a lock of l's engine, which must keep results
-// (lockcore.Results: the Redis engine does); the result is stored with
+// (lockcore.Results: the Redis engine and the in-memory one of package
+// locktest do); the result is stored with
 // the lock's release, in one step, only while its lease is live: a call
 // whose lease was lost stores nothing, and no duplicate can run between
 // the handler's end and the store.
