@@ -325,23 +325,42 @@ func (l *Engine) List(ctx context.Context, prefix string, limit int) ([]lockcore
 // the locks that have a hold or a wait queue in Redis.
 func (l *Engine) scanKeys(ctx context.Context, prefix string) ([]string, error) {
 	head := l.opt.Prefix + "{"
-	pattern := globEscape(head) + globEscape(prefix) + "*"
 	var mu sync.Mutex
 	seen := map[string]struct{}{}
-	scan := func(ctx context.Context, c redis.Cmdable) error {
+	err := l.scan(ctx, globEscape(head)+globEscape(prefix)+"*", func(_ context.Context, _ redis.Cmdable, names []string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, name := range names {
+			if k, ok := lockOf(name, head, prefix); ok {
+				seen[k] = struct{}{}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// scan runs SCAN with pattern on the server, or on every master of a
+// Cluster, and calls f with each batch of names found and the server they
+// are on; f runs concurrently for the masters of a Cluster.
+func (l *Engine) scan(ctx context.Context, pattern string, f func(ctx context.Context, c redis.Cmdable, names []string) error) error {
+	each := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {
 			names, next, err := c.Scan(ctx, cursor, pattern, listScanCount).Result()
 			if err != nil {
 				return err
 			}
-			mu.Lock()
-			for _, name := range names {
-				if k, ok := lockOf(name, head, prefix); ok {
-					seen[k] = struct{}{}
-				}
+			if err := f(ctx, c, names); err != nil {
+				return err
 			}
-			mu.Unlock()
 			if next == 0 {
 				return nil
 			}
@@ -351,20 +370,10 @@ func (l *Engine) scanKeys(ctx context.Context, prefix string) ([]string, error) 
 			cursor = next
 		}
 	}
-	var err error
 	if c, ok := l.rdb.(*redis.ClusterClient); ok {
-		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, l.rdb)
+		return c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return each(ctx, c) })
 	}
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]string, 0, len(seen))
-	for k := range seen {
-		keys = append(keys, k)
-	}
-	return keys, nil
+	return each(ctx, l.rdb)
 }
 
 // lockOf returns the escaped key of the lock whose hold or wait queue is

@@ -178,64 +178,43 @@ func (l *Engine) StoredResults(ctx context.Context, prefix string, limit int) ([
 	pattern := globEscape(head) + globEscape(prefix) + "*}:k"
 	var mu sync.Mutex
 	var out []lockcore.StoredResult
-	list := func(ctx context.Context, c redis.Cmdable) error {
-		var cursor uint64
-		for {
-			sctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
-			names, next, err := c.Scan(sctx, cursor, pattern, listScanCount).Result()
-			cancel()
-			if err != nil {
-				return err
-			}
-			var keys []lockcore.Key
-			var found []string
-			for _, name := range names {
-				rest, ok := strings.CutPrefix(name, head)
-				if k, ok2 := strings.CutSuffix(rest, "}:k"); ok && ok2 && strings.HasPrefix(k, prefix) {
-					if key, err := lockcore.ParseKey(k); err == nil {
-						keys, found = append(keys, key), append(found, name)
-					}
+	err := l.scan(ctx, pattern, func(ctx context.Context, c redis.Cmdable, names []string) error {
+		var keys []lockcore.Key
+		var found []string
+		for _, name := range names {
+			rest, ok := strings.CutPrefix(name, head)
+			if k, ok2 := strings.CutSuffix(rest, "}:k"); ok && ok2 && strings.HasPrefix(k, prefix) {
+				if key, err := lockcore.ParseKey(k); err == nil {
+					keys, found = append(keys, key), append(found, name)
 				}
 			}
-			if len(found) > 0 {
-				pctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
-				p := c.Pipeline()
-				sizes := make([]*redis.IntCmd, len(found))
-				ttls := make([]*redis.DurationCmd, len(found))
-				for i, name := range found {
-					sizes[i], ttls[i] = p.StrLen(pctx, name), p.PTTL(pctx, name)
-				}
-				_, err := p.Exec(pctx)
-				cancel()
-				if err != nil && !errors.Is(err, redis.Nil) {
-					return err
-				}
-				now := time.Now()
-				mu.Lock()
-				for i, k := range keys {
-					size, ttl := sizes[i].Val(), ttls[i].Val()
-					if size == 0 || ttl < 0 {
-						continue // gone since the scan
-					}
-					out = append(out, lockcore.StoredResult{Key: k, Size: size, Expires: now.Add(ttl)})
-				}
-				mu.Unlock()
-			}
-			if next == 0 {
-				return nil
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			cursor = next
 		}
-	}
-	var err error
-	if c, ok := l.rdb.(*redis.ClusterClient); ok {
-		err = c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return list(ctx, c) })
-	} else {
-		err = list(ctx, l.rdb)
-	}
+		if len(found) == 0 {
+			return nil
+		}
+		pctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
+		defer cancel()
+		p := c.Pipeline()
+		sizes := make([]*redis.IntCmd, len(found))
+		ttls := make([]*redis.DurationCmd, len(found))
+		for i, name := range found {
+			sizes[i], ttls[i] = p.StrLen(pctx, name), p.PTTL(pctx, name)
+		}
+		if _, err := p.Exec(pctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		for i, k := range keys {
+			size, ttl := sizes[i].Val(), ttls[i].Val()
+			if size == 0 || ttl < 0 {
+				continue // gone since the scan
+			}
+			out = append(out, lockcore.StoredResult{Key: k, Size: size, Expires: now.Add(ttl)})
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, false, l.report(unavailable("stored results", err))
 	}
