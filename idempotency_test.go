@@ -445,13 +445,25 @@ func TestIdempotencyDuplicatesInOneProcess(t *testing.T) {
 	}
 }
 
-// scanAll returns the names of the keys that match pattern, by SCAN: the
-// servers CI starts refuse KEYS, as managed services do.
+// scanAll returns the names of the keys that match pattern, by SCAN on
+// the server or on every master of a Cluster: the servers CI starts refuse
+// KEYS, as managed services do.
 func scanAll(rdb redis.UniversalClient, pattern string) ([]string, error) {
+	ctx := context.Background()
+	var mu sync.Mutex
 	var names []string
-	it := rdb.Scan(context.Background(), 0, pattern, 1000).Iterator()
-	for it.Next(context.Background()) {
-		names = append(names, it.Val())
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			names = append(names, it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
 	}
-	return names, it.Err()
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+		return names, err
+	}
+	return names, scan(ctx, rdb)
 }
