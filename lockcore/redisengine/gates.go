@@ -321,16 +321,10 @@ func parseGate(k, v string) (lockcore.Gate, bool) {
 	return g, true
 }
 
-// setGate sets (closed) or clears the gate of escaped key k in memory. It
-// counts as news, as a message does: a read of the gates that began
-// before it is made again (loadGates) rather than undo it.
-func (l *Engine) setGate(k string, g lockcore.Gate, closed bool) {
-	l.gates.mu.Lock()
-	defer l.gates.mu.Unlock()
-	l.putGate(k, g, closed)
-}
-
-// putGate is setGate with l.gates.mu held.
+// putGate sets (closed) or clears the gate of escaped key k in memory,
+// with l.gates.mu held. It counts as news, as a message does: a read of
+// the gates that began before it is made again (loadGates) rather than
+// undo it.
 func (l *Engine) putGate(k string, g lockcore.Gate, closed bool) {
 	l.gates.seen.Add(1)
 	old := l.gates.m.Load()
@@ -348,11 +342,15 @@ func (l *Engine) putGate(k string, g lockcore.Gate, closed bool) {
 	l.gates.m.Store(&m)
 }
 
-// gateMessage applies a message of the gates channel.
+// gateMessage applies a message of the gates channel. It counts as news
+// and changes the gates under one hold of the mutex, so that a write of
+// this Engine's own (writeGate) that sees the news sees the change too.
 func (l *Engine) gateMessage(payload string) {
+	l.gates.mu.Lock()
+	defer l.gates.mu.Unlock()
 	l.gates.seen.Add(1)
 	if k, ok := strings.CutPrefix(payload, "open "); ok {
-		l.setGate(k, lockcore.Gate{}, false)
+		l.putGate(k, lockcore.Gate{}, false)
 		return
 	}
 	rest, ok := strings.CutPrefix(payload, "close ")
@@ -371,7 +369,7 @@ func (l *Engine) gateMessage(payload string) {
 	}
 	k, v := rest[:j], rest[j+1:]
 	if g, ok := parseGate(k, v); ok {
-		l.setGate(k, g, true)
+		l.putGate(k, g, true)
 	}
 }
 
