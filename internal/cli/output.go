@@ -145,11 +145,7 @@ func (p *printer) gates(gs []lockcore.Gate) {
 	tw := p.table()
 	fmt.Fprintf(tw, "KEY\tCLOSED\tOPENS\n")
 	for _, g := range gs {
-		opens := "when opened"
-		if !g.Until.IsZero() {
-			opens = g.Until.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + p.until(g.Until) + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", clean(g.Key.String()), p.stamp(g.Since), opens)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", clean(g.Key.String()), p.stamp(g.Since), p.ahead(g.Until, "when opened"))
 	}
 	p.flush(tw)
 }
@@ -164,13 +160,17 @@ func (p *printer) results(rs []lockcore.StoredResult) {
 	tw := p.table()
 	fmt.Fprintf(tw, "KEY\tBYTES\tEXPIRES\n")
 	for _, r := range rs {
-		expires := "-"
-		if !r.Expires.IsZero() {
-			expires = r.Expires.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + p.until(r.Expires) + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", clean(r.Key.String()), r.Size, expires)
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", clean(r.Key.String()), r.Size, p.ahead(r.Expires, "-"))
 	}
 	p.flush(tw)
+}
+
+// ahead returns t in UTC and how long until it, or none for the zero time.
+func (p *printer) ahead(t time.Time, none string) string {
+	if t.IsZero() {
+		return none
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + p.until(t) + ")"
 }
 
 // revocation prints what a force-release did.
