@@ -55,6 +55,12 @@ type Request struct {
 	// resources, or segments), whose hold may be given back before any handler
 	// sees it, when another of the set fails.
 	Set bool
+	// Result: the acquisition is for a request that runs once per key (an
+	// idempotency key). An engine that keeps results (Promises.Results)
+	// takes nothing when a result is stored for Key, when Take is called
+	// or while it waits: Take fails with a *ResultFound that carries it.
+	// Engines that keep no results ignore it.
+	Result bool
 }
 
 // Hold is a hold an Engine took. Its methods do not block, but Release

@@ -22,6 +22,10 @@ type Results interface {
 	// matching ErrUnavailable when the backend does not answer within the
 	// engine's timeout, and with ErrClosed once the engine is closed.
 	Result(ctx context.Context, key Key) ([]byte, bool, error)
+	// Take, with Request.Result, takes nothing when a result is stored for
+	// the key, then or while it waits in line, and fails with a
+	// *ResultFound.
+	//
 	// Keep releases h, a hold of key that this engine took and its holder
 	// released, as Hold.Release(ctx, nil) does, and stores res for key for
 	// keep, as one step: res is stored only if h still holds key in the
@@ -45,6 +49,17 @@ type Results interface {
 	// there were more.
 	StoredResults(ctx context.Context, prefix string, limit int) ([]StoredResult, bool, error)
 }
+
+// ResultFound is the error of a Take with Request.Result when a result is
+// stored for its key: nothing is held, and Result is what Results.Keep
+// stored. A waiter in line for the key learns of a result kept by the
+// holder ahead of it as it would of its turn: it need not take the lock to
+// read it.
+type ResultFound struct {
+	Result []byte
+}
+
+func (e *ResultFound) Error() string { return "routelock: a result is stored for the key" }
 
 // StoredResult is a stored result as an operator sees it
 // (Results.StoredResults): its key, not its content.

@@ -25,7 +25,7 @@ var caughtBy = map[string][]string{
 	// never queue (not even for Close to fail them), fail-fast and made-up tokens get in, and a key still
 	// held by a re-entry or a token entry is given away.
 	// A key run twice, by the holder granted beside its runner.
-	"grantTwice": {"Close", "Events", "Exclusion", "FIFO", "InMemoryReentry", "MaxHold", "Operator", "Policy", "ResultsOnce", "SeveralKeys", "Shared", "TokenGrantsNothing", "TokenReentry", "Withdrawal"},
+	"grantTwice": {"Close", "Events", "Exclusion", "FIFO", "InMemoryReentry", "MaxHold", "Operator", "Policy", "ResultsInLine", "ResultsOnce", "SeveralKeys", "Shared", "TokenGrantsNothing", "TokenReentry", "Withdrawal"},
 	// Waiters served newest first: a late reader passes a queued writer.
 	"lifo": {"FIFO", "Shared", "WriterBound"},
 	// A propagated token waits like a stranger: no token re-entry, and no
@@ -43,19 +43,21 @@ var caughtBy = map[string][]string{
 	// Every check that counts Ended.
 	"revokeNoBump": {"FencingOrder", "Operator"},
 	// Every check that waits for a held key, Close's included.
-	"waitIgnored": {"Close", "Events", "Exclusion", "FIFO", "MaxHold", "Operator", "Permits", "Policy", "ResultsOnce", "SeveralKeys", "Shared", "TokenGrantsNothing", "Withdrawal", "WriterBound"},
+	"waitIgnored": {"Close", "Events", "Exclusion", "FIFO", "MaxHold", "Operator", "Permits", "Policy", "ResultsInLine", "ResultsOnce", "SeveralKeys", "Shared", "TokenGrantsNothing", "Withdrawal", "WriterBound"},
 	"slotReused":  {"Permits"},
 	"writerJoins": {"Permits", "Shared"},
 	"readersPass": {"Shared"},
 	"gateIgnored": {"Gates"},
 	// Every check that reads back a result with a line feed.
-	"keepTrim":  {"Results", "ResultsOnce", "ResultsStored"},
+	"keepTrim":  {"Results", "ResultsInLine", "ResultsOnce", "ResultsStored"},
 	"keepAgain": {"Results"},
 	"keepLost":  {"ResultsLoss"},
 	// Visible only to a holder that takes the key between the release and
 	// the store.
-	"keepApart": {"ResultsOnce"},
+	"keepApart": {"ResultsInLine", "ResultsOnce"},
 	"dropKept":  {"ResultsStored"},
+	// A waiter that wants the result is granted the key instead.
+	"keepGrants": {"ResultsInLine"},
 }
 
 // mayCatch names, for a defect, checks that catch it only when the

@@ -15,6 +15,7 @@
 package locktest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -139,8 +140,10 @@ type waiter struct {
 	deadline time.Time
 	route    string        // Policy.Route
 	trace    string        // Policy.Trace
-	ready    chan struct{} // closed when granted
+	ready    chan struct{} // closed when granted, or a result found
 	h        *hold         // the granted hold; guarded by e.mu
+	result   bool          // the Request's Result
+	found    []byte        // the result kept while it waited; guarded by e.mu
 }
 
 // Promises implements lockcore.Engine: the in-memory engine makes every
@@ -222,6 +225,10 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		e.mu.Unlock()
 		return nil, errors.Join(ce, err)
 	}
+	if res, ok := e.result(key, time.Now()); ok && r.Result {
+		e.mu.Unlock()
+		return nil, &lockcore.ResultFound{Result: bytes.Clone(res.res)}
+	}
 	o := ks.ownedBy(r.Join)
 	switch {
 	case o != nil && !e.defects.ignoreTokens:
@@ -243,7 +250,7 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		return nil, ce
 	}
 	now := time.Now()
-	w := &waiter{token: r.Token, join: r.Join, ttl: ttl, share: p.Share, since: now, deadline: now.Add(p.Wait), route: p.Route, trace: trimTrace(p.Trace), ready: make(chan struct{})}
+	w := &waiter{token: r.Token, join: r.Join, ttl: ttl, share: p.Share, since: now, deadline: now.Add(p.Wait), route: p.Route, trace: trimTrace(p.Trace), ready: make(chan struct{}), result: r.Result && p.Share == 0}
 	if d, ok := ctx.Deadline(); ok && d.Before(w.deadline) {
 		w.deadline = d
 	}
@@ -261,6 +268,9 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	select {
 	case <-w.ready:
 		e.woken(key, wokenByMessage)
+		if w.h == nil {
+			return nil, &lockcore.ResultFound{Result: w.found}
+		}
 		return w.h, nil
 	case <-timer.C:
 		e.woken(key, wokenByTimer)
@@ -268,6 +278,9 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		defer e.mu.Unlock()
 		if w.h != nil {
 			return w.h, nil // granted as the wait ran out
+		}
+		if w.found != nil {
+			return nil, &lockcore.ResultFound{Result: w.found}
 		}
 		e.dequeue(ks, w)
 		return nil, &lockcore.ContentionError{Key: key.String(), RetryAfter: ks.retryAfter(), TimedOut: true}
@@ -421,7 +434,11 @@ func (e *Engine) admit(ks *keyState) {
 			break
 		}
 		ks.queue = slices.Delete(ks.queue, i, i+1)
-		w.h = e.take(ks, w.token, w.join, w.ttl, w.share, w.route, w.trace)
+		if r, ok := e.result(ks.key, time.Now()); ok && w.result && !e.defects.keepGrants {
+			w.found = bytes.Clone(r.res) // it wants the result, which is there
+		} else {
+			w.h = e.take(ks, w.token, w.join, w.ttl, w.share, w.route, w.trace)
+		}
 		close(w.ready)
 	}
 	e.notify()
@@ -728,6 +745,7 @@ type defects struct {
 	keepAgain      bool // a second Keep of a hold that kept stores its result again
 	keepLost       bool // a hold that lost its key keeps its result all the same
 	keepApart      bool // Keep releases, and stores only once the next holder has let go
+	keepGrants     bool // Keep hands the key to the next waiter, wanting a result or not
 	dropKept       bool // DropResult reports a result dropped, and keeps it
 }
 

@@ -54,7 +54,7 @@ var Defects = []string{
 	"grantTwice", "lifo", "ignoreTokens", "tokenTakesFree", "silentLoss",
 	"fenceReset", "keepWaiter", "revokeNoBump", "waitIgnored",
 	"slotReused", "writerJoins", "readersPass", "gateIgnored",
-	"keepTrim", "keepAgain", "keepLost", "keepApart", "dropKept",
+	"keepTrim", "keepAgain", "keepLost", "keepApart", "dropKept", "keepGrants",
 }
 
 // Broken returns an Engine with the named defect, reporting to ev.
@@ -98,6 +98,8 @@ func Broken(defect string, ev lockcore.Events) *Engine {
 		d.keepApart = true
 	case "dropKept":
 		d.dropKept = true
+	case "keepGrants":
+		d.keepGrants = true
 	default:
 		panic("locktest: no defect " + defect)
 	}

@@ -300,3 +300,100 @@ func checkResultsStored(r *rig) {
 		r.t.Fatalf("a result kept for 100ms still there after %v", awaitBound)
 	}
 }
+
+// checkResultsInLine: acquisitions that want a result (Request.Result),
+// 3 on each engine, waiting in line behind a holder, each get the result
+// it keeps, as a *lockcore.ResultFound, and none takes the key; the key
+// is free once the holder kept it (a plain acquisition failing fast takes
+// it, with a stored result). One that wants the result after it was kept
+// gets it at once, failing fast or not, and takes nothing.
+func checkResultsInLine(r *rig) {
+	const waiters = 6
+	rs := r.results(r.ea)
+	k := r.key("k")
+	h := r.take(r.ea, k)
+	type got struct {
+		h   lockcore.Hold
+		err error
+	}
+	gots := make(chan got, waiters)
+	for i := range waiters {
+		e := []lockcore.Engine{r.ea, r.eb}[i%2]
+		go func() {
+			h, err := e.Take(r.ctx, lockcore.Request{Key: k, Token: lifecycle.NewToken(), Wait: checkBound, Result: true})
+			gots <- got{h, err}
+		}()
+	}
+	r.queued(k, waiters)
+	res := binary("in line")
+	if err := rs.Keep(r.ctx, k, h, res, keepFor); err != nil {
+		r.t.Fatalf("Keep with %d waiting: %v", waiters, err)
+	}
+	for range waiters {
+		g := <-gots
+		var found *lockcore.ResultFound
+		switch {
+		case g.h != nil:
+			_ = g.h.Release(context.Background(), nil)
+			r.t.Fatalf("an acquisition that wants the result, in line as it was kept, took the key (fence %d), want a *lockcore.ResultFound", g.h.Fence())
+		case !errors.As(g.err, &found):
+			r.t.Fatalf("an acquisition that wants the result, in line as it was kept: %v, want a *lockcore.ResultFound", g.err)
+		case !bytes.Equal(found.Result, res):
+			r.t.Fatalf("an acquisition in line found %d bytes %.40q, want the %d bytes kept", len(found.Result), found.Result, len(res))
+		}
+	}
+	for _, e := range []lockcore.Engine{r.ea, r.eb} {
+		for _, wait := range []time.Duration{lockcore.FailFast, checkBound} {
+			h, err := e.Take(r.ctx, lockcore.Request{Key: k, Token: lifecycle.NewToken(), Wait: wait, Result: true})
+			var found *lockcore.ResultFound
+			if h != nil {
+				_ = h.Release(context.Background(), nil)
+			}
+			if !errors.As(err, &found) || !bytes.Equal(found.Result, res) {
+				r.t.Fatalf("an acquisition that wants the result after it was kept (wait %v): hold %v, error %v, want a *lockcore.ResultFound with the result", wait, h != nil, err)
+			}
+		}
+	}
+	plain := r.take(r.eb, k)
+	if err := plain.Release(r.ctx, nil); err != nil {
+		r.t.Fatalf("Release: %v", err)
+	}
+	if !r.promised.TokenReentry {
+		return
+	}
+
+	// A hold that another hold re-entered by its token keeps its result,
+	// and the key stays held by the other until it lets go: a waiter in
+	// line that wants the result then gets it, not the key.
+	k = r.key("reentered")
+	tok := lifecycle.NewToken()
+	first, err := r.ea.Take(r.ctx, lockcore.Request{Key: k, Token: tok, Wait: lockcore.FailFast})
+	if err != nil {
+		r.t.Fatalf("Take: %v", err)
+	}
+	inner, err := r.eb.Take(r.ctx, lockcore.Request{Key: k, Token: lifecycle.NewToken(), Join: []string{tok}, Wait: lockcore.FailFast})
+	if err != nil {
+		r.t.Fatalf("a re-entry by the holder's token: %v", err)
+	}
+	go func() {
+		h, err := r.ea.Take(r.ctx, lockcore.Request{Key: k, Token: lifecycle.NewToken(), Wait: checkBound, Result: true})
+		gots <- got{h, err}
+	}()
+	r.queued(k, 1)
+	res = binary("re-entered")
+	if err := rs.Keep(r.ctx, k, first, res, keepFor); err != nil {
+		r.t.Fatalf("Keep of a hold another re-entered: %v", err)
+	}
+	if err := inner.Release(r.ctx, nil); err != nil {
+		r.t.Fatalf("the re-entry's Release: %v", err)
+	}
+	g := <-gots
+	found, ok := errors.AsType[*lockcore.ResultFound](g.err)
+	if g.h != nil {
+		_ = g.h.Release(context.Background(), nil)
+	}
+	if g.h != nil || !ok || !bytes.Equal(found.Result, res) {
+		r.t.Fatalf("a waiter that wants the result, once a re-entry of the hold that kept it let go: hold %v, error %v, want a *lockcore.ResultFound with the result", g.h != nil, g.err)
+	}
+	r.release(r.wantFreed(r.b, k, "the re-entry let go and the waiter found the result"))
+}

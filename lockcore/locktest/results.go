@@ -89,6 +89,21 @@ func (e *Engine) Keep(ctx context.Context, key lockcore.Key, t lockcore.Hold, re
 		defer e.drop(h) // after the store, under the same lock
 	}
 	e.store(key, res, keep)
+	if !e.defects.keepGrants {
+		// The waiters that want the result get it, as they would the
+		// key in turn; the others take the key in turn.
+		q := h.ks.queue[:0]
+		for _, w := range h.ks.queue {
+			if w.result {
+				w.found = bytes.Clone(res)
+				close(w.ready)
+				continue
+			}
+			q = append(q, w)
+		}
+		clear(h.ks.queue[len(q):])
+		h.ks.queue = q
+	}
 	return nil
 }
 

@@ -139,6 +139,7 @@ var checks = []check{
 	{name: "ResultsLoss", results: true, operator: true, needs: needResults, run: checkResultsLoss},
 	{name: "ResultsOnce", results: true, load: true, needs: needResults, run: checkResultsOnce},
 	{name: "ResultsStored", results: true, needs: needResults, run: checkResultsStored},
+	{name: "ResultsInLine", results: true, needs: needResults, run: checkResultsInLine},
 }
 
 // What the checks that not every engine passes need the engine to

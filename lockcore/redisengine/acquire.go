@@ -39,6 +39,11 @@ var errOperatorOnly = fmt.Errorf("%w: an OperatorOnly engine (redisengine.Option
 // ended takes it, even if ctx ended before it woke: the lease's context
 // is then done already.
 //
+// With r.Result, the same script call reads the key's stored result, if
+// any (Results), and Take then takes nothing and fails with a
+// *lockcore.ResultFound; a waiter finds the result when a release keeps
+// it (Keep tells its Engine at once).
+//
 // A closed gate refuses it (ErrGateClosed) unless it is a reader's or a
 // restock's: the Locker asks GateOf just before (r.GateChecked), from
 // memory once the Engine has read the gates (one round trip, sent with
@@ -93,9 +98,17 @@ func (l *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	if len(r.Join) > 0 {
 		h.others = strings.Join(r.Join, " ")
 	}
-	h.passable = l.opt.LocalHandOvers > 0 && r.Share == 0 && h.others == ""
+	if r.Result && r.Share == 0 {
+		// A waiter that wants a result must read it in Redis: it is
+		// handed no hold in memory.
+		h.result = l.resultKey(key)
+	}
+	h.passable = l.opt.LocalHandOvers > 0 && r.Share == 0 && h.others == "" && h.result == ""
 	h.inSet = r.Set
 	sent, length, err := l.acquire(ctx, h, max(r.Wait, 0))
+	if errors.Is(err, errFound) {
+		return nil, &lockcore.ResultFound{Result: h.found}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +174,9 @@ var (
 	// errLate: a grant was answered with less than a tenth of the lease it
 	// confirmed left (see late).
 	errLate = errors.New("answered with less than a tenth of the lease it granted left")
+	// errFound: an acquisition that wants a stored result found one
+	// (hold.found), and took nothing.
+	errFound = errors.New("a result is stored")
 )
 
 // What woke a waiting acquisition, as Events.Woken is told.
@@ -180,7 +196,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 	if wait <= 0 {
 		sent := now
 		v, err := l.runAcquire(ctx, h, 0, "", sent)
-		if errors.Is(err, lockcore.ErrUpgrade) || errors.Is(err, lockcore.ErrRestartGuard) {
+		if errors.Is(err, lockcore.ErrUpgrade) || errors.Is(err, lockcore.ErrRestartGuard) || errors.Is(err, errFound) {
 			return sent, 0, err // nothing taken, nothing queued
 		}
 		if err != nil {
@@ -261,8 +277,8 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		// (one not answered is withdrawn once it lands, which would drop
 		// such a hold).
 		v, err := l.runAcquire(ctx, h, mw, m, sent)
-		if errors.Is(err, lockcore.ErrUpgrade) {
-			return sent, 0, err // nothing taken, nothing queued
+		if errors.Is(err, lockcore.ErrUpgrade) || errors.Is(err, errFound) {
+			return sent, 0, err // nothing taken, no longer queued
 		}
 		var guard *lockcore.RestartGuardError
 		if errors.As(err, &guard) {
@@ -355,10 +371,13 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 				continue
 			}
 			h.fence = f
-			if l.run.ack > 0 || h.share != 0 {
+			if l.run.ack > 0 || h.share != 0 || h.result != "" {
 				// Handed the lock: claimed with a call of its own, which
-				// the replicas must acknowledge (Options.Replicas), and
-				// from which a shared hold learns its slot.
+				// the replicas must acknowledge (Options.Replicas), from
+				// which a shared hold learns its slot, and which finds a
+				// result kept meanwhile (by a hold that others re-entered,
+				// released after it), when the attempt wants one: the
+				// call then hands the lock on.
 				if ev != nil {
 					woke = wokenByMessage
 					if !w.from.IsZero() {
@@ -490,30 +509,39 @@ func (l *Engine) waited(key lockcore.Key, queued *bool) {
 // in ms (<= 0) when another owner does; errNoAnswer or errUnsent when
 // Redis did not answer in time.
 func (l *Engine) runAcquire(ctx context.Context, h *hold, wait int64, member string, sent time.Time) (int64, error) {
-	s, n := acquireScript, 19
+	s, n, k := acquireScript, 19, 0
 	switch {
 	case h.share != 0:
 		s = sharedScript
-	case h.others != "":
-		s = reenterScript
+	case h.others != "" || h.result != "":
+		s = reenterScript // its reply may be an array
+	}
+	if h.result != "" {
+		n, k = n+1, 1
 	}
 	if h.others != "" {
-		n = 20
+		n++
 	}
 	c, a := l.newCall(ctx, h, member, sent, sent.Add(l.opt.Timeout), n)
 	// Six keys: the hold's three, the restart guard and the shared
-	// entries' two, then the token.
-	a[2], a[6], a[7], a[8], a[9] = 6, h.guard, &h.keys[5], &h.keys[6], h.args[3]
-	a[10], a[11], a[12], a[13], a[14], a[15], a[16] = l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
+	// entries' two; the result's, for an acquisition that wants it; then
+	// the token.
+	a[2], a[6], a[7], a[8] = 6+k, h.guard, &h.keys[5], &h.keys[6]
+	if k == 1 {
+		a[9] = &h.result
+	}
+	args := a
+	a = a[k:] // the arguments, one place on after the result's key
+	a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16] = h.args[3], l.ttlArg(h.ttl), l.retArg, wait, h.args[4], member, l.claimArg, l.trustArg
 	a[17], a[18] = l.maxArg, shareArg(h.share)
-	if n == 20 {
+	if h.others != "" {
 		a[19] = h.others
 	}
 	if d, ok := ctx.Deadline(); ok && d.Before(c.deadline) {
 		c.deadline = d
 	}
 	c.late = l.lateAcquire
-	c.cmd = l.run.cmd(ctx, s, a)
+	c.cmd = l.run.cmd(ctx, s, args)
 	switch l.batch.do(ctx, c) {
 	case answered:
 		v, err := acquired(h, c.cmd)
@@ -549,6 +577,15 @@ func acquired(h *hold, cmd redis.Cmder) (int64, error) {
 	case []any:
 		if len(v) == 2 && v[1] == "upgrade" {
 			return 0, fmt.Errorf("%w: %s", lockcore.ErrUpgrade, h.key)
+		}
+		if len(v) == 3 && v[1] == "result" && h.result != "" {
+			kv, _ := v[2].(string)
+			_, res, ok := strings.Cut(kv, "\n")
+			if !ok {
+				return 0, fmt.Errorf("%w: the result of %s in Redis is not one this engine wrote", lockcore.ErrMisconfigured, resourceName(h.key))
+			}
+			h.found = []byte(res)
+			return 0, errFound
 		}
 		var (
 			f, slot int64 = 0, -1
@@ -611,10 +648,13 @@ func (l *Engine) newCall(ctx context.Context, h *hold, member string, sent, dead
 // withdrawLate is the late hook of an acquire call: the caller gave up on
 // it, so whatever it did in Redis is undone, unless it certainly did
 // nothing (a fail-fast attempt that found the lock held, or never reached
-// Redis).
+// Redis; an attempt that found a stored result).
 func (l *Engine) withdrawLate(c *call) {
+	v, err := acquired(c.h, c.cmd)
+	if errors.Is(err, errFound) {
+		return // it found a result: took nothing, left the queue
+	}
 	if c.member == "" {
-		v, err := acquired(c.h, c.cmd)
 		if err == nil && v <= 0 || l.neverSent(err) || redis.HasErrorPrefix(err, "GUARD") {
 			return
 		}

@@ -23,7 +23,12 @@ type hold struct {
 	ch     *string   // the channel of the Engine that hand-overs of the key to it go to
 	token  string    // the owner token of the hold in Redis
 	others string    // tokens that may re-enter a hold they own, for the acquire script
-	entry  string    // the attempt id that holds the lock in Redis
+	// result: the result's Redis key, for an acquisition that takes a
+	// stored result rather than the lock (lockcore.Request.Result); found:
+	// the result it found
+	result string
+	found  []byte
+	entry  string // the attempt id that holds the lock in Redis
 	fence  int64
 	ttl    time.Duration
 	share  int    // the Policy's Share: 0 for an exclusive acquisition

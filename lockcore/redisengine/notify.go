@@ -18,7 +18,9 @@ import (
 // subscription connection. A release that hands a lock to a waiter publishes
 // "<attempt id> <fencing token> <ms>" on the waiter's Engine channel; a
 // revocation publishes "revoke <attempt id>" on the channel of the Engine
-// whose attempt held the lock.
+// whose attempt held the lock; a release that keeps a result publishes
+// "nudge <lock's Redis key>" on the channel of each Engine with a waiter
+// queued.
 type notifier struct {
 	l       *Engine
 	mu      sync.Mutex
@@ -174,12 +176,17 @@ func (n *notifier) unregister(w *waiter) {
 }
 
 // deliver reads a hand-over message: "<attempt id> <fencing token> <ms>",
-// the lock granted to the attempt for that many milliseconds; or a
+// the lock granted to the attempt for that many milliseconds; a
 // revocation, "revoke <attempt id>": the attempt's hold is renewed at once,
-// and the renewal's answer says whether it is still held.
+// and the renewal's answer says whether it is still held; or "nudge <lock's
+// Redis key>": a result was kept for the lock, and its waiters ask again.
 func (n *notifier) deliver(payload string) {
 	if id, ok := strings.CutPrefix(payload, "revoke "); ok {
 		n.l.wd.renewNow(id)
+		return
+	}
+	if key, ok := strings.CutPrefix(payload, "nudge "); ok {
+		n.nudge(key)
 		return
 	}
 	id, rest, ok := strings.Cut(payload, " ")

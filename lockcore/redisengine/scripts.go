@@ -215,7 +215,7 @@ func (r *runner) confirm(cmds []redis.Cmder, wait *redis.IntCmd) {
 				c.SetErr(short)
 			}
 		case *redis.Cmd:
-			if a, ok := c.Val().([]any); ok && !(len(a) == 2 && a[1] == "upgrade") {
+			if a, ok := c.Val().([]any); ok && !(len(a) == 2 && a[1] == "upgrade") && !(len(a) == 3 && a[1] == "result") {
 				c.SetErr(short) // a re-entry of another token's hold, or a shared hold
 			} else if v, ok := c.Val().(int64); ok && v > 0 {
 				c.SetErr(short)

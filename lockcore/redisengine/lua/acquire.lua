@@ -17,15 +17,43 @@
 -- "GUARD <ms left>" (guard_refusal) and does nothing: a holder from before
 -- the restart may still run.
 -- KEYS: the hold, the wait queue, the last fencing token, the restart guard,
--- the shared entries and their fields.
-local L, Q, F, S, P = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]
+-- the shared entries and their fields; and, for an acquisition that wants
+-- a stored result rather than the lock (lockcore.Request.Result), the
+-- result's key (see release.lua).
+-- With that key, a result stored there is returned as {0, 'result',
+-- <entry>\n<result>}, whether the lock is free or not, and the attempt
+-- is no longer queued: nothing is taken. A lock granted to the attempt
+-- while it waited passes to the next waiter.
+local L, Q, F, S, P, K = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7]
 local tok, ttl, ret, wait = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local id, member = ARGV[5], ARGV[6]
--- One read for the restart guard and the last fence: the guard's key
--- lives only while it may refuse (see guard.lua), so its value alone says
--- whether to ask how long it has left.
-local gv, fv = unpack(redis.call('MGET', KEYS[4], F))
-if gv then
+-- One read for the restart guard, the last fence and the result: the
+-- guard's key lives only while it may refuse (see guard.lua), so its value
+-- alone says whether to ask how long it has left.
+local gv, fv, kv
+if K then
+  gv, fv, kv = unpack(redis.call('MGET', KEYS[4], F, K))
+else
+  gv, fv = unpack(redis.call('MGET', KEYS[4], F))
+end
+local granted = false -- a result found by an attempt the lock was granted to
+if kv then
+  -- A stored result takes no lock, so the guard has nothing to refuse.
+  if member ~= '' then
+    redis.call('ZREM', Q, member)
+  end
+  local hv = redis.call('GET', L)
+  local t, es
+  if hv then
+    local _f, _s, _w
+    t, _f, _s, _w, es = hold_parse(hv)
+  end
+  if not t or t ~= tok or not hold_has(es, id) then
+    return {0, 'result', kv}
+  end
+  redis.call('DEL', L)
+  granted = true
+elseif gv then
   local young = guard_young(KEYS[4], tonumber(ARGV[9]))
   if young > 0 then
     return guard_refusal(young)
@@ -40,18 +68,29 @@ end
 -- only when F says they may (see fence_read); failing fast, it does not
 -- look, and F keeps saying what it said.
 local last, queued = fence_read(fv)
-local f, fs, top, c = fence_next(last, FENCE_RESERVE)
-local v = redis.call('SET', L, hold_make(tok, fs, '0', false, id), 'NX', 'PX', ttl, 'GET')
-if not v then
-  if member ~= '' and queued then
-    queued = redis.call('EXISTS', Q) == 1
-  end
-  if member == '' or not queued then
-    fence_keep(F, top, c, ret, not queued)
-    return f
+local f, fs, top, c, v
+if not granted then
+  f, fs, top, c = fence_next(last, FENCE_RESERVE)
+  v = redis.call('SET', L, hold_make(tok, fs, '0', false, id), 'NX', 'PX', ttl, 'GET')
+  if not v then
+    if member ~= '' and queued then
+      queued = redis.call('EXISTS', Q) == 1
+    end
+    if member == '' or not queued then
+      fence_keep(F, top, c, ret, not queued)
+      return f
+    end
   end
 end
 -- @common
+
+if granted then
+  if redis.call('EXISTS', Q) == 1 then
+    local now, nows = now_us()
+    grant_next(now, nows, ret, nil, '', tonumber(ARGV[7]), ARGV[8] == '1')
+  end
+  return {0, 'result', kv}
+end
 
 if not v then
   -- The lock was free but others queue for it (their holder expired, or a

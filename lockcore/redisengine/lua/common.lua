@@ -178,6 +178,38 @@ local function park(member, sc)
 end
 
 -- The number of waiters queued and not parked: those who wait their turn.
+-- Publishes msg on channel ch, the channel of a waiter's Engine, and
+-- returns how many subscribers it reached. A shard channel (a Cluster's:
+-- "<channel>{<slot tag>}") is told with SPUBLISH, on the lock's shard only.
+-- When that reaches nobody here (the Engine's subscription is not in place
+-- yet, or is on a replica, or the server has no sharded pub/sub), the
+-- Engine's own channel is told too, with PUBLISH, which reaches every node.
+local function tell(ch, msg)
+  if string.find(ch, '{', 1, true) then
+    local n = redis.pcall('SPUBLISH', ch, msg)
+    if type(n) ~= 'number' or n == 0 then
+      n = redis.call('PUBLISH', string.match(ch, '^[^{]*'), msg)
+    end
+    return n
+  end
+  return redis.call('PUBLISH', ch, msg)
+end
+
+-- Tells each Engine with a waiter queued for the lock, once, to have its
+-- waiters ask again ("nudge <L>"): a result was kept for it (release.lua),
+-- which each finds with its next call, rather than the lock in turn. A
+-- waiter whose Engine is not told asks again within its recheck interval.
+local function nudge_queued()
+  local told = {}
+  for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
+    local ch = string.match(m, '^%d+ %d+ (%S+) ')
+    if ch and not told[ch] then
+      told[ch] = true
+      tell(ch, 'nudge ' .. L)
+    end
+  end
+end
+
 local function queued_live()
   return redis.call('ZCOUNT', Q, '-inf', BELOW_PARKED)
 end
@@ -269,21 +301,7 @@ local function grant_next(now, nows, retention, self, mine, claim, trust)
         elseif ch == mine and not to then
           to, tof = id, f
         else
-          -- A shard channel (a Cluster's: "<channel>{<slot tag>}") is told
-          -- with SPUBLISH, on the lock's shard only. When that reaches
-          -- nobody here (the Engine's subscription is not in place yet, or
-          -- is on a replica, or the server has no sharded pub/sub), the
-          -- Engine's own channel is told too, with PUBLISH, which reaches
-          -- every node.
-          local msg, n = id .. ' ' .. fs .. ' ' .. px
-          if string.find(ch, '{', 1, true) then
-            n = redis.pcall('SPUBLISH', ch, msg)
-            if type(n) ~= 'number' or n == 0 then
-              n = redis.call('PUBLISH', string.match(ch, '^[^{]*'), msg)
-            end
-          else
-            n = redis.call('PUBLISH', ch, msg)
-          end
+          local n = tell(ch, id .. ' ' .. fs .. ' ' .. px)
           if n == 0 and trust then
             told, unread[ch] = false, true
             parked[e[1]] = park(e[1], e[2])

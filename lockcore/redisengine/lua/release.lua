@@ -23,6 +23,10 @@
 -- the release stores "<entry>\n<result>" there only when the entry holds
 -- the lock exclusively, before it lets the lock go; a run of the same call
 -- that finds its own result there (re-sent after a lost reply) returns 0.
+-- It hands the lock to nobody then: the lock is free, and each Engine with
+-- a waiter queued is told to have it ask again (nudge_queued); a waiter
+-- that wants the result (acquire.lua) finds it, and any other takes the
+-- free lock in its turn.
 local L, Q, F, S, P, R = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7]
 local e, ret, member = ARGV[2], ARGV[3], ARGV[4]
 local v
@@ -90,7 +94,11 @@ if n > 0 then
   return n
 end
 redis.call('DEL', L)
-if w == '1' then
+if w == '1' and R then
+  -- A result kept: the waiters learn of it at once, each with its next
+  -- call, rather than taking the lock in turn to read it.
+  nudge_queued()
+elseif w == '1' then
   local now, nows = now_us()
   local _, _, to, fence = grant_next(now, nows, ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
   if to then
