@@ -166,7 +166,6 @@ func Idempotency(l lifecycle.Locker, c IdempotencyConfig) grpc.UnaryServerInterc
 // idempotency is one configured Idempotency interceptor.
 type idempotency struct {
 	l      lifecycle.Locker
-	rs     lockcore.Results
 	c      IdempotencyConfig
 	policy lifecycle.Policy
 }
@@ -175,8 +174,7 @@ func newIdempotency(l lifecycle.Locker, c IdempotencyConfig) *idempotency {
 	if l == nil {
 		panic("routelock: interceptor.Idempotency: nil Engine")
 	}
-	rs := lifecycle.ResultsOf(l)
-	if rs == nil {
+	if lifecycle.ResultsOf(l) == nil {
 		panic(fmt.Sprintf("%v: interceptor.Idempotency: the engine keeps no results (lockcore.Promises.Results)", lockcore.ErrMisconfigured))
 	}
 	if c.Policy.Share != 0 || c.Policy.Segments != 0 {
@@ -204,7 +202,7 @@ func newIdempotency(l lifecycle.Locker, c IdempotencyConfig) *idempotency {
 	if c.Keep == 0 {
 		c.Keep = defaultIdemKeep
 	}
-	return &idempotency{l: l, rs: rs, c: c, policy: p}
+	return &idempotency{l: l, c: c, policy: p}
 }
 
 // metadataKey reports whether k is a key of text metadata as gRPC sends
@@ -250,15 +248,15 @@ func (m *idempotency) unary(ctx context.Context, req any, info *grpc.UnaryServer
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, "routelock: this call cannot be scoped by its idempotency key")
 	}
-	// A retry after the first call finished: its result, without the lock.
-	if res, ok, err := m.rs.Result(ctx, key); err != nil {
-		return nil, m.refuse(ctx, info.FullMethod, err)
-	} else if ok {
-		return m.replay(ctx, res, fp)
-	}
+	// The lock, or the result: a retry after the first call finished
+	// finds it without the lock, and a duplicate in line while the first
+	// runs finds it as soon as the first kept it.
 	p := m.policy
 	p.Route = info.FullMethod
-	lease, err := m.l.Acquire(ctx, key, p)
+	lease, res, err := lifecycle.AcquireOrResult(ctx, m.l, key, p)
+	if res != nil {
+		return m.replay(ctx, res, fp)
+	}
 	if err != nil {
 		return nil, m.refuse(ctx, info.FullMethod, err)
 	}
@@ -267,14 +265,6 @@ func (m *idempotency) unary(ctx context.Context, req any, info *grpc.UnaryServer
 		// owner token) is that call's duplicate, in progress.
 		_ = lease.Release(ctx)
 		return nil, status.Error(codes.Aborted, inProgress)
-	}
-	// A duplicate that waited while the first ran: its result.
-	if res, ok, err := m.rs.Result(ctx, key); err != nil || ok {
-		_ = lease.Release(context.WithoutCancel(ctx))
-		if err != nil {
-			return nil, m.refuse(ctx, info.FullMethod, err)
-		}
-		return m.replay(ctx, res, fp)
 	}
 	return m.run(ctx, req, info, handler, lease, fp)
 }

@@ -32,7 +32,7 @@
 //	lock.resource   the key's resource name (lockcore.Key.Name): productID
 //	lock.route      the route template or gRPC method (lock.Policy.Route)
 //	lock.mode       wait | fail_fast
-//	lock.outcome    acquired | busy | wait_timeout | cancelled | unavailable | upgrade | gate_closed | error
+//	lock.outcome    acquired | busy | wait_timeout | cancelled | unavailable | upgrade | gate_closed | result | error
 //	lock.share      the Policy's Share, for a shared acquisition: n permits, -1 readers
 //	lock.slot       the hold's slot among its permits, when it has one
 //	lock.wait       seconds spent in Acquire
@@ -51,6 +51,8 @@
 // acquisition by a request that holds the lock shared (lockcore.ErrUpgrade);
 // gate_closed a resource whose gate is closed, sold out
 // (lockcore.ErrGateClosed), refused without a call to the backend;
+// result an idempotent request that found its stored result rather than
+// the lock, when it came or while it waited (lockcore.ResultFound);
 // error is anything else
 // (a misconfigured engine, an invalid key).
 //

@@ -102,6 +102,7 @@ const (
 	outcomeUnavailable = "unavailable"
 	outcomeUpgrade     = "upgrade"     // an exclusive lock asked for by its shared holder
 	outcomeGateClosed  = "gate_closed" // a resource whose gate is closed: sold out
+	outcomeResult      = "result"      // an idempotent request's stored result, found instead (lockcore.ResultFound)
 	outcomeError       = "error"
 )
 
@@ -112,6 +113,9 @@ const (
 func outcomeOf(ctx context.Context, err error) string {
 	if err == nil {
 		return outcomeAcquired
+	}
+	if _, ok := errors.AsType[*lockcore.ResultFound](err); ok {
+		return outcomeResult
 	}
 	k := outcome.Of(err)
 	if ctx.Err() == nil {

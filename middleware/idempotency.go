@@ -163,7 +163,6 @@ func Idempotency(l lifecycle.Locker, c IdempotencyConfig) func(http.Handler) htt
 // idempotency is one configured Idempotency middleware.
 type idempotency struct {
 	l        lifecycle.Locker
-	rs       lockcore.Results
 	c        IdempotencyConfig
 	policy   lifecycle.Policy
 	replayed map[string]bool
@@ -247,8 +246,7 @@ func newIdem(l lifecycle.Locker, c IdempotencyConfig) *idempotency {
 	if l == nil {
 		panic("routelock: middleware.Idempotency: nil Engine")
 	}
-	rs := lifecycle.ResultsOf(l)
-	if rs == nil {
+	if lifecycle.ResultsOf(l) == nil {
 		panic(fmt.Sprintf("%v: middleware.Idempotency: the engine keeps no results (lockcore.Promises.Results)", lockcore.ErrMisconfigured))
 	}
 	if c.Policy.Share != 0 || c.Policy.Segments != 0 {
@@ -284,7 +282,7 @@ func newIdem(l lifecycle.Locker, c IdempotencyConfig) *idempotency {
 	if hs == nil {
 		hs = defaultReplayed
 	}
-	m := &idempotency{l: l, rs: rs, c: c, policy: p, replayed: make(map[string]bool, len(hs))}
+	m := &idempotency{l: l, c: c, policy: p, replayed: make(map[string]bool, len(hs))}
 	m.flights.m = make(map[lockcore.Key]*flight)
 	m.flights.coalesce = lifecycle.WaitOf(p) > 0
 	for _, h := range hs {
@@ -361,15 +359,6 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	} else {
 		defer m.flights.land(key, f)
 	}
-	// A retry after the first request finished: its result, without the lock.
-	if res, ok, err := m.rs.Result(ctx, key); err != nil {
-		m.refuse(w, r, route, err)
-		return
-	} else if ok {
-		f.set(lead, res)
-		m.replay(w, r, route, res, fp)
-		return
-	}
 	// The run outlives its client: a client that gave up retries, and the
 	// retry is to get what the run comes to, not an answer cut short by
 	// its leaving. The wait in line still ends with the request, and the
@@ -386,7 +375,17 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 			cancel(context.Cause(ctx))
 		}
 	})
-	lease, err := m.l.Acquire(actx, key, policy)
+	// The lock, or the result: a retry after the first request finished
+	// finds it without the lock, and a duplicate in line while the first
+	// runs finds it as soon as the first kept it, without taking the lock
+	// in turn.
+	lease, res, err := lifecycle.AcquireOrResult(actx, m.l, key, policy)
+	if res != nil {
+		unhook()
+		f.set(lead, res)
+		m.replay(w, r, route, res, fp)
+		return
+	}
 	if !unhook() && err == nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// The client left as the lock was granted: nothing ran.
 		_ = lease.Release(ctx)
@@ -401,17 +400,6 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		// owner token) is that request's duplicate, in progress.
 		_ = lease.Release(ctx)
 		m.refuse(w, r, route, &lockcore.ContentionError{Key: key.String()})
-		return
-	}
-	// A duplicate that waited while the first ran: its result.
-	if res, ok, err := m.rs.Result(ctx, key); err != nil || ok {
-		_ = lease.Release(ctx)
-		if err != nil {
-			m.refuse(w, r, route, err)
-		} else {
-			f.set(lead, res)
-			m.replay(w, r, route, res, fp)
-		}
 		return
 	}
 	m.run(w, r, next, route, key, lease, fp, f, lead)

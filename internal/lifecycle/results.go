@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/routelock/lock/lockcore"
@@ -18,6 +19,40 @@ func ResultsOf(l Locker) lockcore.Results {
 	}
 	r, _ := b.(lockcore.Results)
 	return r
+}
+
+// AcquireOrResult acquires key with p as l.Acquire does, through the
+// observers of l, or, when the engine of l keeps results and one is stored
+// for key, when it is called or while it waits in line, returns that
+// result and holds nothing (lockcore.Request.Result). The observers see
+// such an acquisition fail with a *lockcore.ResultFound. A lease that
+// re-enters one of ctx in memory is returned as Acquire returns it.
+func AcquireOrResult(ctx context.Context, l Locker, key lockcore.Key, p Policy) (*Lease, []byte, error) {
+	w := &resultWish{key: key}
+	ls, err := l.Acquire(context.WithValue(ctx, resultWishKey{}, w), key, p)
+	w.used.Store(true) // a lease's context carries it: nothing after asks
+	var found *lockcore.ResultFound
+	if errors.As(err, &found) {
+		return nil, found.Result, nil
+	}
+	return ls, nil, err
+}
+
+// resultWish is AcquireOrResult's word to the Core, through the observers
+// in between: the acquisition of key wants a stored result. It is used
+// once, by the first acquisition of key that reaches the engine.
+type resultWish struct {
+	key  lockcore.Key
+	used atomic.Bool
+}
+
+type resultWishKey struct{}
+
+// wantsResult reports whether ctx asks for the result of key
+// (AcquireOrResult), using the wish up.
+func wantsResult(ctx context.Context, key lockcore.Key) bool {
+	w, _ := ctx.Value(resultWishKey{}).(*resultWish)
+	return w != nil && w.key == key && w.used.CompareAndSwap(false, true)
 }
 
 // errNotOwn refuses to keep a result with a lease whose hold is not its

@@ -180,12 +180,13 @@ func (s *Core) Acquire(ctx context.Context, key lockcore.Key, p Policy) (*Lease,
 	if err != nil {
 		return nil, err
 	}
+	r.Result = wantsResult(ctx, key)
 	if err := s.gated(ctx, &r); err != nil {
 		return nil, err
 	}
 	t, err := s.b.Take(ctx, r)
 	if err != nil {
-		return nil, err
+		return nil, err // a *lockcore.ResultFound among them
 	}
 	return s.lease(ctx, r, t, p.MaxHold), nil
 }
