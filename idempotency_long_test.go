@@ -17,11 +17,12 @@ import (
 // Cluster of 3 masters, beside one server for comparison, and measures
 // what waiting in line costs a duplicate: for each duplicate, its latency
 // less that of its key's first run (the one answered fresh); and the p99
-// of the duplicates' latencies against the first runs'. Every duplicate
-// waits for the first run to end, then takes the lock in turn, reads the
-// stored response and releases it: the duplicates of a key are answered
-// one after the other, each a round trip or three after the one before,
-// which the log shows by place in line.
+// of the duplicates' latencies against the first runs'. The duplicates of
+// a key in one instance follow the first of them in memory; that one
+// waits in line for the key, and is told the stored response (small
+// enough to come with the message) as soon as the first run keeps it, as
+// are those of the other instances, together: the log shows how long
+// after the first run's answer each is answered, by place in line.
 //
 // Asserted, as robust on a loaded machine: the run-once checks of
 // idemBurst, and that no duplicate is answered before its key's first run

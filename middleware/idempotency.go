@@ -383,6 +383,9 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	if res != nil {
 		unhook()
 		f.set(lead, res)
+		if lead {
+			m.flights.land(key, f) // its followers need not wait for its client
+		}
 		m.replay(w, r, route, res, fp)
 		return
 	}

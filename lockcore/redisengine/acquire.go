@@ -222,7 +222,7 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 		member += " " + strconv.Itoa(h.share)
 	}
 	h.waitEnd = deadline
-	w := l.nf.register(h.entry, h.keys[0])
+	w := l.nf.register(h.entry, h.keys[0], h.result != "")
 	defer func() {
 		if g := l.nf.leave(w); g != nil && h.grant != g {
 			// Unreachable while holds go only to waiters asleep, which
@@ -360,6 +360,17 @@ func (l *Engine) acquire(ctx context.Context, h *hold, wait time.Duration) (time
 				if g := l.nf.unpark(w); g != nil {
 					return l.tookLocal(h, w, g, member)
 				}
+			}
+			if f < 0 {
+				// Told the result a release kept (it wants the result,
+				// which came with the message): it leaves the queue in
+				// the background, as one that gave up does.
+				if ev != nil {
+					ev.Woken(h.key, wokenByMessage)
+				}
+				h.found = w.res
+				l.bg.do(func() { l.withdraw(h, member) })
+				return sent, 0, errFound
 			}
 			if f <= 0 {
 				// Nudged: the subscription was re-established, or a release

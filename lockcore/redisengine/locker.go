@@ -21,7 +21,7 @@ import (
 // default.
 type Options struct {
 	// Prefix starts every Redis key and channel the Engine uses. It must not
-	// contain '{' or '}'. Default: "routelock:".
+	// contain '{', '}', spaces, tabs or line breaks. Default: "routelock:".
 	Prefix string
 
 	// Name is the instance name operators know the Engine by: the pod,
@@ -266,8 +266,8 @@ func (o Options) withDefaults(replicated bool) (Options, error) {
 	if o.Prefix == "" {
 		o.Prefix = defaultPrefix
 	}
-	if strings.ContainsAny(o.Prefix, "{} ") {
-		return o, fmt.Errorf("routelock: redisengine.Options.Prefix %q must not contain '{', '}' or spaces", o.Prefix)
+	if strings.ContainsAny(o.Prefix, "{} \t\r\n") {
+		return o, fmt.Errorf("routelock: redisengine.Options.Prefix %q must not contain '{', '}', spaces or line breaks", o.Prefix)
 	}
 	if o.Name == "" {
 		o.Name = defaultName()

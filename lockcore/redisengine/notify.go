@@ -19,8 +19,9 @@ import (
 // "<attempt id> <fencing token> <ms>" on the waiter's Engine channel; a
 // revocation publishes "revoke <attempt id>" on the channel of the Engine
 // whose attempt held the lock; a release that keeps a result publishes
-// "nudge <lock's Redis key>" on the channel of each Engine with a waiter
-// queued.
+// "nudge <lock's Redis key>", or "result <lock's Redis key>\n<result>"
+// for a result of at most 4 KiB (lua/release.lua), on the channel of each
+// Engine with a waiter queued.
 type notifier struct {
 	l       *Engine
 	mu      sync.Mutex
@@ -55,7 +56,12 @@ type waiter struct {
 	id   string
 	key  string     // the lock's Redis key
 	slot int        // its Cluster slot, on a Cluster
-	ch   chan int64 // the fencing token of a hand-over, or 0: ask Redis again
+	ch   chan int64 // the fencing token of a hand-over, 0: ask Redis again, or -1: res is its result
+	// wants: the attempt wants the lock's stored result rather than the
+	// lock (lockcore.Request.Result); res: the result a release kept, as
+	// its message told it (set before -1 is sent on ch)
+	wants bool
+	res   []byte
 
 	// Set with a hand-over, before its token is sent on ch: by a release of
 	// this Engine, when its call was sent (the grant lasts the claim part
@@ -142,9 +148,9 @@ func (n *notifier) stop() {
 // allocate one and its channel for nothing.
 var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan int64, 1)} }}
 
-func (n *notifier) register(id, key string) *waiter {
+func (n *notifier) register(id, key string, wants bool) *waiter {
 	w := waiterPool.Get().(*waiter)
-	w.id, w.key = id, key
+	w.id, w.key, w.wants = id, key, wants
 	if n.sh != nil {
 		w.slot = slotOf(key)
 		n.sh.want(w.slot)
@@ -170,7 +176,7 @@ func (n *notifier) unregister(w *waiter) {
 	case <-w.ch: // a hand-over that came after the wait ended
 	default:
 	}
-	w.id, w.key, w.from, w.px, w.parked, w.done = "", "", time.Time{}, 0, false, nil
+	w.id, w.key, w.from, w.px, w.parked, w.done, w.wants, w.res = "", "", time.Time{}, 0, false, nil, false, nil
 	w.grant.Store(nil)
 	waiterPool.Put(w)
 }
@@ -178,8 +184,11 @@ func (n *notifier) unregister(w *waiter) {
 // deliver reads a hand-over message: "<attempt id> <fencing token> <ms>",
 // the lock granted to the attempt for that many milliseconds; a
 // revocation, "revoke <attempt id>": the attempt's hold is renewed at once,
-// and the renewal's answer says whether it is still held; or "nudge <lock's
-// Redis key>": a result was kept for the lock, and its waiters ask again.
+// and the renewal's answer says whether it is still held; "nudge <lock's
+// Redis key>": a result was kept for the lock, and its waiters ask again;
+// or "result <lock's Redis key>\n<result>": the same, with a result small
+// enough to send along, which the waiters that want it take from the
+// message.
 func (n *notifier) deliver(payload string) {
 	if id, ok := strings.CutPrefix(payload, "revoke "); ok {
 		n.l.wd.renewNow(id)
@@ -187,6 +196,12 @@ func (n *notifier) deliver(payload string) {
 	}
 	if key, ok := strings.CutPrefix(payload, "nudge "); ok {
 		n.nudge(key)
+		return
+	}
+	if rest, ok := strings.CutPrefix(payload, "result "); ok {
+		if key, res, ok := strings.Cut(rest, "\n"); ok {
+			n.result(key, []byte(res))
+		}
 		return
 	}
 	id, rest, ok := strings.Cut(payload, " ")
@@ -235,6 +250,34 @@ func (n *notifier) nudge(key string) {
 			default: // a nudge is pending already
 			}
 		}
+	}
+	n.mu.Unlock()
+}
+
+// result hands res, the result a release kept for the lock at Redis key
+// key, to the waiters of that lock that want it, and makes the others ask
+// Redis again. A waiter handed the result gets no hand-over after it.
+func (n *notifier) result(key string, res []byte) {
+	n.mu.Lock()
+	for id, w := range n.waiters {
+		if w.key != key {
+			continue
+		}
+		if !w.wants {
+			select {
+			case w.ch <- 0:
+			default:
+			}
+			continue
+		}
+		delete(n.waiters, id)
+		n.dropLocal(w)
+		select {
+		case <-w.ch: // a nudge not yet read: the result replaces it
+		default:
+		}
+		w.res = res
+		w.ch <- -1
 	}
 	n.mu.Unlock()
 }

@@ -93,67 +93,88 @@ func TestKeepStoresWithTheRelease(t *testing.T) {
 
 // TestKeptResultWakesEveryWaiter: waiters that want the result, two on
 // each of three Engines, queued behind a holder, are each told of the
-// result it keeps by the Engines' subscriptions, at once, and find it
+// result it keeps by the Engines' subscriptions, at once, and get it
 // without taking the key: none wakes by its timer (their rechecks are 18s
 // apart, and the holder's lease has 10s left), none is granted the key,
-// and the key is free afterwards, its queue empty.
+// and the key is free afterwards, its queue empty. A small result comes
+// with the message (the waiters wake by "message" and ask Redis nothing
+// more); one over 4 KiB does not (they wake by "reply" and read it).
 func TestKeptResultWakesEveryWaiter(t *testing.T) {
-	redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := context.Background()
-		prefix := redistest.Prefix(t)
-		rec := newRecorder()
-		var es []*Engine
-		for range 3 {
-			es = append(es, newLocker(t, b, prefix, Options{ClaimWindow: time.Minute, Events: rec}))
+	for _, c := range []struct {
+		name string
+		size int
+		by   string
+	}{{"small", 4096, wokenByMessage}, {"large", 4097, wokenByReply}} {
+		t.Run(c.name, func(t *testing.T) {
+			redistest.RunDeployments(t, func(t *testing.T, b *redistest.Backend) {
+				wakeEveryWaiter(t, b, bytes.Repeat([]byte("\n\x00r"), c.size/3+1)[:c.size], c.by)
+			})
+		})
+	}
+}
+
+func wakeEveryWaiter(t *testing.T, b *redistest.Backend, res []byte, by string) {
+	ctx := context.Background()
+	prefix := redistest.Prefix(t)
+	rec := newRecorder()
+	var es []*Engine
+	for range 3 {
+		es = append(es, newLocker(t, b, prefix, Options{ClaimWindow: time.Minute, Events: rec}))
+	}
+	k := mustKey(t, "idempotency", "in line")
+	h, err := es[0].Take(ctx, lockcore.Request{Key: k, Token: "first", Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 6
+	type got struct {
+		h   lockcore.Hold
+		err error
+	}
+	gots := make(chan got, waiters)
+	for i := range waiters {
+		e := es[i%3]
+		go func() {
+			h, err := e.Take(ctx, lockcore.Request{Key: k, Token: fmt.Sprint("dup-", i), Wait: 15 * time.Second, Result: true})
+			gots <- got{h, err}
+		}()
+	}
+	eventually(t, 5*time.Second, "every duplicate queued", func() bool { return len(inspect(t, es[0], k).Waiters) == waiters })
+	rec.mu.Lock()
+	before := maps.Clone(rec.woken) // a shard subscription's first nudge, on a Cluster
+	rec.mu.Unlock()
+	if err := es[0].Keep(ctx, k, h, res, time.Minute); err != nil {
+		t.Fatalf("Keep: %v", err)
+	}
+	for range waiters {
+		g := <-gots
+		found, ok := errors.AsType[*lockcore.ResultFound](g.err)
+		switch {
+		case g.h != nil:
+			t.Fatalf("a duplicate in line took the key (fence %d) after its result was kept", g.h.Fence())
+		case !ok:
+			t.Fatalf("a duplicate in line: %v, want a *lockcore.ResultFound", g.err)
+		case !bytes.Equal(found.Result, res):
+			t.Fatalf("a duplicate in line found %d bytes, want the %d kept", len(found.Result), len(res))
 		}
-		k := mustKey(t, "idempotency", "in line")
-		h, err := es[0].Take(ctx, lockcore.Request{Key: k, Token: "first", Wait: lockcore.FailFast})
-		if err != nil {
-			t.Fatal(err)
-		}
-		const waiters = 6
-		type got struct {
-			h   lockcore.Hold
-			err error
-		}
-		gots := make(chan got, waiters)
-		for i := range waiters {
-			e := es[i%3]
-			go func() {
-				h, err := e.Take(ctx, lockcore.Request{Key: k, Token: fmt.Sprint("dup-", i), Wait: 15 * time.Second, Result: true})
-				gots <- got{h, err}
-			}()
-		}
-		eventually(t, 5*time.Second, "every duplicate queued", func() bool { return len(inspect(t, es[0], k).Waiters) == waiters })
-		res := []byte("201 created\n\x00")
-		if err := es[0].Keep(ctx, k, h, res, time.Minute); err != nil {
-			t.Fatalf("Keep: %v", err)
-		}
-		for range waiters {
-			g := <-gots
-			found, ok := errors.AsType[*lockcore.ResultFound](g.err)
-			switch {
-			case g.h != nil:
-				t.Fatalf("a duplicate in line took the key (fence %d) after its result was kept", g.h.Fence())
-			case !ok:
-				t.Fatalf("a duplicate in line: %v, want a *lockcore.ResultFound", g.err)
-			case !bytes.Equal(found.Result, res):
-				t.Fatalf("a duplicate in line found %q, want %q", found.Result, res)
-			}
-		}
-		rec.mu.Lock()
-		woken := maps.Clone(rec.woken)
-		rec.mu.Unlock()
-		if woken[wokenByTimer] > 0 || woken[wokenByReply] < waiters {
-			t.Fatalf("the duplicates woke %v, want each by the Engines' subscriptions (%q), none by its timer", woken, wokenByReply)
-		}
-		if info := inspect(t, es[1], k); len(info.Holders) > 0 || len(info.Waiters) > 0 {
-			t.Fatalf("after the duplicates found the result: %+v, want the key free, nobody queued", info)
-		}
-		free, err := es[2].Take(ctx, lockcore.Request{Key: k, Token: "plain", Wait: lockcore.FailFast})
-		if err != nil {
-			t.Fatalf("a plain acquisition after the result was kept: %v, want the key", err)
-		}
-		_ = free.Release(ctx, nil)
+	}
+	rec.mu.Lock()
+	woken := maps.Clone(rec.woken)
+	rec.mu.Unlock()
+	for w, n := range before {
+		woken[w] -= n
+	}
+	if woken[wokenByTimer] > 0 || woken[by] < waiters {
+		t.Fatalf("after Keep the duplicates woke %v, want each by %q, none by its timer", woken, by)
+	}
+	// Those told the result by message leave the queue in the background.
+	eventually(t, 5*time.Second, "the queue emptied", func() bool {
+		info := inspect(t, es[1], k)
+		return len(info.Holders) == 0 && len(info.Waiters) == 0
 	})
+	free, err := es[2].Take(ctx, lockcore.Request{Key: k, Token: "plain", Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatalf("a plain acquisition after the result was kept: %v, want the key", err)
+	}
+	_ = free.Release(ctx, nil)
 }

@@ -195,17 +195,18 @@ local function tell(ch, msg)
   return redis.call('PUBLISH', ch, msg)
 end
 
--- Tells each Engine with a waiter queued for the lock, once, to have its
--- waiters ask again ("nudge <L>"): a result was kept for it (release.lua),
--- which each finds with its next call, rather than the lock in turn. A
--- waiter whose Engine is not told asks again within its recheck interval.
-local function nudge_queued()
+-- Tells each Engine with a waiter queued for the lock, once, msg: to have
+-- its waiters ask again ("nudge <L>"), as a result was kept for it
+-- (release.lua), which each finds with its next call, rather than the
+-- lock in turn; or the result itself ("result <L>\n<result>"). A waiter
+-- whose Engine is not told asks again within its recheck interval.
+local function nudge_queued(msg)
   local told = {}
   for _, m in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
     local ch = string.match(m, '^%d+ %d+ (%S+) ')
     if ch and not told[ch] then
       told[ch] = true
-      tell(ch, 'nudge ' .. L)
+      tell(ch, msg)
     end
   end
 end

@@ -26,8 +26,12 @@
 -- It hands the lock to nobody then: the lock is free, and each Engine with
 -- a waiter queued is told to have it ask again (nudge_queued); a waiter
 -- that wants the result (acquire.lua) finds it, and any other takes the
--- free lock in its turn.
+-- free lock in its turn. A result of at most RESULT_IN_MESSAGE bytes goes
+-- with the message, and a waiter that wants it takes it from there.
 local L, Q, F, S, P, R = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7]
+-- The largest result sent to the waiters' Engines with the message that
+-- tells them of it: most responses, not a megabyte to every Engine.
+local RESULT_IN_MESSAGE = 4096
 local e, ret, member = ARGV[2], ARGV[3], ARGV[4]
 local v
 if member == '' then
@@ -97,7 +101,11 @@ redis.call('DEL', L)
 if w == '1' and R then
   -- A result kept: the waiters learn of it at once, each with its next
   -- call, rather than taking the lock in turn to read it.
-  nudge_queued()
+  local msg = 'nudge ' .. L
+  if #ARGV[8] <= RESULT_IN_MESSAGE then
+    msg = 'result ' .. L .. '\n' .. ARGV[8]
+  end
+  nudge_queued(msg)
 elseif w == '1' then
   local now, nows = now_us()
   local _, _, to, fence = grant_next(now, nows, ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
