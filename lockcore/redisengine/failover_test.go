@@ -181,3 +181,72 @@ func TestReplicasDefault(t *testing.T) {
 		t.Errorf("Timeout 60ms on Sentinel: ReplicaTimeout %v, want 30ms", e.opt.ReplicaTimeout)
 	}
 }
+
+// TestKeepAcknowledgedByReplicas: with Options.Replicas, a release that
+// keeps a result counts, as an acquisition does, only once the replicas
+// acknowledged it: on a master whose replica follows, Keep succeeds; once
+// the replica is gone, a Keep fails with ErrUnavailable saying how many
+// acknowledged (the result may or may not survive a failover), is not
+// logged as an outage, and is sent again in the background; the key is
+// free either way.
+func TestKeepAcknowledgedByReplicas(t *testing.T) {
+	master, replica := redistest.OwnReal(t), redistest.OwnReal(t)
+	if master == nil {
+		return // no redis-server here: said so by OwnReal
+	}
+	ctx := context.Background()
+	mc := redis.NewClient(&redis.Options{Addr: master.Addr})
+	defer mc.Close()
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr})
+	defer rc.Close()
+	if err := mc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.ReplicaOf(ctx, "127.0.0.1", fmt.Sprint(master.Port)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the replica in sync", func() bool {
+		info, err := mc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	})
+	var logged logBuffer
+	resent := make(chan error, 16)
+	l := lockerOn(t, mc, redistest.Prefix(t), Options{Replicas: 1, ReplicaTimeout: 50 * time.Millisecond,
+		Logger:         slog.New(slog.NewTextHandler(&logged, nil)),
+		OnReleaseError: func(_ lockcore.Key, err error) { resent <- err }})
+	take := func(k lockcore.Key) lockcore.Hold {
+		t.Helper()
+		h, err := l.Take(ctx, lockcore.Request{Key: k, Token: lifecycle.NewToken(), Wait: lockcore.FailFast})
+		if err != nil {
+			t.Fatalf("Take(%v): %v", k, err)
+		}
+		return h
+	}
+	acked := mustKey(t, "keep", "acked")
+	if err := l.Keep(ctx, acked, take(acked), []byte("201"), time.Minute); err != nil {
+		t.Fatalf("Keep with its replica following: %v", err)
+	}
+	short := mustKey(t, "keep", "short")
+	h := take(short)
+	replica.Stop()
+	waitFor(t, 10*time.Second, "the master sees its replica gone", func() bool {
+		info, err := mc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "connected_slaves:0")
+	})
+	err := l.Keep(ctx, short, h, []byte("201"), time.Minute)
+	if !errors.Is(err, lockcore.ErrUnavailable) || !strings.Contains(err.Error(), "acknowledged by 0 of 1 replicas") {
+		t.Fatalf("Keep with its replica gone: %v, want ErrUnavailable saying how many acknowledged", err)
+	}
+	if err := <-resent; !strings.Contains(err.Error(), "acknowledged by 0 of 1 replicas") {
+		t.Fatalf("told of the Keep's failure: %v", err)
+	}
+	if res, ok, err := l.Result(ctx, short); err != nil || !ok || string(res) != "201" {
+		t.Fatalf("the master's result after an unacknowledged Keep: %q, %v, %v; want it stored there", res, ok, err)
+	}
+	if n, err := mc.Exists(ctx, h.(*hold).keys[0]).Result(); err != nil || n != 0 {
+		t.Fatalf("the hold after an unacknowledged Keep: %d, %v; want it released", n, err)
+	}
+	if strings.Contains(logged.String(), "unreachable") {
+		t.Errorf("a shortfall was logged as an outage: %s", logged.String())
+	}
+}

@@ -167,8 +167,10 @@ type Options struct {
 	// cut off from its replicas, or demoted in a failover while clients
 	// still reach it, grants nothing; and a hold survives the failover of
 	// its master as long as an acknowledging replica is the one promoted
-	// (WAIT cannot say which replica acknowledged). Renewals are not
-	// acknowledged. It costs one WAIT per pipeline of acquisitions: the
+	// (WAIT cannot say which replica acknowledged). A release that keeps a
+	// result (Keep) is acknowledged the same way: one acknowledged by fewer
+	// fails with ErrUnavailable, its result stored on the master, and is
+	// sent again in the background. Renewals are not acknowledged. It costs one WAIT per pipeline of acquisitions: the
 	// time the slowest of the counted replicas takes to acknowledge. On a
 	// Cluster each master's acquisitions go to that master's own
 	// connection, with WAIT, and an acquisition whose slot is moving

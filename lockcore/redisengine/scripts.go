@@ -177,6 +177,24 @@ func isAcquire(cmd redis.Cmder) bool {
 	return s == acquireScript || s == reenterScript || s == sharedScript
 }
 
+// isKeep reports whether cmd runs the release script with a result to
+// keep (Engine.Keep): with seven keys.
+func isKeep(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	if len(a) < 3 || a[2] != any(7) {
+		return false
+	}
+	s, _ := scriptOf(a[1])
+	if s == nil {
+		s = scriptOfSource(a[1])
+	}
+	return s == releaseScript
+}
+
+// isAcked reports whether cmd is a write that Options.Replicas makes
+// replicas acknowledge: an acquisition, or a release that keeps a result.
+func isAcked(cmd redis.Cmder) bool { return isAcquire(cmd) || isKeep(cmd) }
+
 // scriptOfSource returns the script whose source src is, or nil.
 func scriptOfSource(src any) *script {
 	for _, s := range scripts {
@@ -189,10 +207,11 @@ func scriptOfSource(src any) *script {
 	return nil
 }
 
-// confirm fails each acquire call of cmds that took or re-entered a hold
-// when wait, the WAIT that followed them on their connection, counted
-// fewer than r.ack replicas: the caller gives the hold back (a failed
-// acquisition is withdrawn) and is told ErrUnavailable.
+// confirm fails each acquire call of cmds that took or re-entered a hold,
+// and each release that kept a result, when wait, the WAIT that followed
+// them on their connection, counted fewer than r.ack replicas: the caller
+// gives the hold back (a failed acquisition is withdrawn), or sends the
+// Keep again, and is told ErrUnavailable.
 func (r *runner) confirm(cmds []redis.Cmder, wait *redis.IntCmd) {
 	n, err := wait.Result()
 	if err == nil && n >= int64(r.ack) {
@@ -206,7 +225,18 @@ func (r *runner) confirm(cmds []redis.Cmder, wait *redis.IntCmd) {
 		short = &replicaError{want: r.ack, err: err}
 	}
 	for _, c := range cmds {
-		if c.Err() != nil || !isAcquire(c) {
+		if c.Err() != nil || !isAcked(c) {
+			continue
+		}
+		if isKeep(c) {
+			// Stored (or found stored by a run before): not so on the
+			// replicas, as far as WAIT can tell. A Keep that found its
+			// hold gone stored nothing, and says so.
+			if c, ok := c.(*redis.Cmd); ok {
+				if v, ok := c.Val().(int64); ok && v >= 0 {
+					c.SetErr(short)
+				}
+			}
 			continue
 		}
 		switch c := c.(type) {
@@ -256,7 +286,7 @@ func (s *script) newCmd(ctx context.Context, args []any) redis.Cmder {
 // returns the pipeline's network error, if any.
 func (r *runner) run(ctx context.Context, cmds []redis.Cmder) error {
 	var err error
-	acks := r.ack > 0 && slices.ContainsFunc(cmds, isAcquire)
+	acks := r.ack > 0 && slices.ContainsFunc(cmds, isAcked)
 	switch {
 	case acks && r.node != nil:
 		err = r.runOnMasters(ctx, cmds)
@@ -320,7 +350,7 @@ func (r *runner) runOnMasters(ctx context.Context, cmds []redis.Cmder) error {
 	byNode := make(map[*redis.Client][]redis.Cmder)
 	var rest []redis.Cmder
 	for _, cmd := range cmds {
-		if !isAcquire(cmd) {
+		if !isAcked(cmd) {
 			rest = append(rest, cmd)
 			continue
 		}
@@ -444,7 +474,7 @@ func (r *runner) known(ctx context.Context, cmd redis.Cmder, checked *[]int) red
 		}
 	}
 	_, array := cmd.(*redis.Cmd)
-	acks := r.ack > 0 && isAcquire(cmd)
+	acks := r.ack > 0 && isAcked(cmd)
 	eval := func(src any) redis.Cmder {
 		args[0], args[1] = "eval", src
 		if array {
