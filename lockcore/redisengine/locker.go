@@ -170,8 +170,9 @@ type Options struct {
 	// (WAIT cannot say which replica acknowledged). A release that keeps a
 	// result (Keep) is acknowledged the same way: one acknowledged by fewer
 	// fails with ErrUnavailable, its result stored on the master, and is
-	// sent again in the background. Renewals are not acknowledged. It costs one WAIT per pipeline of acquisitions: the
-	// time the slowest of the counted replicas takes to acknowledge. On a
+	// sent again in the background. Renewals are not acknowledged. It
+	// costs one WAIT per pipeline of acquisitions: the time the slowest of
+	// the counted replicas takes to acknowledge. On a
 	// Cluster each master's acquisitions go to that master's own
 	// connection, with WAIT, and an acquisition whose slot is moving
 	// (resharding) fails until it has moved. A shortfall is not an
