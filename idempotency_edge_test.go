@@ -632,3 +632,43 @@ func TestIdempotencyRoutesApartUnderUse(t *testing.T) {
 		}
 	}
 }
+
+// TestIdempotencyKeySpellings: one key spelled the ways the field allows
+// (a quoted string, the same unquoted, with spaces around, the field's
+// name in another case on the wire) is one key: the handler runs once and
+// the others are replays of it.
+func TestIdempotencyKeySpellings(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	var runs atomic.Int64
+	r := chi.NewRouter()
+	r.With(l.Idempotent()).Post("/k", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "run ", runs.Add(1))
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	for i, c := range []struct{ name, value string }{
+		{"Idempotency-Key", `"order-7"`},
+		{"Idempotency-Key", `order-7`},
+		{"Idempotency-Key", ` "order-7"	`},
+		{"idempotency-key", `order-7`},
+		{"IDEMPOTENCY-KEY", `"order-7"`},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/k", strings.NewReader("p"))
+		req.Header[c.name] = []string{c.value} // as spelled on the wire
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		replayed := resp.Header.Get("Idempotent-Replayed") == "true"
+		if resp.StatusCode != http.StatusOK || string(body) != "run 1" || replayed != (i > 0) {
+			t.Errorf("%s: %q: %d %q, replayed %v; want 200 \"run 1\", a replay after the first", c.name, c.value, resp.StatusCode, body, replayed)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times for one key spelled five ways, want once", n)
+	}
+}
