@@ -672,3 +672,45 @@ func TestIdempotencyKeySpellings(t *testing.T) {
 		t.Errorf("the handler ran %d times for one key spelled five ways, want once", n)
 	}
 }
+
+// TestIdempotencyMountedTwice: one Idempotency middleware mounted on a
+// router and again on its subrouter acts once: the handler runs once,
+// its response is stored once, and a retry replays it. Before, the inner
+// pass waited for the outer one, itself, for the route's whole wait.
+func TestIdempotencyMountedTwice(t *testing.T) {
+	b := redistest.Best(t)
+	l := lock.NewRedis(b.Universal(t), redisengine.Options{Prefix: redistest.Prefix(t)})
+	defer l.Close()
+	idem := l.Idempotent(lock.Wait(time.Minute))
+	var runs atomic.Int64
+	r := chi.NewRouter()
+	r.Use(idem)
+	r.Route("/api", func(r chi.Router) {
+		r.Use(idem)
+		r.Post("/k", func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "run %d of %s", runs.Add(1), body)
+		})
+	})
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	client := &http.Client{Timeout: 10 * time.Second} // far under the route's wait
+	for i := range 2 {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/k", strings.NewReader("p"))
+		req.Header.Set("Idempotency-Key", "twice")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		replayed := resp.Header.Get("Idempotent-Replayed") == "true"
+		if resp.StatusCode != http.StatusCreated || string(body) != "run 1 of p" || replayed != (i == 1) {
+			t.Fatalf("request %d: %d %q, replayed %v; want 201 \"run 1 of p\", a replay the second time", i, resp.StatusCode, body, replayed)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
+	}
+}

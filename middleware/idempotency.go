@@ -292,6 +292,13 @@ func newIdem(l lifecycle.Locker, c IdempotencyConfig) *idempotency {
 }
 
 func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if r.Context().Value(runningKey{}) == m {
+		// This middleware mounted again on the route (on a router and on
+		// its subrouter), inside its own run: the run holds the key and
+		// stores what the handler answers.
+		next.ServeHTTP(w, r)
+		return
+	}
 	vs := r.Header.Values(m.c.Header)
 	if len(vs) == 0 {
 		if m.c.Optional {
@@ -408,6 +415,10 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	m.run(w, r, next, route, key, lease, fp, f, lead)
 }
 
+// runningKey is the context key under which a run's handler finds the
+// middleware that runs it (serve).
+type runningKey struct{}
+
 // run runs next for r under lease, the first holder of its key, and stores
 // its response with the lease's release.
 func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Handler, route string, key lockcore.Key, lease *lifecycle.Lease, fp [sha256.Size]byte, f *flight, lead bool) {
@@ -422,7 +433,7 @@ func (m *idempotency) run(w http.ResponseWriter, r *http.Request, next http.Hand
 		f.set(lead, m.keep(r, route, lease, &idem.Record{Fingerprint: fp, Status: http.StatusInternalServerError,
 			Fields: [][2]string{{"Content-Type", "application/problem+json"}}, Size: int64(len(body)), Body: body}))
 	}()
-	next.ServeHTTP(c, r.WithContext(lease.Context()))
+	next.ServeHTTP(c, r.WithContext(context.WithValue(lease.Context(), runningKey{}, m)))
 	finished = true
 	if c.reason != "" {
 		f.set(lead, m.keep(r, route, lease, &idem.Record{Fingerprint: fp, Status: c.code(), Reason: c.reason, Size: c.size}))
