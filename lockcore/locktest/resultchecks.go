@@ -273,9 +273,9 @@ func checkResultsStored(r *rig) {
 		}
 		for i, s := range got {
 			n := slices.Index(names, want[i])
-			if s.Key != r.key(want[i]) || s.Size < int64(200*(n+1)) ||
+			if s.Key != r.key(want[i]) || s.Size != int64(200*(n+1)) ||
 				s.Expires.Before(start.Add(keepFor-awaitBound)) || s.Expires.After(time.Now().Add(keepFor)) {
-				r.t.Fatalf("StoredResults(%q, %d): %d: %+v; want %v, of %d bytes at least, expiring %v after it was kept", prefix, limit, i, s, r.key(want[i]), 200*(n+1), keepFor)
+				r.t.Fatalf("StoredResults(%q, %d): %d: %+v; want %v, of %d bytes, expiring %v after it was kept", prefix, limit, i, s, r.key(want[i]), 200*(n+1), keepFor)
 			}
 		}
 	}

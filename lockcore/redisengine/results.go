@@ -21,6 +21,11 @@ import (
 // entry lets a run of the same call that a client re-sent after a lost
 // reply see that its own store landed.
 
+// maxEntry bounds the length of an attempt id (an entry) with room to
+// spare: "<Engine id>.<sequence>.<start>", each part a few dozen
+// characters at most.
+const maxEntry = 255
+
 // resultKey returns the Redis key of key's result.
 func (l *Engine) resultKey(key lockcore.Key) string {
 	return l.opt.Prefix + "{" + key.String() + "}:k"
@@ -201,8 +206,9 @@ func (l *Engine) StoredResults(ctx context.Context, prefix string, limit int) ([
 		p := c.Pipeline()
 		sizes := make([]*redis.IntCmd, len(found))
 		ttls := make([]*redis.DurationCmd, len(found))
+		heads := make([]*redis.StringCmd, len(found)) // "<entry>\n", to leave out of the size
 		for i, name := range found {
-			sizes[i], ttls[i] = p.StrLen(pctx, name), p.PTTL(pctx, name)
+			sizes[i], ttls[i], heads[i] = p.StrLen(pctx, name), p.PTTL(pctx, name), p.GetRange(pctx, name, 0, maxEntry)
 		}
 		if _, err := p.Exec(pctx); err != nil && !errors.Is(err, redis.Nil) {
 			return err
@@ -214,6 +220,9 @@ func (l *Engine) StoredResults(ctx context.Context, prefix string, limit int) ([
 			size, ttl := sizes[i].Val(), ttls[i].Val()
 			if size == 0 || ttl < 0 {
 				continue // gone since the scan
+			}
+			if j := strings.IndexByte(heads[i].Val(), '\n'); j >= 0 {
+				size -= int64(j) + 1
 			}
 			out = append(out, lockcore.StoredResult{Key: k, Size: size, Expires: now.Add(ttl)})
 		}

@@ -75,9 +75,9 @@ func TestKeepStoresWithTheRelease(t *testing.T) {
 			t.Fatalf("Result of a lost hold's key: %v %v, want none", ok, err)
 		}
 		rs, more, err := l.StoredResults(ctx, "", 10)
-		if err != nil || more || len(rs) != 1 || rs[0].Key != kept || rs[0].Size < int64(len(res)) ||
+		if err != nil || more || len(rs) != 1 || rs[0].Key != kept || rs[0].Size != int64(len(res)) ||
 			time.Until(rs[0].Expires) > time.Minute || time.Until(rs[0].Expires) < 50*time.Second {
-			t.Fatalf("StoredResults: %+v %v %v; want %v alone, of %d bytes at least, expiring in a minute", rs, more, err, kept, len(res))
+			t.Fatalf("StoredResults: %+v %v %v; want %v alone, of %d bytes, expiring in a minute", rs, more, err, kept, len(res))
 		}
 		if ok, err := l.DropResult(ctx, kept); !ok || err != nil {
 			t.Fatalf("DropResult: %v %v", ok, err)
