@@ -46,6 +46,8 @@ func TestOutcomeOf(t *testing.T) {
 		{live, fmt.Errorf("%w: WRONGPASS", lockcore.ErrMisconfigured), "error"},
 		{live, fmt.Errorf("%w: zero Key", lockcore.ErrInvalidKey), "error"},
 		{live, errors.New("something else"), "error"},
+		{live, &lockcore.ResultFound{Result: []byte("201")}, "result"},
+		{cancelled, fmt.Errorf("idempotent: %w", &lockcore.ResultFound{}), "result"},
 	} {
 		if got := outcomeOf(tc.ctx, tc.err); got != tc.want {
 			t.Errorf("outcomeOf(ctx %v, %v) = %s, want %s", tc.ctx.Err(), tc.err, got, tc.want)
