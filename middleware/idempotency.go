@@ -349,7 +349,14 @@ func (m *idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	// Duplicates in this process wait for the first of them, in memory,
 	// rather than each in line for the key's lock in turn.
 	policy := m.policy
-	f, lead := m.flights.join(key)
+	var f *flight
+	lead := true
+	if len(lifecycle.TokensFrom(ctx)) == 0 {
+		// A request that carries owner tokens may be nested in the
+		// flight's first request, which waits for it: it goes to the
+		// engine, where it re-enters that request's hold.
+		f, lead = m.flights.join(key)
+	}
 	if !lead {
 		res, left := m.follow(ctx, f)
 		switch {

@@ -25,7 +25,9 @@ func ResultsOf(l Locker) lockcore.Results {
 // observers of l, or, when the engine of l keeps results and one is stored
 // for key, when it is called or while it waits in line, returns that
 // result and holds nothing (lockcore.Request.Result). The observers see
-// such an acquisition fail with a *lockcore.ResultFound. A lease that
+// such an acquisition fail with a *lockcore.ResultFound. When the engine
+// is unavailable for the acquisition, a stored result read afterwards is
+// returned all the same. A lease that
 // re-enters one of ctx in memory is returned as Acquire returns it.
 func AcquireOrResult(ctx context.Context, l Locker, key lockcore.Key, p Policy) (*Lease, []byte, error) {
 	w := &resultWish{key: key}
@@ -34,6 +36,16 @@ func AcquireOrResult(ctx context.Context, l Locker, key lockcore.Key, p Policy) 
 	var found *lockcore.ResultFound
 	if errors.As(err, &found) {
 		return nil, found.Result, nil
+	}
+	if errors.Is(err, lockcore.ErrUnavailable) {
+		// The backend refused the acquisition (out of memory, a Redis
+		// refuses it whole) or did not answer: a stored result is read
+		// all the same, which writes nothing.
+		if rs := ResultsOf(l); rs != nil {
+			if res, ok, rerr := rs.Result(ctx, key); rerr == nil && ok {
+				return nil, res, nil
+			}
+		}
 	}
 	return ls, nil, err
 }
