@@ -86,11 +86,12 @@ func (l *Engine) DropResult(ctx context.Context, key lockcore.Key) (bool, error)
 // Keep implements lockcore.Results: it releases h and stores res as one
 // call of the release script, which writes res only while h's entry holds
 // the lock. It never hands h over in memory (Options.LocalHandOvers): the
-// result must be in Redis before anybody holds the key again. Nor does it
-// hand the lock to the waiter at the head of the line: it frees the key
-// and tells each Engine with a waiter in line, whose waiters ask again at
-// once; those that want the result (lockcore.Request.Result) find it, and
-// any other takes the key in turn. A hold that
+// result must be in Redis before anybody holds the key again. With
+// waiters in line it first tells each Engine with one, with the result
+// when it is at most 4 KiB: those that want the result
+// (lockcore.Request.Result) take it from the message, or ask again at
+// once and find it. Then it hands the lock to the first in line, as
+// Release does. A hold that
 // was handed over to h in memory is kept once Redis has it (its pass
 // call), waiting for that at most Options.ReleaseTimeout.
 func (l *Engine) Keep(ctx context.Context, key lockcore.Key, t lockcore.Hold, res []byte, keep time.Duration) error {

@@ -23,11 +23,14 @@
 -- the release stores "<entry>\n<result>" there only when the entry holds
 -- the lock exclusively, before it lets the lock go; a run of the same call
 -- that finds its own result there (re-sent after a lost reply) returns 0.
--- It hands the lock to nobody then: the lock is free, and each Engine with
--- a waiter queued is told to have it ask again (nudge_queued); a waiter
--- that wants the result (acquire.lua) finds it, and any other takes the
--- free lock in its turn. A result of at most RESULT_IN_MESSAGE bytes goes
--- with the message, and a waiter that wants it takes it from there.
+-- With waiters queued, each Engine with one is told first (nudge_queued):
+-- the result itself when it is at most RESULT_IN_MESSAGE bytes, which a
+-- waiter that wants it takes from the message, else to have its waiters
+-- ask again, when one that wants the result finds it (acquire.lua). Then
+-- the lock goes to the first in line, as with any release: a waiter that
+-- wants the result and is granted it claims it with a call, which finds
+-- the result and hands the lock on; one that left with the result from
+-- the message hands it on with its withdrawal.
 local L, Q, F, S, P, R = KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7]
 -- The largest result sent to the waiters' Engines with the message that
 -- tells them of it: most responses, not a megabyte to every Engine.
@@ -98,15 +101,18 @@ if n > 0 then
   return n
 end
 redis.call('DEL', L)
-if w == '1' and R then
-  -- A result kept: the waiters learn of it at once, each with its next
-  -- call, rather than taking the lock in turn to read it.
-  local msg = 'nudge ' .. L
-  if #ARGV[8] <= RESULT_IN_MESSAGE then
-    msg = 'result ' .. L .. '\n' .. ARGV[8]
+if w == '1' then
+  if R then
+    -- A result kept: the waiters that want it learn of it at once, first,
+    -- rather than each taking the lock in turn to read it; the lock goes
+    -- to the first in line all the same, as with any release, so that a
+    -- waiter that wants the lock keeps its place.
+    local msg = 'nudge ' .. L
+    if #ARGV[8] <= RESULT_IN_MESSAGE then
+      msg = 'result ' .. L .. '\n' .. ARGV[8]
+    end
+    nudge_queued(msg)
   end
-  nudge_queued(msg)
-elseif w == '1' then
   local now, nows = now_us()
   local _, _, to, fence = grant_next(now, nows, ret, nil, ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1')
   if to then
