@@ -35,6 +35,9 @@ func AcquireOrResult(ctx context.Context, l Locker, key lockcore.Key, p Policy) 
 	w.used.Store(true) // a lease's context carries it: nothing after asks
 	var found *lockcore.ResultFound
 	if errors.As(err, &found) {
+		if found.Result == nil {
+			return nil, []byte{}, nil // an empty result is a result
+		}
 		return nil, found.Result, nil
 	}
 	if errors.Is(err, lockcore.ErrUnavailable) {
