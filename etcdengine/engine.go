@@ -173,9 +173,9 @@ func New(cli *clientv3.Client, o Options) (*Engine, error) {
 
 // Promises implements lockcore.Engine: waiters in order, ordered fencing
 // tokens, re-entry by owner token, readers beside writers, several holds
-// in one transaction.
+// in one transaction, results kept with a release (Keep).
 func (e *Engine) Promises() lockcore.Promises {
-	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Batch: true}
+	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Batch: true, Results: true}
 }
 
 // Close stops the sessions' renewals and revokes their leases, so that
@@ -259,12 +259,16 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	for {
 		// Free: take it at once. Held: see by whom, and whether a token
 		// of r's holds it shared, writing nothing.
+		// One that wants the result (Request.Result) takes it if it is
+		// there, and nothing else.
+		cond := []clientv3.Cmp{clientv3.Compare(clientv3.Version(q).WithPrefix(), "=", 0)}
 		orElse := []clientv3.Op{clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))}
 		for _, j := range r.Join {
 			orElse = append(orElse, clientv3.OpGet(e.reader(key, j), clientv3.WithCountOnly()))
 		}
+		cond, orElse = e.unlessResult(r, cond, orElse)
 		resp, err := e.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.Version(q).WithPrefix(), "=", 0)).
+			If(cond...).
 			Then(clientv3.OpPut(mine, e.record(r, false), clientv3.WithLease(s.id))).
 			Else(orElse...).
 			Commit()
@@ -277,7 +281,10 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 			rev := resp.Header.Revision
 			return e.held(s, r.Key, mine, r.Token, rev, rev, "", false), nil
 		}
-		for _, rr := range resp.Responses[1:] {
+		if err := e.resultIn(r, resp, len(orElse)-1); err != nil {
+			return nil, err
+		}
+		for _, rr := range resp.Responses[1 : 1+len(r.Join)] {
 			if rr.GetResponseRange().Count > 0 {
 				return nil, fmt.Errorf("%w: %s", lockcore.ErrUpgrade, key)
 			}
@@ -519,20 +526,60 @@ func (e *Engine) retract(s *session, key string, cmp clientv3.Cmp) {
 // now the first: it writes the key once more, so that its fencing token,
 // the write's revision, is above every revision before it, a revocation's
 // included (a waiter queued before a revocation is granted after it).
+//
+// A waiter that wants the result (Request.Result) is granted only while
+// none is stored: when one is, the same transaction deletes its key, and
+// it fails with a *ResultFound. So a holder that keeps a result (Keep),
+// which deletes its key, wakes the waiter after it, which finds the
+// result and goes, waking the one after it in turn.
 func (e *Engine) grant(ctx context.Context, s *session, r lockcore.Request, mine string, rev int64) (lockcore.Hold, error) {
+	cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", rev)}
+	var orElse []clientv3.Op
+	if r.Result {
+		cond, orElse = e.unlessResult(r, cond, orElse)
+		orElse = append(orElse, guardedDelete(mine, rev))
+	}
 	resp, err := e.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(mine), "=", rev)).
+		If(cond...).
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
+		Else(orElse...).
 		Commit()
 	if err != nil {
 		e.withdraw(s, mine, rev)
 		return nil, e.unavailable(ctx, "grant", err)
+	}
+	if err := e.resultIn(r, resp, 0); err != nil {
+		return nil, err
 	}
 	if !resp.Succeeded {
 		// Its key went with its session, or an operator removed it.
 		return nil, fmt.Errorf("%w: etcd lost the queued acquisition of %s", lockcore.ErrUnavailable, r.Key)
 	}
 	return e.held(s, r.Key, mine, r.Token, rev, resp.Header.Revision, "", r.Share < 0), nil
+}
+
+// unlessResult adds to a transaction that takes r.Key, when r wants the
+// result (Request.Result), the condition that none is stored, and, last
+// of what it does otherwise, the read of the result (resultIn).
+func (e *Engine) unlessResult(r lockcore.Request, cond []clientv3.Cmp, orElse []clientv3.Op) ([]clientv3.Cmp, []clientv3.Op) {
+	if !r.Result {
+		return cond, orElse
+	}
+	rk := e.resultKey(r.Key.String())
+	return append(cond, clientv3.Compare(clientv3.CreateRevision(rk), "=", 0)), append(orElse, clientv3.OpGet(rk))
+}
+
+// resultIn returns the *ResultFound of a transaction made with
+// unlessResult for r that failed and found the result, its read the
+// at'th of what it did otherwise, and nil otherwise.
+func (e *Engine) resultIn(r lockcore.Request, resp *clientv3.TxnResponse, at int) error {
+	if !r.Result || resp.Succeeded {
+		return nil
+	}
+	if kvs := resp.Responses[at].GetResponseRange().Kvs; len(kvs) > 0 {
+		return e.found(r.Key.String(), kvs[0].Value)
+	}
+	return nil
 }
 
 // reenter re-enters the hold of the holder key kv (owned by tok) for r:

@@ -32,6 +32,7 @@ func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request)
 			cond = append(cond, clientv3.Compare(clientv3.CreateRevision(e.reader(key, j)), "=", 0))
 			orElse = append(orElse, clientv3.OpGet(e.reader(key, j)))
 		}
+		cond, orElse = e.unlessResult(r, cond, orElse)
 		resp, err := e.cli.Txn(ctx).If(cond...).
 			Then(clientv3.OpPut(mine, e.record(r, false), clientv3.WithLease(s.id))).
 			Else(orElse...).
@@ -44,6 +45,9 @@ func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request)
 		if resp.Succeeded {
 			rev := resp.Header.Revision
 			return e.held(s, r.Key, mine, r.Token, rev, rev, "", true), nil
+		}
+		if err := e.resultIn(r, resp, len(orElse)-1); err != nil {
+			return nil, err
 		}
 		// A reader of r's token: re-enter its hold.
 		for i, j := range r.Join {
