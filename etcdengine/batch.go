@@ -129,7 +129,7 @@ func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Reque
 	defer timer.Stop()
 	for i, r := range rs {
 		waiting, waited := e.waitingFor(r.Key)
-		err := e.awaitTurn(ctx, ss[i], r.Key, qs[i], clientv3.GetPrefixRangeEnd(qs[i]), rev, timer.C, waiting)
+		err := e.awaitTurn(ctx, ss[i], r.Key, qs[i], clientv3.GetPrefixRangeEnd(qs[i]), rev, timer.C, waiting, nil)
 		waited()
 		if err != nil {
 			// A cancelled wait leaves none of its keys behind (etcd#9715).

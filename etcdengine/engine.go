@@ -325,14 +325,19 @@ func joins(join []string, tok string) bool {
 // r.Wait for every key queued before it to go.
 func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine string) (lockcore.Hold, error) {
 	key := r.Key.String()
+	cond, orElse := e.unlessResult(r, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)}, nil)
 	resp, err := e.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)).
+		If(cond...).
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
+		Else(orElse...).
 		Commit()
 	if err != nil {
 		// It may be queued all the same, where no one would ever take it.
 		e.abandon(s, mine)
 		return nil, e.unavailable(ctx, "queue", err)
+	}
+	if err := e.resultIn(r, resp, 0); err != nil {
+		return nil, err
 	}
 	if !resp.Succeeded {
 		return nil, fmt.Errorf("%w: an owner token queued twice for %s", lockcore.ErrMisconfigured, key)
@@ -343,12 +348,52 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 	q := e.queue(key)
 	waiting, waited := e.waitingFor(r.Key)
 	defer waited()
-	if err := e.awaitTurn(ctx, s, r.Key, q, clientv3.GetPrefixRangeEnd(q), rev, timer.C, waiting); err != nil {
-		// A cancelled wait leaves no key behind (etcd#9715).
-		e.withdraw(s, mine, rev)
+	if err := e.awaitTurn(ctx, s, r.Key, q, clientv3.GetPrefixRangeEnd(q), rev, timer.C, waiting, e.wants(r, mine, rev)); err != nil {
+		// A cancelled wait leaves no key behind (etcd#9715); one that
+		// found the result deleted its key as it read it.
+		if _, found := errors.AsType[*lockcore.ResultFound](err); !found {
+			e.withdraw(s, mine, rev)
+		}
 		return nil, err
 	}
 	return e.grant(ctx, s, r, mine, rev)
+}
+
+// wanted is a waiter that wants the result of its key (Request.Result):
+// the result's key, and the waiter's own, created at rev.
+type wanted struct {
+	key, result, mine string
+	rev               int64
+}
+
+// wants returns the wanted of a waiter for r, whose key mine was created
+// at rev, or nil when r does not want the result.
+func (e *Engine) wants(r lockcore.Request, mine string, rev int64) *wanted {
+	if !r.Result || e.defect == "grantOverResult" {
+		return nil
+	}
+	k := r.Key.String()
+	return &wanted{key: k, result: e.resultKey(k), mine: mine, rev: rev}
+}
+
+// claim is called when the result that w wants was stored: it reads it
+// and deletes w's key, in one transaction, and fails with its
+// *ResultFound. It returns nil when the result is gone again (dropped),
+// for w to wait on.
+func (e *Engine) claim(ctx context.Context, w *wanted) error {
+	resp, err := e.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(w.result), ">", 0)).
+		Then(clientv3.OpGet(w.result), guardedDelete(w.mine, w.rev)).
+		Commit()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return errors.Join(&lockcore.ContentionError{Key: w.key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+	case err != nil:
+		return e.unavailable(ctx, "wait", err)
+	case !resp.Succeeded:
+		return nil
+	}
+	return e.found(w.key, resp.Responses[0].GetResponseRange().Kvs[0].Value)
 }
 
 // awaitTurn waits until no key of k's queue from from to end (all of
@@ -358,8 +403,20 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 // holder's (a waiter may give up), so a waiter is first only when none is
 // left before it. It calls waiting, if not nil, before it first waits for
 // another key.
-func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from, end string, rev int64, timer <-chan time.Time, waiting func()) error {
+//
+// A waiter that wants the result (want not nil) watches the result's key
+// too, from the revision after it queued: when a result is stored, it
+// claims it (claim), and fails with its *ResultFound, whoever holds the
+// key then (a waiter before it that does not want the result, granted by
+// the release that kept it, for one).
+func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from, end string, rev int64, timer <-chan time.Time, waiting func(), want *wanted) error {
 	key := k.String()
+	var kept clientv3.WatchChan // nil: none
+	if want != nil {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		kept = e.cli.Watch(wctx, want.result, clientv3.WithRev(rev+1), clientv3.WithFilterDelete())
+	}
 	for {
 		// The key queued last before mine: when it goes, mine may be first.
 		before, err := e.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithMaxCreateRev(rev-1),
@@ -385,25 +442,39 @@ func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from
 		wctx, cancel := context.WithCancel(ctx)
 		ch := e.cli.Watch(wctx, pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 		next := func() (clientv3.WatchResponse, error) {
-			select {
-			case w, ok := <-ch:
-				if (!ok || w.Err() != nil) && ctx.Err() != nil {
-					// The watch ended with ctx: the caller left.
-					return w, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+			for {
+				select {
+				case w, ok := <-kept:
+					if !ok || w.Err() != nil {
+						kept = nil // the grant looks at the result all the same
+						continue
+					}
+					if len(w.Events) == 0 {
+						continue
+					}
+					if err := e.claim(ctx, want); err != nil {
+						return w, err
+					}
+					continue // dropped since: wait on
+				case w, ok := <-ch:
+					if (!ok || w.Err() != nil) && ctx.Err() != nil {
+						// The watch ended with ctx: the caller left.
+						return w, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+					}
+					if !ok || w.Err() != nil {
+						return w, e.unavailable(ctx, "watch", errors.Join(w.Err(), errNoAnswer))
+					}
+					return w, nil
+				case <-s.done:
+					return clientv3.WatchResponse{}, s.err
+				case <-timer:
+					if ev := e.opt.Events; ev != nil {
+						ev.Woken(k, "timer")
+					}
+					return clientv3.WatchResponse{}, &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}
+				case <-ctx.Done():
+					return clientv3.WatchResponse{}, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
 				}
-				if !ok || w.Err() != nil {
-					return w, e.unavailable(ctx, "watch", errors.Join(w.Err(), errNoAnswer))
-				}
-				return w, nil
-			case <-s.done:
-				return clientv3.WatchResponse{}, s.err
-			case <-timer:
-				if ev := e.opt.Events; ev != nil {
-					ev.Woken(k, "timer")
-				}
-				return clientv3.WatchResponse{}, &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}
-			case <-ctx.Done():
-				return clientv3.WatchResponse{}, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
 			}
 		}
 		w, gone := next()
@@ -535,7 +606,7 @@ func (e *Engine) retract(s *session, key string, cmp clientv3.Cmp) {
 func (e *Engine) grant(ctx context.Context, s *session, r lockcore.Request, mine string, rev int64) (lockcore.Hold, error) {
 	cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", rev)}
 	var orElse []clientv3.Op
-	if r.Result {
+	if r.Result && e.defect != "grantOverResult" {
 		cond, orElse = e.unlessResult(r, cond, orElse)
 		orElse = append(orElse, guardedDelete(mine, rev))
 	}

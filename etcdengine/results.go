@@ -305,7 +305,7 @@ func (e *Engine) keep(ctx context.Context, h *hold, lease clientv3.LeaseID, v st
 			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Version(ents).WithPrefix(), "=", 0)},
 				[]clientv3.Op{clientv3.OpDelete(h.holder)},
 				[]clientv3.Op{clientv3.OpPut(mark, "", clientv3.WithLease(h.s.id))})).
-		Else(clientv3.OpGet(rk), clientv3.OpGet(h.holder, clientv3.WithCountOnly())).
+		Else(e.keepElse(rk, h, lease, v)...).
 		Commit()
 	if err != nil {
 		return e.unavailable(ctx, "keep", err)
@@ -318,7 +318,7 @@ func (e *Engine) keep(ctx context.Context, h *hold, lease clientv3.LeaseID, v st
 		return e.finish(ctx, h.holder, h.rev, ents, mark)
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		if s, ok := readResult(kvs[0].Value); ok && s.rev == h.rev {
+		if s, ok := readResult(kvs[0].Value); ok && s.rev == h.rev && e.defect != "keepForget" {
 			// Its own, stored by this Keep before (a lost reply).
 			if resp.Responses[1].GetResponseRange().Count > 0 {
 				return e.finish(ctx, h.holder, h.rev, ents, mark)
@@ -327,6 +327,16 @@ func (e *Engine) keep(ctx context.Context, h *hold, lease clientv3.LeaseID, v st
 		}
 	}
 	return e.revoked(h.key, h.fence, errGone)
+}
+
+// keepElse is what keep's transaction does when the hold no longer holds
+// its key: it reads the result and the hold's key.
+func (e *Engine) keepElse(rk string, h *hold, lease clientv3.LeaseID, v string) []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpGet(rk), clientv3.OpGet(h.holder, clientv3.WithCountOnly())}
+	if e.defect == "keepLost" {
+		ops = append(ops, clientv3.OpPut(rk, v, clientv3.WithLease(lease)))
+	}
+	return ops
 }
 
 var _ lockcore.Results = (*Engine)(nil)
