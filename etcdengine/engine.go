@@ -73,6 +73,25 @@
 // asking, by a reader's token, for the exclusive lock fails at once with
 // ErrUpgrade. Revoke ends every reader's hold at once.
 //
+// # Results kept with a release
+//
+// The engine is a lockcore.Results (Promises.Results), as idempotency
+// keys need (lock.Locker.Idempotent, middleware.Idempotency). Keep stores
+// a result under "<Prefix>k/<key>", beside the lock's queue and outside
+// it, on an etcd lease of its own of the time it is kept, rounded up to
+// whole seconds, and frees the lock, in one transaction that stores
+// nothing unless the hold's key is the one it created. The value names
+// the hold (its key's create revision), so that a Keep sent again after
+// a lost reply finds its own result and succeeds, storing nothing.
+//
+// An acquisition that wants the result (Request.Result) reads it in the
+// transaction that would take or queue it; a waiter is granted the lock
+// only by a transaction that finds no result, and otherwise deletes its
+// key and fails with a *ResultFound: the holder's Keep wakes the waiter
+// after it, which finds the result and leaves, waking the next. Such a
+// waiter also watches the result's key, for a result kept while a waiter
+// before it that does not want the result holds the lock.
+//
 // # No permits
 //
 // Permits (Policy.Share n > 0, each holder in a slot of its own) are not
