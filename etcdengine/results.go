@@ -142,8 +142,12 @@ func (e *Engine) StoredResults(ctx context.Context, prefix string, limit int) ([
 	rctx, cancel := context.WithTimeout(ctx, e.opt.Timeout)
 	defer cancel()
 	head := e.resultKey("")
+	ask := int64(limit) + 1 // one more, to know whether there are more
+	if ask <= 0 {
+		ask = 0 // limit math.MaxInt: all
+	}
 	resp, err := e.cli.Get(rctx, head+prefix, clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(int64(limit)+1))
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithLimit(ask))
 	if err != nil {
 		return nil, false, e.unavailable(ctx, "stored results", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -173,6 +174,9 @@ func TestResultOutlivesEngine(t *testing.T) {
 	if err != nil || more || len(list) != 1 || list[0].Key != k || list[0].Size < int64(len(res)) ||
 		list[0].Expires.Before(time.Now().Add(59*time.Minute)) || list[0].Expires.After(time.Now().Add(time.Hour+time.Second)) {
 		t.Fatalf("a fresh Engine's StoredResults: %+v, more %v, %v; want %v kept an hour", list, more, err, k)
+	}
+	if all, more, err := fresh.StoredResults(ctx, "", math.MaxInt); err != nil || more || len(all) != 1 {
+		t.Fatalf("StoredResults without a limit: %+v, more %v, %v; want the one result", all, more, err)
 	}
 	h, err = fresh.Take(ctx, lockcore.Request{Key: k, Token: "retry", Wait: time.Second, Result: true})
 	if found, ok := errors.AsType[*lockcore.ResultFound](err); h != nil || !ok || !bytes.Equal(found.Result, res) {
