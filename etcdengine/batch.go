@@ -33,9 +33,9 @@ const maxSet = maxTxnOps - 2
 //
 // It declines (nil, nil) a set of more than 126 keys, whose transactions
 // would need more than etcd's default of 128 operations, a set with
-// shared holds, and a set whose requests carry propagated owner tokens
-// (Join), which may re-enter holds: the Locker then takes them one by
-// one.
+// shared holds, a set whose requests carry propagated owner tokens
+// (Join), which may re-enter holds, and a set that wants stored results
+// (Request.Result): the Locker then takes them one by one.
 func (e *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore.Hold, error) {
 	if e.closed.Load() {
 		return nil, lockcore.ErrClosed
@@ -46,7 +46,8 @@ func (e *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 	for _, r := range rs {
 		// Shared holds, and a request that may re-enter a hold (or ask a
 		// reader's token for the exclusive lock), are Take's.
-		if r.Share != 0 || len(r.Join) > 0 || r.Token == "" || r.Token[0] < ' ' {
+		// So is one that wants a stored result.
+		if r.Share != 0 || len(r.Join) > 0 || r.Result || r.Token == "" || r.Token[0] < ' ' {
 			return nil, nil
 		}
 	}
@@ -128,7 +129,7 @@ func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Reque
 	defer timer.Stop()
 	for i, r := range rs {
 		waiting, waited := e.waitingFor(r.Key)
-		err := e.awaitTurn(ctx, ss[i], r.Key, qs[i], clientv3.GetPrefixRangeEnd(qs[i]), rev, timer.C, waiting)
+		err := e.awaitTurn(ctx, ss[i], r.Key, qs[i], clientv3.GetPrefixRangeEnd(qs[i]), rev, timer.C, waiting, nil)
 		waited()
 		if err != nil {
 			// A cancelled wait leaves none of its keys behind (etcd#9715).

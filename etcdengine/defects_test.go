@@ -27,6 +27,14 @@ var caughtBy = map[string][]string{
 	// A wait that gave up leaves its key queued: the lock is never
 	// granted past it.
 	"keepWaiter": {"Withdrawal"},
+	// A waiter that wants the result is granted the lock in its turn
+	// whether a result is stored or not, and does not watch for one.
+	"grantOverResult": {"ResultsInLine"},
+	// Keep stores the result even when the hold no longer holds its key.
+	"keepLost": {"ResultsLoss"},
+	// A Keep sent again after its store landed does not know its own
+	// result, and reports the hold lost.
+	"keepForget": {"Results"},
 }
 
 // TestSuiteCatchesDefects (go test -tags long, which CI runs) runs the

@@ -73,6 +73,25 @@
 // asking, by a reader's token, for the exclusive lock fails at once with
 // ErrUpgrade. Revoke ends every reader's hold at once.
 //
+// # Results kept with a release
+//
+// The engine is a lockcore.Results (Promises.Results), as idempotency
+// keys need (lock.Locker.Idempotent, middleware.Idempotency). Keep stores
+// a result under "<Prefix>k/<key>", beside the lock's queue and outside
+// it, on an etcd lease of its own of the time it is kept, rounded up to
+// whole seconds, and frees the lock, in one transaction that stores
+// nothing unless the hold's key is the one it created. The value names
+// the hold (its key's create revision), so that a Keep sent again after
+// a lost reply finds its own result and succeeds, storing nothing.
+//
+// An acquisition that wants the result (Request.Result) reads it in the
+// transaction that would take or queue it; a waiter is granted the lock
+// only by a transaction that finds no result, and otherwise deletes its
+// key and fails with a *ResultFound: the holder's Keep wakes the waiter
+// after it, which finds the result and leaves, waking the next. Such a
+// waiter also watches the result's key, for a result kept while a waiter
+// before it that does not want the result holds the lock.
+//
 // # No permits
 //
 // Permits (Policy.Share n > 0, each holder in a slot of its own) are not
@@ -173,9 +192,9 @@ func New(cli *clientv3.Client, o Options) (*Engine, error) {
 
 // Promises implements lockcore.Engine: waiters in order, ordered fencing
 // tokens, re-entry by owner token, readers beside writers, several holds
-// in one transaction.
+// in one transaction, results kept with a release (Keep).
 func (e *Engine) Promises() lockcore.Promises {
-	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Batch: true}
+	return lockcore.Promises{FIFO: true, OrderedFences: true, TokenReentry: true, Shared: true, Batch: true, Results: true}
 }
 
 // Close stops the sessions' renewals and revokes their leases, so that
@@ -259,12 +278,16 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 	for {
 		// Free: take it at once. Held: see by whom, and whether a token
 		// of r's holds it shared, writing nothing.
+		// One that wants the result (Request.Result) takes it if it is
+		// there, and nothing else.
+		cond := []clientv3.Cmp{clientv3.Compare(clientv3.Version(q).WithPrefix(), "=", 0)}
 		orElse := []clientv3.Op{clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))}
 		for _, j := range r.Join {
 			orElse = append(orElse, clientv3.OpGet(e.reader(key, j), clientv3.WithCountOnly()))
 		}
+		cond, orElse = e.unlessResult(r, cond, orElse)
 		resp, err := e.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.Version(q).WithPrefix(), "=", 0)).
+			If(cond...).
 			Then(clientv3.OpPut(mine, e.record(r, false), clientv3.WithLease(s.id))).
 			Else(orElse...).
 			Commit()
@@ -277,7 +300,10 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 			rev := resp.Header.Revision
 			return e.held(s, r.Key, mine, r.Token, rev, rev, "", false), nil
 		}
-		for _, rr := range resp.Responses[1:] {
+		if err := e.resultIn(r, resp, len(orElse)-1); err != nil {
+			return nil, err
+		}
+		for _, rr := range resp.Responses[1 : 1+len(r.Join)] {
 			if rr.GetResponseRange().Count > 0 {
 				return nil, fmt.Errorf("%w: %s", lockcore.ErrUpgrade, key)
 			}
@@ -318,14 +344,19 @@ func joins(join []string, tok string) bool {
 // r.Wait for every key queued before it to go.
 func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine string) (lockcore.Hold, error) {
 	key := r.Key.String()
+	cond, orElse := e.unlessResult(r, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)}, nil)
 	resp, err := e.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)).
+		If(cond...).
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
+		Else(orElse...).
 		Commit()
 	if err != nil {
 		// It may be queued all the same, where no one would ever take it.
 		e.abandon(s, mine)
 		return nil, e.unavailable(ctx, "queue", err)
+	}
+	if err := e.resultIn(r, resp, 0); err != nil {
+		return nil, err
 	}
 	if !resp.Succeeded {
 		return nil, fmt.Errorf("%w: an owner token queued twice for %s", lockcore.ErrMisconfigured, key)
@@ -336,12 +367,52 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 	q := e.queue(key)
 	waiting, waited := e.waitingFor(r.Key)
 	defer waited()
-	if err := e.awaitTurn(ctx, s, r.Key, q, clientv3.GetPrefixRangeEnd(q), rev, timer.C, waiting); err != nil {
-		// A cancelled wait leaves no key behind (etcd#9715).
-		e.withdraw(s, mine, rev)
+	if err := e.awaitTurn(ctx, s, r.Key, q, clientv3.GetPrefixRangeEnd(q), rev, timer.C, waiting, e.wants(r, mine, rev)); err != nil {
+		// A cancelled wait leaves no key behind (etcd#9715); one that
+		// found the result deleted its key as it read it.
+		if _, found := errors.AsType[*lockcore.ResultFound](err); !found {
+			e.withdraw(s, mine, rev)
+		}
 		return nil, err
 	}
 	return e.grant(ctx, s, r, mine, rev)
+}
+
+// wanted is a waiter that wants the result of its key (Request.Result):
+// the result's key, and the waiter's own, created at rev.
+type wanted struct {
+	key, result, mine string
+	rev               int64
+}
+
+// wants returns the wanted of a waiter for r, whose key mine was created
+// at rev, or nil when r does not want the result.
+func (e *Engine) wants(r lockcore.Request, mine string, rev int64) *wanted {
+	if !r.Result || e.defect == "grantOverResult" {
+		return nil
+	}
+	k := r.Key.String()
+	return &wanted{key: k, result: e.resultKey(k), mine: mine, rev: rev}
+}
+
+// claim is called when the result that w wants was stored: it reads it
+// and deletes w's key, in one transaction, and fails with its
+// *ResultFound. It returns nil when the result is gone again (dropped),
+// for w to wait on.
+func (e *Engine) claim(ctx context.Context, w *wanted) error {
+	resp, err := e.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(w.result), ">", 0)).
+		Then(clientv3.OpGet(w.result), guardedDelete(w.mine, w.rev)).
+		Commit()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return errors.Join(&lockcore.ContentionError{Key: w.key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+	case err != nil:
+		return e.unavailable(ctx, "wait", err)
+	case !resp.Succeeded:
+		return nil
+	}
+	return e.found(w.key, resp.Responses[0].GetResponseRange().Kvs[0].Value)
 }
 
 // awaitTurn waits until no key of k's queue from from to end (all of
@@ -351,8 +422,20 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 // holder's (a waiter may give up), so a waiter is first only when none is
 // left before it. It calls waiting, if not nil, before it first waits for
 // another key.
-func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from, end string, rev int64, timer <-chan time.Time, waiting func()) error {
+//
+// A waiter that wants the result (want not nil) watches the result's key
+// too, from the revision after it queued: when a result is stored, it
+// claims it (claim), and fails with its *ResultFound, whoever holds the
+// key then (a waiter before it that does not want the result, granted by
+// the release that kept it, for one).
+func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from, end string, rev int64, timer <-chan time.Time, waiting func(), want *wanted) error {
 	key := k.String()
+	var kept clientv3.WatchChan // nil: none
+	if want != nil {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		kept = e.cli.Watch(wctx, want.result, clientv3.WithRev(rev+1), clientv3.WithFilterDelete())
+	}
 	for {
 		// The key queued last before mine: when it goes, mine may be first.
 		before, err := e.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithMaxCreateRev(rev-1),
@@ -378,25 +461,39 @@ func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from
 		wctx, cancel := context.WithCancel(ctx)
 		ch := e.cli.Watch(wctx, pred, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 		next := func() (clientv3.WatchResponse, error) {
-			select {
-			case w, ok := <-ch:
-				if (!ok || w.Err() != nil) && ctx.Err() != nil {
-					// The watch ended with ctx: the caller left.
-					return w, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+			for {
+				select {
+				case w, ok := <-kept:
+					if !ok || w.Err() != nil {
+						kept = nil // the grant looks at the result all the same
+						continue
+					}
+					if len(w.Events) == 0 {
+						continue
+					}
+					if err := e.claim(ctx, want); err != nil {
+						return w, err
+					}
+					continue // dropped since: wait on
+				case w, ok := <-ch:
+					if (!ok || w.Err() != nil) && ctx.Err() != nil {
+						// The watch ended with ctx: the caller left.
+						return w, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
+					}
+					if !ok || w.Err() != nil {
+						return w, e.unavailable(ctx, "watch", errors.Join(w.Err(), errNoAnswer))
+					}
+					return w, nil
+				case <-s.done:
+					return clientv3.WatchResponse{}, s.err
+				case <-timer:
+					if ev := e.opt.Events; ev != nil {
+						ev.Woken(k, "timer")
+					}
+					return clientv3.WatchResponse{}, &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}
+				case <-ctx.Done():
+					return clientv3.WatchResponse{}, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
 				}
-				if !ok || w.Err() != nil {
-					return w, e.unavailable(ctx, "watch", errors.Join(w.Err(), errNoAnswer))
-				}
-				return w, nil
-			case <-s.done:
-				return clientv3.WatchResponse{}, s.err
-			case <-timer:
-				if ev := e.opt.Events; ev != nil {
-					ev.Woken(k, "timer")
-				}
-				return clientv3.WatchResponse{}, &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}
-			case <-ctx.Done():
-				return clientv3.WatchResponse{}, errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
 			}
 		}
 		w, gone := next()
@@ -519,20 +616,60 @@ func (e *Engine) retract(s *session, key string, cmp clientv3.Cmp) {
 // now the first: it writes the key once more, so that its fencing token,
 // the write's revision, is above every revision before it, a revocation's
 // included (a waiter queued before a revocation is granted after it).
+//
+// A waiter that wants the result (Request.Result) is granted only while
+// none is stored: when one is, the same transaction deletes its key, and
+// it fails with a *ResultFound. So a holder that keeps a result (Keep),
+// which deletes its key, wakes the waiter after it, which finds the
+// result and goes, waking the one after it in turn.
 func (e *Engine) grant(ctx context.Context, s *session, r lockcore.Request, mine string, rev int64) (lockcore.Hold, error) {
+	cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", rev)}
+	var orElse []clientv3.Op
+	if r.Result && e.defect != "grantOverResult" {
+		cond, orElse = e.unlessResult(r, cond, orElse)
+		orElse = append(orElse, guardedDelete(mine, rev))
+	}
 	resp, err := e.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(mine), "=", rev)).
+		If(cond...).
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
+		Else(orElse...).
 		Commit()
 	if err != nil {
 		e.withdraw(s, mine, rev)
 		return nil, e.unavailable(ctx, "grant", err)
+	}
+	if err := e.resultIn(r, resp, 0); err != nil {
+		return nil, err
 	}
 	if !resp.Succeeded {
 		// Its key went with its session, or an operator removed it.
 		return nil, fmt.Errorf("%w: etcd lost the queued acquisition of %s", lockcore.ErrUnavailable, r.Key)
 	}
 	return e.held(s, r.Key, mine, r.Token, rev, resp.Header.Revision, "", r.Share < 0), nil
+}
+
+// unlessResult adds to a transaction that takes r.Key, when r wants the
+// result (Request.Result), the condition that none is stored, and, last
+// of what it does otherwise, the read of the result (resultIn).
+func (e *Engine) unlessResult(r lockcore.Request, cond []clientv3.Cmp, orElse []clientv3.Op) ([]clientv3.Cmp, []clientv3.Op) {
+	if !r.Result {
+		return cond, orElse
+	}
+	rk := e.resultKey(r.Key.String())
+	return append(cond, clientv3.Compare(clientv3.CreateRevision(rk), "=", 0)), append(orElse, clientv3.OpGet(rk))
+}
+
+// resultIn returns the *ResultFound of a transaction made with
+// unlessResult for r that failed and found the result, its read the
+// at'th of what it did otherwise, and nil otherwise.
+func (e *Engine) resultIn(r lockcore.Request, resp *clientv3.TxnResponse, at int) error {
+	if !r.Result || resp.Succeeded {
+		return nil
+	}
+	if kvs := resp.Responses[at].GetResponseRange().Kvs; len(kvs) > 0 {
+		return e.found(r.Key.String(), kvs[0].Value)
+	}
+	return nil
 }
 
 // reenter re-enters the hold of the holder key kv (owned by tok) for r:

@@ -2,6 +2,7 @@ package etcdengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,6 +33,7 @@ func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request)
 			cond = append(cond, clientv3.Compare(clientv3.CreateRevision(e.reader(key, j)), "=", 0))
 			orElse = append(orElse, clientv3.OpGet(e.reader(key, j)))
 		}
+		cond, orElse = e.unlessResult(r, cond, orElse)
 		resp, err := e.cli.Txn(ctx).If(cond...).
 			Then(clientv3.OpPut(mine, e.record(r, false), clientv3.WithLease(s.id))).
 			Else(orElse...).
@@ -44,6 +46,9 @@ func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request)
 		if resp.Succeeded {
 			rev := resp.Header.Revision
 			return e.held(s, r.Key, mine, r.Token, rev, rev, "", true), nil
+		}
+		if err := e.resultIn(r, resp, len(orElse)-1); err != nil {
+			return nil, err
 		}
 		// A reader of r's token: re-enter its hold.
 		for i, j := range r.Join {
@@ -78,13 +83,18 @@ func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request)
 // passes a queued writer, and readers queued together hold together.
 func (e *Engine) waitShared(ctx context.Context, s *session, r lockcore.Request, mine string) (lockcore.Hold, error) {
 	key := r.Key.String()
+	cond, orElse := e.unlessResult(r, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)}, nil)
 	resp, err := e.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)).
+		If(cond...).
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
+		Else(orElse...).
 		Commit()
 	if err != nil {
 		e.abandon(s, mine)
 		return nil, e.unavailable(ctx, "queue", err)
+	}
+	if err := e.resultIn(r, resp, 0); err != nil {
+		return nil, err
 	}
 	if !resp.Succeeded {
 		return nil, fmt.Errorf("%w: an owner token queued twice for %s", lockcore.ErrMisconfigured, key)
@@ -95,8 +105,10 @@ func (e *Engine) waitShared(ctx context.Context, s *session, r lockcore.Request,
 	from, end := e.writers(key)
 	waiting, waited := e.waitingFor(r.Key)
 	defer waited()
-	if err := e.awaitTurn(ctx, s, r.Key, from, end, rev, timer.C, waiting); err != nil {
-		e.withdraw(s, mine, rev)
+	if err := e.awaitTurn(ctx, s, r.Key, from, end, rev, timer.C, waiting, e.wants(r, mine, rev)); err != nil {
+		if _, found := errors.AsType[*lockcore.ResultFound](err); !found {
+			e.withdraw(s, mine, rev)
+		}
 		return nil, err
 	}
 	return e.grant(ctx, s, r, mine, rev)

@@ -78,7 +78,7 @@ REDIS_SENTINEL_URL (Sentinel: redis://sentinel1:26379?master_name=mymaster)
 names; localhost:6379 when none is set; or, for the command built with the
 etcd engine (github.com/routelock/lock/etcdengine/cmd/routelock), the etcd
 that ETCD_ENDPOINTS (http://etcd1:2379,http://etcd2:2379) names, which has
-no gates and keeps no results. KEY is a key as ls prints it, such as
+no gates. KEY is a key as ls prints it, such as
 productID:42; quote a segment's, which has a space: 'productID:42 #3'.
 
 results lists the stored results by lookup key (idempotency:, the

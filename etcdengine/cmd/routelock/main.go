@@ -2,11 +2,11 @@
 // (github.com/routelock/lock/cmd/routelock) built with the etcd engine as
 // well: when ETCD_ENDPOINTS is set (comma-separated etcd client URLs, such
 // as http://etcd1:2379,http://etcd2:2379), ls, inspect and release work on
-// the locks that package etcdengine keeps in that etcd, under -prefix
+// the locks that package etcdengine keeps in that etcd, and results and
+// drop on the results it keeps for idempotency keys, under -prefix
 // (default "routelock/", etcdengine.Options.Prefix); otherwise on Redis,
 // as that command does. The etcd engine has no gates: gates and open say
-// so; keeps no results: results and drop say so; and has no restart
-// guard, so no line says it refuses locks.
+// so; and has no restart guard, so no line says it refuses locks.
 // ETCD_ENDPOINTS together with a REDIS_ variable is an error.
 //
 //	go install github.com/routelock/lock/etcdengine/cmd/routelock@latest

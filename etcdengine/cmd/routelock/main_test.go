@@ -126,3 +126,49 @@ func TestCommandOnEtcd(t *testing.T) {
 		t.Errorf("ETCD_ENDPOINTS with credentials: %d %q", code, errs)
 	}
 }
+
+// TestResultsCommandOnEtcd: with ETCD_ENDPOINTS set, results lists a
+// result the etcd engine keeps (its key, as -json too), and drop drops it:
+// Result finds none after, and a second drop exits 3.
+func TestResultsCommandOnEtcd(t *testing.T) {
+	endpoint := startEtcd(t)
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	e, err := etcdengine.New(c, etcdengine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	key, _ := lockcore.NewKey("orderID", "9")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := e.Take(ctx, lockcore.Request{Key: key, Token: "the-holder", Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Keep(ctx, key, h, []byte("201 created"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"ETCD_ENDPOINTS": endpoint}
+	code, out, errs := command(t, env, "results")
+	if code != 0 || !strings.Contains(out, "orderID:9") || strings.Contains(out, "201 created") {
+		t.Errorf("results: %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = command(t, env, "-json", "results", "orderID:")
+	if code != 0 || !strings.Contains(out, `"orderID:9"`) {
+		t.Errorf("results -json: %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = command(t, env, "drop", "orderID:9")
+	if code != 0 || !strings.Contains(out, "orderID:9") {
+		t.Fatalf("drop: %d\n%s%s", code, out, errs)
+	}
+	if _, ok, err := e.Result(ctx, key); ok || err != nil {
+		t.Errorf("Result after drop: %v, %v; want none", ok, err)
+	}
+	if code, out, errs = command(t, env, "drop", "orderID:9"); code != 3 {
+		t.Errorf("drop again: %d, want 3\n%s%s", code, out, errs)
+	}
+}
