@@ -128,8 +128,8 @@ func (e *Engine) DropResult(ctx context.Context, key lockcore.Key) (bool, error)
 
 // StoredResults implements lockcore.Results: one range read of the
 // results' keys under prefix, in key order, waiting for etcd up to
-// Options.Timeout. Size is the bytes of the value in etcd (the result and
-// a line of the engine's), Expires when the result's lease runs out, as
+// Options.Timeout. Size is the result's bytes (without the line of the
+// engine's stored before it), Expires when the result's lease runs out, as
 // the engine reckoned it when it kept the result: a change of etcd's
 // leader, which extends every lease, may keep it longer.
 func (e *Engine) StoredResults(ctx context.Context, prefix string, limit int) ([]lockcore.StoredResult, bool, error) {
@@ -158,7 +158,7 @@ func (e *Engine) StoredResults(ctx context.Context, prefix string, limit int) ([
 		if err != nil || !ok {
 			continue // not this engine's
 		}
-		out = append(out, lockcore.StoredResult{Key: key, Size: int64(len(kv.Value)), Expires: s.expires})
+		out = append(out, lockcore.StoredResult{Key: key, Size: int64(len(s.res)), Expires: s.expires})
 	}
 	more := len(resp.Kvs) > limit || resp.More
 	if len(out) > limit {
