@@ -31,7 +31,7 @@ var caughtBy = map[string][]string{
 	// A propagated token waits like a stranger: no token re-entry, and no
 	// holder counted twice.
 	// A reader's propagated token asking for the exclusive lock waits.
-	"ignoreTokens": {"Operator", "TokenReentry", "Upgrade"},
+	"ignoreTokens": {"Operator", "ResultsInLine", "TokenReentry", "Upgrade"},
 	// A free key taken under the caller's propagated token: a made-up
 	// token gets in, and a set's second key looks re-entered, not taken.
 	"tokenTakesFree": {"SeveralKeys", "TokenGrantsNothing"},
