@@ -484,40 +484,52 @@ func TestLocalHandOverCallersLeave(t *testing.T) {
 		if !b.Real() {
 			unit *= 10
 		}
-		var inside, overlaps, held atomic.Int64
-		var wg sync.WaitGroup
-		for g := range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				e := es[g%2]
-				for i := range rounds {
-					ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+(g*7+i*3)%20)*unit)
-					ls, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: time.Second})
-					cancel()
-					if err != nil {
-						continue
+		// A machine stalled for as long as the waits (a busy CI, the race
+		// detector) lets few acquisitions in, and hands nothing over: the
+		// load runs again then, three times at most. Every run must be
+		// free of overlaps.
+		var held atomic.Int64
+		var inMemory int
+		for try := 0; try < 3 && inMemory == 0; try++ {
+			var inside, overlaps atomic.Int64
+			var wg sync.WaitGroup
+			before := ev.wokenBy(wokenByMemory)
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					e := es[g%2]
+					for i := range rounds {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+(g*7+i*3)%20)*unit)
+						ls, err := e.Acquire(ctx, k, lifecycle.Policy{Wait: time.Second})
+						cancel()
+						if err != nil {
+							continue
+						}
+						if inside.Add(1) != 1 {
+							overlaps.Add(1)
+						}
+						held.Add(1)
+						for start := time.Now(); time.Since(start) < time.Duration(i%3)*200*time.Microsecond; {
+						}
+						inside.Add(-1)
+						// A release Redis did not answer in time goes on in
+						// the background; the key is checked free below.
+						if err := ls.Release(context.Background()); err != nil && !errors.Is(err, lockcore.ErrLockLost) && !errors.Is(err, lockcore.ErrUnavailable) {
+							t.Errorf("Release: %v", err)
+						}
 					}
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					held.Add(1)
-					for start := time.Now(); time.Since(start) < time.Duration(i%3)*200*time.Microsecond; {
-					}
-					inside.Add(-1)
-					if err := ls.Release(context.Background()); err != nil && !errors.Is(err, lockcore.ErrLockLost) {
-						t.Errorf("Release: %v", err)
-					}
-				}
-			}()
+				}()
+			}
+			wg.Wait()
+			if n := overlaps.Load(); n != 0 {
+				t.Fatalf("%d holds overlapped", n)
+			}
+			inMemory = ev.wokenBy(wokenByMemory) - before
+			t.Logf("run %d: %d holds in all, %d handed over in memory", try+1, held.Load(), inMemory)
 		}
-		wg.Wait()
-		if n := overlaps.Load(); n != 0 {
-			t.Fatalf("%d holds overlapped", n)
-		}
-		t.Logf("%d holds, %d handed over in memory", held.Load(), ev.wokenBy(wokenByMemory))
-		if held.Load() == 0 || ev.wokenBy(wokenByMemory) == 0 {
-			t.Errorf("%d holds, %d handed over in memory: the test did not exercise hand-overs", held.Load(), ev.wokenBy(wokenByMemory))
+		if held.Load() == 0 || inMemory == 0 {
+			t.Errorf("%d holds, %d handed over in memory in 3 runs: the test did not exercise hand-overs", held.Load(), inMemory)
 		}
 		for i, e := range es {
 			func() {
