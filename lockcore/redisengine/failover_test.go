@@ -211,7 +211,7 @@ func TestKeepAcknowledgedByReplicas(t *testing.T) {
 	})
 	var logged logBuffer
 	resent := make(chan error, 16)
-	l := lockerOn(t, mc, redistest.Prefix(t), Options{Replicas: 1, ReplicaTimeout: 50 * time.Millisecond,
+	l := lockerOn(t, mc, redistest.Prefix(t), Options{Replicas: 1, ReplicaTimeout: 500 * time.Millisecond,
 		Logger:         slog.New(slog.NewTextHandler(&logged, nil)),
 		OnReleaseError: func(_ lockcore.Key, err error) { resent <- err }})
 	take := func(k lockcore.Key) lockcore.Hold {
