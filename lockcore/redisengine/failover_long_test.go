@@ -171,14 +171,11 @@ func masterOf(t *testing.T, set *redistest.Set) string {
 	return a[0] + ":" + a[1]
 }
 
-func testSentinelFailover(t *testing.T, replicas int, how string) {
-	set := ownSet(t, redistest.StartSentinelSet)
-	stop := make(chan struct{})
-	var once sync.Once
-	fl, wait := runFailoverLoad(t, set, replicas, stop)
-	end := func() { once.Do(func() { close(stop); wait() }) }
-	defer end()
-	waitFor(t, 20*time.Second, "1000 sections before the switch", func() bool { return fl.ops.Load() >= 1000 })
+// failOver changes the master of set, as how says: "sentinel-failover"
+// (SENTINEL FAILOVER, the old master alive) or "kill-master" (SIGKILL),
+// and waits until the sentinels name another one.
+func failOver(t *testing.T, set *redistest.Set, how string) {
+	t.Helper()
 	old := masterOf(t, set)
 	switch how {
 	case "sentinel-failover":
@@ -192,6 +189,17 @@ func testSentinelFailover(t *testing.T, replicas int, how string) {
 		set.Servers[0].Kill()
 	}
 	waitFor(t, 60*time.Second, "a new master", func() bool { return masterOf(t, set) != old })
+}
+
+func testSentinelFailover(t *testing.T, replicas int, how string) {
+	set := ownSet(t, redistest.StartSentinelSet)
+	stop := make(chan struct{})
+	var once sync.Once
+	fl, wait := runFailoverLoad(t, set, replicas, stop)
+	end := func() { once.Do(func() { close(stop); wait() }) }
+	defer end()
+	waitFor(t, 20*time.Second, "1000 sections before the switch", func() bool { return fl.ops.Load() >= 1000 })
+	failOver(t, set, how)
 	// The switch window: every client finds the new master (go-redis
 	// redials a master that refused connections after a back-off of its
 	// own), and the load runs on it a while.

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/routelock/lock/internal/lifecycle"
 	"github.com/routelock/lock/internal/redistest"
 	"github.com/routelock/lock/lockcore"
@@ -97,20 +95,8 @@ func testFailoverResults(t *testing.T, how string, replicas int) {
 	end := func() { once.Do(func() { close(stop); wg.Wait() }) }
 	defer end()
 	waitFor(t, 30*time.Second, "1000 requests before the switch", func() bool { return rl.requests.Load() >= 1000 })
-	old := masterOf(t, set)
 	switched := time.Now()
-	switch how {
-	case "sentinel-failover":
-		sc := redis.NewSentinelClient(&redis.Options{Addr: set.Sentinels[0].Addr})
-		err := sc.Failover(context.Background(), redistest.SentinelMaster).Err()
-		_ = sc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	case "kill-master":
-		set.Servers[0].Kill()
-	}
-	waitFor(t, 60*time.Second, "a new master", func() bool { return masterOf(t, set) != old })
+	failOver(t, set, how)
 	at := rl.requests.Load()
 	waitFor(t, 60*time.Second, "2000 requests after the switch", func() bool { return rl.requests.Load() >= at+2000 })
 	end()
