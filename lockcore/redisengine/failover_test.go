@@ -223,7 +223,15 @@ func TestKeepAcknowledgedByReplicas(t *testing.T) {
 		return h
 	}
 	acked := mustKey(t, "keep", "acked")
-	if err := l.Keep(ctx, acked, take(acked), []byte("201"), time.Minute); err != nil {
+	// Online in INFO before its first acknowledgement: the first Take may
+	// find it not acknowledging yet.
+	var first lockcore.Hold
+	waitFor(t, 10*time.Second, "the replica acknowledging an acquisition", func() bool {
+		h, err := l.Take(ctx, lockcore.Request{Key: acked, Token: lifecycle.NewToken(), Wait: lockcore.FailFast})
+		first = h
+		return err == nil
+	})
+	if err := l.Keep(ctx, acked, first, []byte("201"), time.Minute); err != nil {
 		t.Fatalf("Keep with its replica following: %v", err)
 	}
 	short := mustKey(t, "keep", "short")
