@@ -242,7 +242,17 @@ func (p *Proxy) accept(ln net.Listener) {
 		if err != nil {
 			return
 		}
-		if p.refuse.Load() {
+		// A connection accepted just before Down closed ln is not served:
+		// Down holds lnMu while it closes ln and resets what is tracked, so
+		// a connection is either tracked before (and reset) or sees that ln
+		// is no longer the listener.
+		p.lnMu.Lock()
+		serve := p.ln == ln && !p.refuse.Load() && p.track(c)
+		p.lnMu.Unlock()
+		if !serve {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
 			_ = c.Close()
 			continue
 		}
@@ -255,11 +265,11 @@ func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	server, err := net.DialTimeout("tcp", p.target, time.Second)
 	if err != nil {
-		_ = client.Close()
+		p.untrack(client)
 		return
 	}
-	if !p.track(client) || !p.track(server) {
-		_ = client.Close()
+	if !p.track(server) {
+		p.untrack(client)
 		_ = server.Close()
 		return
 	}
