@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/routelock/lock/internal/redistest"
 )
@@ -23,7 +22,7 @@ func TestMain(m *testing.M) {
 	}
 	redistest.StopShared()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := redistest.FindLeaks(); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
 			code = 1
 		}
