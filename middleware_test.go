@@ -77,9 +77,16 @@ func client(t *testing.T, addr string) *redis.Client {
 
 // clientOf is client for any deployment of redistest.
 func clientOf(t *testing.T, b *redistest.Backend) redis.UniversalClient {
+	// miniredis runs scripts in an interpreter of Go, one at a time: under
+	// the race detector a burst of them queues for seconds on a busy
+	// machine, past a read timeout of one.
+	rw := time.Second
+	if !b.Real() {
+		rw = 10 * time.Second
+	}
 	return b.UniversalWith(t, func(o *redisconf.Common) {
 		*o.PoolSize, *o.MaxRetries = 64, -1
-		*o.DialTimeout, *o.ReadTimeout, *o.WriteTimeout = 500*time.Millisecond, time.Second, time.Second
+		*o.DialTimeout, *o.ReadTimeout, *o.WriteTimeout = 500*time.Millisecond, rw, rw
 	})
 }
 
