@@ -92,6 +92,26 @@ func awaitLease(t *testing.T, got <-chan *lifecycle.Lease, errc <-chan error, d 
 	return nil
 }
 
+// subscribed waits until the subscriptions of e that would tell a waiter
+// for k are in place, its shard channel's on a Cluster kept so until the
+// test ends by a want of the test's own: a subscription coming up has its
+// waiters ask again, which a test that counts wakes or calls must not
+// meet.
+func subscribed(t *testing.T, e *Engine, k lockcore.Key) {
+	t.Helper()
+	select {
+	case <-e.nf.whenLive():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Engine's subscription was never established")
+	}
+	if sh := e.nf.sh; sh != nil {
+		slot := slotOf(e.redisKeys(k)[0])
+		sh.want(slot)
+		t.Cleanup(func() { sh.unwant(slot) })
+		eventually(t, 5*time.Second, "the Engine's shard subscription in place", func() bool { return sh.ready(slot) })
+	}
+}
+
 func eventually(t *testing.T, bound time.Duration, what string, cond func() bool) {
 	t.Helper()
 	if !eventuallyOK(bound, cond) {

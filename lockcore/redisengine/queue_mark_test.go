@@ -40,19 +40,8 @@ func TestNewcomerQueuesBehindWaitersOfVanishedHolder(t *testing.T) {
 				fence := func() string { return raw.Get(ctx, ks[2]).Val() }
 				// Nor may the waiter be nudged by its own subscriptions
 				// coming up (each has its waiters ask again): they are in
-				// place before it queues, its shard channel's on a Cluster
-				// kept so by a want of the test's own.
-				select {
-				case <-waiter.nf.whenLive():
-				case <-time.After(5 * time.Second):
-					t.Fatal("the waiter's subscription was never established")
-				}
-				if sh := waiter.nf.sh; sh != nil {
-					slot := slotOf(ks[0])
-					sh.want(slot)
-					defer sh.unwant(slot)
-					eventually(t, 5*time.Second, "the waiter's shard subscription in place", func() bool { return sh.ready(slot) })
-				}
+				// place before it queues.
+				subscribed(t, waiter, key)
 
 				// An uncontended cycle leaves the fence unmarked, once the
 				// engine queues when it waits (its subscription is in place;

@@ -124,6 +124,11 @@ func wakeEveryWaiter(t *testing.T, b *redistest.Backend, res []byte, by string) 
 		es = append(es, newLocker(t, b, prefix, Options{ClaimWindow: time.Minute, Events: rec}))
 	}
 	k := mustKey(t, "idempotency", "in line")
+	for _, e := range es {
+		// A subscription coming up has its waiters ask again, which could
+		// find the result without a wake that follows the Keep.
+		subscribed(t, e, k)
+	}
 	h, err := es[0].Take(ctx, lockcore.Request{Key: k, Token: "first", Wait: lockcore.FailFast})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +148,7 @@ func wakeEveryWaiter(t *testing.T, b *redistest.Backend, res []byte, by string) 
 	}
 	eventually(t, 5*time.Second, "every duplicate queued", func() bool { return len(inspect(t, es[0], k).Waiters) == waiters })
 	rec.mu.Lock()
-	before := maps.Clone(rec.woken) // a shard subscription's first nudge, on a Cluster
+	before := maps.Clone(rec.woken)
 	rec.mu.Unlock()
 	if err := es[0].Keep(ctx, k, h, res, time.Minute); err != nil {
 		t.Fatalf("Keep: %v", err)
