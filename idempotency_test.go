@@ -59,6 +59,14 @@ func (s *fencedStore) write(key string, fence int64) error {
 // that a replay is told from a second run by its body.
 func payments(t *testing.T, rdb redis.UniversalClient, prefix string, store *fencedStore, c middleware.IdempotencyConfig) *httptest.Server {
 	t.Helper()
+	srv := httptest.NewServer(paymentsRouter(t, paymentsLocker(t, rdb, prefix), store, c))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// paymentsLocker is the Locker of an app instance of payments.
+func paymentsLocker(t *testing.T, rdb redis.UniversalClient, prefix string) *lock.Locker {
+	t.Helper()
 	o := redisengine.Options{Prefix: prefix}
 	if raceDetector {
 		// A thousand requests at once through a client the race detector
@@ -68,11 +76,19 @@ func payments(t *testing.T, rdb redis.UniversalClient, prefix string, store *fen
 	}
 	l := lock.NewRedis(rdb, o)
 	t.Cleanup(func() { _ = l.Close() })
-	return paymentsOn(t, l, store, c)
+	return l
 }
 
 // paymentsOn is payments on the Locker l.
 func paymentsOn(t *testing.T, l *lock.Locker, store *fencedStore, c middleware.IdempotencyConfig) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(paymentsRouter(t, l, store, c))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// paymentsRouter is the router of payments, on the Locker l.
+func paymentsRouter(t *testing.T, l *lock.Locker, store *fencedStore, c middleware.IdempotencyConfig) *chi.Mux {
 	t.Helper()
 	if c.Policy.Wait == 0 {
 		c.Policy = lock.Wait(20 * time.Second)
@@ -97,9 +113,7 @@ func paymentsOn(t *testing.T, l *lock.Locker, store *fencedStore, c middleware.I
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"id":%q,"account":%q,"amount":%q}`, hex.EncodeToString(id[:]), chi.URLParam(r, "account"), body)
 	})
-	srv := httptest.NewServer(r)
-	t.Cleanup(srv.Close)
-	return srv
+	return r
 }
 
 type answer struct {
@@ -165,25 +179,68 @@ func idemBurst(t *testing.T, b *redistest.Backend) ([][idemDups]timedAnswer, *fe
 	t.Helper()
 	prefix := redistest.Prefix(t)
 	store := newFencedStore()
-	var logs syncBuffer // what the instances say of responses not stored
-	var apps []*httptest.Server
-	for range 3 {
-		apps = append(apps, payments(t, b.Universal(t), prefix, store, middleware.IdempotencyConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))}))
-	}
-	defer func() {
-		if t.Failed() && logs.String() != "" {
-			t.Logf("the instances logged:\n%s", logs.String())
-		}
-	}()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 60 * time.Second}
 	// 100 keys on a real server; on miniredis, whose scripts run in an
 	// interpreter of Go, 30, so that the embedded fallback stays quick.
 	keys := idemKeys
 	if !b.Real() {
 		keys = 30
 	}
-	answers := make([][idemDups]timedAnswer, keys)
+	n := keys * idemDups
+	// Each request goes out on a connection opened before, as from clients
+	// that keep their connections alive: opening a thousand at once on
+	// loopback, on two cores, delays their requests' arrival by 40 to 220
+	// ms, a cost of the test's client that would swamp the latencies the
+	// burst is to show. GET /warm answers once n requests are in, so that
+	// each of them has a connection of its own.
+	var in atomic.Int64
+	allIn := make(chan struct{})
+	warm := func(w http.ResponseWriter, r *http.Request) {
+		if in.Add(1) == int64(n) {
+			close(allIn)
+		}
+		select {
+		case <-allIn:
+		case <-time.After(30 * time.Second):
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}
+	var logs syncBuffer // what the instances say of responses not stored
+	var apps []*httptest.Server
+	for range 3 {
+		r := paymentsRouter(t, paymentsLocker(t, b.Universal(t), prefix), store, middleware.IdempotencyConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		r.Get("/warm", warm)
+		srv := httptest.NewServer(r)
+		t.Cleanup(srv.Close)
+		apps = append(apps, srv)
+	}
+	defer func() {
+		if t.Failed() && logs.String() != "" {
+			t.Logf("the instances logged:\n%s", logs.String())
+		}
+	}()
+	tr := &http.Transport{MaxIdleConnsPerHost: n}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	var wg sync.WaitGroup
+	for k := range keys {
+		for d := range idemDups {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := client.Get(apps[(k+d)%len(apps)].URL + "/warm")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = resp.Body.Close()
+			}()
+		}
+	}
+	wg.Wait()
+	if got := in.Load(); got != int64(n) {
+		t.Fatalf("%d of %d connections opened before the burst", got, n)
+	}
+	answers := make([][idemDups]timedAnswer, keys)
 	for k := range keys {
 		for d := range idemDups {
 			wg.Add(1)
