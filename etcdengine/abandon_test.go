@@ -161,3 +161,105 @@ func TestLateWriteLeavesNoKey(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeBoundedWhenEtcdIsSilent: with etcd not answering (every packet
+// dropped, connections kept open: a partition), an acquisition that
+// waits returns within its Wait and Options.Timeout more, and one that
+// fails fast within Options.Timeout, ErrUnavailable or busy; neither
+// waits for the caller's context, and neither holds anything.
+func TestTakeBoundedWhenEtcdIsSilent(t *testing.T) {
+	direct := startEtcd(t)
+	p := faultproxy.Start(t, strings.TrimPrefix(direct.Endpoints()[0], "http://"))
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + p.Addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	const timeout, wait, slack = 500 * time.Millisecond, 2 * time.Second, 400 * time.Millisecond
+	ea, err := New(cli, Options{Prefix: "silent/", TTL: 5 * time.Second, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, err := New(direct, Options{Prefix: "silent/", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ea.Close(); _ = eb.Close() })
+	ctx := context.Background()
+	k, _ := lockcore.NewKey("productID", "12")
+	// ea's session is granted while etcd answers.
+	h, err := ea.Take(ctx, lockcore.Request{Key: k, Token: "warm", Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	held, err := eb.Take(ctx, lockcore.Request{Key: k, Token: "holder", Wait: lockcore.FailFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx, nil)
+
+	// Silent once the acquisition waits in line: it waits out its Wait.
+	type taken struct {
+		h   lockcore.Hold
+		err error
+	}
+	done := make(chan taken, 1)
+	start := time.Now()
+	go func() {
+		h, err := ea.Take(ctx, lockcore.Request{Key: k, Token: "in-line", Wait: wait})
+		done <- taken{h, err}
+	}()
+	for queued := false; !queued; {
+		resp, err := direct.Get(ctx, ea.queue(k.String()), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued = resp.Count == 2
+		if !queued && time.Since(start) > wait {
+			t.Fatal("the acquisition never queued")
+		}
+	}
+	p.Blackhole(true)
+	defer p.Blackhole(false)
+	select {
+	case got := <-done:
+		took := time.Since(start)
+		t.Logf("in line, etcd silent: %v after %v", got.err, took.Round(time.Millisecond))
+		if got.h != nil || !errors.Is(got.err, lockcore.ErrNotAcquired) && !errors.Is(got.err, lockcore.ErrUnavailable) {
+			t.Errorf("in line, etcd silent: %v, %v; want busy or ErrUnavailable", got.h, got.err)
+		}
+		if took > wait+timeout+slack {
+			t.Errorf("in line, etcd silent: returned after %v, want within %v", took, wait+timeout+slack)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("in line, etcd silent: no answer within 30s")
+	}
+
+	for _, c := range []struct {
+		name  string
+		wait  time.Duration
+		bound time.Duration
+	}{{"fail-fast", lockcore.FailFast, timeout + slack}, {"waiting", wait, wait + timeout + slack}} {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		start := time.Now()
+		h, err := ea.Take(cctx, lockcore.Request{Key: k, Token: "silent-" + c.name, Wait: c.wait})
+		took := time.Since(start)
+		cancel()
+		t.Logf("%s, etcd silent: %v after %v", c.name, err, took.Round(time.Millisecond))
+		if h != nil {
+			t.Fatalf("%s, etcd silent: took a held key", c.name)
+		}
+		if !errors.Is(err, lockcore.ErrUnavailable) && !errors.Is(err, lockcore.ErrNotAcquired) {
+			t.Errorf("%s, etcd silent: %v; want ErrUnavailable or busy", c.name, err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			t.Errorf("%s, etcd silent: %v; the caller's context did not end", c.name, err)
+		}
+		if took > c.bound {
+			t.Errorf("%s, etcd silent: returned after %v, want within %v", c.name, took, c.bound)
+		}
+	}
+}

@@ -80,7 +80,9 @@ func (e *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 			puts[i] = clientv3.OpPut(mines[i], e.record(r, false), clientv3.WithLease(ss[i].id))
 			gets[i] = clientv3.OpGet(qs[i], clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
 		}
-		resp, err := e.cli.Txn(ctx).If(free...).Then(puts...).Else(gets...).Commit()
+		cctx, cancel := e.call(ctx)
+		resp, err := e.cli.Txn(cctx).If(free...).Then(puts...).Else(gets...).Commit()
+		cancel()
 		if err != nil {
 			// They may have been written all the same: locks held by no one.
 			e.abandonAll(ss, mines)
@@ -116,7 +118,9 @@ func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Reque
 		absent[i] = clientv3.Compare(clientv3.CreateRevision(mines[i]), "=", 0)
 		puts[i] = clientv3.OpPut(mines[i], e.record(r, true), clientv3.WithLease(ss[i].id))
 	}
-	resp, err := e.cli.Txn(ctx).If(absent...).Then(puts...).Commit()
+	cctx, cancel := e.call(ctx)
+	resp, err := e.cli.Txn(cctx).If(absent...).Then(puts...).Commit()
+	cancel()
 	if err != nil {
 		e.abandonAll(ss, mines)
 		return nil, e.unavailable(ctx, "queue", err)
@@ -143,7 +147,9 @@ func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Reque
 		absent[i] = clientv3.Compare(clientv3.CreateRevision(mines[i]), "=", rev)
 		puts[i] = clientv3.OpPut(mines[i], e.record(r, true), clientv3.WithLease(ss[i].id))
 	}
-	resp, err = e.cli.Txn(ctx).If(absent...).Then(puts...).Commit()
+	cctx, cancel = e.call(ctx)
+	resp, err = e.cli.Txn(cctx).If(absent...).Then(puts...).Commit()
+	cancel()
 	if err != nil {
 		e.withdrawAll(mines, rev)
 		return nil, e.unavailable(ctx, "grant", err)

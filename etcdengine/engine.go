@@ -134,8 +134,10 @@ type Options struct {
 	// it. Default: 10 seconds.
 	TTL time.Duration
 
-	// Timeout bounds each call to etcd that nobody waits for otherwise:
-	// releases and keep-alives. Default: 2 seconds.
+	// Timeout bounds each call to etcd: each call of an acquisition (its
+	// wait in line is bounded by the request's Wait), releases and
+	// keep-alives. A call that etcd does not answer within it fails with
+	// lockcore.ErrUnavailable. Default: 2 seconds.
 	Timeout time.Duration
 
 	// Name is the engine's instance name, which operators see beside its
@@ -286,11 +288,13 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 			orElse = append(orElse, clientv3.OpGet(e.reader(key, j), clientv3.WithCountOnly()))
 		}
 		cond, orElse = e.unlessResult(r, cond, orElse)
-		resp, err := e.cli.Txn(ctx).
+		cctx, cancel := e.call(ctx)
+		resp, err := e.cli.Txn(cctx).
 			If(cond...).
 			Then(clientv3.OpPut(mine, e.record(r, false), clientv3.WithLease(s.id))).
 			Else(orElse...).
 			Commit()
+		cancel()
 		if err != nil {
 			// It may have been written all the same: a lock held by no one.
 			e.abandon(s, mine)
@@ -345,11 +349,13 @@ func joins(join []string, tok string) bool {
 func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine string) (lockcore.Hold, error) {
 	key := r.Key.String()
 	cond, orElse := e.unlessResult(r, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)}, nil)
-	resp, err := e.cli.Txn(ctx).
+	cctx, cancel := e.call(ctx)
+	resp, err := e.cli.Txn(cctx).
 		If(cond...).
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
 		Else(orElse...).
 		Commit()
+	cancel()
 	if err != nil {
 		// It may be queued all the same, where no one would ever take it.
 		e.abandon(s, mine)
@@ -371,7 +377,7 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 		// A cancelled wait leaves no key behind (etcd#9715); one that
 		// found the result deleted its key as it read it.
 		if _, found := errors.AsType[*lockcore.ResultFound](err); !found {
-			e.withdraw(s, mine, rev)
+			e.withdraw(s, mine, rev, errors.Is(err, lockcore.ErrUnavailable))
 		}
 		return nil, err
 	}
@@ -400,10 +406,12 @@ func (e *Engine) wants(r lockcore.Request, mine string, rev int64) *wanted {
 // *ResultFound. It returns nil when the result is gone again (dropped),
 // for w to wait on.
 func (e *Engine) claim(ctx context.Context, w *wanted) error {
-	resp, err := e.cli.Txn(ctx).
+	cctx, cancel := e.call(ctx)
+	resp, err := e.cli.Txn(cctx).
 		If(clientv3.Compare(clientv3.CreateRevision(w.result), ">", 0)).
 		Then(clientv3.OpGet(w.result), guardedDelete(w.mine, w.rev)).
 		Commit()
+	cancel()
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return errors.Join(&lockcore.ContentionError{Key: w.key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
@@ -438,8 +446,10 @@ func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from
 	}
 	for {
 		// The key queued last before mine: when it goes, mine may be first.
-		before, err := e.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithMaxCreateRev(rev-1),
+		cctx, cancel := e.call(ctx)
+		before, err := e.cli.Get(cctx, from, clientv3.WithRange(end), clientv3.WithMaxCreateRev(rev-1),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
@@ -499,7 +509,9 @@ func (e *Engine) awaitTurn(ctx context.Context, s *session, k lockcore.Key, from
 		w, gone := next()
 		if gone == nil && w.Created {
 			var still *clientv3.GetResponse
-			still, gone = e.cli.Get(ctx, pred, clientv3.WithCountOnly())
+			cctx, cancel := e.call(ctx)
+			still, gone = e.cli.Get(cctx, pred, clientv3.WithCountOnly())
+			cancel()
 			switch {
 			case gone != nil && ctx.Err() != nil:
 				gone = errors.Join(&lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond, TimedOut: true}, ctx.Err())
@@ -546,10 +558,24 @@ func (e *Engine) waitingFor(k lockcore.Key) (waiting, waited func()) {
 // errNoAnswer is why a call etcd did not answer failed.
 var errNoAnswer = errors.New("etcd did not answer")
 
+// call returns ctx bounded by Options.Timeout, for one call to etcd of
+// an acquisition: etcd's client retries a call that etcd does not answer
+// until its context ends, so an etcd that went silent would otherwise hold
+// the caller until the caller gives up, however short its wait. Waiting
+// for a turn (the watches) is bounded by the request's Wait instead.
+func (e *Engine) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, e.opt.Timeout)
+}
+
 // unavailable is the error of a call to etcd that failed under ctx.
 func (e *Engine) unavailable(ctx context.Context, what string, err error) error {
 	if e.closed.Load() {
 		return lockcore.ErrClosed
+	}
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		// The call's own bound (call), not the caller's: a caller that
+		// did not give up is not told that its deadline passed.
+		err = fmt.Errorf("%w within %v", errNoAnswer, e.opt.Timeout)
 	}
 	out := fmt.Errorf("%w: etcd %s: %w", lockcore.ErrUnavailable, what, err)
 	if ctx.Err() != nil {
@@ -559,12 +585,14 @@ func (e *Engine) unavailable(ctx context.Context, what string, err error) error 
 }
 
 // withdraw deletes the key mine of a wait that gave up, if it is still
-// the one created at rev (retract).
-func (e *Engine) withdraw(s *session, mine string, rev int64) {
+// the one created at rev (retract): later, in the background, when etcd
+// did not answer a call of the wait, for which the caller is not to wait
+// once more.
+func (e *Engine) withdraw(s *session, mine string, rev int64, later bool) {
 	if e.defect == "keepWaiter" {
 		return
 	}
-	e.retract(s, mine, clientv3.Compare(clientv3.CreateRevision(mine), "=", rev))
+	e.retract(s, mine, clientv3.Compare(clientv3.CreateRevision(mine), "=", rev), later)
 }
 
 // abandon deletes key, which a call that failed (unanswered, or given up
@@ -573,27 +601,32 @@ func (e *Engine) withdraw(s *session, mine string, rev int64) {
 // outlive its acquisition as long as the session, which the engine renews
 // for its other holds: a lock held, or a queue blocked, by no one. The key
 // is the acquisition's own (its owner token's), which no hold of s has:
-// the Locker re-enters a token's holds in memory.
+// the Locker re-enters a token's holds in memory. It deletes it in the
+// background: the call failed, often because etcd did not answer, and the
+// caller is not to wait for etcd once more.
 func (e *Engine) abandon(s *session, key string) {
 	e.retire(s)
-	e.retract(s, key, clientv3.Compare(clientv3.LeaseValue(key), "=", s.id))
+	e.retract(s, key, clientv3.Compare(clientv3.LeaseValue(key), "=", s.id), true)
 }
 
-// retract deletes key if cmp holds: at once, and when etcd does not
-// answer, again in the background until it does, or until the session s
-// ends (its keys go with its lease, which the engine no longer renews) or
-// the engine closes.
-func (e *Engine) retract(s *session, key string, cmp clientv3.Cmp) {
+// retract deletes key if cmp holds: at once (or, if later, in the
+// background), and when etcd does not answer, again in the background
+// until it does, or until the session s ends (its keys go with its lease,
+// which the engine no longer renews) or the engine closes.
+func (e *Engine) retract(s *session, key string, cmp clientv3.Cmp, later bool) {
 	del := func() error {
 		ctx, cancel := context.WithTimeout(e.ctx, e.opt.Timeout)
 		defer cancel()
 		_, err := e.cli.Txn(ctx).If(cmp).Then(clientv3.OpDelete(key)).Commit()
 		return err
 	}
-	if del() == nil || e.closed.Load() {
+	if !later && (del() == nil || e.closed.Load()) {
 		return
 	}
 	go func() {
+		if later && del() == nil {
+			return
+		}
 		for {
 			t := time.NewTimer(e.opt.Timeout / 4)
 			select {
@@ -629,13 +662,15 @@ func (e *Engine) grant(ctx context.Context, s *session, r lockcore.Request, mine
 		cond, orElse = e.unlessResult(r, cond, orElse)
 		orElse = append(orElse, guardedDelete(mine, rev))
 	}
-	resp, err := e.cli.Txn(ctx).
+	cctx, cancel := e.call(ctx)
+	resp, err := e.cli.Txn(cctx).
 		If(cond...).
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
 		Else(orElse...).
 		Commit()
+	cancel()
 	if err != nil {
-		e.withdraw(s, mine, rev)
+		e.withdraw(s, mine, rev, true)
 		return nil, e.unavailable(ctx, "grant", err)
 	}
 	if err := e.resultIn(r, resp, 0); err != nil {
@@ -680,11 +715,13 @@ func (e *Engine) reenter(ctx context.Context, s *session, r lockcore.Request, kv
 	key := r.Key.String()
 	holder := string(kv.Key)
 	entry := e.entries(key, tok) + r.Token
-	resp, err := e.cli.Txn(ctx).
+	cctx, cancel := e.call(ctx)
+	resp, err := e.cli.Txn(cctx).
 		If(clientv3.Compare(clientv3.CreateRevision(holder), "=", kv.CreateRevision),
 			clientv3.Compare(clientv3.ModRevision(holder), "=", kv.ModRevision)).
 		Then(clientv3.OpPut(entry, e.record(r, false), clientv3.WithLease(s.id))).
 		Commit()
+	cancel()
 	if err != nil {
 		// It may have been written all the same, holding the lock for no one.
 		e.abandon(s, entry)

@@ -359,7 +359,9 @@ func (e *Engine) liveSession(ctx context.Context, ttl time.Duration) (*session, 
 		}
 	}
 	sent := time.Now()
-	g, err := e.cli.Grant(ctx, secs)
+	cctx, cancel := e.call(ctx)
+	g, err := e.cli.Grant(cctx, secs)
+	cancel()
 	if err != nil {
 		return nil, e.unavailable(ctx, "grant", err)
 	}

@@ -34,10 +34,12 @@ func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request)
 			orElse = append(orElse, clientv3.OpGet(e.reader(key, j)))
 		}
 		cond, orElse = e.unlessResult(r, cond, orElse)
-		resp, err := e.cli.Txn(ctx).If(cond...).
+		cctx, cancel := e.call(ctx)
+		resp, err := e.cli.Txn(cctx).If(cond...).
 			Then(clientv3.OpPut(mine, e.record(r, false), clientv3.WithLease(s.id))).
 			Else(orElse...).
 			Commit()
+		cancel()
 		if err != nil {
 			// It may have been written all the same: a lock held by no one.
 			e.abandon(s, mine)
@@ -84,11 +86,13 @@ func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request)
 func (e *Engine) waitShared(ctx context.Context, s *session, r lockcore.Request, mine string) (lockcore.Hold, error) {
 	key := r.Key.String()
 	cond, orElse := e.unlessResult(r, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)}, nil)
-	resp, err := e.cli.Txn(ctx).
+	cctx, cancel := e.call(ctx)
+	resp, err := e.cli.Txn(cctx).
 		If(cond...).
 		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
 		Else(orElse...).
 		Commit()
+	cancel()
 	if err != nil {
 		e.abandon(s, mine)
 		return nil, e.unavailable(ctx, "queue", err)
@@ -107,7 +111,7 @@ func (e *Engine) waitShared(ctx context.Context, s *session, r lockcore.Request,
 	defer waited()
 	if err := e.awaitTurn(ctx, s, r.Key, from, end, rev, timer.C, waiting, e.wants(r, mine, rev)); err != nil {
 		if _, found := errors.AsType[*lockcore.ResultFound](err); !found {
-			e.withdraw(s, mine, rev)
+			e.withdraw(s, mine, rev, errors.Is(err, lockcore.ErrUnavailable))
 		}
 		return nil, err
 	}
