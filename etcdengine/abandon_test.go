@@ -113,7 +113,7 @@ func TestLateWriteLeavesNoKey(t *testing.T) {
 	// applied after the clean-up.
 	mine := ea.queue(late.String()) + "lost-token"
 	cur.ref()
-	ea.abandon(cur, mine)
+	ea.abandon(cur, mine, false)
 	if _, err := cli.Put(ctx, mine, "", clientv3.WithLease(cur.id)); err != nil {
 		t.Fatal(err)
 	}

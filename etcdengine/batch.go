@@ -85,7 +85,7 @@ func (e *Engine) TakeAll(ctx context.Context, rs []lockcore.Request) ([]lockcore
 		cancel()
 		if err != nil {
 			// They may have been written all the same: locks held by no one.
-			e.abandonAll(ss, mines)
+			e.abandonAll(ss, mines, timedOut(err))
 			return nil, e.unavailable(ctx, "take", err)
 		}
 		rev := resp.Header.Revision
@@ -122,7 +122,7 @@ func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Reque
 	resp, err := e.cli.Txn(cctx).If(absent...).Then(puts...).Commit()
 	cancel()
 	if err != nil {
-		e.abandonAll(ss, mines)
+		e.abandonAll(ss, mines, timedOut(err))
 		return nil, e.unavailable(ctx, "queue", err)
 	}
 	if !resp.Succeeded {
@@ -173,9 +173,9 @@ func (e *Engine) heldAll(ss []*session, rs []lockcore.Request, mines []string, r
 }
 
 // abandonAll abandons the keys mines, each on its session of ss.
-func (e *Engine) abandonAll(ss []*session, mines []string) {
+func (e *Engine) abandonAll(ss []*session, mines []string, later bool) {
 	for i, m := range mines {
-		e.abandon(ss[i], m)
+		e.abandon(ss[i], m, later)
 	}
 }
 

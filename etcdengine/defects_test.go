@@ -30,7 +30,8 @@ var caughtBy = map[string][]string{
 	// A waiter that wants the result is granted the lock in its turn
 	// whether a result is stored or not, and does not watch for one.
 	"grantOverResult": {"ResultsInLine"},
-	// Keep stores the result even when the hold no longer holds its key.
+	// Keep stores the result even when the hold no longer holds its key,
+	// whether or not the hold knew it lost it.
 	"keepLost": {"ResultsLoss"},
 	// A Keep sent again after its store landed does not know its own
 	// result, and reports the hold lost.

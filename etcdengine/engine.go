@@ -297,7 +297,7 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		cancel()
 		if err != nil {
 			// It may have been written all the same: a lock held by no one.
-			e.abandon(s, mine)
+			e.abandon(s, mine, timedOut(err))
 			return nil, e.unavailable(ctx, "take", err)
 		}
 		if resp.Succeeded {
@@ -358,7 +358,7 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 	cancel()
 	if err != nil {
 		// It may be queued all the same, where no one would ever take it.
-		e.abandon(s, mine)
+		e.abandon(s, mine, timedOut(err))
 		return nil, e.unavailable(ctx, "queue", err)
 	}
 	if err := e.resultIn(r, resp, 0); err != nil {
@@ -601,13 +601,17 @@ func (e *Engine) withdraw(s *session, mine string, rev int64, later bool) {
 // outlive its acquisition as long as the session, which the engine renews
 // for its other holds: a lock held, or a queue blocked, by no one. The key
 // is the acquisition's own (its owner token's), which no hold of s has:
-// the Locker re-enters a token's holds in memory. It deletes it in the
-// background: the call failed, often because etcd did not answer, and the
-// caller is not to wait for etcd once more.
-func (e *Engine) abandon(s *session, key string) {
+// the Locker re-enters a token's holds in memory. With later (the call
+// timed out: timedOut) it deletes it in the background, rather than ask
+// the same silent etcd once more while the caller waits.
+func (e *Engine) abandon(s *session, key string, later bool) {
 	e.retire(s)
-	e.retract(s, key, clientv3.Compare(clientv3.LeaseValue(key), "=", s.id), true)
+	e.retract(s, key, clientv3.Compare(clientv3.LeaseValue(key), "=", s.id), later)
 }
+
+// timedOut reports whether err is that of a call etcd did not answer in
+// time (Options.Timeout, or the caller's deadline).
+func timedOut(err error) bool { return errors.Is(err, context.DeadlineExceeded) }
 
 // retract deletes key if cmp holds: at once (or, if later, in the
 // background), and when etcd does not answer, again in the background
@@ -724,7 +728,7 @@ func (e *Engine) reenter(ctx context.Context, s *session, r lockcore.Request, kv
 	cancel()
 	if err != nil {
 		// It may have been written all the same, holding the lock for no one.
-		e.abandon(s, entry)
+		e.abandon(s, entry, timedOut(err))
 		return nil, e.unavailable(ctx, "re-enter", err)
 	}
 	if !resp.Succeeded {

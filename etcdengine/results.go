@@ -215,7 +215,7 @@ func (e *Engine) Keep(ctx context.Context, key lockcore.Key, t lockcore.Hold, re
 	case keep < time.Millisecond:
 		return fmt.Errorf("%w: etcdengine.Engine.Keep for %v: keep it a millisecond at least", lockcore.ErrMisconfigured, keep)
 	}
-	if lost, _ := h.lostErr(); lost != nil && lost != errReleased {
+	if lost, _ := h.lostErr(); lost != nil && lost != errReleased && e.defect != "keepLost" {
 		// Lost before: nothing is stored, and its keys go as Release's do.
 		return h.Release(ctx, nil)
 	}

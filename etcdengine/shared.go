@@ -42,7 +42,7 @@ func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request)
 		cancel()
 		if err != nil {
 			// It may have been written all the same: a lock held by no one.
-			e.abandon(s, mine)
+			e.abandon(s, mine, timedOut(err))
 			return nil, e.unavailable(ctx, "take", err)
 		}
 		if resp.Succeeded {
@@ -94,7 +94,7 @@ func (e *Engine) waitShared(ctx context.Context, s *session, r lockcore.Request,
 		Commit()
 	cancel()
 	if err != nil {
-		e.abandon(s, mine)
+		e.abandon(s, mine, timedOut(err))
 		return nil, e.unavailable(ctx, "queue", err)
 	}
 	if err := e.resultIn(r, resp, 0); err != nil {
