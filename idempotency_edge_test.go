@@ -510,6 +510,7 @@ func TestIdempotencyMaxHoldDuringRun(t *testing.T) {
 // #in-progress with Retry-After; the first, whose client stays, runs to
 // its end and its result is stored.
 func TestIdempotencyWaitEndsAtDeadline(t *testing.T) {
+	t.Parallel() // waits out deadlines and leases, on keys of its own
 	b := redistest.Best(t)
 	prefix := redistest.Prefix(t)
 	started, finish := make(chan struct{}, 4), make(chan struct{})

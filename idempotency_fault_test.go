@@ -147,6 +147,7 @@ func TestIdempotencyKeepReplyLost(t *testing.T) {
 // would free the key without the response, and the duplicate would run
 // the handler a second time.)
 func TestIdempotencyKeepUnanswered(t *testing.T) {
+	t.Parallel() // waits out deadlines and leases, on keys of its own
 	b := redistest.Best(t)
 	prefix := redistest.Prefix(t)
 	p := faultproxy.Start(t, b.Addr)

@@ -20,6 +20,7 @@ import (
 // wait ends), a request through the HTTP middleware gets 503 and its
 // handler does not run; with one lost, it runs.
 func TestTwoMastersLostFailsClosed(t *testing.T) {
+	t.Parallel() // its faults are its own proxies'; it waits out timeouts
 	cs := masters(t, 3)
 	var proxied []redis.UniversalClient
 	var proxies []*faultproxy.Proxy

@@ -95,6 +95,7 @@ func TestFailedQuorumReleasesEverywhere(t *testing.T) {
 // the next hold, on a quorum without the master that set it, still gets
 // a greater one.
 func TestFencesRiseAcrossQuorums(t *testing.T) {
+	t.Parallel() // its faults are its own proxies'; it waits out timeouts
 	cs := masters(t, 3)
 	// The first engine hears master 0 first, the second none of it.
 	pb, lb := through(t, cs[1])
