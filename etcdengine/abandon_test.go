@@ -21,14 +21,7 @@ import (
 // session, which the engine goes on renewing for as long as it runs, so
 // that the lock would be held by no one until the process exits.
 func TestUnansweredTakeLeavesNoKey(t *testing.T) {
-	direct := startEtcd(t)
-	endpoint := direct.Endpoints()[0]
-	p := faultproxy.Start(t, strings.TrimPrefix(endpoint, "http://"))
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + p.Addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	direct, cli, p := behindProxy(t)
 	ea, err := New(cli, Options{Prefix: "unanswered/", TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -168,13 +161,7 @@ func TestLateWriteLeavesNoKey(t *testing.T) {
 // fails fast within Options.Timeout, ErrUnavailable or busy; neither
 // waits for the caller's context, and neither holds anything.
 func TestTakeBoundedWhenEtcdIsSilent(t *testing.T) {
-	direct := startEtcd(t)
-	p := faultproxy.Start(t, strings.TrimPrefix(direct.Endpoints()[0], "http://"))
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + p.Addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	direct, cli, p := behindProxy(t)
 	const timeout, wait, slack = 500 * time.Millisecond, 2 * time.Second, 400 * time.Millisecond
 	ea, err := New(cli, Options{Prefix: "silent/", TTL: 5 * time.Second, Timeout: timeout})
 	if err != nil {
@@ -262,4 +249,18 @@ func TestTakeBoundedWhenEtcdIsSilent(t *testing.T) {
 			t.Errorf("%s, etcd silent: returned after %v, want within %v", c.name, took, c.bound)
 		}
 	}
+}
+
+// behindProxy starts an etcd server and returns a client of it, one that
+// reaches it through a fault proxy, and the proxy.
+func behindProxy(t *testing.T) (direct, proxied *clientv3.Client, p *faultproxy.Proxy) {
+	t.Helper()
+	direct = startEtcd(t)
+	p = faultproxy.Start(t, strings.TrimPrefix(direct.Endpoints()[0], "http://"))
+	proxied, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + p.Addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxied.Close() })
+	return direct, proxied, p
 }
