@@ -398,7 +398,11 @@ func TestFencingAcrossExpiry(t *testing.T) {
 		var last int64
 		for i := range 6 {
 			l := newLocker(t, b, prefix, Options{})
-			ls, err := l.Acquire(ctx, key, lifecycle.Policy{TTL: 40 * time.Millisecond, Wait: 5 * time.Second})
+			// Leases of 200ms: a grant answered with less than a tenth of
+			// its lease left is refused as late; a 40ms lease was refused
+			// once in CI, when an answer took over 36ms under the race
+			// detector.
+			ls, err := l.Acquire(ctx, key, lifecycle.Policy{TTL: 200 * time.Millisecond, Wait: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
