@@ -662,7 +662,8 @@ func (e *Engine) retract(s *session, key string, cmp clientv3.Cmp, later bool) {
 func (e *Engine) grant(ctx context.Context, s *session, r lockcore.Request, mine string, rev int64) (lockcore.Hold, error) {
 	cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", rev)}
 	var orElse []clientv3.Op
-	if r.Result && e.defect != "grantOverResult" {
+	unless := r.Result && e.defect != "grantOverResult"
+	if unless {
 		cond, orElse = e.unlessResult(r, cond, orElse)
 		orElse = append(orElse, guardedDelete(mine, rev))
 	}
@@ -677,8 +678,10 @@ func (e *Engine) grant(ctx context.Context, s *session, r lockcore.Request, mine
 		e.withdraw(s, mine, rev, true)
 		return nil, e.unavailable(ctx, "grant", err)
 	}
-	if err := e.resultIn(r, resp, 0); err != nil {
-		return nil, err
+	if unless { // else nothing read the result (the planted defect grantOverResult)
+		if err := e.resultIn(r, resp, 0); err != nil {
+			return nil, err
+		}
 	}
 	if !resp.Succeeded {
 		// Its key went with its session, or an operator removed it.
