@@ -330,7 +330,7 @@ func (e *Engine) Take(ctx context.Context, r lockcore.Request) (lockcore.Hold, e
 		if r.Wait < 0 {
 			return nil, &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond}
 		}
-		return e.wait(ctx, s, r, mine)
+		return e.wait(ctx, s, r, mine, q, clientv3.GetPrefixRangeEnd(q))
 	}
 }
 
@@ -345,8 +345,11 @@ func joins(join []string, tok string) bool {
 }
 
 // wait queues the acquisition r, writing its key mine, and waits up to
-// r.Wait for every key queued before it to go.
-func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine string) (lockcore.Hold, error) {
+// r.Wait for every key in [from, end) queued before it to go: for a
+// writer, every key of the lock's queue; for a reader (takeShared), every
+// writer's, so that a reader never passes a queued writer, and readers
+// queued together hold together.
+func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine, from, end string) (lockcore.Hold, error) {
 	key := r.Key.String()
 	cond, orElse := e.unlessResult(r, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)}, nil)
 	cctx, cancel := e.call(ctx)
@@ -370,10 +373,9 @@ func (e *Engine) wait(ctx context.Context, s *session, r lockcore.Request, mine 
 	rev := resp.Header.Revision
 	timer := time.NewTimer(r.Wait)
 	defer timer.Stop()
-	q := e.queue(key)
 	waiting, waited := e.waitingFor(r.Key)
 	defer waited()
-	if err := e.awaitTurn(ctx, s, r.Key, q, clientv3.GetPrefixRangeEnd(q), rev, timer.C, waiting, e.wants(r, mine, rev)); err != nil {
+	if err := e.awaitTurn(ctx, s, r.Key, from, end, rev, timer.C, waiting, e.wants(r, mine, rev)); err != nil {
 		// A cancelled wait leaves no key behind (etcd#9715); one that
 		// found the result deleted its key as it read it.
 		if _, found := errors.AsType[*lockcore.ResultFound](err); !found {

@@ -2,8 +2,6 @@ package etcdengine
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -76,46 +74,8 @@ func (e *Engine) takeShared(ctx context.Context, s *session, r lockcore.Request)
 		if r.Wait < 0 {
 			return nil, &lockcore.ContentionError{Key: key, RetryAfter: 100 * time.Millisecond}
 		}
-		return e.waitShared(ctx, s, r, mine)
+		return e.wait(ctx, s, r, mine, from, end)
 	}
-}
-
-// waitShared queues the reader r, writing its key mine, and waits up to
-// r.Wait for every writer's key queued before it to go: a reader never
-// passes a queued writer, and readers queued together hold together.
-func (e *Engine) waitShared(ctx context.Context, s *session, r lockcore.Request, mine string) (lockcore.Hold, error) {
-	key := r.Key.String()
-	cond, orElse := e.unlessResult(r, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mine), "=", 0)}, nil)
-	cctx, cancel := e.call(ctx)
-	resp, err := e.cli.Txn(cctx).
-		If(cond...).
-		Then(clientv3.OpPut(mine, e.record(r, true), clientv3.WithLease(s.id))).
-		Else(orElse...).
-		Commit()
-	cancel()
-	if err != nil {
-		e.abandon(s, mine, timedOut(err))
-		return nil, e.unavailable(ctx, "queue", err)
-	}
-	if err := e.resultIn(r, resp, 0); err != nil {
-		return nil, err
-	}
-	if !resp.Succeeded {
-		return nil, fmt.Errorf("%w: an owner token queued twice for %s", lockcore.ErrMisconfigured, key)
-	}
-	rev := resp.Header.Revision
-	timer := time.NewTimer(r.Wait)
-	defer timer.Stop()
-	from, end := e.writers(key)
-	waiting, waited := e.waitingFor(r.Key)
-	defer waited()
-	if err := e.awaitTurn(ctx, s, r.Key, from, end, rev, timer.C, waiting, e.wants(r, mine, rev)); err != nil {
-		if _, found := errors.AsType[*lockcore.ResultFound](err); !found {
-			e.withdraw(s, mine, rev, errors.Is(err, lockcore.ErrUnavailable))
-		}
-		return nil, err
-	}
-	return e.grant(ctx, s, r, mine, rev)
 }
 
 // holders returns, of a lock's queue sorted by create revision, the keys
