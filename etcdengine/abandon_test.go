@@ -264,3 +264,82 @@ func behindProxy(t *testing.T) (direct, proxied *clientv3.Client, p *faultproxy.
 	t.Cleanup(func() { _ = proxied.Close() })
 	return direct, proxied, p
 }
+
+// TestWithdrawalOutlastsSilence: the keys of a set's wait that gave up
+// are deleted once etcd answers again, however long it was silent (here
+// 8 × Options.Timeout), while the session they are on lives: until then
+// they would block their locks' lines for no one. A withdrawal after a
+// call etcd did not answer returns at once, leaving the deletion to the
+// background, rather than ask the same silent etcd once more while the
+// caller waits; any other returns within Options.Timeout.
+func TestWithdrawalOutlastsSilence(t *testing.T) {
+	direct, cli, p := behindProxy(t)
+	const timeout, silence, slack = 200 * time.Millisecond, 8 * 200 * time.Millisecond, 100 * time.Millisecond
+	e, err := New(cli, Options{Prefix: "withdraw/", TTL: time.Minute, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := e.session(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.unref()
+	for _, later := range []bool{true, false} {
+		name := map[bool]string{true: "later", false: "at-once"}[later]
+		var mines []string
+		var puts []clientv3.Op
+		for _, id := range []string{"a", "b"} {
+			k, _ := lockcore.NewKey("productID", name+"-"+id)
+			mine := e.queue(k.String()) + "token"
+			mines = append(mines, mine)
+			puts = append(puts, clientv3.OpPut(mine, "", clientv3.WithLease(s.id)))
+		}
+		resp, err := direct.Txn(ctx).Then(puts...).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Blackhole(true)
+		start := time.Now()
+		e.withdrawAll([]*session{s, s}, mines, resp.Header.Revision, later)
+		took := time.Since(start)
+		bound := slack
+		if !later {
+			bound = timeout + slack
+		}
+		if took > bound {
+			t.Errorf("%s: the withdrawal returned after %v with etcd silent, want within %v", name, took, bound)
+		}
+		hold := time.NewTimer(silence - took) // the partition's length
+		select {
+		case <-hold.C:
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+		// The partition heals; the connections it broke are reset, as
+		// their peers' would be, and the client dials again.
+		p.Blackhole(false)
+		p.ResetAll()
+		healed := time.Now()
+		for left := int64(-1); left != 0; {
+			r, err := direct.Get(ctx, e.opt.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Only the session's keys are under the prefix.
+			left = r.Count
+			if left != 0 && time.Since(healed) > 10*time.Second {
+				t.Fatalf("%s: %d keys of a withdrawn wait left 10s after a silence of %v ended", name, left, silence)
+			}
+			pause := time.NewTimer(20 * time.Millisecond) // bounded polling
+			select {
+			case <-pause.C:
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			}
+		}
+		t.Logf("%s: withdrawal returned after %v; the keys went %v after etcd answered again", name, took.Round(time.Millisecond), time.Since(healed).Round(time.Millisecond))
+	}
+}

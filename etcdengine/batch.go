@@ -2,6 +2,7 @@ package etcdengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -137,7 +138,7 @@ func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Reque
 		waited()
 		if err != nil {
 			// A cancelled wait leaves none of its keys behind (etcd#9715).
-			e.withdrawAll(mines, rev)
+			e.withdrawAll(ss, mines, rev, errors.Is(err, lockcore.ErrUnavailable))
 			return nil, err
 		}
 	}
@@ -151,12 +152,12 @@ func (e *Engine) waitAll(ctx context.Context, ss []*session, rs []lockcore.Reque
 	resp, err = e.cli.Txn(cctx).If(absent...).Then(puts...).Commit()
 	cancel()
 	if err != nil {
-		e.withdrawAll(mines, rev)
+		e.withdrawAll(ss, mines, rev, true)
 		return nil, e.unavailable(ctx, "grant", err)
 	}
 	if !resp.Succeeded {
 		// A key went with its session, or an operator removed it.
-		e.withdrawAll(mines, rev)
+		e.withdrawAll(ss, mines, rev, false)
 		return nil, fmt.Errorf("%w: etcd lost a queued acquisition of %d keys", lockcore.ErrUnavailable, len(rs))
 	}
 	return e.heldAll(ss, rs, mines, rev, resp.Header.Revision), nil
@@ -179,10 +180,12 @@ func (e *Engine) abandonAll(ss []*session, mines []string, later bool) {
 	}
 }
 
-// withdrawAll deletes the keys mines of a set's wait that gave up, each
-// if it is still the one created at rev, in one transaction; in the
-// background when etcd does not answer at once.
-func (e *Engine) withdrawAll(mines []string, rev int64) {
+// withdrawAll deletes the keys mines of a set's wait that gave up, on
+// the sessions ss, each if it is still the one created at rev, in one
+// transaction (clean): later, in the background, when etcd did not
+// answer a call of the wait, for which the caller is not to wait once
+// more.
+func (e *Engine) withdrawAll(ss []*session, mines []string, rev int64, later bool) {
 	if e.defect == "keepWaiter" {
 		return
 	}
@@ -190,20 +193,7 @@ func (e *Engine) withdrawAll(mines []string, rev int64) {
 	for i, m := range mines {
 		ops[i] = guardedDelete(m, rev)
 	}
-	del := func(ctx context.Context) error {
-		_, err := e.cli.Txn(ctx).Then(ops...).Commit()
-		return err
-	}
-	ctx, cancel := context.WithTimeout(e.ctx, e.opt.Timeout)
-	err := del(ctx)
-	cancel()
-	if err != nil && !e.closed.Load() {
-		go func() {
-			ctx, cancel := context.WithTimeout(e.ctx, 4*e.opt.Timeout)
-			defer cancel()
-			_ = del(ctx)
-		}()
-	}
+	e.clean(ss, later, ops...)
 }
 
 // guardedDelete is an operation that deletes key only while its create

@@ -615,15 +615,21 @@ func (e *Engine) abandon(s *session, key string, later bool) {
 // time (Options.Timeout, or the caller's deadline).
 func timedOut(err error) bool { return errors.Is(err, context.DeadlineExceeded) }
 
-// retract deletes key if cmp holds: at once (or, if later, in the
-// background), and when etcd does not answer, again in the background
-// until it does, or until the session s ends (its keys go with its lease,
-// which the engine no longer renews) or the engine closes.
+// retract deletes key if cmp holds (clean).
 func (e *Engine) retract(s *session, key string, cmp clientv3.Cmp, later bool) {
+	e.clean([]*session{s}, later, clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(key)}, nil))
+}
+
+// clean sends ops, guarded deletes of keys on the sessions ss, in one
+// transaction: at once (or, if later, in the background), and when etcd
+// does not answer, again in the background until it does, until every
+// session of ss has ended (their keys go with their leases, which the
+// engine no longer renews), or until the engine closes.
+func (e *Engine) clean(ss []*session, later bool, ops ...clientv3.Op) {
 	del := func() error {
 		ctx, cancel := context.WithTimeout(e.ctx, e.opt.Timeout)
 		defer cancel()
-		_, err := e.cli.Txn(ctx).If(cmp).Then(clientv3.OpDelete(key)).Commit()
+		_, err := e.cli.Txn(ctx).Then(ops...).Commit()
 		return err
 	}
 	if !later && (del() == nil || e.closed.Load()) {
@@ -639,16 +645,25 @@ func (e *Engine) retract(s *session, key string, cmp clientv3.Cmp, later bool) {
 			case <-e.ctx.Done():
 				t.Stop()
 				return
-			case <-s.done:
-				t.Stop()
-				return
 			case <-t.C:
 			}
-			if del() == nil {
+			if ended(ss) || del() == nil {
 				return
 			}
 		}
 	}()
+}
+
+// ended reports whether every session of ss has ended.
+func ended(ss []*session) bool {
+	for _, s := range ss {
+		select {
+		case <-s.done:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // grant makes the hold of a waiter whose key mine, created at rev, is
