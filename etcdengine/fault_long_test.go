@@ -127,9 +127,11 @@ type counts struct {
 	want                                          int64 // sections
 }
 
-// more reports whether the run wants more sections: the fault loops go on
-// injecting faults (up to maxFaults) while it does.
-func (n *counts) more() bool { return n.sections.Load() < n.want }
+// more reports whether the run wants more: sections, or faults (fewer
+// than minFaults injected). The fault loops go on injecting faults (up to
+// maxFaults) while it does, and the workers run until the fault loop
+// returns, so that a run whose workers are quick still meets minFaults.
+func (n *counts) more() bool { return n.sections.Load() < n.want || n.faults.Load() < minFaults }
 
 // maxFaults bounds the faults of a run; it wants at least minFaults.
 const maxFaults, minFaults = 12, 3
